@@ -1,0 +1,7 @@
+"""engine_plugin: compute shader assets for game engines, on wgpu-py.
+
+Layers, lowest first (a lower layer never imports a higher one):
+errors -> lowering -> gpu.device -> runtime -> substrate -> cache -> assets -> world -> gpu backends -> engine -> demo/cli.
+"""
+
+__version__ = "0.1.0"

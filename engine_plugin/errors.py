@@ -1,0 +1,178 @@
+"""The engine_plugin error tree, and source locations that render like a compiler's.
+
+Every error the plugin raises derives from :class:`PluginError` and also from the built-in
+exception it resembles, so ``except ValueError`` in engine code keeps working::
+
+    PluginError (Exception)
+     ├─ SchemaError (ValueError)            bindings.yaml: keys, kinds, when, specialize
+     │   └─ ExpressionError                 a count / capacity expression
+     ├─ LoweringError (ValueError)          the WGSL body against the schema
+     ├─ SpecializationError (ValueError)    a variant's specialisation values
+     ├─ CompileError (RuntimeError)         wgpu refused the lowered shader or pipeline
+     ├─ DispatchError (ValueError)          a run's inputs, params, sizes
+     ├─ PageBindingError (ValueError)       page/column placement that cannot bind
+     ├─ AssetError (ValueError)             a .computeShader folder's layout
+     ├─ CacheError (RuntimeError)           the variant cache folder itself
+     ├─ GpuError (RuntimeError)
+     │   ├─ NoAdapterError                  no wgpu adapter on this machine
+     │   └─ DeviceLostError                 the device was lost or reported an error
+     ├─ StaleHandleError (LookupError)      a (key, generation) handle outlived its object
+     └─ StaleSpanError (RuntimeError)       an upload span outlived its chunk's content
+
+Errors about a user's file carry a :class:`Span` and format as
+``path:line:col: message`` followed by the offending line and a caret.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = [
+    "AssetError",
+    "CacheError",
+    "CompileError",
+    "DeviceLostError",
+    "DispatchError",
+    "ExpressionError",
+    "GpuError",
+    "LoweringError",
+    "NoAdapterError",
+    "PageBindingError",
+    "PluginError",
+    "SchemaError",
+    "Span",
+    "SpecializationError",
+    "StaleHandleError",
+    "StaleSpanError",
+    "bug",
+]
+
+
+@dataclass(frozen=True)
+class Span:
+    """A place in a user's file: 1-based line and column; ``text`` is that line, for the caret."""
+
+    path: str | None
+    line: int | None = None
+    col: int | None = None
+    text: str | None = None
+
+    def prefix(self) -> str:
+        parts = [self.path or "<string>"]
+        if self.line is not None:
+            parts.append(str(self.line))
+            if self.col is not None:
+                parts.append(str(self.col))
+        return ":".join(parts)
+
+    def caret(self) -> str:
+        """The source line and a caret under the column, or '' when the line is unknown."""
+        if self.text is None or self.line is None:
+            return ""
+        line = self.text.rstrip("\n").expandtabs(4)
+        col = max(1, self.col or 1)
+        return f"\n    {line}\n    {' ' * (col - 1)}^"
+
+
+class PluginError(Exception):
+    """Root of every error engine_plugin raises.
+
+    ``message`` is the bare text; ``span`` (optional) says where in the user's files;
+    ``str(error)`` renders ``path:line:col: message`` plus the line and a caret.
+    """
+
+    def __init__(self, message: str, span: Span | None = None, *, notes: tuple[str, ...] = ()):
+        self.message = message
+        self.span = span
+        self.notes = tuple(notes)
+        super().__init__(self.render())
+
+    @property
+    def path(self) -> str | None:
+        return self.span.path if self.span else None
+
+    @property
+    def line(self) -> int | None:
+        return self.span.line if self.span else None
+
+    @property
+    def col(self) -> int | None:
+        return self.span.col if self.span else None
+
+    def headline(self) -> str:
+        """One line: ``path:line:col: message`` (or just the message when there is no span)."""
+        if self.span is None:
+            return self.message
+        return f"{self.span.prefix()}: {self.message}"
+
+    def render(self) -> str:
+        text = self.headline()
+        if self.span is not None:
+            text += self.span.caret()
+        for note in self.notes:
+            text += f"\n  note: {note}"
+        return text
+
+    def __str__(self) -> str:
+        return self.render()
+
+
+class SchemaError(PluginError, ValueError):
+    """bindings.yaml is malformed or inconsistent."""
+
+
+class ExpressionError(SchemaError):
+    """A count/capacity expression does not parse or cannot be evaluated."""
+
+
+class LoweringError(PluginError, ValueError):
+    """The WGSL body does not fit its schema (unbalanced @when, a name clash, append in exact)."""
+
+
+class SpecializationError(PluginError, ValueError):
+    """Missing or unknown specialisation values for a variant."""
+
+
+class CompileError(PluginError, RuntimeError):
+    """wgpu refused a lowered variant; the span points at the user's own file."""
+
+
+class DispatchError(PluginError, ValueError):
+    """A run's inputs, params or sizes are wrong; raised before anything is submitted."""
+
+
+class PageBindingError(PluginError, ValueError):
+    """Columns of one page binding stand in different pages, or a handle is unknown."""
+
+
+class AssetError(PluginError, ValueError):
+    """A .computeShader folder is not laid out as expected."""
+
+
+class CacheError(PluginError, RuntimeError):
+    """The variant cache folder cannot be used at all (entries that fail are misses, not errors)."""
+
+
+class GpuError(PluginError, RuntimeError):
+    """The GPU cannot do what was asked."""
+
+
+class NoAdapterError(GpuError):
+    """No wgpu adapter is available on this machine."""
+
+
+class DeviceLostError(GpuError):
+    """The device was lost or reported an error; GPU work is disabled."""
+
+
+class StaleHandleError(PluginError, LookupError):
+    """A (key, generation) handle no longer names a live object."""
+
+
+class StaleSpanError(PluginError, RuntimeError):
+    """An upload span was used after its chunk was mutated or evicted."""
+
+
+def bug(message: str) -> PluginError:
+    """An internal invariant broke: say so plainly, so users report it instead of debugging it."""
+    return PluginError(f"engine_plugin bug, please report: {message}")

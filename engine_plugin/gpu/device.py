@@ -1,0 +1,152 @@
+"""Device acquisition and the per-device context that owns GPU-side caches.
+
+One shared adapter/device per process unless the caller hands its own. A real GPU is chosen
+over a software one (lavapipe) when both exist; ``ENGINE_PLUGIN_ADAPTER`` forces one by a
+case-insensitive substring of the adapter's name, vendor or type (``llvmpipe``, ``nvidia``,
+``cpu``). The device's limits are raised to what the adapter allows, because the defaults
+(128 MiB storage bindings, 8 storage buffers) are far below what an engine needs.
+
+Caches of compiled objects live on the :class:`DeviceContext`, so a lost device drops all of
+them at once and a new device never sees an object made for the old one.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from typing import Any
+
+import wgpu
+
+from ..errors import NoAdapterError
+
+__all__ = ["DeviceContext", "adapter_summary", "get_context", "reset_default_context"]
+
+log = logging.getLogger("engine_plugin.gpu")
+
+# Limits worth raising to the adapter's maximum; anything else keeps wgpu's defaults.
+_RAISED_LIMITS = (
+    "max-buffer-size",
+    "max-storage-buffer-binding-size",
+    "max-storage-buffers-per-shader-stage",
+    "max-compute-workgroups-per-dimension",
+    "max-compute-invocations-per-workgroup",
+    "max-compute-workgroup-size-x",
+    "max-compute-workgroup-size-y",
+    "max-compute-workgroup-size-z",
+    "max-compute-workgroup-storage-size",
+    "max-uniform-buffer-binding-size",
+    "max-bind-groups",
+    "max-bindings-per-bind-group",
+    "max-dynamic-uniform-buffers-per-pipeline-layout",
+)
+
+
+def adapter_summary(adapter: Any) -> str:
+    info = adapter.info
+    return f"{info.get('device', '?')} ({info.get('adapter_type', '?')}, {info.get('backend_type', '?')})"
+
+
+def _pick_adapter() -> Any:
+    try:
+        adapters = list(wgpu.gpu.enumerate_adapters_sync())
+    except Exception as exc:  # the loader itself is missing or broken
+        raise NoAdapterError(
+            f"wgpu could not enumerate adapters ({exc}); install the Vulkan loader and a driver "
+            "(Debian: apt-get install libvulkan1 mesa-vulkan-drivers)"
+        ) from exc
+    if not adapters:
+        raise NoAdapterError(
+            "no wgpu adapter found; install a Vulkan driver (Debian: apt-get install "
+            "libvulkan1 mesa-vulkan-drivers) and set XDG_RUNTIME_DIR"
+        )
+    wanted = os.environ.get("ENGINE_PLUGIN_ADAPTER", "").strip().lower()
+    if wanted:
+        for adapter in adapters:
+            info = adapter.info
+            hay = " ".join(str(info.get(k, "")) for k in ("device", "vendor", "adapter_type", "description", "backend_type"))
+            if wanted in hay.lower():
+                return adapter
+        names = ", ".join(adapter_summary(a) for a in adapters)
+        raise NoAdapterError(f"ENGINE_PLUGIN_ADAPTER={wanted!r} matches none of: {names}")
+    rank = {"DiscreteGPU": 0, "IntegratedGPU": 1, "VirtualGPU": 2, "CPU": 3}
+    return min(adapters, key=lambda a: rank.get(str(a.info.get("adapter_type")), 4))
+
+
+class DeviceContext:
+    """A wgpu device with its limits and the caches of objects compiled for it.
+
+    ``caches`` is a plain dict of named dicts (``ctx.cache("pipelines")``); everything in it
+    belongs to this device and is dropped with it.
+    """
+
+    def __init__(self, device: Any, adapter: Any | None = None):
+        self.device = device
+        self.adapter = adapter
+        self.queue = device.queue
+        self.limits = dict(device.limits)
+        self.lost = False
+        self._caches: dict[str, dict] = {}
+        self.lock = threading.RLock()
+
+    @property
+    def adapter_name(self) -> str:
+        return adapter_summary(self.adapter) if self.adapter is not None else "<caller's device>"
+
+    def limit(self, name: str) -> int:
+        return int(self.limits[name])
+
+    def cache(self, name: str) -> dict:
+        """A named cache owned by this device (created on first use)."""
+        found = self._caches.get(name)
+        if found is None:
+            found = self._caches[name] = {}
+        return found
+
+    def drop_caches(self) -> None:
+        self._caches.clear()
+
+
+_default: DeviceContext | None = None
+_contexts: dict[int, DeviceContext] = {}
+_lock = threading.Lock()
+
+
+def get_context(device: Any | None = None) -> DeviceContext:
+    """The context for ``device``, or the process-wide default one (created on first call).
+
+    Raises:
+        NoAdapterError: no adapter exists (missing Vulkan driver) or the forced one is absent.
+    """
+    global _default
+    with _lock:
+        if device is not None:
+            if isinstance(device, DeviceContext):
+                return device
+            ctx = _contexts.get(id(device))
+            if ctx is None or ctx.device is not device:
+                ctx = _contexts[id(device)] = DeviceContext(device)
+            return ctx
+        if _default is None or _default.lost:
+            adapter = _pick_adapter()
+            limits = {}
+            for name in _RAISED_LIMITS:
+                if name in adapter.limits:
+                    limits[name] = adapter.limits[name]
+            dev = adapter.request_device_sync(required_limits=limits, label="engine_plugin")
+            _default = DeviceContext(dev, adapter)
+            _contexts[id(dev)] = _default
+            log.info("engine_plugin device: %s", adapter_summary(adapter))
+        return _default
+
+
+def reset_default_context() -> None:
+    """Forget the default device (after loss); the next ``get_context()`` makes a new one."""
+    global _default
+    with _lock:
+        if _default is not None:
+            _default.lost = True
+            _default.drop_caches()
+            _contexts.pop(id(_default.device), None)
+        _default = None
