@@ -1,0 +1,204 @@
+"""WGSL emitters: one small function per binding kind, each writing declarations and accessors.
+
+Every emitted line carries the bindings.yaml line of the binding it serves (``origin``), so a
+compiler message about generated code still points into the user's own files, and every
+generated name is registered so a clash with the body's names is caught before wgpu sees it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .types import ValueType
+
+__all__ = ["Emitter", "from_word", "to_word"]
+
+_LANE = ("x", "y", "z", "w")
+
+
+def from_word(expr: str, scalar: str) -> str:
+    """A u32 word expression reinterpreted as ``scalar``."""
+    return expr if scalar == "u32" else f"bitcast<{scalar}>({expr})"
+
+
+def to_word(expr: str, scalar: str) -> str:
+    """A ``scalar`` expression reinterpreted as a u32 word."""
+    return expr if scalar == "u32" else f"bitcast<u32>({expr})"
+
+
+@dataclass
+class Emitter:
+    """Collects generated lines (with their origin line) and the names they declare."""
+
+    lines: list[tuple[str, int]] = field(default_factory=list)
+    names: dict[str, tuple[int, str]] = field(default_factory=dict)  # name -> (origin line, what)
+
+    def emit(self, text: str, origin: int) -> None:
+        for row in text.split("\n"):
+            self.lines.append((row, origin))
+
+    def declare(self, name: str, origin: int, what: str) -> None:
+        self.names.setdefault(name, (origin, what))
+
+    def fn(self, name: str, signature: str, body: str, origin: int, what: str) -> None:
+        """Emit ``fn name(signature) { body }`` on one line when short, several otherwise."""
+        self.declare(name, origin, what)
+        if "\n" in body:
+            inner = "\n".join("    " + b for b in body.split("\n"))
+            self.emit(f"fn {name}{signature} {{\n{inner}\n}}", origin)
+        else:
+            self.emit(f"fn {name}{signature} {{ {body} }}", origin)
+
+    # -- shared pieces --------------------------------------------------------------------------
+    def vector_get(self, vt: ValueType, read_word) -> str:
+        """``return <vector or scalar>`` built from words ``read_word(k)`` (k = lane)."""
+        if vt.lanes == 1:
+            return f"return {read_word(0)};"
+        parts = ", ".join(read_word(k) for k in range(vt.lanes))
+        return f"return {vt.wgsl}({parts});"
+
+    def vector_set(self, vt: ValueType, write_lane) -> str:
+        if vt.lanes == 1:
+            return write_lane(0, "v")
+        return " ".join(write_lane(k, f"v.{_LANE[k]}") for k in range(vt.lanes))
+
+    def atomic_ops(self, prefix: str, array: str, index_code: str, scalar: str, origin: int, what: str) -> None:
+        """``PREFIX_atomic_*`` on one-lane words of ``array`` at ``b`` (computed by index_code).
+
+        u32 gets native atomics; i32 add/and/or/xor are native on the bits (two's complement),
+        i32 min/max and every f32 op but exchange are compare-and-swap loops, because WGSL has
+        no signed or float atomics on u32 words.
+        """
+        t = scalar
+        ptr = f"&{array}[b]"
+        sig = f"(i: u32, v: {t}) -> {t}"
+        vword = to_word("v", t)
+        exchange = from_word(f"atomicExchange({ptr}, {vword})", t)
+        self.fn(f"{prefix}_atomic_exchange", sig, f"{index_code} return {exchange};", origin, what)
+        native = {"u32": ("min", "max", "add", "and", "or", "xor"), "i32": ("add", "and", "or", "xor"), "f32": ()}[t]
+        cas = {"u32": (), "i32": ("min", "max"), "f32": ("add", "min", "max")}[t]
+        for op in native:
+            call = f"atomic{op.capitalize()}({ptr}, {vword})"
+            self.fn(f"{prefix}_atomic_{op}", sig, f"{index_code} return {from_word(call, t)};", origin, what)
+        for op in cas:
+            old = from_word("old", t)
+            combine = {"add": f"{old} + v", "min": f"min({old}, v)", "max": f"max({old}, v)"}[op]
+            nxt = to_word(f"({combine})", t)
+            body = "\n".join(
+                [
+                    index_code,
+                    f"var old = atomicLoad({ptr});",
+                    "loop {",
+                    f"    let next = {nxt};",
+                    f"    if (next == old) {{ return {old}; }}",
+                    f"    let r = atomicCompareExchangeWeak({ptr}, old, next);",
+                    f"    if (r.exchanged) {{ return {old}; }}",
+                    "    old = r.old_value;",
+                    "}",
+                ]
+            )
+            self.fn(f"{prefix}_atomic_{op}", sig, body, origin, what)
+
+    # -- binding kinds --------------------------------------------------------------------------
+    def buffer(self, name: str, vt: ValueType, access: str, bits: bool, atomic: bool, origin: int) -> None:
+        """A scalar/vector buffer stored flat: ``NAME_get``, ``NAME_len``, ``NAME_set``."""
+        what = f"binding '{name}'"
+        L = vt.lanes
+        self.fn(f"{name}_len", "() -> u32", f"return params.zero_len_{name};", origin, what)
+        idx = "let b = i;" if L == 1 else f"let b = i * {L}u;"
+        at = (lambda k: "b" if k == 0 else f"b + {k}u")
+        if atomic:
+            read = lambda k: from_word(f"atomicLoad(&{name}[{at(k)}])", vt.scalar)
+            write = lambda k, v: f"atomicStore(&{name}[{at(k)}], {to_word(v, vt.scalar)});"
+        elif bits:
+            read = lambda k: from_word(f"{name}[{at(k)}]", vt.scalar)
+            write = lambda k, v: f"{name}[{at(k)}] = {to_word(v, vt.scalar)};"
+        else:
+            read = lambda k: f"{name}[{at(k)}]"
+            write = lambda k, v: f"{name}[{at(k)}] = {v};"
+        self.fn(f"{name}_get", f"(i: u32) -> {vt.wgsl}", f"{idx} {self.vector_get(vt, read)}", origin, what)
+        if access == "read_write":
+            self.fn(f"{name}_set", f"(i: u32, v: {vt.wgsl})", f"{idx} {self.vector_set(vt, write)}", origin, what)
+        if atomic:
+            self.atomic_ops(name, name, "let b = i;", vt.scalar, origin, what)
+
+    def append(self, name: str, vt: ValueType, float_order: bool, origin: int) -> None:
+        """Append helpers over the output ``name`` and its counter ``name_count``."""
+        what = f"append binding '{name}'"
+        counter = f"{name}_count"
+        self.fn(f"{name}_capacity", "() -> u32", f"return params.zero_len_{name};", origin, what)
+        self.fn(f"{name}_store", f"(slot: u32, v: {vt.wgsl})", f"if (slot < {name}_capacity()) {{ {name}_set(slot, v); }}", origin, what)
+        self.fn(f"{name}_set_count", "(c: u32)", f"atomicStore(&{counter}[0], c);", origin, what)
+        self.fn(f"{name}_count_value", "() -> u32", f"return atomicLoad(&{counter}[0]);", origin, what)
+        if float_order:
+            # Unordered: the slot depends on which invocation gets there first.
+            self.fn(f"{name}_append", f"(v: {vt.wgsl}) -> u32", f"let slot = atomicAdd(&{counter}[0], 1u); {name}_store(slot, v); return slot;", origin, what)
+
+    def table(self, name: str, access: str, column_names: tuple[str, ...], origin: int) -> None:
+        """A columns table: header (count; first, lanes, count, kind per column) then data words."""
+        what = f"columns binding '{name}'"
+        for i, col in enumerate(column_names):
+            self.declare(f"{name}_col_{col}", origin, what)
+            self.emit(f"const {name}_col_{col}: u32 = {i}u;", origin)
+        h = "1u + c * 4u"
+        self.fn(f"{name}_count", "(c: u32) -> u32", f"return {name}[{h} + 2u];", origin, what)
+        self.fn(f"{name}_lanes", "(c: u32) -> u32", f"return {name}[{h} + 1u];", origin, what)
+        self.fn(f"{name}_kind", "(c: u32) -> u32", f"return {name}[{h} + 3u];", origin, what)
+        self.fn(f"{name}_addr", "(c: u32, i: u32, lane: u32) -> u32", f"return {name}[{h}] + i * {name}[{h} + 1u] + lane;", origin, what)
+        # By-value conversion from the stored kind (0 f32, 1 i32, 2 u32) to the asked type.
+        conv = {
+            "f32": ("bitcast<f32>(w)", "f32(bitcast<i32>(w))", "f32(w)"),
+            "i32": ("i32(bitcast<f32>(w))", "bitcast<i32>(w)", "i32(w)"),
+            "u32": ("u32(bitcast<f32>(w))", "u32(bitcast<i32>(w))", "w"),
+        }
+        for t, (kf, ki, ku) in conv.items():
+            body = (
+                f"let w = {name}[{name}_addr(c, i, lane)]; let k = {name}_kind(c);\n"
+                f"if (k == 1u) {{ return {ki}; }}\nif (k == 2u) {{ return {ku}; }}\nreturn {kf};"
+            )
+            self.fn(f"{name}_{t}", f"(c: u32, i: u32, lane: u32) -> {t}", body, origin, what)
+        for lanes in (2, 3, 4):
+            parts = ", ".join(f"{name}_f32(c, i, {k}u)" for k in range(lanes))
+            self.fn(f"{name}_vec{lanes}", f"(c: u32, i: u32) -> vec{lanes}<f32>", f"return vec{lanes}<f32>({parts});", origin, what)
+        if access == "read_write":
+            back = {
+                "f32": ("bitcast<u32>(v)", "bitcast<u32>(i32(v))", "u32(v)"),
+                "i32": ("bitcast<u32>(f32(v))", "bitcast<u32>(v)", "u32(v)"),
+                "u32": ("bitcast<u32>(f32(v))", "bitcast<u32>(i32(v))", "v"),
+            }
+            for t, (kf, ki, ku) in back.items():
+                body = (
+                    f"let k = {name}_kind(c); var w = {kf};\n"
+                    f"if (k == 1u) {{ w = {ki}; }}\nif (k == 2u) {{ w = {ku}; }}\n"
+                    f"{name}[{name}_addr(c, i, lane)] = w;"
+                )
+                self.fn(f"{name}_set_{t}", f"(c: u32, i: u32, lane: u32, v: {t})", body, origin, what)
+            for lanes in (2, 3, 4):
+                sets = " ".join(f"{name}_set_f32(c, i, {k}u, v.{_LANE[k]});" for k in range(lanes))
+                self.fn(f"{name}_set_vec{lanes}", f"(c: u32, i: u32, v: vec{lanes}<f32>)", sets, origin, what)
+
+    def column(self, name: str, page: str, vt: ValueType, access: str, atomic_page: bool, origin: int) -> None:
+        """A run of a page reached by offset: clamped to its last element, never past its run."""
+        what = f"column '{name}'"
+        L = vt.lanes
+        base, ln = f"params.col_base_{name}", f"params.col_len_{name}"
+        at = (lambda k: "b" if k == 0 else f"b + {k}u")
+        if atomic_page:
+            load = lambda e: f"atomicLoad(&{page}[{e}])"
+            store = lambda e, v: f"atomicStore(&{page}[{e}], {v});"
+        else:
+            load = lambda e: f"{page}[{e}]"
+            store = lambda e, v: f"{page}[{e}] = {v};"
+        idx = f"let b = {base} + min(i, {ln} - 1u)" + (f" * {L}u;" if L > 1 else ";")
+        widx = f"{base} + min(w, {ln}" + (f" * {L}u" if L > 1 else "") + " - 1u)"
+        self.fn(f"{name}_len", "() -> u32", f"return {ln};", origin, what)
+        self.fn(f"{name}_word", "(w: u32) -> u32", f"return {load(widx)};", origin, what)
+        read = lambda k: from_word(load(at(k)), vt.scalar)
+        self.fn(f"{name}_get", f"(i: u32) -> {vt.wgsl}", f"{idx} {self.vector_get(vt, read)}", origin, what)
+        if access == "read_write":
+            guard = f"if ({ln} == 0u) {{ return; }}"
+            write = lambda k, v: store(at(k), to_word(v, vt.scalar))
+            self.fn(f"{name}_set", f"(i: u32, v: {vt.wgsl})", f"{guard} {idx} {self.vector_set(vt, write)}", origin, what)
+            self.fn(f"{name}_set_word", "(w: u32, v: u32)", f"{guard} {store(widx, 'v')}", origin, what)
+        if atomic_page and L == 1 and access == "read_write":
+            self.atomic_ops(name, page, idx, vt.scalar, origin, what)

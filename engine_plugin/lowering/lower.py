@@ -1,0 +1,288 @@
+"""Lower one variant: schema + WGSL body + specialisation -> :class:`Lowered`. Pure Python.
+
+Layout of the lowered source: a generated prelude (aliases, consts, the params struct,
+bindings, accessors, ``zero_n``/``zero_index``) followed by the user's body, whose lines keep
+their order; the source map sends every lowered line back to the user's file.
+"""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+from ..errors import LoweringError, Span
+from .emit import Emitter
+from .lowered import ColumnSlot, HostSlot, Lowered, LoweredBinding, ParamField, ParamsLayout, SourceMap
+from .preprocess import apply_when_blocks, splice_sources
+from .schema import Binding, Schema
+from .types import ValueType, parse_value_type
+from .variants import VariantSpec, resolve_spec
+from .wgsl_text import find_calls, module_declarations, tokens, workgroup_size_literal
+
+__all__ = ["lower", "LOWERING_VERSION"]
+
+# Bump whenever the generated code or plan changes: it is part of every cache key.
+LOWERING_VERSION = 1
+_YAML = 0  # source-map file index of bindings.yaml
+_BODY = 1  # and of the WGSL body
+
+
+def lower(
+    schema: Schema,
+    wgsl: str,
+    spec: Mapping[str, str] | VariantSpec | None = None,
+    *,
+    columns: Mapping[str, list] | None = None,
+    wgsl_path: str | None = None,
+) -> Lowered:
+    """Lower one variant of ``schema`` over the WGSL ``wgsl``.
+
+    Args:
+        schema: from :func:`engine_plugin.abi.parse`.
+        wgsl: the kernel body (declares ``@compute ... fn main(...)`` itself).
+        spec: specialisation values (or a resolved :class:`VariantSpec`).
+        columns: table column names per ``columns`` binding, e.g. ``{"cols": ["pos", "vel"]}``.
+        wgsl_path: the body's file, named in errors.
+    Raises:
+        SpecializationError, LoweringError: with the user's file and line.
+    """
+    vspec = resolve_spec(schema, spec, columns)
+    return _Lowerer(schema, wgsl, vspec, wgsl_path).run()
+
+
+class _Lowerer:
+    def __init__(self, schema: Schema, wgsl: str, vspec: VariantSpec, wgsl_path: str | None):
+        self.schema = schema
+        self.wgsl = wgsl.replace("\r\n", "\n")
+        self.vspec = vspec
+        self.values = vspec.as_dict()
+        self.yaml_path = schema.path or "bindings.yaml"
+        self.wgsl_path = wgsl_path or "kernel.wgsl"
+        self.user_lines = self.wgsl.split("\n")
+        self.em = Emitter()
+
+    def error(self, message: str, line: int, col: int | None = None, notes=()) -> LoweringError:
+        text = self.user_lines[line - 1] if 1 <= line <= len(self.user_lines) else None
+        return LoweringError(message, Span(self.wgsl_path, line, col, text), notes=notes)
+
+    def element(self, b: Binding) -> ValueType:
+        vt = parse_value_type(b.element or "u32")
+        if vt is None:  # a type specialisation
+            vt = parse_value_type(self.values[b.element])  # type: ignore[index]
+        assert vt is not None
+        return vt
+
+    def run(self) -> Lowered:
+        schema = self.schema
+        spec_params = {sp.name: sp for sp in schema.specialize}
+        kept = apply_when_blocks(self.user_lines, self.values, spec_params, self.wgsl_path)
+        sources = {sp.name: self.values[sp.name] for sp in schema.specialize if sp.kind == "source"}
+        body = splice_sources("\n".join(kept), sources)
+        body_text = "\n".join(body.lines)
+        present = [b for b in schema.bindings if b.when is None or b.when.holds(self.values)]
+        self.check_table_columns(present)
+
+        em = self.em
+        em.emit(f"// engine_plugin: lowered from {self.yaml_path} + {self.wgsl_path}; variant {self.vspec.label()}", 0)
+        self.emit_specialisation()
+        plan, slots, cols, domain = self.plan(present)
+        params = self.params_layout(present, cols, binding=len(plan))
+        em.emit("struct ZeroParams {", 0)
+        for f in params.fields:
+            em.emit(f"    {f.name}: {f.type},", self._origin_of(f, present))
+        em.emit("}", 0)
+        em.declare("ZeroParams", 0, "the params struct")
+        for lb in plan:
+            space = "storage, read_write" if lb.access == "read_write" else "storage, read"
+            em.declare(lb.name, lb.line, f"binding '{lb.name}'")
+            em.emit(f"@group(0) @binding({lb.binding}) var<{space}> {lb.name}: {lb.storage_type};", lb.line)
+        em.emit(f"@group(0) @binding({params.binding}) var<uniform> params: ZeroParams;", 0)
+        em.declare("params", 0, "the params uniform")
+        self.emit_builtins(domain)
+        self.emit_accessors(present)
+        em.emit("// ---- kernel body ----", 0)
+
+        self.check_body(body_text, body.user_lines, present)
+        lines = [t for t, _ in em.lines] + list(body.lines)
+        entries = [((_YAML, o) if o > 0 else (-1, 0)) for _, o in em.lines]
+        entries += [(_BODY, u) for u in body.user_lines]
+        offset = len(em.lines)
+        splices = tuple((offset + 1 + row, c, ln, uc, ul) for row, c, ln, uc, ul in body.splices)
+        smap = SourceMap((self.yaml_path, self.wgsl_path), tuple(entries), splices, (schema.text, self.wgsl))
+        return Lowered(
+            source="\n".join(lines) + "\n",
+            bindings=tuple(plan) + (LoweredBinding(params.binding, "params", "params", "ZeroParams", "uniform"),),
+            params=params,
+            host_slots=tuple(slots),
+            columns=tuple(cols),
+            source_map=smap,
+            spec=self.vspec,
+            workgroup=schema.workgroup,
+            determinism=schema.determinism,
+            domain_count=domain,
+            table_columns=self.vspec.columns,
+            asset=self.wgsl_path,
+        )
+
+    # -- plan ----------------------------------------------------------------------------------
+    def plan(self, present: list[Binding]):
+        plan: list[LoweredBinding] = []
+        slots: list[HostSlot] = []
+        cols: list[ColumnSlot] = []
+        domain = None
+        pages = {b.name: b for b in present if b.kind == "page"}
+        for b in present:
+            n = len(plan)
+            if b.kind == "buffer":
+                vt = self.element(b)
+                raw = b.bits or b.atomic
+                storage = "array<atomic<u32>>" if b.atomic else f"array<{'u32' if raw else vt.scalar}>"
+                plan.append(LoweredBinding(n, b.name, "buffer", storage, b.access, "u32" if raw else vt.scalar, vt.lanes, b.line))
+                role = "append" if b.append else "output" if b.count is not None else ("inout" if b.access == "read_write" else "input")
+                counter = -1
+                if b.append:
+                    counter = n + 1
+                    plan.append(LoweredBinding(counter, f"{b.name}_count", "counter", "array<atomic<u32>>", "read_write", "u32", 1, b.line))
+                slots.append(HostSlot(
+                    b.name, role, n, vt.wgsl, vt.scalar, vt.lanes, b.access,
+                    b.count.text if b.count else None, b.capacity.text if b.capacity else None,
+                    b.live, b.bits, b.atomic, counter, b.line,
+                ))
+            elif b.kind == "columns":
+                plan.append(LoweredBinding(n, b.name, "columns", "array<u32>", b.access, "u32", 1, b.line))
+                slots.append(HostSlot(b.name, "table", n, "u32", "u32", 1, b.access, line=b.line))
+            elif b.kind == "page":
+                storage = "array<atomic<u32>>" if b.atomic else "array<u32>"
+                plan.append(LoweredBinding(n, b.name, "page", storage, b.access, "u32", 1, b.line))
+                slots.append(HostSlot(b.name, "page", n, "u32", "u32", 1, b.access, atomic=b.atomic, line=b.line))
+            elif b.kind == "column":
+                if b.page not in pages:
+                    raise LoweringError(
+                        f"column {b.name!r} stands in page {b.page!r}, which this variant leaves out (its 'when' does not hold)",
+                        Span(self.yaml_path, b.line, b.col),
+                    )
+                vt = self.element(b)
+                cols.append(ColumnSlot(b.name, b.page, vt.wgsl, vt.scalar, vt.lanes, b.access, b.line))  # type: ignore[arg-type]
+            elif b.kind == "domain_count":
+                plan.append(LoweredBinding(n, b.name, "domain_count", "array<u32>", "read", "u32", 1, b.line))
+                slots.append(HostSlot(b.name, "domain_count", n, "u32", "u32", 1, "read", line=b.line))
+                domain = b.name
+        return plan, slots, cols, domain
+
+    def params_layout(self, present: list[Binding], cols: list[ColumnSlot], binding: int) -> ParamsLayout:
+        wanted: list[tuple[str, str, str, str]] = [("n", "u32", "n", ""), ("zero_stride_y", "u32", "zero", ""), ("zero_stride_z", "u32", "zero", "")]
+        wanted += [(p.name, p.type, "user", "") for p in self.schema.params]
+        wanted += [(f"zero_len_{b.name}", "u32", "len", b.name) for b in present if b.kind == "buffer"]
+        for c in cols:
+            wanted += [(f"col_base_{c.name}", "u32", "col_base", c.name), (f"col_len_{c.name}", "u32", "col_len", c.name)]
+        fields, offset = [], 0
+        for name, type_, origin, target in wanted:
+            vt = parse_value_type(type_)
+            offset = -(-offset // vt.uniform_align) * vt.uniform_align
+            fields.append(ParamField(name, vt.wgsl, offset, vt.uniform_size, origin, target))
+            offset += vt.uniform_size
+        return ParamsLayout(tuple(fields), -(-offset // 16) * 16, binding)
+
+    def _origin_of(self, f: ParamField, present: list[Binding]) -> int:
+        if f.origin == "user":
+            p = self.schema.param(f.name)
+            return p.line if p else 0
+        for b in self.schema.bindings:
+            if b.name == f.target:
+                return b.line
+        return 0
+
+    # -- emitters ------------------------------------------------------------------------------
+    def emit_specialisation(self) -> None:
+        em = self.em
+        for sp in self.schema.specialize:
+            if sp.kind == "type":
+                em.declare(sp.name, sp.line, f"specialisation '{sp.name}'")
+                em.emit(f"alias {sp.name} = {self.values[sp.name]};", sp.line)
+            elif sp.kind == "named":
+                em.declare(sp.name, sp.line, f"specialisation '{sp.name}'")
+                em.emit(f"const {sp.name}: u32 = {sp.options.index(self.values[sp.name])}u;", sp.line)
+                for i, opt in enumerate(sp.options):
+                    em.declare(f"{sp.name}_{opt}", sp.line, f"specialisation '{sp.name}'")
+                    em.emit(f"const {sp.name}_{opt}: u32 = {i}u;", sp.line)
+
+    def emit_builtins(self, domain: str | None) -> None:
+        em = self.em
+        n_expr = f"min({domain}[0], params.n)" if domain else "params.n"
+        em.fn("zero_n", "() -> u32", f"return {n_expr};", 0, "the built-in zero_n")
+        em.fn("zero_index", "(gid: vec3<u32>) -> u32", "return gid.x + gid.y * params.zero_stride_y + gid.z * params.zero_stride_z;", 0, "the built-in zero_index")
+
+    def emit_accessors(self, present: list[Binding]) -> None:
+        em = self.em
+        pages = {b.name: b for b in present if b.kind == "page"}
+        table_cols = self.vspec.columns_dict()
+        for b in present:
+            if b.kind == "buffer":
+                vt = self.element(b)
+                em.buffer(b.name, vt, b.access, b.bits, b.atomic, b.line)
+                if b.append:
+                    em.declare(f"{b.name}_count", b.line, f"append binding '{b.name}'")
+                    em.append(b.name, vt, self.schema.determinism == "float_order", b.line)
+            elif b.kind == "columns":
+                em.table(b.name, b.access, table_cols.get(b.name, ()), b.line)
+            elif b.kind == "column":
+                page = pages[b.page]  # type: ignore[index]
+                em.column(b.name, page.name, self.element(b), b.access, page.atomic, b.line)
+
+    # -- checks --------------------------------------------------------------------------------
+    def check_table_columns(self, present: list[Binding]) -> None:
+        tables = {b.name for b in present if b.kind == "columns"}
+        for name, _ in self.vspec.columns:
+            if name not in tables:
+                raise LoweringError(f"columns= names table {name!r}, which this variant does not have", Span(self.yaml_path))
+
+    def check_body(self, body_text: str, user_lines: tuple[int, ...], present: list[Binding]) -> None:
+        def where(tok):
+            return user_lines[tok.line - 1] if tok.line - 1 < len(user_lines) else tok.line
+
+        decls = module_declarations(body_text)
+        for tok in decls:
+            hit = self.em.names.get(tok.text)
+            if hit is not None:
+                origin, what = hit
+                gen = f"{self.yaml_path}:{origin}" if origin else "the lowering"
+                raise self.error(
+                    f"'{tok.text}' is declared here and also generated for {what} ({gen}); rename yours",
+                    where(tok), tok.col, notes=(f"generated name declared by {gen}",),
+                )
+        if not any(t.text == "main" for t in decls):
+            raise self.error(
+                "the body declares no entry point; expected "
+                "'@compute @workgroup_size(...) fn main(@builtin(global_invocation_id) gid: vec3<u32>)'",
+                1, 1,
+            )
+        toks = list(tokens(body_text))
+        for i, t in enumerate(toks):
+            if t.text == "binding" and i > 0 and toks[i - 1].text == "@":
+                raise self.error(
+                    "the body declares its own @binding; declare bindings in bindings.yaml, the lowering numbers them",
+                    where(t), t.col - 1,
+                )
+        wg = workgroup_size_literal(body_text)
+        if wg is not None and wg[1] != self.schema.workgroup:
+            tok, dims = wg
+            want = self.schema.workgroup
+            raise self.error(
+                f"@workgroup_size{_dims(dims)} does not match bindings.yaml's workgroup {_dims(want)}; the host dispatches by the schema's size",
+                where(tok), tok.col,
+            )
+        if self.schema.determinism == "exact":
+            appends = {f"{b.name}_append" for b in present if b.kind == "buffer" and b.append}
+            for call in find_calls(body_text, appends):
+                raise self.error(
+                    f"{call.text}() is unordered (atomic slot order), and this shader is determinism: exact; "
+                    f"use {call.text[:-7]}_store(slot, v) with a slot you compute, or declare determinism: float_order",
+                    where(call), call.col,
+                )
+
+
+def _dims(d) -> str:
+    d = list(d)
+    while len(d) > 1 and d[-1] == 1:
+        d.pop()
+    return "(" + ", ".join(map(str, d)) + ")"
+

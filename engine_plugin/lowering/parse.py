@@ -1,0 +1,502 @@
+"""bindings.yaml text -> a frozen :class:`Schema`, with the YAML line of every error.
+
+The YAML is composed to nodes (not loaded to plain dicts) so every key and value keeps its
+position; each check raises :class:`SchemaError` at the node it is about.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import re
+import threading
+from collections import OrderedDict
+from typing import Any
+
+import yaml
+
+from ..errors import ExpressionError, SchemaError, Span
+from .conditions import ConditionSyntaxError, parse_condition
+from .expressions import parse_expression
+from .schema import BINDING_KINDS, KIND_KEYS, Binding, Param, Schema, SpecParam
+from .types import WGSL_KEYWORDS, is_value_type, parse_value_type
+
+__all__ = ["parse", "MAX_PAGES"]
+
+MAX_PAGES = 8
+TOP_KEYS = ("bindings", "params", "specialize", "determinism", "workgroup", "bake")
+SPEC_KEYS = ("name", "kind", "options", "default")
+_IDENT_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_MEMO_SIZE = 512
+_memo: "OrderedDict[tuple[str, str | None], Schema]" = OrderedDict()
+_memo_lock = threading.Lock()
+
+
+def parse(text: str, path: str | None = None) -> Schema:
+    """Parse bindings.yaml text into a frozen Schema; the same text answers the same object.
+
+    Args:
+        text: the YAML text.
+        path: the file it came from, used in error messages.
+    Raises:
+        SchemaError: (or ExpressionError, a subclass) naming the YAML line and offending key.
+    """
+    if not isinstance(text, str):
+        raise SchemaError(f"bindings.yaml must be text, not {type(text).__name__}", Span(path))
+    key = (text, path)
+    with _memo_lock:
+        found = _memo.get(key)
+        if found is not None:
+            _memo.move_to_end(key)
+            return found
+    schema = _Parser(text, path).schema()
+    with _memo_lock:
+        found = _memo.setdefault(key, schema)
+        _memo.move_to_end(key)
+        while len(_memo) > _MEMO_SIZE:
+            _memo.popitem(last=False)
+    return found
+
+
+class _Parser:
+    def __init__(self, text: str, path: str | None):
+        self.text = text
+        self.path = path
+        self.lines = text.splitlines()
+        self._scalar_loader = yaml.SafeLoader("")
+
+    # -- positions and errors -------------------------------------------------------------
+    def span(self, node_or_mark: Any, col_offset: int = 0) -> Span:
+        mark = getattr(node_or_mark, "start_mark", node_or_mark)
+        if mark is None:
+            return Span(self.path)
+        line = mark.line + 1
+        text = self.lines[mark.line] if 0 <= mark.line < len(self.lines) else None
+        return Span(self.path, line, mark.column + 1 + col_offset, text)
+
+    def error(self, node: Any, message: str, col_offset: int = 0, cls=SchemaError) -> SchemaError:
+        return cls(message, self.span(node, col_offset))
+
+    def value(self, node: Any) -> Any:
+        if isinstance(node, yaml.ScalarNode):
+            return self._scalar_loader.construct_object(node)
+        if isinstance(node, yaml.SequenceNode):
+            return [self.value(n) for n in node.value]
+        if isinstance(node, yaml.MappingNode):
+            return {self.value(k): self.value(v) for k, v in node.value}
+        return None
+
+    def mapping(self, node: Any, what: str) -> list[tuple[str, Any, Any]]:
+        """(key, key_node, value_node) of a mapping node, refusing duplicate and non-text keys."""
+        if not isinstance(node, yaml.MappingNode):
+            raise self.error(node, f"{what} must be a mapping, found {self._describe(node)}")
+        out, seen = [], {}
+        for k, v in node.value:
+            key = self.value(k)
+            if not isinstance(key, str):
+                raise self.error(k, f"{what}: keys must be names, found {key!r}")
+            if key in seen:
+                raise self.error(k, f"{what}: key {key!r} given twice (first on line {seen[key]})")
+            seen[key] = k.start_mark.line + 1
+            out.append((key, k, v))
+        return out
+
+    def sequence(self, node: Any, what: str) -> list[Any]:
+        if isinstance(node, yaml.ScalarNode) and self.value(node) is None:
+            return []
+        if not isinstance(node, yaml.SequenceNode):
+            raise self.error(node, f"{what} must be a list, found {self._describe(node)}")
+        return list(node.value)
+
+    def _describe(self, node: Any) -> str:
+        if isinstance(node, yaml.ScalarNode):
+            v = self.value(node)
+            return "nothing" if v is None else f"{type(v).__name__} {v!r}"
+        return {yaml.SequenceNode: "a list", yaml.MappingNode: "a mapping"}.get(type(node), "?")
+
+    def unknown_key(self, key: str, knode: Any, allowed, what: str) -> SchemaError:
+        close = difflib.get_close_matches(key, list(allowed), n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        return self.error(knode, f"unknown key {key!r} in {what}{hint} (allowed: {', '.join(sorted(allowed))})")
+
+    def string(self, node: Any, what: str) -> str:
+        v = self.value(node)
+        if isinstance(v, bool) or not isinstance(v, (str, int, float)) or v is None:
+            raise self.error(node, f"{what} must be text, found {self._describe(node)}")
+        return str(v)
+
+    def boolean(self, node: Any, what: str) -> bool:
+        v = self.value(node)
+        if not isinstance(v, bool):
+            raise self.error(node, f"{what} must be true or false, found {self._describe(node)}")
+        return v
+
+    def ident(self, node: Any, what: str) -> str:
+        v = self.value(node)
+        if not isinstance(v, str) or not _IDENT_RE.match(v):
+            raise self.error(node, f"{what} must be an identifier (letters, digits, _), found {self._describe(node)}")
+        if v in WGSL_KEYWORDS or v.startswith("zero_") or v.startswith("__") or v.startswith("col_"):
+            raise self.error(node, f"{what} {v!r} is reserved (WGSL keywords, 'params', 'main', and names starting zero_, col_ or __)")
+        return v
+
+    # -- the document ---------------------------------------------------------------------
+    def schema(self) -> Schema:
+        try:
+            root = yaml.compose(self.text, Loader=yaml.SafeLoader)
+        except yaml.MarkedYAMLError as exc:
+            mark = exc.problem_mark or exc.context_mark
+            raise SchemaError(f"invalid YAML: {exc.problem or exc.context}", self.span(mark)) from None
+        except yaml.YAMLError as exc:
+            raise SchemaError(f"invalid YAML: {exc}", Span(self.path)) from None
+        if root is None:
+            raise SchemaError("empty bindings.yaml; expected at least 'bindings:'", Span(self.path, 1, 1))
+        top = self.mapping(root, "bindings.yaml")
+        nodes = {}
+        for key, knode, vnode in top:
+            if key not in TOP_KEYS:
+                raise self.unknown_key(key, knode, TOP_KEYS, "bindings.yaml")
+            nodes[key] = (knode, vnode)
+        if "bindings" not in nodes:
+            raise SchemaError("bindings.yaml has no 'bindings:' list", Span(self.path, 1, 1))
+
+        specialize = self.specialize(nodes["specialize"][1]) if "specialize" in nodes else ()
+        self.spec_by_name = {sp.name: sp for sp in specialize}
+        params = self.params(nodes["params"][1]) if "params" in nodes else ()
+        self.param_names = {p.name for p in params}
+        determinism = "exact"
+        if "determinism" in nodes:
+            vnode = nodes["determinism"][1]
+            determinism = self.string(vnode, "determinism")
+            if determinism not in ("exact", "float_order"):
+                raise self.error(vnode, f"determinism must be 'exact' or 'float_order', not {determinism!r}")
+        workgroup = self.workgroup(nodes["workgroup"][1]) if "workgroup" in nodes else (64, 1, 1)
+        bindings = self.bindings(nodes["bindings"][1])
+        bake = self.bake(nodes["bake"][1], specialize) if "bake" in nodes else None
+        return Schema(
+            bindings=bindings, params=params, specialize=specialize, determinism=determinism,
+            workgroup=workgroup, bake=bake, text=self.text, path=self.path,
+        )
+
+    def workgroup(self, node: Any) -> tuple[int, int, int]:
+        v = self.value(node)
+        dims = v if isinstance(v, list) else [v]
+        if not 1 <= len(dims) <= 3 or not all(isinstance(d, int) and not isinstance(d, bool) and d > 0 for d in dims):
+            raise self.error(node, f"workgroup must be 1 to 3 positive ints, not {v!r}; e.g. workgroup: 64 or workgroup: [8, 8]")
+        dims = list(dims) + [1] * (3 - len(dims))
+        if dims[0] * dims[1] * dims[2] > 1024:
+            raise self.error(node, f"workgroup {v!r} is {dims[0] * dims[1] * dims[2]} invocations; at most 1024 run in one workgroup")
+        return (dims[0], dims[1], dims[2])
+
+    def params(self, node: Any) -> tuple[Param, ...]:
+        out, seen = [], {}
+        for item in self.sequence(node, "params"):
+            entry = dict((k, (kn, vn)) for k, kn, vn in self.mapping(item, "a param"))
+            for k, (kn, _) in entry.items():
+                if k not in ("name", "type"):
+                    raise self.unknown_key(k, kn, ("name", "type"), "a param")
+            if "name" not in entry or "type" not in entry:
+                raise self.error(item, "a param needs 'name' and 'type', e.g. { name: radius, type: f32 }")
+            name = self.ident(entry["name"][1], "param name")
+            if name == "n":
+                raise self.error(entry["name"][1], "param 'n' is built in (the dispatch size); choose another name")
+            if name in seen:
+                raise self.error(entry["name"][1], f"param {name!r} declared twice (first on line {seen[name]})")
+            tnode = entry["type"][1]
+            vt = parse_value_type(self.string(tnode, "param type"))
+            if vt is None:
+                raise self.error(tnode, f"param type must be u32, i32, f32 or a vec2/3/4 of them, not {self.value(tnode)!r}")
+            seen[name] = item.start_mark.line + 1
+            out.append(Param(name, vt.wgsl, item.start_mark.line + 1))
+        return tuple(out)
+
+    def specialize(self, node: Any) -> tuple[SpecParam, ...]:
+        out, seen = [], {}
+        for item in self.sequence(node, "specialize"):
+            entry = {k: (kn, vn) for k, kn, vn in self.mapping(item, "a specialize entry")}
+            for k, (kn, _) in entry.items():
+                if k not in SPEC_KEYS:
+                    raise self.unknown_key(k, kn, SPEC_KEYS, "a specialize entry")
+            if "name" not in entry:
+                raise self.error(item, "a specialize entry needs 'name'")
+            name = self.ident(entry["name"][1], "specialisation name")
+            if name in seen:
+                raise self.error(entry["name"][1], f"specialisation {name!r} declared twice (first on line {seen[name]})")
+            kind = self.string(entry["kind"][1], "kind") if "kind" in entry else None
+            if kind is not None and kind not in ("type", "named", "source"):
+                raise self.error(entry["kind"][1], f"specialize kind must be 'type', 'named' or 'source', not {kind!r}")
+            options: tuple[str, ...] = ()
+            if "options" in entry:
+                onodes = self.sequence(entry["options"][1], "options")
+                opts = []
+                for on in onodes:
+                    o = self.string(on, "an option")
+                    if o in opts:
+                        raise self.error(on, f"option {o!r} listed twice")
+                    opts.append(o)
+                options = tuple(opts)
+            if kind is None:
+                if not options:
+                    raise self.error(item, f"specialisation {name!r} needs 'options' (or kind: source)")
+                kind = "type" if all(is_value_type(o) for o in options) else "named"
+            if kind in ("type", "named") and not options:
+                raise self.error(item, f"specialisation {name!r} of kind {kind} needs a non-empty 'options' list")
+            if kind == "type":
+                for on, o in zip(self.sequence(entry["options"][1], "options"), options):
+                    if not is_value_type(o):
+                        raise self.error(on, f"type option {o!r} of {name!r} is not u32, i32, f32 or a vec2/3/4 of them")
+                options = tuple(parse_value_type(o).wgsl for o in options)
+            elif kind == "named":
+                for on, o in zip(self.sequence(entry["options"][1], "options"), options):
+                    if not _IDENT_RE.match(o):
+                        raise self.error(on, f"option {o!r} of {name!r} must be an identifier (it becomes const {name}_{o})")
+            default = None
+            if "default" in entry:
+                dnode = entry["default"][1]
+                default = self.string(dnode, "default")
+                if kind == "type" and is_value_type(default):
+                    default = parse_value_type(default).wgsl
+                if options and default not in options:
+                    raise self.error(dnode, f"default {default!r} of {name!r} is not one of its options: {', '.join(options)}")
+            seen[name] = item.start_mark.line + 1
+            out.append(SpecParam(name, kind, options, default, item.start_mark.line + 1))
+        return tuple(out)
+
+    def bake(self, node: Any, specialize) -> tuple:
+        by_name = {sp.name: sp for sp in specialize}
+        out = []
+        for item in self.sequence(node, "bake"):
+            combo = []
+            for key, knode, vnode in self.mapping(item, "a bake entry"):
+                sp = by_name.get(key)
+                if sp is None:
+                    raise self.unknown_key(key, knode, by_name, "a bake entry (specialisation names)")
+                val = self.string(vnode, f"bake value of {key}")
+                if sp.kind == "type" and is_value_type(val):
+                    val = parse_value_type(val).wgsl
+                if sp.options and val not in sp.options:
+                    raise self.error(vnode, f"{key}={val!r} is not one of its options: {', '.join(sp.options)}")
+                combo.append((key, val))
+            out.append(tuple(sorted(combo)))
+        return tuple(out)
+
+    # -- bindings -------------------------------------------------------------------------
+    def bindings(self, node: Any) -> tuple[Binding, ...]:
+        items = self.sequence(node, "bindings")
+        out: list[Binding] = []
+        for item in items:
+            out.append(self.binding(item))
+        self.check_names(out)
+        self.check_pages(out)
+        self.check_expressions(out)
+        return tuple(out)
+
+    def binding(self, item: Any) -> Binding:
+        entries = self.mapping(item, "a binding")
+        by_key = {k: (kn, vn) for k, kn, vn in entries}
+        if "name" not in by_key:
+            raise self.error(item, "a binding needs 'name', e.g. { name: src, kind: buffer, element: f32 }")
+        name = self.ident(by_key["name"][1], "binding name")
+        kind = "buffer"
+        if "kind" in by_key:
+            kind = self.string(by_key["kind"][1], "kind")
+            if kind not in BINDING_KINDS:
+                close = difflib.get_close_matches(kind, BINDING_KINDS, n=1)
+                hint = f"; did you mean {close[0]!r}?" if close else ""
+                raise self.error(by_key["kind"][1], f"binding {name!r}: unknown kind {kind!r}{hint} (kinds: {', '.join(BINDING_KINDS)})")
+        allowed = KIND_KEYS[kind]
+        all_keys = set().union(*KIND_KEYS.values())
+        for k, kn, _ in entries:
+            if k not in allowed:
+                if k in all_keys:
+                    raise self.error(kn, f"binding {name!r}: key {k!r} does not apply to kind {kind} (it takes: {', '.join(sorted(allowed))})")
+                raise self.unknown_key(k, kn, allowed, f"binding {name!r}")
+        f: dict[str, Any] = {"name": name, "kind": kind, "line": item.start_mark.line + 1, "col": item.start_mark.column + 1}
+        f["key_lines"] = tuple(
+            (k, vn.start_mark.line + 1, vn.start_mark.column + 1 + self._value_offset(vn, 0)) for k, _, vn in entries
+        )
+
+        def node(k):
+            return by_key[k][1]
+
+        if "access" in by_key:
+            access = self.string(node("access"), "access")
+            if access not in ("read", "read_write"):
+                raise self.error(node("access"), f"binding {name!r}: access must be 'read' or 'read_write', not {access!r}")
+            f["access"] = access
+        for flag in ("live", "append", "bits", "atomic"):
+            if flag in by_key:
+                f[flag] = self.boolean(node(flag), f"binding {name!r}: {flag}")
+        if "element" in by_key:
+            f["element"] = self.element(node("element"), name)
+        if "page" in by_key:
+            f["page"] = self.ident(node("page"), f"binding {name!r}: page")
+        if "when" in by_key:
+            f["when"] = self.condition(node("when"), name)
+        for ek in ("count", "capacity"):
+            if ek in by_key:
+                f[ek] = self.expression(node(ek), name, ek)
+        b = Binding(**f)
+        self.check_binding(b, item, by_key)
+        return b
+
+    def element(self, vnode: Any, name: str) -> str:
+        text = self.string(vnode, f"binding {name!r}: element")
+        vt = parse_value_type(text)
+        if vt is not None:
+            return vt.wgsl
+        sp = self.spec_by_name.get(text)
+        if sp is not None:
+            if sp.kind != "type":
+                raise self.error(vnode, f"binding {name!r}: element {text!r} names a {sp.kind} specialisation; only type specialisations can be elements")
+            return text
+        raise self.error(vnode, f"binding {name!r}: element must be u32, i32, f32, a vec2/3/4 of them or a type specialisation, not {text!r}")
+
+    def condition(self, vnode: Any, name: str):
+        text = self.string(vnode, f"binding {name!r}: when")
+        try:
+            cond = parse_condition(text)
+        except ConditionSyntaxError as exc:
+            raise self.error(vnode, f"binding {name!r}: when: {exc}", col_offset=self._value_offset(vnode, exc.offset)) from None
+        for conj in cond.alternatives:
+            for pname, opts in conj:
+                sp = self.spec_by_name.get(pname)
+                off = self._value_offset(vnode, max(0, text.find(pname)))
+                if sp is None:
+                    raise self.error(vnode, f"binding {name!r}: when names {pname!r}, which is not a specialisation (known: {', '.join(self.spec_by_name) or 'none'})", col_offset=off)
+                if not sp.options:
+                    raise self.error(vnode, f"binding {name!r}: when names {pname!r}, a source specialisation with no options", col_offset=off)
+                bad = sorted(o for o in opts if o not in sp.options)
+                if bad:
+                    raise self.error(vnode, f"binding {name!r}: when: {pname}={bad[0]!r} is not an option of {pname} ({', '.join(sp.options)})", col_offset=off)
+        return cond
+
+    def _value_offset(self, vnode: Any, offset: int) -> int:
+        """Column offset of a character inside a plain or quoted scalar on one line."""
+        style = getattr(vnode, "style", None)
+        return offset + (1 if style in ("'", '"') else 0)
+
+    def expression(self, vnode: Any, name: str, key: str):
+        text = self.string(vnode, f"binding {name!r}: {key}")
+        try:
+            return parse_expression(text)
+        except ExpressionError as exc:
+            col = (exc.col or 1) - 1
+            raise self.error(vnode, f"binding {name!r}: {key}: {exc.message}", col_offset=self._value_offset(vnode, col), cls=ExpressionError) from None
+
+    def check_binding(self, b: Binding, item: Any, by_key: dict) -> None:
+        def at(k):
+            return by_key[k][1] if k in by_key else item
+
+        name = b.name
+        if b.kind == "buffer":
+            if b.element is None:
+                raise self.error(item, f"buffer binding {name!r} needs 'element' (u32, i32, f32, vecN<...> or a type specialisation)")
+            if b.is_output and b.access != "read_write":
+                key = "count" if b.count is not None else "capacity"
+                raise self.error(at(key), f"binding {name!r} has a {key}, so the host allocates it as an output, but its access is 'read'; use access: read_write")
+            if b.append:
+                if b.capacity is None:
+                    raise self.error(at("append"), f"append binding {name!r} needs 'capacity' (the most elements it can hold)")
+                if b.count is not None:
+                    raise self.error(at("count"), f"append binding {name!r} takes 'capacity', not 'count' (its count is the live counter)")
+            elif b.capacity is not None:
+                raise self.error(at("capacity"), f"binding {name!r}: 'capacity' goes with append: true; a plain output takes 'count'")
+            if b.live:
+                if b.count is None or b.count.text.strip() != "n":
+                    raise self.error(at("live"), f"binding {name!r}: live: true needs count: \"n\" (the output spans the dispatch)")
+            if b.atomic:
+                if b.access != "read_write":
+                    raise self.error(at("atomic"), f"binding {name!r}: atomic words need access: read_write")
+                vt = parse_value_type(b.element)
+                if vt is not None and vt.lanes != 1:
+                    raise self.error(at("element"), f"binding {name!r}: an atomic buffer holds one-lane elements (u32, i32, f32), not {b.element}")
+                if b.append:
+                    raise self.error(at("atomic"), f"binding {name!r}: append and atomic do not combine")
+        elif b.kind == "page":
+            if b.atomic and b.access != "read_write":
+                raise self.error(at("atomic"), f"page {name!r}: atomic words need access: read_write")
+        elif b.kind == "column":
+            if b.page is None:
+                raise self.error(item, f"column {name!r} needs 'page' (the name of a kind: page binding)")
+            if b.element is None:
+                raise self.error(item, f"column {name!r} needs 'element'")
+        elif b.kind == "domain_count":
+            pass
+
+    def check_names(self, bindings: list[Binding]) -> None:
+        first: dict[str, list[Binding]] = {}
+        for b in bindings:
+            for other in first.get(b.name, []):
+                if b.when is None or other.when is None or b.when.may_hold_with(other.when):
+                    raise SchemaError(
+                        f"binding {b.name!r} is declared again (first on line {other.line}) and both can exist in one variant; "
+                        "give one a different name or 'when' conditions that never hold together",
+                        self._bspan(b),
+                    )
+            first.setdefault(b.name, []).append(b)
+            if b.name in self.param_names:
+                raise SchemaError(f"binding {b.name!r} has the name of a param", self._bspan(b))
+            if b.name in self.spec_by_name:
+                raise SchemaError(f"binding {b.name!r} has the name of a specialisation", self._bspan(b))
+        # names a binding generates (append counters) must not be taken by another binding
+        names = {b.name for b in bindings}
+        for b in bindings:
+            if b.append and f"{b.name}_count" in names:
+                raise SchemaError(f"append binding {b.name!r} needs the name '{b.name}_count' for its counter, but a binding has it", self._bspan(b))
+        domain = [b for b in bindings if b.kind == "domain_count"]
+        for i, b in enumerate(domain):
+            for other in domain[:i]:
+                if b.when is None or other.when is None or b.when.may_hold_with(other.when):
+                    raise SchemaError(f"a second domain_count binding {b.name!r} (first: {other.name!r} on line {other.line}); a dispatch has one live count", self._bspan(b))
+
+    def _bspan(self, b: Binding, key: str | None = None) -> Span:
+        line, col = b.key_pos(key) if key else (b.line, b.col)
+        return Span(self.path, line, col, self.lines[line - 1] if 0 < line <= len(self.lines) else None)
+
+    def check_pages(self, bindings: list[Binding]) -> None:
+        pages = {b.name: b for b in bindings if b.kind == "page"}
+        page_names = []
+        for b in bindings:
+            if b.kind == "page" and b.name not in page_names:
+                page_names.append(b.name)
+                if len(page_names) > MAX_PAGES:
+                    raise SchemaError(
+                        f"page {b.name!r} is a ninth page binding; at most {MAX_PAGES} pages bind in one kernel "
+                        "(the storage-buffer cap): put more columns in each page",
+                        self._bspan(b),
+                    )
+        for i, b in enumerate(bindings):
+            if b.kind != "column":
+                continue
+            page = pages.get(b.page)
+            if page is not None and not any(k == "access" for k, _, _ in b.key_lines):
+                # A column without 'access' takes its page's: atomic pages are read_write.
+                b = bindings[i] = dataclasses.replace(b, access=page.access)
+            if page is None:
+                raise SchemaError(f"column {b.name!r} stands in page {b.page!r}, which is not a kind: page binding", self._bspan(b, "page"))
+            if b.access == "read_write" and page.access != "read_write":
+                raise SchemaError(f"column {b.name!r} is read_write but its page {b.page!r} is read-only", self._bspan(b, "access"))
+
+    def check_expressions(self, bindings: list[Binding]) -> None:
+        names = {b.name for b in bindings}
+        known = {"n"} | self.param_names
+        for b in bindings:
+            for key in ("count", "capacity"):
+                expr = getattr(b, key)
+                if expr is None:
+                    continue
+                line, col = b.key_pos(key)
+                for var in sorted(expr.names):
+                    if var not in known:
+                        raise ExpressionError(
+                            f"binding {b.name!r}: {key}: unknown name {var!r}; expressions use n, params ({', '.join(sorted(self.param_names)) or 'none'}) and len(binding)",
+                            Span(self.path, line, col + max(0, expr.text.find(var)), self.lines[line - 1] if line <= len(self.lines) else None),
+                        )
+                for ref in sorted(expr.lengths):
+                    if ref not in names:
+                        raise ExpressionError(
+                            f"binding {b.name!r}: {key}: len({ref}) names no binding",
+                            Span(self.path, line, col + max(0, expr.text.find(ref)), self.lines[line - 1] if line <= len(self.lines) else None),
+                        )
+                    if ref == b.name:
+                        raise ExpressionError(f"binding {b.name!r}: {key} refers to its own length", Span(self.path, line, col))

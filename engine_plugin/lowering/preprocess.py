@@ -1,0 +1,124 @@
+"""The user's WGSL before emitters see it: ``// @when`` blocks and ``kind: source`` splicing.
+
+``// @when NAME opt opt`` ... ``// @end`` keeps the lines between in the variants where NAME
+takes one of the options and blanks them in the others. Line numbers never move, so every
+later error still points at the user's own line.
+
+Source splicing replaces whole identifiers (never inside comments, never part of a longer
+identifier). A replacement with newlines adds lines; every added line maps back to the line
+of the identifier it came from.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Mapping
+
+from ..errors import LoweringError, Span
+from .schema import SpecParam
+from .wgsl_text import tokens
+
+__all__ = ["apply_when_blocks", "splice_sources", "SplicedBody", "WHEN_RE", "END_RE"]
+
+WHEN_RE = re.compile(r"^(\s*)//\s*@when\b(.*)$")
+END_RE = re.compile(r"^(\s*)//\s*@end\b\s*(.*)$")
+
+
+def apply_when_blocks(
+    lines: list[str], values: Mapping[str, str], spec: Mapping[str, SpecParam], path: str | None
+) -> list[str]:
+    """Blank the lines of ``@when`` blocks whose condition fails; the line count is unchanged.
+
+    Raises:
+        LoweringError: an unknown name or option, a block without ``@end``, a stray ``@end``.
+    """
+    out: list[str] = []
+    stack: list[tuple[int, bool]] = []  # (line of the @when, whether it holds)
+    for idx, line in enumerate(lines, start=1):
+        m = WHEN_RE.match(line)
+        if m:
+            words = m.group(2).split()
+            col = len(m.group(1)) + 1
+            if not words:
+                raise LoweringError("'// @when' needs a specialisation name and options, e.g. // @when FOLD add max", Span(path, idx, col, line))
+            name, options = words[0], words[1:]
+            sp = spec.get(name)
+            if sp is None:
+                raise LoweringError(f"'// @when {name}': {name!r} is not a specialisation (known: {', '.join(spec) or 'none'})", Span(path, idx, col + line[col - 1:].find(name), line))
+            if not sp.options:
+                raise LoweringError(f"'// @when {name}': {name} is a source specialisation with no options", Span(path, idx, col, line))
+            if not options:
+                raise LoweringError(f"'// @when {name}' lists no options; expected e.g. // @when {name} {sp.options[0]}", Span(path, idx, col, line))
+            for opt in options:
+                if opt not in sp.options:
+                    raise LoweringError(f"'// @when {name}': {opt!r} is not an option of {name} ({', '.join(sp.options)})", Span(path, idx, col + line[col - 1:].find(opt, len(name)), line))
+            holds = values.get(name) in options
+            stack.append((idx, holds))
+            out.append(line)  # directives are comments: kept, so the line keeps its text
+            continue
+        m = END_RE.match(line)
+        if m:
+            if not stack:
+                raise LoweringError("'// @end' without an open '// @when'", Span(path, idx, len(m.group(1)) + 1, line))
+            stack.pop()
+            out.append(line)
+            continue
+        live = all(h for _, h in stack)
+        out.append(line if live else "")
+    if stack:
+        first_line = stack[-1][0]
+        raise LoweringError("'// @when' block is never closed; add '// @end'", Span(path, first_line, 1, lines[first_line - 1]))
+    return out
+
+
+@dataclass(frozen=True)
+class SplicedBody:
+    """The body after splicing: its lines, the user line of each, and column shifts.
+
+    ``splices``: (out_line_index, out_col, out_len, user_col, user_len), 1-based columns, for
+    mapping compiler columns on spliced lines back to the user's text.
+    """
+
+    lines: tuple[str, ...]
+    user_lines: tuple[int, ...]
+    splices: tuple[tuple[int, int, int, int, int], ...]
+
+
+def splice_sources(text: str, replacements: Mapping[str, str]) -> SplicedBody:
+    """Replace whole identifiers named in ``replacements`` outside comments."""
+    user_lines = text.split("\n")
+    hits: dict[int, list] = {}
+    if replacements:
+        for tok in tokens(text):
+            if tok.kind == "ident" and tok.text in replacements:
+                hits.setdefault(tok.line, []).append(tok)
+    out_lines: list[str] = []
+    out_user: list[int] = []
+    splices: list[tuple[int, int, int, int, int]] = []
+    for lineno, line in enumerate(user_lines, start=1):
+        toks = hits.get(lineno)
+        if not toks:
+            out_lines.append(line)
+            out_user.append(lineno)
+            continue
+        pieces, pos, shift = [], 0, 0
+        first_index = len(out_lines)
+        row_splices = []
+        for tok in toks:
+            start = tok.col - 1
+            repl = replacements[tok.text]
+            pieces.append(line[pos:start])
+            pieces.append(repl)
+            first_row = repl.split("\n")[0]
+            if "\n" not in "".join(pieces[:-1]):
+                row_splices.append((first_index, tok.col + shift, len(first_row), tok.col, len(tok.text)))
+            shift += len(repl) - len(tok.text)
+            pos = start + len(tok.text)
+        pieces.append(line[pos:])
+        new = "".join(pieces).split("\n")
+        for row in new:
+            out_lines.append(row)
+            out_user.append(lineno)
+        splices.extend(row_splices)
+    return SplicedBody(tuple(out_lines), tuple(out_user), tuple(splices))

@@ -1,0 +1,104 @@
+"""The parsed, frozen form of a bindings.yaml: ``Schema`` and its parts.
+
+Everything here is immutable and hashable, so a schema can key caches and be shared between
+programs. Line numbers are 1-based lines of the YAML text, kept for every error that comes later.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .conditions import Condition
+from .expressions import Expr
+
+__all__ = ["Binding", "Param", "SpecParam", "Schema", "BINDING_KINDS", "KIND_KEYS"]
+
+BINDING_KINDS = ("buffer", "columns", "page", "column", "domain_count")
+
+# Which keys apply to which kind; any other key on that kind is an error.
+KIND_KEYS: dict[str, frozenset[str]] = {
+    "buffer": frozenset({"name", "kind", "access", "element", "count", "capacity", "live", "append", "when", "bits", "atomic"}),
+    "columns": frozenset({"name", "kind", "access", "when"}),
+    "page": frozenset({"name", "kind", "access", "atomic", "when"}),
+    "column": frozenset({"name", "kind", "page", "element", "access", "when"}),
+    "domain_count": frozenset({"name", "kind", "when"}),
+}
+
+
+@dataclass(frozen=True)
+class Binding:
+    """One entry of ``bindings:``. ``element`` is the text as written (may name a type param)."""
+
+    name: str
+    kind: str
+    access: str = "read"
+    element: str | None = None
+    count: Expr | None = None
+    capacity: Expr | None = None
+    live: bool = False
+    append: bool = False
+    when: Condition | None = None
+    bits: bool = False
+    page: str | None = None
+    atomic: bool = False
+    line: int = 0
+    col: int = 0
+    key_lines: tuple[tuple[str, int, int], ...] = ()  # (key, line, col) of each value
+
+    def key_pos(self, key: str) -> tuple[int, int]:
+        for k, line, col in self.key_lines:
+            if k == key:
+                return line, col
+        return self.line, self.col
+
+    @property
+    def is_output(self) -> bool:
+        """The host allocates it (it has a count or a capacity)."""
+        return self.count is not None or self.capacity is not None
+
+
+@dataclass(frozen=True)
+class Param:
+    name: str
+    type: str  # canonical WGSL type text
+    line: int = 0
+
+
+@dataclass(frozen=True)
+class SpecParam:
+    """A specialisation parameter. ``kind``: ``type`` (alias), ``named`` (consts) or ``source`` (text)."""
+
+    name: str
+    kind: str
+    options: tuple[str, ...] = ()
+    default: str | None = None
+    line: int = 0
+
+
+@dataclass(frozen=True)
+class Schema:
+    bindings: tuple[Binding, ...]
+    params: tuple[Param, ...]
+    specialize: tuple[SpecParam, ...]
+    determinism: str = "exact"
+    workgroup: tuple[int, int, int] = (64, 1, 1)
+    bake: tuple[tuple[tuple[str, str], ...], ...] | None = None
+    text: str = field(default="", repr=False, compare=False)
+    path: str | None = field(default=None, compare=False)
+
+    def spec_param(self, name: str) -> SpecParam | None:
+        for sp in self.specialize:
+            if sp.name == name:
+                return sp
+        return None
+
+    def param(self, name: str) -> Param | None:
+        for p in self.params:
+            if p.name == name:
+                return p
+        return None
+
+    @property
+    def workgroup_invocations(self) -> int:
+        x, y, z = self.workgroup
+        return x * y * z

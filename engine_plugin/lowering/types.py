@@ -1,0 +1,79 @@
+"""WGSL value types the ABI knows: scalars and vectors of them, with host layout facts."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+__all__ = ["ValueType", "parse_value_type", "is_value_type", "SCALARS", "KIND_CODE", "WGSL_KEYWORDS"]
+
+SCALARS = ("f32", "i32", "u32")
+# Kind codes used in column tables and host packing: 0 f32, 1 i32, 2 u32.
+KIND_CODE = {"f32": 0, "i32": 1, "u32": 2}
+NUMPY_DTYPE = {"f32": "<f4", "i32": "<i4", "u32": "<u4"}
+
+_VEC_RE = re.compile(r"^vec([234])\s*<\s*(f32|i32|u32)\s*>$")
+_VEC_SHORT_RE = re.compile(r"^vec([234])([fiu])$")
+_SHORT = {"f": "f32", "i": "i32", "u": "u32"}
+
+
+@dataclass(frozen=True)
+class ValueType:
+    """A scalar (``lanes == 1``) or a vector of 2-4 lanes of one scalar type."""
+
+    scalar: str
+    lanes: int
+
+    @property
+    def wgsl(self) -> str:
+        return self.scalar if self.lanes == 1 else f"vec{self.lanes}<{self.scalar}>"
+
+    @property
+    def bytes(self) -> int:
+        """Bytes an element occupies in storage (flat: a vec3 is 12 bytes)."""
+        return 4 * self.lanes
+
+    @property
+    def numpy_dtype(self) -> str:
+        return NUMPY_DTYPE[self.scalar]
+
+    @property
+    def uniform_align(self) -> int:
+        """WGSL uniform/storage alignment of this type (vec3 aligns to 16)."""
+        return {1: 4, 2: 8, 3: 16, 4: 16}[self.lanes]
+
+    @property
+    def uniform_size(self) -> int:
+        return 4 * self.lanes
+
+    def __str__(self) -> str:
+        return self.wgsl
+
+
+def parse_value_type(text: str) -> ValueType | None:
+    """``'vec3<f32>'``, ``'vec3f'``, ``'u32'`` -> ValueType; anything else -> None."""
+    if not isinstance(text, str):
+        return None
+    t = text.strip()
+    if t in SCALARS:
+        return ValueType(t, 1)
+    m = _VEC_RE.match(t)
+    if m:
+        return ValueType(m.group(2), int(m.group(1)))
+    m = _VEC_SHORT_RE.match(t)
+    if m:
+        return ValueType(_SHORT[m.group(2)], int(m.group(1)))
+    return None
+
+
+def is_value_type(text: str) -> bool:
+    return parse_value_type(text) is not None
+
+
+# Reserved and keyword identifiers a binding, param or option name must not take.
+WGSL_KEYWORDS = frozenset(
+    """alias break case const const_assert continue continuing default diagnostic discard else
+    enable false fn for if let loop override requires return struct switch true var while
+    array atomic bool f16 f32 i32 u32 mat2x2 mat2x3 mat2x4 mat3x2 mat3x3 mat3x4 mat4x2 mat4x3
+    mat4x4 ptr sampler texture_1d texture_2d vec2 vec3 vec4 main params""".split()
+)

@@ -1,0 +1,123 @@
+"""Variant keys: a frozen, sorted specialisation (+ named table columns), and their enumeration."""
+
+from __future__ import annotations
+
+import itertools
+import re
+from dataclasses import dataclass
+from typing import Mapping
+
+from ..errors import SpecializationError, Span
+from .schema import Schema
+from .types import parse_value_type
+
+__all__ = ["VariantSpec", "resolve_spec", "enumerate_variants", "variant_count"]
+
+_IDENT_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+@dataclass(frozen=True)
+class VariantSpec:
+    """A variant's identity: specialisation values and table column names, sorted by name."""
+
+    values: tuple[tuple[str, str], ...] = ()
+    columns: tuple[tuple[str, tuple[str, ...]], ...] = ()
+
+    def as_dict(self) -> dict[str, str]:
+        return dict(self.values)
+
+    def columns_dict(self) -> dict[str, tuple[str, ...]]:
+        return dict(self.columns)
+
+    def label(self) -> str:
+        parts = [f"{k}={_short(v)}" for k, v in self.values]
+        parts += [f"{k}=[{','.join(v)}]" for k, v in self.columns]
+        return " ".join(parts) or "(default)"
+
+
+def _short(v: str) -> str:
+    v = " ".join(v.split())
+    return v if len(v) <= 24 else v[:21] + "..."
+
+
+def resolve_spec(
+    schema: Schema, specialize: Mapping[str, str] | VariantSpec | None = None, columns: Mapping[str, list] | None = None
+) -> VariantSpec:
+    """Validate and complete a specialisation for ``schema``.
+
+    Raises:
+        SpecializationError: an unknown name, a value not among the options, or a missing value
+            for a parameter without a default; the message lists what is allowed.
+    """
+    if isinstance(specialize, VariantSpec):
+        if columns is None:
+            return specialize
+        specialize = specialize.as_dict()
+    given = dict(specialize or {})
+    path = schema.path
+    values: dict[str, str] = {}
+    for name, val in given.items():
+        sp = schema.spec_param(name)
+        if sp is None:
+            known = ", ".join(s.name for s in schema.specialize) or "none"
+            raise SpecializationError(f"unknown specialisation {name!r}; this schema has: {known}", Span(path))
+        if not isinstance(val, str):
+            raise SpecializationError(f"specialisation {name}={val!r} must be text", Span(path, sp.line))
+        if sp.kind == "type":
+            vt = parse_value_type(val)
+            val = vt.wgsl if vt else val
+        if sp.options and val not in sp.options and sp.kind != "source":
+            raise SpecializationError(f"{name}={val!r} is not an option; {name} takes one of: {', '.join(sp.options)}", Span(path, sp.line))
+        values[name] = val
+    for sp in schema.specialize:
+        if sp.name in values:
+            continue
+        if sp.default is not None:
+            values[sp.name] = sp.default
+        else:
+            choices = f"one of: {', '.join(sp.options)}" if sp.options else "WGSL text (kind: source)"
+            raise SpecializationError(f"missing specialisation {sp.name!r}; it takes {choices}", Span(path, sp.line))
+    cols: dict[str, tuple[str, ...]] = {}
+    for bname, names in (columns or {}).items():
+        b = next((b for b in schema.bindings if b.name == bname and b.kind == "columns"), None)
+        if b is None:
+            tables = ", ".join(b.name for b in schema.bindings if b.kind == "columns") or "none"
+            raise SpecializationError(f"columns= names {bname!r}, which is not a kind: columns binding (tables: {tables})", Span(path))
+        if isinstance(names, str):
+            names = [names]
+        seen = []
+        for c in names:
+            if not isinstance(c, str) or not _IDENT_RE.match(c):
+                raise SpecializationError(f"column name {c!r} of table {bname!r} must be an identifier", Span(path, b.line))
+            if c in seen:
+                raise SpecializationError(f"column {c!r} named twice for table {bname!r}", Span(path, b.line))
+            seen.append(c)
+        cols[bname] = tuple(seen)
+    return VariantSpec(tuple(sorted(values.items())), tuple(sorted(cols.items())))
+
+
+def enumerate_variants(schema: Schema) -> list[VariantSpec]:
+    """The variants to bake: the schema's ``bake:`` list, else the cross product of all options
+    (source parameters take their ``default``, or each of their options when they list some)."""
+    if schema.bake is not None:
+        return [resolve_spec(schema, dict(combo)) for combo in schema.bake]
+    axes = []
+    for sp in schema.specialize:
+        if sp.kind == "source" and not sp.options:
+            axes.append([sp.default] if sp.default is not None else [None])
+        else:
+            axes.append(list(sp.options))
+    out = []
+    for combo in itertools.product(*axes):
+        values = {sp.name: v for sp, v in zip(schema.specialize, combo) if v is not None}
+        out.append(resolve_spec(schema, values))
+    return out
+
+
+def variant_count(schema: Schema) -> int:
+    if schema.bake is not None:
+        return len(schema.bake)
+    total = 1
+    for sp in schema.specialize:
+        total *= max(1, len(sp.options)) if not (sp.kind == "source" and not sp.options) else 1
+    return total
