@@ -1,0 +1,73 @@
+"""``engine_plugin.abi``: the kernel ABI of a ``.computeShader`` in one place.
+
+    from engine_plugin import abi
+    schema  = abi.parse(bindings_yaml_text)
+    program = abi.program(key="my_kernel", schema=schema, wgsl=body)
+    variant = program.variant(specialize={"T": "vec3<f32>"})
+    run     = variant.run(n=4, inputs={"src": src})
+    values  = abi.read(run.outputs["dst"])
+
+Data flows one way: YAML text -> Schema -> Lowered -> compiled pipeline -> Run -> readback.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from .lowering import Lowered, Schema, VariantSpec, enumerate_variants, is_extended, parse, resolve_spec, variant_count
+from .lowering import evaluate as _evaluate
+from .lowering import lower as _lower
+from .runtime import Output, Program, Run, Table, Variant, batch, read, table
+from .runtime import compile_lowered as _compile_lowered
+from .runtime import program as _program
+
+__all__ = [
+    "Lowered",
+    "Output",
+    "Program",
+    "Run",
+    "Schema",
+    "Table",
+    "Variant",
+    "VariantSpec",
+    "batch",
+    "compile",
+    "enumerate_variants",
+    "evaluate",
+    "is_extended",
+    "lower",
+    "page_binding",
+    "parse",
+    "program",
+    "read",
+    "resolve_spec",
+    "table",
+    "variant_count",
+]
+
+
+def lower(schema: Schema, wgsl: str, spec: Mapping[str, str] | VariantSpec | None = None, **kwargs: Any) -> Lowered:
+    """Lower one variant (pure Python, no device): ``Lowered(source, bindings, params, host_slots, source_map)``."""
+    return _lower(schema, wgsl, spec, **kwargs)
+
+
+def evaluate(text: str, vars: Mapping[str, float] | None = None, lengths: Mapping[str, int] | None = None) -> int | float:
+    """Evaluate a count expression (``n``, params, ``len(b)``, max/min/ceil/floor, + - * / ( ))."""
+    return _evaluate(text, vars or {}, lengths or {})
+
+
+def compile(key: str, lowered: Lowered, label: str | None = None, device: Any = None) -> str:
+    """Compile a lowered variant once per device; answers its dispatch key."""
+    return _compile_lowered(lowered, label=label or key, device=device).key
+
+
+def program(key: str, schema: Schema, wgsl: str, **kwargs: Any) -> Program:
+    """The program under ``key`` (the standing one when schema and source are the same)."""
+    return _program(key, schema, wgsl, **kwargs)
+
+
+def page_binding(lowered: Lowered, columns: Mapping[str, Any]) -> Any:
+    """The page buffer each page binding takes and the col_base_*/col_len_* params."""
+    from .substrate.binding import page_binding as _page_binding
+
+    return _page_binding(lowered, columns)

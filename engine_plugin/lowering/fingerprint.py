@@ -1,0 +1,32 @@
+"""Content hashes of variants: stable across processes, Python versions and hash seeds."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+from .lower import LOWERING_VERSION
+from .variants import VariantSpec
+
+__all__ = ["variant_key", "CACHE_FORMAT_VERSION"]
+
+# Bump when the cache entry layout changes; LOWERING_VERSION covers the generated code.
+CACHE_FORMAT_VERSION = 1
+
+
+def variant_key(schema_text: str, wgsl_text: str, spec: VariantSpec) -> str:
+    """sha256 over (format version, lowering version, schema text, WGSL text, spec, columns)."""
+    payload = json.dumps(
+        {
+            "format": CACHE_FORMAT_VERSION,
+            "lowering": LOWERING_VERSION,
+            "schema": schema_text,
+            "wgsl": wgsl_text,
+            "spec": [list(v) for v in spec.values],
+            "columns": [[k, list(v)] for k, v in spec.columns],
+        },
+        sort_keys=True,
+        ensure_ascii=True,
+        separators=(",", ":"),
+    )
+    return hashlib.sha256(payload.encode()).hexdigest()

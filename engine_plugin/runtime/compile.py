@@ -1,0 +1,150 @@
+"""Compile a lowered variant once per device: shader module, explicit layout, compute pipeline.
+
+The layout is built from the lowered binding plan, never ``layout="auto"`` (which drops
+bindings the body happens not to use, and then the host's bind group no longer fits). WGSL
+errors from wgpu are mapped through the source map to the user's own file and line.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+import wgpu
+
+from ..errors import CompileError, Span, bug
+from ..gpu.device import DeviceContext, get_context
+from ..lowering.lowered import Lowered
+
+__all__ = ["CompiledVariant", "compile_lowered", "compiled", "wgsl_error_span", "compile_count"]
+
+_LOC_RE = re.compile(r"wgsl:(\d+):(\d+)")
+_ERR_RE = re.compile(r"(?:parsing|validation|Shader) error:?\s*(.*)", re.IGNORECASE)
+_stats = {"compiles": 0}
+_stats_lock = threading.Lock()
+
+
+def compile_count() -> int:
+    """How many shader modules this process has compiled (tests count recompiles with it)."""
+    return _stats["compiles"]
+
+
+@dataclass
+class CompiledVariant:
+    """GPU objects of one lowered variant on one device; ``key`` is its dispatch key."""
+
+    key: str
+    lowered: Lowered
+    module: Any
+    bind_group_layout: Any
+    pipeline: Any
+    ctx: DeviceContext
+
+
+def _layout_entries(lowered: Lowered) -> list[dict]:
+    entries = []
+    for b in lowered.bindings:
+        entry: dict[str, Any] = {"binding": b.binding, "visibility": wgpu.ShaderStage.COMPUTE}
+        if b.buffer_type == "uniform":
+            # One bind group serves every run: each run's params sit at a dynamic offset in a ring.
+            entry["buffer"] = {"type": wgpu.BufferBindingType.uniform, "has_dynamic_offset": True}
+        elif b.buffer_type == "storage":
+            entry["buffer"] = {"type": wgpu.BufferBindingType.storage}
+        else:
+            entry["buffer"] = {"type": wgpu.BufferBindingType.read_only_storage}
+        entries.append(entry)
+    return entries
+
+
+def wgsl_error_span(lowered: Lowered, message: str) -> tuple[Span | None, str]:
+    """(user span, one-line reason) for a wgpu WGSL error message about ``lowered.source``."""
+    reason = ""
+    for line in message.splitlines():
+        m = _ERR_RE.search(line)
+        if m and m.group(1).strip():
+            reason = m.group(1).strip()
+            break
+    if not reason:
+        lines = [ln.strip() for ln in message.splitlines() if ln.strip() and not ln.strip().startswith(("Caused by", "In wgpu", "Validation Error"))]
+        reason = lines[0] if lines else message.strip()
+    # wgpu appends the label of the failing span after the caret (e.g. "definition of `x`").
+    m = _LOC_RE.search(message)
+    if not m:
+        return None, reason
+    line, col = int(m.group(1)), int(m.group(2))
+    label = ""
+    after = message[m.end():].splitlines()
+    for row in after:
+        if "^" in row:
+            label = row.split("^", 1)[1].strip(" ^~")
+            break
+    if label and label not in reason:
+        reason = f"{reason} ({label})"
+    return lowered.source_map.locate(line, col), reason
+
+
+def _compile_error(lowered: Lowered, exc: Exception, stage: str) -> CompileError:
+    message = getattr(exc, "message", None) or str(exc)
+    span, reason = wgsl_error_span(lowered, message)
+    notes: tuple[str, ...] = ()
+    if os.environ.get("ENGINE_PLUGIN_DUMP_WGSL"):
+        notes = (f"lowered WGSL:\n{lowered.numbered_source()}",)
+    if span is None:
+        where = Span(lowered.source_map.files[1] if len(lowered.source_map.files) > 1 else lowered.asset)
+        text = f"{stage} failed: {reason}"
+        if _LOC_RE.search(message):
+            text = f"{stage} failed in generated code: {reason}; set ENGINE_PLUGIN_DUMP_WGSL=1 to see it"
+        return CompileError(text, where, notes=notes)
+    return CompileError(reason, span, notes=notes)
+
+
+def compile_lowered(lowered: Lowered, label: str | None = None, device: Any = None) -> CompiledVariant:
+    """Compile (or fetch) ``lowered`` on ``device``'s context; the same source compiles once.
+
+    Raises:
+        CompileError: wgpu refused the shader or pipeline; the span names the user's file.
+    """
+    ctx = get_context(device)
+    cache = ctx.cache("compiled")
+    key = lowered.fingerprint
+    found = cache.get(key)
+    if found is not None:
+        return found
+    with ctx.lock:
+        found = cache.get(key)
+        if found is not None:
+            return found
+        dev = ctx.device
+        label = label or key[:12]
+        try:
+            module = dev.create_shader_module(code=lowered.source, label=label)
+        except wgpu.GPUError as exc:
+            raise _compile_error(lowered, exc, "shader compilation") from None
+        with _stats_lock:
+            _stats["compiles"] += 1
+        wx, wy, wz = lowered.workgroup
+        if wx * wy * wz > ctx.limits.get("max-compute-invocations-per-workgroup", 256):
+            raise CompileError(
+                f"workgroup {list(lowered.workgroup)} has {wx * wy * wz} invocations; this device allows "
+                f"{ctx.limits.get('max-compute-invocations-per-workgroup')}",
+                Span(lowered.source_map.files[0]),
+            )
+        try:
+            bgl = dev.create_bind_group_layout(entries=_layout_entries(lowered), label=label)
+            layout = dev.create_pipeline_layout(bind_group_layouts=[bgl], label=label)
+            pipeline = dev.create_compute_pipeline(layout=layout, compute={"module": module, "entry_point": "main"}, label=label)
+        except wgpu.GPUError as exc:
+            raise _compile_error(lowered, exc, "pipeline creation") from None
+        except Exception as exc:  # pragma: no cover - wgpu raising something else is our bug
+            raise bug(f"pipeline creation raised {type(exc).__name__}: {exc}") from exc
+        compiled_variant = CompiledVariant(key, lowered, module, bgl, pipeline, ctx)
+        cache[key] = compiled_variant
+        return compiled_variant
+
+
+def compiled(key: str, device: Any = None) -> CompiledVariant | None:
+    """The compiled variant standing under a dispatch key on ``device``, if any."""
+    return get_context(device).cache("compiled").get(key)

@@ -1,0 +1,124 @@
+"""Outputs of a run, and reading buffers back.
+
+An :class:`Output` is a view of one output binding after a dispatch: its buffer, allocated
+capacity, and — for append outputs and ``live`` outputs — a GPU counter holding the live
+count. The live count is read back lazily (it lives on the GPU); ``abi.read`` answers only
+the live elements, so a reader never sees stale slots past the count.
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import Any, Callable
+
+import numpy as np
+import wgpu
+
+from ..errors import DispatchError
+from ..lowering.types import ValueType
+
+__all__ = ["Output", "read", "read_words"]
+
+
+def read_words(buffer: Any, offset: int = 0, size: int | None = None, device: Any = None) -> memoryview:
+    """Copy ``size`` bytes of ``buffer`` back to the CPU, waiting for the GPU (not for frame paths)."""
+    if not (buffer.usage & wgpu.BufferUsage.COPY_SRC):
+        raise DispatchError(f"cannot read buffer {buffer.label!r}: it was created without COPY_SRC usage")
+    size = buffer.size - offset if size is None else size
+    if size <= 0:
+        return memoryview(b"")
+    dev = device or buffer._device
+    return dev.queue.read_buffer(buffer, offset, size)
+
+
+class Output:
+    """One output binding after a run: ``buffer``, ``count``, ``capacity``, ``counter``, ``overflow``.
+
+    ``count`` is the number of live elements: the allocated count for plain outputs, the
+    counter's value (clamped to capacity) for append outputs, the dispatch's live count for
+    ``live`` outputs. ``overflow`` is the attempted count when an append counter went past
+    capacity (nothing was written out of bounds), else None.
+    """
+
+    __slots__ = ("buffer", "capacity", "counter", "element", "bits", "name", "_count", "_attempted", "_counter_kind", "_counter_limit", "__weakref__")
+
+    def __init__(
+        self,
+        buffer: Any,
+        capacity: int,
+        element: ValueType,
+        *,
+        name: str = "",
+        count: int | None = None,
+        counter: Any = None,
+        counter_kind: str = "",
+        counter_limit: int | None = None,
+        bits: bool = False,
+    ):
+        self.buffer = buffer
+        self.capacity = capacity
+        self.element = element
+        self.bits = bits
+        self.name = name
+        self.counter = counter
+        self._counter_kind = counter_kind  # "append" or "live"
+        self._counter_limit = capacity if counter_limit is None else counter_limit
+        self._count = count
+        self._attempted: int | None = None
+
+    def _resolve(self) -> None:
+        if self._count is not None:
+            return
+        raw = int(np.frombuffer(read_words(self.counter, 0, 4), dtype="<u4")[0])
+        self._attempted = raw
+        self._count = min(raw, self._counter_limit)
+
+    @property
+    def count(self) -> int:
+        self._resolve()
+        return self._count  # type: ignore[return-value]
+
+    @property
+    def overflow(self) -> int | None:
+        if self._counter_kind != "append":
+            return None
+        self._resolve()
+        return self._attempted if self._attempted is not None and self._attempted > self.capacity else None
+
+    @property
+    def count_known(self) -> bool:
+        """Whether ``count`` is known without a GPU read (plain outputs, or already read)."""
+        return self._count is not None
+
+    def __repr__(self) -> str:
+        count = self._count if self._count is not None else "on GPU"
+        return f"Output({self.name!r}, {self.element.wgsl}, count={count}, capacity={self.capacity})"
+
+
+def read(x: Any, as_u32: bool = False) -> np.ndarray:
+    """Read back, waiting for the GPU work it takes.
+
+    Args:
+        x: a GPUBuffer (its words, f32 or u32 with ``as_u32``), an :class:`Output` (a typed
+            array of its live elements, (count,) or (count, lanes)), or anything with a
+            ``read_back()`` method (substrate handles).
+        as_u32: read raw u32 words instead of the element type.
+    """
+    if isinstance(x, Output):
+        count = x.count
+        vt = x.element
+        raw = read_words(x.buffer, 0, count * vt.bytes) if count else memoryview(b"")
+        dtype = "<u4" if as_u32 else vt.numpy_dtype
+        arr = np.frombuffer(raw, dtype=dtype).copy()
+        return arr.reshape(count, vt.lanes) if vt.lanes > 1 else arr
+    if hasattr(x, "read_back"):
+        return x.read_back(as_u32=as_u32)
+    if isinstance(x, wgpu.GPUBuffer):
+        raw = read_words(x)
+        return np.frombuffer(raw, dtype="<u4" if as_u32 else "<f4").copy()
+    raise DispatchError(f"abi.read takes a GPUBuffer, an Output or a substrate handle, not {type(x).__name__}")
+
+
+def on_release(output: Output, callback: Callable[[], None]) -> None:
+    """Call ``callback`` once the Output is garbage (its pooled buffer may then be reused)."""
+    weakref.finalize(output, callback)

@@ -1,0 +1,104 @@
+"""Packing the params uniform with the lowered layout, checking each user value's type."""
+
+from __future__ import annotations
+
+import struct
+from typing import Any, Mapping
+
+import numpy as np
+
+from ..errors import DispatchError, Span
+from ..lowering.lowered import Lowered
+
+__all__ = ["ParamsPacker"]
+
+_FMT = {"f32": "<f", "i32": "<i", "u32": "<I"}
+_RANGE = {"i32": (-(2**31), 2**31 - 1), "u32": (0, 2**32 - 1)}
+
+
+class ParamsPacker:
+    """Precomputed from a Lowered once; ``pack`` answers the uniform's bytes for one run."""
+
+    def __init__(self, lowered: Lowered, yaml_path: str, param_lines: Mapping[str, int]):
+        self.lowered = lowered
+        self.yaml_path = yaml_path
+        self.size = lowered.params.size
+        self.user = [f for f in lowered.params.fields if f.origin == "user"]
+        self.user_names = {f.name for f in self.user}
+        self.fixed = {f.name: f.offset for f in lowered.params.fields if f.origin != "user"}
+        self._lines = dict(param_lines)
+
+    def error(self, message: str, name: str | None = None) -> DispatchError:
+        line = self._lines.get(name) if name else None
+        return DispatchError(message, Span(self.yaml_path, line))
+
+    def check(self, params: Mapping[str, Any] | None) -> dict[str, Any]:
+        """Validate user params (all present, none unknown, right types) before any GPU work."""
+        params = dict(params or {})
+        unknown = [k for k in params if k not in self.user_names]
+        if unknown:
+            known = ", ".join(sorted(self.user_names)) or "none"
+            raise self.error(f"unknown param {unknown[0]!r}; this kernel's params are: {known}")
+        missing = [f.name for f in self.user if f.name not in params]
+        if missing:
+            raise self.error(f"missing param {missing[0]!r} ({self._type(missing[0])})", missing[0])
+        for f in self.user:
+            self._check_value(f.name, f.value_type.scalar, f.value_type.lanes, params[f.name])
+        return params
+
+    def _type(self, name: str) -> str:
+        for f in self.user:
+            if f.name == name:
+                return f.type
+        return "?"
+
+    def _check_value(self, name: str, scalar: str, lanes: int, value: Any) -> None:
+        values = _as_list(value)
+        if values is None or len(values) != lanes:
+            want = scalar if lanes == 1 else f"{lanes} values ({self._type(name)})"
+            raise self.error(f"param {name!r} takes {want}, not {value!r}", name)
+        for v in values:
+            if isinstance(v, (bool, np.bool_)):
+                raise self.error(f"param {name!r} ({self._type(name)}) takes numbers, not {v!r}", name)
+            if scalar == "f32":
+                if not isinstance(v, (int, float, np.integer, np.floating)):
+                    raise self.error(f"param {name!r} ({self._type(name)}) takes numbers, not {v!r}", name)
+            else:
+                if isinstance(v, (float, np.floating)) and not float(v).is_integer():
+                    raise self.error(f"param {name!r} is {self._type(name)}, not {v!r}: pass an integer", name)
+                if not isinstance(v, (int, float, np.integer, np.floating)):
+                    raise self.error(f"param {name!r} ({self._type(name)}) takes integers, not {v!r}", name)
+                lo, hi = _RANGE[scalar]
+                if not lo <= int(v) <= hi:
+                    raise self.error(f"param {name!r} is {self._type(name)}: {v!r} is out of range [{lo}, {hi}]", name)
+
+    def pack(self, params: Mapping[str, Any], fixed: Mapping[str, int]) -> bytes:
+        buf = bytearray(self.size)
+        for name, value in fixed.items():
+            off = self.fixed.get(name)
+            if off is not None:
+                struct.pack_into("<I", buf, off, int(value) & 0xFFFFFFFF)
+        for f in self.user:
+            vt = f.value_type
+            fmt = _FMT[vt.scalar]
+            for lane, v in enumerate(_as_list(params[f.name])):  # type: ignore[arg-type]
+                v = float(v) if vt.scalar == "f32" else int(v)
+                struct.pack_into(fmt, buf, f.offset + 4 * lane, v)
+        return bytes(buf)
+
+    def scalars(self, params: Mapping[str, Any]) -> dict[str, float | int]:
+        """Scalar params by name, for count expressions."""
+        out = {}
+        for f in self.user:
+            if f.value_type.lanes == 1:
+                v = params[f.name]
+                out[f.name] = float(v) if f.value_type.scalar == "f32" else int(v)
+        return out
+
+
+def _as_list(value: Any) -> list | None:
+    if isinstance(value, (list, tuple)):
+        return list(value)
+    if isinstance(value, np.ndarray):
+        return value.reshape(-1).tolist() if value.ndim <= 1 else None
+    return [value]

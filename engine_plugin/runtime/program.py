@@ -1,0 +1,117 @@
+"""Programs: a schema + WGSL body under a key, with the variants it has lowered and compiled.
+
+A program over the same schema and source as the one standing under its key *is* that
+program, with its variants; different content makes a new program under the key (the old
+object keeps working for whoever holds it, which is how hot reload keeps the last good one).
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any, Mapping, Protocol
+
+from ..gpu.device import DeviceContext, get_context
+from ..lowering import Lowered, Schema, VariantSpec, lower, resolve_spec
+from ..lowering.fingerprint import variant_key
+from .compile import compile_lowered
+from .variant import Variant
+
+__all__ = ["Program", "program", "LoweredStore", "lowering_count", "registered_program"]
+
+_programs: dict[tuple[str, int], "Program"] = {}
+_lock = threading.RLock()
+_stats = {"lowered": 0}
+
+
+def lowering_count() -> int:
+    """How many variants this process has lowered (a fully cached program adds none)."""
+    return _stats["lowered"]
+
+
+class LoweredStore(Protocol):
+    """Where lowered variants are fetched from and kept (the msgpack variant cache)."""
+
+    def get(self, key: str) -> Lowered | None: ...
+
+    def put(self, key: str, lowered: Lowered) -> None: ...
+
+
+class Program:
+    """A kernel under a key: ``variant(specialize=, columns=)`` lowers and compiles once per spec."""
+
+    def __init__(
+        self, key: str, schema: Schema, wgsl: str, *, wgsl_path: str | None = None, ctx: DeviceContext, store: LoweredStore | None = None
+    ):
+        self.key = key
+        self.schema = schema
+        self.wgsl = wgsl
+        self.wgsl_path = wgsl_path or f"{key}.wgsl"
+        self.yaml_path = schema.path or "bindings.yaml"
+        self.ctx = ctx
+        self.store = store
+        self._variants: dict[VariantSpec, Variant] = {}
+        self._lock = threading.RLock()
+
+    def same_content(self, schema: Schema, wgsl: str, wgsl_path: str | None) -> bool:
+        return self.schema.text == schema.text and self.schema.path == schema.path and self.wgsl == wgsl and (wgsl_path is None or wgsl_path == self.wgsl_path)
+
+    @property
+    def variants(self) -> dict[VariantSpec, Variant]:
+        """The variants made so far, by spec."""
+        return dict(self._variants)
+
+    def lowered(self, spec: VariantSpec) -> Lowered:
+        """Lower ``spec`` (or fetch it from the store) without compiling."""
+        key = variant_key(self.schema.text, self.wgsl, spec)
+        if self.store is not None:
+            found = self.store.get(key)
+            if found is not None:
+                return found
+        result = lower(self.schema, self.wgsl, spec, wgsl_path=self.wgsl_path)
+        _stats["lowered"] += 1
+        if self.store is not None:
+            self.store.put(key, result)
+        return result
+
+    def variant(self, specialize: Mapping[str, str] | None = None, columns: Mapping[str, Any] | None = None) -> Variant:
+        """Lower (or fetch from the variant cache) and compile one variant.
+
+        Raises:
+            SpecializationError: a missing or unknown value (the message lists the options).
+            LoweringError, CompileError: with the user's file and line.
+        """
+        spec = resolve_spec(self.schema, specialize, columns)
+        found = self._variants.get(spec)
+        if found is not None:
+            return found
+        with self._lock:
+            found = self._variants.get(spec)
+            if found is not None:
+                return found
+            lowered = self.lowered(spec)
+            compiled = compile_lowered(lowered, label=f"{self.key} {spec.label()}", device=self.ctx)
+            made = self._variants[spec] = Variant(self, lowered, compiled)
+            return made
+
+    def __repr__(self) -> str:
+        return f"Program({self.key!r}, {len(self._variants)} variants)"
+
+
+def program(
+    key: str, schema: Schema, wgsl: str, *, wgsl_path: str | None = None, device: Any = None, store: LoweredStore | None = None
+) -> Program:
+    """The program under ``key``: the standing one when its content is the same, else a new one."""
+    ctx = get_context(device)
+    reg_key = (key, id(ctx))
+    with _lock:
+        found = _programs.get(reg_key)
+        if found is not None and found.ctx is ctx and found.same_content(schema, wgsl, wgsl_path):
+            if store is not None and found.store is None:
+                found.store = store
+            return found
+        made = _programs[reg_key] = Program(key, schema, wgsl, wgsl_path=wgsl_path, ctx=ctx, store=store)
+        return made
+
+
+def registered_program(key: str, device: Any = None) -> Program | None:
+    return _programs.get((key, id(get_context(device))))

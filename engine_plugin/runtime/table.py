@@ -1,0 +1,83 @@
+"""Column tables: named columns packed into one storage buffer for a ``columns`` binding.
+
+Layout (u32 words): word 0 is the column count, then four words a column — first data word,
+lanes, element count, kind (0 f32, 1 i32, 2 u32) — then each column's data, flat.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from ..errors import DispatchError
+from ..gpu.device import get_context
+from ..lowering.types import KIND_CODE, NUMPY_DTYPE
+from .buffers import STORAGE_USAGE, dtype_kind
+
+__all__ = ["Table", "table", "pack_table"]
+
+
+@dataclass
+class Table:
+    """A packed table on the GPU; ``names`` in column order, ``words`` the packed host copy."""
+
+    buffer: Any
+    names: tuple[str, ...]
+    counts: tuple[int, ...]
+    lanes: tuple[int, ...]
+    kinds: tuple[str, ...]
+    words: np.ndarray
+
+    def index(self, name: str) -> int:
+        return self.names.index(name)
+
+
+def pack_table(columns: Mapping[str, Any], order: Sequence[str] | None = None) -> tuple[np.ndarray, tuple, tuple, tuple, tuple]:
+    """Pack columns to words; answers (words, names, counts, lanes, kinds)."""
+    names = tuple(order) if order is not None else tuple(columns)
+    missing = [n for n in names if n not in columns]
+    if missing:
+        raise DispatchError(f"table: order names columns not given: {', '.join(missing)}")
+    extra = [n for n in columns if n not in names]
+    if extra:
+        raise DispatchError(f"table: columns not in order: {', '.join(extra)}")
+    header = [len(names)]
+    datas, counts, lanes_t, kinds = [], [], [], []
+    first = 1 + 4 * len(names)
+    for name in names:
+        arr = np.asarray(columns[name])
+        kind = dtype_kind(arr.dtype)
+        if kind is None:
+            raise DispatchError(f"table column {name!r}: dtype {arr.dtype} is not numeric (f32, i32 or u32 by value)")
+        if arr.ndim == 1:
+            lanes = 1
+        elif arr.ndim == 2 and 1 <= arr.shape[1] <= 4:
+            lanes = arr.shape[1]
+        else:
+            raise DispatchError(f"table column {name!r}: shape {arr.shape}; expected (n,) or (n, lanes) with 1-4 lanes")
+        data = np.ascontiguousarray(arr, dtype=NUMPY_DTYPE[kind]).reshape(-1).view("<u4")
+        header += [first, lanes, arr.shape[0], KIND_CODE[kind]]
+        first += data.size
+        datas.append(data)
+        counts.append(arr.shape[0])
+        lanes_t.append(lanes)
+        kinds.append(kind)
+    words = np.concatenate([np.asarray(header, dtype="<u4"), *datas]) if datas else np.asarray(header, dtype="<u4")
+    return words, names, tuple(counts), tuple(lanes_t), tuple(kinds)
+
+
+def table(columns: Mapping[str, Any], *, order: Sequence[str] | None = None, device: Any = None, label: str = "table") -> Table:
+    """Pack named columns (name -> array of shape (n,) or (n, lanes)) into one GPU buffer.
+
+    Args:
+        columns: numeric arrays; floats become f32, signed ints i32, unsigned/bool u32 (by value).
+        order: column order (default: the mapping's order); pass the variant's ``columns=`` list.
+        device: the device to upload to (default: the process's device).
+    """
+    words, names, counts, lanes, kinds = pack_table(columns, order)
+    ctx = get_context(device)
+    buf = ctx.device.create_buffer(size=max(16, words.nbytes + (-words.nbytes % 16)), usage=STORAGE_USAGE, label=label)
+    ctx.queue.write_buffer(buf, 0, words)
+    return Table(buf, names, counts, lanes, kinds, words)

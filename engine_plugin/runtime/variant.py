@@ -1,0 +1,393 @@
+"""A compiled variant and its runs: resolve inputs, size outputs, pack params, bind, dispatch.
+
+Everything is validated before anything is submitted, so a bad call leaves the GPU untouched.
+The per-run path reuses what it can: pooled outputs, a params ring bound at a dynamic
+offset (one bind group serves every run over the same buffers), cached bind groups.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+import numpy as np
+import wgpu
+
+from ..errors import DispatchError, ExpressionError, Span
+from ..lowering.expressions import parse_expression
+from ..lowering.lowered import HostSlot, Lowered
+from .batch import current_batch, submit_records
+from .buffers import STORAGE_USAGE, pool_for, prepare_array
+from .compile import CompiledVariant
+from .output import Output, on_release
+from .params import ParamsPacker
+from .table import Table
+
+__all__ = ["Variant", "Run"]
+
+_RING_SLOTS = 256
+_BIND_GROUP_CACHE = 32
+_NO_DOMAIN = np.array([0xFFFFFFFF, 0, 0, 0], dtype="<u4")
+
+
+@dataclass
+class Run:
+    """What a dispatch produced: ``outputs[name]`` for every output/append/inout binding."""
+
+    outputs: dict[str, Output]
+    n: int
+    groups: tuple[int, int, int]
+    variant: "Variant" = field(repr=False)
+
+
+@dataclass
+class _Bound:
+    """A resolved binding: the buffer to bind and the element count it holds."""
+
+    buffer: Any
+    count: int
+    offset: int = 0
+    size: int | None = None
+
+
+class _ParamsRing:
+    """Params of successive runs at successive aligned offsets of one uniform buffer."""
+
+    def __init__(self, device: Any, struct_size: int, alignment: int):
+        self.stride = -(-struct_size // alignment) * alignment
+        self.struct_size = struct_size
+        self.buffer = device.create_buffer(
+            size=self.stride * _RING_SLOTS, usage=wgpu.BufferUsage.UNIFORM | wgpu.BufferUsage.COPY_DST, label="params ring"
+        )
+        self.next = 0
+
+    def take(self) -> int:
+        slot = self.next
+        self.next = (slot + 1) % _RING_SLOTS
+        return slot * self.stride
+
+
+class Variant:
+    """One specialisation of a program, compiled on one device."""
+
+    def __init__(self, program: Any, lowered: Lowered, compiled: CompiledVariant):
+        self.program = program
+        self.lowered = lowered
+        self.compiled = compiled
+        self.ctx = compiled.ctx
+        self.spec = lowered.spec
+        self.yaml_path = program.yaml_path
+        self._pool = pool_for(self.ctx)
+        self._packer = ParamsPacker(lowered, self.yaml_path, {p.name: p.line for p in program.schema.params})
+        self._slots = {s.name: s for s in lowered.host_slots}
+        self._output_slots = [s for s in lowered.host_slots if s.role in ("output", "append")]
+        self._input_names = {s.name for s in lowered.host_slots if s.role not in ("output", "append")}
+        self._ring = _ParamsRing(self.ctx.device, lowered.params.size, self.ctx.limit("min-uniform-buffer-offset-alignment"))
+        self._bind_groups: "OrderedDict[tuple, Any]" = OrderedDict()
+        self._no_domain: Any = None
+        self._max_binding = self.ctx.limit("max-storage-buffer-binding-size")
+        self._max_groups = self.ctx.limit("max-compute-workgroups-per-dimension")
+        self._invocations = lowered.workgroup[0] * lowered.workgroup[1] * lowered.workgroup[2]
+        self.runs = 0
+
+    @property
+    def key(self) -> str:
+        """The dispatch key: the compiled pipeline's identity."""
+        return self.compiled.key
+
+    def __repr__(self) -> str:
+        return f"Variant({self.program.key!r}, {self.spec.label()})"
+
+    # -- errors ----------------------------------------------------------------------------
+    def _slot_error(self, slot: HostSlot | None, message: str) -> DispatchError:
+        line = slot.line if slot is not None else None
+        return DispatchError(message, Span(self.yaml_path, line))
+
+    # -- inputs ----------------------------------------------------------------------------
+    def _upload(self, slot: HostSlot, value: Any, temps: list) -> _Bound:
+        vt = slot.value_type
+        arr, info = prepare_array(value, vt, slot.bits or slot.atomic)
+        if arr is None:
+            raise self._slot_error(slot, f"input {slot.name!r} ({vt.wgsl}{', bits' if slot.bits else ''}): {info}")
+        nbytes = max(arr.nbytes, 4)
+        if nbytes > self._max_binding:
+            raise self._slot_error(slot, f"input {slot.name!r} is {nbytes} bytes; this device binds at most {self._max_binding}")
+        buf = self._pool.take(nbytes, label=slot.name)
+        if arr.nbytes:
+            self.ctx.queue.write_buffer(buf, 0, arr)
+        temps.append(buf)
+        return _Bound(buf, int(info))
+
+    def _resolve_input(self, slot: HostSlot, value: Any, temps: list) -> _Bound:
+        vt = slot.value_type
+        if isinstance(value, Output):
+            if value.element.scalar != vt.scalar and not slot.bits and value.element.lanes == vt.lanes:
+                raise self._slot_error(
+                    slot,
+                    f"input {slot.name!r} is {vt.wgsl} but the chained output {value.name!r} holds {value.element.wgsl}; "
+                    "declare bits: true to bind its words as they are, or read it back and pass the array (cast by value)",
+                )
+            count = value.count if value.count_known else value.capacity
+            return _Bound(value.buffer, count * value.element.bytes // vt.bytes)
+        if isinstance(value, wgpu.GPUBuffer):
+            if not (value.usage & wgpu.BufferUsage.STORAGE):
+                raise self._slot_error(slot, f"input {slot.name!r}: buffer {value.label!r} lacks STORAGE usage")
+            return _Bound(value, value.size // vt.bytes)
+        if isinstance(value, Table):
+            raise self._slot_error(slot, f"input {slot.name!r} is a {vt.wgsl} buffer; a Table binds to a kind: columns binding")
+        if value is None:
+            raise self._slot_error(slot, f"missing input {slot.name!r} ({vt.wgsl})")
+        return self._upload(slot, value, temps)
+
+    def _resolve_table(self, slot: HostSlot, value: Any) -> _Bound:
+        if isinstance(value, Table):
+            want = dict(self.lowered.table_columns).get(slot.name)
+            if want is not None and tuple(want) != value.names[: len(want)]:
+                raise self._slot_error(
+                    slot,
+                    f"table {slot.name!r}: the variant names columns {list(want)} but the table holds {list(value.names)}; "
+                    f"pack it with abi.table(columns, order={list(want)})",
+                )
+            return _Bound(value.buffer, len(value.names))
+        if isinstance(value, wgpu.GPUBuffer):
+            return _Bound(value, value.size // 4)
+        if value is None:
+            raise self._slot_error(slot, f"missing table {slot.name!r}: pass abi.table({{...}}) for this columns binding")
+        raise self._slot_error(slot, f"table {slot.name!r} takes an abi.table(...) or a GPUBuffer, not {type(value).__name__}")
+
+    def _resolve_domain(self, slot: HostSlot, value: Any) -> tuple[_Bound, int | None, Output | None]:
+        """The domain count buffer; answers (bound, capacity of the source or None, source output)."""
+        if value is None:
+            if self._no_domain is None:
+                self._no_domain = self.ctx.device.create_buffer_with_data(data=_NO_DOMAIN, usage=STORAGE_USAGE)
+            return _Bound(self._no_domain, 1), None, None
+        if isinstance(value, Output):
+            if value.counter is None:
+                return self._resolve_domain(slot, value.count)
+            return _Bound(value.counter, 1), value.capacity, value
+        if isinstance(value, wgpu.GPUBuffer):
+            return _Bound(value, 1), None, None
+        if isinstance(value, (int, np.integer)) and value >= 0:
+            buf = self.ctx.device.create_buffer_with_data(data=np.array([value, 0, 0, 0], dtype="<u4"), usage=STORAGE_USAGE)
+            return _Bound(buf, 1), int(value), None
+        raise self._slot_error(slot, f"domain_count {slot.name!r} takes an Output, a GPUBuffer or a count, not {value!r}")
+
+    # -- sizes -----------------------------------------------------------------------------
+    def _size(self, slot: HostSlot, key: str, text: str, env: dict, lengths: dict) -> int:
+        try:
+            value = parse_expression(text).evaluate(env, lengths)
+        except ExpressionError as exc:
+            raise self._slot_error(slot, f"{key} of {slot.name!r} ({text!r}): {exc.message}") from None
+        size = math.ceil(value)
+        if size < 0:
+            raise self._slot_error(slot, f"{key} of {slot.name!r} ({text!r}) is negative: {value}")
+        nbytes = size * slot.value_type.bytes
+        if nbytes > self._max_binding:
+            raise self._slot_error(
+                slot, f"{key} of {slot.name!r} ({text!r}) is {size} elements = {nbytes} bytes; this device binds at most {self._max_binding} bytes"
+            )
+        return size
+
+    def _groups(self, n: int) -> tuple[int, int, int]:
+        total = -(-n // self._invocations)
+        if total == 0:
+            return (0, 0, 0)
+        gx = min(total, self._max_groups)
+        gy = -(-total // gx)
+        gz = 1
+        if gy > self._max_groups:
+            gz = -(-gy // self._max_groups)
+            gy = self._max_groups
+            if gz > self._max_groups:
+                raise DispatchError(f"n={n} needs {total} workgroups, more than this device can dispatch", Span(self.yaml_path))
+        return (gx, gy, gz)
+
+    # -- the run ---------------------------------------------------------------------------
+    def run(
+        self,
+        n: int | None = None,
+        inputs: Mapping[str, Any] | None = None,
+        params: Mapping[str, Any] | None = None,
+        outputs: Mapping[str, Any] | None = None,
+        domain_count: Any = None,
+    ) -> Run:
+        """Allocate outputs, bind, dispatch ``n`` invocations; never waits for the GPU.
+
+        Args:
+            n: the dispatch size (default: the capacity of ``domain_count``'s source).
+            inputs: binding name -> numpy array, GPUBuffer, Output, or abi.table(...).
+            params: the schema's params by name.
+            outputs: binding name -> a GPUBuffer or {buffer, count, capacity, counter} used in
+                place of an allocation (an append output given a counter keeps its count).
+            domain_count: the live count for a ``domain_count`` binding: an Output (its
+                counter), a GPUBuffer (word 0) or an int.
+        Raises:
+            DispatchError: before anything is submitted, naming the binding and its line.
+        """
+        inputs = dict(inputs or {})
+        outputs = dict(outputs or {})
+        for name in inputs:
+            if name not in self._slots:
+                known = ", ".join(sorted(self._input_names)) or "none"
+                raise DispatchError(f"unknown input {name!r}; this variant takes: {known}", Span(self.yaml_path))
+            if self._slots[name].role in ("output", "append") and name not in outputs:
+                raise self._slot_error(self._slots[name], f"{name!r} is an output (the host allocates it); pass it in outputs= to supply a buffer")
+        for name in outputs:
+            if name not in self._slots or self._slots[name].role not in ("output", "append", "inout"):
+                outs = ", ".join(s.name for s in self.lowered.host_slots if s.role in ("output", "append", "inout")) or "none"
+                raise DispatchError(f"unknown output {name!r}; this variant's outputs: {outs}", Span(self.yaml_path))
+        user_params = self._packer.check(params)
+
+        temps: list = []
+        bound: dict[int, _Bound] = {}
+        lengths: dict[str, int] = {}
+        domain_capacity = None
+        domain_source = None
+        for slot in self.lowered.host_slots:
+            if slot.role in ("input", "inout"):
+                value = outputs.get(slot.name, inputs.get(slot.name))
+                if value is None and slot.role == "inout":
+                    raise self._slot_error(slot, f"missing input {slot.name!r} (read_write, no count: the caller supplies it)")
+                b = self._resolve_input(slot, _unwrap(value), temps)
+                bound[slot.binding] = b
+                lengths[slot.name] = b.count
+            elif slot.role == "table":
+                b = self._resolve_table(slot, inputs.get(slot.name))
+                bound[slot.binding] = b
+                lengths[slot.name] = b.count
+            elif slot.role == "page":
+                value = inputs.get(slot.name)
+                if not isinstance(value, wgpu.GPUBuffer):
+                    raise self._slot_error(slot, f"page {slot.name!r} takes a GPUBuffer (or substrate handles for its columns)")
+                bound[slot.binding] = _Bound(value, value.size // 4)
+            elif slot.role == "domain_count":
+                b, domain_capacity, domain_source = self._resolve_domain(slot, domain_count)
+                bound[slot.binding] = b
+        if domain_count is not None and self.lowered.domain_count is None:
+            raise DispatchError("domain_count= given, but this variant has no kind: domain_count binding", Span(self.yaml_path))
+        if n is None:
+            if domain_capacity is None:
+                raise DispatchError("n (the dispatch size) is required", Span(self.yaml_path))
+            n = domain_capacity
+        if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 0:
+            raise DispatchError(f"n must be a non-negative int, not {n!r}", Span(self.yaml_path))
+        n = int(n)
+
+        env = {"n": n, **self._packer.scalars(user_params)}
+        result: dict[str, Output] = {}
+        counters_to_clear: list = []
+        pending = list(self._output_slots)
+        for _ in range(len(pending) + 1):
+            if not pending:
+                break
+            later = []
+            for slot in pending:
+                text = slot.capacity if slot.role == "append" else slot.count
+                expr = parse_expression(text)  # type: ignore[arg-type]
+                if any(ref not in lengths for ref in expr.lengths) and any(ref in {s.name for s in pending} for ref in expr.lengths):
+                    later.append(slot)
+                    continue
+                size = self._size(slot, "capacity" if slot.role == "append" else "count", text, env, lengths)  # type: ignore[arg-type]
+                out = self._allocate(slot, size, outputs.get(slot.name), n, domain_source, counters_to_clear, bound)
+                result[slot.name] = out
+                lengths[slot.name] = size
+            pending = later
+        for slot in self.lowered.host_slots:
+            if slot.role == "inout":
+                b = bound[slot.binding]
+                result[slot.name] = Output(b.buffer, b.count, slot.value_type, name=slot.name, count=b.count, bits=slot.bits)
+            elif slot.role == "input" and slot.count is not None:
+                need = self._size(slot, "count", slot.count, env, lengths)
+                if lengths[slot.name] < need:
+                    raise self._slot_error(slot, f"input {slot.name!r} has {lengths[slot.name]} elements; its count {slot.count!r} needs {need}")
+
+        fixed = {"n": n}
+        groups = self._groups(n)
+        wx, wy, _ = self.lowered.workgroup
+        fixed["zero_stride_y"] = groups[0] * wx
+        fixed["zero_stride_z"] = groups[0] * wx * groups[1] * wy
+        for slot in self.lowered.host_slots:
+            if slot.role in ("input", "inout", "output", "append"):
+                fixed[f"zero_len_{slot.name}"] = lengths[slot.name]
+        data = self._packer.pack(user_params, fixed)
+        offset = self._ring.take()
+        self.ctx.queue.write_buffer(self._ring.buffer, offset, data)
+        bind_group = self._bind_group(bound)
+        record = (self.compiled.pipeline, bind_group, offset, groups, counters_to_clear)
+        batch = current_batch()
+        if batch is not None:
+            batch.add(self, record, temps)
+        else:
+            submit_records(self.ctx, [record])
+            for buf in temps:
+                self._pool.give(buf)
+        self.runs += 1
+        return Run(result, n, groups, self)
+
+    def _allocate(self, slot: HostSlot, size: int, given: Any, n: int, domain_source, counters_to_clear: list, bound: dict) -> Output:
+        vt = slot.value_type
+        buf = counter = None
+        keep_count = False
+        if given is not None:
+            buf, counter, cap = _given_output(given)
+            if buf.size < size * vt.bytes:
+                raise self._slot_error(slot, f"outputs[{slot.name!r}] holds {buf.size // vt.bytes} elements; {slot.name!r} needs {size}")
+            size = cap if cap is not None else size
+            keep_count = counter is not None
+        if buf is None:
+            buf = self._pool.take(max(size * vt.bytes, 4), label=slot.name)
+        if slot.role == "append" and counter is None:
+            counter = self._pool.take(16, label=f"{slot.name}_count")
+        if slot.role == "append" and not keep_count:
+            counters_to_clear.append(counter)
+        bound[slot.binding] = _Bound(buf, size)
+        if slot.role == "append":
+            bound[slot.counter_binding] = _Bound(counter, 1)
+            out = Output(buf, size, vt, name=slot.name, counter=counter, counter_kind="append", bits=slot.bits)
+        elif slot.live and domain_source is not None and domain_source.counter is not None:
+            out = Output(buf, size, vt, name=slot.name, counter=domain_source.counter, counter_kind="live", counter_limit=n, bits=slot.bits)
+        else:
+            out = Output(buf, size, vt, name=slot.name, count=size, bits=slot.bits)
+        if given is None:
+            pool, owned = self._pool, [buf] + ([counter] if slot.role == "append" else [])
+            on_release(out, lambda: [pool.give(b) for b in owned])
+        return out
+
+    def _bind_group(self, bound: dict[int, _Bound]) -> Any:
+        key = tuple((i, id(b.buffer), b.offset, b.size) for i, b in sorted(bound.items())) + (id(self._ring.buffer),)
+        found = self._bind_groups.get(key)
+        if found is not None:
+            self._bind_groups.move_to_end(key)
+            return found[0]
+        entries = []
+        for i, b in sorted(bound.items()):
+            res: dict[str, Any] = {"buffer": b.buffer, "offset": b.offset}
+            res["size"] = b.size if b.size is not None else b.buffer.size - b.offset
+            entries.append({"binding": i, "resource": res})
+        entries.append({"binding": self.lowered.params.binding, "resource": {"buffer": self._ring.buffer, "offset": 0, "size": self._ring.struct_size}})
+        group = self.ctx.device.create_bind_group(layout=self.compiled.bind_group_layout, entries=entries)
+        # Keep the buffers alive with the cached group, so an id() in the key can never be reused.
+        self._bind_groups[key] = (group, [b.buffer for b in bound.values()])
+        while len(self._bind_groups) > _BIND_GROUP_CACHE:
+            self._bind_groups.popitem(last=False)
+        return group
+
+
+def _unwrap(value: Any) -> Any:
+    if isinstance(value, Mapping) and "buffer" in value:
+        return value["buffer"]
+    return value
+
+
+def _given_output(given: Any) -> tuple[Any, Any, int | None]:
+    if isinstance(given, Output):
+        return given.buffer, given.counter, given.capacity
+    if isinstance(given, wgpu.GPUBuffer):
+        return given, None, None
+    if isinstance(given, Mapping) and "buffer" in given:
+        cap = given.get("capacity", given.get("count"))
+        return given["buffer"], given.get("counter"), None if cap is None else int(cap)
+    raise DispatchError(f"an outputs= entry is a GPUBuffer or {{buffer, count, capacity, counter}}, not {type(given).__name__}")
+

@@ -1,0 +1,37 @@
+"""Shared test setup: the real (software) GPU, golden-file regeneration, quiet Vulkan loader."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+
+import pytest
+
+# The Vulkan loader warns without XDG_RUNTIME_DIR; Mesa's shader cache keeps lavapipe's JIT warm.
+_xdg = os.environ.setdefault("XDG_RUNTIME_DIR", os.path.join(tempfile.gettempdir(), f"engine-plugin-xdg-{os.getuid()}"))
+os.makedirs(_xdg, mode=0o700, exist_ok=True)
+os.environ.setdefault("MESA_SHADER_CACHE_DIR", os.path.join(tempfile.gettempdir(), "engine-plugin-mesa-cache"))
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def pytest_addoption(parser):
+    parser.addoption("--regen-golden", action="store_true", help="rewrite golden files instead of comparing")
+
+
+@pytest.fixture(scope="session")
+def regen_golden(request) -> bool:
+    return bool(request.config.getoption("--regen-golden"))
+
+
+@pytest.fixture(scope="session")
+def gpu():
+    """The process's DeviceContext on the real adapter (lavapipe in CI). No adapter is a failure, never a skip."""
+    from engine_plugin.gpu.device import get_context
+
+    return get_context()
+
+
+@pytest.fixture(scope="session")
+def repo_root() -> str:
+    return REPO
