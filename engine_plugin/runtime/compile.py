@@ -21,7 +21,7 @@ from ..lowering.lowered import Lowered
 
 __all__ = ["CompiledVariant", "compile_lowered", "compiled", "wgsl_error_span", "compile_count"]
 
-_LOC_RE = re.compile(r"wgsl:(\d+):(\d+)")
+_LOC_RE = re.compile(r"(?:┌─[^\n]*?|wgsl):(\d+):(\d+)")
 _ERR_RE = re.compile(r"(?:parsing|validation|Shader) error:?\s*(.*)", re.IGNORECASE)
 _stats = {"compiles": 0}
 _stats_lock = threading.Lock()
@@ -60,7 +60,11 @@ def _layout_entries(lowered: Lowered) -> list[dict]:
 
 
 def wgsl_error_span(lowered: Lowered, message: str) -> tuple[Span | None, str]:
-    """(user span, one-line reason) for a wgpu WGSL error message about ``lowered.source``."""
+    """(user span, one-line reason) for a wgpu WGSL error message about ``lowered.source``.
+
+    naga renders parse errors as ``┌─ wgsl:L:C`` and validation errors as ``┌─ :L:C``, with
+    labels under the caret and ``= note`` lines; the most specific of those becomes the reason.
+    """
     reason = ""
     for line in message.splitlines():
         m = _ERR_RE.search(line)
@@ -70,19 +74,34 @@ def wgsl_error_span(lowered: Lowered, message: str) -> tuple[Span | None, str]:
     if not reason:
         lines = [ln.strip() for ln in message.splitlines() if ln.strip() and not ln.strip().startswith(("Caused by", "In wgpu", "Validation Error"))]
         reason = lines[0] if lines else message.strip()
-    # wgpu appends the label of the failing span after the caret (e.g. "definition of `x`").
     m = _LOC_RE.search(message)
     if not m:
         return None, reason
     line, col = int(m.group(1)), int(m.group(2))
-    label = ""
-    after = message[m.end():].splitlines()
-    for row in after:
-        if "^" in row:
-            label = row.split("^", 1)[1].strip(" ^~")
-            break
-    if label and label not in reason:
-        reason = f"{reason} ({label})"
+    labels, notes = [], []
+    for row in message[m.end():].splitlines():
+        text = row.strip()
+        if text.startswith("="):
+            notes.append(text.lstrip("= ").strip())
+            continue
+        if not text.startswith("│") and not text[:1].isdigit():
+            if text and labels:
+                break
+            continue
+        body = text.split("│", 1)[-1] if "│" in text else ""
+        if "^" in body:
+            after = body.split("^")[-1].strip(" ^~")
+            if after:
+                labels.append(after)
+            continue
+        body = body.replace("│", " ").strip()
+        if body and not body.startswith("naga::"):
+            labels.append(body)
+    detail = labels[-1] if labels else ""
+    if notes:
+        detail = f"{detail}: {notes[-1]}" if detail else notes[-1]
+    if detail and detail not in reason:
+        reason = detail if "is invalid" in reason else f"{reason} ({detail})"
     return lowered.source_map.locate(line, col), reason
 
 

@@ -83,10 +83,11 @@ class Variant:
         self._packer = ParamsPacker(lowered, self.yaml_path, {p.name: p.line for p in program.schema.params})
         self._slots = {s.name: s for s in lowered.host_slots}
         self._output_slots = [s for s in lowered.host_slots if s.role in ("output", "append")]
-        self._input_names = {s.name for s in lowered.host_slots if s.role not in ("output", "append")}
+        self._input_names = {s.name for s in lowered.host_slots if s.role not in ("output", "append")} | {c.name for c in lowered.columns}
         self._ring = _ParamsRing(self.ctx.device, lowered.params.size, self.ctx.limit("min-uniform-buffer-offset-alignment"))
         self._bind_groups: "OrderedDict[tuple, Any]" = OrderedDict()
         self._no_domain: Any = None
+        self._last_pages: Any = None
         self._max_binding = self.ctx.limit("max-storage-buffer-binding-size")
         self._max_groups = self.ctx.limit("max-compute-workgroups-per-dimension")
         self._invocations = lowered.workgroup[0] * lowered.workgroup[1] * lowered.workgroup[2]
@@ -228,8 +229,9 @@ class Variant:
         """
         inputs = dict(inputs or {})
         outputs = dict(outputs or {})
+        self._last_pages = None  # page placement is resolved afresh each run
         for name in inputs:
-            if name not in self._slots:
+            if name not in self._slots and name not in self._input_names:
                 known = ", ".join(sorted(self._input_names)) or "none"
                 raise DispatchError(f"unknown input {name!r}; this variant takes: {known}", Span(self.yaml_path))
             if self._slots[name].role in ("output", "append") and name not in outputs:
@@ -259,8 +261,11 @@ class Variant:
                 lengths[slot.name] = b.count
             elif slot.role == "page":
                 value = inputs.get(slot.name)
+                if value is None:
+                    pages = self._page_binding(inputs)
+                    value = pages.pages.get(slot.name)
                 if not isinstance(value, wgpu.GPUBuffer):
-                    raise self._slot_error(slot, f"page {slot.name!r} takes a GPUBuffer (or substrate handles for its columns)")
+                    raise self._slot_error(slot, f"page {slot.name!r} takes a GPUBuffer, or substrate handles for its columns")
                 bound[slot.binding] = _Bound(value, value.size // 4)
             elif slot.role == "domain_count":
                 b, domain_capacity, domain_source = self._resolve_domain(slot, domain_count)
@@ -304,6 +309,8 @@ class Variant:
                     raise self._slot_error(slot, f"input {slot.name!r} has {lengths[slot.name]} elements; its count {slot.count!r} needs {need}")
 
         fixed = {"n": n}
+        if self.lowered.columns:
+            fixed.update(self._page_binding(inputs).params)
         groups = self._groups(n)
         wx, wy, _ = self.lowered.workgroup
         fixed["zero_stride_y"] = groups[0] * wx
@@ -325,6 +332,25 @@ class Variant:
                 self._pool.give(buf)
         self.runs += 1
         return Run(result, n, groups, self)
+
+    def _page_binding(self, inputs: Mapping[str, Any]) -> Any:
+        """Pages and col_base_*/col_len_* params from the column handles in ``inputs`` (once per run)."""
+        cols = {c.name: inputs[c.name] for c in self.lowered.columns if c.name in inputs}
+        cache_key = tuple((k, id(v)) for k, v in cols.items())
+        if self._last_pages is not None and self._last_pages[0] == cache_key:
+            return self._last_pages[1]
+        missing = [c for c in self.lowered.columns if c.name not in cols]
+        if missing:
+            c = missing[0]
+            raise DispatchError(
+                f"missing column {c.name!r} (a run of page {c.page!r}): pass a substrate handle, a run name or a GPUBuffer",
+                Span(self.yaml_path, c.line),
+            )
+        from ..substrate.binding import page_binding
+
+        result = page_binding(self.lowered, cols)
+        self._last_pages = (cache_key, result, cols)  # cols kept alive so the ids stay theirs
+        return result
 
     def _allocate(self, slot: HostSlot, size: int, given: Any, n: int, domain_source, counters_to_clear: list, bound: dict) -> Output:
         vt = slot.value_type

@@ -1,0 +1,208 @@
+"""variant.run semantics on the real GPU: append, live counts, chaining, tables, bits, folding, pooling."""
+
+import numpy as np
+import pytest
+
+from engine_plugin import abi
+from engine_plugin.runtime.buffers import pool_for
+
+from runtime_kernels import DOUBLE_LIVE_WGSL, DOUBLE_LIVE_YAML, FILTER_WGSL, FILTER_YAML, INDEX_WGSL, INDEX_YAML, make
+
+
+def test_float_order_append_keeps_a_data_dependent_subset():
+    variant = make("t/filter", FILTER_YAML, FILTER_WGSL)
+    rng = np.random.default_rng(3)
+    src = rng.uniform(0, 1, 4096).astype(np.float32)
+    run = variant.run(n=src.size, inputs={"src": src}, params={"threshold": 0.7, "cap": 4096})
+    hits = run.outputs["hits"]
+    want = np.sort(src[src > 0.7])
+    assert hits.count == want.size and hits.overflow is None
+    np.testing.assert_array_equal(np.sort(abi.read(hits)), want)
+
+
+def test_append_past_capacity_reports_the_attempted_count_and_writes_nothing_out_of_bounds(gpu):
+    import wgpu
+
+    variant = make("t/filter", FILTER_YAML, FILTER_WGSL)
+    src = np.arange(1, 201, dtype=np.float32)  # 200 values, all above the threshold
+    sentinel = np.full(64, 12345.0, dtype=np.float32)
+    buf = gpu.device.create_buffer_with_data(data=sentinel, usage=wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC)
+    run = variant.run(n=200, inputs={"src": src}, params={"threshold": 0.0, "cap": 16}, outputs={"hits": {"buffer": buf, "capacity": 16}})
+    hits = run.outputs["hits"]
+    assert hits.overflow == 200
+    assert hits.count == 16 and hits.capacity == 16
+    assert set(abi.read(hits).tolist()) <= set(src.tolist())
+    words = abi.read(buf)
+    np.testing.assert_array_equal(words[16:], sentinel[16:])  # past capacity: untouched
+
+
+def test_second_kernel_runs_over_the_live_count_of_an_append_output_on_the_gpu():
+    first = make("t/filter", FILTER_YAML, FILTER_WGSL)
+    second = make("t/double_live", DOUBLE_LIVE_YAML, DOUBLE_LIVE_WGSL)
+    rng = np.random.default_rng(4)
+    src = rng.uniform(0, 1, 1000).astype(np.float32)
+    hits = first.run(n=1000, inputs={"src": src}, params={"threshold": 0.5, "cap": 1000}).outputs["hits"]
+    run = second.run(inputs={"src": hits}, domain_count=hits)  # n defaults to the capacity
+    assert run.n == 1000
+    doubled = run.outputs["dst"]
+    assert doubled.count == int((src > 0.5).sum())  # live, read from the counter
+    np.testing.assert_array_equal(np.sort(abi.read(doubled)), np.sort(src[src > 0.5] * 2))
+
+
+def test_domain_count_given_as_an_int_bounds_zero_n():
+    second = make("t/double_live", DOUBLE_LIVE_YAML, DOUBLE_LIVE_WGSL)
+    src = np.arange(10, dtype=np.float32)
+    run = second.run(n=10, inputs={"src": src}, domain_count=4)
+    out = abi.read(run.outputs["dst"])
+    np.testing.assert_array_equal(out[:4], src[:4] * 2)
+    assert np.all(out[4:] != src[4:] * 2) or np.all(out[4:] == 0)
+
+
+TABLE_YAML = """\
+bindings:
+  - { name: cols, kind: columns, access: read }
+  - { name: fo, kind: buffer, access: read_write, element: f32, count: "n * 3" }
+  - { name: io, kind: buffer, access: read_write, element: i32, count: "n * 3" }
+  - { name: uo, kind: buffer, access: read_write, element: u32, count: "n * 3" }
+  - { name: vo, kind: buffer, access: read_write, element: vec2<f32>, count: "n" }
+"""
+TABLE_WGSL = """\
+@compute @workgroup_size(64)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
+    let i = zero_index(gid);
+    if (i >= zero_n()) { return; }
+    for (var c = 0u; c < 3u; c++) {
+        fo_set(i * 3u + c, cols_f32(c, i, 0u));
+        io_set(i * 3u + c, cols_i32(c, i, 0u));
+        uo_set(i * 3u + c, cols_u32(c, i, 0u));
+    }
+    vo_set(i, cols_vec2(cols_col_pos, i));
+}
+"""
+
+
+def test_table_columns_of_mixed_kinds_convert_by_value():
+    schema = abi.parse(TABLE_YAML, "t/table/bindings.yaml")
+    program = abi.program(key="t/table", schema=schema, wgsl=TABLE_WGSL)
+    variant = program.variant(columns={"cols": ["f", "i", "u", "pos"]})
+    n = 50
+    f = np.linspace(-3.5, 7.25, n).astype(np.float32)
+    i = np.arange(-25, 25, dtype=np.int32)
+    u = np.arange(1000, 1000 + n, dtype=np.uint32)
+    pos = np.stack([np.arange(n), -np.arange(n)], axis=1).astype(np.float64)  # f64 packs as f32
+    t = abi.table({"f": f, "i": i, "u": u, "pos": pos}, order=["f", "i", "u", "pos"])
+    run = variant.run(n=n, inputs={"cols": t})
+    fo = abi.read(run.outputs["fo"]).reshape(n, 3)
+    io = abi.read(run.outputs["io"]).reshape(n, 3)
+    uo = abi.read(run.outputs["uo"]).reshape(n, 3)
+    np.testing.assert_array_equal(fo, np.stack([f, i.astype(np.float32), u.astype(np.float32)], 1))
+    np.testing.assert_array_equal(io[:, 0], f.astype(np.int32))  # truncation toward zero
+    np.testing.assert_array_equal(io[:, 1:], np.stack([i, u.astype(np.int32)], 1))
+    np.testing.assert_array_equal(uo[:, 1:], np.stack([i.astype(np.uint32), u], 1))
+    np.testing.assert_array_equal(abi.read(run.outputs["vo"]), pos.astype(np.float32))
+
+
+def test_a_table_packed_in_another_column_order_is_refused():
+    from engine_plugin.errors import DispatchError
+
+    schema = abi.parse(TABLE_YAML, "t/table/bindings.yaml")
+    variant = abi.program(key="t/table", schema=schema, wgsl=TABLE_WGSL).variant(columns={"cols": ["f", "i", "u", "pos"]})
+    t = abi.table({"i": np.zeros(4, np.int32), "f": np.zeros(4, np.float32), "u": np.zeros(4, np.uint32), "pos": np.zeros((4, 2))})
+    with pytest.raises(DispatchError, match=r"order=\['f', 'i', 'u', 'pos'\]"):
+        variant.run(n=4, inputs={"cols": t})
+
+
+def test_table_header_layout_is_count_then_first_lanes_count_kind():
+    t = abi.table({"a": np.zeros(3, np.float32), "b": np.zeros((2, 4), np.int32)})
+    words = abi.read(t.buffer, as_u32=True)
+    assert words[0] == 2
+    assert list(words[1:5]) == [9, 1, 3, 0]
+    assert list(words[5:9]) == [12, 4, 2, 1]
+
+
+BITS_YAML = """\
+bindings:
+  - { name: raw, kind: buffer, access: read, element: u32, bits: true }
+  - { name: val, kind: buffer, access: read, element: f32 }
+  - { name: out_raw, kind: buffer, access: read_write, element: u32, count: "len(raw)" }
+  - { name: out_val, kind: buffer, access: read_write, element: f32, count: "len(val)" }
+"""
+BITS_WGSL = """\
+@compute @workgroup_size(64)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
+    let i = zero_index(gid);
+    if (i >= zero_n()) { return; }
+    out_raw_set(i, raw_get(i));
+    out_val_set(i, val_get(i));
+}
+"""
+
+
+def test_bits_binding_passes_raw_words_and_a_plain_binding_casts_by_value():
+    variant = make("t/bits", BITS_YAML, BITS_WGSL)
+    floats = np.array([1.0, -2.5, 3.25, 0.0], dtype=np.float32)
+    ints = np.array([7, -8, 9, 10], dtype=np.int32)
+    run = variant.run(n=4, inputs={"raw": floats, "val": ints})
+    np.testing.assert_array_equal(abi.read(run.outputs["out_raw"]), floats.view(np.uint32))
+    np.testing.assert_array_equal(abi.read(run.outputs["out_val"]), ints.astype(np.float32))
+
+
+def test_dispatch_folds_into_y_past_the_per_dimension_limit(gpu):
+    variant = make("t/index", INDEX_YAML, INDEX_WGSL)
+    limit = gpu.limit("max-compute-workgroups-per-dimension")
+    n = limit + 1000
+    run = variant.run(n=n)
+    assert run.groups[0] == limit and run.groups[1] == 2
+    out = abi.read(run.outputs["dst"])
+    np.testing.assert_array_equal(out, np.arange(n, dtype=np.uint32))
+
+
+def test_repeated_runs_reuse_pooled_outputs_instead_of_allocating(gpu):
+    variant = make("t/index", INDEX_YAML, INDEX_WGSL)
+    pool = pool_for(gpu)
+    for _ in range(3):
+        variant.run(n=1000)
+    created = pool.created
+    for _ in range(50):
+        run = variant.run(n=1000)
+        del run
+    assert pool.created == created
+    kept = [variant.run(n=1000) for _ in range(3)]  # held outputs are never handed out twice
+    buffers = {id(r.outputs["dst"].buffer) for r in kept}
+    assert len(buffers) == 3
+
+
+def test_an_output_held_by_the_caller_is_not_overwritten_by_later_runs():
+    variant = make("t/index", INDEX_YAML, INDEX_WGSL)
+    first = variant.run(n=100)
+    for _ in range(5):
+        variant.run(n=100)
+    np.testing.assert_array_equal(abi.read(first.outputs["dst"]), np.arange(100, dtype=np.uint32))
+
+
+def test_a_hundred_runs_in_one_batch_all_complete_with_their_own_params():
+    variant = make("t/double_live", DOUBLE_LIVE_YAML, DOUBLE_LIVE_WGSL)
+    src = np.arange(64, dtype=np.float32)
+    with abi.batch():
+        runs = [variant.run(n=k + 1, inputs={"src": src}) for k in range(64)]
+    for k, run in enumerate(runs):
+        np.testing.assert_array_equal(abi.read(run.outputs["dst"]), src[: k + 1] * 2)
+
+
+def test_compile_answers_a_dispatch_key_and_compiles_the_same_source_once():
+    from engine_plugin.runtime import compile_count
+
+    schema = abi.parse(INDEX_YAML, "t/index2/bindings.yaml")
+    lowered = abi.lower(schema, INDEX_WGSL + "\n// unique 2\n")
+    before = compile_count()
+    key = abi.compile("t/index2", lowered)
+    assert abi.compile("another key", abi.lower(schema, INDEX_WGSL + "\n// unique 2\n")) == key
+    assert compile_count() == before + 1
+
+
+def test_chaining_an_output_into_the_next_kernel_needs_no_cpu_round_trip():
+    variant = make("t/double_live", DOUBLE_LIVE_YAML, DOUBLE_LIVE_WGSL)
+    src = np.arange(10, dtype=np.float32)
+    once = variant.run(n=10, inputs={"src": src}).outputs["dst"]
+    twice = variant.run(n=10, inputs={"src": once}).outputs["dst"]
+    np.testing.assert_array_equal(abi.read(twice), src * 4)
