@@ -88,6 +88,7 @@ class Variant:
         self._bind_groups: "OrderedDict[tuple, Any]" = OrderedDict()
         self._no_domain: Any = None
         self._last_pages: Any = None
+        self._sizes: dict[tuple, int] = {}
         self._max_binding = self.ctx.limit("max-storage-buffer-binding-size")
         self._max_groups = self.ctx.limit("max-compute-workgroups-per-dimension")
         self._invocations = lowered.workgroup[0] * lowered.workgroup[1] * lowered.workgroup[2]
@@ -177,6 +178,17 @@ class Variant:
 
     # -- sizes -----------------------------------------------------------------------------
     def _size(self, slot: HostSlot, key: str, text: str, env: dict, lengths: dict) -> int:
+        memo_key = (slot.name, key, tuple(env.items()), tuple(lengths.items()))
+        found = self._sizes.get(memo_key)
+        if found is not None:
+            return found
+        size = self._evaluate_size(slot, key, text, env, lengths)
+        if len(self._sizes) > 256:
+            self._sizes.clear()
+        self._sizes[memo_key] = size
+        return size
+
+    def _evaluate_size(self, slot: HostSlot, key: str, text: str, env: dict, lengths: dict) -> int:
         try:
             value = parse_expression(text).evaluate(env, lengths)
         except ExpressionError as exc:

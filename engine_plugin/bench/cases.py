@@ -1,0 +1,175 @@
+"""The benchmark cases. Each pairs the plugin path with raw wgpu-py doing the same work."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import wgpu
+
+from .. import abi
+from ..gpu.device import get_context
+from .harness import Result, case, median_time
+
+AXPY_YAML = """\
+bindings:
+  - { name: x, kind: buffer, access: read, element: f32 }
+  - { name: y, kind: buffer, access: read_write, element: f32, count: "n" }
+params:
+  - { name: a, type: f32 }
+"""
+AXPY_WGSL = """\
+@compute @workgroup_size(64)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
+    let i = zero_index(gid);
+    if (i >= zero_n()) { return; }
+    y_set(i, params.a * x_get(i) + 1.0);
+}
+"""
+RAW_WGSL = """\
+struct P { n: u32, a: f32 }
+@group(0) @binding(0) var<storage, read> x: array<f32>;
+@group(0) @binding(1) var<storage, read_write> y: array<f32>;
+@group(0) @binding(2) var<uniform> p: P;
+@compute @workgroup_size(64)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
+    let i = gid.x;
+    if (i >= p.n) { return; }
+    y[i] = p.a * x[i] + 1.0;
+}
+"""
+RAW_CWB_WGSL = """\
+@group(0) @binding(0) var<storage, read> x: array<f32>;
+@group(0) @binding(1) var<storage, read_write> y: array<f32>;
+@compute @workgroup_size(64)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
+    let i = gid.x;
+    if (i >= arrayLength(&y)) { return; }
+    y[i] = 2.0 * x[i] + 1.0;
+}
+"""
+STORAGE = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC | wgpu.BufferUsage.COPY_DST
+
+
+def _axpy_variant():
+    schema = abi.parse(AXPY_YAML, "bench/axpy/bindings.yaml")
+    return abi.program(key="bench/axpy", schema=schema, wgsl=AXPY_WGSL, wgsl_path="bench/axpy/kernel.wgsl").variant()
+
+
+class _RawAxpy:
+    """Hand-written wgpu-py: own pipeline, pre-built bind group, params written per dispatch."""
+
+    def __init__(self, n: int, slots: int = 1):
+        ctx = get_context()
+        self.dev, self.queue = ctx.device, ctx.queue
+        self.n = n
+        module = self.dev.create_shader_module(code=RAW_WGSL)
+        bgl = self.dev.create_bind_group_layout(entries=[
+            {"binding": 0, "visibility": wgpu.ShaderStage.COMPUTE, "buffer": {"type": wgpu.BufferBindingType.read_only_storage}},
+            {"binding": 1, "visibility": wgpu.ShaderStage.COMPUTE, "buffer": {"type": wgpu.BufferBindingType.storage}},
+            {"binding": 2, "visibility": wgpu.ShaderStage.COMPUTE, "buffer": {"type": wgpu.BufferBindingType.uniform, "has_dynamic_offset": True}},
+        ])
+        self.pipeline = self.dev.create_compute_pipeline(layout=self.dev.create_pipeline_layout(bind_group_layouts=[bgl]), compute={"module": module, "entry_point": "main"})
+        self.x = self.dev.create_buffer_with_data(data=np.arange(n, dtype=np.float32), usage=STORAGE)
+        self.y = self.dev.create_buffer(size=4 * n, usage=STORAGE)
+        align = ctx.limit("min-uniform-buffer-offset-alignment")
+        self.stride = max(16, align)
+        self.params = self.dev.create_buffer(size=self.stride * slots, usage=wgpu.BufferUsage.UNIFORM | wgpu.BufferUsage.COPY_DST)
+        self.bg = self.dev.create_bind_group(layout=bgl, entries=[
+            {"binding": 0, "resource": {"buffer": self.x}},
+            {"binding": 1, "resource": {"buffer": self.y}},
+            {"binding": 2, "resource": {"buffer": self.params, "offset": 0, "size": 16}},
+        ])
+        self.p = np.zeros(4, dtype=np.uint32)
+        self.p[0] = n
+        self.p[1:2].view(np.float32)[0] = 2.0
+
+    def once(self) -> None:
+        self.queue.write_buffer(self.params, 0, self.p)
+        enc = self.dev.create_command_encoder()
+        cp = enc.begin_compute_pass()
+        cp.set_pipeline(self.pipeline)
+        cp.set_bind_group(0, self.bg, [0])
+        cp.dispatch_workgroups(-(-self.n // 64))
+        cp.end()
+        self.queue.submit([enc.finish()])
+
+    def many(self, count: int) -> None:
+        enc = self.dev.create_command_encoder()
+        cp = enc.begin_compute_pass()
+        cp.set_pipeline(self.pipeline)
+        for k in range(count):
+            self.queue.write_buffer(self.params, k * self.stride, self.p)
+            cp.set_bind_group(0, self.bg, [k * self.stride])
+            cp.dispatch_workgroups(-(-self.n // 64))
+        cp.end()
+        self.queue.submit([enc.finish()])
+
+
+def _repeat(opts, full: int) -> int:
+    return max(5, full // 10) if opts.get("quick") else full
+
+
+@case("lowering")
+def bench_lowering(opts) -> Result:
+    """Lowering time per variant of the reference example (pure Python, no raw equivalent)."""
+    root = os.path.join(os.path.dirname(__file__), "..", "..", "assets", "samples", "reference.computeShader")
+    yaml_text = open(os.path.join(root, "bindings.yaml")).read()
+    wgsl = open(os.path.join(root, "kernel.wgsl")).read()
+    schema = abi.parse(yaml_text, "reference/bindings.yaml")
+    spec = abi.resolve_spec(schema, {"T": "vec3<f32>", "FOLD": "mean"})
+    t = median_time(lambda: abi.lower(schema, wgsl, spec), repeat=_repeat(opts, 1000), warmup=10)
+    return Result("lowering (reference, 1 variant)", t, None, "s", note="median over 1,000 lowerings")
+
+
+@case("run_host")
+def bench_run_host(opts) -> Result:
+    """(a) Host cost of one pooled variant.run against raw encode+submit with a pre-built bind group."""
+    n = 1024
+    variant = _axpy_variant()
+    x = get_context().device.create_buffer_with_data(data=np.arange(n, dtype=np.float32), usage=STORAGE)
+    raw = _RawAxpy(n)
+    inputs, params = {"x": x}, {"a": 2.0}
+    plugin = median_time(lambda: variant.run(n, inputs=inputs, params=params), repeat=_repeat(opts, 2000), warmup=20)
+    rawt = median_time(raw.once, repeat=_repeat(opts, 2000), warmup=20)
+    return Result("(a) variant.run host cost", plugin, rawt, "s", target="<= 1.3x")
+
+
+@case("batch100")
+def bench_batch(opts) -> Result:
+    """(b) 100 runs recorded into one submission."""
+    n = 1024
+    variant = _axpy_variant()
+    x = get_context().device.create_buffer_with_data(data=np.arange(n, dtype=np.float32), usage=STORAGE)
+    raw = _RawAxpy(n, slots=100)
+
+    def plugin_once():
+        with abi.batch():
+            for _ in range(100):
+                variant.run(n, inputs={"x": x}, params={"a": 2.0})
+
+    plugin = median_time(plugin_once, repeat=_repeat(opts, 100), warmup=3)
+    rawt = median_time(lambda: raw.many(100), repeat=_repeat(opts, 100), warmup=3)
+    return Result("(b) 100 runs in one frame", plugin, rawt, "s")
+
+
+@case("oneshot")
+def bench_oneshot(opts) -> Result:
+    """(c) One-shot run with numpy input and readback against compute_with_buffers."""
+    from wgpu.utils.compute import compute_with_buffers
+
+    n = 1024
+    variant = _axpy_variant()
+    xs = np.arange(n, dtype=np.float32)
+
+    def plugin_once():
+        return abi.read(variant.run(n, inputs={"x": xs}, params={"a": 2.0}).outputs["y"])
+
+    def raw_once():
+        return compute_with_buffers({0: xs}, {1: (n, "f")}, RAW_CWB_WGSL, n=n)
+
+    a, b = plugin_once(), np.frombuffer(raw_once()[1], dtype=np.float32)
+    assert np.array_equal(a, b), "plugin and raw disagree"
+    plugin = median_time(plugin_once, repeat=_repeat(opts, 200), warmup=5)
+    rawt = median_time(raw_once, repeat=_repeat(opts, 200), warmup=5)
+    return Result("(c) one-shot run vs compute_with_buffers", plugin, rawt, "s", target="<= 0.2x (>= 5x faster)")

@@ -1,0 +1,127 @@
+"""Timing harness, result table and JSON report."""
+
+from __future__ import annotations
+
+import gc
+import json
+import platform
+import statistics
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Callable, Sequence
+
+__all__ = ["Result", "CASES", "case", "median_time", "run_cases", "main"]
+
+
+@dataclass
+class Result:
+    name: str
+    plugin: float  # median, in `unit`
+    raw: float | None
+    unit: str
+    target: str = ""
+    note: str = ""
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def ratio(self) -> float | None:
+        if self.raw in (None, 0):
+            return None
+        return self.plugin / self.raw
+
+
+CASES: dict[str, Callable[[dict], Result]] = {}
+
+
+def case(name: str):
+    def register(fn):
+        CASES[name] = fn
+        return fn
+
+    return register
+
+
+def median_time(fn: Callable[[], object], repeat: int, warmup: int = 3, inner: int = 1) -> float:
+    """Median seconds per call of ``fn`` over ``repeat`` samples of ``inner`` calls each."""
+    for _ in range(warmup):
+        fn()
+    samples = []
+    gc_was = gc.isenabled()
+    gc.disable()
+    try:
+        for _ in range(repeat):
+            t0 = time.perf_counter()
+            for _ in range(inner):
+                fn()
+            samples.append((time.perf_counter() - t0) / inner)
+    finally:
+        if gc_was:
+            gc.enable()
+    return statistics.median(samples)
+
+
+def run_cases(names: Sequence[str] | None = None, quick: bool = False) -> list[Result]:
+    from . import cases  # noqa: F401  (registers the cases)
+
+    opts = {"quick": quick}
+    out = []
+    for name in names or list(CASES):
+        out.append(CASES[name](opts))
+    return out
+
+
+def _fmt(v: float | None, unit: str) -> str:
+    if v is None:
+        return "-"
+    if unit == "s":
+        if v < 1e-3:
+            return f"{v * 1e6:.1f} µs"
+        if v < 1:
+            return f"{v * 1e3:.2f} ms"
+        return f"{v:.2f} s"
+    return f"{v:.3g} {unit}"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    import argparse
+
+    from rich.console import Console
+    from rich.table import Table
+
+    parser = argparse.ArgumentParser(prog="engine-plugin bench")
+    parser.add_argument("cases", nargs="*", help="case names (default: all)")
+    parser.add_argument("--json", metavar="PATH", help="write the results as JSON")
+    parser.add_argument("--quick", action="store_true", help="fewer repeats (smoke run)")
+    args = parser.parse_args(argv)
+    from . import cases  # noqa: F401
+
+    unknown = [c for c in args.cases if c not in CASES]
+    if unknown:
+        parser.error(f"unknown case(s) {unknown}; cases: {', '.join(CASES)}")
+    from ..gpu.device import get_context
+
+    ctx = get_context()
+    console = Console()
+    console.print(f"adapter: {ctx.adapter_name}")
+    results = []
+    table = Table(title="engine_plugin vs raw wgpu-py (medians, same run)")
+    for col in ("case", "plugin", "raw", "ratio", "target", "note"):
+        table.add_column(col)
+    for name in args.cases or list(CASES):
+        r = CASES[name]({"quick": args.quick})
+        results.append(r)
+        ratio = f"{r.ratio:.2f}x" if r.ratio is not None else "-"
+        table.add_row(r.name, _fmt(r.plugin, r.unit), _fmt(r.raw, r.unit), ratio, r.target, r.note)
+        console.print(f"  {r.name}: plugin {_fmt(r.plugin, r.unit)}, raw {_fmt(r.raw, r.unit)}, ratio {ratio}")
+    console.print(table)
+    if args.json:
+        report = {
+            "adapter": ctx.adapter_name,
+            "date": time.strftime("%Y-%m-%d %H:%M:%S"),
+            "python": platform.python_version(),
+            "results": [dict(asdict(r), ratio=r.ratio) for r in results],
+        }
+        with open(args.json, "w") as f:
+            json.dump(report, f, indent=2)
+        console.print(f"wrote {args.json}")
+    return 0
