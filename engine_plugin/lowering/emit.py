@@ -90,11 +90,12 @@ class Emitter:
                     f"var old = atomicLoad({ptr});",
                     "loop {",
                     f"    let next = {nxt};",
-                    f"    if (next == old) {{ return {old}; }}",
+                    "    if (next == old) { break; }",
                     f"    let r = atomicCompareExchangeWeak({ptr}, old, next);",
-                    f"    if (r.exchanged) {{ return {old}; }}",
+                    "    if (r.exchanged) { break; }",
                     "    old = r.old_value;",
                     "}",
+                    f"return {old};",
                 ]
             )
             self.fn(f"{prefix}_atomic_{op}", sig, body, origin, what)
@@ -189,8 +190,9 @@ class Emitter:
         else:
             load = lambda e: f"{page}[{e}]"
             store = lambda e, v: f"{page}[{e}] = {v};"
-        idx = f"let b = {base} + min(i, {ln} - 1u)" + (f" * {L}u;" if L > 1 else ";")
-        widx = f"{base} + min(w, {ln}" + (f" * {L}u" if L > 1 else "") + " - 1u)"
+        # max(len, 1u): a zero-length run still clamps inside its own (aligned, reserved) block.
+        idx = f"let b = {base} + min(i, max({ln}, 1u) - 1u)" + (f" * {L}u;" if L > 1 else ";")
+        widx = f"{base} + min(w, max({ln}" + (f" * {L}u" if L > 1 else "") + ", 1u) - 1u)"
         self.fn(f"{name}_len", "() -> u32", f"return {ln};", origin, what)
         self.fn(f"{name}_word", "(w: u32) -> u32", f"return {load(widx)};", origin, what)
         read = lambda k: from_word(load(at(k)), vt.scalar)

@@ -21,7 +21,7 @@ from .wgsl_text import find_calls, module_declarations, tokens, workgroup_size_l
 __all__ = ["lower", "LOWERING_VERSION"]
 
 # Bump whenever the generated code or plan changes: it is part of every cache key.
-LOWERING_VERSION = 1
+LOWERING_VERSION = 2
 _YAML = 0  # source-map file index of bindings.yaml
 _BODY = 1  # and of the WGSL body
 

@@ -246,7 +246,7 @@ class Variant:
             if name not in self._slots and name not in self._input_names:
                 known = ", ".join(sorted(self._input_names)) or "none"
                 raise DispatchError(f"unknown input {name!r}; this variant takes: {known}", Span(self.yaml_path))
-            if self._slots[name].role in ("output", "append") and name not in outputs:
+            if name in self._slots and self._slots[name].role in ("output", "append") and name not in outputs:
                 raise self._slot_error(self._slots[name], f"{name!r} is an output (the host allocates it); pass it in outputs= to supply a buffer")
         for name in outputs:
             if name not in self._slots or self._slots[name].role not in ("output", "append", "inout"):
