@@ -11,7 +11,15 @@ from dataclasses import dataclass, field
 
 from .types import ValueType
 
-__all__ = ["Emitter", "from_word", "to_word"]
+__all__ = ["Emitter", "GeneratedNameClash", "from_word", "to_word"]
+
+
+class GeneratedNameClash(Exception):
+    """Two schema entries generate the same WGSL name; ``first``/``second`` are (line, what)."""
+
+    def __init__(self, name: str, first: tuple[int, str], second: tuple[int, str]):
+        super().__init__(name)
+        self.name, self.first, self.second = name, first, second
 
 _LANE = ("x", "y", "z", "w")
 
@@ -28,7 +36,11 @@ def to_word(expr: str, scalar: str) -> str:
 
 @dataclass
 class Emitter:
-    """Collects generated lines (with their origin line) and the names they declare."""
+    """Collects generated lines (with their origin line) and the names they declare.
+
+    Locals and parameters of generated functions all start with ``zero_`` (reserved for the
+    lowering), so a binding named ``b`` or ``i`` is never shadowed inside its own accessors.
+    """
 
     lines: list[tuple[str, int]] = field(default_factory=list)
     names: dict[str, tuple[int, str]] = field(default_factory=dict)  # name -> (origin line, what)
@@ -38,7 +50,10 @@ class Emitter:
             self.lines.append((row, origin))
 
     def declare(self, name: str, origin: int, what: str) -> None:
-        self.names.setdefault(name, (origin, what))
+        """Register a generated name; the same name generated for two things is a clash."""
+        first = self.names.setdefault(name, (origin, what))
+        if first != (origin, what):
+            raise GeneratedNameClash(name, first, (origin, what))
 
     def fn(self, name: str, signature: str, body: str, origin: int, what: str) -> None:
         """Emit ``fn name(signature) { body }`` on one line when short, several otherwise."""
@@ -59,8 +74,8 @@ class Emitter:
 
     def vector_set(self, vt: ValueType, write_lane) -> str:
         if vt.lanes == 1:
-            return write_lane(0, "v")
-        return " ".join(write_lane(k, f"v.{_LANE[k]}") for k in range(vt.lanes))
+            return write_lane(0, "zero_v")
+        return " ".join(write_lane(k, f"zero_v.{_LANE[k]}") for k in range(vt.lanes))
 
     def atomic_ops(self, prefix: str, array: str, index_code: str, scalar: str, origin: int, what: str) -> None:
         """``PREFIX_atomic_*`` on one-lane words of ``array`` at ``b`` (computed by index_code).
@@ -70,9 +85,9 @@ class Emitter:
         no signed or float atomics on u32 words.
         """
         t = scalar
-        ptr = f"&{array}[b]"
-        sig = f"(i: u32, v: {t}) -> {t}"
-        vword = to_word("v", t)
+        ptr = f"&{array}[zero_b]"
+        sig = f"(zero_i: u32, zero_v: {t}) -> {t}"
+        vword = to_word("zero_v", t)
         exchange = from_word(f"atomicExchange({ptr}, {vword})", t)
         self.fn(f"{prefix}_atomic_exchange", sig, f"{index_code} return {exchange};", origin, what)
         native = {"u32": ("min", "max", "add", "and", "or", "xor"), "i32": ("add", "and", "or", "xor"), "f32": ()}[t]
@@ -81,19 +96,19 @@ class Emitter:
             call = f"atomic{op.capitalize()}({ptr}, {vword})"
             self.fn(f"{prefix}_atomic_{op}", sig, f"{index_code} return {from_word(call, t)};", origin, what)
         for op in cas:
-            old = from_word("old", t)
-            combine = {"add": f"{old} + v", "min": f"min({old}, v)", "max": f"max({old}, v)"}[op]
+            old = from_word("zero_old", t)
+            combine = {"add": f"{old} + zero_v", "min": f"min({old}, zero_v)", "max": f"max({old}, zero_v)"}[op]
             nxt = to_word(f"({combine})", t)
             body = "\n".join(
                 [
                     index_code,
-                    f"var old = atomicLoad({ptr});",
+                    f"var zero_old = atomicLoad({ptr});",
                     "loop {",
-                    f"    let next = {nxt};",
-                    "    if (next == old) { break; }",
-                    f"    let r = atomicCompareExchangeWeak({ptr}, old, next);",
-                    "    if (r.exchanged) { break; }",
-                    "    old = r.old_value;",
+                    f"    let zero_next = {nxt};",
+                    "    if (zero_next == zero_old) { break; }",
+                    f"    let zero_r = atomicCompareExchangeWeak({ptr}, zero_old, zero_next);",
+                    "    if (zero_r.exchanged) { break; }",
+                    "    zero_old = zero_r.old_value;",
                     "}",
                     f"return {old};",
                 ]
@@ -106,8 +121,8 @@ class Emitter:
         what = f"binding '{name}'"
         L = vt.lanes
         self.fn(f"{name}_len", "() -> u32", f"return params.zero_len_{name};", origin, what)
-        idx = "let b = i;" if L == 1 else f"let b = i * {L}u;"
-        at = (lambda k: "b" if k == 0 else f"b + {k}u")
+        idx = "let zero_b = zero_i;" if L == 1 else f"let zero_b = zero_i * {L}u;"
+        at = (lambda k: "zero_b" if k == 0 else f"zero_b + {k}u")
         if atomic:
             read = lambda k: from_word(f"atomicLoad(&{name}[{at(k)}])", vt.scalar)
             write = lambda k, v: f"atomicStore(&{name}[{at(k)}], {to_word(v, vt.scalar)});"
@@ -117,23 +132,23 @@ class Emitter:
         else:
             read = lambda k: f"{name}[{at(k)}]"
             write = lambda k, v: f"{name}[{at(k)}] = {v};"
-        self.fn(f"{name}_get", f"(i: u32) -> {vt.wgsl}", f"{idx} {self.vector_get(vt, read)}", origin, what)
+        self.fn(f"{name}_get", f"(zero_i: u32) -> {vt.wgsl}", f"{idx} {self.vector_get(vt, read)}", origin, what)
         if access == "read_write":
-            self.fn(f"{name}_set", f"(i: u32, v: {vt.wgsl})", f"{idx} {self.vector_set(vt, write)}", origin, what)
+            self.fn(f"{name}_set", f"(zero_i: u32, zero_v: {vt.wgsl})", f"{idx} {self.vector_set(vt, write)}", origin, what)
         if atomic:
-            self.atomic_ops(name, name, "let b = i;", vt.scalar, origin, what)
+            self.atomic_ops(name, name, "let zero_b = zero_i;", vt.scalar, origin, what)
 
     def append(self, name: str, vt: ValueType, float_order: bool, origin: int) -> None:
         """Append helpers over the output ``name`` and its counter ``name_count``."""
         what = f"append binding '{name}'"
         counter = f"{name}_count"
         self.fn(f"{name}_capacity", "() -> u32", f"return params.zero_len_{name};", origin, what)
-        self.fn(f"{name}_store", f"(slot: u32, v: {vt.wgsl})", f"if (slot < {name}_capacity()) {{ {name}_set(slot, v); }}", origin, what)
-        self.fn(f"{name}_set_count", "(c: u32)", f"atomicStore(&{counter}[0], c);", origin, what)
+        self.fn(f"{name}_store", f"(zero_slot: u32, zero_v: {vt.wgsl})", f"if (zero_slot < {name}_capacity()) {{ {name}_set(zero_slot, zero_v); }}", origin, what)
+        self.fn(f"{name}_set_count", "(zero_c: u32)", f"atomicStore(&{counter}[0], zero_c);", origin, what)
         self.fn(f"{name}_count_value", "() -> u32", f"return atomicLoad(&{counter}[0]);", origin, what)
         if float_order:
             # Unordered: the slot depends on which invocation gets there first.
-            self.fn(f"{name}_append", f"(v: {vt.wgsl}) -> u32", f"let slot = atomicAdd(&{counter}[0], 1u); {name}_store(slot, v); return slot;", origin, what)
+            self.fn(f"{name}_append", f"(zero_v: {vt.wgsl}) -> u32", f"let zero_slot = atomicAdd(&{counter}[0], 1u); {name}_store(zero_slot, zero_v); return zero_slot;", origin, what)
 
     def table(self, name: str, access: str, column_names: tuple[str, ...], origin: int) -> None:
         """A columns table: header (count; first, lanes, count, kind per column) then data words."""
@@ -141,49 +156,49 @@ class Emitter:
         for i, col in enumerate(column_names):
             self.declare(f"{name}_col_{col}", origin, what)
             self.emit(f"const {name}_col_{col}: u32 = {i}u;", origin)
-        h = "1u + c * 4u"
-        self.fn(f"{name}_count", "(c: u32) -> u32", f"return {name}[{h} + 2u];", origin, what)
-        self.fn(f"{name}_lanes", "(c: u32) -> u32", f"return {name}[{h} + 1u];", origin, what)
-        self.fn(f"{name}_kind", "(c: u32) -> u32", f"return {name}[{h} + 3u];", origin, what)
-        self.fn(f"{name}_addr", "(c: u32, i: u32, lane: u32) -> u32", f"return {name}[{h}] + i * {name}[{h} + 1u] + lane;", origin, what)
+        h = "1u + zero_c * 4u"
+        self.fn(f"{name}_count", "(zero_c: u32) -> u32", f"return {name}[{h} + 2u];", origin, what)
+        self.fn(f"{name}_lanes", "(zero_c: u32) -> u32", f"return {name}[{h} + 1u];", origin, what)
+        self.fn(f"{name}_kind", "(zero_c: u32) -> u32", f"return {name}[{h} + 3u];", origin, what)
+        self.fn(f"{name}_addr", "(zero_c: u32, zero_i: u32, zero_lane: u32) -> u32", f"return {name}[{h}] + zero_i * {name}[{h} + 1u] + zero_lane;", origin, what)
         # By-value conversion from the stored kind (0 f32, 1 i32, 2 u32) to the asked type.
         conv = {
-            "f32": ("bitcast<f32>(w)", "f32(bitcast<i32>(w))", "f32(w)"),
-            "i32": ("i32(bitcast<f32>(w))", "bitcast<i32>(w)", "i32(w)"),
-            "u32": ("u32(bitcast<f32>(w))", "u32(bitcast<i32>(w))", "w"),
+            "f32": ("bitcast<f32>(zero_w)", "f32(bitcast<i32>(zero_w))", "f32(zero_w)"),
+            "i32": ("i32(bitcast<f32>(zero_w))", "bitcast<i32>(zero_w)", "i32(zero_w)"),
+            "u32": ("u32(bitcast<f32>(zero_w))", "u32(bitcast<i32>(zero_w))", "zero_w"),
         }
         for t, (kf, ki, ku) in conv.items():
             body = (
-                f"let w = {name}[{name}_addr(c, i, lane)]; let k = {name}_kind(c);\n"
-                f"if (k == 1u) {{ return {ki}; }}\nif (k == 2u) {{ return {ku}; }}\nreturn {kf};"
+                f"let zero_w = {name}[{name}_addr(zero_c, zero_i, zero_lane)]; let zero_k = {name}_kind(zero_c);\n"
+                f"if (zero_k == 1u) {{ return {ki}; }}\nif (zero_k == 2u) {{ return {ku}; }}\nreturn {kf};"
             )
-            self.fn(f"{name}_{t}", f"(c: u32, i: u32, lane: u32) -> {t}", body, origin, what)
+            self.fn(f"{name}_{t}", f"(zero_c: u32, zero_i: u32, zero_lane: u32) -> {t}", body, origin, what)
         for lanes in (2, 3, 4):
-            parts = ", ".join(f"{name}_f32(c, i, {k}u)" for k in range(lanes))
-            self.fn(f"{name}_vec{lanes}", f"(c: u32, i: u32) -> vec{lanes}<f32>", f"return vec{lanes}<f32>({parts});", origin, what)
+            parts = ", ".join(f"{name}_f32(zero_c, zero_i, {k}u)" for k in range(lanes))
+            self.fn(f"{name}_vec{lanes}", f"(zero_c: u32, zero_i: u32) -> vec{lanes}<f32>", f"return vec{lanes}<f32>({parts});", origin, what)
         if access == "read_write":
             back = {
-                "f32": ("bitcast<u32>(v)", "bitcast<u32>(i32(v))", "u32(v)"),
-                "i32": ("bitcast<u32>(f32(v))", "bitcast<u32>(v)", "u32(v)"),
-                "u32": ("bitcast<u32>(f32(v))", "bitcast<u32>(i32(v))", "v"),
+                "f32": ("bitcast<u32>(zero_v)", "bitcast<u32>(i32(zero_v))", "u32(zero_v)"),
+                "i32": ("bitcast<u32>(f32(zero_v))", "bitcast<u32>(zero_v)", "u32(zero_v)"),
+                "u32": ("bitcast<u32>(f32(zero_v))", "bitcast<u32>(i32(zero_v))", "zero_v"),
             }
             for t, (kf, ki, ku) in back.items():
                 body = (
-                    f"let k = {name}_kind(c); var w = {kf};\n"
-                    f"if (k == 1u) {{ w = {ki}; }}\nif (k == 2u) {{ w = {ku}; }}\n"
-                    f"{name}[{name}_addr(c, i, lane)] = w;"
+                    f"let zero_k = {name}_kind(zero_c); var zero_w = {kf};\n"
+                    f"if (zero_k == 1u) {{ zero_w = {ki}; }}\nif (zero_k == 2u) {{ zero_w = {ku}; }}\n"
+                    f"{name}[{name}_addr(zero_c, zero_i, zero_lane)] = zero_w;"
                 )
-                self.fn(f"{name}_set_{t}", f"(c: u32, i: u32, lane: u32, v: {t})", body, origin, what)
+                self.fn(f"{name}_set_{t}", f"(zero_c: u32, zero_i: u32, zero_lane: u32, zero_v: {t})", body, origin, what)
             for lanes in (2, 3, 4):
-                sets = " ".join(f"{name}_set_f32(c, i, {k}u, v.{_LANE[k]});" for k in range(lanes))
-                self.fn(f"{name}_set_vec{lanes}", f"(c: u32, i: u32, v: vec{lanes}<f32>)", sets, origin, what)
+                sets = " ".join(f"{name}_set_f32(zero_c, zero_i, {k}u, zero_v.{_LANE[k]});" for k in range(lanes))
+                self.fn(f"{name}_set_vec{lanes}", f"(zero_c: u32, zero_i: u32, zero_v: vec{lanes}<f32>)", sets, origin, what)
 
     def column(self, name: str, page: str, vt: ValueType, access: str, atomic_page: bool, origin: int) -> None:
         """A run of a page reached by offset: clamped to its last element, never past its run."""
         what = f"column '{name}'"
         L = vt.lanes
         base, ln = f"params.col_base_{name}", f"params.col_len_{name}"
-        at = (lambda k: "b" if k == 0 else f"b + {k}u")
+        at = (lambda k: "zero_b" if k == 0 else f"zero_b + {k}u")
         if atomic_page:
             load = lambda e: f"atomicLoad(&{page}[{e}])"
             store = lambda e, v: f"atomicStore(&{page}[{e}], {v});"
@@ -191,16 +206,16 @@ class Emitter:
             load = lambda e: f"{page}[{e}]"
             store = lambda e, v: f"{page}[{e}] = {v};"
         # max(len, 1u): a zero-length run still clamps inside its own (aligned, reserved) block.
-        idx = f"let b = {base} + min(i, max({ln}, 1u) - 1u)" + (f" * {L}u;" if L > 1 else ";")
-        widx = f"{base} + min(w, max({ln}" + (f" * {L}u" if L > 1 else "") + ", 1u) - 1u)"
+        idx = f"let zero_b = {base} + min(zero_i, max({ln}, 1u) - 1u)" + (f" * {L}u;" if L > 1 else ";")
+        widx = f"{base} + min(zero_w, max({ln}" + (f" * {L}u" if L > 1 else "") + ", 1u) - 1u)"
         self.fn(f"{name}_len", "() -> u32", f"return {ln};", origin, what)
-        self.fn(f"{name}_word", "(w: u32) -> u32", f"return {load(widx)};", origin, what)
+        self.fn(f"{name}_word", "(zero_w: u32) -> u32", f"return {load(widx)};", origin, what)
         read = lambda k: from_word(load(at(k)), vt.scalar)
-        self.fn(f"{name}_get", f"(i: u32) -> {vt.wgsl}", f"{idx} {self.vector_get(vt, read)}", origin, what)
+        self.fn(f"{name}_get", f"(zero_i: u32) -> {vt.wgsl}", f"{idx} {self.vector_get(vt, read)}", origin, what)
         if access == "read_write":
             guard = f"if ({ln} == 0u) {{ return; }}"
             write = lambda k, v: store(at(k), to_word(v, vt.scalar))
-            self.fn(f"{name}_set", f"(i: u32, v: {vt.wgsl})", f"{guard} {idx} {self.vector_set(vt, write)}", origin, what)
-            self.fn(f"{name}_set_word", "(w: u32, v: u32)", f"{guard} {store(widx, 'v')}", origin, what)
+            self.fn(f"{name}_set", f"(zero_i: u32, zero_v: {vt.wgsl})", f"{guard} {idx} {self.vector_set(vt, write)}", origin, what)
+            self.fn(f"{name}_set_word", "(zero_w: u32, zero_v: u32)", f"{guard} {store(widx, 'zero_v')}", origin, what)
         if atomic_page and L == 1 and access == "read_write":
             self.atomic_ops(name, page, idx, vt.scalar, origin, what)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Mapping
 
 from ..errors import LoweringError, Span
-from .emit import Emitter
+from .emit import Emitter, GeneratedNameClash
 from .lowered import ColumnSlot, HostSlot, Lowered, LoweredBinding, ParamField, ParamsLayout, SourceMap
 from .preprocess import apply_when_blocks, splice_sources
 from .schema import Binding, Schema
@@ -72,6 +72,20 @@ class _Lowerer:
         return vt
 
     def run(self) -> Lowered:
+        try:
+            return self._run()
+        except GeneratedNameClash as clash:
+            (line1, what1), (line2, what2) = clash.first, clash.second
+            text = self.schema.text.split("\n")
+            raise LoweringError(
+                f"the name '{clash.name}' is generated for {what2} and also for {what1}"
+                + (f" (line {line1})" if line1 else "")
+                + "; rename one of them",
+                Span(self.yaml_path, line2 or None, None, text[line2 - 1] if 0 < line2 <= len(text) else None),
+                notes=(f"{self.yaml_path}:{line1}: first generated here",) if line1 else (),
+            ) from None
+
+    def _run(self) -> Lowered:
         schema = self.schema
         spec_params = {sp.name: sp for sp in schema.specialize}
         kept = apply_when_blocks(self.user_lines, self.values, spec_params, self.wgsl_path)
@@ -161,7 +175,8 @@ class _Lowerer:
                         Span(self.yaml_path, b.line, b.col),
                     )
                 vt = self.element(b)
-                cols.append(ColumnSlot(b.name, b.page, vt.wgsl, vt.scalar, vt.lanes, b.access, b.line))  # type: ignore[arg-type]
+                access = self.column_access(b, pages[b.page])  # type: ignore[index]
+                cols.append(ColumnSlot(b.name, b.page, vt.wgsl, vt.scalar, vt.lanes, access, b.line))  # type: ignore[arg-type]
             elif b.kind == "domain_count":
                 plan.append(LoweredBinding(n, b.name, "domain_count", "array<u32>", "read", "u32", 1, b.line))
                 slots.append(HostSlot(b.name, "domain_count", n, "u32", "u32", 1, "read", line=b.line))
@@ -209,7 +224,7 @@ class _Lowerer:
         em = self.em
         n_expr = f"min({domain}[0], params.n)" if domain else "params.n"
         em.fn("zero_n", "() -> u32", f"return {n_expr};", 0, "the built-in zero_n")
-        em.fn("zero_index", "(gid: vec3<u32>) -> u32", "return gid.x + gid.y * params.zero_stride_y + gid.z * params.zero_stride_z;", 0, "the built-in zero_index")
+        em.fn("zero_index", "(zero_gid: vec3<u32>) -> u32", "return zero_gid.x + zero_gid.y * params.zero_stride_y + zero_gid.z * params.zero_stride_z;", 0, "the built-in zero_index")
 
     def emit_accessors(self, present: list[Binding]) -> None:
         em = self.em
@@ -220,13 +235,23 @@ class _Lowerer:
                 vt = self.element(b)
                 em.buffer(b.name, vt, b.access, b.bits, b.atomic, b.line)
                 if b.append:
-                    em.declare(f"{b.name}_count", b.line, f"append binding '{b.name}'")
                     em.append(b.name, vt, self.schema.determinism == "float_order", b.line)
             elif b.kind == "columns":
                 em.table(b.name, b.access, table_cols.get(b.name, ()), b.line)
             elif b.kind == "column":
                 page = pages[b.page]  # type: ignore[index]
-                em.column(b.name, page.name, self.element(b), b.access, page.atomic, b.line)
+                em.column(b.name, page.name, self.element(b), self.column_access(b, page), page.atomic, b.line)
+
+    def column_access(self, column: Binding, page: Binding) -> str:
+        """A column's access: as written, else its page's in this variant (atomic pages are read_write)."""
+        if any(k == "access" for k, _, _ in column.key_lines):
+            if column.access == "read_write" and page.access != "read_write":
+                raise LoweringError(
+                    f"column {column.name!r} is read_write but its page {page.name!r} is read-only in this variant",
+                    Span(self.yaml_path, column.line, column.col),
+                )
+            return column.access
+        return page.access
 
     # -- checks --------------------------------------------------------------------------------
     def check_table_columns(self, present: list[Binding]) -> None:

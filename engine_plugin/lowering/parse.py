@@ -49,7 +49,13 @@ def parse(text: str, path: str | None = None) -> Schema:
         if found is not None:
             _memo.move_to_end(key)
             return found
-    schema = _Parser(text, path).schema()
+    try:
+        schema = _Parser(text, path).schema()
+    except SchemaError:
+        raise
+    except (yaml.YAMLError, ValueError, TypeError, KeyError, RecursionError) as exc:
+        # Anything PyYAML or a value check lets through is still the user's file being wrong.
+        raise SchemaError(f"invalid bindings.yaml: {type(exc).__name__}: {exc}", Span(path)) from None
     with _memo_lock:
         found = _memo.setdefault(key, schema)
         _memo.move_to_end(key)
@@ -77,13 +83,23 @@ class _Parser:
     def error(self, node: Any, message: str, col_offset: int = 0, cls=SchemaError) -> SchemaError:
         return cls(message, self.span(node, col_offset))
 
-    def value(self, node: Any) -> Any:
+    def value(self, node: Any, _depth: int = 0) -> Any:
+        if _depth > 50:
+            raise self.error(node, "YAML nested too deeply (a recursive alias?)")
+        try:
+            return self._value(node, _depth)
+        except SchemaError:
+            raise
+        except (yaml.YAMLError, ValueError, TypeError, KeyError, RecursionError, OverflowError) as exc:
+            raise self.error(node, f"invalid YAML value: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}") from None
+
+    def _value(self, node: Any, depth: int) -> Any:
         if isinstance(node, yaml.ScalarNode):
             return self._scalar_loader.construct_object(node)
         if isinstance(node, yaml.SequenceNode):
-            return [self.value(n) for n in node.value]
+            return [self.value(n, depth + 1) for n in node.value]
         if isinstance(node, yaml.MappingNode):
-            return {self.value(k): self.value(v) for k, v in node.value}
+            return {self.value(k, depth + 1): self.value(v, depth + 1) for k, v in node.value}
         return None
 
     def mapping(self, node: Any, what: str) -> list[tuple[str, Any, Any]]:
@@ -454,8 +470,7 @@ class _Parser:
         return Span(self.path, line, col, self.lines[line - 1] if 0 < line <= len(self.lines) else None)
 
     def check_pages(self, bindings: list[Binding]) -> None:
-        pages = {b.name: b for b in bindings if b.kind == "page"}
-        page_names = []
+        page_names: list[str] = []
         for b in bindings:
             if b.kind == "page" and b.name not in page_names:
                 page_names.append(b.name)
@@ -468,14 +483,22 @@ class _Parser:
         for i, b in enumerate(bindings):
             if b.kind != "column":
                 continue
-            page = pages.get(b.page)
-            if page is not None and not any(k == "access" for k, _, _ in b.key_lines):
-                # A column without 'access' takes its page's: atomic pages are read_write.
-                b = bindings[i] = dataclasses.replace(b, access=page.access)
-            if page is None:
+            # The pages of that name that can stand in a variant with this column.
+            pages = [p for p in bindings if p.kind == "page" and p.name == b.page
+                     and (p.when is None or b.when is None or p.when.may_hold_with(b.when))]
+            if not pages:
                 raise SchemaError(f"column {b.name!r} stands in page {b.page!r}, which is not a kind: page binding", self._bspan(b, "page"))
-            if b.access == "read_write" and page.access != "read_write":
-                raise SchemaError(f"column {b.name!r} is read_write but its page {b.page!r} is read-only", self._bspan(b, "access"))
+            explicit = any(k == "access" for k, _, _ in b.key_lines)
+            if not explicit and len({p.access for p in pages}) == 1:
+                # Shown in the schema as its page's; the lowering decides per variant either way.
+                bindings[i] = dataclasses.replace(b, access=pages[0].access)
+            if explicit and b.access == "read_write":
+                for page in pages:
+                    if page.access != "read_write":
+                        raise SchemaError(
+                            f"column {b.name!r} is read_write but its page {b.page!r} (line {page.line}) is read-only",
+                            self._bspan(b, "access"),
+                        )
 
     def check_expressions(self, bindings: list[Binding]) -> None:
         names = {b.name for b in bindings}

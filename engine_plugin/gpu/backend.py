@@ -1,0 +1,156 @@
+"""The backend protocol every GPU backend implements, and the backend that refuses everything.
+
+Upload, dispatch and readback answer whether the work was *accepted* (validated and
+submitted), never whether the device has finished it. A refusal (``False``, or ``None`` from a
+registration) always leaves the caller free to run the authoritative CPU path.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+
+from .descriptors import DispatchDesc, FieldMirrorDesc, GpuCapabilities, ReadbackDesc, UploadDesc
+from .handles import GpuProductHandle
+
+__all__ = ["GpuBackend", "NoGpuBackend", "ReadbackCallback", "ReadbackResult", "ReadbackStatus"]
+
+
+class ReadbackStatus(enum.Enum):
+    """Where one accepted readback stands: ``PENDING`` until decided once, ``READY`` or ``FAILED``."""
+
+    PENDING = "pending"
+    READY = "ready"
+    FAILED = "failed"
+
+
+@dataclass(frozen=True)
+class ReadbackResult:
+    """What a readback callback receives.
+
+    ``data`` is a read-only memoryview of the bytes when ``status`` is READY, else None. It is
+    valid **only inside the callback**: the staging buffer behind it is unmapped and destroyed
+    right after. Copy what you keep (``result.array(np.float32).copy()``). The callback may run
+    after its product was unregistered: check ``backend.is_live(result.handle)`` and the world's
+    content versions before applying anything.
+    """
+
+    handle: GpuProductHandle
+    desc: ReadbackDesc
+    status: ReadbackStatus
+    data: memoryview | None
+    request_id: int
+    message: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.status is ReadbackStatus.READY
+
+    def is_current(self, backend: Any, world: Any) -> bool:
+        """Whether the result may still be applied: its product generation is live on
+        ``backend`` and every chunk in ``desc.chunk_keys`` still has its ``desc.versions``."""
+        if not backend.is_live(self.handle) or len(self.desc.chunk_keys) != len(self.desc.versions):
+            return False
+        return all(world.is_current(k, v) for k, v in zip(self.desc.chunk_keys, self.desc.versions, strict=True))
+
+    def array(self, dtype: Any = np.uint8) -> np.ndarray:
+        """The bytes as a read-only numpy array of ``dtype`` (callback-scoped like ``data``)."""
+        if self.data is None:
+            raise ValueError(f"readback {self.request_id} {self.status.value}: no data ({self.message})")
+        return np.frombuffer(self.data, dtype=dtype)
+
+
+ReadbackCallback = Callable[[ReadbackResult], None]
+
+
+@runtime_checkable
+class GpuBackend(Protocol):
+    """What the engine needs from a GPU backend. Calls are serialised by the caller (one engine
+    thread); only :meth:`notify_device_error` may come from another thread."""
+
+    def capabilities(self) -> GpuCapabilities:
+        """What the backend can do now; all-zero once disabled or lost."""
+        ...
+
+    def register_field(self, desc: FieldMirrorDesc) -> bool:
+        """Create the field's mirror; False when refused."""
+        ...
+
+    def register_product(self, key: Hashable, desc: Any) -> GpuProductHandle | None:
+        """Register a product (backend-specific ``desc``); None when refused."""
+        ...
+
+    def unregister_product(self, handle: GpuProductHandle) -> bool:
+        """Forget a product; its handle (and every descriptor carrying it) goes stale."""
+        ...
+
+    def is_live(self, handle: GpuProductHandle) -> bool:
+        """Whether ``handle`` still names a registered product of this backend."""
+        ...
+
+    def upload(self, desc: UploadDesc) -> bool:
+        """Copy a live world span to its mirror; raises StaleSpanError for a stale span."""
+        ...
+
+    def dispatch(self, desc: DispatchDesc) -> bool:
+        """Validate and submit one dispatch."""
+        ...
+
+    def readback(self, desc: ReadbackDesc) -> bool:
+        """Start one bounded asynchronous readback; its callback comes from a later ``poll``."""
+        ...
+
+    def poll(self) -> int:
+        """Deliver finished readbacks to their callbacks without blocking; answers how many."""
+        ...
+
+    def notify_device_error(self, message: str = "") -> None:
+        """Fail closed: refuse all further work and fail pending readbacks (any thread)."""
+        ...
+
+    def close(self) -> None:
+        """Fail what is pending, release every resource; later calls are refused."""
+        ...
+
+
+class NoGpuBackend:
+    """The dependency-free default backend: refuses every operation, so callers run on the CPU."""
+
+    last_refusal = "NoGpuBackend refuses all GPU work"
+
+    def capabilities(self) -> GpuCapabilities:
+        return GpuCapabilities()
+
+    def register_field(self, desc: FieldMirrorDesc) -> bool:
+        return False
+
+    def register_product(self, key: Hashable, desc: Any) -> GpuProductHandle | None:
+        return None
+
+    def unregister_product(self, handle: GpuProductHandle) -> bool:
+        return False
+
+    def is_live(self, handle: GpuProductHandle) -> bool:
+        return False
+
+    def upload(self, desc: UploadDesc) -> bool:
+        return False
+
+    def dispatch(self, desc: DispatchDesc) -> bool:
+        return False
+
+    def readback(self, desc: ReadbackDesc) -> bool:
+        return False
+
+    def poll(self) -> int:
+        return 0
+
+    def notify_device_error(self, message: str = "") -> None:
+        return None
+
+    def close(self) -> None:
+        return None

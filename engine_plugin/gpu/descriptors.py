@@ -1,0 +1,247 @@
+"""Descriptors of GPU work: field mirrors, upload spans, dispatches, readbacks, capabilities.
+
+Dependency-free (numpy and the world only): a CPU-only engine builds and inspects them
+without importing wgpu, and any :class:`~engine_plugin.gpu.backend.GpuBackend` consumes them.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable
+from dataclasses import dataclass
+from dataclasses import field as _field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ..errors import PluginError, StaleSpanError
+from .formats import GpuFieldFormat
+from .handles import GpuProductHandle
+
+if TYPE_CHECKING:
+    from ..world import World
+
+__all__ = [
+    "DispatchDesc",
+    "FieldMirrorDesc",
+    "GpuCapabilities",
+    "GpuDescriptorError",
+    "ReadbackDesc",
+    "ReadbackPolicy",
+    "UploadDesc",
+    "coalesce_uploads",
+    "field_mirror_desc",
+    "upload_desc",
+]
+
+# Byte counts travel to wgpu-native as u64 and through numpy as intp: refuse what neither holds.
+MAX_BYTES = 2**63 - 1
+
+
+class GpuDescriptorError(PluginError, ValueError):
+    """A descriptor or backend configuration that can never be valid (e.g. an overflowing mirror)."""
+
+
+@dataclass(frozen=True)
+class FieldMirrorDesc:
+    """One world field mirrored densely to one GPU buffer, chunk-slot-major.
+
+    Slot ``s`` of the world lives at byte ``s * bytes_per_chunk`` of the mirror.
+
+    Raises:
+        GpuDescriptorError: inconsistent sizes, or a total that overflows 63 bits.
+    """
+
+    tag: str
+    field_index: int
+    format: GpuFieldFormat
+    value_bytes: int
+    tiles_per_chunk: int
+    bytes_per_chunk: int
+    chunk_count: int
+
+    def __post_init__(self) -> None:
+        for name in ("value_bytes", "tiles_per_chunk", "bytes_per_chunk", "chunk_count"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+                raise GpuDescriptorError(f"FieldMirrorDesc.{name} must be a positive int, not {v!r}")
+        if self.value_bytes != self.format.value_bytes:
+            raise GpuDescriptorError(
+                f"{self.format.name} values take {self.format.value_bytes} bytes, not {self.value_bytes}")
+        if self.bytes_per_chunk != self.value_bytes * self.tiles_per_chunk:
+            raise GpuDescriptorError(
+                f"bytes_per_chunk {self.bytes_per_chunk} != {self.value_bytes} x {self.tiles_per_chunk} tiles")
+        if self.bytes_per_chunk * self.chunk_count > MAX_BYTES:
+            raise GpuDescriptorError(
+                f"mirror of field {self.tag!r} would take {self.bytes_per_chunk} x {self.chunk_count} bytes, "
+                "more than any buffer can address; use fewer or smaller chunks")
+
+    def total_bytes(self) -> int:
+        """Size of the whole mirror buffer in bytes."""
+        return self.bytes_per_chunk * self.chunk_count
+
+    def chunk_offset(self, slot: int) -> int:
+        """Byte offset of world slot ``slot`` in the mirror."""
+        return slot * self.bytes_per_chunk
+
+
+def field_mirror_desc(world: World, tag: str) -> FieldMirrorDesc:
+    """The dense mirror description of field ``tag`` (one slot per possible chunk)."""
+    spec = world.field(tag)
+    return FieldMirrorDesc(
+        tag=tag,
+        field_index=spec.index,
+        format=spec.format,
+        value_bytes=spec.value_bytes,
+        tiles_per_chunk=world.tiles_per_chunk,
+        bytes_per_chunk=world.chunk_nbytes(tag),
+        chunk_count=world.max_chunks,
+    )
+
+
+@dataclass(frozen=True)
+class UploadDesc:
+    """A live span of one field over one or more adjacent chunk slots, and its mirror destination.
+
+    The span is valid only while every chunk it covers is live and unmutated: :meth:`data`
+    raises :class:`StaleSpanError` afterwards, so a stale upload can never happen silently.
+    """
+
+    tag: str
+    chunk_keys: tuple[int, ...]
+    versions: tuple[int, ...]
+    first_slot: int
+    dst_offset: int
+    nbytes: int
+    world: World = _field(repr=False, compare=False)
+
+    @property
+    def chunk_key(self) -> int:
+        """The chunk of a single-chunk span (``upload_desc``'s answer)."""
+        if len(self.chunk_keys) != 1:
+            raise GpuDescriptorError(f"this span covers {len(self.chunk_keys)} chunks; use chunk_keys")
+        return self.chunk_keys[0]
+
+    @property
+    def slot_count(self) -> int:
+        return len(self.chunk_keys)
+
+    def is_current(self) -> bool:
+        """Whether every covered chunk is live with the version the span was taken at."""
+        return all(self.world.is_current(k, v) for k, v in zip(self.chunk_keys, self.versions, strict=True))
+
+    def data(self) -> np.ndarray:
+        """The span's bytes as a contiguous read-only array (what ``write_buffer`` sends).
+
+        Raises:
+            StaleSpanError: a covered chunk was mutated or evicted after the span was taken.
+        """
+        for key, version in zip(self.chunk_keys, self.versions, strict=True):
+            if not self.world.is_current(key, version):
+                now = f"is now at version {self.world.version(key)}" if key in self.world else "was evicted"
+                raise StaleSpanError(
+                    f"upload span of field {self.tag!r} over chunk {key} was taken at version {version}; "
+                    f"the chunk {now}. Take a new upload_desc after mutating the world")
+        return self.world.slab(self.tag, self.first_slot, self.slot_count)
+
+
+def upload_desc(world: World, tag: str, chunk_key: int) -> UploadDesc:
+    """The upload span of field ``tag`` of one live chunk (valid until that chunk changes)."""
+    slot = world.slot(chunk_key)
+    nbytes = world.chunk_nbytes(tag)
+    return UploadDesc(tag, (chunk_key,), (world.version(chunk_key),), slot, slot * nbytes, nbytes, world)
+
+
+def coalesce_uploads(world: World, tag: str, chunk_keys: Iterable[int]) -> list[UploadDesc]:
+    """Upload spans for ``chunk_keys``, one per run of adjacent mirror slots, in slot order."""
+    slots = sorted({world.slot(k) for k in chunk_keys})
+    nbytes = world.chunk_nbytes(tag)
+    out: list[UploadDesc] = []
+    run: list[int] = []
+    for slot in [*slots, None]:
+        if run and (slot is None or slot != run[-1] + 1):
+            keys = tuple(world.key_at(s) for s in run)
+            out.append(UploadDesc(tag, keys, tuple(world.version(k) for k in keys),
+                                  run[0], run[0] * nbytes, nbytes * len(run), world))
+            run = []
+        if slot is not None:
+            run.append(slot)
+    return out
+
+
+@dataclass(frozen=True)
+class DispatchDesc:
+    """One dispatch of a registered product over ``chunk_count`` chunks of input field ``field``.
+
+    ``workgroups`` is an int (X) or up to three ints; the backend refuses totals past its limits.
+    """
+
+    product: GpuProductHandle
+    field: str
+    chunk_count: int
+    workgroups: tuple[int, int, int] | int = (1, 1, 1)
+
+    def __post_init__(self) -> None:
+        wg = self.workgroups
+        dims = (wg,) if isinstance(wg, int) else tuple(wg)
+        if not 1 <= len(dims) <= 3 or not all(isinstance(d, int) and not isinstance(d, bool) for d in dims):
+            raise GpuDescriptorError(f"workgroups must be 1 to 3 ints, not {wg!r}; e.g. (64, 1, 1)")
+        object.__setattr__(self, "workgroups", (*dims, 1, 1)[:3])
+
+
+class ReadbackPolicy(enum.Enum):
+    """What a product's readback transfers. ``FULL_FIELD`` is debug-only, off unless configured."""
+
+    NONE = "none"
+    SUMMARY = "summary"
+    SELECTED_TILES = "selected_tiles"
+    SELECTED_PATH = "selected_path"
+    FULL_FIELD = "full_field"
+
+
+@dataclass(frozen=True)
+class ReadbackDesc:
+    """One readback request of a product's registered readback source.
+
+    Args:
+        product: whose source range (and callback) this reads.
+        policy: what the bytes mean; ``SELECTED_TILES`` needs ``tiles``, ``SELECTED_PATH`` ``path``.
+        offset, size: the byte range inside the product's source range (``size=None``: to its
+            end); both 4-byte aligned.
+        field: ``FULL_FIELD`` only: read this field's mirror instead of the product's source.
+        chunk_keys, versions: the chunks (and content versions) the result derives from, for
+            the consumer's revalidation before applying it.
+        tiles, path: the selection, for the consumer.
+        user: anything the consumer wants back in its callback.
+    """
+
+    product: GpuProductHandle
+    policy: ReadbackPolicy
+    offset: int = 0
+    size: int | None = None
+    field: str | None = None
+    chunk_keys: tuple[int, ...] = ()
+    versions: tuple[int, ...] = ()
+    tiles: tuple[tuple[int, ...], ...] = ()
+    path: tuple[tuple[int, ...], ...] = ()
+    user: Any = _field(default=None, compare=False)
+
+
+@dataclass(frozen=True)
+class GpuCapabilities:
+    """What a backend can do now. All-false/zero (the default) means: never choose the GPU."""
+
+    compute: bool = False
+    async_dispatch: bool = False
+    async_readback: bool = False
+    max_buffer_bytes: int = 0
+    max_workgroups_x: int = 0
+    max_workgroups_per_dimension: int = 0
+    upload_alignment: int = 0
+    readback_alignment: int = 0
+
+    @property
+    def usable(self) -> bool:
+        """Whether a caller should consider the GPU at all."""
+        return self.compute and self.max_buffer_bytes > 0 and self.max_workgroups_x > 0
+

@@ -1,0 +1,85 @@
+"""Storage formats of world fields mirrored to the GPU.
+
+numpy only: :mod:`engine_plugin.world` validates its field declarations through this module,
+and the world must not import wgpu.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Any
+
+import numpy as np
+
+from ..errors import PluginError
+
+__all__ = ["GpuFieldFormat", "UnsupportedFieldTypeError"]
+
+
+class UnsupportedFieldTypeError(PluginError, TypeError):
+    """A world field was declared with a value type no GPU mirror can store."""
+
+
+class GpuFieldFormat(enum.Enum):
+    """The storage format of one field's per-tile value.
+
+    Unsigned and signed 8 to 64 bit integers and F32; ``bool`` maps to ``U8`` (its storage
+    size). The value is the numpy type string of the storage, little-endian as on every GPU.
+    """
+
+    U8 = "<u1"
+    U16 = "<u2"
+    U32 = "<u4"
+    U64 = "<u8"
+    I8 = "<i1"
+    I16 = "<i2"
+    I32 = "<i4"
+    I64 = "<i8"
+    F32 = "<f4"
+
+    @property
+    def dtype(self) -> np.dtype:
+        """The numpy dtype the world stores this format in (what is uploaded byte for byte)."""
+        return np.dtype(self.value)
+
+    @property
+    def value_bytes(self) -> int:
+        """Bytes one tile's value occupies."""
+        return self.dtype.itemsize
+
+    @classmethod
+    def from_dtype(cls, dtype: Any) -> GpuFieldFormat:
+        """The format of a numpy dtype (or anything ``np.dtype`` accepts).
+
+        Raises:
+            UnsupportedFieldTypeError: (a ``TypeError``) for f16, f64, complex, structured,
+                object, string or big-endian types, naming the type and what is accepted.
+        """
+        try:
+            dt = np.dtype(dtype)
+        except TypeError as exc:
+            raise UnsupportedFieldTypeError(f"{dtype!r} is not a numpy dtype ({exc}); {_ACCEPTED}") from exc
+        if dt == np.dtype(bool):
+            return cls.U8
+        if not dt.isnative or not np.little_endian:
+            # GPU buffers are little-endian; a byte-swapped world would upload garbage.
+            raise UnsupportedFieldTypeError(f"big-endian {dt} cannot be mirrored to a GPU; {_ACCEPTED}")
+        found = _BY_KIND.get((dt.kind, dt.itemsize))
+        if found is None:
+            raise UnsupportedFieldTypeError(f"field value type {dt} is not supported; {_ACCEPTED}")
+        return found
+
+
+_ACCEPTED = "use uint8/16/32/64, int8/16/32/64, float32 or bool"
+
+_BY_KIND = {
+    ("u", 1): GpuFieldFormat.U8,
+    ("u", 2): GpuFieldFormat.U16,
+    ("u", 4): GpuFieldFormat.U32,
+    ("u", 8): GpuFieldFormat.U64,
+    ("i", 1): GpuFieldFormat.I8,
+    ("i", 2): GpuFieldFormat.I16,
+    ("i", 4): GpuFieldFormat.I32,
+    ("i", 8): GpuFieldFormat.I64,
+    ("f", 4): GpuFieldFormat.F32,
+}

@@ -1,0 +1,220 @@
+"""The readback ring of a backend: accepted requests, delivery to callbacks, staging release.
+
+Every accepted request owns one MAP_READ staging buffer from acceptance until it is released,
+on every path: delivered READY, delivered FAILED (map error, device error or loss, backend
+closed). A buffer is destroyed only once its copy is known to be over (its map settled) or its
+device is lost: a request failed by a device error keeps its buffer until then, and one whose
+copy still runs when the backend closes is released (last reference dropped) for wgpu-core to
+free when the copy completes.
+
+Memory safety beats prompt release in one case: a callback that keeps a numpy array or
+memoryview derived from its data past its return would be left pointing at unmapped memory,
+so that buffer stays mapped ("quarantined", still counted as live) until the array dies.
+Detection uses CPython reference counts of a private anchor array that every derived view
+refers to.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from .backend import ReadbackResult, ReadbackStatus
+from .readback import PromiseWaiter, ReadbackRequest, ReadbackTracker, settled
+
+__all__ = ["ReadbackRing"]
+
+log = logging.getLogger("engine_plugin.gpu")
+
+# wgpu's flag values (WebGPU spec): MAP_READ and COPY_DST usage, MapMode.READ.
+_MAP_READ, _COPY_DST, _MAP_MODE_READ = 0x0001, 0x0008, 0x0001
+
+
+class ReadbackRing:
+    """Budgets (count, bytes), the waiter thread, delivery and release of staging buffers."""
+
+    def __init__(self, max_count: int, max_bytes: int, slice_s: float):
+        self.tracker = ReadbackTracker(max_count, max_bytes)
+        self.waiter = PromiseWaiter(slice_s)
+        self.quarantine: list[ReadbackRequest] = []
+        self.created = 0
+        self.destroyed = 0
+        self.abandoned = 0  # released without destroy at close: their copy was still running
+        self.delivered = 0
+        self.device_lost = False
+
+    @property
+    def live_staging(self) -> int:
+        """Staging buffers this ring still holds (created, neither destroyed nor released)."""
+        return self.created - self.destroyed - self.abandoned
+
+    def create_staging(self, device: Any, size: int, usage: int) -> Any:
+        staging = device.create_buffer(size=size, usage=usage, label="engine_plugin.readback_staging")
+        self.created += 1
+        return staging
+
+    def destroy_staging(self, staging: Any) -> None:
+        try:
+            # destroy() unmaps a mapped buffer. Callers only get here once the buffer's copy
+            # is over or its device is lost, so no in-flight work uses it.
+            staging.destroy()
+        except Exception as exc:  # a lost device may complain; the reference is dropped anyway
+            log.debug("destroying a staging buffer failed: %s", exc)
+        self.destroyed += 1
+
+    def warm_up(self, device: Any, source: Any) -> None:
+        """One 4-byte readback of ``source``, waited for now rather than on the frame path.
+
+        The first map/read in a process makes wgpu-py's cffi parse declarations: measured
+        50-75 ms on lavapipe, which would otherwise land in the first frame's readback/poll.
+        """
+        staging = self.create_staging(device, 4, _MAP_READ | _COPY_DST)
+        try:
+            encoder = device.create_command_encoder(label="engine_plugin.warm_up")
+            encoder.copy_buffer_to_buffer(source, 0, staging, 0, 4)
+            device.queue.submit([encoder.finish()])
+            promise = staging.map_async(_MAP_MODE_READ, 0, 4)
+            if settled(promise, 2.0):  # bounded: a destroyed device's map never settles
+                promise.sync_wait()
+                memoryview(staging.read_mapped(0, 4, copy=False)).release()
+        finally:
+            self.destroy_staging(staging)
+
+    def start(self, handle: Any, desc: Any, callback: Callable, nbytes: int, staging: Any,
+              promise: Any, fault: Callable[[], str | None]) -> ReadbackRequest:
+        """Track an accepted request and hand its promise to the waiter."""
+        req = ReadbackRequest(handle, desc, callback, nbytes, staging, promise)
+        self.tracker.add(req)
+        # Checked after add(): a notify_device_error on another thread either sees this
+        # request in fail_all() or has set the fault we read here. Either way it FAILS.
+        message = fault()
+        if message is not None:
+            self.tracker.decide(req, ReadbackStatus.FAILED, message)
+        self.waiter.watch(req)
+        return req
+
+    def collect(self, errors: list[BaseException]) -> int:
+        """Decide and deliver what the waiter finished, then what a device error failed;
+        release every staging buffer whose copy is known to be over."""
+        count = 0
+        while True:
+            try:
+                req, error = self.waiter.done.get_nowait()
+            except queue.Empty:
+                break
+            req.settled = True  # its copy is over: the staging buffer may be destroyed now
+            if req.released:
+                continue
+            if req.delivered:  # failed earlier by a device error; its release waited for this
+                self.release(req)
+                continue
+            if error is None:
+                self.tracker.decide(req, ReadbackStatus.READY)
+            else:
+                lines = str(error).strip().splitlines()
+                self.tracker.decide(req, ReadbackStatus.FAILED, f"map failed: {lines[-1] if lines else error!r}")
+            count += self.deliver(req, errors)
+        for req in self.tracker.requests():
+            if req.status is ReadbackStatus.FAILED and not req.delivered:
+                count += self.deliver(req, errors)
+            elif self.device_lost and self._deferred(req):
+                self.release(req)  # a lost device runs nothing more, and its maps never settle
+        self.retry_quarantine()
+        return count
+
+    def deliver(self, req: ReadbackRequest, errors: list[BaseException]) -> int:
+        """Run the callback once (collecting its exception), then release, defer or quarantine."""
+        if req.delivered:
+            return 0
+        req.delivered = True
+        view = None
+        if req.status is ReadbackStatus.READY:
+            try:
+                # A private numpy anchor over the mapped bytes: every view the callback can
+                # derive from ``data`` (slices, casts, np.frombuffer) holds a reference to it,
+                # so its refcount tells whether something outlived the callback.
+                req.anchor = np.frombuffer(req.staging.read_mapped(0, req.nbytes, copy=False), np.uint8)
+                req.baseline = sys.getrefcount(req.anchor)
+                view = memoryview(req.anchor)
+            except Exception as exc:  # READY was decided: the frame thread owns the request now
+                req.status, req.message = ReadbackStatus.FAILED, f"read_mapped failed: {exc}"
+        try:
+            req.callback(ReadbackResult(req.handle, req.desc, req.status, view, req.id, req.message))
+        except Exception as exc:
+            errors.append(exc)
+        self.delivered += 1
+        if view is not None:
+            try:
+                view.release()  # ``result.data`` kept by the callback is now unusable, not dangling
+            except BufferError:
+                pass  # a live export of ``view`` itself: the refcount check below catches it
+            del view
+            if self._retained(req):
+                self.quarantine.append(req)
+                log.warning("readback %d: the callback kept an array over its data; copy what you keep. "
+                            "Its staging buffer stays mapped until that array dies.", req.id)
+                return 1
+        if req.settled or self.device_lost:
+            self.release(req)
+        # else: failed by a device error while its copy may still run on the GPU. Destroying
+        # it now is legal WebGPU, but we keep to "never destroy what in-flight work uses":
+        # the waiter's report of its map settling releases it (see collect).
+        return 1
+
+    def _deferred(self, req: ReadbackRequest) -> bool:
+        return req.delivered and not req.released and req not in self.quarantine
+
+    @staticmethod
+    def _retained(req: ReadbackRequest) -> bool:
+        return req.anchor is not None and sys.getrefcount(req.anchor) > req.baseline
+
+    def retry_quarantine(self) -> None:
+        for req in list(self.quarantine):
+            if self._retained(req):
+                continue
+            self.quarantine.remove(req)
+            self.release(req)
+
+    def release(self, req: ReadbackRequest) -> None:
+        """Destroy the request's staging buffer and return its budget share."""
+        staging = req.staging
+        self._forget(req)
+        self.destroy_staging(staging)
+
+    def _forget(self, req: ReadbackRequest) -> None:
+        req.released = True
+        req.cancelled = True  # the waiter forgets it, whatever its promise does later
+        req.anchor = None
+        req.staging = None
+        req.promise = None
+        self.tracker.finish(req)
+
+    def close(self, message: str, errors: list[BaseException], wait_s: float) -> None:
+        """Fail and deliver everything pending, stop the waiter, release every staging buffer.
+
+        A buffer whose copy may still be running is given up to ``wait_s`` (all together) to
+        finish, then destroyed; one still running after that is released without destroy (its
+        last reference dropped: wgpu-core frees it when the copy completes).
+        """
+        self.tracker.fail_all(message)
+        self.collect(errors)
+        self.waiter.stop()
+        deadline = time.perf_counter() + wait_s
+        for req in self.tracker.requests():
+            if not self._deferred(req):
+                continue
+            if self.device_lost or settled(req.promise, max(0.0, deadline - time.perf_counter())):
+                self.release(req)
+            else:
+                self._forget(req)
+                self.abandoned += 1
+        self.retry_quarantine()
+        for req in self.quarantine:
+            log.warning("backend closed while readback %d's data is still referenced by a callback's "
+                        "array; its staging buffer stays mapped until that array dies", req.id)

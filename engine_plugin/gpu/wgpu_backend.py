@@ -1,0 +1,427 @@
+"""The wgpu-py backend: field mirrors, uploads, generation-checked products, dispatch,
+bounded asynchronous readback, and fail-closed device-error handling.
+
+Ownership rules, each because the alternative aborts the process or leaks:
+
+* A staging buffer belongs to exactly one accepted readback and is destroyed on every path
+  (delivered, failed, backend closed first). Destroying it after its copy was *submitted* is
+  safe (wgpu-core defers the free); only submitting work that uses a destroyed buffer aborts.
+* Field mirrors, pipelines and bind groups are never destroyed, only released: a product's
+  bind group may still reference a field buffer.
+* Command buffers are finished immediately before submission and never kept: submitting one
+  finished before a device loss aborts the process, while ``finish()`` on a lost device raises.
+
+Any wgpu error raised by a call of this backend disables it (fail closed), as does
+:meth:`WgpuBackend.notify_device_error` and a "device lost" record on the ``wgpu`` logger
+confirmed by a probe of this backend's own device (see :mod:`engine_plugin.gpu.loss`).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Hashable
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import StaleHandleError, bug
+from .config import WgpuBackendConfig, WgpuProductDesc, product_refusal, readback_range, source_size
+from .descriptors import DispatchDesc, FieldMirrorDesc, GpuCapabilities, ReadbackDesc, UploadDesc
+from .handles import GpuProductHandle, SlotTable
+from .loss import FaultState, loss_reports
+from .ring import ReadbackRing
+
+__all__ = ["WgpuBackend"]
+
+log = logging.getLogger("engine_plugin.gpu")
+
+# wgpu's flag values (WebGPU spec); numbers keep this module importable against a fake device.
+_MAP_READ, _COPY_SRC, _COPY_DST, _STORAGE = 0x0001, 0x0004, 0x0008, 0x0080
+_MAP_MODE_READ = 0x0001
+_ALIGN = 4
+
+
+@dataclass
+class _Field:
+    desc: FieldMirrorDesc
+    buffer: Any
+
+
+@dataclass
+class _Product:
+    desc: WgpuProductDesc
+    source_size: int
+
+
+class WgpuBackend:
+    """A :class:`~engine_plugin.gpu.backend.GpuBackend` over a wgpu device.
+
+    Args:
+        device: a ``wgpu.GPUDevice`` (or a :class:`~engine_plugin.gpu.device.DeviceContext`,
+            or anything shaped like one: tests pass a fake).
+        config: budgets; the defaults suit a frame loop.
+
+    Calls are serialised by the caller (the engine thread); ``notify_device_error`` alone may
+    come from any thread. Use as a context manager, or call :meth:`close`.
+    """
+
+    def __init__(self, device: Any, config: WgpuBackendConfig | None = None):
+        # A DeviceContext hands its device, and is marked lost with it so that get_context()
+        # makes a new device next time.
+        self._context = device if hasattr(device, "device") and hasattr(device, "lost") else None
+        device = getattr(device, "device", device)
+        self.config = config or WgpuBackendConfig()
+        self.device = device
+        self.queue = device.queue
+        self._limits = dict(device.limits)
+        self._fields: dict[str, _Field] = {}
+        self._products: SlotTable[_Product] = SlotTable(self.config.max_products)
+        self._ring = ReadbackRing(self.config.max_inflight_readbacks, self.config.max_inflight_readback_bytes,
+                                  self.config.waiter_slice_s)
+        self._faults = FaultState()
+        self._faults.queue = self.queue
+        self._closed = False
+        self.last_refusal = ""
+        self.stats = {"uploads": 0, "upload_bytes": 0, "dispatches": 0, "readbacks": 0, "refusals": 0}
+        loss_reports.acquire_user()
+        if not self.config.enabled:
+            self._faults.set("disabled by configuration", lost=False)
+            return
+        try:
+            self._faults.probe = device.create_buffer(size=_ALIGN, usage=_COPY_DST | _COPY_SRC,
+                                                      label="engine_plugin.probe")
+            if self.config.warm_up:
+                self._ring.warm_up(self.device, self._faults.probe)
+        except Exception as exc:
+            self._device_exception("warming up the readback path", exc)
+
+    @property
+    def _fault(self) -> str | None:
+        return self._faults.message
+
+    # ---- state -----------------------------------------------------------------------
+
+    @property
+    def healthy(self) -> bool:
+        """Whether work can be accepted (not closed, not disabled, no device error or loss)."""
+        return self._fault is None and not self._closed
+
+    @property
+    def lost(self) -> bool:
+        """Whether this backend's device was lost (as opposed to a reported error)."""
+        return self._faults.lost
+
+    @property
+    def fault(self) -> str | None:
+        """Why the backend is disabled, or None while healthy."""
+        return "closed" if self._closed else self._fault
+
+    @property
+    def inflight_readbacks(self) -> int:
+        """Accepted readbacks whose staging is not released yet (the count budget's use)."""
+        return self._ring.tracker.count
+
+    @property
+    def inflight_readback_bytes(self) -> int:
+        return self._ring.tracker.bytes
+
+    @property
+    def live_staging_buffers(self) -> int:
+        """Staging buffers created and not yet destroyed (0 once everything is delivered)."""
+        return self._ring.live_staging
+
+    @property
+    def delivered_readbacks(self) -> int:
+        """Callbacks run so far (READY and FAILED)."""
+        return self._ring.delivered
+
+    def capabilities(self) -> GpuCapabilities:
+        if not self.healthy:
+            return GpuCapabilities()
+        return GpuCapabilities(
+            compute=True,
+            async_dispatch=True,
+            async_readback=True,
+            max_buffer_bytes=int(self._limits.get("max-buffer-size", 0)),
+            max_workgroups_x=min(self.config.max_workgroups_x,
+                                 int(self._limits.get("max-compute-workgroups-per-dimension", 65_535))),
+            max_workgroups_per_dimension=int(self._limits.get("max-compute-workgroups-per-dimension", 65_535)),
+            upload_alignment=_ALIGN,
+            readback_alignment=_ALIGN,
+        )
+
+    def notify_device_error(self, message: str = "device error reported by the application") -> None:
+        """Disable further submissions and fail every pending readback. Safe from any thread.
+
+        The FAILED callbacks are delivered by the next :meth:`poll` on the engine thread.
+        """
+        self._set_fault(message, lost=False)
+
+    def _set_fault(self, message: str, *, lost: bool) -> None:
+        first = self._faults.set(message, lost=lost)
+        if lost:
+            self._ring.device_lost = True
+            if self._context is not None:
+                self._context.lost = True
+        failed = self._ring.tracker.fail_all(message)
+        if first:
+            log.warning("GPU backend disabled (%s); %d pending readback(s) failed", message, failed)
+
+    def _refuse(self, reason: str) -> bool:
+        self.last_refusal = reason
+        self.stats["refusals"] += 1
+        return False
+
+    def _usable(self, what: str) -> bool:
+        """Check loss reports, then whether ``what`` may run; records the refusal if not."""
+        if self._faults.new_loss_report():
+            self._set_fault("device lost (reported on the wgpu logger, confirmed by a probe)", lost=True)
+        if self._closed:
+            return self._refuse(f"{what}: the backend is closed")
+        if self._fault is not None:
+            return self._refuse(f"{what}: the backend is disabled ({self._fault})")
+        return True
+
+    def _device_exception(self, what: str, exc: Exception) -> bool:
+        """Fail closed on a device error (answering False); re-raise anything else (a bug)."""
+        found = self._faults.describe(what, exc)
+        if found is None:
+            raise exc
+        self._set_fault(found[0], lost=found[1])
+        return self._refuse(found[0])
+
+    # ---- fields ----------------------------------------------------------------------
+
+    def register_field(self, desc: FieldMirrorDesc) -> bool:
+        """Create the STORAGE | COPY_DST | COPY_SRC mirror buffer of ``desc``; False when refused."""
+        if not self._usable(f"register_field({desc.tag!r})"):
+            return False
+        if desc.tag in self._fields:
+            return self._refuse(f"field {desc.tag!r} is registered already")
+        if len(self._fields) >= self.config.max_fields:
+            return self._refuse(f"max_fields={self.config.max_fields} fields are registered already")
+        size = -(-desc.total_bytes() // _ALIGN) * _ALIGN
+        limit = int(self._limits.get("max-buffer-size", 0))
+        if size > limit:
+            return self._refuse(f"field {desc.tag!r} mirror needs {size} B; the device allows {limit} B a buffer")
+        try:
+            buffer = self.device.create_buffer(size=size, usage=_STORAGE | _COPY_DST | _COPY_SRC,
+                                               label=f"engine_plugin.field.{desc.tag}")
+        except Exception as exc:
+            return self._device_exception(f"register_field({desc.tag!r})", exc)
+        self._fields[desc.tag] = _Field(desc, buffer)
+        return True
+
+    def field_buffer(self, tag: str) -> Any | None:
+        """The mirror buffer of field ``tag`` (for the caller's bind groups), or None."""
+        f = self._fields.get(tag)
+        return f.buffer if f is not None else None
+
+    def unregister_field(self, tag: str) -> bool:
+        """Forget field ``tag``. Its buffer is released, never destroyed (bind groups may use it)."""
+        return self._fields.pop(tag, None) is not None
+
+    # ---- products --------------------------------------------------------------------
+
+    def register_product(self, key: Hashable, desc: WgpuProductDesc) -> GpuProductHandle | None:
+        """Register caller-made GPU resources under ``key``; answers a generation handle or None."""
+        if not self._usable(f"register_product({key!r})"):
+            return None
+        reason = product_refusal(desc, _COPY_SRC, _ALIGN)
+        if reason is not None:
+            self._refuse(f"register_product({key!r}): {reason}")
+            return None
+        handle = self._products.insert(key, _Product(desc, source_size(desc)))
+        if handle is None:
+            full = len(self._products) >= self.config.max_products
+            self._refuse(f"register_product({key!r}): " + (
+                f"max_products={self.config.max_products} are registered" if full
+                else "the key is registered already; unregister its handle first"))
+        return handle
+
+    def unregister_product(self, handle: GpuProductHandle) -> bool:
+        """Forget a product; ``handle`` and every descriptor carrying it go stale.
+
+        Readbacks it already started still complete through their callback (check ``is_live``).
+        """
+        return self._products.remove(handle) is not None
+
+    def is_live(self, handle: GpuProductHandle) -> bool:
+        return self._products.get(handle) is not None
+
+    def require_live(self, handle: GpuProductHandle) -> None:
+        """Raise StaleHandleError naming ``handle`` when it no longer names a product."""
+        if not self.is_live(handle):
+            raise StaleHandleError(f"{handle} is stale: it was unregistered or replaced")
+
+    # ---- uploads and dispatch --------------------------------------------------------
+
+    def upload(self, desc: UploadDesc) -> bool:
+        """Write a live world span into its field mirror with ``queue.write_buffer``.
+
+        Refused: unknown field, misaligned offset or size (WebGPU needs 4-byte multiples), a
+        range past the mirror. Raises StaleSpanError when the span's chunks changed since it
+        was taken (never a silent stale upload).
+        """
+        if not self._usable(f"upload({desc.tag!r})"):
+            return False
+        f = self._fields.get(desc.tag)
+        if f is None:
+            return self._refuse(f"upload: field {desc.tag!r} is not registered")
+        if desc.dst_offset % _ALIGN or desc.nbytes % _ALIGN:
+            return self._refuse(f"upload of {desc.tag!r}: offset {desc.dst_offset} / size {desc.nbytes} "
+                                f"not {_ALIGN}-byte aligned")
+        if desc.dst_offset < 0 or desc.dst_offset + desc.nbytes > f.desc.total_bytes():
+            return self._refuse(f"upload of {desc.tag!r}: bytes {desc.dst_offset}+{desc.nbytes} outside the mirror")
+        data = desc.data()  # StaleSpanError before anything reaches the device
+        if data.nbytes != desc.nbytes:
+            raise bug(f"upload span of {desc.tag!r} has {data.nbytes} B, its descriptor says {desc.nbytes}")
+        try:
+            self.queue.write_buffer(f.buffer, desc.dst_offset, data)
+        except Exception as exc:
+            return self._device_exception(f"upload({desc.tag!r})", exc)
+        self.stats["uploads"] += 1
+        self.stats["upload_bytes"] += desc.nbytes
+        return True
+
+    def dispatch(self, desc: DispatchDesc) -> bool:
+        """Validate (generation, field, chunk budget, workgroup limits), encode a compute pass
+        and submit it. Answers whether it was submitted, not whether it finished."""
+        if not self._usable(f"dispatch({desc.product})"):
+            return False
+        product = self._products.get(desc.product)
+        if product is None:
+            return self._refuse(f"dispatch: {desc.product} is stale or was never registered here")
+        if desc.field not in self._fields:
+            return self._refuse(f"dispatch: field {desc.field!r} is not registered")
+        if product.desc.fields and desc.field not in product.desc.fields:
+            return self._refuse(f"dispatch: {desc.product} does not read field {desc.field!r}")
+        if not 1 <= desc.chunk_count <= self.config.max_chunks_per_dispatch:
+            return self._refuse(f"dispatch: chunk_count {desc.chunk_count} outside "
+                                f"1..{self.config.max_chunks_per_dispatch} (max_chunks_per_dispatch)")
+        x, y, z = desc.workgroups
+        per_dim = int(self._limits.get("max-compute-workgroups-per-dimension", 65_535))
+        if min(x, y, z) < 1:
+            return self._refuse(f"dispatch: workgroups {desc.workgroups} must all be >= 1")
+        if x > min(self.config.max_workgroups_x, per_dim):
+            return self._refuse(f"dispatch: {x} workgroups in X exceed the limit "
+                                f"{min(self.config.max_workgroups_x, per_dim)}")
+        if max(y, z) > per_dim:
+            return self._refuse(f"dispatch: workgroups {desc.workgroups} exceed the device's {per_dim} a dimension")
+        try:
+            encoder = self.device.create_command_encoder(label=f"engine_plugin.dispatch.{desc.product.key}")
+            cpass = encoder.begin_compute_pass()
+            cpass.set_pipeline(product.desc.pipeline)
+            for index, group in enumerate(product.desc.bind_groups):
+                if group is not None:
+                    cpass.set_bind_group(index, group)
+            cpass.dispatch_workgroups(x, y, z)
+            cpass.end()
+            command = encoder.finish()
+            if not self.healthy:  # a notify from another thread landed while encoding
+                return self._refuse(f"dispatch: the backend was disabled while encoding ({self.fault})")
+            self.queue.submit([command])
+        except Exception as exc:
+            return self._device_exception(f"dispatch({desc.product})", exc)
+        self.stats["dispatches"] += 1
+        return True
+
+    # ---- readback --------------------------------------------------------------------
+
+    def readback(self, desc: ReadbackDesc) -> bool:
+        """Copy the requested range into a new MAP_READ staging buffer and start mapping it.
+
+        Accepted requests complete through the product's callback from a later :meth:`poll`,
+        exactly once, READY or FAILED. Refused: stale product, NONE policy, FULL_FIELD unless
+        configured, missing selection, bad range, or a count/bytes budget that would overflow.
+        """
+        if not self._usable(f"readback({desc.product})"):
+            return False
+        product = self._products.get(desc.product)
+        if product is None:
+            return self._refuse(f"readback: {desc.product} is stale or was never registered here")
+        field = self._fields.get(desc.field) if desc.field is not None else None
+        found = readback_range(desc, product.desc, product.source_size,
+                               (field.buffer, field.desc.total_bytes()) if field else None,
+                               self.config.allow_full_field, _ALIGN)
+        if isinstance(found, str):
+            return self._refuse(f"readback of {desc.product}: {found}")
+        source, base, size = found
+        why = self._ring.tracker.refusal(size)
+        if why is not None:
+            return self._refuse(f"readback of {desc.product}: {why}")
+        staging = None
+        try:
+            staging = self._ring.create_staging(self.device, size, _MAP_READ | _COPY_DST)
+            encoder = self.device.create_command_encoder(label="engine_plugin.readback")
+            encoder.copy_buffer_to_buffer(source, base, staging, 0, size)
+            command = encoder.finish()
+            if not self.healthy:
+                self._ring.destroy_staging(staging)
+                return self._refuse(f"readback: the backend was disabled while encoding ({self.fault})")
+            self.queue.submit([command])
+            promise = staging.map_async(_MAP_MODE_READ, 0, size)
+        except Exception as exc:
+            if staging is not None:  # never submitted, or its copy is: destroying is safe
+                self._ring.destroy_staging(staging)
+            return self._device_exception(f"readback({desc.product})", exc)
+        if promise is None:  # the reference's "null map future": release at once
+            self._ring.destroy_staging(staging)
+            return self._refuse(f"readback of {desc.product}: map_async gave no promise")
+        self._ring.start(desc.product, desc, product.desc.callback, size, staging, promise, lambda: self._fault)
+        self.stats["readbacks"] += 1
+        return True
+
+    def poll(self) -> int:
+        """Deliver every finished readback to its callback; never blocks. Answers how many.
+
+        Call once a frame on the engine thread. A callback's exception does not stop the
+        delivery of the others or the release of staging; the first one is re-raised at the end.
+        """
+        if self._closed:
+            return 0
+        if self._faults.new_loss_report():
+            self._set_fault("device lost (reported on the wgpu logger, confirmed by a probe)", lost=True)
+        self._check_stall()
+        errors: list[BaseException] = []
+        count = self._ring.collect(errors)
+        if errors:
+            raise errors[0]
+        return count
+
+    def _check_stall(self) -> None:
+        """Probe the device when a readback has been pending suspiciously long (see config)."""
+        if self._fault is not None or not self._ring.tracker.count:
+            return
+        now = time.perf_counter()
+        if (self._ring.tracker.oldest_pending_age() > self.config.stall_probe_s
+                and now - self._faults.last_probe > self.config.stall_probe_s and self._faults.probe_lost()):
+            self._set_fault("device lost (found by probing a stalled readback)", lost=True)
+
+    # ---- shutdown --------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Fail every pending readback (callbacks run here, FAILED), destroy every staging
+        buffer, release fields and products, stop the waiter. Idempotent; never blocks long."""
+        if self._closed:
+            return
+        self._closed = True  # before the callbacks: one that re-enters is refused
+        errors: list[BaseException] = []
+        self._ring.close("the backend was closed", errors, self.config.close_wait_s)
+        self._fields.clear()
+        self._products.clear()
+        self._faults.probe = None
+        loss_reports.release_user()
+        if errors:
+            raise errors[0]
+
+    def __enter__(self) -> WgpuBackend:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "healthy" if self.healthy else f"disabled: {self.fault}"
+        return (f"<WgpuBackend {state}; {len(self._fields)} fields, {len(self._products)} products, "
+                f"{self.inflight_readbacks} readbacks in flight>")

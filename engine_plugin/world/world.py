@@ -1,0 +1,327 @@
+"""The chunked world: the authoritative CPU data every GPU product is derived from.
+
+Storage is dense and chunk-slot-major: each field is one array of shape
+``(max_chunks, *chunk_shape)``, and a live chunk owns one slot of it for its whole life, so a
+GPU mirror of the field is byte-for-byte the same layout and adjacent slots coalesce into one
+upload. Slots freed by eviction are reused, lowest first.
+
+Every mutation path (``write``, ``set_tile``, ``edit``, ``add``) gives the chunk a new content
+version taken from one world-wide counter, so a ``(key, version)`` pair never repeats: not
+after more edits, and not after the key is evicted and added again. Upload spans and readback
+revalidation rely on exactly that.
+
+The arrays behind the world are not writeable from outside: readers get read-only views (numpy
+refuses to flip them back), and the only ways to change data are the mutation methods.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from typing import Any
+
+import numpy as np
+
+from .edit import ChunkEdit
+from .errors import ChunkBusyError, UnknownChunkError, WorldError, WorldFullError
+from .fields import FieldSpec, check_chunk_shape, declare_fields
+
+__all__ = ["World"]
+
+
+class World:
+    """Chunks of a fixed tile shape with declared typed fields, versions and dirty tracking.
+
+    Args:
+        chunk_shape: tiles per chunk, 1 to 3 dims, e.g. ``(32, 32)``.
+        fields: ``{name: numpy dtype}``; validated once through ``GpuFieldFormat``.
+        max_chunks: how many chunks can be live at once (the number of mirror slots).
+
+    Raises:
+        UnsupportedFieldTypeError: (a ``TypeError``) a field type no GPU mirror can store.
+        WorldError: a bad shape, field name or ``max_chunks``.
+    """
+
+    def __init__(self, chunk_shape: Any, fields: Mapping[str, Any], max_chunks: int = 1024):
+        self.chunk_shape: tuple[int, ...] = check_chunk_shape(chunk_shape)
+        if not isinstance(max_chunks, (int, np.integer)) or isinstance(max_chunks, bool) or max_chunks < 1:
+            raise WorldError(f"max_chunks must be a positive int, not {max_chunks!r}")
+        self.max_chunks = int(max_chunks)
+        self._fields = declare_fields(fields)
+        self.tiles_per_chunk = int(np.prod(self.chunk_shape))
+        self._base: dict[str, np.ndarray] = {}
+        self._rw: dict[str, np.ndarray] = {}
+        for name, spec in self._fields.items():
+            base = np.zeros((self.max_chunks, *self.chunk_shape), dtype=spec.dtype)
+            # The one writeable alias stays private; the base (and every view of it) is read-only.
+            self._rw[name] = base[...]
+            base.flags.writeable = False
+            self._base[name] = base
+        self._slot_of: dict[int, int] = {}
+        self._key_at: list[int | None] = [None] * self.max_chunks
+        self._free: list[int] = list(range(self.max_chunks))  # already a heap
+        self._version: dict[int, int] = {}
+        self._clock = 0
+        self._dirty: set[tuple[int, str]] = set()
+        self._editing: set[int] = set()
+
+    # ---- declarations ----------------------------------------------------------------
+
+    @property
+    def fields(self) -> tuple[FieldSpec, ...]:
+        """The declared fields, in declaration order."""
+        return tuple(self._fields.values())
+
+    def field(self, name: str) -> FieldSpec:
+        """The declaration of ``name``. Raises WorldError naming the declared fields."""
+        spec = self._fields.get(name)
+        if spec is None:
+            raise WorldError(f"unknown field {name!r}; this world declares {', '.join(map(repr, self._fields))}")
+        return spec
+
+    def chunk_nbytes(self, name: str) -> int:
+        """Bytes one chunk of field ``name`` occupies (in the world and in its mirror)."""
+        return self.tiles_per_chunk * self.field(name).value_bytes
+
+    # ---- chunks ----------------------------------------------------------------------
+
+    def __len__(self) -> int:
+        return len(self._slot_of)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._slot_of
+
+    def keys(self) -> list[int]:
+        """Live chunk keys, sorted."""
+        return sorted(self._slot_of)
+
+    def add(self, key: int, values: Mapping[str, Any] | None = None) -> int:
+        """Add chunk ``key`` (zero-filled, or from ``values``) and answer its mirror slot.
+
+        Every field of the new chunk is dirty.
+
+        Raises:
+            WorldError: ``key`` is live already, not an int, or ``values`` names an unknown field.
+            WorldFullError: no slot is free.
+        """
+        key = _check_key(key)
+        if key in self._slot_of:
+            raise WorldError(f"chunk {key} is already in the world (slot {self._slot_of[key]}); evict it first")
+        if not self._free:
+            raise WorldFullError(f"all {self.max_chunks} chunk slots are taken; evict a chunk or raise max_chunks")
+        converted = {name: self._convert(name, v) for name, v in (values or {}).items()}
+        slot = heapq.heappop(self._free)
+        for name, rw in self._rw.items():
+            # A reused slot still holds the evicted chunk's data: always overwrite it.
+            rw[slot] = converted.get(name, 0)
+            self._dirty.add((key, name))
+        self._slot_of[key] = slot
+        self._key_at[slot] = key
+        self._bump(key)
+        return slot
+
+    def evict(self, key: int) -> int:
+        """Remove chunk ``key``; answer the slot it freed (reused by a later ``add``).
+
+        Upload spans and versions of the chunk go stale; its dirty entries are dropped.
+        """
+        slot = self.slot(key)
+        if key in self._editing:
+            raise ChunkBusyError(f"chunk {key} cannot be evicted inside its own edit")
+        del self._slot_of[key]
+        del self._version[key]
+        self._key_at[slot] = None
+        heapq.heappush(self._free, slot)
+        for name in self._fields:
+            self._dirty.discard((key, name))
+        self._clock += 1  # eviction is a change of the world, if not of a live chunk
+        return slot
+
+    def slot(self, key: int) -> int:
+        """The mirror slot of live chunk ``key``. Raises UnknownChunkError."""
+        try:
+            return self._slot_of[key]
+        except KeyError:
+            raise UnknownChunkError(f"no live chunk {key!r} in the world ({len(self)} live)") from None
+
+    def key_at(self, slot: int) -> int | None:
+        """The key of the chunk in ``slot``, or None when the slot is free."""
+        return self._key_at[slot]
+
+    # ---- versions --------------------------------------------------------------------
+
+    def version(self, key: int) -> int:
+        """The content version of live chunk ``key``; every mutation gives it a new, larger one."""
+        self.slot(key)
+        return self._version[key]
+
+    def is_current(self, key: int, version: int) -> bool:
+        """Whether chunk ``key`` is live and still has content ``version`` (the staleness test)."""
+        return self._version.get(key) == version
+
+    @property
+    def clock(self) -> int:
+        """The world-wide mutation counter (the latest version handed out)."""
+        return self._clock
+
+    def _bump(self, key: int) -> int:
+        self._clock += 1
+        self._version[key] = self._clock
+        return self._clock
+
+    # ---- reading ---------------------------------------------------------------------
+
+    def read(self, key: int, name: str) -> np.ndarray:
+        """A read-only view of field ``name`` of chunk ``key`` (shape ``chunk_shape``).
+
+        The view is live: it shows later mutations. Copy it to keep a snapshot.
+        """
+        self.field(name)
+        return self._base[name][self.slot(key)]
+
+    def mirror(self, name: str) -> np.ndarray:
+        """The whole dense, slot-major array of field ``name``, read-only (free slots hold junk)."""
+        self.field(name)
+        return self._base[name][...]  # a view: the owning array itself could be made writeable
+
+    def slab(self, name: str, first_slot: int, count: int = 1) -> np.ndarray:
+        """Read-only contiguous view of ``count`` slots from ``first_slot`` (one coalesced upload)."""
+        self.field(name)
+        if first_slot < 0 or count < 1 or first_slot + count > self.max_chunks:
+            raise WorldError(f"slots {first_slot}..{first_slot + count - 1} are outside 0..{self.max_chunks - 1}")
+        return self._base[name][first_slot:first_slot + count]
+
+    # ---- mutation --------------------------------------------------------------------
+
+    def write(self, key: int, name: str, values: Any) -> int:
+        """Replace field ``name`` of chunk ``key`` (values broadcast to the chunk shape).
+
+        Answers the chunk's new version. Raises WorldError for a wrong shape or an unsafe cast
+        (float into an int field, an int out of the field's range).
+        """
+        slot = self._mutable_slot(key)
+        self._rw[name][slot] = self._convert(name, values)
+        self._dirty.add((key, name))
+        return self._bump(key)
+
+    def set_tile(self, key: int, name: str, tile: tuple[int, ...], value: Any) -> int:
+        """Set one tile (``(y, x)`` for a 2-D chunk) of field ``name``; answers the new version."""
+        slot = self._mutable_slot(key)
+        spec = self.field(name)
+        idx = tuple(tile) if isinstance(tile, (tuple, list)) else (tile,)
+        if len(idx) != len(self.chunk_shape) or not all(
+            isinstance(i, (int, np.integer)) and not isinstance(i, bool) and 0 <= i < n
+            for i, n in zip(idx, self.chunk_shape, strict=True)
+        ):
+            raise WorldError(f"tile {tile!r} is outside chunk shape {self.chunk_shape}")
+        self._rw[name][(slot, *idx)] = _cast(np.asarray(value), spec, name, ())
+        self._dirty.add((key, name))
+        return self._bump(key)
+
+    @contextmanager
+    def edit(self, key: int) -> Iterator[ChunkEdit]:
+        """Edit chunk ``key`` in place of several ``write`` calls::
+
+            with world.edit(key) as f:
+                f["height"][3, 4] = 1.0
+
+        Each field taken from ``f`` is a private writeable copy; on normal exit the copies are
+        committed together, those fields marked dirty and the chunk given one new version. An
+        exception inside the block discards the edit. While it is open, other mutations of the
+        chunk raise ChunkBusyError.
+        """
+        slot = self._mutable_slot(key)
+        self._editing.add(key)
+        edit = ChunkEdit(self, key, slot)
+        try:
+            yield edit
+        except BaseException:
+            edit._close()
+            raise
+        finally:
+            self._editing.discard(key)
+        taken = edit._close()
+        if taken:
+            for name, arr in taken.items():
+                self._rw[name][slot] = arr
+                self._dirty.add((key, name))
+            self._bump(key)
+
+    def _mutable_slot(self, key: int) -> int:
+        slot = self.slot(key)
+        if key in self._editing:
+            raise ChunkBusyError(f"chunk {key} has an open edit; change it through the edit's fields")
+        return slot
+
+    def _convert(self, name: str, values: Any) -> np.ndarray:
+        spec = self.field(name)
+        arr = np.asarray(values)
+        try:
+            arr = np.broadcast_to(arr, self.chunk_shape)
+        except ValueError:
+            raise WorldError(f"field {name!r} takes shape {self.chunk_shape}, not {arr.shape}") from None
+        return _cast(arr, spec, name, self.chunk_shape)
+
+    # ---- dirty tracking --------------------------------------------------------------
+
+    def dirty(self, name: str | None = None) -> list[tuple[int, str]]:
+        """The dirty (chunk key, field) pairs, sorted by field declaration order then slot."""
+        if name is not None:
+            self.field(name)
+        return sorted(
+            (p for p in self._dirty if name is None or p[1] == name),
+            key=lambda p: (self._fields[p[1]].index, self._slot_of[p[0]]),
+        )
+
+    def is_dirty(self, key: int, name: str) -> bool:
+        return (key, name) in self._dirty
+
+    def take_dirty(self, name: str | None = None) -> list[tuple[int, str]]:
+        """Answer ``dirty(name)`` and clear those entries (the uploader's call)."""
+        found = self.dirty(name)
+        self._dirty.difference_update(found)
+        return found
+
+    def mark_dirty(self, key: int | None = None, name: str | None = None) -> None:
+        """Mark fields dirty without changing data (e.g. to re-upload after a new device)."""
+        keys = [key] if key is not None else list(self._slot_of)
+        names = [name] if name is not None else list(self._fields)
+        for k in keys:
+            self.slot(k)
+            for n in names:
+                self.field(n)
+                self._dirty.add((k, n))
+
+    def _edit_field(self, slot: int, name: str) -> np.ndarray:
+        self.field(name)
+        return self._rw[name][slot].copy()
+
+    def __repr__(self) -> str:
+        fields = ", ".join(f"{s.name}:{s.format.name}" for s in self.fields)
+        return f"<World {self.chunk_shape} [{fields}] {len(self)}/{self.max_chunks} chunks>"
+
+
+def _check_key(key: Any) -> int:
+    if not isinstance(key, (int, np.integer)) or isinstance(key, bool):
+        raise WorldError(f"chunk keys are ints, not {key!r}")
+    return int(key)
+
+
+def _cast(arr: np.ndarray, spec: FieldSpec, name: str, shape: tuple[int, ...]) -> np.ndarray:
+    """Cast ``arr`` to the field's dtype, refusing what would silently change values:
+    floats into integer or bool fields, integers outside the field's range, non-numbers."""
+    if arr.shape != shape and arr.shape != ():
+        raise WorldError(f"field {name!r} takes shape {shape}, not {arr.shape}")
+    target, kind = spec.dtype, arr.dtype.kind
+    if kind not in "biuf":
+        raise WorldError(f"field {name!r} holds {target}; values of {arr.dtype} cannot be stored")
+    if target.kind in "biu" and kind == "f":
+        raise WorldError(f"field {name!r} holds {target}; round float values explicitly before writing them")
+    if target.kind in "biu" and kind in "iu" and arr.size:
+        info = np.iinfo(target) if target.kind != "b" else np.iinfo(np.uint8)
+        lo, hi = int(arr.min()), int(arr.max())
+        top = 1 if target.kind == "b" else info.max
+        if lo < info.min or hi > top:
+            raise WorldError(f"field {name!r} holds {target} ({info.min}..{top}); got values {lo}..{hi}")
+    return arr.astype(target, copy=False)

@@ -1,0 +1,99 @@
+// engine_plugin: lowered from assets/samples/reference.computeShader/bindings.yaml + assets/samples/reference.computeShader/kernel.wgsl; variant BODY=v FOLD=mean T=vec3<f32>
+alias T = vec3<f32>;
+const FOLD: u32 = 3u;
+const FOLD_add: u32 = 0u;
+const FOLD_min: u32 = 1u;
+const FOLD_max: u32 = 2u;
+const FOLD_mean: u32 = 3u;
+const FOLD_set: u32 = 4u;
+struct ZeroParams {
+    n: u32,
+    zero_stride_y: u32,
+    zero_stride_z: u32,
+    zero_len_src: u32,
+    zero_len_dst: u32,
+    zero_len_hits: u32,
+}
+@group(0) @binding(0) var<storage, read> cols: array<u32>;
+@group(0) @binding(1) var<storage, read> src: array<f32>;
+@group(0) @binding(2) var<storage, read_write> dst: array<f32>;
+@group(0) @binding(3) var<storage, read_write> hits: array<f32>;
+@group(0) @binding(4) var<storage, read_write> hits_count: array<atomic<u32>>;
+@group(0) @binding(5) var<uniform> params: ZeroParams;
+fn zero_n() -> u32 { return params.n; }
+fn zero_index(zero_gid: vec3<u32>) -> u32 { return zero_gid.x + zero_gid.y * params.zero_stride_y + zero_gid.z * params.zero_stride_z; }
+fn cols_count(zero_c: u32) -> u32 { return cols[1u + zero_c * 4u + 2u]; }
+fn cols_lanes(zero_c: u32) -> u32 { return cols[1u + zero_c * 4u + 1u]; }
+fn cols_kind(zero_c: u32) -> u32 { return cols[1u + zero_c * 4u + 3u]; }
+fn cols_addr(zero_c: u32, zero_i: u32, zero_lane: u32) -> u32 { return cols[1u + zero_c * 4u] + zero_i * cols[1u + zero_c * 4u + 1u] + zero_lane; }
+fn cols_f32(zero_c: u32, zero_i: u32, zero_lane: u32) -> f32 {
+    let zero_w = cols[cols_addr(zero_c, zero_i, zero_lane)]; let zero_k = cols_kind(zero_c);
+    if (zero_k == 1u) { return f32(bitcast<i32>(zero_w)); }
+    if (zero_k == 2u) { return f32(zero_w); }
+    return bitcast<f32>(zero_w);
+}
+fn cols_i32(zero_c: u32, zero_i: u32, zero_lane: u32) -> i32 {
+    let zero_w = cols[cols_addr(zero_c, zero_i, zero_lane)]; let zero_k = cols_kind(zero_c);
+    if (zero_k == 1u) { return bitcast<i32>(zero_w); }
+    if (zero_k == 2u) { return i32(zero_w); }
+    return i32(bitcast<f32>(zero_w));
+}
+fn cols_u32(zero_c: u32, zero_i: u32, zero_lane: u32) -> u32 {
+    let zero_w = cols[cols_addr(zero_c, zero_i, zero_lane)]; let zero_k = cols_kind(zero_c);
+    if (zero_k == 1u) { return u32(bitcast<i32>(zero_w)); }
+    if (zero_k == 2u) { return zero_w; }
+    return u32(bitcast<f32>(zero_w));
+}
+fn cols_vec2(zero_c: u32, zero_i: u32) -> vec2<f32> { return vec2<f32>(cols_f32(zero_c, zero_i, 0u), cols_f32(zero_c, zero_i, 1u)); }
+fn cols_vec3(zero_c: u32, zero_i: u32) -> vec3<f32> { return vec3<f32>(cols_f32(zero_c, zero_i, 0u), cols_f32(zero_c, zero_i, 1u), cols_f32(zero_c, zero_i, 2u)); }
+fn cols_vec4(zero_c: u32, zero_i: u32) -> vec4<f32> { return vec4<f32>(cols_f32(zero_c, zero_i, 0u), cols_f32(zero_c, zero_i, 1u), cols_f32(zero_c, zero_i, 2u), cols_f32(zero_c, zero_i, 3u)); }
+fn src_len() -> u32 { return params.zero_len_src; }
+fn src_get(zero_i: u32) -> vec3<f32> { let zero_b = zero_i * 3u; return vec3<f32>(src[zero_b], src[zero_b + 1u], src[zero_b + 2u]); }
+fn dst_len() -> u32 { return params.zero_len_dst; }
+fn dst_get(zero_i: u32) -> vec3<f32> { let zero_b = zero_i * 3u; return vec3<f32>(dst[zero_b], dst[zero_b + 1u], dst[zero_b + 2u]); }
+fn dst_set(zero_i: u32, zero_v: vec3<f32>) { let zero_b = zero_i * 3u; dst[zero_b] = zero_v.x; dst[zero_b + 1u] = zero_v.y; dst[zero_b + 2u] = zero_v.z; }
+fn hits_len() -> u32 { return params.zero_len_hits; }
+fn hits_get(zero_i: u32) -> vec4<f32> { let zero_b = zero_i * 4u; return vec4<f32>(hits[zero_b], hits[zero_b + 1u], hits[zero_b + 2u], hits[zero_b + 3u]); }
+fn hits_set(zero_i: u32, zero_v: vec4<f32>) { let zero_b = zero_i * 4u; hits[zero_b] = zero_v.x; hits[zero_b + 1u] = zero_v.y; hits[zero_b + 2u] = zero_v.z; hits[zero_b + 3u] = zero_v.w; }
+fn hits_capacity() -> u32 { return params.zero_len_hits; }
+fn hits_store(zero_slot: u32, zero_v: vec4<f32>) { if (zero_slot < hits_capacity()) { hits_set(zero_slot, zero_v); } }
+fn hits_set_count(zero_c: u32) { atomicStore(&hits_count[0], zero_c); }
+fn hits_count_value() -> u32 { return atomicLoad(&hits_count[0]); }
+// ---- kernel body ----
+// dst[i] = FOLD(BODY(src[i]) * weight[i], src[i + 1]); one hit record per element.
+// BODY is spliced source over `v` (the element); weight is column 0 of the table `cols`.
+
+fn fold(a: T, b: T) -> T {
+    // @when FOLD add
+
+    // @end
+    // @when FOLD min
+
+    // @end
+    // @when FOLD max
+
+    // @end
+    // @when FOLD mean
+    return (a + b) / T(2);
+    // @end
+    // @when FOLD set
+
+    // @end
+}
+
+@compute @workgroup_size(64)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
+    let i = zero_index(gid);
+    if (i >= zero_n()) {
+        return;
+    }
+    let v = src_get(i);
+    let right = src_get(min(i + 1u, src_len() - 1u));
+    let weight = T(cols_f32(0u, min(i, cols_count(0u) - 1u), 0u));
+    dst_set(i, fold(v * weight, right));
+    hits_store(i, vec4<f32>(f32(i), f32(FOLD), 0.0, 1.0));
+    if (i == 0u) {
+        hits_set_count(zero_n());
+    }
+}
+

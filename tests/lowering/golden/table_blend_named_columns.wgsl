@@ -1,0 +1,102 @@
+// engine_plugin: lowered from tests/lowering/assets/table_blend.computeShader/bindings.yaml + tests/lowering/assets/table_blend.computeShader/blend.wgsl; variant out=[blend,count] table=[pos,vel,id]
+struct ZeroParams {
+    n: u32,
+    zero_stride_y: u32,
+    zero_stride_z: u32,
+    mix: f32,
+}
+@group(0) @binding(0) var<storage, read> table: array<u32>;
+@group(0) @binding(1) var<storage, read_write> out: array<u32>;
+@group(0) @binding(2) var<uniform> params: ZeroParams;
+fn zero_n() -> u32 { return params.n; }
+fn zero_index(zero_gid: vec3<u32>) -> u32 { return zero_gid.x + zero_gid.y * params.zero_stride_y + zero_gid.z * params.zero_stride_z; }
+const table_col_pos: u32 = 0u;
+const table_col_vel: u32 = 1u;
+const table_col_id: u32 = 2u;
+fn table_count(zero_c: u32) -> u32 { return table[1u + zero_c * 4u + 2u]; }
+fn table_lanes(zero_c: u32) -> u32 { return table[1u + zero_c * 4u + 1u]; }
+fn table_kind(zero_c: u32) -> u32 { return table[1u + zero_c * 4u + 3u]; }
+fn table_addr(zero_c: u32, zero_i: u32, zero_lane: u32) -> u32 { return table[1u + zero_c * 4u] + zero_i * table[1u + zero_c * 4u + 1u] + zero_lane; }
+fn table_f32(zero_c: u32, zero_i: u32, zero_lane: u32) -> f32 {
+    let zero_w = table[table_addr(zero_c, zero_i, zero_lane)]; let zero_k = table_kind(zero_c);
+    if (zero_k == 1u) { return f32(bitcast<i32>(zero_w)); }
+    if (zero_k == 2u) { return f32(zero_w); }
+    return bitcast<f32>(zero_w);
+}
+fn table_i32(zero_c: u32, zero_i: u32, zero_lane: u32) -> i32 {
+    let zero_w = table[table_addr(zero_c, zero_i, zero_lane)]; let zero_k = table_kind(zero_c);
+    if (zero_k == 1u) { return bitcast<i32>(zero_w); }
+    if (zero_k == 2u) { return i32(zero_w); }
+    return i32(bitcast<f32>(zero_w));
+}
+fn table_u32(zero_c: u32, zero_i: u32, zero_lane: u32) -> u32 {
+    let zero_w = table[table_addr(zero_c, zero_i, zero_lane)]; let zero_k = table_kind(zero_c);
+    if (zero_k == 1u) { return u32(bitcast<i32>(zero_w)); }
+    if (zero_k == 2u) { return zero_w; }
+    return u32(bitcast<f32>(zero_w));
+}
+fn table_vec2(zero_c: u32, zero_i: u32) -> vec2<f32> { return vec2<f32>(table_f32(zero_c, zero_i, 0u), table_f32(zero_c, zero_i, 1u)); }
+fn table_vec3(zero_c: u32, zero_i: u32) -> vec3<f32> { return vec3<f32>(table_f32(zero_c, zero_i, 0u), table_f32(zero_c, zero_i, 1u), table_f32(zero_c, zero_i, 2u)); }
+fn table_vec4(zero_c: u32, zero_i: u32) -> vec4<f32> { return vec4<f32>(table_f32(zero_c, zero_i, 0u), table_f32(zero_c, zero_i, 1u), table_f32(zero_c, zero_i, 2u), table_f32(zero_c, zero_i, 3u)); }
+const out_col_blend: u32 = 0u;
+const out_col_count: u32 = 1u;
+fn out_count(zero_c: u32) -> u32 { return out[1u + zero_c * 4u + 2u]; }
+fn out_lanes(zero_c: u32) -> u32 { return out[1u + zero_c * 4u + 1u]; }
+fn out_kind(zero_c: u32) -> u32 { return out[1u + zero_c * 4u + 3u]; }
+fn out_addr(zero_c: u32, zero_i: u32, zero_lane: u32) -> u32 { return out[1u + zero_c * 4u] + zero_i * out[1u + zero_c * 4u + 1u] + zero_lane; }
+fn out_f32(zero_c: u32, zero_i: u32, zero_lane: u32) -> f32 {
+    let zero_w = out[out_addr(zero_c, zero_i, zero_lane)]; let zero_k = out_kind(zero_c);
+    if (zero_k == 1u) { return f32(bitcast<i32>(zero_w)); }
+    if (zero_k == 2u) { return f32(zero_w); }
+    return bitcast<f32>(zero_w);
+}
+fn out_i32(zero_c: u32, zero_i: u32, zero_lane: u32) -> i32 {
+    let zero_w = out[out_addr(zero_c, zero_i, zero_lane)]; let zero_k = out_kind(zero_c);
+    if (zero_k == 1u) { return bitcast<i32>(zero_w); }
+    if (zero_k == 2u) { return i32(zero_w); }
+    return i32(bitcast<f32>(zero_w));
+}
+fn out_u32(zero_c: u32, zero_i: u32, zero_lane: u32) -> u32 {
+    let zero_w = out[out_addr(zero_c, zero_i, zero_lane)]; let zero_k = out_kind(zero_c);
+    if (zero_k == 1u) { return u32(bitcast<i32>(zero_w)); }
+    if (zero_k == 2u) { return zero_w; }
+    return u32(bitcast<f32>(zero_w));
+}
+fn out_vec2(zero_c: u32, zero_i: u32) -> vec2<f32> { return vec2<f32>(out_f32(zero_c, zero_i, 0u), out_f32(zero_c, zero_i, 1u)); }
+fn out_vec3(zero_c: u32, zero_i: u32) -> vec3<f32> { return vec3<f32>(out_f32(zero_c, zero_i, 0u), out_f32(zero_c, zero_i, 1u), out_f32(zero_c, zero_i, 2u)); }
+fn out_vec4(zero_c: u32, zero_i: u32) -> vec4<f32> { return vec4<f32>(out_f32(zero_c, zero_i, 0u), out_f32(zero_c, zero_i, 1u), out_f32(zero_c, zero_i, 2u), out_f32(zero_c, zero_i, 3u)); }
+fn out_set_f32(zero_c: u32, zero_i: u32, zero_lane: u32, zero_v: f32) {
+    let zero_k = out_kind(zero_c); var zero_w = bitcast<u32>(zero_v);
+    if (zero_k == 1u) { zero_w = bitcast<u32>(i32(zero_v)); }
+    if (zero_k == 2u) { zero_w = u32(zero_v); }
+    out[out_addr(zero_c, zero_i, zero_lane)] = zero_w;
+}
+fn out_set_i32(zero_c: u32, zero_i: u32, zero_lane: u32, zero_v: i32) {
+    let zero_k = out_kind(zero_c); var zero_w = bitcast<u32>(f32(zero_v));
+    if (zero_k == 1u) { zero_w = bitcast<u32>(zero_v); }
+    if (zero_k == 2u) { zero_w = u32(zero_v); }
+    out[out_addr(zero_c, zero_i, zero_lane)] = zero_w;
+}
+fn out_set_u32(zero_c: u32, zero_i: u32, zero_lane: u32, zero_v: u32) {
+    let zero_k = out_kind(zero_c); var zero_w = bitcast<u32>(f32(zero_v));
+    if (zero_k == 1u) { zero_w = bitcast<u32>(i32(zero_v)); }
+    if (zero_k == 2u) { zero_w = zero_v; }
+    out[out_addr(zero_c, zero_i, zero_lane)] = zero_w;
+}
+fn out_set_vec2(zero_c: u32, zero_i: u32, zero_v: vec2<f32>) { out_set_f32(zero_c, zero_i, 0u, zero_v.x); out_set_f32(zero_c, zero_i, 1u, zero_v.y); }
+fn out_set_vec3(zero_c: u32, zero_i: u32, zero_v: vec3<f32>) { out_set_f32(zero_c, zero_i, 0u, zero_v.x); out_set_f32(zero_c, zero_i, 1u, zero_v.y); out_set_f32(zero_c, zero_i, 2u, zero_v.z); }
+fn out_set_vec4(zero_c: u32, zero_i: u32, zero_v: vec4<f32>) { out_set_f32(zero_c, zero_i, 0u, zero_v.x); out_set_f32(zero_c, zero_i, 1u, zero_v.y); out_set_f32(zero_c, zero_i, 2u, zero_v.z); out_set_f32(zero_c, zero_i, 3u, zero_v.w); }
+// ---- kernel body ----
+// out.blend[i] = mix(table.pos[i], table.vel[i], params.mix), by value whatever the stored kinds.
+@compute @workgroup_size(32)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
+    let i = zero_index(gid);
+    if (i >= zero_n()) {
+        return;
+    }
+    let a = table_vec3(table_col_pos, i);
+    let b = table_vec3(table_col_vel, i);
+    out_set_vec3(out_col_blend, i, mix(a, b, vec3<f32>(params.mix)));
+    out_set_u32(out_col_count, i, 0u, table_u32(table_col_id, i, 0u));
+}
+

@@ -1,0 +1,261 @@
+"""Malformed schemas and bodies: each is refused with the right class, file, line and column.
+
+A case names where the error must point by a *marker*: the text the reported column starts
+at, found on its first occurrence in the file the error names. So each case reads as "this
+input, refused at this token, saying this".
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pytest
+
+from engine_plugin.errors import ExpressionError, LoweringError, PluginError, SchemaError, SpecializationError
+from engine_plugin.lowering import lower, parse
+
+YAML = "bad.computeShader/bindings.yaml"
+WGSL = "bad.computeShader/kernel.wgsl"
+HEAD = "@compute @workgroup_size(64)\nfn main(@builtin(global_invocation_id) gid: vec3<u32>) {\n"
+MAIN = HEAD + "}\n"
+# A well-formed schema the body cases lower against.
+GOOD = """\
+bindings:
+  - { name: src,  kind: buffer, element: T }
+  - { name: hits, kind: buffer, access: read_write, element: u32, capacity: "n", append: true }
+specialize:
+  - { name: T,    options: [f32, u32] }
+  - { name: M,    options: [a, b] }
+  - { name: BODY, kind: source, default: "v" }
+"""
+SPEC = {"T": "f32", "M": "a"}
+
+
+@dataclass(frozen=True)
+class Bad:
+    id: str
+    yaml: str
+    error: type
+    at: str | None  # the marker the column starts at (None: line 1 / no column check)
+    says: str
+    body: str | None = None  # None: the schema alone is refused
+    spec: dict = field(default_factory=lambda: dict(SPEC))
+    col: bool = True  # whether the column is meaningful for this error
+    nth: int = 0  # which occurrence of the marker
+    path: str | None = None  # the file named; default: the WGSL for body cases, else the YAML
+
+
+def _pages(n: int) -> str:
+    return "bindings:\n" + "".join(f"  - {{ name: P{i}, kind: page, access: read_write }}\n" for i in range(n))
+
+
+CASES = [
+    # ---------------------------------------------------------------- YAML and top level
+    Bad("yaml-syntax", "bindings:\n  - { name: a, element: f32\n  - { name: b }\n", SchemaError, "{ name: b }", "invalid YAML"),
+    Bad("yaml-tab-indent", "bindings:\n\t- { name: a }\n", SchemaError, "\t", "invalid YAML"),
+    Bad("empty-file", "", SchemaError, None, "empty bindings.yaml", col=False),
+    Bad("no-bindings", "params: []\n", SchemaError, None, "no 'bindings:'", col=False),
+    Bad("bindings-not-a-list", "bindings: {a: 1}\n", SchemaError, "{a: 1}", "bindings must be a list"),
+    Bad("unknown-top-level-key", "bindings: []\nworkgroups: 64\n", SchemaError, "workgroups", "did you mean 'workgroup'?"),
+    Bad("duplicate-key", "bindings:\n  - { name: a, element: f32, element: u32 }\n", SchemaError, "element", "given twice", nth=1),
+    # ---------------------------------------------------------------------- bindings
+    Bad("unknown-binding-key", "bindings:\n  - { name: a, elemnt: f32 }\n", SchemaError, "elemnt", "did you mean 'element'?"),
+    Bad("bad-kind", "bindings:\n  - { name: a, kind: bufer, element: f32 }\n", SchemaError, "bufer", "did you mean 'buffer'?"),
+    Bad("key-not-for-kind", "bindings:\n  - { name: t, kind: columns, element: f32 }\n", SchemaError, "element", "does not apply to kind columns"),
+    Bad("missing-name", "bindings:\n  - { kind: buffer, element: f32 }\n", SchemaError, "{ kind", "needs 'name'"),
+    Bad("reserved-name", "bindings:\n  - { name: zero_x, element: f32 }\n", SchemaError, "zero_x", "reserved"),
+    Bad("keyword-name", "bindings:\n  - { name: var, element: f32 }\n", SchemaError, "var", "reserved"),
+    Bad("missing-element", "bindings:\n  - { name: a, kind: buffer }\n", SchemaError, "{ name: a", "needs 'element'"),
+    Bad("bad-element", "bindings:\n  - { name: a, element: f64 }\n", SchemaError, "f64", "not 'f64'"),
+    Bad("bad-access", "bindings:\n  - { name: a, element: f32, access: write }\n", SchemaError, "write", "access must be 'read' or 'read_write'"),
+    Bad("flag-not-a-bool", "bindings:\n  - { name: a, element: f32, bits: yes please }\n", SchemaError, "yes please", "bits must be true or false"),
+    Bad("count-on-a-read-binding", 'bindings:\n  - { name: a, element: f32, count: "n" }\n', SchemaError, '"n"', "use access: read_write"),
+    Bad("capacity-without-append", 'bindings:\n  - { name: a, access: read_write, element: f32, capacity: "n" }\n', SchemaError, '"n"', "'capacity' goes with append: true"),
+    Bad("append-without-capacity", "bindings:\n  - { name: a, access: read_write, element: f32, append: true }\n", SchemaError, "true", "needs 'capacity'"),
+    Bad("append-with-count", 'bindings:\n  - { name: a, access: read_write, element: f32, count: "n", capacity: "n", append: true }\n', SchemaError, '"n", capacity', "not 'count'"),
+    Bad("live-without-count-n", 'bindings:\n  - { name: a, access: read_write, element: f32, count: "n * 2", live: true }\n', SchemaError, "true", 'live: true needs count: "n"'),
+    Bad("atomic-vector", "bindings:\n  - { name: a, access: read_write, element: vec2<u32>, atomic: true }\n", SchemaError, "vec2<u32>", "one-lane"),
+    Bad("atomic-read-only", "bindings:\n  - { name: a, element: u32, atomic: true }\n", SchemaError, "true", "need access: read_write"),
+    Bad("append-counter-name-taken", 'bindings:\n  - { name: h, access: read_write, element: f32, capacity: "n", append: true }\n  - { name: h_count, element: u32 }\n', SchemaError, "{ name: h,", "'h_count'"),
+    Bad("binding-named-like-a-param", "bindings:\n  - { name: r, element: f32 }\nparams:\n  - { name: r, type: f32 }\n", SchemaError, "{ name: r, element", "name of a param"),
+    Bad("second-domain-count", "bindings:\n  - { name: d, kind: domain_count }\n  - { name: e, kind: domain_count }\n", SchemaError, "{ name: e", "second domain_count"),
+    # ------------------------------------------------------------------------- when
+    Bad("when-syntax", 'bindings:\n  - { name: a, element: f32, when: "T=f32 oops" }\nspecialize:\n  - { name: T, options: [f32, u32] }\n', SchemaError, "oops", "expected NAME=option"),
+    Bad("when-empty-alternative", 'bindings:\n  - { name: a, element: f32, when: "T=f32;;T=u32" }\nspecialize:\n  - { name: T, options: [f32, u32] }\n', SchemaError, ";T=u32", "empty alternative"),
+    Bad("when-unknown-specialisation", 'bindings:\n  - { name: a, element: f32, when: "T=f32 Q=x" }\nspecialize:\n  - { name: T, options: [f32, u32] }\n', SchemaError, "Q=x", "'Q', which is not a specialisation"),
+    Bad("when-unknown-option", 'bindings:\n  - { name: a, element: f32, when: "T=f64" }\nspecialize:\n  - { name: T, options: [f32, u32] }\n', SchemaError, "T=f64", "T='f64' is not an option of T"),
+    Bad("shared-name-overlapping", 'bindings:\n  - { name: a, element: f32, when: "T=f32" }\n  - { name: a, element: u32, when: "T=f32|u32" }\nspecialize:\n  - { name: T, options: [f32, u32] }\n', SchemaError, "{ name: a, element: u32", "first on line 2"),
+    Bad("shared-name-unconditional", "bindings:\n  - { name: a, element: f32 }\n  - { name: a, element: u32 }\n", SchemaError, "{ name: a, element: u32", "declared again"),
+    # ----------------------------------------------------------------- pages / columns
+    Bad("ninth-page", _pages(9), SchemaError, "{ name: P8", "ninth page"),
+    Bad("column-without-page", "bindings:\n  - { name: P, kind: page }\n  - { name: c, kind: column, element: f32 }\n", SchemaError, "{ name: c", "needs 'page'"),
+    Bad("column-unknown-page", "bindings:\n  - { name: P, kind: page }\n  - { name: c, kind: column, page: Q, element: f32 }\n", SchemaError, "Q, element", "'Q', which is not a kind: page"),
+    Bad(
+        "column-whose-page-the-variant-leaves-out",
+        'bindings:\n  - { name: P, kind: page, when: "M=a" }\n  - { name: c, kind: column, page: P, element: f32 }\nspecialize:\n  - { name: M, options: [a, b] }\n',
+        LoweringError, "{ name: c", "which this variant leaves out", body=MAIN, spec={"M": "b"}, path=YAML,
+    ),
+    Bad("read-write-column-on-read-page", "bindings:\n  - { name: P, kind: page }\n  - { name: c, kind: column, page: P, element: f32, access: read_write }\n", SchemaError, "read_write", "read-only"),
+    # --------------------------------------------------------- workgroup, determinism
+    Bad("workgroup-not-a-number", "bindings: []\nworkgroup: big\n", SchemaError, "big", "workgroup must be 1 to 3 positive ints, not 'big'; e.g. workgroup: 64 or workgroup: [8, 8]"),
+    Bad("workgroup-zero", "bindings: []\nworkgroup: [8, 0]\n", SchemaError, "[8, 0]", "positive ints"),
+    Bad("workgroup-too-large", "bindings: []\nworkgroup: [64, 64]\n", SchemaError, "[64, 64]", "4096 invocations"),
+    Bad("workgroup-four-dims", "bindings: []\nworkgroup: [1, 1, 1, 1]\n", SchemaError, "[1, 1, 1, 1]", "1 to 3"),
+    Bad("bad-determinism", "bindings: []\ndeterminism: fast\n", SchemaError, "fast", "'exact' or 'float_order', not 'fast'"),
+    # -------------------------------------------------------------------------- params
+    Bad("param-type", "bindings: []\nparams:\n  - { name: r, type: f64 }\n", SchemaError, "f64", "param type must be"),
+    Bad("param-twice", "bindings: []\nparams:\n  - { name: r, type: f32 }\n  - { name: r, type: u32 }\n", SchemaError, "r, type: u32", "declared twice (first on line 3)"),
+    Bad("param-named-n", "bindings: []\nparams:\n  - { name: n, type: u32 }\n", SchemaError, "n, type", "built in"),
+    Bad("param-missing-type", "bindings: []\nparams:\n  - { name: r }\n", SchemaError, "{ name: r }", "needs 'name' and 'type'"),
+    # ---------------------------------------------------------------------- specialize
+    Bad("type-option-bad", "bindings: []\nspecialize:\n  - { name: T, kind: type, options: [f32, f64] }\n", SchemaError, "f64", "type option 'f64'"),
+    Bad("named-option-not-an-identifier", 'bindings: []\nspecialize:\n  - { name: M, kind: named, options: [add, "a b"] }\n', SchemaError, '"a b"', "must be an identifier"),
+    Bad("specialize-kind-bad", "bindings: []\nspecialize:\n  - { name: M, kind: enum, options: [a] }\n", SchemaError, "enum", "'type', 'named' or 'source'"),
+    Bad("specialize-default-not-an-option", "bindings: []\nspecialize:\n  - { name: M, options: [a, b], default: c }\n", SchemaError, "c }", "not one of its options: a, b"),
+    Bad("specialize-without-options", "bindings: []\nspecialize:\n  - { name: M }\n", SchemaError, "{ name: M }", "needs 'options'"),
+    Bad("option-listed-twice", "bindings: []\nspecialize:\n  - { name: M, options: [a, a] }\n", SchemaError, "a]", "listed twice"),
+    Bad("bake-unknown-option", "bindings: []\nspecialize:\n  - { name: T, options: [f32, u32] }\nbake:\n  - { T: f64 }\n", SchemaError, "f64", "not one of its options: f32, u32"),
+    Bad("bake-unknown-name", "bindings: []\nspecialize:\n  - { name: T, options: [f32, u32] }\nbake:\n  - { Q: f32 }\n", SchemaError, "Q: f32", "unknown key 'Q'"),
+    # --------------------------------------------------------------- count expressions
+    Bad("count-syntax", 'bindings:\n  - { name: a, access: read_write, element: f32, count: "n + * 2" }\n', ExpressionError, '* 2"', "binding 'a': count"),
+    Bad("count-syntax-unquoted", "bindings:\n  - { name: a, access: read_write, element: f32, count: n + ) }\n", ExpressionError, ") }", "found ')'"),
+    Bad("count-syntax-block-style", "bindings:\n  - name: a\n    access: read_write\n    element: f32\n    count: n + * 2\n", ExpressionError, "* 2", "binding 'a': count"),
+    Bad("count-unknown-name", 'bindings:\n  - { name: a, access: read_write, element: f32, count: "n * radius" }\n', ExpressionError, "radius", "unknown name 'radius'"),
+    Bad("capacity-unknown-binding-length", 'bindings:\n  - { name: a, access: read_write, element: f32, capacity: "len(srcs)", append: true }\n', ExpressionError, "srcs", "len(srcs) names no binding"),
+    Bad("count-own-length", 'bindings:\n  - { name: a, access: read_write, element: f32, count: "len(a)" }\n', ExpressionError, '"len(a)"', "its own length", col=False),
+    # ------------------------------------------------------------------- WGSL bodies
+    Bad("at-when-block-never-closed", GOOD, LoweringError, "// @when M a", "never closed", body=HEAD + "    // @when M a\n    let x = 1u;\n}\n", col=False),
+    Bad("at-when-nested-never-closed", GOOD, LoweringError, "// @when M a", "never closed", body=HEAD + "    // @when M a\n    // @when T f32\n    // @end\n}\n", col=False),
+    Bad("at-end-without-at-when", GOOD, LoweringError, "// @end", "without an open", body=HEAD + "    let x = 1u;\n    // @end\n}\n"),
+    Bad("at-when-unknown-name", GOOD, LoweringError, "Q a", "'Q' is not a specialisation", body=HEAD + "    // @when Q a\n    // @end\n}\n"),
+    Bad("at-when-unknown-option", GOOD, LoweringError, "c\n", "'c' is not an option of M (a, b)", body=HEAD + "    // @when M c\n    // @end\n}\n"),
+    Bad("at-when-without-options", GOOD, LoweringError, "// @when M", "lists no options", body=HEAD + "    // @when M\n    // @end\n}\n"),
+    Bad("append-in-an-exact-shader", GOOD, LoweringError, "hits_append(i)", "determinism: exact", body=HEAD + "    let i = gid.x;\n    let s = hits_append(i);\n}\n"),
+    Bad("generated-fn-declared-by-body", GOOD, LoweringError, "src_get", f"generated for binding 'src' ({YAML}:2)", body="fn src_get(i: u32) -> f32 { return 0.0; }\n" + MAIN),
+    Bad("counter-name-declared-by-body", GOOD, LoweringError, "hits_count", f"({YAML}:3)", body="var<private> hits_count: u32;\n" + MAIN),
+    Bad("option-const-declared-by-body", GOOD, LoweringError, "M_a", f"specialisation 'M' ({YAML}:6)", body="const M_a: u32 = 0u;\n" + MAIN),
+    Bad("no-entry-point", GOOD, LoweringError, "fn helper", "declares no entry point", body="fn helper() {}\n"),
+    Bad("entry-point-only-in-a-comment", GOOD, LoweringError, "// fn main", "declares no entry point", body="// fn main() {}\n@compute @workgroup_size(64)\nfn mian() {}\n"),
+    Bad("body-declares-a-binding", GOOD, LoweringError, "@binding(7)", "its own @binding", body="@group(0) @binding(7) var<storage> extra: array<u32>;\n" + MAIN),
+    Bad("workgroup-size-mismatch", GOOD, LoweringError, "workgroup_size(32)", "does not match bindings.yaml's workgroup (64)", body="@compute @workgroup_size(32)\nfn main(@builtin(global_invocation_id) gid: vec3<u32>) {\n}\n"),
+    Bad("workgroup-size-mismatch-2d", GOOD, LoweringError, "workgroup_size(64, 2)", "@workgroup_size(64, 2)", body="@compute @workgroup_size(64, 2)\nfn main(@builtin(global_invocation_id) gid: vec3<u32>) {\n}\n"),
+    # -------------------------------------------------------------- specialisation values
+    Bad("missing-specialisation", GOOD, SpecializationError, "{ name: T", "missing specialisation 'T'; it takes one of: f32, u32", body=MAIN, spec={}, col=False, path=YAML),
+    Bad("unknown-option-value", GOOD, SpecializationError, "{ name: T", "T='f64' is not an option; T takes one of: f32, u32", body=MAIN, spec={"T": "f64", "M": "a"}, col=False, path=YAML),
+    Bad("unknown-specialisation-name", GOOD, SpecializationError, None, "unknown specialisation 'Q'; this schema has: T, M, BODY", body=MAIN, spec={"T": "f32", "M": "a", "Q": "x"}, col=False, path=YAML),
+    Bad("specialisation-not-text", GOOD, SpecializationError, "{ name: T", "must be text", body=MAIN, spec={"T": 3, "M": "a"}, col=False, path=YAML),
+]
+
+
+def _where(text: str, marker: str, nth: int) -> tuple[int, int]:
+    """(line, col), 1-based, of the ``nth`` occurrence of ``marker`` in ``text``."""
+    at = -1
+    for _ in range(nth + 1):
+        at = text.find(marker, at + 1)
+        assert at >= 0, f"marker {marker!r} not in the case's text"
+    line = text.count("\n", 0, at) + 1
+    col = at - (text.rfind("\n", 0, at) + 1) + 1
+    return line, col
+
+
+def test_there_are_at_least_25_distinct_cases():
+    assert len({c.id for c in CASES}) == len(CASES) >= 25
+    assert len({(c.yaml, c.body, tuple(sorted(c.spec.items()))) for c in CASES}) == len(CASES)
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_malformed_input_is_refused_at_its_place(case: Bad):
+    with pytest.raises(PluginError) as info:
+        schema = parse(case.yaml, YAML)
+        assert case.body is not None, "the schema parsed"
+        lower(schema, case.body, case.spec, wgsl_path=WGSL)
+    err = info.value
+    assert type(err) is case.error, f"{type(err).__name__}: {err}"
+    assert case.says in err.message, err.message
+    path = case.path or (WGSL if case.body is not None and case.error is LoweringError else YAML)
+    assert err.path == path
+    text = case.body if path == WGSL else case.yaml
+    if case.at is None:
+        assert err.line in (None, 1)
+        return
+    line, col = _where(text, case.at, case.nth)
+    assert err.line == line, f"line {err.line}, expected {line}: {err}"
+    if case.col:
+        assert err.col == col, f"column {err.col}, expected {col}: {err}"
+    # A located error renders like a compiler: path:line:col, the line, a caret.
+    rendered = str(err)
+    assert rendered.startswith(f"{path}:{line}:")
+    if err.span.text is not None:
+        assert err.span.text == text.split("\n")[line - 1]
+        assert any(row.strip() == "^" for row in rendered.split("\n"))
+
+
+def test_an_expression_error_is_a_schema_error_and_a_value_error():
+    with pytest.raises(ValueError) as info:
+        parse('bindings:\n  - { name: a, access: read_write, element: f32, count: "n +" }\n')
+    assert isinstance(info.value, ExpressionError) and isinstance(info.value, SchemaError)
+
+
+def test_append_is_refused_in_an_exact_shader_even_when_other_calls_are_fine():
+    body = HEAD + "    hits_store(0u, 1u);\n    // hits_append(1u) in a comment is fine\n    _ = hits_count_value();\n}\n"
+    lowered = lower(parse(GOOD, YAML), body, SPEC, wgsl_path=WGSL)
+    assert "hits_append" not in lowered.source.split("// ---- kernel body ----")[0]
+
+
+def test_append_inside_a_blanked_when_block_is_not_refused():
+    body = HEAD + "    // @when M b\n    let s = hits_append(1u);\n    // @end\n}\n"
+    lower(parse(GOOD, YAML), body, SPEC, wgsl_path=WGSL)
+    with pytest.raises(LoweringError) as info:
+        lower(parse(GOOD, YAML), body, {"T": "f32", "M": "b"}, wgsl_path=WGSL)
+    assert info.value.line == 4
+
+
+def test_a_name_clash_names_both_the_body_line_and_the_bindings_yaml_line():
+    body = "// helper\n\nfn src_len() -> u32 { return 0u; }\n" + MAIN
+    with pytest.raises(LoweringError) as info:
+        lower(parse(GOOD, YAML), body, SPEC, wgsl_path=WGSL)
+    err = info.value
+    assert (err.path, err.line, err.col) == (WGSL, 3, 4)
+    assert f"{YAML}:2" in err.message and any(f"{YAML}:2" in n for n in err.notes)
+    assert "fn src_len() -> u32 { return 0u; }" in str(err)
+
+
+def test_columns_naming_an_unknown_table_is_refused():
+    with pytest.raises(SpecializationError) as info:
+        lower(parse(GOOD, YAML), MAIN, SPEC, columns={"nope": ["a"]})
+    assert "'nope'" in info.value.message and "not a kind: columns binding" in info.value.message
+
+
+# Schema names that collide with a name the lowering generates for another declaration. Each
+# must be refused naming the YAML (a SchemaError at parse or a LoweringError at lowering),
+# never handed to wgpu as WGSL that redefines a name.
+GENERATED_CLASHES = [
+    ("binding-named-like-the-params-struct", "bindings:\n  - { name: ZeroParams, element: f32 }\n", {}, None, "ZeroParams", {2}),
+    ("binding-named-like-another-bindings-accessor", "bindings:\n  - { name: src, element: f32 }\n  - { name: src_get, element: f32 }\n", {}, None, "src_get", {2, 3}),
+    ("binding-named-like-an-option-const", "bindings:\n  - { name: FOLD_add, element: f32 }\nspecialize:\n  - { name: FOLD, options: [add, min] }\n", {"FOLD": "add"}, None, "FOLD_add", {2, 4}),
+    ("specialisation-named-like-an-option-const", "bindings: []\nspecialize:\n  - { name: FOLD, options: [add, min] }\n  - { name: FOLD_add, options: [x, y] }\n", {"FOLD": "add", "FOLD_add": "x"}, None, "FOLD_add", {3, 4}),
+    ("binding-named-like-a-table-column-const", "bindings:\n  - { name: t, kind: columns }\n  - { name: t_col_a, element: f32 }\n", {}, {"t": ["a"]}, "t_col_a", {2, 3}),
+]
+
+
+@pytest.mark.parametrize("text,spec,columns,name,lines", [c[1:] for c in GENERATED_CLASHES], ids=[c[0] for c in GENERATED_CLASHES])
+def test_schema_names_that_collide_with_generated_names_are_refused_before_wgpu(text, spec, columns, name, lines):
+    with pytest.raises((SchemaError, LoweringError)) as info:
+        schema = parse(text, YAML)
+        lower(schema, MAIN, spec, columns=columns, wgsl_path=WGSL)
+    err = info.value
+    assert err.path == YAML and err.line in lines, str(err)
+    assert name in err.message
+
+
+@pytest.mark.parametrize("order", ["read-first", "read_write-first"])
+def test_a_read_write_column_on_a_page_read_only_in_some_variant_is_refused(order):
+    pages = ['  - { name: P, kind: page, access: read, when: "M=a" }\n', '  - { name: P, kind: page, access: read_write, when: "M=b" }\n']
+    if order != "read-first":
+        pages.reverse()
+    text = "bindings:\n" + "".join(pages) + "  - { name: c, kind: column, page: P, element: u32, access: read_write }\nspecialize:\n  - { name: M, options: [a, b] }\n"
+    with pytest.raises((SchemaError, LoweringError)) as info:
+        schema = parse(text, YAML)
+        lower(schema, MAIN, {"M": "a"}, wgsl_path=WGSL)  # where P is read-only
+    assert info.value.path == YAML and info.value.line == 4
+    assert "read-only" in info.value.message or "read_write" in info.value.message

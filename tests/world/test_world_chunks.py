@@ -1,0 +1,252 @@
+"""The chunked world: declarations, slots, versions, read-only views, edits, dirty tracking."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from engine_plugin.errors import PluginError
+from engine_plugin.world import ChunkBusyError, UnknownChunkError, World, WorldError, WorldFullError
+
+
+def make(max_chunks: int = 4) -> World:
+    return World((4, 4), {"h": np.float32, "solid": bool, "id": np.uint16}, max_chunks=max_chunks)
+
+
+# ---- declarations -----------------------------------------------------------------------
+
+
+def test_fields_are_declared_once_in_order_with_their_gpu_formats():
+    w = make()
+    assert [(f.name, f.index, f.format.name, f.value_bytes) for f in w.fields] == [
+        ("h", 0, "F32", 4), ("solid", 1, "U8", 1), ("id", 2, "U16", 2)]
+    assert w.field("solid").dtype == np.dtype(bool) and w.chunk_nbytes("id") == 32
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.complex64, object, "U3"])
+def test_declaring_a_field_no_gpu_mirror_can_store_is_a_type_error(dtype):
+    with pytest.raises(TypeError, match="float32"):
+        World((4, 4), {"bad": dtype})
+
+
+@pytest.mark.parametrize("shape", [(), (0, 4), (1, 2, 3, 4), (4.0, 4), "32x32", (True, 4)])
+def test_bad_chunk_shapes_are_refused_with_an_example(shape):
+    with pytest.raises(WorldError, match=r"e\.g\. \(32, 32\)"):
+        World(shape, {"h": np.float32})
+
+
+def test_bad_field_declarations_and_capacities_are_refused():
+    with pytest.raises(WorldError):
+        World((4, 4), {})
+    with pytest.raises(WorldError):
+        World((4, 4), {"": np.float32})
+    with pytest.raises(WorldError):
+        World((4, 4), {"h": np.float32}, max_chunks=0)
+
+
+def test_every_world_error_is_a_plugin_error_and_unknown_chunks_are_key_errors():
+    w = make()
+    with pytest.raises(KeyError) as info:
+        w.read(99, "h")
+    assert isinstance(info.value, (PluginError, UnknownChunkError))
+    with pytest.raises(WorldError, match="'nope'.*'h', 'solid', 'id'"):
+        w.field("nope")
+
+
+# ---- chunks and slots -------------------------------------------------------------------
+
+
+def test_each_live_chunk_keeps_a_stable_slot_and_evicted_slots_are_reused_lowest_first():
+    w = make()
+    assert [w.add(k) for k in (10, 11, 12, 13)] == [0, 1, 2, 3]
+    with pytest.raises(WorldFullError):
+        w.add(14)
+    assert w.evict(12) == 2 and w.evict(10) == 0
+    assert w.add(20) == 0 and w.add(21) == 2
+    assert w.slot(11) == 1 and w.slot(13) == 3 and w.key_at(2) == 21 and len(w) == 4
+    assert w.keys() == [11, 13, 20, 21] and 20 in w and 10 not in w
+
+
+def test_a_reused_slot_starts_from_zeros_not_from_the_evicted_chunks_data():
+    w = make(max_chunks=1)
+    w.add(1, {"h": 5.0, "id": 7})
+    w.evict(1)
+    w.add(2)
+    assert (w.read(2, "h") == 0).all() and (w.read(2, "id") == 0).all()
+
+
+def test_adding_a_live_key_or_a_non_int_key_is_refused():
+    w = make()
+    w.add(1)
+    with pytest.raises(WorldError, match="already"):
+        w.add(1)
+    with pytest.raises(WorldError, match="ints"):
+        w.add("1")
+
+
+# ---- versions ---------------------------------------------------------------------------
+
+
+def test_every_mutation_path_gives_the_chunk_a_new_larger_version():
+    w = make()
+    w.add(1)
+    w.add(2)
+    seen = [w.version(1)]
+    seen.append(w.write(1, "h", 1.0))
+    seen.append(w.set_tile(1, "solid", (2, 3), True))
+    with w.edit(1) as f:
+        f["id"][0, 0] = 9
+    seen.append(w.version(1))
+    assert seen == sorted(set(seen)) and w.version(1) == w.clock
+    other = w.version(2)
+    w.write(1, "h", 2.0)
+    assert w.version(2) == other  # another chunk's mutation leaves it alone
+
+
+def test_reading_and_dirty_bookkeeping_do_not_change_versions():
+    w = make()
+    w.add(1)
+    v = w.version(1)
+    w.read(1, "h")
+    w.dirty()
+    w.take_dirty()
+    w.mark_dirty(1)
+    with w.edit(1):
+        pass  # an edit that takes no field changes nothing
+    assert w.version(1) == v
+
+
+def test_a_key_evicted_and_added_again_never_repeats_a_version():
+    w = make()
+    w.add(1)
+    old = w.version(1)
+    w.evict(1)
+    assert not w.is_current(1, old)
+    w.add(1)
+    assert w.version(1) > old and not w.is_current(1, old)
+
+
+# ---- read-only views --------------------------------------------------------------------
+
+
+def test_readers_get_live_views_that_cannot_be_written_or_made_writeable():
+    w = make()
+    w.add(1)
+    view = w.read(1, "h")
+    for arr in (view, w.mirror("h"), w.slab("h", 0, 2)):
+        assert not arr.flags.writeable
+        with pytest.raises(ValueError):
+            arr[0] = 1
+        with pytest.raises(ValueError):
+            arr.flags.writeable = True
+    w.set_tile(1, "h", (0, 1), 3.0)
+    assert view[0, 1] == 3.0  # live: later mutations show through
+
+
+def test_the_mirror_is_dense_and_chunk_slot_major():
+    w = make()
+    w.add(7, {"id": 1})
+    w.add(8, {"id": 2})
+    m = w.mirror("id")
+    assert m.shape == (4, 4, 4) and m.flags.c_contiguous
+    assert (m[w.slot(8)] == 2).all() and m[0].ctypes.data + 32 == m[1].ctypes.data
+
+
+# ---- writes and casting -----------------------------------------------------------------
+
+
+def test_writes_broadcast_and_refuse_shapes_floats_into_ints_and_out_of_range_ints():
+    w = make()
+    w.add(1)
+    w.write(1, "h", np.arange(4, dtype=np.float64))  # broadcasts over rows, f64 -> f32
+    assert w.read(1, "h")[3].tolist() == [0, 1, 2, 3]
+    with pytest.raises(WorldError, match="shape"):
+        w.write(1, "h", np.zeros((3, 3)))
+    with pytest.raises(WorldError, match="round"):
+        w.write(1, "id", 1.5)
+    with pytest.raises(WorldError, match="0..65535"):
+        w.write(1, "id", 70_000)
+    with pytest.raises(WorldError):
+        w.set_tile(1, "solid", (0, 0), 2)
+    w.set_tile(1, "solid", (0, 0), 1)
+    assert w.read(1, "solid")[0, 0]
+
+
+@pytest.mark.parametrize("tile", [(4, 0), (0, -1), (1,), (1, 2, 3), (1.0, 2)])
+def test_tiles_outside_the_chunk_are_refused(tile):
+    w = make()
+    w.add(1)
+    with pytest.raises(WorldError, match="outside"):
+        w.set_tile(1, "h", tile, 1.0)
+
+
+# ---- edits ------------------------------------------------------------------------------
+
+
+def test_an_edit_commits_the_fields_it_took_once_on_exit():
+    w = make()
+    w.add(1)
+    w.take_dirty()
+    v = w.version(1)
+    with w.edit(1) as f:
+        f["h"][3, 3] = 1.0
+        f["h"][0, 0] = 2.0
+        assert w.read(1, "h")[0, 0] == 0.0  # not visible before commit
+        assert w.version(1) == v
+    assert w.read(1, "h")[3, 3] == 1.0 and w.read(1, "h")[0, 0] == 2.0
+    assert w.version(1) == v + 1 and w.dirty() == [(1, "h")]
+    assert set(f) == {"h", "solid", "id"} and f.taken == ("h",)
+
+
+def test_an_edit_that_raises_is_discarded():
+    w = make()
+    w.add(1)
+    v = w.version(1)
+    with pytest.raises(RuntimeError):
+        with w.edit(1) as f:
+            f["h"][:] = 5.0
+            raise RuntimeError("gameplay bug")
+    assert (w.read(1, "h") == 0).all() and w.version(1) == v
+
+
+def test_edited_arrays_are_read_only_after_the_edit_and_the_edit_cannot_be_reused():
+    w = make()
+    w.add(1)
+    with w.edit(1) as f:
+        arr = f["h"]
+    with pytest.raises(ValueError):
+        arr[0, 0] = 1.0
+    with pytest.raises(WorldError, match="has ended"):
+        f["h"]
+
+
+def test_other_mutations_of_a_chunk_under_edit_are_refused():
+    w = make()
+    w.add(1)
+    w.add(2)
+    with w.edit(1):
+        for call in (lambda: w.write(1, "h", 1.0), lambda: w.set_tile(1, "h", (0, 0), 1.0),
+                     lambda: w.evict(1), lambda: w.edit(1).__enter__()):
+            with pytest.raises(ChunkBusyError):
+                call()
+        w.write(2, "h", 1.0)  # other chunks are free
+
+
+# ---- dirty tracking ---------------------------------------------------------------------
+
+
+def test_dirty_tracking_is_per_chunk_and_field_and_ordered_by_field_then_slot():
+    w = make()
+    w.add(5)
+    w.add(6)
+    assert w.dirty() == [(5, "h"), (6, "h"), (5, "solid"), (6, "solid"), (5, "id"), (6, "id")]
+    assert w.take_dirty("solid") == [(5, "solid"), (6, "solid")]
+    assert w.take_dirty() and w.dirty() == []
+    w.set_tile(6, "id", (0, 0), 3)
+    w.write(5, "h", 1.0)
+    assert w.dirty() == [(5, "h"), (6, "id")] and w.is_dirty(6, "id") and not w.is_dirty(6, "h")
+    w.evict(6)
+    assert w.dirty() == [(5, "h")]
+    w.take_dirty()
+    w.mark_dirty(name="solid")
+    assert w.dirty() == [(5, "solid")]
