@@ -12,10 +12,12 @@ setup:
 	@mkdir -p $(XDG_RUNTIME_DIR) && chmod 700 $(XDG_RUNTIME_DIR)
 	@bash tools/bootstrap.sh
 
-## Bake the sample assets, then run the demo world (window when DISPLAY is set, else headless).
+## The main job. Until baking and the demo land (issues 8, 9): show the sample assets, validate
+## every variant on the GPU, run the sample kernels against numpy, and print the benchmark table.
 run: setup
-	$(BIN)/engine-plugin bake assets --cache cache
-	$(BIN)/engine-plugin demo --frames 300
+	$(BIN)/engine-plugin info assets
+	$(BIN)/python tools/run_samples.py assets
+	$(BIN)/python tools/bench/run.py --quick
 
 ## The whole test suite, on the real (software) GPU.
 test: setup
