@@ -82,6 +82,126 @@ def cmd_info(args: argparse.Namespace) -> int:
     return 0
 
 
+def _size_arg(text: str) -> int:
+    """Bytes from ``123``, ``64K``, ``512M``, ``2G`` (binary units)."""
+    t = text.strip().upper().removesuffix("B").removesuffix("I")
+    scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(t[-1:], 1)
+    try:
+        value = int(float(t[:-1] if scale > 1 else t) * scale)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"a size is a number of bytes, optionally with K, M or G (e.g. 512M), not {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"a size must be positive, not {text!r}")
+    return value
+
+
+def _fmt_bytes(n: int) -> str:
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{n} B"
+
+
+def cmd_cache(args: argparse.Namespace) -> int:
+    from .cache import DEFAULT_MAX_BYTES, USAGE_FILE, VariantCache, read_usage
+
+    cap = args.max_bytes or DEFAULT_MAX_BYTES
+    cache = VariantCache(args.cache, max_bytes=cap)
+    if args.action == "stats":
+        st = cache.stats(scan=True)
+        infos = sorted(cache.entries(), key=lambda i: i.mtime_ns)
+        print(f"variant cache {cache.folder}")
+        print(f"  entries     {st.entries}")
+        print(f"  size        {_fmt_bytes(st.bytes)} of {_fmt_bytes(cap)} cap ({100 * st.bytes / cap:.1f}%)")
+        print(f"  temp files  {st.temp_files}")
+        if infos:
+            import datetime
+
+            def when(ns: int) -> str:
+                return datetime.datetime.fromtimestamp(ns / 1e9).strftime("%Y-%m-%d %H:%M:%S")
+
+            print(f"  least recently used  {when(infos[0].mtime_ns)}")
+            print(f"  most recently used   {when(infos[-1].mtime_ns)}")
+        usage = read_usage(os.path.join(cache.folder, USAGE_FILE))
+        if usage:
+            print(f"  usage log   {sum(len(v) for v in usage.values())} variants of {len(usage)} assets")
+        if args.verify:
+            bad = cache.verify()
+            print(f"  unusable    {len(bad)}")
+            for key, reason in sorted(bad.items()):
+                print(f"    {key[:16]}...  {reason}")
+            return 1 if bad else 0
+        return 0
+    if args.action == "gc":
+        bad = cache.verify()
+        for key in bad:
+            cache.remove(key)
+        evicted = cache.gc(cap)
+        st = cache.stats(scan=True)
+        print(f"removed {len(bad)} unusable entries, evicted {evicted} least recently used; {st.entries} entries, {_fmt_bytes(st.bytes)} left")
+        return 0
+    removed = cache.clear()
+    usage_note = ""
+    if args.usage:
+        try:
+            os.unlink(os.path.join(cache.folder, USAGE_FILE))
+            usage_note = " and the usage log"
+        except FileNotFoundError:
+            pass
+    print(f"removed {removed} entries{usage_note} from {cache.folder}")
+    return 0
+
+
+def cmd_watch(args: argparse.Namespace) -> int:
+    import time
+
+    from .assets import AssetLibrary
+    from .assets.folder import ASSET_SUFFIX, find_assets
+    from .lowering import enumerate_variants
+
+    target = os.path.normpath(args.assets)
+    if not os.path.isdir(target):
+        print(f"engine-plugin watch: {target} is not a folder", file=sys.stderr)
+        return 2
+    root = (os.path.dirname(target) or ".") if target.endswith(ASSET_SUFFIX) else target
+    folders = find_assets(target)
+    if not folders:
+        print(f"no .computeShader assets under {target}")
+        return 1
+    lib = AssetLibrary(root, cache=None if args.no_cache else args.cache, quiet=args.quiet_ms / 1000.0)
+    refs = [lib.load(os.path.relpath(f, root), strict=False) for f in folders]
+    for ref in refs:
+        if ref.error is not None:
+            print(f"{ref.path}: not loadable yet:\n{ref.diagnostics}", flush=True)
+        elif args.all_variants:
+            try:
+                for spec in enumerate_variants(ref.program().schema):
+                    ref.program().variant(spec)
+            except PluginError as exc:
+                print(f"{ref.path}: {exc}", flush=True)
+    lib.watch()
+    print(f"watching {len(refs)} asset(s) under {root} (quiet window {args.quiet_ms:g} ms); Ctrl-C stops", flush=True)
+    deadline = time.monotonic() + args.duration if args.duration else None
+    seen = 0
+    try:
+        while deadline is None or time.monotonic() < deadline:
+            for result in lib.poll():
+                seen += 1
+                stamp = time.strftime("%H:%M:%S")
+                print(f"{stamp} {result.describe()}", flush=True)
+                if result.ok and result.layout_changed:
+                    labels = ", ".join(s.label() for s in result.layout_changed)
+                    print(f"         layout changed for: {labels}", flush=True)
+            if args.max_events and seen >= args.max_events:
+                break
+            time.sleep(1 / 60)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        lib.close()
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="engine-plugin", description="Compute shader assets for game engines.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -96,6 +216,24 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("info", help="print schemas, options and variant counts")
     p.add_argument("path", nargs="?", default="assets", help="an asset folder or a folder of assets")
     p.set_defaults(func=cmd_info)
+
+    p = sub.add_parser("cache", help="inspect or trim the msgpack variant cache")
+    p.add_argument("action", choices=("stats", "gc", "clear"), help="stats: size and counts; gc: drop unusable entries and evict to the cap; clear: remove every entry")
+    p.add_argument("--cache", default="cache", metavar="DIR", help="the cache folder (default: cache)")
+    p.add_argument("--max-bytes", type=_size_arg, metavar="SIZE", help="size cap, e.g. 512M (default 512 MiB)")
+    p.add_argument("--verify", action="store_true", help="stats: decode every entry and list the unusable ones")
+    p.add_argument("--usage", action="store_true", help="clear: remove the usage log too")
+    p.set_defaults(func=cmd_cache)
+
+    p = sub.add_parser("watch", help="watch assets and print reloads and diagnostics live")
+    p.add_argument("assets", nargs="?", default="assets", help="a folder of assets, or one NAME.computeShader folder")
+    p.add_argument("--cache", default="cache", metavar="DIR", help="the variant cache folder (default: cache)")
+    p.add_argument("--no-cache", action="store_true", help="lower without the variant cache")
+    p.add_argument("--quiet-ms", type=float, default=30.0, help="debounce quiet window in ms (default 30)")
+    p.add_argument("--all-variants", action="store_true", help="compile every variant up front, so each reload validates them all")
+    p.add_argument("--duration", type=float, default=0.0, metavar="S", help="stop after S seconds (default: until Ctrl-C)")
+    p.add_argument("--max-events", type=int, default=0, metavar="N", help="stop after N reloads or failures")
+    p.set_defaults(func=cmd_watch)
     return parser
 
 

@@ -3,6 +3,7 @@ source map. Plain frozen data, serialisable to msgpack-friendly dicts for the va
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
@@ -12,6 +13,16 @@ from .types import ValueType, parse_value_type
 from .variants import VariantSpec
 
 __all__ = ["LoweredBinding", "ParamField", "ParamsLayout", "HostSlot", "ColumnSlot", "SourceMap", "Lowered"]
+
+
+@functools.lru_cache(maxsize=None)
+def _parsed_type(text: str) -> ValueType:
+    return parse_value_type(text)  # type: ignore[return-value]
+
+
+@functools.lru_cache(maxsize=None)
+def _value_type(scalar: str, lanes: int) -> ValueType:
+    return ValueType(scalar, lanes)
 
 
 @dataclass(frozen=True)
@@ -49,7 +60,7 @@ class ParamField:
 
     @property
     def value_type(self) -> ValueType:
-        return parse_value_type(self.type)  # type: ignore[return-value]
+        return _parsed_type(self.type)
 
 
 @dataclass(frozen=True)
@@ -91,7 +102,7 @@ class HostSlot:
 
     @property
     def value_type(self) -> ValueType:
-        return ValueType(self.scalar, self.lanes)
+        return _value_type(self.scalar, self.lanes)
 
 
 @dataclass(frozen=True)

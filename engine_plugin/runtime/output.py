@@ -20,15 +20,38 @@ from ..lowering.types import ValueType
 __all__ = ["Output", "read", "read_words"]
 
 
+_staging: dict[int, dict[int, list]] = {}  # id(device) -> size class -> free MAP_READ buffers
+
+
 def read_words(buffer: Any, offset: int = 0, size: int | None = None, device: Any = None) -> memoryview:
-    """Copy ``size`` bytes of ``buffer`` back to the CPU, waiting for the GPU (not for frame paths)."""
+    """Copy ``size`` bytes of ``buffer`` back to the CPU, waiting for the GPU (not for frame paths).
+
+    Staging buffers are pooled per device: ``queue.read_buffer`` makes (and destroys) a new
+    one per call, which dominates small reads.
+    """
     if not (buffer.usage & wgpu.BufferUsage.COPY_SRC):
         raise DispatchError(f"cannot read buffer {buffer.label!r}: it was created without COPY_SRC usage")
     size = buffer.size - offset if size is None else size
     if size <= 0:
         return memoryview(b"")
+    from .buffers import size_class
+
     dev = device or buffer._device
-    return dev.queue.read_buffer(buffer, offset, size)
+    padded = (size + 3) & ~3
+    cls = size_class(padded)
+    free = _staging.setdefault(id(dev), {}).setdefault(cls, [])
+    staging = free.pop() if free else dev.create_buffer(size=cls, usage=wgpu.BufferUsage.MAP_READ | wgpu.BufferUsage.COPY_DST, label="read staging")
+    encoder = dev.create_command_encoder()
+    encoder.copy_buffer_to_buffer(buffer, offset, staging, 0, min(padded, buffer.size - offset))
+    dev.queue.submit([encoder.finish()])
+    staging.map_sync(wgpu.MapMode.READ, 0, cls)
+    try:
+        data = staging.read_mapped(0, padded, copy=True)
+    finally:
+        staging.unmap()
+    if len(free) < 8:
+        free.append(staging)
+    return memoryview(data)[:size]
 
 
 class Output:
@@ -119,6 +142,19 @@ def read(x: Any, as_u32: bool = False) -> np.ndarray:
     raise DispatchError(f"abi.read takes a GPUBuffer, an Output or a substrate handle, not {type(x).__name__}")
 
 
+_release_refs: dict[int, Any] = {}
+
+
 def on_release(output: Output, callback: Callable[[], None]) -> None:
-    """Call ``callback`` once the Output is garbage (its pooled buffer may then be reused)."""
-    weakref.finalize(output, callback)
+    """Call ``callback`` once the Output is garbage (its pooled buffer may then be reused).
+
+    A bare weakref with a callback (kept in a dict until it fires) costs a fraction of
+    ``weakref.finalize``, and this runs once per output per run.
+    """
+
+    def fire(ref: Any) -> None:
+        _release_refs.pop(id(ref), None)
+        callback()
+
+    ref = weakref.ref(output, fire)
+    _release_refs[id(ref)] = ref

@@ -82,7 +82,11 @@ class Variant:
         self._pool = pool_for(self.ctx)
         self._packer = ParamsPacker(lowered, self.yaml_path, {p.name: p.line for p in program.schema.params})
         self._slots = {s.name: s for s in lowered.host_slots}
-        self._output_slots = [s for s in lowered.host_slots if s.role in ("output", "append")]
+        self._output_slots = _output_order([s for s in lowered.host_slots if s.role in ("output", "append")])
+        self._len_fields = [(s.name, f"zero_len_{s.name}") for s in lowered.host_slots if s.role in ("input", "inout", "output", "append")]
+        self._inout_slots = [s for s in lowered.host_slots if s.role == "inout"]
+        self._counted_inputs = [s for s in lowered.host_slots if s.role == "input" and s.count is not None]
+        self._output_names = {s.name for s in lowered.host_slots if s.role in ("output", "append", "inout")}
         self._input_names = {s.name for s in lowered.host_slots if s.role not in ("output", "append")} | {c.name for c in lowered.columns}
         self._ring = _ParamsRing(self.ctx.device, lowered.params.size, self.ctx.limit("min-uniform-buffer-offset-alignment"))
         self._bind_groups: "OrderedDict[tuple, Any]" = OrderedDict()
@@ -239,17 +243,17 @@ class Variant:
         Raises:
             DispatchError: before anything is submitted, naming the binding and its line.
         """
-        inputs = dict(inputs or {})
-        outputs = dict(outputs or {})
+        inputs = inputs if inputs is not None else {}
+        outputs = outputs if outputs is not None else {}
         self._last_pages = None  # page placement is resolved afresh each run
         for name in inputs:
-            if name not in self._slots and name not in self._input_names:
+            if name not in self._input_names and name not in self._slots:
                 known = ", ".join(sorted(self._input_names)) or "none"
                 raise DispatchError(f"unknown input {name!r}; this variant takes: {known}", Span(self.yaml_path))
             if name in self._slots and self._slots[name].role in ("output", "append") and name not in outputs:
                 raise self._slot_error(self._slots[name], f"{name!r} is an output (the host allocates it); pass it in outputs= to supply a buffer")
         for name in outputs:
-            if name not in self._slots or self._slots[name].role not in ("output", "append", "inout"):
+            if name not in self._output_names:
                 outs = ", ".join(s.name for s in self.lowered.host_slots if s.role in ("output", "append", "inout")) or "none"
                 raise DispatchError(f"unknown output {name!r}; this variant's outputs: {outs}", Span(self.yaml_path))
         user_params = self._packer.check(params)
@@ -292,33 +296,20 @@ class Variant:
             raise DispatchError(f"n must be a non-negative int, not {n!r}", Span(self.yaml_path))
         n = int(n)
 
-        env = {"n": n, **self._packer.scalars(user_params)}
+        env = {"n": n, **self._packer.scalars(user_params)} if self._packer.user else {"n": n}
         result: dict[str, Output] = {}
         counters_to_clear: list = []
-        pending = list(self._output_slots)
-        for _ in range(len(pending) + 1):
-            if not pending:
-                break
-            later = []
-            for slot in pending:
-                text = slot.capacity if slot.role == "append" else slot.count
-                expr = parse_expression(text)  # type: ignore[arg-type]
-                if any(ref not in lengths for ref in expr.lengths) and any(ref in {s.name for s in pending} for ref in expr.lengths):
-                    later.append(slot)
-                    continue
-                size = self._size(slot, "capacity" if slot.role == "append" else "count", text, env, lengths)  # type: ignore[arg-type]
-                out = self._allocate(slot, size, outputs.get(slot.name), n, domain_source, counters_to_clear, bound)
-                result[slot.name] = out
-                lengths[slot.name] = size
-            pending = later
-        for slot in self.lowered.host_slots:
-            if slot.role == "inout":
-                b = bound[slot.binding]
-                result[slot.name] = Output(b.buffer, b.count, slot.value_type, name=slot.name, count=b.count, bits=slot.bits)
-            elif slot.role == "input" and slot.count is not None:
-                need = self._size(slot, "count", slot.count, env, lengths)
-                if lengths[slot.name] < need:
-                    raise self._slot_error(slot, f"input {slot.name!r} has {lengths[slot.name]} elements; its count {slot.count!r} needs {need}")
+        for slot, key, text in self._output_slots:
+            size = self._size(slot, key, text, env, lengths)
+            result[slot.name] = self._allocate(slot, size, outputs.get(slot.name) if outputs else None, n, domain_source, counters_to_clear, bound)
+            lengths[slot.name] = size
+        for slot in self._inout_slots:
+            b = bound[slot.binding]
+            result[slot.name] = Output(b.buffer, b.count, slot.value_type, name=slot.name, count=b.count, bits=slot.bits)
+        for slot in self._counted_inputs:
+            need = self._size(slot, "count", slot.count, env, lengths)  # type: ignore[arg-type]
+            if lengths[slot.name] < need:
+                raise self._slot_error(slot, f"input {slot.name!r} has {lengths[slot.name]} elements; its count {slot.count!r} needs {need}")
 
         fixed = {"n": n}
         if self.lowered.columns:
@@ -327,9 +318,8 @@ class Variant:
         wx, wy, _ = self.lowered.workgroup
         fixed["zero_stride_y"] = groups[0] * wx
         fixed["zero_stride_z"] = groups[0] * wx * groups[1] * wy
-        for slot in self.lowered.host_slots:
-            if slot.role in ("input", "inout", "output", "append"):
-                fixed[f"zero_len_{slot.name}"] = lengths[slot.name]
+        for name, field_name in self._len_fields:
+            fixed[field_name] = lengths[name]
         data = self._packer.pack(user_params, fixed)
         offset = self._ring.take()
         self.ctx.queue.write_buffer(self._ring.buffer, offset, data)
@@ -411,6 +401,24 @@ class Variant:
         while len(self._bind_groups) > _BIND_GROUP_CACHE:
             self._bind_groups.popitem(last=False)
         return group
+
+
+def _output_order(slots: list[HostSlot]) -> list[tuple[HostSlot, str, str]]:
+    """(slot, 'count'|'capacity', expression) with outputs sized before outputs whose size reads them."""
+    todo = {s.name: s for s in slots}
+    order: list[tuple[HostSlot, str, str]] = []
+    while todo:
+        progressed = False
+        for name, slot in list(todo.items()):
+            text = slot.capacity if slot.role == "append" else slot.count
+            if not any(ref in todo and ref != name for ref in parse_expression(text).lengths):  # type: ignore[arg-type]
+                order.append((slot, "capacity" if slot.role == "append" else "count", text))  # type: ignore[arg-type]
+                del todo[name]
+                progressed = True
+        if not progressed:  # a cycle of len() references: size them in declaration order, the error names it
+            order += [(s, "capacity" if s.role == "append" else "count", s.capacity if s.role == "append" else s.count) for s in todo.values()]  # type: ignore[misc]
+            break
+    return order
 
 
 def _unwrap(value: Any) -> Any:

@@ -1,0 +1,500 @@
+"""The asset library: references to ``.computeShader`` assets, their programs, hot reload.
+
+    lib = AssetLibrary(root="assets", cache="cache")
+    blur = lib.load("kernels/blur.computeShader")
+    lib.watch()                      # watchdog observer + reload worker
+    while running:                   # the engine thread
+        lib.poll()                   # apply finished reloads between frames (compiles happen here)
+        blur.program().variant(specialize={"T": "f32"}).run(n, inputs=...)
+
+Threads: the observer and the reload worker read files, parse and lower (pure Python,
+through the variant cache); every wgpu call (shader module, pipeline) happens in
+:meth:`AssetLibrary.poll` or on first use of a variant, on the engine thread. A reload that
+fails keeps the last good program live and sets ``ref.diagnostics``; the next good save
+clears them.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections import OrderedDict, deque
+from dataclasses import replace
+from typing import Any, Callable, Iterator, Mapping
+
+from ..cache import DEFAULT_MAX_BYTES, USAGE_FILE, UsageLog, VariantCache
+from ..errors import AssetError, PluginError, Span, bug
+from ..lowering import Lowered, VariantSpec, parse
+from ..runtime.compile import compile_lowered
+from ..runtime.program import Program, program
+from .folder import ASSET_SUFFIX, AssetSource, read_asset_folder
+from .reload import BODY, LAYOUT, Prepared, ReloadEvent, ReloadFailure, Unsettled, carry_spec, plan_signature, prepare
+from .watcher import ReloadService
+
+__all__ = ["AssetLibrary", "ComputeShaderRef"]
+
+log = logging.getLogger("engine_plugin.assets")
+
+_MEMORY_ENTRIES = 128  # lowered variants kept in memory per asset (recent gets and puts)
+
+ReloadCallback = Callable[[ReloadEvent], None]
+ErrorCallback = Callable[[ReloadFailure], None]
+
+
+class _AssetStore:
+    """The ``LoweredStore`` an asset's programs use: a small memory front over the shared
+    variant cache, entries rebased onto this asset's own paths, and usage recording."""
+
+    def __init__(self, rel: str, cache: VariantCache | None, usage: UsageLog | None, paths: tuple[str, str]):
+        self.rel = rel
+        self.cache = cache
+        self.usage = usage
+        self.paths = paths  # (bindings.yaml, .wgsl) as errors should name them
+        self._memory: "OrderedDict[str, Lowered]" = OrderedDict()
+        self._lock = threading.Lock()
+        self._local = threading.local()
+        self.memory_hits = 0
+
+    def _rebase(self, lowered: Lowered) -> Lowered:
+        # Entries are content-addressed, so one baked elsewhere names another checkout's files.
+        yaml_path, wgsl_path = self.paths
+        files = lowered.source_map.files
+        if files[:2] == (yaml_path, wgsl_path) and lowered.asset == wgsl_path:
+            return lowered
+        sm = replace(lowered.source_map, files=(yaml_path, wgsl_path) + tuple(files[2:]))
+        return replace(lowered, source_map=sm, asset=wgsl_path)
+
+    def _remember(self, key: str, lowered: Lowered) -> None:
+        with self._lock:
+            self._memory[key] = lowered
+            self._memory.move_to_end(key)
+            while len(self._memory) > _MEMORY_ENTRIES:
+                self._memory.popitem(last=False)
+
+    def _record(self, lowered: Lowered) -> None:
+        if self.usage is not None and not getattr(self._local, "quiet", False):
+            self.usage.record(self.rel, lowered.spec)
+
+    def get(self, key: str) -> Lowered | None:
+        with self._lock:
+            found = self._memory.get(key)
+            if found is not None:
+                self.memory_hits += 1
+        if found is None and self.cache is not None:
+            found = self.cache.get(key)
+            if found is not None:
+                found = self._rebase(found)
+                self._remember(key, found)
+        if found is not None:
+            self._record(found)
+        return found
+
+    def put(self, key: str, lowered: Lowered) -> None:
+        self._remember(key, lowered)
+        self._record(lowered)
+        if self.cache is not None:
+            self.cache.put(key, lowered)
+
+    def unrecorded(self) -> "_Unrecorded":
+        """Within it, lowerings on this thread are not logged as used (validation lowerings)."""
+        return _Unrecorded(self._local)
+
+
+class _Unrecorded:
+    def __init__(self, local: threading.local):
+        self.local = local
+
+    def __enter__(self) -> None:
+        self.local.quiet = True
+
+    def __exit__(self, *exc: Any) -> None:
+        self.local.quiet = False
+
+
+class ComputeShaderRef:
+    """A loaded asset. ``program()`` is the live :class:`Program` (the same object while the
+    asset's content is unchanged); ``generation`` counts the reloads applied;
+    ``diagnostics`` is the last failure (``path:line:col: message`` + caret) or None."""
+
+    def __init__(self, library: "AssetLibrary", rel: str, folder: str):
+        self.library = library
+        self.path = rel  # the program key
+        self.folder = folder
+        self.generation = 0
+        self.error: PluginError | None = None
+        self._program: Program | None = None
+        self._source: AssetSource | None = None
+        self._reload_listeners: list[ReloadCallback] = []
+        self._error_listeners: list[ErrorCallback] = []
+        self.reloads = 0
+        self.failures = 0
+        self._store = _AssetStore(rel, library.cache, library.usage, (os.path.join(folder, "bindings.yaml"), os.path.join(folder, "kernel.wgsl")))
+
+    @property
+    def diagnostics(self) -> str | None:
+        """The last failure rendered ``path:line:col: message`` (with the line and a caret), or None."""
+        return str(self.error) if self.error is not None else None
+
+    @property
+    def source(self) -> AssetSource | None:
+        """The texts of the live program (the last good read)."""
+        return self._source
+
+    @property
+    def in_use(self) -> tuple[VariantSpec, ...]:
+        """The variants of the live program made so far (recompiled eagerly on reload)."""
+        return tuple(self._program.variants) if self._program is not None else ()
+
+    def program(self) -> Program:
+        """The live program.
+
+        Raises:
+            PluginError: the asset has never loaded successfully (its last error).
+        """
+        if self._program is None:
+            raise self.error or AssetError("the asset is not loaded", Span(self.folder))
+        return self._program
+
+    def variant(self, specialize: Mapping[str, str] | None = None, columns: Mapping[str, Any] | None = None) -> Any:
+        """``self.program().variant(...)``: lower (or fetch from the cache) and compile one variant."""
+        return self.program().variant(specialize, columns)
+
+    def on_reload(self, callback: ReloadCallback) -> Callable[[], None]:
+        """Call ``callback(event)`` on the polling thread after each applied reload; answers an
+        unsubscribe function. ``event.kind`` says body-only or layout, ``event.invalidated``
+        which variants went stale."""
+        self._reload_listeners.append(callback)
+        return lambda: self._reload_listeners.remove(callback) if callback in self._reload_listeners else None
+
+    def on_error(self, callback: ErrorCallback) -> Callable[[], None]:
+        """Call ``callback(failure)`` on the polling thread after each refused reload."""
+        self._error_listeners.append(callback)
+        return lambda: self._error_listeners.remove(callback) if callback in self._error_listeners else None
+
+    def _notify(self, listeners: list, item: Any) -> None:
+        for cb in list(listeners):
+            try:
+                cb(item)
+            except Exception:  # one listener's bug must not stop the frame or the others
+                log.exception("a reload listener of %s raised", self.path)
+
+    def __repr__(self) -> str:
+        state = "ok" if self.error is None else "error"
+        return f"ComputeShaderRef({self.path!r}, generation={self.generation}, {state})"
+
+
+class AssetLibrary:
+    """Compute shader assets under ``root``, their variant cache, and hot reload.
+
+    Args:
+        root: the asset folder; references are named relative to it.
+        cache: the variant cache folder (or a :class:`VariantCache`, or None for none).
+        device: a wgpu device or DeviceContext (None: the process's default device).
+        quiet: the debounce quiet window, seconds.
+        max_cache_bytes: the cache's size cap (when ``cache`` is a folder).
+        record_usage: log requested variants to ``<cache>/usage.msgpack`` (or to this path),
+            for ``engine-plugin bake --variants-from``.
+        missing_grace: how long a deleted file may stay missing before a reload reports it.
+    """
+
+    def __init__(
+        self,
+        root: str = "assets",
+        cache: str | VariantCache | None = "cache",
+        device: Any = None,
+        *,
+        quiet: float = 0.030,
+        max_cache_bytes: int | None = DEFAULT_MAX_BYTES,
+        record_usage: bool | str = False,
+        missing_grace: float = 0.25,
+    ):
+        self.root = os.fspath(root)
+        self._root_abs = os.path.abspath(self.root)
+        if isinstance(cache, VariantCache) or cache is None:
+            self.cache = cache
+        else:
+            self.cache = VariantCache(os.fspath(cache), max_bytes=max_cache_bytes)
+        usage_path = None
+        if isinstance(record_usage, str):
+            usage_path = record_usage
+        elif record_usage:
+            if self.cache is None:
+                raise ValueError("record_usage=True needs a cache folder (or pass the usage log path)")
+            usage_path = os.path.join(self.cache.folder, USAGE_FILE)
+        self.usage = UsageLog(usage_path) if usage_path else None
+        self.device = device
+        self._ctx: Any = None
+        self._refs: dict[str, ComputeShaderRef] = {}
+        self._by_folder: dict[str, ComputeShaderRef] = {}
+        self._ready: deque[Prepared] = deque()
+        self._ready_lock = threading.Lock()
+        self.service = ReloadService(
+            self._root_abs, self._job_for, self._deliver, quiet=quiet, missing_grace=missing_grace, on_idle=self.flush_usage
+        )
+
+    # -- references ------------------------------------------------------------------------
+    def _context(self) -> Any:
+        if self._ctx is None:
+            from ..gpu.device import get_context
+
+            self._ctx = get_context(self.device)
+        return self._ctx
+
+    def _rel(self, path: str) -> str:
+        p = os.fspath(path)
+        full = os.path.normpath(p if os.path.isabs(p) else os.path.join(self._root_abs, p))
+        if os.path.basename(full) == "bindings.yaml":
+            full = os.path.dirname(full)
+        rel = os.path.relpath(full, self._root_abs)
+        if rel == "." or rel.startswith(".." + os.sep) or rel == "..":
+            raise AssetError(f"an asset path is relative to the asset root {self.root!r}; {p!r} is outside it", Span(p))
+        if not rel.endswith(ASSET_SUFFIX):
+            raise AssetError(f"an asset is a NAME{ASSET_SUFFIX} folder; {p!r} is not one", Span(p))
+        return rel.replace(os.sep, "/")
+
+    def load(self, path: str, *, strict: bool = True) -> ComputeShaderRef:
+        """The reference to the asset at ``path`` (relative to the root); the same reference
+        for the same asset. Reads and parses it; variants lower lazily.
+
+        Args:
+            strict: raise when the asset cannot be read or parsed; with False answer a
+                reference whose ``program()`` raises and whose ``diagnostics`` say why, until a
+                good save arrives (useful under ``watch()``).
+        Raises:
+            AssetError, SchemaError: (strict only) with the asset's own file and line.
+        """
+        rel = self._rel(path)
+        found = self._refs.get(rel)
+        if found is not None:
+            return found
+        folder = os.path.join(self.root, *rel.split("/"))
+        ref = ComputeShaderRef(self, rel, folder)
+        ctx = self._context()
+        try:
+            src = read_asset_folder(folder)
+            schema = parse(src.yaml_text, src.yaml_path)
+            ref._store.paths = (src.yaml_path, src.wgsl_path)
+            ref._program = program(rel, schema, src.wgsl_text, wgsl_path=src.wgsl_path, device=ctx, store=ref._store)
+            ref._source = src
+            if src.extra_files:
+                log.warning("%s: files ignored in the asset (only bindings.yaml and one .wgsl count): %s", folder, ", ".join(src.extra_files))
+        except PluginError as exc:
+            if strict:
+                raise
+            ref.error = exc
+            log.warning("%s", exc)
+        self._refs[rel] = ref
+        self._by_folder[os.path.abspath(folder)] = ref
+        return ref
+
+    def refs(self) -> list[ComputeShaderRef]:
+        """The loaded references, by path."""
+        return [self._refs[k] for k in sorted(self._refs)]
+
+    def __iter__(self) -> Iterator[ComputeShaderRef]:
+        return iter(self.refs())
+
+    def load_all(self, *, strict: bool = True) -> list[ComputeShaderRef]:
+        """Load every ``*.computeShader`` under the root."""
+        from .folder import find_assets
+
+        return [self.load(os.path.relpath(f, self.root), strict=strict) for f in find_assets(self.root) if f != os.path.normpath(self.root)]
+
+    # -- hot reload ------------------------------------------------------------------------
+    def watch(self) -> "AssetLibrary":
+        """Start a watchdog observer over the root and the reload worker (idempotent)."""
+        if not os.path.isdir(self._root_abs):
+            raise AssetError("the asset root is not a folder", Span(self.root))
+        self.service.watch()
+        return self
+
+    def request_reload(self, path: str | None = None) -> None:
+        """Re-read an asset (every loaded one when None) as if it had been saved; works
+        without ``watch()`` too. Apply with :meth:`poll`."""
+        refs = list(self._refs.values())
+        if path is not None:
+            rel = self._rel(path)
+            if rel not in self._refs:
+                raise AssetError(f"{rel} is not loaded; load() it first", Span(path))
+            refs = [self._refs[rel]]
+        self.service.start_worker()
+        for ref in refs:
+            self.service.schedule(os.path.abspath(ref.folder))
+
+    def _job_for(self, folder: str) -> Callable[[int, float], Prepared] | None:
+        ref = self._by_folder.get(folder)
+        if ref is None:
+            return None
+
+        def job(seq: int, first_event: float) -> Prepared:
+            ctx = self._context()  # made on the engine thread at load(); no wgpu call here
+
+            def make_program(schema, src):
+                ref._store.paths = (src.yaml_path, src.wgsl_path)
+                return Program(ref.path, schema, src.wgsl_text, wgsl_path=src.wgsl_path, ctx=ctx, store=ref._store)
+
+            old = ref._program
+            try:
+                if old is not None and old.variants:
+                    return prepare(ref.path, ref.folder, seq, first_event, current=ref._source, old_program=old, make_program=make_program)
+                # Validation lowerings of an asset nobody uses yet are not "requested variants".
+                with ref._store.unrecorded():
+                    return prepare(ref.path, ref.folder, seq, first_event, current=ref._source, old_program=old, make_program=make_program)
+            except Unsettled:
+                raise
+            except Exception as exc:  # a bug in lowering: report it as this reload's failure
+                log.exception("preparing a reload of %s failed", ref.path)
+                return Prepared(ref.path, seq, first_event, error=bug(f"preparing a reload raised {type(exc).__name__}: {exc}"))
+
+        return job
+
+    def _deliver(self, prepared: Prepared) -> None:
+        with self._ready_lock:
+            # A newer read of the same asset supersedes one not yet applied.
+            for old in [p for p in self._ready if p.rel == prepared.rel]:
+                self._ready.remove(old)
+                prepared.first_event = min(prepared.first_event, old.first_event)
+            self._ready.append(prepared)
+
+    @property
+    def idle(self) -> bool:
+        """No reload waiting for quiet, being prepared, or waiting for :meth:`poll`."""
+        return self.service.idle and not self._ready
+
+    @property
+    def pending(self) -> int:
+        """Reloads prepared and waiting for :meth:`poll`."""
+        return len(self._ready)
+
+    def poll(self) -> list[ReloadEvent | ReloadFailure]:
+        """Apply the reloads that finished since the last call (call once a frame, on the
+        thread that owns the device). Answers what happened, in order; never raises for an
+        asset's error (it becomes the reference's diagnostics)."""
+        out: list[ReloadEvent | ReloadFailure] = []
+        while True:
+            with self._ready_lock:
+                if not self._ready:
+                    break
+                prepared = self._ready.popleft()
+            ref = self._refs.get(prepared.rel)
+            if ref is None:
+                continue
+            try:
+                result = self._apply(ref, prepared)
+            except Exception as exc:  # never let a reload take the game down
+                log.exception("applying a reload of %s failed", ref.path)
+                result = self._fail(ref, bug(f"applying a reload raised {type(exc).__name__}: {exc}"), prepared)
+            if result is not None:
+                out.append(result)
+        return out
+
+    def _fail(self, ref: ComputeShaderRef, error: PluginError, prepared: Prepared) -> ReloadFailure:
+        ref.error = error
+        ref.failures += 1
+        failure = ReloadFailure(ref.path, ref.generation, error, time.monotonic() - prepared.first_event)
+        log.warning("reload of %s failed; generation %d stays live:\n%s", ref.path, ref.generation, error)
+        ref._notify(ref._error_listeners, failure)
+        return failure
+
+    def _apply(self, ref: ComputeShaderRef, prepared: Prepared) -> ReloadEvent | ReloadFailure | None:
+        if prepared.error is not None:
+            return self._fail(ref, prepared.error, prepared)
+        src, schema = prepared.source, prepared.schema
+        if prepared.unchanged or src is None or schema is None:
+            if ref.error is not None:
+                log.info("%s is back to its live content; diagnostics cleared", ref.path)
+            ref.error = None
+            return None
+        ctx = self._context()
+        old = ref._program
+        try:
+            # Validate by compiling before anything is registered or swapped: a refused
+            # shader leaves the live program (and the program registry) as they were.
+            for spec, lowered in prepared.lowered.items():
+                compile_lowered(lowered, label=f"{ref.path} {spec.label()}", device=ctx)
+            new = program(ref.path, schema, src.wgsl_text, wgsl_path=src.wgsl_path, device=ctx, store=ref._store)
+            carried = dict(prepared.carried)
+            if old is not None:
+                for old_spec in old.variants:  # made after the worker read the asset
+                    if old_spec not in carried:
+                        carried[old_spec] = carry_spec(old.schema, schema, old_spec)
+            recompiled = []
+            for new_spec in dict.fromkeys(carried.values()):
+                new.variant(new_spec)  # lowered by the worker (memory hit); compiled above
+                recompiled.append(new_spec)
+        except PluginError as exc:
+            return self._fail(ref, exc, prepared)
+
+        old_variants = old.variants if old is not None else {}
+        new_variants = new.variants
+        layout_changed = tuple(
+            s
+            for s, v in old_variants.items()
+            if carried[s] != s or plan_signature(v.lowered) != plan_signature(new_variants[carried[s]].lowered)
+        )
+        if old_variants:
+            kind = LAYOUT if layout_changed else BODY
+        elif prepared.validation is not None and prepared.baseline is not None:
+            same = plan_signature(prepared.baseline) == plan_signature(prepared.lowered[prepared.validation])
+            kind = BODY if same else LAYOUT
+        else:
+            kind = LAYOUT
+        files = []
+        prev = ref._source
+        if prev is None or prev.yaml_text != src.yaml_text:
+            files.append("bindings.yaml")
+        if prev is None or prev.wgsl_text != src.wgsl_text or os.path.basename(prev.wgsl_path) != os.path.basename(src.wgsl_path):
+            files.append(os.path.basename(src.wgsl_path))
+
+        ref._program = new
+        ref._source = src
+        ref.error = None
+        ref.generation += 1
+        ref.reloads += 1
+        event = ReloadEvent(
+            asset=ref.path,
+            generation=ref.generation,
+            kind=kind,
+            files=tuple(files),
+            invalidated=tuple(old_variants),
+            layout_changed=layout_changed,
+            recompiled=tuple(recompiled),
+            program=new,
+            previous=old,
+            latency=time.monotonic() - prepared.first_event,
+        )
+        log.info("%s", event.describe())
+        ref._notify(ref._reload_listeners, event)
+        return event
+
+    # -- housekeeping ----------------------------------------------------------------------
+    def flush_usage(self) -> bool:
+        """Write the variants requested so far to the usage log (also done every ~2 s while
+        watching, and on close)."""
+        return self.usage.flush() if self.usage is not None else False
+
+    def stats(self) -> dict[str, Any]:
+        """Reloads, failures, cache counters."""
+        return {
+            "assets": len(self._refs),
+            "reloads": sum(r.reloads for r in self._refs.values()),
+            "failures": sum(r.failures for r in self._refs.values()),
+            "pending": self.pending,
+            "cache": self.cache.stats() if self.cache is not None else None,
+        }
+
+    def close(self) -> None:
+        """Stop watching and flush the usage log. References and programs stay usable."""
+        self.service.stop()
+        self.flush_usage()
+
+    def __enter__(self) -> "AssetLibrary":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"AssetLibrary({self.root!r}, {len(self._refs)} assets, watching={self.service.watching})"

@@ -1,0 +1,225 @@
+"""What a reload is: events, the pure-Python preparation that runs off the engine thread, and
+the body-only / layout classification.
+
+A reload is prepared on the reload worker (read both files, parse, lower the variants in use
+through the variant cache: no wgpu) and applied by :meth:`AssetLibrary.poll` on the engine
+thread (compile, swap, tell the listeners). Preparation never touches the GPU, so the only
+thread that ever calls wgpu is the one that owns the device.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
+
+from ..errors import AssetError, PluginError
+from ..lowering import Lowered, Schema, VariantSpec, enumerate_variants, parse, resolve_spec
+from .folder import AssetSource, is_editor_noise, read_asset_folder
+
+if TYPE_CHECKING:
+    from ..runtime.program import Program
+
+__all__ = ["ReloadEvent", "ReloadFailure", "Prepared", "plan_signature", "carry_spec", "prepare", "Unsettled", "folder_stamp"]
+
+BODY = "body"
+LAYOUT = "layout"
+
+
+@dataclass(frozen=True)
+class ReloadEvent:
+    """A reload that was applied: the asset's new program is live as ``generation``.
+
+    ``kind`` is ``"body"`` when every variant keeps its binding plan, params layout and host
+    slots (the pipeline can be swapped under the same bind groups and buffers), else
+    ``"layout"`` (listeners must rebind and reallocate). ``invalidated`` lists every variant of
+    the previous program (its pipelines are stale), ``layout_changed`` those of them whose plan
+    changed, ``recompiled`` the variants of the new program compiled eagerly (the ones in use);
+    the rest compile lazily on first request.
+    """
+
+    asset: str
+    generation: int
+    kind: str
+    files: tuple[str, ...]
+    invalidated: tuple[VariantSpec, ...]
+    layout_changed: tuple[VariantSpec, ...]
+    recompiled: tuple[VariantSpec, ...]
+    program: "Program" = field(repr=False)
+    previous: "Program | None" = field(repr=False)
+    latency: float = 0.0  # seconds from the first file event of this reload to the swap
+
+    @property
+    def ok(self) -> bool:
+        return True
+
+    @property
+    def body_only(self) -> bool:
+        return self.kind == BODY
+
+    def describe(self) -> str:
+        what = "body only" if self.body_only else "layout changed"
+        changed = ", ".join(self.files) or "no text"
+        return (
+            f"reloaded {self.asset} -> generation {self.generation} ({what}; {changed}; "
+            f"{len(self.recompiled)} variant(s) recompiled, {len(self.invalidated)} invalidated; {self.latency * 1e3:.0f} ms)"
+        )
+
+
+@dataclass(frozen=True)
+class ReloadFailure:
+    """A reload that was refused: the last good program (``generation``) stays live."""
+
+    asset: str
+    generation: int
+    error: PluginError
+    latency: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return False
+
+    @property
+    def diagnostics(self) -> str:
+        return str(self.error)
+
+    def describe(self) -> str:
+        return f"reload of {self.asset} failed; generation {self.generation} stays live:\n{self.error}"
+
+
+class Unsettled(Exception):
+    """The asset's files changed while they were being read: read them again later."""
+
+
+@dataclass
+class Prepared:
+    """A reload prepared off the engine thread, waiting for ``poll()`` to apply it."""
+
+    rel: str
+    seq: int
+    first_event: float
+    source: AssetSource | None = None
+    schema: Schema | None = None
+    error: PluginError | None = None
+    unchanged: bool = False
+    carried: dict[VariantSpec, VariantSpec] = field(default_factory=dict)  # old spec -> new spec
+    lowered: dict[VariantSpec, Lowered] = field(default_factory=dict)  # new spec -> lowered
+    validation: VariantSpec | None = None  # lowered only to validate (nothing in use)
+    baseline: Lowered | None = None  # the validation variant under the old content, for the kind
+    missing: bool = False  # the error is a missing file or folder (may be mid-save)
+
+
+# -- classification --------------------------------------------------------------------
+def plan_signature(lowered: Lowered) -> tuple:
+    """Everything the host binds and allocates by, without source lines: equal signatures
+    mean old bind groups, pooled outputs and params packing fit the new pipeline."""
+    bindings = tuple((b.binding, b.group, b.name, b.role, b.storage_type, b.access, b.scalar, b.lanes) for b in lowered.bindings)
+    params = (lowered.params.size, lowered.params.binding, tuple((f.name, f.type, f.offset, f.size, f.origin, f.target) for f in lowered.params.fields))
+    slots = tuple(replace(s, line=0) for s in lowered.host_slots)
+    columns = tuple(replace(c, line=0) for c in lowered.columns)
+    return (bindings, params, slots, columns, lowered.domain_count, lowered.table_columns)
+
+
+def carry_spec(old_schema: Schema | None, new_schema: Schema, spec: VariantSpec) -> VariantSpec:
+    """The variant of ``new_schema`` that stands for ``spec`` of the old one.
+
+    Values the old spec only had by default follow the new default; values of parameters the
+    new schema dropped are dropped.
+
+    Raises:
+        SpecializationError: a value the new schema no longer offers (the reload fails).
+    """
+    old_defaults = {sp.name: sp.default for sp in old_schema.specialize} if old_schema is not None else {}
+    values = {}
+    for name, value in spec.values:
+        if new_schema.spec_param(name) is None:
+            continue
+        if old_defaults.get(name) is not None and value == old_defaults[name]:
+            continue
+        values[name] = value
+    return resolve_spec(new_schema, values, spec.columns_dict() or None)
+
+
+# -- preparation (reload worker thread; pure Python) ----------------------------------------
+def folder_stamp(folder: str) -> tuple:
+    """(name, inode, size, mtime_ns) of every file of the asset that is not editor noise;
+    two equal stamps around a read mean nothing was written meanwhile."""
+    out = []
+    try:
+        with os.scandir(folder) as it:
+            for de in it:
+                if is_editor_noise(de.name):
+                    continue
+                try:
+                    st = de.stat()
+                except OSError:
+                    continue
+                out.append((de.name, st.st_ino, st.st_size, st.st_mtime_ns))
+    except OSError:
+        return ()
+    return tuple(sorted(out))
+
+
+def _is_missing(exc: AssetError) -> bool:
+    text = exc.message
+    return "does not exist" in text or "has no " in text or "cannot read" in text
+
+
+def prepare(
+    rel: str,
+    folder: str,
+    seq: int,
+    first_event: float,
+    *,
+    current: AssetSource | None,
+    old_program: "Program | None",
+    make_program: Any,
+) -> Prepared:
+    """Read, parse and lower what a reload of ``folder`` needs, without touching the GPU.
+
+    ``make_program(schema, source)`` builds an unregistered candidate program whose
+    ``lowered(spec)`` goes through the variant cache (so warm reloads lower nothing).
+
+    Raises:
+        Unsettled: a file changed while it was read.
+    """
+    out = Prepared(rel, seq, first_event)
+    stamp = folder_stamp(folder)
+    try:
+        src = read_asset_folder(folder)
+    except AssetError as exc:
+        out.error = exc
+        out.missing = _is_missing(exc)
+        return out
+    out.source = src
+    if current is not None and src.content_hash == current.content_hash and os.path.basename(src.wgsl_path) == os.path.basename(current.wgsl_path):
+        out.unchanged = True
+        return out
+    try:
+        schema = out.schema = parse(src.yaml_text, src.yaml_path)
+        candidate = make_program(schema, src)
+        old_variants = list(old_program.variants) if old_program is not None else []
+        for old_spec in old_variants:
+            new_spec = carry_spec(old_program.schema, schema, old_spec)  # type: ignore[union-attr]
+            out.carried[old_spec] = new_spec
+            if new_spec not in out.lowered:
+                out.lowered[new_spec] = candidate.lowered(new_spec)
+        if not old_variants:
+            # Nothing in use: validate one variant (the first the bake would make), if any can be named.
+            try:
+                specs = enumerate_variants(schema)
+            except PluginError:
+                specs = []
+            if specs:
+                out.validation = specs[0]
+                out.lowered[specs[0]] = candidate.lowered(specs[0])
+                if old_program is not None:
+                    try:
+                        out.baseline = old_program.lowered(carry_spec(schema, old_program.schema, specs[0]))
+                    except PluginError:
+                        out.baseline = None  # the old content cannot make it: a layout change
+    except PluginError as exc:
+        out.error = exc
+    if folder_stamp(folder) != stamp:
+        raise Unsettled(folder)
+    return out

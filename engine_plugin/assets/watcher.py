@@ -1,0 +1,297 @@
+"""The reload service: a watchdog observer, a per-asset debounce, and one worker thread.
+
+File events are mapped to the loaded asset whose folder holds them and *coalesced per asset*
+(``bindings.yaml`` and the ``.wgsl`` are one unit). An asset is read only once it has been
+quiet for ``quiet`` seconds, measured both from the last event and from the newest file
+mtime (so a late-delivered event cannot make a half-written file look settled). Editors' save
+patterns all reduce to "some events, then quiet":
+
+- in-place truncate + write: modify/close events; read after the quiet window;
+- atomic rename from a temporary file (vim, JetBrains, VS Code): the move's destination is
+  the asset's file; the temporary names are ignored;
+- delete then create: a missing file is given ``missing_grace`` more before it is reported;
+- swap and backup files (``.swp``, ``~``, ``4913``, ``.tmp``, JetBrains' ``___jb_*___``) are
+  ignored entirely.
+
+The worker prepares the reload (pure Python, :func:`reload.prepare`) and hands it to the
+library; if new events for that asset arrived meanwhile the result is dropped, since the next
+read supersedes it. Nothing here calls wgpu.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from .folder import ASSET_SUFFIX, is_editor_noise
+from .reload import Prepared, Unsettled, folder_stamp
+
+__all__ = ["ReloadService", "is_ignored_name"]
+
+log = logging.getLogger("engine_plugin.assets")
+
+# Beyond folder.is_editor_noise: JetBrains' safe-write names.
+_EXTRA_NOISE = ("___jb_tmp___", "___jb_old___", ".part")
+_RELEVANT_EVENTS = ("created", "modified", "moved", "deleted", "closed")
+_USAGE_FLUSH_S = 2.0
+
+
+def is_ignored_name(name: str) -> bool:
+    """Whether a file name is an editor's swap, backup or temporary file (never an asset's)."""
+    base = os.path.basename(name)
+    return is_editor_noise(base) or base.endswith(_EXTRA_NOISE)
+
+
+@dataclass
+class _Pending:
+    first: float  # monotonic time of the first event since the asset was last read
+    last: float  # of the latest event
+    seq: int
+    not_before: float = 0.0  # rescheduled reads (unsettled mtime, missing-file grace)
+    grace_used: bool = False
+
+
+class ReloadService:
+    """Debounces events per asset folder and prepares reloads on one worker thread.
+
+    Args:
+        root: the folder the observer watches (recursively).
+        resolve: absolute folder -> a callable ``prepare(seq, first_event) -> Prepared`` for a
+            loaded asset, or None when no loaded asset lives there.
+        deliver: hands a finished :class:`Prepared` to the library (any thread).
+        quiet: the quiet window in seconds.
+        missing_grace: extra wait before a missing file is reported (delete-then-create saves).
+        max_delay: a continuously written asset is read anyway after this long.
+        on_idle: called on the worker about every two seconds (flushes the usage log).
+    """
+
+    def __init__(
+        self,
+        root: str,
+        resolve: Callable[[str], Callable[[int, float], Prepared] | None],
+        deliver: Callable[[Prepared], None],
+        *,
+        quiet: float = 0.030,
+        missing_grace: float = 0.25,
+        max_delay: float = 1.0,
+        on_idle: Callable[[], None] | None = None,
+    ):
+        self.root = os.path.abspath(root)
+        self.quiet = float(quiet)
+        self.missing_grace = float(missing_grace)
+        self.max_delay = float(max_delay)
+        self._resolve = resolve
+        self._deliver = deliver
+        self._on_idle = on_idle
+        self._cond = threading.Condition()
+        self._pending: dict[str, _Pending] = {}
+        self._seq = 0
+        self._stopping = False
+        self._worker: threading.Thread | None = None
+        self._observer: Any = None
+        self._in_flight: str | None = None
+        self.events_seen = 0  # relevant file events (for tests and the CLI)
+
+    # -- lifecycle -------------------------------------------------------------------------
+    @property
+    def watching(self) -> bool:
+        return self._observer is not None
+
+    @property
+    def idle(self) -> bool:
+        """Nothing waiting for its quiet window and nothing being read."""
+        with self._cond:
+            return not self._pending and self._in_flight is None
+
+    def start_worker(self) -> None:
+        with self._cond:
+            if self._worker is not None:
+                return
+            self._stopping = False
+            self._worker = threading.Thread(target=self._run, name="engine_plugin-reload", daemon=True)
+            self._worker.start()
+
+    def watch(self) -> None:
+        """Start the worker and a watchdog observer over the root (idempotent)."""
+        self.start_worker()
+        if self._observer is not None:
+            return
+        from watchdog.events import (
+            DirCreatedEvent,
+            DirDeletedEvent,
+            DirMovedEvent,
+            FileClosedEvent,
+            FileCreatedEvent,
+            FileDeletedEvent,
+            FileModifiedEvent,
+            FileMovedEvent,
+        )
+        from watchdog.observers import Observer
+
+        handler = _Handler(self)
+        observer = Observer()
+        kinds = [FileCreatedEvent, FileModifiedEvent, FileMovedEvent, FileDeletedEvent, FileClosedEvent, DirCreatedEvent, DirDeletedEvent, DirMovedEvent]
+        observer.schedule(handler, self.root, recursive=True, event_filter=kinds)
+        observer.daemon = True
+        observer.start()
+        self._observer = observer
+
+    def stop(self) -> None:
+        """Stop the observer and the worker; pending reloads are dropped."""
+        observer, self._observer = self._observer, None
+        if observer is not None:
+            observer.stop()
+            observer.join(timeout=5)
+        with self._cond:
+            self._stopping = True
+            self._cond.notify_all()
+            worker, self._worker = self._worker, None
+        if worker is not None and worker is not threading.current_thread():
+            worker.join(timeout=5)
+
+    # -- events ----------------------------------------------------------------------------
+    def asset_folder_of(self, path: str) -> str | None:
+        """The ``*.computeShader`` folder under the root that holds ``path`` (or is it)."""
+        p = os.path.abspath(path)
+        while p == self.root or p.startswith(self.root + os.sep):
+            if p.endswith(ASSET_SUFFIX):
+                return p
+            parent = os.path.dirname(p)
+            if parent == p:
+                break
+            p = parent
+        return None
+
+    def notify_path(self, path: str) -> bool:
+        """A file event at ``path``; answers whether it concerns a loaded asset."""
+        if is_ignored_name(path):
+            return False
+        folder = self.asset_folder_of(path)
+        if folder is None or self._resolve(folder) is None:
+            return False
+        self.schedule(folder)
+        return True
+
+    def schedule(self, folder: str, delay: float = 0.0) -> None:
+        """Read ``folder`` again once it has been quiet (``delay``: not before now + delay)."""
+        now = time.monotonic()
+        with self._cond:
+            self._seq += 1
+            entry = self._pending.get(folder)
+            if entry is None:
+                entry = self._pending[folder] = _Pending(now, now, self._seq)
+            entry.last = now
+            entry.seq = self._seq
+            entry.not_before = max(entry.not_before, now + delay)
+            self.events_seen += 1
+            self._cond.notify_all()
+
+    def _due(self, entry: _Pending) -> float:
+        return max(min(entry.last + self.quiet, entry.first + self.max_delay), entry.not_before)
+
+    # -- the worker ------------------------------------------------------------------------
+    def _run(self) -> None:
+        last_idle = time.monotonic()
+        while True:
+            with self._cond:
+                if self._stopping:
+                    return
+                now = time.monotonic()
+                folder, entry = None, None
+                wake = now + _USAGE_FLUSH_S
+                for f, e in self._pending.items():
+                    due = self._due(e)
+                    if due <= now:
+                        folder, entry = f, e
+                        break
+                    wake = min(wake, due)
+                if entry is None:
+                    self._cond.wait(timeout=max(0.0005, wake - now))
+                    idle_now = time.monotonic() - last_idle > _USAGE_FLUSH_S
+                else:
+                    del self._pending[folder]
+                    self._in_flight = folder
+                    idle_now = False
+            if entry is None:
+                if idle_now and self._on_idle is not None:
+                    last_idle = time.monotonic()
+                    self._safely(self._on_idle)
+                continue
+            try:
+                self._safely(lambda: self._read(folder, entry))  # type: ignore[arg-type]
+            finally:
+                with self._cond:
+                    self._in_flight = None
+
+    def _safely(self, fn: Callable[[], None]) -> None:
+        try:
+            fn()
+        except Exception:  # the worker must outlive any bug in one reload
+            log.exception("engine_plugin bug, please report: the reload worker failed")
+
+    def _requeue(self, folder: str, entry: _Pending, delay: float, *, grace: bool = False) -> None:
+        now = time.monotonic()
+        with self._cond:
+            current = self._pending.get(folder)
+            if current is None:
+                entry.not_before = now + delay
+                entry.grace_used = entry.grace_used or grace
+                self._pending[folder] = entry
+            else:  # new events came meanwhile: keep the earliest first-event time
+                current.first = min(current.first, entry.first)
+                current.not_before = max(current.not_before, now + delay)
+                current.grace_used = current.grace_used or grace
+            self._cond.notify_all()
+
+    def _read(self, folder: str, entry: _Pending) -> None:
+        job = self._resolve(folder)
+        if job is None:
+            return  # unloaded meanwhile
+        forced = time.monotonic() - entry.first >= self.max_delay
+        # Settled on disk too? The newest mtime must be a quiet window old.
+        stamp = folder_stamp(folder)
+        if stamp and not forced:
+            newest = max(s[3] for s in stamp) / 1e9
+            age = time.time() - newest
+            if 0 <= age < self.quiet:
+                self._requeue(folder, entry, self.quiet - age)
+                return
+        try:
+            prepared = job(entry.seq, entry.first)
+        except Unsettled:
+            self._requeue(folder, entry, self.quiet)
+            return
+        if prepared.missing and not entry.grace_used and self.missing_grace > 0:
+            self._requeue(folder, entry, self.missing_grace, grace=True)
+            return
+        with self._cond:
+            pending = self._pending.get(folder)
+            if pending is not None and not forced:
+                pending.first = min(pending.first, entry.first)  # the next read supersedes this one
+                return
+        self._deliver(prepared)
+
+
+class _Handler:
+    """A watchdog handler that only forwards paths (watchdog calls ``dispatch``)."""
+
+    def __init__(self, service: ReloadService):
+        self.service = service
+
+    def dispatch(self, event: Any) -> None:
+        if event.event_type not in _RELEVANT_EVENTS:
+            return
+        if event.is_directory and event.event_type == "modified":
+            return
+        paths = [event.src_path]
+        dest = getattr(event, "dest_path", "")
+        if dest:
+            paths.append(dest)
+        for p in paths:
+            if isinstance(p, bytes):
+                p = os.fsdecode(p)
+            self.service.notify_path(p)

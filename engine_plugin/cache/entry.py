@@ -1,0 +1,213 @@
+"""One cache entry on disk: a msgpack envelope around a msgpack-packed :class:`Lowered`.
+
+Envelope (a msgpack map)::
+
+    magic     "engine_plugin.variant"
+    format    CACHE_FORMAT_VERSION      (entry layout)
+    lowering  LOWERING_VERSION          (generated code)
+    layout    hash of the field names of Lowered and the records in it
+    key       the variant key, the file's own name (an entry copied under another name is foreign)
+    asset     the asset's .wgsl path when baked; spec: [[name, value], ...]; columns: [[table, [col, ...]], ...]
+              (readable without decoding the payload: ``cache stats``, the bake)
+    sha256    hex digest of ``payload`` and the readable header (asset, spec, columns)
+    payload   bytes: the Lowered, packed
+
+The payload packs each record (``Lowered``, ``LoweredBinding``, ``HostSlot``...) as a msgpack
+extension holding its fields in declaration order, and every sequence as an array read back
+as a tuple. Rebuilding is then one step per record, and records shared between variants
+(most of them) are rebuilt once: decoding is about 4x faster than ``Lowered.from_dict`` over
+named maps, and decoding is what a warm start spends its time on. The field
+lists come from the dataclasses themselves and their hash is in the envelope, so a build whose
+``Lowered`` changed reads older entries as misses rather than as wrong objects.
+
+The payload is checksummed separately so that a flipped byte inside a string, which msgpack
+would happily decode, is still caught. Everything that can go wrong while decoding becomes
+:class:`BadEntry` with a one-line reason; the store turns it into a miss.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+from typing import Any
+
+import msgpack
+
+from ..lowering import LOWERING_VERSION, Lowered
+from ..lowering.fingerprint import CACHE_FORMAT_VERSION
+from ..lowering.lowered import ColumnSlot, HostSlot, LoweredBinding, ParamField, ParamsLayout, SourceMap
+from ..lowering.variants import VariantSpec
+
+__all__ = ["MAGIC", "BadEntry", "encode_entry", "decode_entry", "entry_header", "MAX_ENTRY_BYTES"]
+
+MAGIC = "engine_plugin.variant"
+# A lowered variant is a few KiB to a few hundred KiB; anything far larger is not ours.
+MAX_ENTRY_BYTES = 64 * 1024 * 1024
+
+# Extension codes of the records a Lowered is made of (never renumber: bump the format).
+_RECORDS: tuple[type, ...] = (Lowered, LoweredBinding, ParamField, ParamsLayout, HostSlot, ColumnSlot, SourceMap, VariantSpec)
+_CODE = {cls: i + 1 for i, cls in enumerate(_RECORDS)}
+_BY_CODE = {i + 1: cls for i, cls in enumerate(_RECORDS)}
+_FIELDS = {cls: tuple(f.name for f in dataclasses.fields(cls)) for cls in _RECORDS}
+# Records are rebuilt the way pickle rebuilds them (a new object, then its fields), which is
+# about twice as fast as a frozen dataclass's __init__; only for records without a
+# __post_init__ (whose checks must run) or __slots__ (which have no __dict__).
+_DIRECT = {cls for cls in _RECORDS if not hasattr(cls, "__post_init__") and not hasattr(cls, "__slots__")}
+LAYOUT = hashlib.sha256(repr([(cls.__name__, _FIELDS[cls]) for cls in _RECORDS]).encode()).hexdigest()[:16]
+
+
+class BadEntry(Exception):
+    """An entry that cannot be used; ``reason`` says why in a few words (for the log)."""
+
+    def __init__(self, reason: str):
+        super().__init__(reason)
+        self.reason = reason
+
+
+def _default(obj: Any) -> Any:
+    code = _CODE.get(type(obj))
+    if code is None:
+        raise TypeError(f"engine_plugin bug, please report: a Lowered holds a {type(obj).__name__}, which the cache cannot store")
+    values = [getattr(obj, name) for name in _FIELDS[type(obj)]]
+    return msgpack.ExtType(code, msgpack.packb(values, default=_default, use_bin_type=True))
+
+
+# Decoded records by their packed bytes. Variants of one asset share most of their records
+# (bindings, params, host slots, often the source map), and records are deeply immutable, so
+# one decoded object can stand in every Lowered that packs the same bytes: a warm start of
+# many variants then decodes each distinct record once. Bounded by the bytes of the keys.
+_MEMO: dict[tuple[int, bytes], Any] = {}
+_MEMO_BYTES = [0]
+_MEMO_LIMIT = 8 * 1024 * 1024
+_TOP = _CODE[Lowered]  # unique per variant (it holds the source): never memoised
+
+
+def _ext_hook(code: int, data: bytes) -> Any:
+    if code != _TOP:
+        found = _MEMO.get((code, data))
+        if found is not None:
+            return found
+    cls = _BY_CODE.get(code)
+    if cls is None:
+        raise BadEntry(f"unknown record code {code}")
+    values = msgpack.unpackb(data, raw=False, use_list=False, ext_hook=_ext_hook)
+    names = _FIELDS[cls]
+    if not isinstance(values, tuple) or len(values) != len(names):
+        raise BadEntry(f"a {cls.__name__} record of the wrong shape")
+    if cls in _DIRECT:
+        obj = object.__new__(cls)
+        obj.__dict__.update(zip(names, values))
+    else:
+        obj = cls(*values)
+    if code != _TOP:
+        if _MEMO_BYTES[0] + len(data) > _MEMO_LIMIT:
+            _MEMO.clear()
+            _MEMO_BYTES[0] = 0
+        _MEMO[(code, data)] = obj
+        _MEMO_BYTES[0] += len(data)
+    return obj
+
+
+def _check(lowered: Any) -> Lowered:
+    # Cheap structural checks: the checksum already rules out corruption, these rule out a
+    # well-formed entry of something else.
+    if not isinstance(lowered, Lowered):
+        raise BadEntry(f"payload is a {type(lowered).__name__}, not a lowered variant")
+    if not isinstance(lowered.source, str) or not isinstance(lowered.params, ParamsLayout) or not isinstance(lowered.source_map, SourceMap):
+        raise BadEntry("payload does not describe a lowered variant")
+    if not all(isinstance(b, LoweredBinding) for b in lowered.bindings) or not all(isinstance(h, HostSlot) for h in lowered.host_slots):
+        raise BadEntry("payload does not describe a lowered variant")
+    return lowered
+
+
+def _digest(payload: bytes, asset: Any, spec: Any, columns: Any) -> str:
+    # The readable header is covered too: a tool listing entries must not read a flipped spec.
+    h = hashlib.sha256(payload)
+    h.update(msgpack.packb([asset, spec, columns], use_bin_type=True))
+    return h.hexdigest()
+
+
+def encode_entry(key: str, lowered: Lowered, *, format_version: int = CACHE_FORMAT_VERSION) -> bytes:
+    """The bytes of the entry for ``lowered`` under ``key`` (``format_version`` only for tests)."""
+    payload = msgpack.packb(lowered, default=_default, use_bin_type=True)
+    spec = [list(v) for v in lowered.spec.values]
+    columns = [[k, list(v)] for k, v in lowered.spec.columns]
+    envelope = {
+        "magic": MAGIC,
+        "format": format_version,
+        "lowering": LOWERING_VERSION,
+        "layout": LAYOUT,
+        "key": key,
+        "asset": lowered.asset,
+        "spec": spec,
+        "columns": columns,
+        "sha256": _digest(payload, lowered.asset, spec, columns),
+        "payload": payload,
+    }
+    return msgpack.packb(envelope, use_bin_type=True)
+
+
+def _unpack(data: bytes, what: str, **kwargs: Any) -> Any:
+    try:
+        return msgpack.unpackb(data, raw=False, strict_map_key=True, **kwargs)
+    except BadEntry:
+        raise
+    except msgpack.ExtraData:
+        raise BadEntry(f"{what} is not one msgpack object (garbage, or bytes after its end)") from None
+    except (ValueError, msgpack.UnpackException) as exc:
+        text = str(exc)
+        if "incomplete" in text or isinstance(exc, msgpack.OutOfData):
+            raise BadEntry(f"truncated {what}") from None
+        raise BadEntry(f"{what} is not msgpack ({text})") from None
+    except Exception as exc:  # msgpack raises TypeError/OverflowError/UnicodeDecodeError on garbage
+        raise BadEntry(f"{what} is not msgpack ({type(exc).__name__}: {exc})") from None
+
+
+def decode_entry(key: str, data: bytes) -> Lowered:
+    """The lowered variant held in ``data``, which must be the entry for ``key``.
+
+    Raises:
+        BadEntry: empty, truncated, not msgpack, another format or lowering version, another
+            key, a checksum mismatch, or a payload that does not rebuild a ``Lowered``.
+    """
+    if not data:
+        raise BadEntry("empty file")
+    if len(data) > MAX_ENTRY_BYTES:
+        raise BadEntry(f"{len(data)} bytes, more than an entry can be")
+    env = _unpack(data, "entry")
+    if not isinstance(env, dict) or env.get("magic") != MAGIC:
+        raise BadEntry("not a variant cache entry (no engine_plugin.variant header)")
+    if env.get("format") != CACHE_FORMAT_VERSION:
+        raise BadEntry(f"cache format version {env.get('format')!r}, this build reads {CACHE_FORMAT_VERSION}")
+    if env.get("lowering") != LOWERING_VERSION:
+        raise BadEntry(f"lowering version {env.get('lowering')!r}, this build lowers {LOWERING_VERSION}")
+    if env.get("layout") != LAYOUT:
+        raise BadEntry("written by a build whose Lowered has other fields")
+    if env.get("key") != key:
+        raise BadEntry(f"entry of another variant ({str(env.get('key'))[:16]}...)")
+    payload = env.get("payload")
+    if not isinstance(payload, bytes):
+        raise BadEntry("no payload")
+    try:
+        digest = _digest(payload, env.get("asset"), env.get("spec"), env.get("columns"))
+    except (TypeError, ValueError):
+        digest = None
+    if digest != env.get("sha256"):
+        raise BadEntry("checksum mismatch")
+    try:
+        lowered = _unpack(payload, "payload", use_list=False, ext_hook=_ext_hook)
+    except (TypeError, ValueError) as exc:  # a record constructor refusing its values
+        raise BadEntry(f"payload does not describe a lowered variant ({type(exc).__name__}: {exc})") from None
+    return _check(lowered)
+
+
+def entry_header(data: bytes) -> dict[str, Any]:
+    """The readable part of an entry (asset, spec, columns, versions) without the payload.
+
+    Raises:
+        BadEntry: not an entry.
+    """
+    env = _unpack(data, "entry")
+    if not isinstance(env, dict) or env.get("magic") != MAGIC:
+        raise BadEntry("not a variant cache entry (no engine_plugin.variant header)")
+    return {k: v for k, v in env.items() if k != "payload"}

@@ -1,0 +1,340 @@
+"""The msgpack variant store: one ``<key>.msgpack`` file per lowered variant under a folder.
+
+Keys are :func:`engine_plugin.lowering.fingerprint.variant_key` hashes, so an entry is found
+by content alone (format version, lowering version, schema text, WGSL text, specialisation,
+columns). The store implements the runtime's ``LoweredStore`` protocol (``get``/``put``).
+
+- **Atomic writes.** An entry is written to a private temporary file in the same folder,
+  fsynced, then ``os.replace``d over its name: a reader (or a second process baking the
+  same variant) sees the old entry or the new one, never a torn one.
+- **Bad entries are misses.** Corrupt, truncated, foreign-version or unreadable entries are
+  logged, counted (``corrupt``), removed, and replaced by the next ``put``; never a crash.
+- **LRU size cap.** A hit stamps the entry's mtime (atime is unreliable: ``noatime``
+  mounts), so the oldest mtime is the least recently used; past ``max_bytes`` the oldest
+  entries are evicted down to ``LOW_WATER`` of the cap (so a full cache does not rescan on
+  every write). Evictions are counted.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import shutil
+import threading
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Iterator
+
+from ..errors import CacheError, Span
+from ..lowering import Lowered
+from .entry import BadEntry, decode_entry, encode_entry
+
+__all__ = ["VariantCache", "CacheStats", "CacheEntryInfo", "DEFAULT_MAX_BYTES", "ENTRY_SUFFIX"]
+
+log = logging.getLogger("engine_plugin.cache")
+
+DEFAULT_MAX_BYTES = 512 * 1024 * 1024
+ENTRY_SUFFIX = ".msgpack"
+LOW_WATER = 0.9
+_KEY_RE = re.compile(r"^[0-9a-f]{64}$")
+_ENTRY_RE = re.compile(r"^([0-9a-f]{64})\.msgpack$")
+_TEMP_PREFIX = ".tmp-"
+# A temporary file older than this is left over from a crashed writer; gc removes it.
+_STALE_TEMP_S = 600.0
+
+
+@dataclass(frozen=True)
+class CacheStats:
+    """Counters of one :class:`VariantCache` instance, plus the folder's size when scanned.
+
+    ``misses`` includes ``corrupt`` (entries that existed but could not be used).
+    ``entries``/``bytes`` are -1 unless the stats were taken with ``scan=True``.
+    """
+
+    hits: int
+    misses: int
+    corrupt: int
+    writes: int
+    write_errors: int
+    evictions: int
+    entries: int = -1
+    bytes: int = -1
+    temp_files: int = -1
+
+    @property
+    def lookups(self) -> int:
+        return self.hits + self.misses
+
+
+@dataclass(frozen=True)
+class CacheEntryInfo:
+    key: str
+    path: str
+    size: int
+    mtime_ns: int
+
+
+class VariantCache:
+    """A folder of msgpack entries, one per lowered variant; safe across threads and processes.
+
+    Args:
+        folder: created when missing.
+        max_bytes: size cap for the entries (None: no cap).
+    Raises:
+        CacheError: the folder cannot be created or is not a folder.
+    """
+
+    def __init__(self, folder: str, max_bytes: int | None = DEFAULT_MAX_BYTES):
+        self.folder = os.path.abspath(folder)
+        if max_bytes is not None and max_bytes <= 0:
+            raise ValueError(f"max_bytes must be positive or None, not {max_bytes!r}")
+        self.max_bytes = max_bytes
+        try:
+            os.makedirs(self.folder, exist_ok=True)
+        except OSError as exc:
+            raise CacheError(f"cannot create the variant cache folder: {exc.strerror or exc}", Span(folder)) from None
+        if not os.path.isdir(self.folder):
+            raise CacheError("the variant cache path exists and is not a folder", Span(folder))
+        self._lock = threading.Lock()
+        self._counts = {"hits": 0, "misses": 0, "corrupt": 0, "writes": 0, "write_errors": 0, "evictions": 0}
+        self._approx_bytes: int | None = None  # entry bytes as this instance believes; None: not scanned yet
+        self._last_stamp = 0
+
+    # -- paths -----------------------------------------------------------------------------
+    def path(self, key: str) -> str:
+        """The entry file of ``key`` (which must be a 64-hex-digit variant key)."""
+        if not isinstance(key, str) or not _KEY_RE.match(key):
+            raise ValueError(f"a variant cache key is 64 lowercase hex digits (variant_key()), not {key!r}")
+        return os.path.join(self.folder, key + ENTRY_SUFFIX)
+
+    def _count(self, name: str, by: int = 1) -> None:
+        with self._lock:
+            self._counts[name] += by
+
+    def _stamp_ns(self) -> int:
+        # Strictly increasing within the process: two entries touched in one clock tick still
+        # order by recency (file mtimes come from a coarse clock).
+        with self._lock:
+            self._last_stamp = max(time.time_ns(), self._last_stamp + 1)
+            return self._last_stamp
+
+    # -- the LoweredStore protocol ---------------------------------------------------------
+    def get(self, key: str) -> Lowered | None:
+        """The lowered variant under ``key``, or None (a miss; a bad entry is removed and counted)."""
+        path = self.path(key)
+        try:
+            with open(path, "rb") as f:
+                data = f.read()
+        except FileNotFoundError:
+            self._count("misses")
+            return None
+        except OSError as exc:
+            self._bad(key, path, f"unreadable ({exc.strerror or exc})")
+            return None
+        try:
+            lowered = decode_entry(key, data)
+        except BadEntry as exc:
+            self._bad(key, path, exc.reason)
+            return None
+        try:
+            stamp = self._stamp_ns()
+            os.utime(path, ns=(stamp, stamp))  # LRU: a hit is a use
+        except OSError:
+            pass  # evicted or replaced meanwhile: the data read is still good
+        self._count("hits")
+        return lowered
+
+    def put(self, key: str, lowered: Lowered) -> bool:
+        """Store ``lowered`` under ``key`` atomically; answers whether it was written.
+
+        A write that fails (disk full, read-only folder) is logged and counted, not raised:
+        the cache only ever saves work.
+        """
+        path = self.path(key)
+        data = encode_entry(key, lowered)
+        try:
+            old_size = os.stat(path).st_size
+        except OSError:
+            old_size = 0
+        if not self._write_atomic(path, data):
+            return False
+        self._count("writes")
+        with self._lock:
+            if self._approx_bytes is not None:
+                self._approx_bytes += len(data) - old_size
+            over = self.max_bytes is not None and (self._approx_bytes is None or self._approx_bytes > self.max_bytes)
+        if over:
+            self.gc()
+        return True
+
+    def remove(self, key: str) -> bool:
+        """Remove the entry under ``key``; answers whether there was one."""
+        path = self.path(key)
+        existed = os.path.lexists(path)
+        self._discard(path)
+        return existed and not os.path.lexists(path)
+
+    def contains(self, key: str) -> bool:
+        """Whether an entry file exists under ``key`` (not whether it is valid; counts nothing)."""
+        return os.path.isfile(self.path(key))
+
+    # -- internals -------------------------------------------------------------------------
+    def _write_atomic(self, path: str, data: bytes) -> bool:
+        tmp = os.path.join(self.folder, f"{_TEMP_PREFIX}{os.path.basename(path)[:16]}-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view) :]
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            stamp = self._stamp_ns()
+            os.utime(tmp, ns=(stamp, stamp))
+            try:
+                os.replace(tmp, path)
+            except IsADirectoryError:
+                shutil.rmtree(path, ignore_errors=True)  # something put a folder where an entry goes
+                os.replace(tmp, path)
+            # The folder is not fsynced: losing a fresh entry in a power cut is only a miss.
+            return True
+        except OSError as exc:
+            self._count("write_errors")
+            log.warning("variant cache: cannot write %s: %s", path, exc.strerror or exc)
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+            return False
+
+    def _bad(self, key: str, path: str, reason: str) -> None:
+        with self._lock:
+            self._counts["misses"] += 1
+            self._counts["corrupt"] += 1
+        log.warning("variant cache: entry %s is unusable (%s); treated as a miss and replaced", os.path.basename(path), reason)
+        self._discard(path)
+
+    def _discard(self, path: str) -> int:
+        """Remove an entry (file or stray folder); answers the bytes freed."""
+        try:
+            st = os.lstat(path)
+        except OSError:
+            return 0
+        try:
+            if os.path.isdir(path) and not os.path.islink(path):
+                shutil.rmtree(path)
+            else:
+                os.unlink(path)
+        except FileNotFoundError:
+            return 0  # another process evicted it first
+        except OSError as exc:
+            log.warning("variant cache: cannot remove %s: %s", path, exc.strerror or exc)
+            return 0
+        return st.st_size
+
+    # -- maintenance -----------------------------------------------------------------------
+    def entries(self) -> Iterator[CacheEntryInfo]:
+        """The entry files in the folder (unvalidated), in no particular order."""
+        try:
+            it = os.scandir(self.folder)
+        except OSError as exc:
+            raise CacheError(f"cannot list the variant cache: {exc.strerror or exc}", Span(self.folder)) from None
+        with it:
+            for de in it:
+                m = _ENTRY_RE.match(de.name)
+                if not m:
+                    continue
+                try:
+                    st = de.stat(follow_symlinks=False)
+                except OSError:
+                    continue
+                yield CacheEntryInfo(m.group(1), de.path, st.st_size, st.st_mtime_ns)
+
+    def _temp_files(self) -> list[tuple[str, float]]:
+        out = []
+        try:
+            with os.scandir(self.folder) as it:
+                for de in it:
+                    if de.name.startswith(_TEMP_PREFIX):
+                        try:
+                            out.append((de.path, de.stat(follow_symlinks=False).st_mtime))
+                        except OSError:
+                            pass
+        except OSError:
+            pass
+        return out
+
+    def gc(self, max_bytes: int | None = None, *, low_water: float = LOW_WATER) -> int:
+        """Evict least recently used entries until the folder is at most ``low_water`` of the
+        cap (``max_bytes`` or the store's own); remove stale temporary files. Answers the
+        number of entries evicted."""
+        cap = max_bytes if max_bytes is not None else self.max_bytes
+        now = time.time()
+        for tmp, mtime in self._temp_files():
+            if now - mtime > _STALE_TEMP_S:
+                try:
+                    os.unlink(tmp)
+                except OSError:
+                    pass
+        infos = list(self.entries())
+        total = sum(i.size for i in infos)
+        evicted = 0
+        if cap is not None and total > cap:
+            target = int(cap * low_water)
+            for info in sorted(infos, key=lambda i: (i.mtime_ns, i.key)):
+                if total <= target:
+                    break
+                freed = self._discard(info.path)
+                if freed or not os.path.exists(info.path):
+                    total -= info.size
+                    evicted += 1
+            if evicted:
+                log.info("variant cache: evicted %d least recently used entries (cap %d bytes)", evicted, cap)
+        with self._lock:
+            self._counts["evictions"] += evicted
+            self._approx_bytes = total
+        return evicted
+
+    def clear(self) -> int:
+        """Remove every entry and temporary file; answers the number of entries removed."""
+        removed = 0
+        for info in list(self.entries()):
+            if self._discard(info.path):
+                removed += 1
+        for tmp, _ in self._temp_files():
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+        with self._lock:
+            self._approx_bytes = 0
+        return removed
+
+    def verify(self) -> dict[str, str]:
+        """Decode every entry without counting; answers {key: reason} for the unusable ones."""
+        bad = {}
+        for info in list(self.entries()):
+            try:
+                with open(info.path, "rb") as f:
+                    decode_entry(info.key, f.read())
+            except BadEntry as exc:
+                bad[info.key] = exc.reason
+            except OSError as exc:
+                bad[info.key] = f"unreadable ({exc.strerror or exc})"
+        return bad
+
+    def stats(self, scan: bool = False) -> CacheStats:
+        """The counters; with ``scan=True`` also the entries, bytes and temporary files on disk."""
+        with self._lock:
+            counts = dict(self._counts)
+        if not scan:
+            return CacheStats(**counts)
+        infos = list(self.entries())
+        return CacheStats(**counts, entries=len(infos), bytes=sum(i.size for i in infos), temp_files=len(self._temp_files()))
+
+    def __repr__(self) -> str:
+        c = self._counts
+        return f"VariantCache({self.folder!r}, hits={c['hits']}, misses={c['misses']}, corrupt={c['corrupt']}, evictions={c['evictions']})"

@@ -1,0 +1,228 @@
+"""What a reload does: last good program kept on failure, diagnostics in the user's files,
+body-only vs layout classification, eager recompiles for variants in use only, and every
+wgpu call on the polling thread."""
+
+from __future__ import annotations
+
+import os
+import threading
+
+import pytest
+
+from asset_support import SCHEMA, kernel, pump, run_scale, write
+
+pytestmark = pytest.mark.gpu
+
+
+def _save(lib, ref, folder, name, text):
+    write(os.path.join(folder, name), text)
+    lib.request_reload(ref.path)  # without an observer: the same path a file event takes
+
+
+def test_a_broken_edit_keeps_the_last_good_program_running_and_a_fix_clears_diagnostics(asset_root, make_library):
+    lib = make_library(asset_root)
+    ref = lib.load("k.computeShader")
+    assert run_scale(ref) == [2.0, 4.0, 6.0, 8.0]
+    folder = ref.folder
+    errors = []
+    ref.on_error(errors.append)
+
+    _save(lib, ref, folder, "kernel.wgsl", kernel("heigth"))  # a typo: an unknown identifier
+    pump(lib, lambda: ref.diagnostics is not None, what="the diagnostics")
+    assert ref.generation == 0
+    first_line = ref.diagnostics.splitlines()[0]
+    assert os.path.join("k.computeShader", "kernel.wgsl") + ":6:" in first_line, ref.diagnostics
+    assert "heigth" in ref.diagnostics and "^" in ref.diagnostics  # the line and a caret
+    assert len(errors) == 1 and errors[0].error is ref.error
+    assert run_scale(ref) == [2.0, 4.0, 6.0, 8.0]  # still the old program, dispatched and read back
+
+    _save(lib, ref, folder, "kernel.wgsl", kernel(3.0))
+    pump(lib, lambda: ref.generation == 1, what="the fix")
+    assert ref.diagnostics is None and ref.error is None
+    assert run_scale(ref) == [3.0, 6.0, 9.0, 12.0]
+
+
+def test_a_broken_schema_edit_names_the_bindings_yaml_line(asset_root, make_library):
+    lib = make_library(asset_root)
+    ref = lib.load("k.computeShader")
+    run_scale(ref)
+    _save(lib, ref, ref.folder, "bindings.yaml", SCHEMA.replace("access: read_write", "acess: read_write"))
+    pump(lib, lambda: ref.diagnostics is not None, what="the diagnostics")
+    assert os.path.join("k.computeShader", "bindings.yaml") + ":3:" in ref.diagnostics.splitlines()[0], ref.diagnostics
+    assert run_scale(ref) == [2.0, 4.0, 6.0, 8.0]
+
+
+def test_reverting_to_the_live_content_clears_diagnostics_without_a_reload(asset_root, make_library):
+    lib = make_library(asset_root)
+    ref = lib.load("k.computeShader")
+    program = ref.program()
+    _save(lib, ref, ref.folder, "kernel.wgsl", kernel("nope"))
+    pump(lib, lambda: ref.diagnostics is not None)
+    _save(lib, ref, ref.folder, "kernel.wgsl", kernel(2.0))
+    pump(lib, lambda: ref.diagnostics is None, what="the diagnostics to clear")
+    assert ref.generation == 0 and ref.program() is program
+
+
+def test_the_program_is_the_same_object_until_the_content_changes(asset_root, make_library):
+    lib = make_library(asset_root)
+    ref = lib.load("k.computeShader")
+    assert lib.load("k.computeShader") is ref and lib.load("k.computeShader/bindings.yaml") is ref
+    program = ref.program()
+    lib.request_reload()
+    pump(lib, lambda: lib.idle)
+    assert ref.program() is program and ref.generation == 0
+    _save(lib, ref, ref.folder, "kernel.wgsl", kernel(5.0))
+    pump(lib, lambda: ref.generation == 1)
+    assert ref.program() is not program
+    assert ref.program().key == "k.computeShader"
+
+
+def test_a_body_only_edit_says_so_and_names_the_variants_it_invalidated(asset_root, make_library):
+    lib = make_library(asset_root)
+    ref = lib.load("k.computeShader")
+    old_program = ref.program()
+    f32 = old_program.variant({"T": "f32"})
+    i32 = old_program.variant({"T": "i32"})
+    events = []
+    ref.on_reload(events.append)
+    _save(lib, ref, ref.folder, "kernel.wgsl", "// a comment moves every line\n" + kernel(4.0))
+    pump(lib, lambda: ref.generation == 1)
+    (event,) = events
+    assert event.kind == "body" and event.body_only
+    assert set(event.invalidated) == {f32.spec, i32.spec}
+    assert event.layout_changed == ()
+    assert set(event.recompiled) == {f32.spec, i32.spec}
+    assert event.previous is old_program and event.program is ref.program()
+    assert run_scale(ref, T="i32") == [4, 8, 12, 16]
+
+
+def test_a_schema_edit_that_changes_the_plan_is_a_layout_change(asset_root, make_library):
+    lib = make_library(asset_root)
+    ref = lib.load("k.computeShader")
+    ref.program().variant({"T": "f32"})
+    # Same bindings, but the output is sized differently: hosts must reallocate.
+    _save(lib, ref, ref.folder, "bindings.yaml", SCHEMA.replace('count: "len(src)"', 'count: "len(src) * 2"'))
+    (event,) = pump(lib, lambda: ref.generation == 1)
+    assert event.kind == "layout" and event.files == ("bindings.yaml",)
+    assert [s.label() for s in event.layout_changed] == ["T=f32"]
+
+
+def test_a_comment_in_the_schema_is_still_body_only(asset_root, make_library):
+    lib = make_library(asset_root)
+    ref = lib.load("k.computeShader")
+    ref.program().variant({"T": "f32"})
+    _save(lib, ref, ref.folder, "bindings.yaml", "# moved every line down\n" + SCHEMA)
+    (event,) = pump(lib, lambda: ref.generation == 1)
+    assert event.kind == "body" and event.files == ("bindings.yaml",)
+
+
+def test_only_variants_in_use_are_recompiled_eagerly_the_rest_lazily(asset_root, make_library):
+    from engine_plugin.runtime import compile_count, lowering_count
+
+    lib = make_library(asset_root, cache=None)
+    ref = lib.load("k.computeShader")
+    ref.program().variant({"T": "f32"})
+    ref.program().variant({"T": "u32"})
+    compiles, lowerings = compile_count(), lowering_count()
+    _save(lib, ref, ref.folder, "kernel.wgsl", kernel(11.0))
+    (event,) = pump(lib, lambda: ref.generation == 1)
+    assert sorted(s.label() for s in event.recompiled) == ["T=f32", "T=u32"]
+    assert compile_count() - compiles == 2 and lowering_count() - lowerings == 2
+    assert set(ref.program().variants) == set(event.recompiled)
+    assert run_scale(ref, T="i32") == [11, 22, 33, 44]  # lowered and compiled on first use
+    assert lowering_count() - lowerings == 3
+
+
+def test_an_asset_nobody_uses_yet_is_still_validated_by_compiling_one_variant(asset_root, make_library):
+    lib = make_library(asset_root)
+    ref = lib.load("k.computeShader")  # no variant requested
+    _save(lib, ref, ref.folder, "kernel.wgsl", kernel("oops"))
+    pump(lib, lambda: ref.diagnostics is not None)
+    assert "kernel.wgsl:6:" in ref.diagnostics
+
+
+def test_removing_an_option_that_is_in_use_is_refused_with_the_yaml_line(asset_root, make_library):
+    lib = make_library(asset_root)
+    ref = lib.load("k.computeShader")
+    run_scale(ref, T="u32")
+    _save(lib, ref, ref.folder, "bindings.yaml", SCHEMA.replace("[f32, i32, u32]", "[f32, i32]"))
+    pump(lib, lambda: ref.diagnostics is not None)
+    assert "bindings.yaml:5" in ref.diagnostics and "'u32'" in ref.diagnostics, ref.diagnostics
+    assert run_scale(ref, T="u32") == [2, 4, 6, 8]
+
+
+def test_every_wgpu_call_of_a_reload_happens_on_the_polling_thread(asset_root, make_library, gpu, monkeypatch):
+    lib = make_library(asset_root)
+    ref = lib.load("k.computeShader")
+    run_scale(ref)
+    threads = []
+    cls = type(gpu.device)
+    for name in ("create_shader_module", "create_compute_pipeline", "create_bind_group_layout", "create_buffer"):
+        original = getattr(cls, name)
+
+        def spy(self, *args, _original=original, **kwargs):
+            threads.append(threading.get_ident())
+            return _original(self, *args, **kwargs)
+
+        monkeypatch.setattr(cls, name, spy)
+    listener_threads = []
+    ref.on_reload(lambda e: listener_threads.append(threading.get_ident()))
+    _save(lib, ref, ref.folder, "kernel.wgsl", kernel(12.0))
+    pump(lib, lambda: ref.generation == 1)
+    assert threads and set(threads) == {threading.get_ident()}
+    assert listener_threads == [threading.get_ident()]
+
+
+def test_a_listener_that_raises_does_not_stop_the_others_or_the_poll(asset_root, make_library):
+    lib = make_library(asset_root)
+    ref = lib.load("k.computeShader")
+    got = []
+    ref.on_reload(lambda e: 1 / 0)
+    unsubscribe = ref.on_reload(got.append)
+    _save(lib, ref, ref.folder, "kernel.wgsl", kernel(13.0))
+    pump(lib, lambda: ref.generation == 1)
+    assert len(got) == 1
+    unsubscribe()
+    _save(lib, ref, ref.folder, "kernel.wgsl", kernel(14.0))
+    pump(lib, lambda: ref.generation == 2)
+    assert len(got) == 1
+
+
+def test_a_broken_asset_can_load_lazily_and_recover_under_watch(asset_root, make_library):
+    folder = os.path.join(asset_root, "k.computeShader")
+    write(os.path.join(folder, "bindings.yaml"), "bindings: [")
+    lib = make_library(asset_root)
+    from engine_plugin.errors import SchemaError
+
+    with pytest.raises(SchemaError):
+        lib.load("k.computeShader")
+    ref = lib.load("k.computeShader", strict=False)
+    assert "bindings.yaml" in ref.diagnostics
+    with pytest.raises(SchemaError):
+        ref.program()
+    _save(lib, ref, folder, "bindings.yaml", SCHEMA)
+    (event,) = pump(lib, lambda: ref.generation == 1)
+    assert event.previous is None and event.kind == "layout"
+    assert run_scale(ref) == [2.0, 4.0, 6.0, 8.0]
+
+
+def test_a_second_wgsl_file_is_reported_not_guessed(asset_root, make_library):
+    lib = make_library(asset_root)
+    ref = lib.load("k.computeShader")
+    _save(lib, ref, ref.folder, "other.wgsl", kernel(1.0))
+    pump(lib, lambda: ref.diagnostics is not None)
+    assert "exactly one .wgsl" in ref.diagnostics
+    os.unlink(os.path.join(ref.folder, "other.wgsl"))
+    lib.request_reload(ref.path)
+    pump(lib, lambda: ref.diagnostics is None)
+    assert ref.generation == 0
+
+
+def test_paths_outside_the_root_or_not_assets_are_refused(asset_root, make_library):
+    from engine_plugin.errors import AssetError
+
+    lib = make_library(asset_root)
+    with pytest.raises(AssetError, match="outside"):
+        lib.load("../elsewhere.computeShader")
+    with pytest.raises(AssetError, match="computeShader folder"):
+        lib.load("k.computeShader/kernel.wgsl")

@@ -1,0 +1,64 @@
+"""``engine-plugin cache stats|gc|clear``."""
+
+from __future__ import annotations
+
+import os
+
+from cache_support import reference_variants
+
+from engine_plugin.cache import VariantCache
+from engine_plugin.cli import main
+
+
+def _fill(folder: str, n: int = 6) -> VariantCache:
+    cache = VariantCache(folder)
+    for key, lowered in reference_variants()[:n]:
+        cache.put(key, lowered)
+    return cache
+
+
+def test_cache_stats_reports_entries_and_size(tmp_path, capsys):
+    folder = str(tmp_path / "cache")
+    _fill(folder)
+    assert main(["cache", "stats", "--cache", folder]) == 0
+    out = capsys.readouterr().out
+    assert "entries     6" in out and "KiB of 512.0 MiB cap" in out
+
+
+def test_cache_stats_verify_lists_unusable_entries(tmp_path, capsys):
+    folder = str(tmp_path / "cache")
+    cache = _fill(folder, 3)
+    key = reference_variants()[1][0]
+    with open(cache.path(key), "r+b") as f:
+        f.truncate(100)
+    assert main(["cache", "stats", "--cache", folder, "--verify"]) == 1
+    out = capsys.readouterr().out
+    assert "unusable    1" in out and key[:16] in out and "truncated" in out
+
+
+def test_cache_gc_drops_unusable_entries_and_evicts_to_the_cap(tmp_path, capsys):
+    folder = str(tmp_path / "cache")
+    cache = _fill(folder, 10)
+    with open(cache.path(reference_variants()[0][0]), "wb") as f:
+        f.write(b"junk")
+    size = cache.stats(scan=True).bytes
+    assert main(["cache", "gc", "--cache", folder, "--max-bytes", str(size // 2)]) == 0
+    out = capsys.readouterr().out
+    assert "removed 1 unusable" in out
+    after = VariantCache(folder)
+    assert after.stats(scan=True).bytes <= size // 2 and after.verify() == {}
+
+
+def test_cache_clear_removes_every_entry(tmp_path, capsys):
+    folder = str(tmp_path / "cache")
+    _fill(folder, 4)
+    assert main(["cache", "clear", "--cache", folder]) == 0
+    assert "removed 4 entries" in capsys.readouterr().out
+    assert [n for n in os.listdir(folder) if n.endswith(".msgpack")] == []
+
+
+def test_cache_sizes_take_units(tmp_path, capsys):
+    folder = str(tmp_path / "cache")
+    _fill(folder, 1)
+    assert main(["cache", "stats", "--cache", folder, "--max-bytes", "64K"]) == 0
+    assert "of 64.0 KiB cap" in capsys.readouterr().out

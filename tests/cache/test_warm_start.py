@@ -1,0 +1,80 @@
+"""Warm start: a library over a cache another library filled lowers nothing, and the entries
+it reads name its own files; the usage log records what was requested."""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+import numpy as np
+import pytest
+
+from cache_support import REPO
+
+from engine_plugin import abi
+from engine_plugin.assets import AssetLibrary
+from engine_plugin.cache import read_usage
+from engine_plugin.lowering import enumerate_variants
+from engine_plugin.runtime import lowering_count
+
+pytestmark = pytest.mark.gpu
+
+
+def _copy_samples(dest: str) -> str:
+    shutil.copytree(os.path.join(REPO, "assets", "samples"), dest)
+    return dest
+
+
+def test_a_second_library_over_the_same_cache_lowers_nothing(tmp_path, gpu):
+    cache = str(tmp_path / "cache")
+    first = AssetLibrary(_copy_samples(str(tmp_path / "a")), cache=cache, device=gpu)
+    ref = first.load("reference.computeShader")
+    specs = enumerate_variants(ref.program().schema)
+    assert len(specs) == 25
+    before = lowering_count()
+    for spec in specs:
+        ref.program().variant(spec)
+    assert lowering_count() - before == 25
+
+    # Another checkout of the same assets (another program under the key), same cache.
+    second = AssetLibrary(_copy_samples(str(tmp_path / "b")), cache=cache, device=gpu)
+    ref2 = second.load("reference.computeShader")
+    assert ref2.program() is not ref.program()
+    before = lowering_count()
+    for spec in specs:
+        ref2.program().variant(spec)
+    assert lowering_count() == before, "a warm start lowered"
+    st = second.cache.stats()
+    assert (st.hits, st.misses, st.corrupt) == (25, 0, 0)
+
+    # The cached entries were rebased onto the second checkout's own files.
+    variant = ref2.program().variant({"T": "f32", "FOLD": "add"})
+    assert variant.lowered.source_map.files[1].startswith(str(tmp_path / "b"))
+    src = np.arange(8, dtype=np.float32)
+    run = variant.run(n=8, inputs={"src": src, "cols": abi.table({"w": np.full(8, 2.0, np.float32)})})
+    assert abi.read(run.outputs["dst"]).tolist() == [1.0, 4.0, 7.0, 10.0, 13.0, 16.0, 19.0, 21.0]
+
+
+def test_the_usage_log_records_the_variants_requested(tmp_path, gpu):
+    cache = str(tmp_path / "cache")
+    lib = AssetLibrary(_copy_samples(str(tmp_path / "a")), cache=cache, device=gpu, record_usage=True)
+    ref = lib.load("reference.computeShader")
+    a = ref.program().variant({"T": "f32", "FOLD": "add"}).spec
+    b = ref.program().variant({"T": "vec3<f32>", "FOLD": "max"}).spec
+    lib.close()
+    usage = read_usage(os.path.join(cache, "usage.msgpack"))
+    assert usage == {"reference.computeShader": sorted([a, b], key=lambda s: (s.values, s.columns))}
+
+    # A second run adds to the log rather than replacing it (and cache hits count as requests).
+    lib2 = AssetLibrary(_copy_samples(str(tmp_path / "b")), cache=cache, device=gpu, record_usage=True)
+    c = lib2.load("reference.computeShader").program().variant({"T": "i32", "FOLD": "min"}).spec
+    lib2.load("reference.computeShader").program().variant({"T": "f32", "FOLD": "add"})
+    lib2.close()
+    usage = read_usage(os.path.join(cache, "usage.msgpack"))
+    assert set(usage["reference.computeShader"]) == {a, b, c}
+
+
+def test_a_malformed_usage_log_is_ignored_not_fatal(tmp_path):
+    path = tmp_path / "usage.msgpack"
+    path.write_bytes(b"\x00garbage")
+    assert read_usage(str(path)) == {}
