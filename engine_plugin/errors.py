@@ -17,7 +17,12 @@ exception it resembles, so ``except ValueError`` in engine code keeps working::
      │   ├─ NoAdapterError                  no wgpu adapter on this machine
      │   └─ DeviceLostError                 the device was lost or reported an error
      ├─ StaleHandleError (LookupError)      a (key, generation) handle outlived its object
+     │   └─ substrate.StaleRunError         a freed arena run
      └─ StaleSpanError (RuntimeError)       an upload span outlived its chunk's content
+
+Defined beside the code they guard (same root): substrate.SubstrateError (ValueError),
+gpu.GpuDescriptorError (ValueError), gpu.UnsupportedFieldTypeError (TypeError),
+world.WorldError (ValueError) with UnknownChunkError (KeyError), WorldFullError, ChunkBusyError.
 
 Errors about a user's file carry a :class:`Span` and format as
 ``path:line:col: message`` followed by the offending line and a caret.

@@ -44,7 +44,9 @@ def read_words(buffer: Any, offset: int = 0, size: int | None = None, device: An
     encoder = dev.create_command_encoder()
     encoder.copy_buffer_to_buffer(buffer, offset, staging, 0, min(padded, buffer.size - offset))
     dev.queue.submit([encoder.finish()])
-    staging.map_sync(wgpu.MapMode.READ, 0, cls)
+    # READ_NOSYNC: wgpu-py skips its own device poll before mapping; the submit above already
+    # ordered the copy, and sync_wait polls until the map resolves.
+    staging.map_async("READ_NOSYNC", 0, cls).sync_wait()
     try:
         data = staging.read_mapped(0, padded, copy=True)
     finally:

@@ -38,7 +38,7 @@ import wgpu
 
 from ..gpu.device import DeviceContext, get_context
 from ..lowering.types import ValueType, parse_value_type
-from ..runtime.buffers import prepare_array
+from ..arrays import prepare_array
 from .handles import Placement, RunHandle, StaleRunError, SubstrateError
 from .pages import Page, PageGroup, ScriptEntry
 
