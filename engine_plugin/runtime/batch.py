@@ -42,24 +42,46 @@ def submit_records(ctx: DeviceContext, records: list) -> None:
 
 
 class Batch:
-    """Runs recorded inside ``with abi.batch():`` go to the GPU in one submission at exit."""
+    """Runs recorded inside ``with abi.batch():`` go to the GPU in one submission at exit.
+
+    Params are staged in each variant's ring mirror and written once per contiguous range at
+    flush; a variant about to wrap its ring inside one batch flushes first, so no slot is
+    overwritten before the dispatch that reads it.
+    """
 
     def __init__(self) -> None:
         self.records: dict[int, tuple[DeviceContext, list]] = {}
         self.temps: list = []
-        self._ring_use: dict[int, int] = {}
+        self._staged: dict[int, tuple[Any, list[int]]] = {}  # id(variant) -> (variant, offsets)
 
-    def add(self, variant: Any, record: tuple, temps: list) -> None:
-        ctx = variant.ctx
-        used = self._ring_use.get(id(variant), 0) + 1
-        if used >= 256:  # the params ring would wrap inside this submission: flush first
+    def add(self, variant: Any, data: bytes, bind_group: Any, groups: tuple, clears: list, temps: list) -> None:
+        ring = variant._ring
+        staged = self._staged.get(id(variant))
+        if staged is not None and len(staged[1]) >= ring.slots - 1:
             self.flush()
-            used = 1
-        self._ring_use[id(variant)] = used
-        self.records.setdefault(id(ctx), (ctx, []))[1].append(record)
-        self.temps.extend((variant, t) for t in temps)
+            staged = None
+        if staged is None:
+            staged = self._staged[id(variant)] = (variant, [])
+        offset = ring.take()
+        ring.mirror[offset : offset + len(data)] = data
+        staged[1].append(offset)
+        self.records.setdefault(id(variant.ctx), (variant.ctx, []))[1].append((variant.compiled.pipeline, bind_group, offset, groups, clears))
+        if temps:
+            self.temps.extend((variant, t) for t in temps)
 
     def flush(self) -> None:
+        for variant, offsets in self._staged.values():
+            ring = variant._ring
+            offsets.sort()
+            start = prev = offsets[0]
+            for off in offsets[1:] + [None]:
+                if off is not None and off == prev + ring.stride:
+                    prev = off
+                    continue
+                end = prev + ring.stride
+                variant.ctx.queue.write_buffer(ring.buffer, start, memoryview(ring.mirror)[start:end])
+                if off is not None:
+                    start = prev = off
         for ctx, records in self.records.values():
             if records:
                 submit_records(ctx, records)
@@ -67,7 +89,7 @@ class Batch:
             variant._pool.give(buf)
         self.records.clear()
         self.temps.clear()
-        self._ring_use.clear()
+        self._staged.clear()
 
 
 def current_batch() -> Batch | None:

@@ -29,6 +29,8 @@ class ParamsPacker:
         # (name, offset, struct format, lanes, scalar) per user field, computed once: pack is per run.
         self._user_plan = [(f.name, f.offset, _FMT[f.value_type.scalar], f.value_type.lanes, f.value_type.scalar) for f in self.user]
         self._checked: tuple | None = None
+        self._last_key: tuple | None = None
+        self._last_bytes = b""
         self._lines = dict(param_lines)
 
     def error(self, message: str, name: str | None = None) -> DispatchError:
@@ -84,7 +86,17 @@ class ParamsPacker:
                 if not lo <= int(v) <= hi:
                     raise self.error(f"param {name!r} is {self._type(name)}: {v!r} is out of range [{lo}, {hi}]", name)
 
-    def pack(self, params: Mapping[str, Any], fixed: Mapping[str, int]) -> bytearray:
+    def pack(self, params: Mapping[str, Any], fixed: Mapping[str, int]) -> bytes:
+        # The same params and sizes frame after frame pack to the same bytes: reuse them.
+        memo_key = (self._checked, tuple(fixed.values())) if self._checked is not None else None
+        if memo_key is not None and memo_key == self._last_key:
+            return self._last_bytes
+        buf = self._pack(params, fixed)
+        if memo_key is not None:
+            self._last_key, self._last_bytes = memo_key, buf
+        return buf
+
+    def _pack(self, params: Mapping[str, Any], fixed: Mapping[str, int]) -> bytes:
         buf = bytearray(self.size)
         for name, value in fixed.items():
             off = self.fixed.get(name)
@@ -97,7 +109,7 @@ class ParamsPacker:
                 continue
             for lane, v in enumerate(_as_list(value)):  # type: ignore[arg-type]
                 struct.pack_into(fmt, buf, offset + 4 * lane, float(v) if scalar == "f32" else int(v))
-        return buf
+        return bytes(buf)
 
     def scalars(self, params: Mapping[str, Any]) -> dict[str, float | int]:
         """Scalar params by name, for count expressions."""

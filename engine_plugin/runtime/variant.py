@@ -53,10 +53,17 @@ class _Bound:
 
 
 class _ParamsRing:
-    """Params of successive runs at successive aligned offsets of one uniform buffer."""
+    """Params of successive runs at successive aligned offsets of one uniform buffer.
+
+    ``mirror`` is a host copy a batch stages params into, so a batch of runs writes its params
+    with one ``write_buffer`` per contiguous range instead of one per run.
+    """
+
+    slots = _RING_SLOTS
 
     def __init__(self, device: Any, struct_size: int, alignment: int):
         self.stride = -(-struct_size // alignment) * alignment
+        self.mirror = bytearray(self.stride * _RING_SLOTS)
         self.struct_size = struct_size
         self.buffer = device.create_buffer(
             size=self.stride * _RING_SLOTS, usage=wgpu.BufferUsage.UNIFORM | wgpu.BufferUsage.COPY_DST, label="params ring"
@@ -321,15 +328,14 @@ class Variant:
         for name, field_name in self._len_fields:
             fixed[field_name] = lengths[name]
         data = self._packer.pack(user_params, fixed)
-        offset = self._ring.take()
-        self.ctx.queue.write_buffer(self._ring.buffer, offset, data)
         bind_group = self._bind_group(bound)
-        record = (self.compiled.pipeline, bind_group, offset, groups, counters_to_clear)
         batch = current_batch()
         if batch is not None:
-            batch.add(self, record, temps)
+            batch.add(self, data, bind_group, groups, counters_to_clear, temps)
         else:
-            submit_records(self.ctx, [record])
+            offset = self._ring.take()
+            self.ctx.queue.write_buffer(self._ring.buffer, offset, data)
+            submit_records(self.ctx, [(self.compiled.pipeline, bind_group, offset, groups, counters_to_clear)])
             for buf in temps:
                 self._pool.give(buf)
         self.runs += 1

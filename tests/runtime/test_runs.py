@@ -206,3 +206,14 @@ def test_chaining_an_output_into_the_next_kernel_needs_no_cpu_round_trip():
     once = variant.run(n=10, inputs={"src": src}).outputs["dst"]
     twice = variant.run(n=10, inputs={"src": once}).outputs["dst"]
     np.testing.assert_array_equal(abi.read(twice), src * 4)
+
+
+def test_a_batch_longer_than_the_params_ring_keeps_every_runs_own_params():
+    variant = make("t/double_live", DOUBLE_LIVE_YAML, DOUBLE_LIVE_WGSL)
+    src = np.arange(700, dtype=np.float32)
+    with abi.batch():
+        runs = [variant.run(n=k + 1, inputs={"src": src}) for k in range(600)]
+    for k in (0, 254, 255, 256, 511, 599):
+        got = abi.read(runs[k].outputs["dst"])
+        assert got.shape == (k + 1,)
+        np.testing.assert_array_equal(got, src[: k + 1] * 2)
