@@ -12,10 +12,10 @@ setup:
 	@mkdir -p $(XDG_RUNTIME_DIR) && chmod 700 $(XDG_RUNTIME_DIR)
 	@bash tools/bootstrap.sh
 
-## The main job. Until baking and the demo land (issues 8, 9): show the sample assets, validate
-## every variant on the GPU, run the sample kernels against numpy, and print the benchmark table.
+## The main job. Until the demo lands (issue 9): bake every sample variant into cache/, run the
+## sample kernels against numpy, and print the benchmark table.
 run: setup
-	$(BIN)/engine-plugin info assets
+	$(BIN)/engine-plugin bake assets --cache cache --json cache/bake-report.json
 	$(BIN)/python tools/run_samples.py assets
 	$(BIN)/python tools/bench/run.py --quick
 

@@ -234,6 +234,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--duration", type=float, default=0.0, metavar="S", help="stop after S seconds (default: until Ctrl-C)")
     p.add_argument("--max-events", type=int, default=0, metavar="N", help="stop after N reloads or failures")
     p.set_defaults(func=cmd_watch)
+
+    from .bake.command import add_bake_parser
+
+    add_bake_parser(sub, _size_arg)
     return parser
 
 

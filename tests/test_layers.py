@@ -15,12 +15,14 @@ ALLOWED = {
     "substrate": ({"lowering", "gpu.device", "arrays"}, True),
     "runtime": ({"lowering", "gpu.device", "substrate", "arrays"}, True),
     "assets": ({"lowering", "cache", "runtime", "gpu.device"}, True),
+    "bake": ({"lowering", "cache", "assets", "runtime", "gpu.device"}, False),
 }
 
 
 def imports_of(path: str, package: str) -> set[str]:
     """engine_plugin sub-packages (dotted, e.g. 'gpu.device') and top-level third-party names imported."""
-    tree = ast.parse(open(path).read())
+    with open(path) as f:
+        tree = ast.parse(f.read())
     found = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):

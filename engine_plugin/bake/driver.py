@@ -1,0 +1,217 @@
+"""The bake itself: plan, skip what the cache holds, run the rest, write entries, report."""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any, Iterable, Mapping
+
+from ..cache import VariantCache
+from ..errors import PluginError
+from ..lowering import VariantSpec
+from .plan import chunk_jobs, plan_assets
+from .progress import NoProgress
+from .report import BakeReport
+from .runners import InlineRunner
+from .worker import ChunkJob, ChunkResult, Failure, VariantOutcome, failure_from, worker_versions
+
+__all__ = ["bake"]
+
+
+def _chunk_failure(job: ChunkJob, exc: BaseException) -> Failure:
+    if isinstance(exc, PluginError):
+        return failure_from(exc)
+    # A worker that died, a lost Dask worker, a result that did not travel: the runner's
+    # trouble, not the asset's; name the asset so the user knows what was not validated.
+    text = f"{job.asset}: the bake worker failed: {type(exc).__name__}: {exc}"
+    return Failure(type(exc).__name__, text, text, job.asset)
+
+
+# Entries are written on a few threads: each write is fsync-bound (~1 ms) and releases the
+# GIL, so writing overlaps the compiles (inline) and keeps up with many workers (pool, Dask).
+WRITER_THREADS = 4
+
+
+class _Bake:
+    """Takes chunk results (on the calling thread), writes entries (on writer threads) and
+    keeps the report; every report and progress update happens on the calling thread."""
+
+    def __init__(self, cache: VariantCache, progress: NoProgress, report: BakeReport):
+        self.cache = cache
+        self.progress = progress
+        self.report = report
+        self.done = 0
+        self.baked = 0
+        self.failed = 0
+        self._seen: Counter[str] = Counter()
+        self._first: dict[str, str] = {}
+        self._writers: ThreadPoolExecutor | None = None
+        self._writes: list[tuple[Future, str, VariantOutcome, str]] = []
+
+    def __enter__(self) -> "_Bake":
+        self._writers = ThreadPoolExecutor(WRITER_THREADS, thread_name_prefix="bake-write")
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._writers is not None:
+            self.drain(wait=True)
+            self._writers.shutdown(wait=True)
+            self._writers = None
+
+    def announce(self, asset: str, spec: VariantSpec | None, failure: Failure) -> None:
+        """Print a failure the first time its text is seen; repeats are counted (one broken
+        line usually breaks every variant of the asset)."""
+        self._seen[failure.rendered] += 1
+        if self._seen[failure.rendered] == 1:
+            where = f"\n  in {asset}" + (f" variant {spec.label()}" if spec is not None else "")
+            self.progress.message(failure.rendered + where)
+            self._first[failure.rendered] = failure.headline
+
+    def repeats(self) -> None:
+        for rendered, n in self._seen.items():
+            if n > 1:
+                headline = self._first[rendered]
+                prefix = headline.split(": ", 1)[0] if ": " in headline else headline
+                self.progress.message(f"{prefix}: the same error in {n - 1} more variant(s)")
+
+    def _failed(self, asset: str, out: VariantOutcome, failure: Failure, worker: str) -> None:
+        self.report.fail(asset, out.spec, out.key, failure, out.seconds, worker)
+        self.announce(asset, out.spec, failure)
+        self.failed += 1
+        self.done += 1
+
+    def _written(self, asset: str, out: VariantOutcome, ok: bool, worker: str) -> None:
+        if ok:
+            self.report.add(asset, out.key, out.spec, "baked", out.seconds, worker)
+            self.baked += 1
+            self.done += 1
+            return
+        path = self.cache.path(out.key)
+        text = f"{path}: cannot write the cache entry (disk full or read-only? the log says why)"
+        self._failed(asset, out, Failure("CacheError", text, text, path), worker)
+
+    def drain(self, wait: bool = False) -> None:
+        """Account for the finished writes (all of them with ``wait``)."""
+        still = []
+        for fut, asset, out, worker in self._writes:
+            if wait or fut.done():
+                try:
+                    ok = bool(fut.result())
+                except Exception:  # put() logs and answers False; anything else is still a failed write
+                    ok = False
+                self._written(asset, out, ok, worker)
+            else:
+                still.append((fut, asset, out, worker))
+        self._writes = still
+        self.progress.advance(self.done, self.baked, self.failed)
+
+    def take(self, job: ChunkJob, result: ChunkResult | BaseException) -> None:
+        if isinstance(result, ChunkResult) and result.versions != worker_versions():
+            fmt, lowering = result.versions
+            result = PluginError(
+                f"worker {result.worker} runs an engine_plugin with cache format {fmt}, lowering version {lowering}; "
+                f"this client has {worker_versions()[0]}, {worker_versions()[1]}: install the same build on every worker"
+            )
+        if not isinstance(result, ChunkResult):
+            failure = _chunk_failure(job, result)
+            for item in job.items:
+                self._failed(job.asset, VariantOutcome(item.key, item.spec, 0.0), failure, "")
+        else:
+            for out in result.outcomes:
+                if out.lowered is None:
+                    self._failed(job.asset, out, out.failure or _no_result(out), result.worker)
+                elif self._writers is None:
+                    self._written(job.asset, out, self.cache.put(out.key, out.lowered), result.worker)
+                else:
+                    fut = self._writers.submit(self.cache.put, out.key, out.lowered)
+                    self._writes.append((fut, job.asset, out, result.worker))
+        self.drain()
+
+
+def _no_result(out: VariantOutcome) -> Failure:
+    text = f"engine_plugin bug, please report: the worker answered neither an entry nor a failure for {out.spec.label()}"
+    return Failure("PluginError", text, text)
+
+
+def bake(
+    paths: Iterable[str],
+    cache: VariantCache | str,
+    *,
+    runner: Any = None,
+    usage: Mapping[str, list[VariantSpec]] | None = None,
+    progress: NoProgress | None = None,
+    validate: bool = True,
+    force: bool = False,
+) -> BakeReport:
+    """Lower and validate every variant of the assets under ``paths`` into ``cache``.
+
+    Args:
+        paths: asset folders or folders of assets.
+        cache: the variant cache (or its folder).
+        runner: an :class:`InlineRunner` (default), ``ProcessPoolRunner`` or ``DaskRunner``;
+            entered only when something needs baking, so a fully baked cache starts nothing.
+        usage: a usage log (:func:`engine_plugin.cache.read_usage`): bake only what it records.
+        progress: where progress and failures go (default: failures to stderr only).
+        validate: compile each variant on a device (the point of a bake); False only lowers.
+        force: rebake variants the cache already holds.
+    Returns:
+        The :class:`BakeReport`; ``report.ok`` is false when anything failed.
+    Raises:
+        AssetError: a path holds no asset at all.
+    """
+    t0 = time.perf_counter()
+    store = cache if isinstance(cache, VariantCache) else VariantCache(cache)
+    progress = progress or NoProgress()
+    runner = runner or InlineRunner()
+    report = BakeReport(store.folder)
+    plans, notes = plan_assets(paths, usage)
+    report.notes.extend(notes)
+    state = _Bake(store, progress, report)
+
+    corrupt_before = store.stats().corrupt
+    todo = []
+    planned: set[str] = set()
+    for plan in plans:
+        report.asset(plan.folder)
+        if plan.error is not None:
+            report.fail(plan.folder, None, None, plan.error)
+            state.announce(plan.folder, None, plan.error)
+            continue
+        for spec, failure in plan.failures:
+            report.fail(plan.folder, spec, None, failure)
+            state.announce(plan.folder, spec, failure)
+        pending = []
+        for item in plan.items:
+            # Keys are content hashes: two copies of one asset share their variants, which
+            # bake once. A valid entry is skipped; get() decodes it (tens of microseconds),
+            # so a corrupt one is removed, counted and baked again rather than skipped.
+            if item.key in planned or (not force and store.get(item.key) is not None):
+                report.add(plan.folder, item.key, item.spec, "skipped")
+            else:
+                pending.append(item)
+            planned.add(item.key)
+        if pending:
+            todo.append((plan, pending))
+    report.corrupt_replaced = store.stats().corrupt - corrupt_before
+
+    total = sum(len(items) for _, items in todo)
+    if total:
+        t_start = time.perf_counter()
+        with runner:
+            report.startup_s = time.perf_counter() - t_start
+            report.runner, report.workers = runner.label, runner.workers
+            jobs = chunk_jobs(todo, runner.workers, validate)
+            progress.start(total, runner.label)
+            try:
+                with state:
+                    for job, result in runner.run(jobs):
+                        state.take(job, result)
+            finally:
+                progress.stop()
+    state.repeats()
+    # Results arrive in completion order; the report lists variants in plan order.
+    order = {(plan.folder, item.key): i for i, (plan, item) in enumerate((p, it) for p in plans for it in p.items)}
+    report.variants.sort(key=lambda v: order.get((v.asset, v.key), len(order)))
+    report.wall_s = time.perf_counter() - t0
+    return report

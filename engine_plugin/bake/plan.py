@@ -1,0 +1,171 @@
+"""What to bake: the assets under the given paths, their variants, and their cache keys.
+
+Runs on the client, in pure Python (no device): reads each asset once, parses its schema,
+enumerates its variants (the schema's ``bake:`` list, else the cross product of options, or
+the variants a usage log recorded), and computes each variant's content key. Whatever the
+cache already holds is then skipped before any worker starts.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass, field
+from typing import Iterable, Mapping, Sequence
+
+from ..assets.folder import AssetSource, find_assets, read_asset_folder
+from ..errors import AssetError, PluginError, SpecializationError, Span, bug
+from ..lowering import Schema, VariantSpec, enumerate_variants, parse, resolve_spec
+from ..lowering.fingerprint import variant_key
+from .worker import BakeItem, ChunkJob, Failure, failure_from
+
+__all__ = ["AssetPlan", "plan_assets", "match_usage", "chunk_jobs", "chunk_size"]
+
+# Chunks amortise a job's pickling and the per-chunk parse; more chunks than workers keep
+# the workers busy to the end (a slow asset does not leave the others idle).
+CHUNKS_PER_WORKER = 4
+MAX_CHUNK = 16
+
+
+@dataclass
+class AssetPlan:
+    """One asset's part of a bake.
+
+    ``items`` are the variants to bake (keys computed, not yet checked against the cache);
+    ``failures`` are variants refused before any worker ran (a usage-log spec the schema no
+    longer offers); ``error`` is set when the asset cannot be read or parsed at all.
+    """
+
+    folder: str
+    source: AssetSource | None = None
+    schema: Schema | None = None
+    items: list[BakeItem] = field(default_factory=list)
+    failures: list[tuple[VariantSpec | None, Failure]] = field(default_factory=list)
+    error: Failure | None = None
+
+    @property
+    def name(self) -> str:
+        return self.folder
+
+
+def _norm(path: str) -> str:
+    return os.path.normpath(path).replace(os.sep, "/")
+
+
+def match_usage(folders: Sequence[str], roots: Sequence[str], usage: Mapping[str, list[VariantSpec]]) -> tuple[dict[str, list[VariantSpec]], list[str]]:
+    """Assign the usage log's assets (named relative to the game's asset root) to folders.
+
+    A usage name matches a folder when it is the folder's path relative to one of ``roots``,
+    else when it is a whole-component suffix of the folder's path (the game's root may be a
+    parent or a child of the one given to ``bake``); the longest suffix wins.
+
+    Returns:
+        ({folder: specs}, [usage names that match no folder]).
+    """
+    by_folder: dict[str, list[VariantSpec]] = {}
+    unmatched = []
+    normed = {f: _norm(f) for f in folders}
+    rels = {}
+    for f in folders:
+        for root in roots:
+            rel = _norm(os.path.relpath(f, root))
+            if rel != "." and not rel.startswith(".."):
+                rels.setdefault(rel, f)
+    for name, specs in usage.items():
+        want = _norm(name).strip("/")
+        folder = rels.get(want)
+        if folder is None:
+            hits = [f for f, n in normed.items() if n == want or n.endswith("/" + want)]
+            folder = max(hits, key=lambda f: len(normed[f])) if hits else None
+        if folder is None:
+            unmatched.append(name)
+            continue
+        merged = by_folder.setdefault(folder, [])
+        merged.extend(s for s in specs if s not in merged)
+    return by_folder, sorted(unmatched)
+
+
+def _usage_spec(schema: Schema, spec: VariantSpec) -> VariantSpec:
+    # Re-resolve against the schema as it is now: a value the asset no longer offers is an
+    # error, and a parameter added since the game ran takes its default.
+    return resolve_spec(schema, spec.as_dict(), {k: list(v) for k, v in spec.columns} or None)
+
+
+def plan_assets(paths: Iterable[str], usage: Mapping[str, list[VariantSpec]] | None = None) -> tuple[list[AssetPlan], list[str]]:
+    """Read and enumerate every asset under ``paths``.
+
+    Args:
+        paths: asset folders, or folders searched for ``*.computeShader`` assets.
+        usage: from :func:`engine_plugin.cache.read_usage`; when given, only the variants it
+            records are baked, and assets it does not name are left out.
+    Returns:
+        (plans in path order, notes for the user: usage entries that matched nothing).
+    Raises:
+        AssetError: a path that does not exist or holds no asset.
+    """
+    paths = list(paths)
+    folders: list[str] = []
+    for p in paths:
+        found = find_assets(p)
+        if not found:
+            raise AssetError("no .computeShader assets here (a path to bake is an asset folder or a folder of them)", Span(p))
+        folders.extend(f for f in found if f not in folders)
+    notes: list[str] = []
+    wanted: dict[str, list[VariantSpec]] | None = None
+    if usage is not None:
+        wanted, unmatched = match_usage(folders, paths, usage)
+        for name in unmatched:
+            notes.append(f"the usage log names {name}, which is not among the assets to bake; its variants are left out")
+        folders = [f for f in folders if f in wanted]
+    plans = []
+    for folder in folders:
+        plan = AssetPlan(folder)
+        plans.append(plan)
+        try:
+            src = read_asset_folder(folder)
+            schema = parse(src.yaml_text, src.yaml_path)
+        except PluginError as exc:
+            plan.error = failure_from(exc)
+            continue
+        plan.source, plan.schema = src, schema
+        try:
+            specs = enumerate_variants(schema) if wanted is None else []
+        except SpecializationError as exc:  # a bake: entry the schema does not accept
+            plan.error = failure_from(exc)
+            continue
+        if wanted is not None:
+            for recorded in wanted[folder]:
+                try:
+                    spec = _usage_spec(schema, recorded)
+                except PluginError as exc:
+                    plan.failures.append((recorded, failure_from(exc)))
+                    continue
+                if spec not in specs:
+                    specs.append(spec)
+        seen = set()
+        for spec in specs:
+            key = variant_key(schema.text, src.wgsl_text, spec)
+            if key not in seen:  # a bake: list may name one variant twice
+                seen.add(key)
+                plan.items.append(BakeItem(key, spec))
+    return plans, notes
+
+
+def chunk_size(total: int, workers: int) -> int:
+    """Variants per chunk: about ``CHUNKS_PER_WORKER`` chunks a worker, 1 to ``MAX_CHUNK``."""
+    if total <= 0:
+        return 1
+    return max(1, min(MAX_CHUNK, math.ceil(total / (max(1, workers) * CHUNKS_PER_WORKER))))
+
+
+def chunk_jobs(todo: Sequence[tuple[AssetPlan, list[BakeItem]]], workers: int, validate: bool = True) -> list[ChunkJob]:
+    """Split the variants to bake into per-asset chunks sized for ``workers``."""
+    size = chunk_size(sum(len(items) for _, items in todo), workers)
+    jobs = []
+    for plan, items in todo:
+        src = plan.source
+        if src is None:
+            raise bug(f"chunk_jobs got {plan.folder}, which was never read")
+        for start in range(0, len(items), size):
+            jobs.append(ChunkJob(plan.folder, src.yaml_path, src.yaml_text, src.wgsl_path, src.wgsl_text, tuple(items[start : start + size]), validate, len(jobs)))
+    return jobs

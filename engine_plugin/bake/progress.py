@@ -1,0 +1,123 @@
+"""Progress while baking: a ``rich`` bar on a terminal, plain throttled lines otherwise.
+
+Both write to stderr (stdout carries the summary table), and print failures as they arrive
+above the bar, so a long bake shows its first error without waiting for the end.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import Any, TextIO
+
+__all__ = ["PlainProgress", "RichProgress", "NoProgress", "make_progress"]
+
+
+class NoProgress:
+    """Progress that shows nothing but failures and notes."""
+
+    def __init__(self, stream: TextIO | None = None):
+        self.stream = stream or sys.stderr
+
+    def start(self, total: int, label: str) -> None:
+        pass
+
+    def advance(self, done: int, baked: int, failed: int) -> None:
+        pass
+
+    def message(self, text: str) -> None:
+        print(text, file=self.stream, flush=True)
+
+    def stop(self) -> None:
+        pass
+
+
+class PlainProgress(NoProgress):
+    """One line at most every ``interval`` seconds, and one at the end: ``bake: 40/200 ...``."""
+
+    def __init__(self, stream: TextIO | None = None, interval: float = 1.0):
+        super().__init__(stream)
+        self.interval = interval
+        self.total = 0
+        self._t0 = 0.0
+        self._last = 0.0
+        self._state = (0, 0, 0)
+        self._printed: tuple[int, int, int] | None = None
+
+    def start(self, total: int, label: str) -> None:
+        self.total = total
+        self._t0 = self._last = time.monotonic()
+        self.message(f"bake: {total} variant(s) to bake on {label}")
+
+    def _line(self) -> None:
+        done, baked, failed = self._state
+        self._printed = self._state
+        self.message(f"bake: {done}/{self.total} variants ({baked} baked, {failed} failed) {time.monotonic() - self._t0:.1f}s")
+
+    def advance(self, done: int, baked: int, failed: int) -> None:
+        self._state = (done, baked, failed)
+        now = time.monotonic()
+        if now - self._last >= self.interval:
+            self._last = now
+            self._line()
+
+    def stop(self) -> None:
+        if self.total and self._printed != self._state:
+            self._line()
+
+
+class RichProgress(NoProgress):
+    """A ``rich`` progress bar (variants done, baked/failed, elapsed, remaining) on stderr."""
+
+    def __init__(self, console: Any = None):
+        from rich.console import Console
+
+        self.console = console or Console(stderr=True)
+        super().__init__(self.console.file)
+        self._progress: Any = None
+        self._task: Any = None
+
+    def start(self, total: int, label: str) -> None:
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+        self._progress = Progress(
+            SpinnerColumn(),
+            TextColumn("[bold]bake[/]"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("{task.description}"),
+            TimeElapsedColumn(),
+            TimeRemainingColumn(),
+            console=self.console,
+            transient=False,
+        )
+        self._progress.start()
+        self._task = self._progress.add_task(f"on {label}", total=total)
+        self._label = label
+
+    def advance(self, done: int, baked: int, failed: int) -> None:
+        if self._progress is not None:
+            bad = f", [red]{failed} failed[/]" if failed else ""
+            self._progress.update(self._task, completed=done, description=f"{baked} baked{bad} on {self._label}")
+
+    def message(self, text: str) -> None:
+        # Above the bar while it runs; markup off: WGSL is full of [brackets].
+        self.console.print(text, markup=False, highlight=False, soft_wrap=True)
+
+    def stop(self) -> None:
+        if self._progress is not None:
+            self._progress.stop()
+            self._progress = None
+
+
+def make_progress(mode: str = "auto") -> NoProgress:
+    """``auto``: rich on a terminal (stderr), plain lines otherwise; or ``rich``/``plain``/``none``."""
+    if mode == "auto":
+        mode = "rich" if sys.stderr.isatty() else "plain"
+    if mode == "rich":
+        return RichProgress()
+    if mode == "plain":
+        return PlainProgress()
+    if mode == "none":
+        return NoProgress()
+    raise ValueError(f"progress is auto, rich, plain or none, not {mode!r}")

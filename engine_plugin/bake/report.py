@@ -1,0 +1,214 @@
+"""The result of a bake: per-asset counts, every variant's fate, the failures; as a summary
+table for people and as JSON for build systems.
+
+JSON report (``--json REPORT``), format 1::
+
+    {"format": 1, "tool": "engine-plugin bake", "engine_plugin": "0.1.0",
+     "cache_format": 1, "lowering_version": N, "cache": "/abs/cache",
+     "runner": "2 local processes", "workers": 2, "wall_s": 3.1, "startup_s": 0.0,
+     "variants_per_s": 64.2, "ok": false,
+     "totals": {"variants": 200, "baked": 198, "skipped": 0, "failed": 2,
+                "assets": 12, "assets_failed": 0},
+     "assets": [{"asset": "assets/x.computeShader", "variants": 25, "baked": 25,
+                 "skipped": 0, "failed": 0, "work_s": 0.41, "error": null}, ...],
+     "variants": [{"asset": ..., "key": "<64 hex>", "spec": {"T": "f32"}, "columns": {},
+                   "status": "baked" | "skipped" | "failed", "seconds": 0.012,
+                   "worker": "host:pid"}, ...],
+     "failures": [{"asset": ..., "spec": {...} | null, "key": ... | null, "kind": "CompileError",
+                   "path": "assets/x.computeShader/kernel.wgsl", "line": 17, "col": 5,
+                   "message": "path:17:5: ...", "rendered": "... with the line and a caret"}],
+     "notes": ["..."]}
+
+A variant's ``key`` is its cache file name without ``.msgpack``. A failure with ``spec: null``
+is the whole asset (unreadable folder, schema error, a ``bake:`` list the schema refuses): its
+row has ``error`` set and counts in ``assets_failed``, not in the variant counts. A failure with
+a spec but ``key: null`` is a usage-log variant the schema no longer accepts.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..lowering import VariantSpec
+from .worker import Failure
+
+__all__ = ["AssetSummary", "BakeReport", "VariantRecord", "FailureRecord", "REPORT_FORMAT"]
+
+REPORT_FORMAT = 1
+
+
+@dataclass
+class AssetSummary:
+    asset: str
+    variants: int = 0
+    baked: int = 0
+    skipped: int = 0
+    failed: int = 0
+    work_s: float = 0.0
+    error: str | None = None  # the asset-level failure's headline
+
+
+@dataclass(frozen=True)
+class VariantRecord:
+    asset: str
+    key: str
+    spec: VariantSpec
+    status: str  # baked | skipped | failed
+    seconds: float = 0.0
+    worker: str = ""  # host:pid of the process that baked it ("" when skipped)
+
+
+@dataclass(frozen=True)
+class FailureRecord:
+    asset: str
+    spec: VariantSpec | None
+    key: str | None
+    failure: Failure
+
+
+def _spec_json(spec: VariantSpec | None) -> tuple[Any, Any]:
+    if spec is None:
+        return None, None
+    return dict(spec.values), {k: list(v) for k, v in spec.columns}
+
+
+@dataclass
+class BakeReport:
+    """Everything a bake did. ``ok`` is true when nothing failed (the exit status)."""
+
+    cache: str
+    runner: str = "none (everything was already baked)"
+    workers: int = 0
+    wall_s: float = 0.0
+    startup_s: float = 0.0
+    assets: dict[str, AssetSummary] = field(default_factory=dict)
+    variants: list[VariantRecord] = field(default_factory=list)
+    failures: list[FailureRecord] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    corrupt_replaced: int = 0
+
+    def asset(self, name: str) -> AssetSummary:
+        found = self.assets.get(name)
+        if found is None:
+            found = self.assets[name] = AssetSummary(name)
+        return found
+
+    def add(self, asset: str, key: str, spec: VariantSpec, status: str, seconds: float = 0.0, worker: str = "") -> None:
+        row = self.asset(asset)
+        row.variants += 1
+        setattr(row, status, getattr(row, status) + 1)
+        row.work_s += seconds
+        self.variants.append(VariantRecord(asset, key, spec, status, seconds, worker))
+
+    def fail(self, asset: str, spec: VariantSpec | None, key: str | None, failure: Failure, seconds: float = 0.0, worker: str = "") -> None:
+        if spec is None:  # the asset itself (unreadable, schema error): no variants known
+            self.asset(asset).error = failure.headline
+        elif key is not None:
+            self.add(asset, key, spec, "failed", seconds, worker)
+        else:  # a recorded variant the schema refuses: no key can be computed
+            row = self.asset(asset)
+            row.variants += 1
+            row.failed += 1
+        self.failures.append(FailureRecord(asset, spec, key, failure))
+
+    # -- totals ------------------------------------------------------------------------------
+    @property
+    def totals(self) -> dict[str, int]:
+        rows = self.assets.values()
+        out = {k: sum(getattr(r, k) for r in rows) for k in ("variants", "baked", "skipped", "failed")}
+        out["assets"] = len(self.assets)
+        out["assets_failed"] = sum(1 for r in rows if r.error)
+        return out
+
+    @property
+    def ok(self) -> bool:
+        return not self.failures
+
+    @property
+    def variants_per_s(self) -> float:
+        baked = self.totals["baked"]
+        return baked / self.wall_s if self.wall_s > 0 else 0.0
+
+    # -- output ------------------------------------------------------------------------------
+    def as_json(self) -> dict[str, Any]:
+        from .. import __version__
+        from ..lowering import LOWERING_VERSION
+        from ..lowering.fingerprint import CACHE_FORMAT_VERSION
+
+        variants = []
+        for v in self.variants:
+            spec, cols = _spec_json(v.spec)
+            variants.append({"asset": v.asset, "key": v.key, "spec": spec, "columns": cols, "status": v.status, "seconds": round(v.seconds, 6), "worker": v.worker})
+        failures = []
+        for f in self.failures:
+            spec, cols = _spec_json(f.spec)
+            failures.append({"asset": f.asset, "spec": spec, "columns": cols, "key": f.key, **f.failure.as_dict()})
+        return {
+            "format": REPORT_FORMAT,
+            "tool": "engine-plugin bake",
+            "engine_plugin": __version__,
+            "cache_format": CACHE_FORMAT_VERSION,
+            "lowering_version": LOWERING_VERSION,
+            "cache": self.cache,
+            "runner": self.runner,
+            "workers": self.workers,
+            "wall_s": round(self.wall_s, 4),
+            "startup_s": round(self.startup_s, 4),
+            "variants_per_s": round(self.variants_per_s, 2),
+            "ok": self.ok,
+            "totals": self.totals,
+            "corrupt_replaced": self.corrupt_replaced,
+            "assets": [
+                {"asset": r.asset, "variants": r.variants, "baked": r.baked, "skipped": r.skipped, "failed": r.failed, "work_s": round(r.work_s, 4), "error": r.error}
+                for r in self.assets.values()
+            ],
+            "variants": variants,
+            "failures": failures,
+            "notes": list(self.notes),
+        }
+
+    def write_json(self, path: str) -> None:
+        """Write the JSON report atomically (a build system never reads half a report)."""
+        folder = os.path.dirname(os.path.abspath(path))
+        os.makedirs(folder, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=".bake-report-", dir=folder)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                json.dump(self.as_json(), f, indent=1)
+                f.write("\n")
+            os.replace(tmp, path)
+        except BaseException:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+            raise
+
+    def summary_table(self) -> Any:
+        """A ``rich`` table: asset, variants, baked, skipped, failed, and the worker time spent
+        lowering and compiling its variants (summed over workers); a total row."""
+        from rich.table import Table
+
+        table = Table(title="bake summary", title_justify="left", show_footer=False)
+        table.add_column("asset", overflow="fold")
+        for name in ("variants", "baked", "skipped", "failed"):
+            table.add_column(name, justify="right")
+        table.add_column("work time", justify="right")
+        for r in self.assets.values():
+            failed = str(r.failed) if not r.error else "asset"
+            table.add_row(r.asset, str(r.variants), str(r.baked), str(r.skipped), failed, f"{r.work_s:.2f}s")
+        t = self.totals
+        table.add_section()
+        table.add_row("total", str(t["variants"]), str(t["baked"]), str(t["skipped"]), str(t["failed"]), f"{sum(r.work_s for r in self.assets.values()):.2f}s")
+        return table
+
+    def closing_line(self) -> str:
+        t = self.totals
+        rate = f" ({self.variants_per_s:.1f} variants/s)" if t["baked"] else ""
+        where = f" on {self.runner}" if self.workers else ""
+        bad = f"; {t['assets_failed']} asset(s) could not be read or parsed" if t["assets_failed"] else ""
+        return f"baked {t['baked']}, skipped {t['skipped']}, failed {t['failed']} of {t['variants']} variants in {self.wall_s:.2f}s{rate}{where}{bad}"

@@ -1,0 +1,218 @@
+"""Where chunks run: this process, a local ``spawn`` process pool, or a Dask cluster.
+
+Every runner is a context manager with ``workers`` (how many chunks run at once, for
+chunk sizing), ``label`` (for the summary), and ``run(jobs)``, which yields
+``(job, ChunkResult | BaseException)`` in completion order. A runner never raises for one
+chunk: a worker that died, a lost Dask worker or an unpicklable result comes back as the
+exception, and the driver fails that chunk's variants with it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import multiprocessing
+import signal
+import uuid
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures.process import BrokenProcessPool
+from typing import Any, Iterator, Sequence
+
+from ..errors import PluginError
+from .worker import ChunkJob, ChunkResult, bake_chunk
+
+__all__ = ["DaskMissingError", "DaskRunner", "InlineRunner", "ProcessPoolRunner", "WorkerDied", "import_distributed", "DASK_INSTALL_HINT"]
+
+Yielded = Iterator[tuple[ChunkJob, "ChunkResult | BaseException"]]
+
+DASK_INSTALL_HINT = (
+    "the Dask options (--scheduler, --dask-local) need the optional 'dask' extra; install it with\n"
+    "    pip install 'engine_plugin[dask]'      (or, in a checkout:  pip install '.[dask]')\n"
+    "and on a cluster install the same engine_plugin build on every worker"
+)
+
+
+class DaskMissingError(PluginError, ImportError):
+    """``dask.distributed`` is not installed; the message says how to install it."""
+
+
+class WorkerDied(RuntimeError):
+    """A worker process exited while baking a chunk (a crash in the driver's compiler, or killed)."""
+
+
+def import_distributed() -> Any:
+    """The ``distributed`` module, or :class:`DaskMissingError` with the install line."""
+    try:
+        import distributed
+    except ImportError as exc:
+        raise DaskMissingError(f"{DASK_INSTALL_HINT}\n(import failed: {exc})") from None
+    return distributed
+
+
+class InlineRunner:
+    """Bake in this process, on its own device (``--jobs 1``): no start-up cost at all."""
+
+    workers = 1
+    label = "this process"
+
+    def __enter__(self) -> "InlineRunner":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        pass
+
+    def run(self, jobs: Sequence[ChunkJob]) -> Yielded:
+        for job in jobs:
+            try:
+                yield job, bake_chunk(job)
+            except Exception as exc:  # bake_chunk catches per variant; this is a bug of ours
+                yield job, exc
+
+
+def _warm_worker() -> None:
+    # Ctrl-C reaches the whole process group: the client handles it (cancels the queued
+    # chunks, lets the running ones finish), so a worker ignores it instead of dying mid-chunk
+    # with a traceback of its own.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # Import the lowering and the runtime while the pool starts, not inside the first chunk.
+    from ..runtime import compile as _compile  # noqa: F401
+
+
+@contextlib.contextmanager
+def _children_ignore_sigint() -> Iterator[None]:
+    """Processes started inside inherit an ignored SIGINT (Python leaves an ignored SIGINT
+    alone at start-up); the client's own handler is back afterwards."""
+    try:
+        previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    except ValueError:  # not the main thread: nothing to arrange
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+class ProcessPoolRunner:
+    """A local pool of ``n`` worker processes, started with ``spawn``: wgpu (and the Vulkan
+    driver under it) is not fork-safe, and each worker makes its own device."""
+
+    def __init__(self, n: int):
+        if n < 1:
+            raise ValueError(f"a process pool needs at least one worker, not {n}")
+        self.workers = n
+        self.label = f"{n} local processes"
+        self._pool: ProcessPoolExecutor | None = None
+
+    def __enter__(self) -> "ProcessPoolRunner":
+        self._pool = ProcessPoolExecutor(max_workers=self.workers, mp_context=multiprocessing.get_context("spawn"), initializer=_warm_worker)
+        return self
+
+    def __exit__(self, exc_type: Any, *exc: Any) -> None:
+        if self._pool is not None:
+            # Interrupted: drop the queued chunks; the running ones finish (their entries are
+            # not written, the client is gone) and the workers exit.
+            self._pool.shutdown(wait=True, cancel_futures=exc_type is not None)
+            self._pool = None
+
+    def run(self, jobs: Sequence[ChunkJob]) -> Yielded:
+        if self._pool is None:
+            raise RuntimeError("ProcessPoolRunner.run outside its with-block")
+        futures = {self._pool.submit(bake_chunk, job): job for job in jobs}
+        for fut in as_completed(futures):
+            job = futures[fut]
+            try:
+                yield job, fut.result()
+            except BrokenProcessPool as exc:
+                yield job, WorkerDied(f"a bake worker process died ({exc}); the variants of this chunk were not validated")
+            except Exception as exc:
+                yield job, exc
+
+
+class DaskRunner:
+    """Chunks as Dask tasks, on the cluster at ``scheduler`` or on a ``LocalCluster`` of
+    ``local_workers`` processes (one thread each) bound to loopback.
+
+    Workers return the lowered variants; the client writes the cache (package docstring).
+    """
+
+    def __init__(self, scheduler: str | None = None, local_workers: int | None = None, *, connect_timeout: float = 30.0):
+        if (scheduler is None) == (local_workers is None):
+            raise ValueError("DaskRunner takes a scheduler address or local_workers, not both or neither")
+        if local_workers is not None and local_workers < 1:
+            raise ValueError(f"--dask-local needs at least one worker, not {local_workers}")
+        self.distributed = import_distributed()
+        self.scheduler = scheduler
+        self.local_workers = local_workers
+        self.connect_timeout = connect_timeout
+        self.workers = local_workers or 1
+        self.label = f"Dask LocalCluster of {local_workers} processes" if local_workers else f"Dask cluster at {scheduler}"
+        self.cluster: Any = None
+        self.client: Any = None
+
+    def __enter__(self) -> "DaskRunner":
+        d = self.distributed
+        try:
+            if self.local_workers is not None:
+                with _children_ignore_sigint():
+                    self.cluster = self._local_cluster(d)
+                self.client = d.Client(self.cluster, timeout=self.connect_timeout)
+            else:
+                self.client = d.Client(self.scheduler, timeout=self.connect_timeout)
+                self.client.wait_for_workers(1, timeout=self.connect_timeout)
+            info = self.client.scheduler_info()
+            threads = sum(int(w.get("nthreads", 1)) for w in info.get("workers", {}).values())
+            self.workers = max(1, threads)
+            if self.scheduler is not None:
+                self.label = f"Dask cluster at {self.scheduler} ({len(info.get('workers', {}))} workers, {self.workers} threads)"
+        except BaseException:
+            self.__exit__(None)
+            raise
+        return self
+
+    def _local_cluster(self, d: Any) -> Any:
+        return d.LocalCluster(
+            n_workers=self.local_workers,
+            processes=True,
+            threads_per_worker=1,
+            host="127.0.0.1",  # loopback only: nothing outside this machine can reach it
+            scheduler_port=0,
+            dashboard_address=None,
+            silence_logs=logging.ERROR,
+        )
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.client is not None:
+            try:
+                self.client.close()
+            finally:
+                self.client = None
+        if self.cluster is not None:
+            try:
+                self.cluster.close()
+            finally:
+                self.cluster = None
+
+    def run(self, jobs: Sequence[ChunkJob]) -> Yielded:
+        d = self.distributed
+        token = uuid.uuid4().hex[:8]
+        by_key = {}
+        futures = []
+        for job in jobs:
+            # Readable task keys on the dashboard; the token keeps two bakes apart.
+            key = f"engine-plugin-bake-{job.index}-{token}"
+            fut = self.client.submit(bake_chunk, job, key=key, pure=False)
+            by_key[fut.key] = job
+            futures.append(fut)
+        try:
+            for fut in d.as_completed(futures):
+                job = by_key[fut.key]
+                try:
+                    yield job, fut.result()
+                except Exception as exc:  # KilledWorker, a lost connection, a pickling error
+                    yield job, exc
+                fut.release()
+        finally:
+            for fut in futures:
+                if not fut.done():
+                    fut.cancel()

@@ -1,0 +1,160 @@
+"""The bake worker: lower and validate one chunk of variants of one asset.
+
+:func:`bake_chunk` is a module-level function of plain, picklable data in and out, so the
+same function runs in this process, in a ``spawn`` process pool, or on a Dask worker
+(pickled by reference: the worker imports ``engine_plugin.bake.worker``). It never touches
+the file system: the asset's texts travel in the job, and the lowered variants travel back
+for the client to write (see the package docstring for why).
+
+Each worker process validates on its own device (the process-wide default one, created on
+the first chunk): wgpu devices are never shared between processes, and a forked child must
+never inherit one, which is why the local pool uses the ``spawn`` start method.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+import traceback
+from dataclasses import dataclass, field
+
+from ..errors import PluginError
+from ..lowering import Lowered, VariantSpec, lower, parse
+from ..lowering.fingerprint import CACHE_FORMAT_VERSION
+from ..lowering.lower import LOWERING_VERSION
+
+__all__ = ["BakeItem", "ChunkJob", "ChunkResult", "Failure", "VariantOutcome", "bake_chunk", "failure_from", "worker_versions"]
+
+
+@dataclass(frozen=True)
+class BakeItem:
+    """One variant to bake: its cache key (computed by the client) and its specialisation."""
+
+    key: str
+    spec: VariantSpec
+
+
+@dataclass(frozen=True)
+class ChunkJob:
+    """A chunk of variants of one asset, with the asset's texts (workers read no files).
+
+    ``yaml_path``/``wgsl_path`` are the paths errors and the cache entries name, as the
+    user gave them to the command.
+    """
+
+    asset: str
+    yaml_path: str
+    yaml_text: str
+    wgsl_path: str
+    wgsl_text: str
+    items: tuple[BakeItem, ...]
+    validate: bool = True
+    index: int = 0  # the chunk's position in the plan, for stable keys and ordering
+
+
+@dataclass(frozen=True)
+class Failure:
+    """Why a variant (or a whole asset) did not bake, as plain data.
+
+    ``rendered`` is what the user sees: ``path:line:col: message`` plus the source line and a
+    caret; ``headline`` is its first line. ``kind`` is the exception class name.
+    """
+
+    kind: str
+    headline: str
+    rendered: str
+    path: str | None = None
+    line: int | None = None
+    col: int | None = None
+
+    def as_dict(self) -> dict:
+        return {"kind": self.kind, "path": self.path, "line": self.line, "col": self.col, "message": self.headline, "rendered": self.rendered}
+
+
+@dataclass(frozen=True)
+class VariantOutcome:
+    """One variant's result: ``lowered`` when it baked, ``failure`` when it did not."""
+
+    key: str
+    spec: VariantSpec
+    seconds: float
+    lowered: Lowered | None = None
+    failure: Failure | None = None
+
+
+@dataclass(frozen=True)
+class ChunkResult:
+    """A chunk's outcomes, where it ran, and the worker's format versions (checked by the client)."""
+
+    asset: str
+    index: int
+    outcomes: tuple[VariantOutcome, ...]
+    worker: str
+    versions: tuple[int, int] = field(default=(CACHE_FORMAT_VERSION, LOWERING_VERSION))
+
+
+def worker_versions() -> tuple[int, int]:
+    """(cache format, lowering) versions of this build; a worker must match the client's."""
+    return (CACHE_FORMAT_VERSION, LOWERING_VERSION)
+
+
+def failure_from(exc: BaseException) -> Failure:
+    """A :class:`Failure` for an exception: a plugin error keeps its span; anything else is
+    reported as a bug of ours, with the traceback (a worker must never die of one variant)."""
+    if isinstance(exc, PluginError):
+        rendered = str(exc)
+        return Failure(type(exc).__name__, exc.headline(), rendered, exc.path, exc.line, exc.col)
+    tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)).rstrip()
+    headline = f"engine_plugin bug, please report: baking raised {type(exc).__name__}: {exc}"
+    return Failure(type(exc).__name__, headline, f"{headline}\n{tb}")
+
+
+def _device() -> object:
+    # Imported here: a worker that only lowers (validate=False) never loads wgpu.
+    from ..gpu.device import get_context
+
+    return get_context()
+
+
+def _validate(lowered: Lowered) -> None:
+    from ..runtime.compile import compile_lowered
+
+    ctx = _device()
+    compile_lowered(lowered, label=f"bake {lowered.spec.label()}", device=ctx)
+    # A bake compiles thousands of variants it will never run: drop the pipeline so the
+    # worker's memory stays flat (the device context would otherwise keep every one).
+    ctx.cache("compiled").pop(lowered.fingerprint, None)
+
+
+def bake_chunk(job: ChunkJob) -> ChunkResult:
+    """Lower each variant of ``job`` and (unless ``job.validate`` is false) compile it on this
+    process's device. Never raises for an asset's error: each variant's failure is returned."""
+    outcomes = []
+    try:
+        schema = parse(job.yaml_text, job.yaml_path)
+    except Exception as exc:  # the client parsed it already; a worker disagreeing is reported
+        failure = failure_from(exc)
+        outcomes = [VariantOutcome(item.key, item.spec, 0.0, failure=failure) for item in job.items]
+        return ChunkResult(job.asset, job.index, tuple(outcomes), _worker_name())
+    if job.validate:
+        try:
+            _device()  # made once per worker process; not part of any variant's time
+        except Exception as exc:  # no adapter: every variant of the chunk fails with why
+            failure = failure_from(exc)
+            return ChunkResult(job.asset, job.index, tuple(VariantOutcome(i.key, i.spec, 0.0, failure=failure) for i in job.items), _worker_name())
+    for item in job.items:
+        t0 = time.perf_counter()
+        try:
+            lowered = lower(schema, job.wgsl_text, item.spec, wgsl_path=job.wgsl_path)
+            if job.validate:
+                _validate(lowered)
+        except Exception as exc:
+            outcomes.append(VariantOutcome(item.key, item.spec, time.perf_counter() - t0, failure=failure_from(exc)))
+            continue
+        outcomes.append(VariantOutcome(item.key, item.spec, time.perf_counter() - t0, lowered=lowered))
+    return ChunkResult(job.asset, job.index, tuple(outcomes), _worker_name())
+
+
+def _worker_name() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"

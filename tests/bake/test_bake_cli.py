@@ -1,0 +1,233 @@
+"""``engine-plugin bake`` end to end, in subprocesses, on the real (software) GPU."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+from bake_support import (
+    BAD_SCHEMA_YAML,
+    BROKEN_WGSL,
+    BROKEN_YAML,
+    SAMPLE_VARIANTS,
+    copy_samples,
+    entries,
+    explain,
+    load_report,
+    run_bake,
+    write_asset,
+)
+
+from engine_plugin import abi
+from engine_plugin.assets.folder import read_asset_folder
+from engine_plugin.cache import UsageLog, VariantCache
+from engine_plugin.lowering import enumerate_variants, parse, resolve_spec
+from engine_plugin.lowering.fingerprint import variant_key
+from engine_plugin.runtime.program import lowering_count
+
+pytestmark = pytest.mark.gpu
+
+
+@pytest.fixture(scope="module")
+def baked(tmp_path_factory):
+    """The samples copied to ``<root>/samples`` and baked once with ``--jobs 2`` into
+    ``<root>/cache-local``: (root, the process, its JSON report)."""
+    root = str(tmp_path_factory.mktemp("bake"))
+    copy_samples(os.path.join(root, "samples"))
+    proc = run_bake(["samples", "--cache", "cache-local", "--jobs", "2", "--json", "first.json"], cwd=root)
+    assert proc.returncode == 0, explain(proc)
+    return root, proc, load_report(os.path.join(root, "first.json"))
+
+
+def test_baking_the_samples_twice_skips_everything_the_second_time(baked):
+    root, first, report = baked
+    assert report["totals"] == {"variants": SAMPLE_VARIANTS, "baked": SAMPLE_VARIANTS, "skipped": 0, "failed": 0, "assets": 2, "assets_failed": 0}
+    assert report["runner"] == "2 local processes" and report["workers"] == 2
+    assert len(entries(os.path.join(root, "cache-local"))) == SAMPLE_VARIANTS
+
+    second = run_bake(["samples", "--cache", "cache-local", "--jobs", "2", "--json", "second.json"], cwd=root)
+    assert second.returncode == 0, explain(second)
+    again = load_report(os.path.join(root, "second.json"))
+    assert again["totals"]["skipped"] == SAMPLE_VARIANTS and again["totals"]["baked"] == 0
+    # Nothing to do starts no worker at all.
+    assert again["workers"] == 0 and again["runner"].startswith("none")
+    assert "to bake on" not in second.stderr
+    assert f"skipped {SAMPLE_VARIANTS}" in second.stdout
+
+
+def test_baked_entries_load_and_run_without_lowering(baked, gpu):
+    root, _, report = baked
+    cache = VariantCache(os.path.join(root, "cache-local"))
+    for v in report["variants"]:
+        assert cache.get(v["key"]) is not None, v
+    assert cache.stats().corrupt == 0
+
+    src = read_asset_folder(os.path.join(root, "samples", "reference.computeShader"))
+    schema = parse(src.yaml_text, src.yaml_path)
+    program = abi.program(key="bake-test-reference", schema=schema, wgsl=src.wgsl_text, wgsl_path=src.wgsl_path, device=gpu, store=cache)
+    before = lowering_count()
+    variant = program.variant({"T": "f32", "FOLD": "add"})
+    for spec in enumerate_variants(schema):
+        program.variant(spec)
+    assert lowering_count() == before, "a baked variant was lowered again"
+    run = variant.run(n=8, inputs={"src": np.arange(8, dtype=np.float32), "cols": abi.table({"w": np.full(8, 2.0, np.float32)})})
+    assert abi.read(run.outputs["dst"]).tolist() == [1.0, 4.0, 7.0, 10.0, 13.0, 16.0, 19.0, 21.0]
+
+
+def test_the_json_report_lists_every_variant_with_its_cache_key(baked):
+    root, _, report = baked
+    assert report["format"] == 1 and report["ok"] is True and report["failures"] == []
+    names = set(entries(os.path.join(root, "cache-local")))
+    assert {v["key"] + ".msgpack" for v in report["variants"]} == names
+    assert {v["status"] for v in report["variants"]} == {"baked"}
+    rows = {r["asset"]: r for r in report["assets"]}
+    assert rows[os.path.join("samples", "reference.computeShader")]["baked"] == 25
+    assert rows[os.path.join("samples", "particles.computeShader")]["baked"] == 1
+    ref = [v for v in report["variants"] if v["asset"].endswith("reference.computeShader")]
+    assert {(v["spec"]["T"], v["spec"]["FOLD"]) for v in ref} == {(t, f) for t in ("f32", "i32", "vec2<f32>", "vec3<f32>", "vec4<f32>") for f in ("add", "min", "max", "mean", "set")}
+    assert all(v["worker"] and v["seconds"] > 0 for v in report["variants"])
+    assert report["variants_per_s"] > 0 and report["wall_s"] > 0
+
+
+def test_plain_progress_lines_and_a_summary_table_when_not_a_terminal(baked):
+    _, first, _ = baked
+    assert f"bake: {SAMPLE_VARIANTS} variant(s) to bake on 2 local processes" in first.stderr
+    assert f"bake: {SAMPLE_VARIANTS}/{SAMPLE_VARIANTS} variants ({SAMPLE_VARIANTS} baked, 0 failed)" in first.stderr
+    for column in ("asset", "variants", "baked", "skipped", "failed", "work time"):
+        assert column in first.stdout
+    assert "reference.computeShader" in first.stdout and "total" in first.stdout
+    assert "\x1b[" not in first.stdout + first.stderr  # no terminal codes in a log
+
+
+def test_the_dask_path_on_a_local_cluster_writes_the_same_entries_as_the_local_path(baked):
+    root, _, _ = baked
+    proc = run_bake(["samples", "--cache", "cache-dask", "--dask-local", "2", "--json", "dask.json"], cwd=root)
+    assert proc.returncode == 0, explain(proc)
+    report = load_report(os.path.join(root, "dask.json"))
+    assert report["runner"] == "Dask LocalCluster of 2 processes" and report["workers"] == 2
+    assert report["totals"]["baked"] == SAMPLE_VARIANTS
+    local, dask = entries(os.path.join(root, "cache-local")), entries(os.path.join(root, "cache-dask"))
+    assert sorted(dask) == sorted(local)  # same keys: the same file names
+    assert all(dask[name] == local[name] for name in local), "an entry's bytes differ between the local and Dask paths"
+
+
+def test_a_broken_asset_among_good_ones_fails_the_bake_naming_its_file_and_line(tmp_path):
+    copy_samples(str(tmp_path / "assets"))
+    write_asset(str(tmp_path / "assets" / "broken.computeShader"), BROKEN_YAML, BROKEN_WGSL)
+    write_asset(str(tmp_path / "assets" / "badschema.computeShader"), BAD_SCHEMA_YAML, "// nothing\n")
+    proc = run_bake(["assets", "--cache", "cache", "--jobs", "2", "--json", "report.json"], cwd=str(tmp_path))
+    assert proc.returncode == 1, explain(proc)
+
+    wgsl = os.path.join("assets", "broken.computeShader", "kernel.wgsl")
+    assert f"{wgsl}:5:29: no definition in scope for identifier: `heigth`" in proc.stderr
+    assert "    dst_set(i, src_get(i) * heigth);\n" in proc.stderr and "^" in proc.stderr
+    # One broken line breaks both variants; it is printed once and counted.
+    assert proc.stderr.count(f"{wgsl}:5:29: no definition") == 1
+    assert f"{wgsl}:5:29: the same error in 1 more variant(s)" in proc.stderr
+    assert os.path.join("assets", "badschema.computeShader", "bindings.yaml") + ":2:" in proc.stderr
+    assert "unknown kind 'bufer'" in proc.stderr
+
+    # The good assets baked regardless.
+    assert len(entries(str(tmp_path / "cache"))) == SAMPLE_VARIANTS
+    report = load_report(str(tmp_path / "report.json"))
+    assert report["ok"] is False
+    assert report["totals"] == {"variants": SAMPLE_VARIANTS + 2, "baked": SAMPLE_VARIANTS, "skipped": 0, "failed": 2, "assets": 4, "assets_failed": 1}
+    compile_failures = [f for f in report["failures"] if f["kind"] == "CompileError"]
+    assert {(f["path"], f["line"], f["col"]) for f in compile_failures} == {(wgsl, 5, 29)}
+    assert {f["spec"]["T"] for f in compile_failures} == {"f32", "i32"}
+    schema_failure = next(f for f in report["failures"] if f["kind"] == "SchemaError")
+    assert schema_failure["spec"] is None and schema_failure["line"] == 2
+    assert "failed 2 of 28 variants" in proc.stdout and "1 asset(s) could not be read or parsed" in proc.stdout
+
+
+def test_variants_from_a_usage_log_bakes_exactly_the_recorded_variants(tmp_path):
+    copy_samples(str(tmp_path / "assets"))
+    src = read_asset_folder(str(tmp_path / "assets" / "reference.computeShader"))
+    schema = parse(src.yaml_text, src.yaml_path)
+    # A game whose asset root was ``assets`` recorded two variants (and one asset we do not bake).
+    log = UsageLog(str(tmp_path / "usage.msgpack"))
+    wanted = [resolve_spec(schema, {"T": "f32", "FOLD": "add"}), resolve_spec(schema, {"T": "vec3<f32>", "FOLD": "max"})]
+    for spec in wanted:
+        log.record("reference.computeShader", spec)
+    log.record("elsewhere/other.computeShader", resolve_spec(schema, {"T": "i32", "FOLD": "min"}))
+    assert log.flush()
+
+    proc = run_bake(["assets", "--cache", "cache", "--jobs", "1", "--variants-from", "usage.msgpack", "--json", "r.json"], cwd=str(tmp_path))
+    assert proc.returncode == 0, explain(proc)
+    expected = {variant_key(schema.text, src.wgsl_text, s) + ".msgpack" for s in wanted}
+    assert set(entries(str(tmp_path / "cache"))) == expected
+    report = load_report(str(tmp_path / "r.json"))
+    assert report["totals"]["baked"] == 2 and [r["asset"] for r in report["assets"]] == [os.path.join("assets", "reference.computeShader")]
+    assert "elsewhere/other.computeShader, which is not among the assets to bake" in proc.stdout
+    assert report["runner"] == "this process"
+
+
+def test_a_missing_usage_log_is_a_usage_error(tmp_path):
+    copy_samples(str(tmp_path / "assets"))
+    proc = run_bake(["assets", "--cache", "cache", "--variants-from", "nope.msgpack"], cwd=str(tmp_path))
+    assert proc.returncode == 2 and "no usage log at nope.msgpack" in proc.stderr, explain(proc)
+
+
+@pytest.mark.parametrize("option", [["--dask-local", "2"], ["--scheduler", "tcp://127.0.0.1:8786"]])
+def test_without_dask_the_dask_options_say_how_to_install_it_and_exit_2(tmp_path, option):
+    copy_samples(str(tmp_path / "assets"))
+    hide = "import sys; sys.modules['distributed'] = None; sys.modules['dask'] = None"
+    proc = run_bake(["assets", "--cache", "cache", *option], cwd=str(tmp_path), prelude=hide)
+    assert proc.returncode == 2, explain(proc)
+    assert "pip install '.[dask]'" in proc.stderr and "engine_plugin[dask]" in proc.stderr
+    assert not os.path.exists(tmp_path / "cache") or entries(str(tmp_path / "cache")) == {}
+
+
+def test_a_rich_progress_bar_on_a_terminal(tmp_path):
+    import pty
+    import subprocess
+    import sys
+
+    from bake_support import cli_env
+
+    copy_samples(str(tmp_path / "assets"))
+    master, slave = pty.openpty()
+    try:
+        cmd = [sys.executable, "-m", "engine_plugin.cli", "bake", "assets/particles.computeShader", "--cache", "cache", "--jobs", "1"]
+        proc = subprocess.Popen(cmd, cwd=str(tmp_path), env=cli_env(), stdout=subprocess.PIPE, stderr=slave, text=True)
+        os.close(slave)
+        slave = -1
+        chunks = []
+        while True:
+            try:
+                data = os.read(master, 65536)
+            except OSError:  # EIO: the child closed the terminal
+                break
+            if not data:
+                break
+            chunks.append(data)
+        out = proc.stdout.read()
+        proc.stdout.close()
+        assert proc.wait(timeout=60) == 0
+    finally:
+        os.close(master)
+        if slave != -1:
+            os.close(slave)
+    tty = b"".join(chunks).decode("utf-8", "replace")
+    assert "1/1" in tty and "━" in tty, tty
+    assert "bake: 1/1 variants" not in tty  # the plain lines are for logs only
+    assert "baked 1, skipped 0, failed 0 of 1 variants" in out
+
+
+def test_the_scheduler_option_bakes_on_an_existing_cluster(baked):
+    from distributed import LocalCluster
+
+    root, _, _ = baked
+    # A cluster someone else started (here: this test, on loopback); bake only connects to it.
+    with LocalCluster(n_workers=1, processes=True, threads_per_worker=1, host="127.0.0.1", dashboard_address=None) as cluster:
+        proc = run_bake(["samples/particles.computeShader", "--cache", "cache-farm", "--scheduler", cluster.scheduler_address, "--json", "farm.json"], cwd=root)
+        assert proc.returncode == 0, explain(proc)
+        # Connecting and disconnecting left the cluster (and its worker) up for the next client.
+        assert len(cluster.scheduler_info["workers"]) == 1
+    report = load_report(os.path.join(root, "farm.json"))
+    assert report["runner"].startswith(f"Dask cluster at {cluster.scheduler_address}") and report["totals"]["baked"] == 1
+    local = entries(os.path.join(root, "cache-local"))
+    farm = entries(os.path.join(root, "cache-farm"))
+    assert len(farm) == 1 and all(local[name] == data for name, data in farm.items())

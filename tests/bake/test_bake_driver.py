@@ -1,0 +1,146 @@
+"""The bake driver in this process: skips by content hash, rebakes corrupt entries, survives
+workers that die or disagree; with runners faked at their boundary where a real one cannot
+be made to fail on purpose."""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+import pytest
+
+from bake_support import BROKEN_WGSL, BROKEN_YAML, SAMPLE_VARIANTS, copy_samples, write_asset
+
+from engine_plugin.bake import BakeReport, ChunkResult, InlineRunner, bake
+from engine_plugin.bake.progress import NoProgress
+from engine_plugin.bake.runners import WorkerDied
+from engine_plugin.bake.worker import bake_chunk
+from engine_plugin.cache import VariantCache
+
+pytestmark = pytest.mark.gpu
+
+
+class Recorder(NoProgress):
+    """Progress that keeps what it was told."""
+
+    def __init__(self):
+        super().__init__()
+        self.messages: list[str] = []
+        self.started: list[tuple[int, str]] = []
+        self.last = None
+
+    def start(self, total, label):
+        self.started.append((total, label))
+
+    def advance(self, done, baked, failed):
+        self.last = (done, baked, failed)
+
+    def message(self, text):
+        self.messages.append(text)
+
+
+class FakeRunner:
+    """A runner that answers each chunk through ``answer(job)`` (the runner protocol)."""
+
+    workers = 2
+    label = "fake runner"
+
+    def __init__(self, answer):
+        self.answer = answer
+        self.entered = 0
+
+    def __enter__(self):
+        self.entered += 1
+        return self
+
+    def __exit__(self, *exc):
+        pass
+
+    def run(self, jobs):
+        for job in jobs:
+            yield job, self.answer(job)
+
+
+def test_a_fully_baked_cache_enters_no_runner(tmp_path, gpu):
+    root = copy_samples(str(tmp_path / "assets"))
+    cache = VariantCache(str(tmp_path / "cache"))
+    first = bake([root], cache, runner=InlineRunner())
+    assert first.ok and first.totals["baked"] == SAMPLE_VARIANTS
+    runner = FakeRunner(lambda job: pytest.fail("a worker ran for an already baked variant"))
+    again = bake([root], cache, runner=runner)
+    assert runner.entered == 0 and again.totals["skipped"] == SAMPLE_VARIANTS and again.workers == 0
+
+
+def test_a_corrupt_entry_is_baked_again_not_skipped(tmp_path, gpu):
+    root = copy_samples(str(tmp_path / "assets"))
+    cache = VariantCache(str(tmp_path / "cache"))
+    report = bake([root], cache)
+    victim = report.variants[3].key
+    with open(cache.path(victim), "r+b") as f:
+        f.truncate(50)
+    again = bake([root], VariantCache(cache.folder))
+    assert again.totals["baked"] == 1 and again.totals["skipped"] == SAMPLE_VARIANTS - 1
+    assert again.corrupt_replaced == 1
+    assert [v.key for v in again.variants if v.status == "baked"] == [victim]
+    assert VariantCache(cache.folder).get(victim) is not None
+
+
+def test_force_bakes_everything_again(tmp_path, gpu):
+    root = copy_samples(str(tmp_path / "assets"))
+    cache = VariantCache(str(tmp_path / "cache"))
+    bake([os.path.join(root, "particles.computeShader")], cache)
+    again = bake([os.path.join(root, "particles.computeShader")], cache, force=True)
+    assert again.totals["baked"] == 1 and again.totals["skipped"] == 0
+
+
+def test_a_chunk_whose_worker_died_fails_its_variants_and_the_rest_bake(tmp_path, gpu):
+    root = copy_samples(str(tmp_path / "assets"))
+    killed = []
+
+    def answer(job):
+        if not killed and job.asset.endswith("reference.computeShader"):
+            killed.append(job)
+            return WorkerDied("a bake worker process died (terminated abruptly)")
+        return bake_chunk(job)
+
+    progress = Recorder()
+    report = bake([root], str(tmp_path / "cache"), runner=FakeRunner(answer), progress=progress)
+    lost = len(killed[0].items)
+    assert not report.ok
+    assert report.totals["failed"] == lost and report.totals["baked"] == SAMPLE_VARIANTS - lost
+    failure = report.failures[0].failure
+    assert failure.kind == "WorkerDied" and failure.path == killed[0].asset and killed[0].asset in failure.headline
+    assert progress.started == [(SAMPLE_VARIANTS, "fake runner")] and progress.last == (SAMPLE_VARIANTS, SAMPLE_VARIANTS - lost, lost)
+    # The message is printed once; the rest of the chunk is counted.
+    assert sum("the bake worker failed" in m for m in progress.messages) == 1
+
+
+def test_results_from_a_worker_of_another_build_are_refused(tmp_path, gpu):
+    root = copy_samples(str(tmp_path / "assets"))
+
+    def answer(job):
+        result = bake_chunk(job)
+        return ChunkResult(result.asset, result.index, result.outcomes, "farm-7:1234", versions=(99, 99))
+
+    cache = VariantCache(str(tmp_path / "cache"))
+    report = bake([os.path.join(root, "particles.computeShader")], cache, runner=FakeRunner(answer))
+    assert report.totals["failed"] == 1 and "install the same build on every worker" in report.failures[0].failure.headline
+    assert "farm-7:1234" in report.failures[0].failure.headline
+    assert cache.stats(scan=True).entries == 0  # nothing from it was written
+
+
+def test_failures_come_back_as_data_with_the_users_file(tmp_path, gpu):
+    write_asset(str(tmp_path / "a" / "broken.computeShader"), BROKEN_YAML, BROKEN_WGSL)
+    progress = Recorder()
+    report = bake([str(tmp_path / "a")], str(tmp_path / "cache"), progress=progress)
+    assert isinstance(report, BakeReport) and not report.ok and report.totals["failed"] == 2
+    wgsl = str(tmp_path / "a" / "broken.computeShader" / "kernel.wgsl")
+    assert {(f.failure.path, f.failure.line, f.failure.col) for f in report.failures} == {(wgsl, 5, 29)}
+    assert progress.messages[0].startswith(f"{wgsl}:5:29: ") and progress.messages[-1] == f"{wgsl}:5:29: the same error in 1 more variant(s)"
+
+
+def test_two_copies_of_one_asset_bake_their_shared_variants_once(tmp_path, gpu):
+    root = copy_samples(str(tmp_path / "assets"))
+    shutil.copytree(os.path.join(root, "particles.computeShader"), os.path.join(root, "copy", "particles.computeShader"))
+    report = bake([root], str(tmp_path / "cache"))
+    assert report.ok and report.totals["baked"] == SAMPLE_VARIANTS and report.totals["skipped"] == 1
