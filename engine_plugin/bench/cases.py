@@ -250,3 +250,6 @@ def bench_bandwidth(opts) -> Result:
     return Result(f"(i) axpy over {nbytes >> 20} MiB (GB/s)", plugin, rawt, "GB/s",
                   target="~1x raw", note=f"copy bandwidth {copy:.1f} GB/s; plugin {plugin / copy:.0%} of copy",
                   extra={"copy_gbs": copy, "bytes": nbytes})
+
+
+from . import engine_cases  # noqa: E402,F401  (registers engine_frame, engine_upload)

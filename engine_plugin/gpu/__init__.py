@@ -30,6 +30,7 @@ from .descriptors import (
     UploadDesc,
     coalesce_uploads,
     field_mirror_desc,
+    take_dirty_uploads,
     upload_desc,
 )
 from .formats import GpuFieldFormat, UnsupportedFieldTypeError
@@ -59,6 +60,7 @@ __all__ = [
     "coalesce_uploads",
     "field_mirror_desc",
     "get_context",
+    "take_dirty_uploads",
     "upload_desc",
 ]
 

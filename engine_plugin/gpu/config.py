@@ -72,6 +72,11 @@ class WgpuProductDesc:
     callback (or offset, or size) without a source, is refused: such a callback could never fire.
 
     ``fields`` (optional) names the input fields this product may be dispatched over.
+
+    ``dynamic_offsets[i]`` are the dynamic offsets bind group ``i`` is set with (a layout
+    entry with ``has_dynamic_offset``, e.g. the ABI runtime's params uniform); ``writable``
+    lists the product-owned buffers a :class:`DispatchDesc` may write before dispatching
+    (COPY_DST usage required).
     """
 
     pipeline: Any
@@ -81,6 +86,8 @@ class WgpuProductDesc:
     readback_size: int | None = None
     callback: ReadbackCallback | None = None
     fields: tuple[str, ...] = ()
+    dynamic_offsets: Sequence[Sequence[int]] = ()
+    writable: Sequence[Any] = ()
 
 
 def product_refusal(desc: Any, copy_src_flag: int = 0x0004, align: int = 4) -> str | None:
@@ -89,6 +96,15 @@ def product_refusal(desc: Any, copy_src_flag: int = 0x0004, align: int = 4) -> s
         return f"expected a WgpuProductDesc, not {type(desc).__name__}"
     if desc.pipeline is None:
         return "no pipeline"
+    if len(desc.dynamic_offsets) > len(desc.bind_groups):
+        return f"{len(desc.dynamic_offsets)} dynamic offset lists for {len(desc.bind_groups)} bind groups"
+    for offsets in desc.dynamic_offsets:
+        if any(not isinstance(o, int) or isinstance(o, bool) or o < 0 or o % 256 for o in offsets):
+            return f"dynamic offsets {list(offsets)} must be non-negative multiples of 256"
+    copy_dst = 0x0008
+    for buf in desc.writable:
+        if not int(getattr(buf, "usage", 0)) & copy_dst:
+            return f"writable buffer {getattr(buf, 'label', buf)!r} lacks COPY_DST usage, so it cannot be written"
     src = desc.readback_source
     if src is None:
         if desc.callback is not None:

@@ -7,7 +7,7 @@ without importing wgpu, and any :class:`~engine_plugin.gpu.backend.GpuBackend` c
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from dataclasses import field as _field
 from typing import TYPE_CHECKING, Any
@@ -31,6 +31,7 @@ __all__ = [
     "UploadDesc",
     "coalesce_uploads",
     "field_mirror_desc",
+    "take_dirty_uploads",
     "upload_desc",
 ]
 
@@ -105,6 +106,11 @@ class UploadDesc:
 
     The span is valid only while every chunk it covers is live and unmutated: :meth:`data`
     raises :class:`StaleSpanError` afterwards, so a stale upload can never happen silently.
+
+    ``span_slots`` (0: ``len(chunk_keys)``) is the number of slots the bytes cover. A span
+    from ``coalesce_uploads(..., max_gap=...)`` may cover *filler* slots between its chunks:
+    clean chunks (their mirror already holds those bytes) or free slots (nothing reads them),
+    written as the world holds them so that one write replaces several.
     """
 
     tag: str
@@ -114,6 +120,8 @@ class UploadDesc:
     dst_offset: int
     nbytes: int
     world: World = _field(repr=False, compare=False)
+    span_slots: int = 0
+    key_slots: Any = _field(default=None, repr=False, compare=False)  # slots of chunk_keys (vector check)
 
     @property
     def chunk_key(self) -> int:
@@ -124,7 +132,8 @@ class UploadDesc:
 
     @property
     def slot_count(self) -> int:
-        return len(self.chunk_keys)
+        """Slots the span's bytes cover (filler included)."""
+        return self.span_slots or len(self.chunk_keys)
 
     def is_current(self) -> bool:
         """Whether every covered chunk is live with the version the span was taken at."""
@@ -136,8 +145,11 @@ class UploadDesc:
         Raises:
             StaleSpanError: a covered chunk was mutated or evicted after the span was taken.
         """
+        if self.key_slots is not None and np.array_equal(self.world.slot_versions(self.key_slots), self.versions):
+            return self.world.slab(self.tag, self.first_slot, self.slot_count)  # every chunk current, checked at once
+        is_current = self.world.is_current
         for key, version in zip(self.chunk_keys, self.versions, strict=True):
-            if not self.world.is_current(key, version):
+            if not is_current(key, version):
                 now = f"is now at version {self.world.version(key)}" if key in self.world else "was evicted"
                 raise StaleSpanError(
                     f"upload span of field {self.tag!r} over chunk {key} was taken at version {version}; "
@@ -152,21 +164,76 @@ def upload_desc(world: World, tag: str, chunk_key: int) -> UploadDesc:
     return UploadDesc(tag, (chunk_key,), (world.version(chunk_key),), slot, slot * nbytes, nbytes, world)
 
 
-def coalesce_uploads(world: World, tag: str, chunk_keys: Iterable[int]) -> list[UploadDesc]:
-    """Upload spans for ``chunk_keys``, one per run of adjacent mirror slots, in slot order."""
-    slots = sorted({world.slot(k) for k in chunk_keys})
+def coalesce_uploads(world: World, tag: str, chunk_keys: Iterable[int], max_gap: int = 0,
+                     meta: Callable[[int], tuple[int, int] | None] | None = None) -> list[UploadDesc]:
+    """Upload spans for ``chunk_keys``, one per run of adjacent mirror slots, in slot order.
+
+    Args:
+        max_gap: also join runs separated by at most this many slots not in ``chunk_keys``
+            (written as filler, see :class:`UploadDesc`): one larger write costs less than
+            several small ones while a write's fixed cost exceeds the gap's bytes.
+        meta: ``key -> (slot, version)`` of live chunks, when the caller has them at hand
+            (default: asked of the world).
+    """
+    keys = list(dict.fromkeys(chunk_keys))
+    if not keys:
+        return []
+    if meta is None:
+        slot_of, version = world.slot, world.version
+        pairs = [(slot_of(k), version(k)) for k in keys]
+    else:
+        pairs = [meta(k) for k in keys]
+        for k, p in zip(keys, pairs):
+            if p is None:
+                world.slot(k)  # not live: raises UnknownChunkError naming it
+    order = sorted(range(len(keys)), key=lambda i: pairs[i][0])  # type: ignore[index]
+    slots = np.fromiter((pairs[i][0] for i in order), dtype=np.int64, count=len(order))  # type: ignore[index]
+    keys = [keys[i] for i in order]
+    versions = [pairs[i][1] for i in order]  # type: ignore[index]
+    # A run ends where the next slot is more than max_gap + 1 away.
+    ends = (np.flatnonzero(np.diff(slots) > max_gap + 1) + 1).tolist()
     nbytes = world.chunk_nbytes(tag)
     out: list[UploadDesc] = []
-    run: list[int] = []
-    for slot in [*slots, None]:
-        if run and (slot is None or slot != run[-1] + 1):
-            keys = tuple(world.key_at(s) for s in run)
-            out.append(UploadDesc(tag, keys, tuple(world.version(k) for k in keys),
-                                  run[0], run[0] * nbytes, nbytes * len(run), world))
-            run = []
-        if slot is not None:
-            run.append(slot)
+    start = 0
+    for end in [*ends, len(keys)]:
+        first, last = int(slots[start]), int(slots[end - 1])
+        span = last - first + 1
+        out.append(UploadDesc(tag, tuple(keys[start:end]), tuple(versions[start:end]), first, first * nbytes,
+                              nbytes * span, world, span if span != end - start else 0))
+        start = end
     return out
+
+
+def take_dirty_uploads(world: World, tag: str, max_gap: int = 0, *, spans: bool = True,
+                       meta: Callable[[int], tuple[int, int] | None] | None = None) -> tuple[list[int], list[UploadDesc]]:
+    """Take the dirty chunks of field ``tag`` (clearing them) and answer ``(their keys, the
+    coalesced spans that upload them)`` (no spans with ``spans=False``).
+
+    A world with the slot-vector API (``take_dirty_slots(tag)`` -> sorted slots,
+    ``slot_versions(slots)``, ``keys_at(slots)``) is read with numpy, so the host work grows
+    with the runs, not the chunks. Any other world goes through ``take_dirty`` and
+    :func:`coalesce_uploads`.
+    """
+    take = getattr(world, "take_dirty_slots", None)
+    if take is None:
+        keys = [k for k, _ in world.take_dirty(tag)]
+        return keys, (coalesce_uploads(world, tag, keys, max_gap, meta) if spans and keys else [])
+    slots = np.asarray(take(tag), dtype=np.int64)
+    keys = world.keys_at(slots)
+    if not spans or not slots.size:
+        return keys, []
+    versions = np.asarray(world.slot_versions(slots))
+    nbytes = world.chunk_nbytes(tag)
+    out = []
+    start = 0
+    for end in [*(np.flatnonzero(np.diff(slots) > max_gap + 1) + 1).tolist(), len(keys)]:
+        first, last = int(slots[start]), int(slots[end - 1])
+        span = last - first + 1
+        out.append(UploadDesc(tag, tuple(keys[start:end]), tuple(versions[start:end].tolist()), first,
+                              first * nbytes, nbytes * span, world, span if span != end - start else 0,
+                              slots[start:end]))
+        start = end
+    return keys, out
 
 
 @dataclass(frozen=True)
@@ -174,12 +241,18 @@ class DispatchDesc:
     """One dispatch of a registered product over ``chunk_count`` chunks of input field ``field``.
 
     ``workgroups`` is an int (X) or up to three ints; the backend refuses totals past its limits.
+
+    ``writes`` are ``(buffer, byte_offset, data)`` triples the backend writes (queue order:
+    before the dispatch) into buffers the product declared writable: per-dispatch inputs such
+    as a work list or a params block. They are validated with the dispatch and written only
+    when it is accepted, so a refused dispatch leaves every buffer as it was.
     """
 
     product: GpuProductHandle
     field: str
     chunk_count: int
     workgroups: tuple[int, int, int] | int = (1, 1, 1)
+    writes: tuple[tuple[Any, int, Any], ...] = _field(default=(), compare=False, repr=False)
 
     def __post_init__(self) -> None:
         wg = self.workgroups
@@ -187,6 +260,9 @@ class DispatchDesc:
         if not 1 <= len(dims) <= 3 or not all(isinstance(d, int) and not isinstance(d, bool) for d in dims):
             raise GpuDescriptorError(f"workgroups must be 1 to 3 ints, not {wg!r}; e.g. (64, 1, 1)")
         object.__setattr__(self, "workgroups", (*dims, 1, 1)[:3])
+        for w in self.writes:
+            if not isinstance(w, tuple) or len(w) != 3:
+                raise GpuDescriptorError(f"each DispatchDesc write is (buffer, offset, data), not {w!r}")
 
 
 class ReadbackPolicy(enum.Enum):

@@ -28,12 +28,27 @@ import numpy as np
 from .backend import ReadbackResult, ReadbackStatus
 from .readback import PromiseWaiter, ReadbackRequest, ReadbackTracker, settled
 
-__all__ = ["ReadbackRing"]
+__all__ = ["ReadbackRing", "map_submitted"]
 
 log = logging.getLogger("engine_plugin.gpu")
 
 # wgpu's flag values (WebGPU spec): MAP_READ and COPY_DST usage, MapMode.READ.
 _MAP_READ, _COPY_DST, _MAP_MODE_READ = 0x0001, 0x0008, 0x0001
+
+
+# wgpu-py's map_async(READ) first submits an empty command buffer (a workaround for mapping a
+# buffer no submission touched yet); on lavapipe every submit waits for the previous one, so
+# that would bill the GPU work to the frame. Staging copies are always submitted before their
+# map: the case wgpu-py's own queue.read_buffer maps with this internal mode.
+_MAP_MODE_READ_SUBMITTED = "READ_NOSYNC"
+
+
+def map_submitted(staging: Any, size: int) -> Any:
+    """Start mapping a staging buffer whose copy is already submitted (see above)."""
+    try:
+        return staging.map_async(_MAP_MODE_READ_SUBMITTED, 0, size)
+    except (KeyError, ValueError, TypeError):  # a wgpu-py without the internal mode
+        return staging.map_async(_MAP_MODE_READ, 0, size)
 
 
 class ReadbackRing:
@@ -89,15 +104,27 @@ class ReadbackRing:
     def start(self, handle: Any, desc: Any, callback: Callable, nbytes: int, staging: Any,
               promise: Any, fault: Callable[[], str | None]) -> ReadbackRequest:
         """Track an accepted request and hand its promise to the waiter."""
-        req = ReadbackRequest(handle, desc, callback, nbytes, staging, promise)
+        req = self.reserve(handle, desc, callback, nbytes, staging, fault)
+        self.arm(req, promise)
+        return req
+
+    def reserve(self, handle: Any, desc: Any, callback: Callable, nbytes: int, staging: Any,
+                fault: Callable[[], str | None]) -> ReadbackRequest:
+        """Track an accepted request whose copy is encoded but not submitted yet (a batch):
+        it counts against the budgets from now on; :meth:`arm` hands its promise over."""
+        req = ReadbackRequest(handle, desc, callback, nbytes, staging, None)
         self.tracker.add(req)
         # Checked after add(): a notify_device_error on another thread either sees this
         # request in fail_all() or has set the fault we read here. Either way it FAILS.
         message = fault()
         if message is not None:
             self.tracker.decide(req, ReadbackStatus.FAILED, message)
-        self.waiter.watch(req)
         return req
+
+    def arm(self, req: ReadbackRequest, promise: Any) -> None:
+        """The request's copy is submitted and its map started: let the waiter watch it."""
+        req.promise = promise
+        self.waiter.watch(req)
 
     def collect(self, errors: list[BaseException]) -> int:
         """Decide and deliver what the waiter finished, then what a device error failed;

@@ -11,6 +11,10 @@ Ownership rules, each because the alternative aborts the process or leaks:
 * Command buffers are finished immediately before submission and never kept: submitting one
   finished before a device loss aborts the process, while ``finish()`` on a lost device raises.
 
+Dispatches may carry writes into product-owned buffers (a work list, a params block), written
+only when the dispatch is accepted; ``with backend.batch():`` records dispatches and readback
+copies into one command buffer submitted once (see :mod:`engine_plugin.gpu.batch`).
+
 Any wgpu error raised by a call of this backend disables it (fail closed), as does
 :meth:`WgpuBackend.notify_device_error` and a "device lost" record on the ``wgpu`` logger
 confirmed by a probe of this backend's own device (see :mod:`engine_plugin.gpu.loss`).
@@ -20,20 +24,25 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
+
+import numpy as np
 
 from ..errors import StaleHandleError, bug
+from .batch import Batching, SubmissionBatch
 from .config import WgpuBackendConfig, WgpuProductDesc, product_refusal, readback_range, source_size
 from .descriptors import DispatchDesc, FieldMirrorDesc, GpuCapabilities, ReadbackDesc, UploadDesc
 from .handles import GpuProductHandle, SlotTable
 from .loss import FaultState, loss_reports
-from .ring import ReadbackRing
+from .ring import ReadbackRing, map_submitted
 
 __all__ = ["WgpuBackend"]
 
 log = logging.getLogger("engine_plugin.gpu")
+
+T = TypeVar("T")
 
 # wgpu's flag values (WebGPU spec); numbers keep this module importable against a fake device.
 _MAP_READ, _COPY_SRC, _COPY_DST, _STORAGE = 0x0001, 0x0004, 0x0008, 0x0080
@@ -53,7 +62,7 @@ class _Product:
     source_size: int
 
 
-class WgpuBackend:
+class WgpuBackend(Batching):
     """A :class:`~engine_plugin.gpu.backend.GpuBackend` over a wgpu device.
 
     Args:
@@ -81,6 +90,7 @@ class WgpuBackend:
         self._faults = FaultState()
         self._faults.queue = self.queue
         self._closed = False
+        self._batch: SubmissionBatch | None = None
         self.last_refusal = ""
         self.stats = {"uploads": 0, "upload_bytes": 0, "dispatches": 0, "readbacks": 0, "refusals": 0}
         loss_reports.acquire_user()
@@ -98,6 +108,26 @@ class WgpuBackend:
     @property
     def _fault(self) -> str | None:
         return self._faults.message
+
+    @property
+    def context(self) -> Any | None:
+        """The :class:`~engine_plugin.gpu.device.DeviceContext` this backend was made with, if any."""
+        return self._context
+
+    def guarded(self, what: str, fn: Callable[[], T]) -> T | None:
+        """Run ``fn`` (wgpu calls making a caller's resources on this device) fail-closed.
+
+        A device error or loss raised by ``fn`` disables the backend, exactly as one raised by
+        its own calls would, and answers None; a disabled backend answers None without calling
+        ``fn``. Anything that is not a device error is re-raised (a caller's bug).
+        """
+        if not self._usable(what):
+            return None
+        try:
+            return fn()
+        except Exception as exc:
+            self._device_exception(what, exc)
+            return None
 
     # ---- state -----------------------------------------------------------------------
 
@@ -276,6 +306,10 @@ class WgpuBackend:
         data = desc.data()  # StaleSpanError before anything reaches the device
         if data.nbytes != desc.nbytes:
             raise bug(f"upload span of {desc.tag!r} has {data.nbytes} B, its descriptor says {desc.nbytes}")
+        if self._batch is not None and self._batch.commands:
+            self._flush_batch()  # encoded dispatches must not see bytes written after them
+            if not self.healthy:
+                return self._refuse(f"upload({desc.tag!r}): the backend failed submitting its batch ({self.fault})")
         try:
             self.queue.write_buffer(f.buffer, desc.dst_offset, data)
         except Exception as exc:
@@ -308,14 +342,17 @@ class WgpuBackend:
                                 f"{min(self.config.max_workgroups_x, per_dim)}")
         if max(y, z) > per_dim:
             return self._refuse(f"dispatch: workgroups {desc.workgroups} exceed the device's {per_dim} a dimension")
+        writes = self._dispatch_writes(desc, product)
+        if isinstance(writes, str):
+            return self._refuse(f"dispatch of {desc.product}: {writes}")
+        if self._batch is not None:
+            return self._batch_dispatch(desc, product, writes)
         try:
+            for buffer, offset, data in writes:
+                self.queue.write_buffer(buffer, offset, data)
             encoder = self.device.create_command_encoder(label=f"engine_plugin.dispatch.{desc.product.key}")
             cpass = encoder.begin_compute_pass()
-            cpass.set_pipeline(product.desc.pipeline)
-            for index, group in enumerate(product.desc.bind_groups):
-                if group is not None:
-                    cpass.set_bind_group(index, group)
-            cpass.dispatch_workgroups(x, y, z)
+            self._encode_dispatch(cpass, product, desc.workgroups)
             cpass.end()
             command = encoder.finish()
             if not self.healthy:  # a notify from another thread landed while encoding
@@ -325,6 +362,40 @@ class WgpuBackend:
             return self._device_exception(f"dispatch({desc.product})", exc)
         self.stats["dispatches"] += 1
         return True
+
+    @staticmethod
+    def _encode_dispatch(cpass: Any, product: _Product, groups: tuple[int, int, int]) -> None:
+        offsets = product.desc.dynamic_offsets
+        cpass.set_pipeline(product.desc.pipeline)
+        for index, group in enumerate(product.desc.bind_groups):
+            if group is not None:
+                if index < len(offsets) and offsets[index]:
+                    cpass.set_bind_group(index, group, list(offsets[index]))
+                else:
+                    cpass.set_bind_group(index, group)
+        cpass.dispatch_workgroups(*groups)
+
+    @staticmethod
+    def _dispatch_writes(desc: DispatchDesc, product: _Product) -> list[tuple[Any, int, Any]] | str:
+        """The validated writes of ``desc`` (contiguous arrays or bytes), or why they are refused."""
+        out = []
+        for buffer, offset, data in desc.writes:
+            if not any(buffer is b for b in product.desc.writable):
+                return f"write into {getattr(buffer, 'label', buffer)!r}, which the product did not declare writable"
+            if isinstance(data, np.ndarray):
+                if not data.flags.c_contiguous:
+                    data = np.ascontiguousarray(data)
+                nbytes = data.nbytes
+            else:
+                data = memoryview(data).cast("B")
+                nbytes = data.nbytes
+            if offset < 0 or offset % _ALIGN or nbytes % _ALIGN:
+                return f"write of {nbytes} B at {offset} is not {_ALIGN}-byte aligned"
+            if offset + nbytes > int(buffer.size):
+                return f"write of {nbytes} B at {offset} is past the {buffer.size} B buffer"
+            if nbytes:
+                out.append((buffer, offset, data))
+        return out
 
     # ---- readback --------------------------------------------------------------------
 
@@ -350,6 +421,8 @@ class WgpuBackend:
         why = self._ring.tracker.refusal(size)
         if why is not None:
             return self._refuse(f"readback of {desc.product}: {why}")
+        if self._batch is not None:
+            return self._batch_readback(desc, product, source, base, size)
         staging = None
         try:
             staging = self._ring.create_staging(self.device, size, _MAP_READ | _COPY_DST)
@@ -360,7 +433,7 @@ class WgpuBackend:
                 self._ring.destroy_staging(staging)
                 return self._refuse(f"readback: the backend was disabled while encoding ({self.fault})")
             self.queue.submit([command])
-            promise = staging.map_async(_MAP_MODE_READ, 0, size)
+            promise = map_submitted(staging, size)
         except Exception as exc:
             if staging is not None:  # never submitted, or its copy is: destroying is safe
                 self._ring.destroy_staging(staging)

@@ -1,0 +1,476 @@
+"""The per-frame engine loop (SPEC section 4): uploads, generation-checked products,
+revalidated asynchronous readbacks, CPU fallbacks.
+
+    engine = Engine(world, library)                  # WgpuBackend when a device exists
+    h = engine.register_product("engine/summary.computeShader", spec={"T": "f32"},
+                                fields={"src": "height"}, policy=ReadbackPolicy.SUMMARY,
+                                apply=on_summary, cpu_fallback=fallbacks.summary)
+    while running:
+        game.update(world)                           # world.write / set_tile / edit / evict
+        stats = engine.frame()                       # never waits for the GPU
+
+``frame()`` runs SPEC's six steps in order: (1) finished hot reloads re-register their
+products under a new generation; (2) dirty chunk fields upload through coalesced upload
+descriptors; (3) every product with work dispatches over the chunks it owes results for;
+(4) each dispatch requests its readback (bounded, asynchronous); (5) completed readbacks are
+applied only where the generation is live and each chunk still has the version it was
+uploaded at, the rest discarded and counted; (6) the CPU fallback runs wherever the backend
+refused. GPU results are derived data: a fallback computes the same records from the
+authoritative world.
+
+A product owes results for a chunk from the moment one of its input fields changes (or it
+is added, or the product's program changes) until results computed from that content are
+applied. Stale results re-owe their chunk, so nothing is lost and nothing stale is applied.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..errors import PluginError, StaleHandleError
+from ..gpu.backend import ReadbackResult
+from ..gpu.config import WgpuBackendConfig
+from ..gpu.descriptors import ReadbackDesc, ReadbackPolicy, take_dirty_uploads
+from ..gpu.handles import GpuProductHandle, SlotTable
+from ..lowering import resolve_spec
+from .contract import ENGINE_PARAMS, ProductError, ProductResult, ProductWork, engine_param_values, plan_product
+from .delivery import Delivery
+from .gpu_side import GpuSide
+from .products import ChunkIndex, InFlight, Product
+from .selection import normalize_tiles, path_tiles
+from .stats import FrameStats
+
+__all__ = ["Engine", "EngineConfig"]
+
+log = logging.getLogger("engine_plugin.engine")
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """Settings of an :class:`Engine`.
+
+    Attributes:
+        backend: budgets of the WgpuBackend the engine makes (``allow_full_field=True`` opts in
+            to ``FULL_FIELD`` readbacks).
+        max_products: registered products at once.
+        min_selection_capacity: work items a selection product's buffers hold at least (they
+            grow, with a re-registration, when a selection outgrows them).
+        upload_gap_bytes: join dirty runs of a field separated by at most this many clean
+            bytes into one write (the clean chunks between are re-sent as they are): a
+            ``write_buffer`` call costs ~5-10 us of host time in wgpu-py, about what copying
+            32-64 KiB costs. 0 writes dirty runs only.
+        revalidate: ``"chunk"`` (SPEC section 4): a result is applied only while its chunk
+            keeps the content version it was uploaded at. ``"fields"``: only while none of
+            the fields the product reads changed since; a game rewriting another field of the
+            chunk every frame then does not starve the product. Equally safe: the result is
+            derived from exactly those fields.
+    """
+
+    backend: WgpuBackendConfig | None = None
+    max_products: int = 256
+    min_selection_capacity: int = 64
+    upload_gap_bytes: int = 64 * 1024
+    revalidate: str = "chunk"
+
+    def __post_init__(self) -> None:
+        if self.revalidate not in ("chunk", "fields"):
+            raise ProductError(f"EngineConfig.revalidate is 'chunk' or 'fields', not {self.revalidate!r}")
+
+
+class Engine(GpuSide, Delivery):
+    """Runs registered products over a :class:`~engine_plugin.world.World` once a frame.
+
+    Args:
+        world: the authoritative CPU data.
+        library: an :class:`~engine_plugin.assets.AssetLibrary` (products may then be named by
+            asset path; the engine applies its finished reloads each frame). Libraries of
+            references passed to :meth:`register_product` are polled too.
+        backend: a :class:`~engine_plugin.gpu.GpuBackend`; default: a ``WgpuBackend`` on the
+            default device when one exists, else ``NoGpuBackend`` (everything on the CPU).
+        config: budgets and settings.
+        device: the device (or DeviceContext) for the default backend.
+
+    Calls are made on one thread (the engine thread), like the backend's.
+    """
+
+    def __init__(self, world: Any, library: Any = None, backend: Any = None, *,
+                 config: EngineConfig | None = None, device: Any = None) -> None:
+        self.world = world
+        self.library = library
+        self.config = config or EngineConfig()
+        self._ctx: Any = None
+        self._owns_backend = backend is None
+        if device is None and library is not None:
+            device = getattr(library, "device", None)  # the library compiles for its device
+        self.backend = backend if backend is not None else self._make_backend(device)
+        self._products: SlotTable[Product] = SlotTable(self.config.max_products)
+        self._order: list[Product] = []
+        self._mirrored: set[str] = set()
+        self._kept: set[str] = set()  # fields mirrored on request (field_buffer), product or not
+        self._changed_at: dict[str, np.ndarray] = {}  # field -> world version of its last change, by slot
+        self._completed: list[tuple[ReadbackResult, np.ndarray | None]] = []
+        self._errors: list[BaseException] = []
+        self._frame = 0
+        self._engine_params = engine_param_values(world)
+        self.gpu_fault: str | None = None
+        self.totals = FrameStats()
+        self._adopt_backend()
+
+    @property
+    def inflight(self) -> int:
+        """Readbacks requested and not yet delivered (applied, discarded or failed)."""
+        return sum(p.inflight for p in self._order)
+
+    @property
+    def pending(self) -> int:
+        """Chunks products still owe results for (summed over products)."""
+        return sum(len(p.pending) for p in self._order)
+
+    @property
+    def idle(self) -> bool:
+        """Nothing in flight and nothing owed: the products are up to date with the world."""
+        return not self.inflight and not self.pending and not self._completed
+
+    # ---- registration ----------------------------------------------------------------
+
+    def register_product(
+        self,
+        source: Any,
+        *,
+        key: Hashable | None = None,
+        spec: Mapping[str, str] | None = None,
+        columns: Mapping[str, Sequence[str]] | None = None,
+        fields: Mapping[str, str] | Sequence[str] | str | None = None,
+        policy: ReadbackPolicy = ReadbackPolicy.SUMMARY,
+        apply: Callable[[ProductResult], None] | None = None,
+        cpu_fallback: Callable[[Any, ProductWork], Any] | None = None,
+        params: Mapping[str, Any] | None = None,
+        tiles: Iterable[Any] | None = None,
+        path: Sequence[Any] | None = None,
+    ) -> GpuProductHandle:
+        """Register a product; it owes results for every chunk from the next frame on.
+
+        Args:
+            source: an asset reference (hot reloadable), an asset path (with ``library``), a
+                ``Program``, a ``Variant``, or None for a CPU-only product (``cpu_fallback``
+                required, ``fields`` names the fields whose changes it follows).
+            key: the product's name (default: the program key and its fields).
+            spec, columns: the variant (see ``program.variant``).
+            fields: binding -> world field, or world fields in field-input order.
+            policy: what is read back (see :class:`~engine_plugin.gpu.ReadbackPolicy`).
+            apply: called with each :class:`ProductResult` that is still current.
+            cpu_fallback: ``fn(world, work) -> records``, the same contract as the kernel.
+            params: the kernel's own params (the engine fills ``tile_count`` and friends).
+            tiles, path: the selection of a ``SELECTED_TILES`` / ``SELECTED_PATH`` product.
+        Raises:
+            ProductError: the kernel breaks the product contract, a field or param is wrong.
+            SpecializationError, CompileError: from the variant.
+        """
+        if not isinstance(policy, ReadbackPolicy):
+            raise ProductError(f"policy must be a ReadbackPolicy, not {policy!r}")
+        ref, program, spec, columns = self._resolve_source(source, spec, columns)
+        if program is None and cpu_fallback is None:
+            raise ProductError("a product without a kernel (source=None) needs a cpu_fallback")
+        if program is None and fields is None:
+            raise ProductError("a CPU-only product names the fields it follows: fields=[...]")
+        if (tiles is not None and policy is not ReadbackPolicy.SELECTED_TILES) or \
+                (path is not None and policy is not ReadbackPolicy.SELECTED_PATH):
+            raise ProductError(f"tiles= goes with SELECTED_TILES and path= with SELECTED_PATH, not {policy.name}")
+        if key is None:
+            base = program.key if program is not None else getattr(cpu_fallback, "__name__", "product")
+            names = fields if isinstance(fields, str) else "+".join(
+                fields.values() if isinstance(fields, Mapping) else (fields or ()))
+            key = f"{base}({names})" if names else base
+        if any(p.key == key for p in self._order):
+            raise ProductError(f"a product {key!r} is registered already; pass key= to register another")
+        product = Product(key=key, policy=policy, fields=fields, apply=apply, cpu_fallback=cpu_fallback,
+                          params=params or {}, ref=ref, program=program, spec=spec, columns=columns)
+        if program is not None:
+            self._plan(product, program)  # raises: a broken registration registers nothing
+        else:
+            self._check_params(product)
+        if tiles is not None:
+            product.set_selection(normalize_tiles(tiles, self.world.chunk_shape), self.world.chunk_shape)
+        elif path is not None:
+            product.set_selection(path_tiles(path, self.world.chunk_shape), self.world.chunk_shape)
+        handle = self._products.insert(key, product)
+        if handle is None:
+            raise ProductError(f"max_products={self.config.max_products} products are registered; unregister one")
+        product.handle = handle
+        product.owe_everything(self.world)
+        self._order.append(product)
+        if program is not None and self.gpu_active:
+            try:
+                self._register_gpu(product)
+            except BaseException:  # e.g. a CompileError: nothing stays registered
+                self.unregister_product(handle)
+                raise
+        return handle
+
+    def _resolve_source(self, source: Any, spec: Any, columns: Any) -> tuple[Any, Any, Any, Any]:
+        """(reference or None, program or None, spec, columns) of a product source."""
+        if source is None:
+            return None, None, spec, columns
+        if isinstance(source, str):
+            if self.library is None:
+                raise ProductError(f"product {source!r} is an asset path; make the Engine with library=AssetLibrary(...)")
+            source = self.library.load(source)
+        if hasattr(source, "lowered") and hasattr(source, "compiled"):  # a Variant
+            if spec is not None or columns is not None:
+                raise ProductError("a Variant is already specialised; pass its program to choose spec/columns")
+            return None, source.program, source.spec.as_dict(), source.spec.columns_dict() or None
+        if hasattr(source, "on_reload") and callable(getattr(source, "program", None)):  # an asset reference
+            return source, source.program(), spec, columns
+        if hasattr(source, "variant") and hasattr(source, "schema"):  # a Program
+            return None, source, spec, columns
+        raise ProductError(f"a product source is an asset reference, asset path, Program or Variant, not {type(source).__name__}")
+
+    def _plan(self, product: Product, program: Any) -> None:
+        """Plan ``product`` over ``program``; nothing changes when it does not fit (raises)."""
+        vspec = resolve_spec(program.schema, product.spec, product.columns)
+        lowered = program.lowered(vspec)
+        plan = plan_product(lowered, self.world, product.fields_arg, product.policy, program.yaml_path)
+        self._check_params(product, plan)
+        product.plan, product.spec_values, product.program = plan, vspec.as_dict(), program
+
+    def _check_params(self, product: Product, plan: Any = None, params: Mapping[str, Any] | None = None) -> None:
+        plan = plan if plan is not None else product.plan
+        given = set(product.params if params is None else params)
+        clash = sorted(given & set(ENGINE_PARAMS))
+        if clash:
+            raise ProductError(f"param {clash[0]!r} is filled by the engine from the world; leave it out of params=")
+        if plan is None:
+            return
+        unknown = sorted(given - set(plan.user_params))
+        if unknown:
+            raise ProductError(f"unknown param {unknown[0]!r}; product {product.key!r} takes: "
+                               f"{', '.join(plan.user_params) or 'none'}")
+        missing = [p for p in plan.user_params if p not in given]
+        if missing:
+            raise ProductError(f"product {product.key!r} needs param {missing[0]!r} (params={{...}})")
+
+    def unregister_product(self, handle: GpuProductHandle) -> bool:
+        """Forget a product. Its readbacks still in flight are discarded when they land."""
+        product = self._products.remove(handle)
+        if product is None:
+            return False
+        self._order.remove(product)
+        self._release_gpu(product)
+        product.pending.clear()
+        return True
+
+    def product(self, handle: GpuProductHandle) -> Product:
+        """The state of a registered product. Raises StaleHandleError naming the handle."""
+        found = self._products.get(handle)
+        if found is None:
+            raise StaleHandleError(f"{handle} is stale: it was unregistered (or never registered here)")
+        return found
+
+    def generation(self, handle: GpuProductHandle) -> int:
+        """The product's live GPU registration generation (0 while it runs on the CPU)."""
+        gpu = self.product(handle).gpu
+        return gpu.handle.generation if gpu is not None and gpu.handle is not None else 0
+
+    def products(self) -> list[GpuProductHandle]:
+        return [p.handle for p in self._order]  # type: ignore[misc]
+
+    def select_tiles(self, handle: GpuProductHandle, tiles: Iterable[Any]) -> None:
+        """Replace a ``SELECTED_TILES`` product's selection (computed from the next frame)."""
+        self._select(handle, ReadbackPolicy.SELECTED_TILES, normalize_tiles(tiles, self.world.chunk_shape))
+
+    def select_path(self, handle: GpuProductHandle, waypoints: Sequence[Any]) -> None:
+        """Replace a ``SELECTED_PATH`` product's path (see :func:`~.selection.path_tiles`)."""
+        self._select(handle, ReadbackPolicy.SELECTED_PATH, path_tiles(waypoints, self.world.chunk_shape))
+
+    def _select(self, handle: GpuProductHandle, policy: ReadbackPolicy, tiles: tuple) -> None:
+        product = self.product(handle)
+        if product.policy is not policy:
+            raise ProductError(f"product {product.key!r} is {product.policy.name}, not {policy.name}")
+        product.set_selection(tiles, self.world.chunk_shape)
+        if product.gpu is not None and product.gpu.capacity < len(tiles):
+            self._release_gpu(product)  # outgrown: bigger buffers under a new generation
+            if self.gpu_active:
+                self._register_gpu(product)
+
+    def set_params(self, handle: GpuProductHandle, params: Mapping[str, Any]) -> None:
+        """New values of a product's params: a new GPU generation, every chunk recomputed."""
+        product = self.product(handle)
+        self._check_params(product, params=params)
+        product.params = dict(params)
+        self._reregister(product)
+
+    def field_buffer(self, name: str) -> Any | None:
+        """The GPU mirror of world field ``name`` (slot-major, what product kernels read), kept
+        in sync with the world by every frame's uploads from now on; None while the engine
+        runs on the CPU. Kernels of the caller's own may read it (or write derived state into
+        it: the next upload of a chunk puts the world's bytes back)."""
+        self.world.field(name)  # an unknown field raises WorldError naming the declared ones
+        self._kept.add(name)
+        if not self.gpu_active or not self._mirror(name):
+            return None
+        return self.backend.field_buffer(name)
+
+    def invalidate(self, handle: GpuProductHandle | None = None) -> None:
+        """Recompute every chunk of one product (all products when None) from the next frame."""
+        for product in ([self.product(handle)] if handle is not None else self._order):
+            product.owe_everything(self.world)
+
+    # ---- the frame ---------------------------------------------------------------------
+
+    def frame(self) -> FrameStats:
+        """Run one frame (SPEC section 4 order); never waits for the GPU.
+
+        Raises:
+            the first exception an ``apply`` or ``cpu_fallback`` callback raised, after the
+            frame is complete (the other callbacks still ran).
+        """
+        t0 = time.perf_counter()
+        st = FrameStats(frame=self._frame)
+        self._frame += 1
+        self._check_gpu(st)
+        self._apply_reloads(st)                      # 1
+        index = ChunkIndex(self.world)               # the world holds still until step 5
+        self.upload(st, index)                       # 2
+        with self._submission():                     # 3, 4: one submission for the frame
+            for product in self._order:
+                if product.pending:
+                    self._dispatch(product, st, index)
+        self._collect(st)                            # 5
+        self._check_gpu(st)
+        for product in self._order:                  # 6
+            if product.pending and (product.force_cpu or not self._serves(product)):
+                self._fallback(product, st)
+        st.gpu_active = self.gpu_active
+        st.time = time.perf_counter() - t0
+        self.totals.add(st)
+        if self._errors:
+            error, self._errors = self._errors[0], []
+            raise error
+        return st
+
+    def _submission(self) -> Any:
+        batch = getattr(self.backend, "batch", None) if self.gpu_active else None
+        return batch() if batch is not None else contextlib.nullcontext()
+
+    def _serves(self, product: Product) -> bool:
+        return product.gpu is not None and self.gpu_active
+
+    def _apply_reloads(self, st: FrameStats) -> None:
+        """Step 1: apply finished hot reloads; products whose program changed re-register."""
+        libraries = {id(self.library): self.library} if self.library is not None else {}
+        for product in self._order:
+            lib = getattr(product.ref, "library", None)
+            if lib is not None:
+                libraries.setdefault(id(lib), lib)
+        for lib in libraries.values():
+            lib.poll()
+        for product in self._order:
+            if product.ref is None:
+                continue
+            try:
+                program = product.ref.program()
+            except PluginError:
+                continue  # never loaded: nothing to swap
+            if program is product.program or program is product.refused_program:
+                continue
+            try:
+                self._plan(product, program)
+            except PluginError as exc:
+                product.refused_program = program  # not retried every frame; the old kernel runs on
+                product.error = str(exc)
+                log.warning("product %r keeps its previous kernel: the reloaded one does not fit:\n%s", product.key, exc)
+                continue
+            product.error = None
+            self._reregister(product)
+            st.reregistered += 1
+
+    def upload(self, st: FrameStats | None = None, index: ChunkIndex | None = None) -> FrameStats:
+        """Step 2 of :meth:`frame` on its own: the products reading a changed field owe its
+        chunks; the changed chunk fields go to their GPU mirrors, adjacent slots coalesced
+        into one write. Answers (or adds to) ``st``'s upload counts. (``index``: the frame's
+        slot/version cache, shared with the dispatch step.)"""
+        st = st if st is not None else FrameStats(frame=self._frame)
+        readers: dict[str, list[Product]] = {name: [] for name in self._kept}
+        for product in self._order:
+            for name in product.field_names:
+                readers.setdefault(name, []).append(product)
+        gpu = self.gpu_active
+        for name, products in readers.items():
+            send = gpu and name in self._mirrored
+            gap = self.config.upload_gap_bytes // self.world.chunk_nbytes(name)
+            changed, spans = take_dirty_uploads(self.world, name, gap, spans=send,
+                                                meta=index.get if index is not None else None)
+            if not changed:
+                continue
+            if self.config.revalidate == "fields":
+                self._note_changes(name, changed, index)
+            for product in products:
+                product.pending.update(changed)
+            if send:
+                for desc in spans:
+                    if not self.backend.upload(desc):
+                        if self.gpu_active:  # refused, not failed closed: that mirror is behind
+                            self._unmirror(name)
+                        else:
+                            gpu = False  # failed closed: this frame's products fall back
+                        break
+                    st.uploads += 1
+                    st.upload_bytes += desc.nbytes
+        return st
+
+    def _dispatch(self, product: Product, st: FrameStats, index: ChunkIndex) -> None:
+        """Steps 3 and 4 for one product: dispatch its owed work, request the readback."""
+        if not self._serves(product):
+            return
+        gpu = product.gpu
+        work = product.work(self.world, index=index)
+        if not work:
+            return  # only evicted chunks were owed (dropped), or a path waits for its chunks
+        if work.items.size > gpu.capacity:
+            self._reregister(product)  # outgrown (a selection): bigger buffers next frame
+            return
+        if not self.backend.dispatch(gpu.dispatch_desc(work.items, len(work.keys))):
+            st.refused += 1
+            product.force_cpu = True
+            return
+        st.dispatches += 1
+        if product.policy is ReadbackPolicy.NONE:
+            product.done(work)
+            return
+        size = int(work.items.size) * product.plan.record_bytes  # type: ignore[union-attr]
+        desc = ReadbackDesc(
+            gpu.handle, product.policy, 0, size, chunk_keys=work.keys, versions=work.versions,
+            tiles=tuple((k, *t) for k, t in work.tiles) if product.policy is ReadbackPolicy.SELECTED_TILES else (),
+            path=tuple((k, *t) for k, t in work.tiles) if product.policy is ReadbackPolicy.SELECTED_PATH else (),
+            user=InFlight(product, gpu.handle, work, st.frame, product.plan))
+        if not self.backend.readback(desc):
+            st.refused += 1
+            product.force_cpu = True  # dispatched, but its results cannot come back: the CPU serves it
+            return
+        st.readbacks_requested += 1
+        product.inflight += 1
+        product.done(work)
+
+    def close(self) -> None:
+        """Unregister every product; close the backend when the engine made it."""
+        for product in list(self._order):
+            self.unregister_product(product.handle)  # type: ignore[arg-type]
+        if self._owns_backend:
+            self.backend.close()
+
+    def __enter__(self) -> Engine:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        where = "GPU" if self.gpu_active else f"CPU ({self.gpu_fault or type(self.backend).__name__})"
+        return f"<Engine {len(self._order)} products on {where}, frame {self._frame}>"

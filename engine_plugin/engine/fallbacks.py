@@ -1,0 +1,68 @@
+"""CPU fallbacks of the engine's own product kernels (``assets/engine``), bit for bit.
+
+Each is ``fn(world, work) -> records`` (see :class:`~engine_plugin.engine.ProductWork`) and
+reproduces its kernel exactly: the same f32 operations in the same order (a sequential
+``cumsum`` is a sequential loop of f32 adds; the mean is one f32 multiply by the same rounded
+``inv_tile_count``), so a GPU result and a CPU result of the same content are equal bytes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .contract import ProductWork
+from .selection import linear_index
+
+__all__ = ["combine", "count_above", "summary"]
+
+
+def _chunks(world: Any, field: str, keys: tuple[int, ...]) -> np.ndarray:
+    """(len(keys), tiles) values of ``field`` for ``keys``, in work-list order."""
+    mirror = world.mirror(field)
+    slots = np.fromiter((world.slot(k) for k in keys), dtype=np.intp, count=len(keys))
+    return mirror.reshape(world.max_chunks, -1)[slots]
+
+
+def summary(world: Any, work: ProductWork) -> np.ndarray:
+    """``summary.computeShader``: (min, max, mean, sum) as f32 per chunk of ``work.keys``."""
+    out = np.zeros((len(work.keys), 4), dtype=np.float32)
+    if not work.keys:
+        return out
+    values = _chunks(world, work.field("src"), work.keys)
+    as_f32 = values.astype(np.float32)
+    total = np.cumsum(as_f32, axis=1, dtype=np.float32)[:, -1]  # sequential f32 adds, like the loop
+    out[:, 0] = values.min(axis=1).astype(np.float32)
+    out[:, 1] = values.max(axis=1).astype(np.float32)
+    out[:, 2] = total * np.float32(work.params["inv_tile_count"])
+    out[:, 3] = total
+    return out
+
+
+def count_above(world: Any, work: ProductWork) -> np.ndarray:
+    """``count_above.computeShader``: tiles above ``threshold`` per chunk, u32."""
+    if not work.keys:
+        return np.zeros(0, dtype=np.uint32)
+    values = _chunks(world, work.field("src"), work.keys)
+    return (values > np.float32(work.params["threshold"])).sum(axis=1).astype(np.uint32)
+
+
+def combine(world: Any, work: ProductWork) -> np.ndarray:
+    """``combine.computeShader``: ``a OP b`` per tile of the work list (f32)."""
+    op = work.spec.get("OP", "add")
+    shape = world.chunk_shape
+    if work.tiles:
+        slots = np.array([world.slot(k) for k, _ in work.tiles], dtype=np.intp)
+        lin = np.array([linear_index(t, shape) for _, t in work.tiles], dtype=np.intp)
+        a = world.mirror(work.field("a")).reshape(world.max_chunks, -1)[slots, lin]
+        b = world.mirror(work.field("b")).reshape(world.max_chunks, -1)[slots, lin]
+    else:  # FULL_FIELD: every tile of each chunk
+        a = _chunks(world, work.field("a"), work.keys).reshape(-1)
+        b = _chunks(world, work.field("b"), work.keys).reshape(-1)
+    a, b = a.astype(np.float32), b.astype(np.float32)
+    if op == "min":
+        return np.minimum(a, b)
+    if op == "max":
+        return np.maximum(a, b)
+    return a + b

@@ -1,0 +1,265 @@
+"""A registered product's engine-side state, its work lists, and turning records into results.
+
+A product keeps the chunks it still owes results for (``pending``). Each frame the engine
+turns them into a *work list* (:class:`Work`): chunk slots or global tile indices for the
+kernel, and the ``(key, version)`` pairs the results derive from. When results come back (GPU
+readback or CPU fallback) :func:`split_current` keeps what is still true of the world.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..gpu.descriptors import ReadbackPolicy
+from ..gpu.handles import GpuProductHandle
+from .contract import CHUNK_POLICIES, ProductPlan, ProductResult
+from .selection import Tile, linear_index
+
+__all__ = ["ChunkIndex", "InFlight", "Product", "Work", "split_current"]
+
+
+class ChunkIndex:
+    """``(slot, version)`` of live chunks, looked up once for every product of a frame.
+
+    Valid while the world does not change: the engine makes a new one after callbacks ran.
+    """
+
+    __slots__ = ("world", "_meta", "_sorted")
+
+    def __init__(self, world: Any) -> None:
+        self.world = world
+        self._meta: dict[int, tuple[int, int]] = {}
+        self._sorted: dict[frozenset, list] = {}
+
+    def sorted_entries(self, keys: set[int]) -> list[tuple[int, int, int]]:
+        """``(slot, key, version)`` of the live chunks among ``keys``, by slot (shared by the
+        products that owe the same chunks, as products over the same fields do)."""
+        frozen = frozenset(keys)
+        found = self._sorted.get(frozen)
+        if found is None:
+            get = self.get
+            found = []
+            for k in frozen:
+                m = get(k)
+                if m is not None:
+                    found.append((m[0], k, m[1]))
+            found.sort()
+            self._sorted[frozen] = found
+        return found
+
+    def get(self, key: int) -> tuple[int, int] | None:
+        """``(slot, version)`` of live chunk ``key``, or None when it is not in the world."""
+        found = self._meta.get(key)
+        if found is None:
+            world = self.world
+            if key not in world:
+                return None
+            found = self._meta[key] = (world.slot(key), world.version(key))
+        return found
+
+
+@dataclass
+class Work:
+    """One frame's work of a product: what the kernel computes, what it derives from."""
+
+    keys: tuple[int, ...]  # the chunks covered, in work-list order (selections: first-seen order)
+    versions: tuple[int, ...]
+    items: np.ndarray  # u32: chunk slots, or global tile indices
+    tiles: tuple[Tile, ...] = ()  # selections: (key, tile) per item
+
+    def __bool__(self) -> bool:
+        return bool(self.keys)
+
+
+@dataclass
+class InFlight:
+    """A readback the engine waits for (``ReadbackDesc.user``)."""
+
+    product: Product
+    gpu_handle: GpuProductHandle
+    work: Work
+    frame: int
+    plan: ProductPlan
+
+
+class Product:
+    """Everything the engine knows about one registered product."""
+
+    def __init__(self, *, key: Any, policy: ReadbackPolicy, fields: Any, apply: Callable | None,
+                 cpu_fallback: Callable | None, params: Mapping[str, Any], ref: Any, program: Any,
+                 spec: Mapping[str, str] | None, columns: Any) -> None:
+        self.key = key
+        self.handle: GpuProductHandle | None = None  # the engine handle (set on insertion)
+        self.policy = policy
+        self.fields_arg = fields
+        self.apply = apply
+        self.cpu_fallback = cpu_fallback
+        self.params = dict(params)
+        self.ref = ref
+        self.program = program
+        self.spec = dict(spec) if spec else None
+        self.columns = columns
+        self.plan: ProductPlan | None = None
+        self.spec_values: dict[str, str] = {}
+        self.gpu: Any = None  # GpuProduct on the current backend, or None
+        self.pending: set[int] = set()
+        self.sent: dict[int, int] = {}  # chunk -> the content version last computed (or on its way)
+        self.force_cpu = False  # the backend refused this frame's work: run the fallback now
+        self.selection: tuple[Tile, ...] = ()
+        self.selection_keys: frozenset[int] = frozenset()
+        self._linear: tuple[int, ...] = ()
+        self.inflight = 0
+        self.error: str | None = None
+        self.refused_program: Any = None  # a reloaded program that did not fit (not retried)
+        self.warned_no_fallback = False
+
+    @property
+    def field_names(self) -> tuple[str, ...]:
+        if self.plan is not None:
+            return self.plan.field_names
+        f = self.fields_arg
+        if isinstance(f, str):
+            return (f,)
+        if isinstance(f, Mapping):
+            return tuple(dict.fromkeys(f.values()))
+        return tuple(dict.fromkeys(f or ()))
+
+    @property
+    def field_map(self) -> dict[str, str]:
+        """binding -> world field."""
+        if self.plan is not None:
+            return {f.binding: f.field for f in self.plan.fields}
+        f = self.fields_arg
+        if isinstance(f, Mapping):
+            return dict(f)
+        return {name: name for name in self.field_names}
+
+    @property
+    def per_tile(self) -> bool:
+        return self.policy not in CHUNK_POLICIES
+
+    def set_selection(self, tiles: tuple[Tile, ...], shape: tuple[int, ...]) -> None:
+        self.selection = tiles
+        self.selection_keys = frozenset(k for k, _ in tiles)
+        self._linear = tuple(linear_index(t, shape) for _, t in tiles)
+        self.pending = set(self.selection_keys)
+
+    def owe_everything(self, world: Any) -> None:
+        """Owe results for every chunk this product covers (new registration, new program)."""
+        if self.policy in (ReadbackPolicy.SELECTED_TILES, ReadbackPolicy.SELECTED_PATH):
+            self.pending = set(self.selection_keys)
+        else:
+            self.pending = set(world.keys())
+
+    # -- work lists ------------------------------------------------------------------------
+    def work(self, world: Any, keys: set[int] | None = None, index: ChunkIndex | None = None) -> Work:
+        """The work list for the chunks owed (``keys``: those of them; default all owed).
+
+        Evicted chunks are dropped from ``pending``; selections only keep their own chunks.
+        ``index``: the frame's slot/version cache (products share it).
+        """
+        index = index if index is not None else ChunkIndex(world)
+        policy = self.policy
+        selective = policy in (ReadbackPolicy.SELECTED_TILES, ReadbackPolicy.SELECTED_PATH)
+        owed = self.pending if keys is None else keys
+        if selective:
+            meta = index.get
+            entries = []
+            for k in owed:
+                m = meta(k)
+                if m is not None and k in self.selection_keys:
+                    entries.append((m[0], k, m[1]))
+        else:
+            entries = index.sorted_entries(owed)
+        if keys is None and len(entries) != len(owed):
+            self.pending = {e[1] for e in entries}  # evicted chunks, and chunks no selection covers, are owed nothing
+        if policy is ReadbackPolicy.SELECTED_TILES:
+            return self._tiles_work(world, {e[1] for e in entries}, index)
+        if policy is ReadbackPolicy.SELECTED_PATH:
+            if not entries or not all(k in world for k in self.selection_keys):
+                return Work((), (), np.zeros(0, np.uint32))  # nothing owed, or a path through an evicted chunk
+            return self._tiles_work(world, set(self.selection_keys), index)
+        keys_t = tuple(e[1] for e in entries)
+        versions = tuple(e[2] for e in entries)
+        slots = np.fromiter((e[0] for e in entries), dtype=np.uint32, count=len(entries))
+        if policy is ReadbackPolicy.FULL_FIELD:
+            tiles = world.tiles_per_chunk
+            items = (slots[:, None] * np.uint32(tiles) + np.arange(tiles, dtype=np.uint32)).reshape(-1)
+            return Work(keys_t, versions, items)
+        return Work(keys_t, versions, slots)
+
+    def _tiles_work(self, world: Any, due: set[int], index: ChunkIndex) -> Work:
+        if not due:
+            return Work((), (), np.zeros(0, np.uint32))
+        tiles_per_chunk = world.tiles_per_chunk
+        picked = [i for i, (k, _) in enumerate(self.selection) if k in due]
+        tiles = tuple(self.selection[i] for i in picked)
+        keys = tuple(dict.fromkeys(k for k, _ in tiles))
+        meta = {k: index.get(k) for k in keys}
+        items = np.fromiter((meta[self.selection[i][0]][0] * tiles_per_chunk + self._linear[i] for i in picked),  # type: ignore[index]
+                            dtype=np.uint32, count=len(picked))
+        return Work(keys, tuple(meta[k][1] for k in keys), items, tiles)  # type: ignore[index]
+
+    def done(self, work: Work) -> None:
+        """The work's chunks are served (results applied, or on their way)."""
+        self.pending.difference_update(work.keys)
+        self.sent.update(zip(work.keys, work.versions))
+
+    def reowe(self, world: Any, keys: Any, failed: Work | None = None) -> None:
+        """Owe ``keys`` again after their results were discarded (or ``failed``), unless
+        work for their current content is already on its way. Evicted keys are forgotten."""
+        failed_versions = dict(zip(failed.keys, failed.versions)) if failed is not None else {}
+        for k in keys:
+            if k not in world:
+                self.sent.pop(k, None)
+                continue
+            sent = self.sent.get(k)
+            if sent != world.version(k) or failed_versions.get(k) == sent:
+                self.pending.add(k)
+
+
+def split_current(product: Product, world: Any, work: Work, records: np.ndarray,
+                  handle: GpuProductHandle, generation: int, source: str, frame: int,
+                  is_current: Any = None) -> tuple[ProductResult | None, list[int], list[int]]:
+    """Keep the records whose chunks still have the versions they were computed at
+    (``is_current(key, version)``; default the world's: the chunk's content version).
+
+    Answers ``(result or None, applied keys, stale keys)``. ``SELECTED_PATH`` is all or
+    nothing: one changed chunk on the path makes the whole path stale.
+    """
+    is_current = is_current or world.is_current
+    current = [is_current(k, v) for k, v in zip(work.keys, work.versions)]
+    policy = product.policy
+    if policy is ReadbackPolicy.SELECTED_PATH and not all(current):
+        return None, [], list(work.keys)
+    applied = [k for k, ok in zip(work.keys, current) if ok]
+    stale = [k for k, ok in zip(work.keys, current) if not ok]
+    if not applied:
+        return None, [], stale
+    plan = product.plan
+    shape = plan.record_shape if plan is not None else records.shape[1:]
+    everything = not stale
+    if work.tiles:
+        recs = records.reshape(len(work.tiles), *shape)
+        if everything:
+            values, tiles = recs, work.tiles
+        else:
+            keep = set(applied)
+            mask = np.fromiter((k in keep for k, _ in work.tiles), dtype=bool, count=len(work.tiles))
+            values, tiles = recs[mask], tuple(t for t, m in zip(work.tiles, mask) if m)
+    else:
+        if policy is ReadbackPolicy.FULL_FIELD:
+            recs = records.reshape(len(work.keys), *world.chunk_shape, *shape)
+        else:
+            recs = records.reshape(len(work.keys), *shape)
+        values = recs if everything else recs[np.array(current, dtype=bool)]
+        tiles = ()
+    versions = work.versions if everything else tuple(v for v, ok in zip(work.versions, current) if ok)
+    result = ProductResult(handle=handle, generation=generation, policy=policy, source=source,
+                           keys=tuple(applied), versions=versions, values=values, tiles=tiles, frame=frame,
+                           record_shape=tuple(shape))
+    return result, applied, stale

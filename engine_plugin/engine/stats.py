@@ -1,0 +1,54 @@
+"""What one ``engine.frame()`` did."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+__all__ = ["FrameStats"]
+
+
+@dataclass
+class FrameStats:
+    """Counts and time of one frame (``engine.totals`` sums them over every frame).
+
+    Readbacks are counted as wholes: *applied* when at least one chunk's results were applied,
+    *stale* when everything in them was discarded (a dead generation, or every chunk changed or
+    evicted since its upload), *failed* when the device never delivered them. ``chunks_applied``
+    and ``chunks_stale`` count the chunks inside, so a partly stale readback shows in both.
+    """
+
+    frame: int = 0
+    uploads: int = 0
+    upload_bytes: int = 0
+    dispatches: int = 0
+    readbacks_requested: int = 0
+    readbacks_applied: int = 0
+    readbacks_stale: int = 0
+    readbacks_failed: int = 0
+    chunks_applied: int = 0
+    chunks_stale: int = 0
+    cpu_fallbacks: int = 0
+    refused: int = 0
+    reregistered: int = 0
+    gpu_active: bool = False
+    gpu_lost: bool = False
+    time: float = 0.0
+
+    def add(self, other: FrameStats) -> None:
+        """Accumulate ``other`` into these totals (flags: the latest frame's; ``gpu_lost``: ever)."""
+        for f in fields(self):
+            if f.name == "frame":
+                self.frame = other.frame
+            elif f.name == "gpu_active":
+                self.gpu_active = other.gpu_active
+            elif f.name == "gpu_lost":
+                self.gpu_lost = self.gpu_lost or other.gpu_lost
+            else:
+                setattr(self, f.name, getattr(self, f.name) + getattr(other, f.name))
+
+    def summary(self) -> str:
+        """One line for a log or a HUD."""
+        return (f"frame {self.frame}: {self.uploads} uploads ({self.upload_bytes / 1024:.0f} KiB), "
+                f"{self.dispatches} dispatches, readbacks {self.readbacks_applied} applied / "
+                f"{self.readbacks_stale} stale / {self.readbacks_failed} failed, {self.cpu_fallbacks} CPU fallbacks, "
+                f"{'GPU' if self.gpu_active else 'CPU'}, {self.time * 1e3:.2f} ms")

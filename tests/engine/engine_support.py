@@ -1,0 +1,101 @@
+"""Shared pieces of the engine tests: worlds, recording apply callbacks, frame pumping, and
+holding readback deliveries back (a slow GPU, made deterministic)."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Iterator
+
+import numpy as np
+
+from engine_plugin.engine import Engine, FrameStats, ProductResult, fallbacks, kernel_program
+from engine_plugin.gpu import ReadbackPolicy
+from engine_plugin.world import World
+
+SHAPE = (32, 32)
+
+
+def make_world(n: int = 256, seed: int = 0, max_chunks: int | None = None) -> World:
+    """``n`` chunks of 32x32 with two f32 fields of non-trivial values (sums are not exact)."""
+    world = World(SHAPE, {"height": np.float32, "moisture": np.float32}, max_chunks=max_chunks or n)
+    rng = np.random.default_rng(seed)
+    for k in range(n):
+        world.add(k, {"height": rng.standard_normal(SHAPE, dtype=np.float32) * 100,
+                      "moisture": rng.random(SHAPE, dtype=np.float32)})
+    return world
+
+
+class Applied:
+    """An ``apply`` callback that records every result and checks, when it is called, that
+    each chunk it covers still has the version the result derives from."""
+
+    def __init__(self, world: World) -> None:
+        self.world = world
+        self.results: list[ProductResult] = []
+        self.latest: dict = {}  # chunk key (or (key, tile)) -> latest value
+        self.not_current: list = []
+
+    def __call__(self, result: ProductResult) -> None:
+        for key, version in zip(result.keys, result.versions):
+            if not self.world.is_current(key, version):
+                self.not_current.append((key, version))
+        self.results.append(result)
+        if result.tiles:
+            self.latest.update({t: np.copy(v) for t, v in result.by_tile().items()})
+        else:
+            self.latest.update({k: np.copy(v) for k, v in result.by_chunk().items()})
+
+    @property
+    def keys_applied(self) -> list:
+        return [k for r in self.results for k in r.keys]
+
+    def generations(self) -> set[int]:
+        return {r.generation for r in self.results}
+
+
+def run_until_idle(engine: Engine, timeout: float = 10.0) -> FrameStats:
+    """Frames until nothing is owed or in flight (the backend's too); answers their totals."""
+    totals = FrameStats()
+    deadline = time.monotonic() + timeout
+    while True:
+        totals.add(engine.frame())
+        backend_idle = getattr(engine.backend, "inflight_readbacks", 0) == 0
+        if engine.idle and backend_idle:
+            return totals
+        if time.monotonic() > deadline:
+            raise AssertionError(f"engine not idle after {timeout} s: {engine!r}, {totals}")
+        time.sleep(0.001)
+
+
+@contextlib.contextmanager
+def held_deliveries(engine: Engine) -> Iterator[None]:
+    """Nothing the GPU finishes is delivered while inside (as with a slow GPU): readbacks
+    requested inside are surely in flight when the block ends."""
+    backend = engine.backend
+    backend.poll = lambda: 0  # an instance attribute shadows the method
+    try:
+        yield
+    finally:
+        del backend.poll
+
+
+def summary_product(engine: Engine, field: str = "height", apply=None, key: str | None = None,
+                    program=None, **kwargs):
+    """Register the engine's SUMMARY kernel over ``field`` with its exact CPU fallback."""
+    return engine.register_product(program or kernel_program("summary"), key=key or f"summary:{field}",
+                                   spec={"T": "f32"}, fields={"src": field}, policy=ReadbackPolicy.SUMMARY,
+                                   apply=apply, cpu_fallback=fallbacks.summary, **kwargs)
+
+
+def cpu_summary(world: World, field: str, key: int) -> np.ndarray:
+    """The summary record of one chunk, straight from numpy (sequential f32 sum)."""
+    values = world.read(key, field).reshape(-1).astype(np.float32)
+    total = np.cumsum(values, dtype=np.float32)[-1]
+    inv = np.float32(1.0 / values.size)
+    return np.array([values.min(), values.max(), total * inv, total], dtype=np.float32)
+
+
+def same_bits(a: np.ndarray, b: np.ndarray) -> bool:
+    a, b = np.ascontiguousarray(a), np.ascontiguousarray(b)
+    return a.shape == b.shape and a.tobytes() == b.tobytes()

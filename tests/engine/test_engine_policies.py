@@ -1,0 +1,112 @@
+"""Readback policies end to end: SELECTED_TILES, SELECTED_PATH, FULL_FIELD (only when the
+backend config opts in; refused otherwise, and then served by the CPU fallback)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from engine_plugin.engine import Engine, EngineConfig, ProductError, fallbacks, kernel_program, path_tiles
+from engine_plugin.gpu import NoGpuBackend, ReadbackPolicy, WgpuBackendConfig
+
+from engine_support import Applied, held_deliveries, make_world, run_until_idle, same_bits
+
+
+def _combine(engine, policy, applied, op="max", **kwargs):
+    return engine.register_product(kernel_program("combine"), key=f"combine:{policy.name}", spec={"OP": op},
+                                   fields=["height", "moisture"], policy=policy, apply=applied,
+                                   cpu_fallback=fallbacks.combine, **kwargs)
+
+
+def _want(world, key, tile, op=np.maximum):
+    return op(world.read(key, "height")[tile], world.read(key, "moisture")[tile])
+
+
+def test_selected_tiles_read_back_only_the_selection_and_match_the_cpu(make_engine):
+    world = make_world(n=16)
+    engine = make_engine(world)
+    applied = Applied(world)
+    tiles = [(0, (0, 0)), (0, (0, 0)), (3, (4, 5)), (9, 1023), (15, (31, 0))]
+    h = _combine(engine, ReadbackPolicy.SELECTED_TILES, applied, tiles=tiles)
+    st = run_until_idle(engine)
+    assert st.readbacks_applied == 1 and st.chunks_applied == 4
+    assert sorted(applied.latest) == sorted({(0, (0, 0)), (3, (4, 5)), (9, (31, 31)), (15, (31, 0))})
+    for (k, tile), v in applied.latest.items():
+        assert v == _want(world, k, tile)
+    world.write(7, "height", 1.0)  # not a selected chunk: nothing to do
+    assert run_until_idle(engine).dispatches == 0
+    engine.select_tiles(h, [(7, (1, 1))])
+    run_until_idle(engine)
+    assert applied.results[-1].tiles == ((7, (1, 1)),) and applied.latest[(7, (1, 1))] == _want(world, 7, (1, 1))
+
+
+def test_a_selection_outgrowing_its_buffers_re_registers(make_engine):
+    world = make_world(n=4)
+    engine = make_engine(world, config=EngineConfig(min_selection_capacity=2))
+    applied = Applied(world)
+    h = _combine(engine, ReadbackPolicy.SELECTED_TILES, applied, op="min", tiles=[(0, (0, 0))])
+    run_until_idle(engine)
+    generation = engine.generation(h)
+    many = [(k, (y, 3)) for k in range(4) for y in range(8)]
+    engine.select_tiles(h, many)
+    run_until_idle(engine)
+    assert engine.generation(h) != generation
+    assert all(applied.latest[(k, t)] == _want(world, k, t, np.minimum) for k, t in many)
+
+
+def test_path_tiles_join_waypoints_inside_a_chunk_and_jump_between_chunks():
+    path = path_tiles([(1, (0, 0)), (1, (3, 6)), (2, (0, 0)), (2, (0, 0)), (2, 5)], (8, 8))
+    assert path[:7] == ((1, (0, 0)), (1, (1, 1)), (1, (1, 2)), (1, (2, 3)), (1, (2, 4)), (1, (3, 5)), (1, (3, 6)))
+    assert path[7:] == ((2, (0, 0)), (2, (0, 1)), (2, (0, 2)), (2, (0, 3)), (2, (0, 4)), (2, (0, 5)))
+    with pytest.raises(ProductError, match="outside the chunk shape"):
+        path_tiles([(1, (8, 0))], (8, 8))
+
+
+def test_selected_path_is_applied_whole_or_not_at_all(make_engine):
+    world = make_world(n=8)
+    engine = make_engine(world)
+    applied = Applied(world)
+    waypoints = [(2, (0, 0)), (2, (0, 31)), (3, (5, 5)), (3, (9, 9))]
+    _combine(engine, ReadbackPolicy.SELECTED_PATH, applied, op="add", path=waypoints)
+    with held_deliveries(engine):
+        engine.frame()
+        world.set_tile(3, "height", (0, 0), 2.0)  # one chunk of the path changes in flight
+    totals = run_until_idle(engine)
+    assert totals.readbacks_stale == 1 and totals.chunks_stale == 2  # the whole path was discarded
+    assert len(applied.results) == 1  # ... and computed again over the new content
+    result = applied.results[0]
+    assert result.tiles == path_tiles(waypoints, world.chunk_shape) and len(result.tiles) == 32 + 5
+    expect = np.array([_want(world, k, t, np.add) for k, t in result.tiles], dtype=np.float32)
+    assert same_bits(result.values, expect)
+
+
+def test_full_field_is_refused_unless_the_config_opts_in_and_the_cpu_serves_it(make_engine):
+    world = make_world(n=8)
+    engine = make_engine(world)
+    refused = Applied(world)
+    _combine(engine, ReadbackPolicy.FULL_FIELD, refused)
+    st = engine.frame()
+    assert st.dispatches == 1 and st.readbacks_requested == 0 and st.refused == 1 and st.cpu_fallbacks == 1
+    assert "FULL_FIELD" in engine.backend.last_refusal
+    assert refused.results[0].source == "cpu" and refused.results[0].values.shape == (8, 32, 32)
+
+    world2 = make_world(n=8)
+    opted = make_engine(world2, config=EngineConfig(backend=WgpuBackendConfig(allow_full_field=True)))
+    full = Applied(world2)
+    _combine(opted, ReadbackPolicy.FULL_FIELD, full)
+    st = run_until_idle(opted)
+    assert st.readbacks_applied == 1 and st.cpu_fallbacks == 0 and full.results[0].source == "gpu"
+    assert full.results[0].records.shape == (8 * 1024,) and full.results[0].values.shape == (8, 32, 32)
+    for k in world2.keys():
+        want = np.maximum(world2.read(k, "height"), world2.read(k, "moisture"))
+        assert same_bits(full.latest[k], want)
+        assert same_bits(refused.latest[k], full.latest[k])  # same content in both worlds
+
+
+def test_tile_policies_on_the_cpu_give_the_same_values():
+    world = make_world(n=8)
+    engine = Engine(world, backend=NoGpuBackend())
+    applied = Applied(world)
+    _combine(engine, ReadbackPolicy.SELECTED_TILES, applied, tiles=[(1, (2, 3)), (5, (0, 0))])
+    run_until_idle(engine)
+    assert applied.latest[(1, (2, 3))] == _want(world, 1, (2, 3)) and applied.results[0].source == "cpu"

@@ -1,0 +1,62 @@
+"""The uploader's slot-vector path (a world with ``take_dirty_slots`` / ``slot_versions`` /
+``keys_at``, the API proposed for World; prototyped by the benchmark's SlotVectorWorld):
+the same uploads, results and staleness as with a plain World."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from engine_plugin.bench.engine_cases import SlotVectorWorld
+from engine_plugin.errors import StaleSpanError
+from engine_plugin.gpu import take_dirty_uploads
+
+from engine_support import Applied, cpu_summary, held_deliveries, make_world, run_until_idle, same_bits, summary_product
+
+
+def vector_world(n: int = 64) -> SlotVectorWorld:
+    plain = make_world(n=n)
+    world = SlotVectorWorld(plain.chunk_shape, {"height": np.float32, "moisture": np.float32}, max_chunks=n)
+    for k in plain.keys():
+        world.add(k, {"height": plain.read(k, "height"), "moisture": plain.read(k, "moisture")})
+    return world
+
+
+def test_the_vector_path_takes_the_same_spans_as_the_per_chunk_path():
+    vec, plain = vector_world(16), make_world(n=16)
+    for w in (vec, plain):
+        w.take_dirty()
+        for k in (3, 4, 9, 15):
+            w.write(k, "height", 1.0)
+        w.evict(6)
+    got = take_dirty_uploads(vec, "height", max_gap=1)
+    want = take_dirty_uploads(plain, "height", max_gap=1)
+    assert got[0] == want[0] == [3, 4, 9, 15]
+    assert [(s.first_slot, s.slot_count, s.chunk_keys, s.versions) for s in got[1]] == \
+           [(s.first_slot, s.slot_count, s.chunk_keys, s.versions) for s in want[1]]
+    assert take_dirty_uploads(vec, "height")[0] == []  # taken
+
+
+def test_a_vector_span_still_refuses_stale_bytes():
+    world = vector_world(8)
+    world.take_dirty()
+    world.write(2, "height", 1.0)
+    (_, (span,)) = take_dirty_uploads(world, "height")
+    world.write(2, "height", 2.0)
+    with pytest.raises(StaleSpanError, match="chunk 2"):
+        span.data()
+
+
+def test_engine_results_and_staleness_are_the_same_over_a_slot_vector_world(make_engine):
+    world = vector_world()
+    engine = make_engine(world)
+    applied = Applied(world)
+    summary_product(engine, "height", applied)
+    with held_deliveries(engine):
+        engine.frame()
+        world.write(5, "height", 4.0)
+        world.evict(9)
+    totals = run_until_idle(engine)
+    assert totals.chunks_stale == 2 and 9 not in applied.latest and not applied.not_current
+    for k in world.keys():
+        assert same_bits(applied.latest[k], cpu_summary(world, "height", k))

@@ -1,0 +1,145 @@
+"""SUMMARY products on lavapipe: exact GPU results equal to the CPU fallback's, uploads and
+recomputation only of what changed, the frame loop's counts."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from engine_plugin.engine import Engine, fallbacks, kernel_program
+from engine_plugin.gpu import NoGpuBackend
+from engine_plugin.world import World
+
+from engine_support import Applied, cpu_summary, make_world, run_until_idle, same_bits, summary_product
+
+
+def test_gpu_summaries_equal_the_cpu_fallback_bit_for_bit(world, make_engine):
+    """256 chunks of 32x32, two fields, the exact SUMMARY kernel: GPU == CPU fallback."""
+    engine = make_engine(world)
+    assert engine.gpu_active
+    gpu = {f: Applied(world) for f in ("height", "moisture")}
+    for field, applied in gpu.items():
+        summary_product(engine, field, applied)
+    totals = run_until_idle(engine)
+    assert totals.cpu_fallbacks == 0 and totals.dispatches == 2 and totals.readbacks_applied == 2
+    assert totals.chunks_applied == 2 * 256 and totals.chunks_stale == 0
+
+    cpu_engine = Engine(world, backend=NoGpuBackend())
+    cpu = {f: Applied(world) for f in ("height", "moisture")}
+    for field, applied in cpu.items():
+        summary_product(cpu_engine, field, applied)
+    world.mark_dirty()
+    cpu_totals = run_until_idle(cpu_engine)
+    assert cpu_totals.cpu_fallbacks == 2 and cpu_totals.dispatches == 0
+    for field in gpu:
+        assert sorted(gpu[field].latest) == sorted(cpu[field].latest) == world.keys()
+        for key in world.keys():
+            g, c = gpu[field].latest[key], cpu[field].latest[key]
+            assert same_bits(g, c), f"{field} chunk {key}: GPU {g} != CPU {c}"
+            assert same_bits(g, cpu_summary(world, field, key))
+        assert {r.source for r in gpu[field].results} == {"gpu"} and {r.source for r in cpu[field].results} == {"cpu"}
+
+
+def test_integer_fields_summarise_exactly_too(gpu, make_engine):
+    w = World((16, 16), {"i": np.int32, "u": np.uint32}, max_chunks=8)
+    rng = np.random.default_rng(4)
+    for k in range(8):
+        w.add(k, {"i": rng.integers(-2**31, 2**31 - 1, (16, 16)), "u": rng.integers(0, 2**32 - 1, (16, 16))})
+    engine = make_engine(w)
+    got = {t: Applied(w) for t in ("i", "u")}
+    for field, t in (("i", "i32"), ("u", "u32")):
+        engine.register_product(kernel_program("summary"), key=field, spec={"T": t}, fields={"src": field},
+                                apply=got[field], cpu_fallback=fallbacks.summary)
+    run_until_idle(engine)
+    cpu = Engine(w, backend=NoGpuBackend())
+    want = {t: Applied(w) for t in ("i", "u")}
+    for field, t in (("i", "i32"), ("u", "u32")):
+        cpu.register_product(kernel_program("summary"), key=field, spec={"T": t}, fields={"src": field},
+                             apply=want[field], cpu_fallback=fallbacks.summary)
+    run_until_idle(cpu)
+    for field in got:
+        for k in w.keys():
+            assert same_bits(got[field].latest[k], want[field].latest[k]), (field, k)
+
+
+def test_only_chunks_whose_input_changed_are_uploaded_dispatched_and_applied(world, make_engine):
+    engine = make_engine(world)
+    applied = Applied(world)
+    summary_product(engine, "height", applied)
+    count = Applied(world)
+    engine.register_product(kernel_program("count_above"), key="above", fields=["height"],
+                            params={"threshold": 25.0}, apply=count, cpu_fallback=fallbacks.count_above)
+    run_until_idle(engine)
+    before = len(applied.keys_applied)
+    for k in (10, 11, 12, 200):  # 10..12 adjacent: one coalesced write, plus one for 200
+        world.write(k, "height", float(k))
+    world.write(50, "moisture", 1.0)  # a field no product reads: no upload, no work
+    st = engine.frame()
+    assert st.uploads == 2 and st.upload_bytes == 4 * world.chunk_nbytes("height")
+    assert st.dispatches == 2
+    totals = run_until_idle(engine)
+    totals.add(st)
+    assert sorted(applied.keys_applied[before:]) == [10, 11, 12, 200]
+    for k in (10, 11, 12, 200):
+        assert same_bits(applied.latest[k], cpu_summary(world, "height", k))
+        assert count.latest[k] == np.count_nonzero(world.read(k, "height") > 25.0)
+    assert totals.chunks_stale == 0 and not applied.not_current
+
+
+def test_a_frame_with_nothing_owed_does_no_gpu_work(world, make_engine):
+    engine = make_engine(world)
+    summary_product(engine, "height", Applied(world))
+    run_until_idle(engine)
+    st = engine.frame()
+    assert (st.uploads, st.dispatches, st.readbacks_requested, st.cpu_fallbacks) == (0, 0, 0, 0)
+    assert st.gpu_active and st.time > 0
+
+
+def test_gap_coalescing_joins_nearby_dirty_runs_into_one_write(make_engine):
+    world = make_world(n=64)
+    engine = make_engine(world)
+    summary_product(engine, "height", Applied(world))
+    run_until_idle(engine)
+    for k in (3, 5, 40):  # 3 and 5 are one clean slot apart; 40 is far
+        world.write(k, "height", 1.0)
+    st = engine.upload()
+    chunk = world.chunk_nbytes("height")
+    assert st.uploads == 2 and st.upload_bytes == 4 * chunk  # slots 3..5 in one write (4 is filler), then 40
+    engine.config = type(engine.config)(upload_gap_bytes=0)
+    for k in (3, 5, 40):
+        world.write(k, "height", 2.0)
+    st = engine.upload()
+    assert st.uploads == 3 and st.upload_bytes == 3 * chunk
+
+
+def test_frame_stats_totals_add_up(world, make_engine):
+    engine = make_engine(world)
+    summary_product(engine, "height", Applied(world))
+    totals = run_until_idle(engine)
+    assert engine.totals.dispatches == totals.dispatches and engine.totals.chunks_applied == 256
+    assert "GPU" in engine.totals.summary() and engine.totals.frame >= 0
+
+
+def test_field_buffer_mirrors_a_field_no_product_reads_and_keeps_it_in_sync(make_engine):
+    world = make_world(n=8)
+    engine = make_engine(world)
+    buf = engine.field_buffer("moisture")
+    assert buf is not None and buf.size == 8 * world.chunk_nbytes("moisture")
+    world.write(3, "moisture", 0.25)
+    st = engine.frame()
+    assert st.uploads == 1 and st.dispatches == 0
+    from engine_plugin import abi
+
+    mirror = abi.read(buf).reshape(8, 32, 32)
+    assert (mirror[world.slot(3)] == 0.25).all()
+    assert same_bits(mirror[world.slot(5)], world.read(5, "moisture"))
+    cpu = Engine(world, backend=NoGpuBackend())
+    assert cpu.field_buffer("moisture") is None
+
+
+def test_results_carry_records_as_the_kernel_wrote_them(world, make_engine):
+    engine = make_engine(world)
+    applied = Applied(world)
+    summary_product(engine, "height", applied)
+    run_until_idle(engine)
+    r = applied.results[0]
+    assert r.record_shape == (4,) and r.records.shape == (256, 4) and r.values.shape == (256, 4)
