@@ -12,12 +12,11 @@ setup:
 	@mkdir -p $(XDG_RUNTIME_DIR) && chmod 700 $(XDG_RUNTIME_DIR)
 	@bash tools/bootstrap.sh
 
-## The main job. Until the demo lands (issue 9): bake every sample variant into cache/, run the
-## sample kernels against numpy, and print the benchmark table.
+## The main job: bake every variant of every asset into cache/ (validated on the GPU), then run
+## the demo world: a window when DISPLAY is set (Esc quits), else 300 headless frames + a PNG.
 run: setup
 	$(BIN)/engine-plugin bake assets --cache cache --json cache/bake-report.json
-	$(BIN)/python tools/run_samples.py assets
-	$(BIN)/python tools/bench/run.py --quick
+	$(BIN)/engine-plugin demo --frames 300 --cache cache --snapshot out/demo.png
 
 ## The whole test suite, on the real (software) GPU.
 test: setup

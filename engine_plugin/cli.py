@@ -202,6 +202,34 @@ def cmd_watch(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_demo(args: argparse.Namespace) -> int:
+    from .demo.game import HeatDemo
+
+    windowed = bool(os.environ.get("DISPLAY")) and not args.headless
+    make = lambda **kw: HeatDemo(args.assets, args.cache, watch=True, **kw)  # noqa: E731
+    if windowed:
+        from .demo.window import run_window
+
+        shown = run_window(make, frames=args.frames)
+        print(f"demo: window closed after {shown} frames")
+        return 0
+    from .demo.headless import run_headless
+
+    demo = make()
+    try:
+        run_headless(demo, args.frames or 300, args.snapshot)
+    finally:
+        demo.close()
+    print(f"demo: snapshot {os.path.abspath(args.snapshot)}; variant cache {os.path.abspath(args.cache)}")
+    return 0
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    from .bench import main as bench_main
+
+    return bench_main(args.rest)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="engine-plugin", description="Compute shader assets for game engines.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -212,6 +240,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--columns", action="append", metavar="TABLE=a,b", help="table column names (repeatable)")
     p.add_argument("--numbered", action="store_true", help="prefix line numbers")
     p.set_defaults(func=cmd_lower)
+
+    p = sub.add_parser("demo", help="run the live-edit demo (a window when DISPLAY is set, else headless)")
+    p.add_argument("--frames", type=int, default=None, help="frames to run (default: until Esc; 300 headless)")
+    p.add_argument("--headless", action="store_true", help="no window, even with a display")
+    p.add_argument("--snapshot", default="out/demo.png", help="PNG written at the end of a headless run")
+    p.add_argument("--assets", default="assets")
+    p.add_argument("--cache", default="cache")
+    p.set_defaults(func=cmd_demo)
+
+    p = sub.add_parser("bench", help="benchmarks against raw wgpu-py (engine-plugin bench --help)", add_help=False)
+    p.add_argument("rest", nargs=argparse.REMAINDER)
+    p.set_defaults(func=cmd_bench)
 
     p = sub.add_parser("info", help="print schemas, options and variant counts")
     p.add_argument("path", nargs="?", default="assets", help="an asset folder or a folder of assets")

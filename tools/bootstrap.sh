@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-APT_PACKAGES="libvulkan1 mesa-vulkan-drivers xvfb imagemagick"
+APT_PACKAGES="libvulkan1 mesa-vulkan-drivers xvfb imagemagick x11-utils"
 missing=()
 for p in $APT_PACKAGES; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

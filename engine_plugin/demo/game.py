@@ -1,0 +1,224 @@
+"""The live-edit demo: a heat field over 8×8 chunks of 32×32 tiles, driven by compute shader assets.
+
+The world is authoritative for what the game decides: where the heaters are (``source``) and
+the starting heat (``heat``, rewritten on reset). The engine mirrors both fields to the GPU
+through upload descriptors each frame. The heat itself evolves on the GPU — derived, visual
+state — with four kernels from ``assets/``:
+
+* ``demo/heat_step``   one diffusion step (exact; a ``STENCIL`` specialisation), ping-pong into
+  the engine's heat mirror;
+* ``demo/colorize``    heat -> packed RGBA8/BGRA8 pixels through a palette *columns table*;
+* ``engine/summary``   an engine SUMMARY product over ``heat`` whose revalidated readbacks feed
+  the HUD (min / max / mean);
+* ``demo/hotspots``    an *append* output of tiles above a threshold (float_order), counted.
+
+Saving ``assets/demo/colorize.computeShader/colorize.wgsl`` changes the picture on the next
+frame; a broken save keeps the last good program running and shows its diagnostics.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import wgpu
+
+from .. import abi
+from ..assets import AssetLibrary
+from ..engine import Engine, EngineConfig
+from ..engine import fallbacks
+from ..gpu.descriptors import ReadbackPolicy
+from ..gpu.device import get_context
+from ..world import World
+
+__all__ = ["HeatDemo", "Hud", "GRID", "CHUNK"]
+
+GRID = (8, 8)  # chunks (x, y)
+CHUNK = (32, 32)  # tiles (w, h)
+PALETTE = np.array(  # colour stops, evenly spaced over [0, 1] (an inferno-like ramp)
+    [[0.00, 0.00, 0.02, 1], [0.16, 0.04, 0.33, 1], [0.47, 0.11, 0.43, 1], [0.78, 0.22, 0.32, 1],
+     [0.96, 0.47, 0.10, 1], [0.98, 0.80, 0.20, 1], [0.99, 1.00, 0.80, 1]],
+    dtype=np.float32,
+)
+
+
+@dataclass
+class Hud:
+    """What the HUD shows: frame timing, reload generation, diagnostics, applied summaries."""
+
+    frame: int = 0
+    fps: float = 0.0
+    frame_ms: float = 0.0
+    generation: int = 0
+    diagnostics: str | None = None
+    heat_min: float = 0.0
+    heat_max: float = 0.0
+    heat_mean: float = 0.0
+    summaries_applied: int = 0
+    summaries_stale: int = 0
+    hotspots: int = 0
+    paused: bool = False
+    cpu_fallbacks: int = 0
+    _times: list = field(default_factory=list, repr=False)
+
+    def title(self) -> str:
+        text = (f"engine_plugin demo  {self.fps:5.1f} fps  {self.frame_ms:5.2f} ms  gen {self.generation}  "
+                f"heat {self.heat_min:.2f}..{self.heat_max:.2f} mean {self.heat_mean:.3f}  hot {self.hotspots}")
+        if self.paused:
+            text += "  [paused]"
+        if self.diagnostics:
+            text += "  | " + self.diagnostics.splitlines()[0]
+        return text
+
+
+class HeatDemo:
+    """The demo game: world, engine, kernels and one ``step()`` a frame."""
+
+    def __init__(self, assets: str = "assets", cache: str = "cache", *, device: Any = None,
+                 out_size: tuple[int, int] = (512, 512), pixel_order: str = "rgba", watch: bool = False,
+                 stencil: str = "cross"):
+        self.ctx = get_context(device)
+        self.out_w, self.out_h = out_size
+        self.pixel_order = pixel_order
+        self.stencil = stencil
+        self.library = AssetLibrary(assets, cache, device=self.ctx)
+        self.world = World(CHUNK[::-1], {"heat": np.float32, "source": np.float32}, max_chunks=GRID[0] * GRID[1])
+        for key in range(GRID[0] * GRID[1]):
+            self.world.add(key)
+        # Per-field revalidation: heaters move every frame, and a heat summary stays true when
+        # only `source` changed under it.
+        self.engine = Engine(self.world, self.library, config=EngineConfig(revalidate="fields"))
+        self.hud = Hud()
+        self._summary = self.engine.register_product(
+            "engine/summary.computeShader", spec={"T": "f32"}, fields={"src": "heat"},
+            policy=ReadbackPolicy.SUMMARY, apply=self._apply_summary, cpu_fallback=fallbacks.summary,
+        )
+        self._chunk_stats: dict[int, np.ndarray] = {}
+        self.step_ref = self.library.load("demo/heat_step.computeShader")
+        self.color_ref = self.library.load("demo/colorize.computeShader")
+        self.hot_ref = self.library.load("demo/hotspots.computeShader")
+        self.palette = abi.table({"color": PALETTE}, device=self.ctx)
+        tiles = GRID[0] * GRID[1] * CHUNK[0] * CHUNK[1]
+        usage = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC | wgpu.BufferUsage.COPY_DST
+        self.scratch = self.ctx.device.create_buffer(size=tiles * 4, usage=usage, label="heat scratch")
+        self.pixels = self.ctx.device.create_buffer(size=self.out_w * self.out_h * 4, usage=usage, label="pixels")
+        self._hot_output = None
+        self.frame_index = 0
+        self.paused = False
+        if watch:
+            self.library.watch()
+        self.reset()
+
+    # -- game logic (authoritative, CPU) ------------------------------------------------------
+    def reset(self) -> None:
+        """Cold world: heat zero everywhere; heaters back at their starting places."""
+        zeros = np.zeros(CHUNK[::-1], np.float32)
+        for key in range(GRID[0] * GRID[1]):
+            self.world.write(key, "heat", zeros)
+        self.frame_index = 0
+        self._place_heaters()
+
+    def _place_heaters(self) -> None:
+        """Three heaters orbiting the middle, as a function of the frame index (deterministic)."""
+        h, w = GRID[1] * CHUNK[1], GRID[0] * CHUNK[0]
+        yy, xx = np.mgrid[0:h, 0:w].astype(np.float32)
+        field_ = np.zeros((h, w), np.float32)
+        t = self.frame_index * 0.02
+        for k in range(3):
+            angle = t * (1.0 + 0.3 * k) + k * 2.0944
+            cx = w / 2 + math.cos(angle) * w * (0.18 + 0.08 * k)
+            cy = h / 2 + math.sin(angle) * h * (0.18 + 0.08 * k)
+            field_ += np.float32(0.08) * np.exp(-((xx - cx) ** 2 + (yy - cy) ** 2) / np.float32(60.0)).astype(np.float32)
+        for cy_ in range(GRID[1]):
+            for cx_ in range(GRID[0]):
+                block = field_[cy_ * CHUNK[1]:(cy_ + 1) * CHUNK[1], cx_ * CHUNK[0]:(cx_ + 1) * CHUNK[0]]
+                self.world.write(cy_ * GRID[0] + cx_, "source", block)
+
+    def _apply_summary(self, result: Any) -> None:
+        for key, record in zip(result.keys, np.asarray(result.records)):
+            self._chunk_stats[key] = np.array(record, dtype=np.float32)
+        if self._chunk_stats:
+            stats = np.stack(list(self._chunk_stats.values()))
+            self.hud.heat_min = float(stats[:, 0].min())
+            self.hud.heat_max = float(stats[:, 1].max())
+            self.hud.heat_mean = float(stats[:, 2].mean())
+
+    # -- one frame ----------------------------------------------------------------------------
+    def step(self) -> Hud:
+        """Game logic, ``engine.frame()``, then the GPU heat step and colouring."""
+        t0 = time.perf_counter()
+        if not self.paused:
+            self._place_heaters()
+        stats = self.engine.frame()
+        heat = self.engine.field_buffer("heat")
+        source = self.engine.field_buffer("source")
+        if heat is not None and source is not None:
+            if not self.paused:
+                self._heat_step(heat, source)
+                self.engine.invalidate(self._summary)  # heat changed on the GPU: summarise again
+            self._colorize(heat)
+            if self.frame_index % 15 == 0:
+                self._hotspots(heat)
+        if not self.paused:
+            self.frame_index += 1
+        hud = self.hud
+        hud.frame = self.frame_index
+        hud.paused = self.paused
+        hud.summaries_applied += stats.readbacks_applied
+        hud.summaries_stale += stats.readbacks_stale
+        hud.cpu_fallbacks += stats.cpu_fallbacks
+        hud.generation = self.color_ref.generation
+        hud.diagnostics = self.color_ref.diagnostics or self.step_ref.diagnostics
+        dt = time.perf_counter() - t0
+        hud._times.append(time.perf_counter())
+        hud._times[:] = hud._times[-30:]
+        if len(hud._times) > 1:
+            hud.fps = (len(hud._times) - 1) / max(hud._times[-1] - hud._times[0], 1e-9)
+        hud.frame_ms = dt * 1e3
+        return hud
+
+    def _grid_params(self) -> dict:
+        return {"grid_w": GRID[0], "chunk_w": CHUNK[0], "chunk_h": CHUNK[1]}
+
+    def _heat_step(self, heat: Any, source: Any) -> None:
+        variant = self.step_ref.program().variant(specialize={"STENCIL": self.stencil})
+        n = heat.size // 4
+        variant.run(n, inputs={"heat": heat, "source": source}, outputs={"next": self.scratch},
+                    params={**self._grid_params(), "grid_h": GRID[1], "rate": 0.6, "cooling": 0.004})
+        enc = self.ctx.device.create_command_encoder()
+        enc.copy_buffer_to_buffer(self.scratch, 0, heat, 0, n * 4)
+        self.ctx.queue.submit([enc.finish()])
+
+    def _colorize(self, heat: Any) -> None:
+        variant = self.color_ref.program().variant(specialize={"ORDER": self.pixel_order}, columns={"palette": ["color"]})
+        variant.run(self.out_w * self.out_h, inputs={"field": heat, "palette": self.palette}, outputs={"pixels": self.pixels},
+                    params={**self._grid_params(), "out_w": self.out_w, "out_h": self.out_h, "lo": 0.0, "hi": 1.0})
+
+    def _hotspots(self, heat: Any) -> None:
+        if self._hot_output is not None:
+            # Last round's counter: 15 frames old and long finished, so this read does not stall.
+            self.hud.hotspots = self._hot_output.count
+        variant = self.hot_ref.program().variant()
+        self._hot_output = variant.run(heat.size // 4, inputs={"heat": heat}, params={"threshold": 0.6}).outputs["hot"]
+
+    # -- output -------------------------------------------------------------------------------
+    def read_pixels(self) -> np.ndarray:
+        """The last coloured frame as an (h, w, 4) uint8 array, RGBA order."""
+        words = abi.read(self.pixels, as_u32=True)[: self.out_w * self.out_h]
+        img = words.view(np.uint8).reshape(self.out_h, self.out_w, 4).copy()
+        if self.pixel_order == "bgra":
+            img[..., [0, 2]] = img[..., [2, 0]]
+        return img
+
+    def snapshot(self, path: str) -> str:
+        from PIL import Image
+
+        Image.fromarray(self.read_pixels(), "RGBA").save(path)
+        return path
+
+    def close(self) -> None:
+        self.engine.close()
+        self.library.close()

@@ -1,0 +1,55 @@
+"""The headless demo: N frames, frame statistics (a live line on a terminal), a PNG snapshot."""
+
+from __future__ import annotations
+
+import statistics
+import sys
+import time
+from typing import Any
+
+__all__ = ["run_headless"]
+
+
+def run_headless(demo: Any, frames: int, snapshot: str | None = None, *, out: Any = None) -> dict:
+    """Run ``frames`` frames of ``demo``; answers a summary dict (and writes the snapshot)."""
+    from rich.console import Console
+
+    console = Console(file=out or sys.stdout)
+    times = []
+    live = console.is_terminal
+    t_start = time.perf_counter()
+    for i in range(frames):
+        t0 = time.perf_counter()
+        hud = demo.step()
+        times.append(time.perf_counter() - t0)
+        time.sleep(0)  # let wgpu's poll thread deliver readbacks (WGPU_NOTES: GIL)
+        if live:
+            console.print(f"\r{hud.title()}", end="", soft_wrap=True, highlight=False)
+        elif (i + 1) % 100 == 0 or i + 1 == frames:
+            console.print(f"frame {i + 1}/{frames}: {hud.title()}", highlight=False, soft_wrap=True)
+    if live:
+        console.print()
+    wall = time.perf_counter() - t_start
+    ms = sorted(t * 1e3 for t in times)
+    summary = {
+        "frames": frames,
+        "wall_s": wall,
+        "fps": frames / wall if wall else 0.0,
+        "frame_ms_p50": statistics.median(ms) if ms else 0.0,
+        "frame_ms_p95": ms[int(0.95 * (len(ms) - 1))] if ms else 0.0,
+        "summaries_applied": demo.hud.summaries_applied,
+        "summaries_stale": demo.hud.summaries_stale,
+        "cpu_fallbacks": demo.hud.cpu_fallbacks,
+        "heat": (demo.hud.heat_min, demo.hud.heat_max, demo.hud.heat_mean),
+        "hotspots": demo.hud.hotspots,
+    }
+    if snapshot:
+        demo.snapshot(snapshot)
+        summary["snapshot"] = snapshot
+    console.print(
+        f"{frames} frames in {wall:.2f} s ({summary['fps']:.0f} fps); frame p50 {summary['frame_ms_p50']:.2f} ms, "
+        f"p95 {summary['frame_ms_p95']:.2f} ms; summaries applied {summary['summaries_applied']}, "
+        f"stale {summary['summaries_stale']}; CPU fallbacks {summary['cpu_fallbacks']}",
+        highlight=False,
+    )
+    return summary

@@ -1,0 +1,72 @@
+"""The windowed demo: a glfw window (rendercanvas) presenting the coloured field every frame.
+
+The only module that imports glfw. Pixels reach the window by a buffer-to-texture copy into
+the surface texture: no render pipeline, and the window shows exactly the bytes a headless
+snapshot writes. Keys: space pauses, R resets the world, Esc quits.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import wgpu
+
+__all__ = ["run_window"]
+
+
+def run_window(demo_factory: Any, frames: int | None = None, *, size: tuple[int, int] = (512, 512),
+               on_frame: Any = None) -> int:
+    """Open a window and run the demo until Esc (or ``frames`` frames); answers frames shown."""
+    from rendercanvas.glfw import RenderCanvas, loop
+
+    canvas = RenderCanvas(size=size, title="engine_plugin demo", update_mode="continuous", max_fps=240, vsync=False)
+    context = canvas.get_context("wgpu")
+    demo = demo_factory(pixel_order="bgra" if "bgra" in _format(context) else "rgba")
+    fmt = _format(context, demo.ctx.adapter)
+    context.configure(device=demo.ctx.device, format=fmt, usage=wgpu.TextureUsage.RENDER_ATTACHMENT | wgpu.TextureUsage.COPY_DST)
+    shown = [0]
+    last_title = [0.0]
+
+    @canvas.add_event_handler("key_down")
+    def on_key(event: dict) -> None:
+        key = str(event.get("key", "")).lower()
+        if key == " ":
+            demo.paused = not demo.paused
+        elif key == "r":
+            demo.reset()
+        elif key == "escape":
+            canvas.close()
+
+    def draw() -> None:
+        hud = demo.step()
+        texture = context.get_current_texture()
+        w, h = min(texture.size[0], demo.out_w), min(texture.size[1], demo.out_h)
+        encoder = demo.ctx.device.create_command_encoder()
+        encoder.copy_buffer_to_texture(
+            {"buffer": demo.pixels, "offset": 0, "bytes_per_row": demo.out_w * 4, "rows_per_image": demo.out_h},
+            {"texture": texture}, (w, h, 1),
+        )
+        demo.ctx.queue.submit([encoder.finish()])
+        shown[0] += 1
+        now = time.perf_counter()
+        if now - last_title[0] > 0.1 or hud.diagnostics:
+            canvas.set_title(hud.title())
+            last_title[0] = now
+        if on_frame is not None:
+            on_frame(demo, shown[0])
+        if frames is not None and shown[0] >= frames:
+            canvas.close()
+
+    canvas.request_draw(draw)
+    try:
+        loop.run()
+    finally:
+        demo.close()
+    return shown[0]
+
+
+def _format(context: Any, adapter: Any = None) -> str:
+    from ..gpu.device import get_context
+
+    return context.get_preferred_format(adapter or get_context().adapter)
