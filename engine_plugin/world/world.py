@@ -63,7 +63,10 @@ class World:
         self._free: list[int] = list(range(self.max_chunks))  # already a heap
         self._version: dict[int, int] = {}
         self._clock = 0
-        self._dirty: set[tuple[int, str]] = set()
+        # Dirty flags and content versions by slot, as numpy arrays: the uploader reads a frame's
+        # dirty chunks and their versions with a few vector operations, not a Python loop.
+        self._dirty_mask: dict[str, np.ndarray] = {name: np.zeros(self.max_chunks, dtype=bool) for name in self._fields}
+        self._slot_version = np.zeros(self.max_chunks, dtype=np.int64)
         self._editing: set[int] = set()
 
     # ---- declarations ----------------------------------------------------------------
@@ -115,7 +118,7 @@ class World:
         for name, rw in self._rw.items():
             # A reused slot still holds the evicted chunk's data: always overwrite it.
             rw[slot] = converted.get(name, 0)
-            self._dirty.add((key, name))
+            self._dirty_mask[name][slot] = True
         self._slot_of[key] = slot
         self._key_at[slot] = key
         self._bump(key)
@@ -133,8 +136,9 @@ class World:
         del self._version[key]
         self._key_at[slot] = None
         heapq.heappush(self._free, slot)
-        for name in self._fields:
-            self._dirty.discard((key, name))
+        for mask in self._dirty_mask.values():
+            mask[slot] = False
+        self._slot_version[slot] = 0
         self._clock += 1  # eviction is a change of the world, if not of a live chunk
         return slot
 
@@ -168,6 +172,7 @@ class World:
     def _bump(self, key: int) -> int:
         self._clock += 1
         self._version[key] = self._clock
+        self._slot_version[self._slot_of[key]] = self._clock
         return self._clock
 
     # ---- reading ---------------------------------------------------------------------
@@ -202,7 +207,7 @@ class World:
         """
         slot = self._mutable_slot(key)
         self._rw[name][slot] = self._convert(name, values)
-        self._dirty.add((key, name))
+        self._dirty_mask[name][self._slot_of[key]] = True
         return self._bump(key)
 
     def set_tile(self, key: int, name: str, tile: tuple[int, ...], value: Any) -> int:
@@ -216,7 +221,7 @@ class World:
         ):
             raise WorldError(f"tile {tile!r} is outside chunk shape {self.chunk_shape}")
         self._rw[name][(slot, *idx)] = _cast(np.asarray(value), spec, name, ())
-        self._dirty.add((key, name))
+        self._dirty_mask[name][self._slot_of[key]] = True
         return self._bump(key)
 
     @contextmanager
@@ -245,7 +250,7 @@ class World:
         if taken:
             for name, arr in taken.items():
                 self._rw[name][slot] = arr
-                self._dirty.add((key, name))
+                self._dirty_mask[name][self._slot_of[key]] = True
             self._bump(key)
 
     def _mutable_slot(self, key: int) -> int:
@@ -267,31 +272,45 @@ class World:
 
     def dirty(self, name: str | None = None) -> list[tuple[int, str]]:
         """The dirty (chunk key, field) pairs, sorted by field declaration order then slot."""
-        if name is not None:
-            self.field(name)
-        return sorted(
-            (p for p in self._dirty if name is None or p[1] == name),
-            key=lambda p: (self._fields[p[1]].index, self._slot_of[p[0]]),
-        )
+        names = [self.field(name).name] if name is not None else list(self._fields)
+        key_at = self._key_at
+        return [(key_at[slot], n) for n in names for slot in np.flatnonzero(self._dirty_mask[n]).tolist()]  # type: ignore[misc]
 
     def is_dirty(self, key: int, name: str) -> bool:
-        return (key, name) in self._dirty
+        slot = self._slot_of.get(key)
+        return slot is not None and bool(self._dirty_mask[self.field(name).name][slot])
 
     def take_dirty(self, name: str | None = None) -> list[tuple[int, str]]:
         """Answer ``dirty(name)`` and clear those entries (the uploader's call)."""
         found = self.dirty(name)
-        self._dirty.difference_update(found)
+        for n in [name] if name is not None else list(self._fields):
+            self._dirty_mask[n][:] = False
         return found
+
+    def take_dirty_slots(self, name: str) -> np.ndarray:
+        """Sorted slots of the chunks whose field ``name`` is dirty; clears them."""
+        mask = self._dirty_mask[self.field(name).name]
+        slots = np.flatnonzero(mask)
+        mask[slots] = False
+        return slots
+
+    def slot_versions(self, slots: Any) -> np.ndarray:
+        """Content versions of the chunks in ``slots`` (0 for a free slot)."""
+        return self._slot_version[slots]
+
+    def keys_at(self, slots: Any) -> list[int]:
+        """The chunk keys in ``slots`` (None for a free slot)."""
+        key_at = self._key_at
+        return [key_at[s] for s in np.asarray(slots).tolist()]  # type: ignore[misc]
 
     def mark_dirty(self, key: int | None = None, name: str | None = None) -> None:
         """Mark fields dirty without changing data (e.g. to re-upload after a new device)."""
         keys = [key] if key is not None else list(self._slot_of)
         names = [name] if name is not None else list(self._fields)
         for k in keys:
-            self.slot(k)
+            slot = self.slot(k)
             for n in names:
-                self.field(n)
-                self._dirty.add((k, n))
+                self._dirty_mask[self.field(n).name][slot] = True
 
     def _edit_field(self, slot: int, name: str) -> np.ndarray:
         self.field(name)
