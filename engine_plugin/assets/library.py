@@ -236,7 +236,9 @@ class AssetLibrary:
 
     # -- references ------------------------------------------------------------------------
     def _context(self) -> Any:
-        if self._ctx is None:
+        # After a device loss the old context is dead: compile reloads on the new default one
+        # (a caller-owned device stays the caller's to replace).
+        if self._ctx is None or (self._ctx.lost and self.device is None):
             from ..gpu.device import get_context
 
             self._ctx = get_context(self.device)
