@@ -252,4 +252,4 @@ def bench_bandwidth(opts) -> Result:
                   extra={"copy_gbs": copy, "bytes": nbytes})
 
 
-from . import engine_cases  # noqa: E402,F401  (registers engine_frame, engine_upload)
+from . import engine_cases, latency_cases  # noqa: E402,F401  (register the engine and latency cases)
