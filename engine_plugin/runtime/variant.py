@@ -100,6 +100,9 @@ class Variant:
         self._no_domain: Any = None
         self._last_pages: Any = None
         self._sizes: dict[tuple, int] = {}
+        self._repeat: tuple | None = None
+        # Kernels whose every binding is an input, output, table or append can take the repeat path.
+        self._repeatable = not lowered.columns and all(s.role in ("input", "output", "append", "table", "inout") for s in lowered.host_slots)
         self._max_binding = self.ctx.limit("max-storage-buffer-binding-size")
         self._max_groups = self.ctx.limit("max-compute-workgroups-per-dimension")
         self._invocations = lowered.workgroup[0] * lowered.workgroup[1] * lowered.workgroup[2]
@@ -250,6 +253,10 @@ class Variant:
         Raises:
             DispatchError: before anything is submitted, naming the binding and its line.
         """
+        if outputs is None and domain_count is None and self._repeat is not None:
+            done = self._run_repeat(n, inputs, params)
+            if done is not None:
+                return done
         inputs = inputs if inputs is not None else {}
         outputs = outputs if outputs is not None else {}
         self._last_pages = None  # page placement is resolved afresh each run
@@ -329,6 +336,8 @@ class Variant:
             fixed[field_name] = lengths[name]
         data = self._packer.pack(user_params, fixed)
         bind_group = self._bind_group(bound)
+        if self._repeatable and not outputs and domain_count is None and not temps:
+            self._remember(n, inputs, params, bound, result, data, groups)
         batch = current_batch()
         if batch is not None:
             batch.add(self, data, bind_group, groups, counters_to_clear, temps)
@@ -338,6 +347,53 @@ class Variant:
             submit_records(self.ctx, [(self.compiled.pipeline, bind_group, offset, groups, counters_to_clear)])
             for buf in temps:
                 self._pool.give(buf)
+        self.runs += 1
+        return Run(result, n, groups, self)
+
+    # -- the repeat path ---------------------------------------------------------------------
+    # A game calls the same kernel every frame with the same buffers and params. When a call
+    # matches the last fully checked one (same n, the very same input objects, equal params),
+    # everything that was validated and derived then still holds: only outputs are allocated
+    # afresh, and the params bytes, sizes and bound inputs are reused.
+
+    def _remember(self, n: int, inputs: Mapping[str, Any], params: Any, bound: dict, result: dict, data: bytes, groups: tuple) -> None:
+        outs = {s.binding for s in self.lowered.host_slots if s.role in ("output", "append")}
+        outs |= {s.counter_binding for s in self.lowered.host_slots if s.role == "append"}
+        sizes = [(slot, result[slot.name].capacity) for slot, _, _ in self._output_slots]
+        self._repeat = (
+            n, tuple(inputs.items()), dict(params) if params else None,
+            {i: b for i, b in bound.items() if i not in outs}, sizes, data, groups,
+        )
+
+    def _run_repeat(self, n: Any, inputs: Any, params: Any) -> Run | None:
+        rn, rin, rparams, rbound, sizes, data, groups = self._repeat  # type: ignore[misc]
+        try:
+            if n != rn or bool((params or None) != rparams):
+                return None
+        except (ValueError, TypeError):  # params holding arrays compare elementwise: check fully
+            return None
+        items = tuple(inputs.items()) if inputs else ()
+        if len(items) != len(rin):
+            return None
+        for (k, v), (rk, rv) in zip(items, rin):
+            if k != rk or v is not rv:
+                return None
+        bound = dict(rbound)
+        result: dict[str, Output] = {}
+        clears: list = []
+        for slot, size in sizes:
+            result[slot.name] = self._allocate(slot, size, None, n, None, clears, bound)
+        for slot in self._inout_slots:
+            b = bound[slot.binding]
+            result[slot.name] = Output(b.buffer, b.count, slot.value_type, name=slot.name, count=b.count, bits=slot.bits)
+        bind_group = self._bind_group(bound)
+        batch = current_batch()
+        if batch is not None:
+            batch.add(self, data, bind_group, groups, clears, [])
+        else:
+            offset = self._ring.take()
+            self.ctx.queue.write_buffer(self._ring.buffer, offset, data)
+            submit_records(self.ctx, [(self.compiled.pipeline, bind_group, offset, groups, clears)])
         self.runs += 1
         return Run(result, n, groups, self)
 

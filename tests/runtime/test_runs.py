@@ -217,3 +217,19 @@ def test_a_batch_longer_than_the_params_ring_keeps_every_runs_own_params():
         got = abi.read(runs[k].outputs["dst"])
         assert got.shape == (k + 1,)
         np.testing.assert_array_equal(got, src[: k + 1] * 2)
+
+
+def test_a_repeated_call_with_the_same_buffers_reuses_its_checks_but_not_its_outputs(gpu):
+    import wgpu
+
+    variant = make("t/double_live", DOUBLE_LIVE_YAML, DOUBLE_LIVE_WGSL)
+    buf = gpu.device.create_buffer_with_data(data=np.arange(32, dtype=np.float32), usage=wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_DST | wgpu.BufferUsage.COPY_SRC)
+    first = variant.run(n=32, inputs={"src": buf})
+    second = variant.run(n=32, inputs={"src": buf})  # the repeat path
+    assert first.outputs["dst"].buffer is not second.outputs["dst"].buffer  # both held: distinct outputs
+    gpu.queue.write_buffer(buf, 0, np.full(32, 5.0, np.float32))  # new contents, same buffer
+    third = variant.run(n=32, inputs={"src": buf})
+    np.testing.assert_array_equal(abi.read(first.outputs["dst"]), np.arange(32, dtype=np.float32) * 2)
+    np.testing.assert_array_equal(abi.read(third.outputs["dst"]), np.full(32, 10.0, np.float32))
+    smaller = variant.run(n=16, inputs={"src": buf})  # a different n is checked afresh
+    assert smaller.outputs["dst"].count == 16
