@@ -101,6 +101,7 @@ class Variant:
         self._last_pages: Any = None
         self._sizes: dict[tuple, int] = {}
         self._repeat: tuple | None = None
+        self._repeat_group: tuple | None = None
         # Kernels whose every binding is an input, output, table or append can take the repeat path.
         self._repeatable = not lowered.columns and all(s.role in ("input", "output", "append", "table", "inout") for s in lowered.host_slots)
         self._max_binding = self.ctx.limit("max-storage-buffer-binding-size")
@@ -360,6 +361,7 @@ class Variant:
         outs = {s.binding for s in self.lowered.host_slots if s.role in ("output", "append")}
         outs |= {s.counter_binding for s in self.lowered.host_slots if s.role == "append"}
         sizes = [(slot, result[slot.name].capacity) for slot, _, _ in self._output_slots]
+        self._repeat_group = None
         self._repeat = (
             n, tuple(inputs.items()), dict(params) if params else None,
             {i: b for i, b in bound.items() if i not in outs}, sizes, data, groups,
@@ -381,12 +383,20 @@ class Variant:
         bound = dict(rbound)
         result: dict[str, Output] = {}
         clears: list = []
+        owned: list = []
         for slot, size in sizes:
             result[slot.name] = self._allocate(slot, size, None, n, None, clears, bound)
+            owned.append(bound[slot.binding].buffer)
         for slot in self._inout_slots:
             b = bound[slot.binding]
             result[slot.name] = Output(b.buffer, b.count, slot.value_type, name=slot.name, count=b.count, bits=slot.bits)
-        bind_group = self._bind_group(bound)
+        # The pool hands back the buffers the last (dropped) run released: same buffers, same group.
+        last = self._repeat_group
+        if last is not None and len(last[0]) == len(owned) and all(a is b for a, b in zip(last[0], owned)):
+            bind_group = last[1]
+        else:
+            bind_group = self._bind_group(bound)
+            self._repeat_group = (owned, bind_group)
         batch = current_batch()
         if batch is not None:
             batch.add(self, data, bind_group, groups, clears, [])
