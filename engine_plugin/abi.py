@@ -57,7 +57,11 @@ def evaluate(text: str, vars: Mapping[str, float] | None = None, lengths: Mappin
 
 
 def compile(key: str, lowered: Lowered, label: str | None = None, device: Any = None) -> str:
-    """Compile a lowered variant once per device; answers its dispatch key."""
+    """Compile a lowered variant once per device; answers its dispatch key.
+
+    The dispatch key is the lowered variant's content fingerprint (``key`` only labels the GPU
+    objects), so the same lowered source under two keys compiles once.
+    """
     return _compile_lowered(lowered, label=label or key, device=device).key
 
 

@@ -27,8 +27,9 @@ from typing import Any, Callable, Iterator, Mapping
 from ..cache import DEFAULT_MAX_BYTES, USAGE_FILE, UsageLog, VariantCache
 from ..errors import AssetError, PluginError, Span, bug
 from ..lowering import Lowered, VariantSpec, parse
+from ..gpu.device import get_context
 from ..runtime.compile import compile_lowered
-from ..runtime.program import Program, program
+from ..runtime.program import Program, adopt_program, program, registered_program
 from .folder import ASSET_SUFFIX, AssetSource, read_asset_folder
 from .reload import BODY, LAYOUT, Prepared, ReloadEvent, ReloadFailure, Unsettled, carry_spec, plan_signature, prepare
 from .watcher import ReloadService
@@ -416,7 +417,11 @@ class AssetLibrary:
             # shader leaves the live program (and the program registry) as they were.
             for spec, lowered in prepared.lowered.items():
                 compile_lowered(lowered, label=f"{ref.path} {spec.label()}", device=ctx)
-            new = program(ref.path, schema, src.wgsl_text, wgsl_path=src.wgsl_path, device=ctx, store=ref._store)
+            standing = registered_program(ref.path, ctx)
+            if standing is not None and standing.same_content(schema, src.wgsl_text, src.wgsl_path):
+                new = standing
+            else:  # built privately; it stands under the key only once every variant compiled
+                new = Program(ref.path, schema, src.wgsl_text, wgsl_path=src.wgsl_path, ctx=get_context(ctx), store=ref._store)
             carried = dict(prepared.carried)
             if old is not None:
                 for old_spec in old.variants:  # made after the worker read the asset
@@ -428,6 +433,7 @@ class AssetLibrary:
                 recompiled.append(new_spec)
         except PluginError as exc:
             return self._fail(ref, exc, prepared)
+        adopt_program(new)
 
         old_variants = old.variants if old is not None else {}
         new_variants = new.variants

@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from .backend import ReadbackResult, ReadbackStatus
+from .mapping import map_submitted
 from .readback import PromiseWaiter, ReadbackRequest, ReadbackTracker, settled
 
 __all__ = ["ReadbackRing", "map_submitted"]
@@ -34,21 +35,6 @@ log = logging.getLogger("engine_plugin.gpu")
 
 # wgpu's flag values (WebGPU spec): MAP_READ and COPY_DST usage, MapMode.READ.
 _MAP_READ, _COPY_DST, _MAP_MODE_READ = 0x0001, 0x0008, 0x0001
-
-
-# wgpu-py's map_async(READ) first submits an empty command buffer (a workaround for mapping a
-# buffer no submission touched yet); on lavapipe every submit waits for the previous one, so
-# that would bill the GPU work to the frame. Staging copies are always submitted before their
-# map: the case wgpu-py's own queue.read_buffer maps with this internal mode.
-_MAP_MODE_READ_SUBMITTED = "READ_NOSYNC"
-
-
-def map_submitted(staging: Any, size: int) -> Any:
-    """Start mapping a staging buffer whose copy is already submitted (see above)."""
-    try:
-        return staging.map_async(_MAP_MODE_READ_SUBMITTED, 0, size)
-    except (KeyError, ValueError, TypeError):  # a wgpu-py without the internal mode
-        return staging.map_async(_MAP_MODE_READ, 0, size)
 
 
 class ReadbackRing:

@@ -149,6 +149,8 @@ class _Parser:
 
     def ident(self, node: Any, what: str) -> str:
         v = self.value(node)
+        if isinstance(v, bool):
+            raise self.error(node, f"{what} must be an identifier, but YAML reads {node.value!r} as {v}; quote it: '{node.value}'")
         if not isinstance(v, str) or not _IDENT_RE.match(v):
             raise self.error(node, f"{what} must be an identifier (letters, digits, _), found {self._describe(node)}")
         if v in WGSL_KEYWORDS or v.startswith("zero_") or v.startswith("__") or v.startswith("col_"):

@@ -8,7 +8,7 @@ power of two so a dispatch whose ``n`` wobbles still hits the pool, wasting at m
 from __future__ import annotations
 
 import threading
-from collections import defaultdict
+from collections import defaultdict, deque
 from typing import Any
 
 import wgpu
@@ -38,12 +38,18 @@ class BufferPool:
         self.ctx = ctx
         self._free: dict[tuple[int, int], list[Any]] = defaultdict(list)
         self._lock = threading.Lock()
+        # Buffers come back from weakref callbacks, which the garbage collector may run inside
+        # take() on this very thread: they land in a lock-free deque that take() drains.
+        self._returned: deque = deque()
         self.created = 0
         self.reused = 0
 
     def take(self, nbytes: int, usage: int = STORAGE_USAGE, label: str = "engine_plugin") -> Any:
         size = size_class(nbytes)
         with self._lock:
+            while self._returned:
+                buffer, returned_usage = self._returned.popleft()
+                self._free[(buffer.size, returned_usage)].append(buffer)
             free = self._free.get((size, usage))
             if free:
                 self.reused += 1
@@ -55,12 +61,11 @@ class BufferPool:
         """Return a buffer; GPU work already submitted that uses it still runs in queue order."""
         if self.ctx.lost:
             return
-        with self._lock:
-            self._free[(buffer.size, usage)].append(buffer)
+        self._returned.append((buffer, usage))
 
     @property
     def free_count(self) -> int:
-        return sum(len(v) for v in self._free.values())
+        return sum(len(v) for v in self._free.values()) + len(self._returned)
 
 
 def pool_for(ctx: DeviceContext) -> BufferPool:

@@ -20,9 +20,6 @@ from ..lowering.types import ValueType
 __all__ = ["Output", "read", "read_words"]
 
 
-_staging: dict[int, dict[int, list]] = {}  # id(device) -> size class -> free MAP_READ buffers
-
-
 def read_words(buffer: Any, offset: int = 0, size: int | None = None, device: Any = None) -> memoryview:
     """Copy ``size`` bytes of ``buffer`` back to the CPU, waiting for the GPU (not for frame paths).
 
@@ -34,19 +31,21 @@ def read_words(buffer: Any, offset: int = 0, size: int | None = None, device: An
     size = buffer.size - offset if size is None else size
     if size <= 0:
         return memoryview(b"")
+    from ..gpu.device import get_context
+    from ..gpu.mapping import map_submitted
     from .buffers import size_class
 
     dev = device or buffer._device
     padded = (size + 3) & ~3
     cls = size_class(padded)
-    free = _staging.setdefault(id(dev), {}).setdefault(cls, [])
+    # Pooled per device context, so a lost device drops its staging buffers with it.
+    free = get_context(dev).cache("read staging").setdefault(cls, [])
     staging = free.pop() if free else dev.create_buffer(size=cls, usage=wgpu.BufferUsage.MAP_READ | wgpu.BufferUsage.COPY_DST, label="read staging")
     encoder = dev.create_command_encoder()
     encoder.copy_buffer_to_buffer(buffer, offset, staging, 0, min(padded, buffer.size - offset))
     dev.queue.submit([encoder.finish()])
-    # READ_NOSYNC: wgpu-py skips its own device poll before mapping; the submit above already
-    # ordered the copy, and sync_wait polls until the map resolves.
-    staging.map_async("READ_NOSYNC", 0, cls).sync_wait()
+    # The copy is already submitted: map without wgpu-py's extra submit (see gpu/ring.py).
+    map_submitted(staging, cls).sync_wait()
     try:
         data = staging.read_mapped(0, padded, copy=True)
     finally:

@@ -46,6 +46,7 @@ class ParamsPacker:
             hash(fingerprint)
         except TypeError:
             fingerprint = None
+            self._checked = None  # nothing cached may match an unhashable set of params
         if fingerprint is not None and fingerprint == self._checked:
             return params
         unknown = [k for k in params if k not in self.user_names]

@@ -16,7 +16,7 @@ from ..lowering.fingerprint import variant_key
 from .compile import compile_lowered
 from .variant import Variant
 
-__all__ = ["Program", "program", "LoweredStore", "lowering_count", "registered_program"]
+__all__ = ["Program", "program", "adopt_program", "LoweredStore", "lowering_count", "registered_program"]
 
 _programs: dict[tuple[str, int], "Program"] = {}
 _lock = threading.RLock()
@@ -111,6 +111,14 @@ def program(
             return found
         made = _programs[reg_key] = Program(key, schema, wgsl, wgsl_path=wgsl_path, ctx=ctx, store=store)
         return made
+
+
+def adopt_program(made: Program) -> Program:
+    """Stand ``made`` (built privately, e.g. by a reload that compiled every variant first)
+    under its key, replacing whatever stood there."""
+    with _lock:
+        _programs[(made.key, id(made.ctx))] = made
+    return made
 
 
 def registered_program(key: str, device: Any = None) -> Program | None:

@@ -98,6 +98,7 @@ class Variant:
         self._ring = _ParamsRing(self.ctx.device, lowered.params.size, self.ctx.limit("min-uniform-buffer-offset-alignment"))
         self._bind_groups: "OrderedDict[tuple, Any]" = OrderedDict()
         self._no_domain: Any = None
+        self._int_domain: Any = None
         self._last_pages: Any = None
         self._sizes: dict[tuple, int] = {}
         self._repeat: tuple | None = None
@@ -140,7 +141,7 @@ class Variant:
     def _resolve_input(self, slot: HostSlot, value: Any, temps: list) -> _Bound:
         vt = slot.value_type
         if isinstance(value, Output):
-            if value.element.scalar != vt.scalar and not slot.bits and value.element.lanes == vt.lanes:
+            if value.element.scalar != vt.scalar and not slot.bits:
                 raise self._slot_error(
                     slot,
                     f"input {slot.name!r} is {vt.wgsl} but the chained output {value.name!r} holds {value.element.wgsl}; "
@@ -187,8 +188,11 @@ class Variant:
         if isinstance(value, wgpu.GPUBuffer):
             return _Bound(value, 1), None, None
         if isinstance(value, (int, np.integer)) and value >= 0:
-            buf = self.ctx.device.create_buffer_with_data(data=np.array([value, 0, 0, 0], dtype="<u4"), usage=STORAGE_USAGE)
-            return _Bound(buf, 1), int(value), None
+            # One buffer per variant, rewritten per run: same bind group every time.
+            if self._int_domain is None:
+                self._int_domain = self.ctx.device.create_buffer(size=16, usage=STORAGE_USAGE, label="domain count")
+            self.ctx.queue.write_buffer(self._int_domain, 0, np.array([value, 0, 0, 0], dtype="<u4"))
+            return _Bound(self._int_domain, 1), int(value), None
         raise self._slot_error(slot, f"domain_count {slot.name!r} takes an Output, a GPUBuffer or a count, not {value!r}")
 
     # -- sizes -----------------------------------------------------------------------------
@@ -363,16 +367,13 @@ class Variant:
         sizes = [(slot, result[slot.name].capacity) for slot, _, _ in self._output_slots]
         self._repeat_group = None
         self._repeat = (
-            n, tuple(inputs.items()), dict(params) if params else None,
+            n, tuple(inputs.items()), _params_snapshot(params),
             {i: b for i, b in bound.items() if i not in outs}, sizes, data, groups,
         )
 
     def _run_repeat(self, n: Any, inputs: Any, params: Any) -> Run | None:
         rn, rin, rparams, rbound, sizes, data, groups = self._repeat  # type: ignore[misc]
-        try:
-            if n != rn or bool((params or None) != rparams):
-                return None
-        except (ValueError, TypeError):  # params holding arrays compare elementwise: check fully
+        if n != rn or _params_snapshot(params) != rparams:
             return None
         items = tuple(inputs.items()) if inputs else ()
         if len(items) != len(rin):
@@ -473,6 +474,19 @@ class Variant:
         while len(self._bind_groups) > _BIND_GROUP_CACHE:
             self._bind_groups.popitem(last=False)
         return group
+
+
+def _params_snapshot(params: Any) -> tuple | None:
+    """The params' values copied (lists and arrays as tuples): a caller mutating an array in
+    place between two runs must not match the earlier run."""
+    if not params:
+        return None
+    out = []
+    for k, v in params.items():
+        if isinstance(v, (list, tuple, np.ndarray)):
+            v = tuple(np.asarray(v).reshape(-1).tolist())
+        out.append((k, v))
+    return tuple(out)
 
 
 def _output_order(slots: list[HostSlot]) -> list[tuple[HostSlot, str, str]]:

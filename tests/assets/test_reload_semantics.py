@@ -226,3 +226,25 @@ def test_paths_outside_the_root_or_not_assets_are_refused(asset_root, make_libra
         lib.load("../elsewhere.computeShader")
     with pytest.raises(AssetError, match="computeShader folder"):
         lib.load("k.computeShader/kernel.wgsl")
+
+
+def test_a_reload_failing_in_poll_leaves_the_program_registry_as_it_was(asset_root, make_library):
+    import time
+
+    from engine_plugin.runtime.program import registered_program
+
+    lib = make_library(asset_root)
+    ref = lib.load("k.computeShader")
+    run_scale(ref)  # f32 in use
+    old = ref.program()
+    _save(lib, ref, ref.folder, "bindings.yaml", SCHEMA.replace("[f32, i32, u32]", "[f32, i32]"))
+    deadline = time.monotonic() + 10
+    while lib.pending == 0:  # prepared by the worker, not yet applied
+        assert time.monotonic() < deadline, "the reload was never prepared"
+        time.sleep(0.005)
+    run_scale(ref, T="u32")  # a variant the new schema drops, made after the worker read the asset
+    results = lib.poll()
+    assert results and ref.diagnostics is not None and "u32" in ref.diagnostics
+    assert ref.program() is old
+    assert registered_program(ref.path, lib._context()) is old  # the rejected program never stood
+    assert run_scale(ref, T="u32") == [2, 4, 6, 8]

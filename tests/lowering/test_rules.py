@@ -694,7 +694,9 @@ def test_a_body_declaring_a_generated_name_is_refused_naming_both_lines(decl, or
     assert f"'{name}'" in err.message and origin in err.message
 
 
-def test_a_body_may_shadow_generated_names_inside_functions():
+def test_a_body_may_shadow_generated_names_inside_functions(gpu):
     text = "bindings:\n  - { name: src, kind: buffer, element: f32 }\n"
     body = "@compute @workgroup_size(64)\nfn main(@builtin(global_invocation_id) gid: vec3<u32>) {\n    let src_get = 1u;\n}\n"
-    lower(parse(text), body, {})
+    lowered = lower(parse(text), body, {})
+    assert "let src_get = 1u;" in lowered.source
+    gpu.device.create_shader_module(code=lowered.source)  # WGSL allows the local to shadow the fn

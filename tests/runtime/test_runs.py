@@ -233,3 +233,52 @@ def test_a_repeated_call_with_the_same_buffers_reuses_its_checks_but_not_its_out
     np.testing.assert_array_equal(abi.read(third.outputs["dst"]), np.full(32, 10.0, np.float32))
     smaller = variant.run(n=16, inputs={"src": buf})  # a different n is checked afresh
     assert smaller.outputs["dst"].count == 16
+
+
+PARAM_YAML = """\
+bindings:
+  - { name: src, kind: buffer, access: read, element: f32 }
+  - { name: dst, kind: buffer, access: read_write, element: f32, count: "n" }
+params:
+  - { name: shift, type: vec2<f32> }
+"""
+PARAM_WGSL = """\
+@compute @workgroup_size(64)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
+    let i = zero_index(gid);
+    if (i >= zero_n()) { return; }
+    dst_set(i, src_get(i) + params.shift.x);
+}
+"""
+
+
+def test_params_mutated_in_place_between_two_identical_calls_are_seen(gpu):
+    import wgpu
+
+    variant = make("t/param_off", PARAM_YAML, PARAM_WGSL)
+    buf = gpu.device.create_buffer_with_data(data=np.zeros(8, np.float32), usage=wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC)
+    off = np.array([1.0, 0.0], np.float32)
+    first = variant.run(n=8, inputs={"src": buf}, params={"shift": off})
+    off[0] = 5.0
+    second = variant.run(n=8, inputs={"src": buf}, params={"shift": off})
+    np.testing.assert_array_equal(abi.read(first.outputs["dst"]), np.full(8, 1.0, np.float32))
+    np.testing.assert_array_equal(abi.read(second.outputs["dst"]), np.full(8, 5.0, np.float32))
+
+
+def test_a_chained_output_of_another_scalar_type_is_refused_whatever_its_lanes():
+    from engine_plugin.errors import DispatchError
+
+    bits = make("t/bits", BITS_YAML, BITS_WGSL)
+    u32_out = make("t/index", INDEX_YAML, INDEX_WGSL).run(n=4).outputs["dst"]
+    with pytest.raises(DispatchError, match="holds u32"):
+        bits.run(n=4, inputs={"raw": np.zeros(4, np.float32), "val": u32_out})
+    schema = abi.parse("bindings:\n  - { name: v, kind: buffer, access: read, element: vec2<f32> }\n"
+                       "  - { name: o, kind: buffer, access: read_write, element: i32, count: 'len(v)' }\nworkgroup: 1\n", "t/lanes/bindings.yaml")
+    lanes = abi.program(key="t/lanes", schema=schema, wgsl=INDEX_WGSL.replace("dst_set(i, i)", "o_set(i, i32(v_len()))")).variant()
+    i32_in = abi.parse("bindings:\n  - { name: x, kind: buffer, access: read, element: i32 }\n  - { name: y, kind: buffer, access: read_write, element: i32, count: 'n' }\nworkgroup: 1\n")
+    chained = abi.program(key="t/i32in", schema=i32_in, wgsl=INDEX_WGSL.replace("dst_set(i, i)", "y_set(i, x_get(i))")).variant()
+    vec_out = lanes.run(n=2, inputs={"v": np.ones((2, 2), np.float32)}).outputs["o"]  # i32: allowed
+    chained.run(n=2, inputs={"x": vec_out})
+    f32_vec = make("t/double_live", DOUBLE_LIVE_YAML, DOUBLE_LIVE_WGSL).run(n=4, inputs={"src": np.ones(4, np.float32)}).outputs["dst"]
+    with pytest.raises(DispatchError, match="holds f32"):
+        chained.run(n=2, inputs={"x": f32_vec})

@@ -1,0 +1,37 @@
+"""The engine-plugin command line as a user runs it (subprocess, exit codes and output)."""
+
+import json
+import os
+import subprocess
+import sys
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def cli(*args: str, cwd: str = REPO) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "engine_plugin.cli", *args], cwd=cwd, capture_output=True, text=True, timeout=300)
+
+
+def test_bench_takes_its_own_options_and_writes_json(tmp_path):
+    helped = cli("bench", "--help")
+    assert helped.returncode == 0 and "--quick" in helped.stdout
+    out = tmp_path / "bench.json"
+    done = cli("bench", "lowering", "--quick", "--json", str(out))
+    assert done.returncode == 0, done.stderr
+    report = json.loads(out.read_text())
+    (result,) = report["results"]
+    assert result["name"].startswith("lowering") and result["plugin"] > 0 and report["adapter"]
+
+
+def test_lower_prints_wgsl_and_a_bad_spec_names_the_yaml_line():
+    done = cli("lower", "assets/samples/reference.computeShader", "--spec", "T=f32", "--spec", "FOLD=add")
+    assert done.returncode == 0 and "alias T = f32;" in done.stdout and "fn main(" in done.stdout
+    bad = cli("lower", "assets/samples/reference.computeShader", "--spec", "T=f32", "--spec", "FOLD=nope")
+    assert bad.returncode == 2
+    assert "reference.computeShader/bindings.yaml:9" in bad.stderr and "add, min, max, mean, set" in bad.stderr
+
+
+def test_info_lists_every_sample_asset_with_its_variant_count():
+    done = cli("info", "assets/samples")
+    assert done.returncode == 0
+    assert "reference.computeShader" in done.stdout and "25 variants" in done.stdout and "particles.computeShader" in done.stdout
