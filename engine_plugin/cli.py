@@ -106,6 +106,10 @@ def cmd_cache(args: argparse.Namespace) -> int:
     from .cache import DEFAULT_MAX_BYTES, USAGE_FILE, VariantCache, read_usage
 
     cap = args.max_bytes or DEFAULT_MAX_BYTES
+    if not os.path.isdir(args.cache):
+        # Looking at a cache must not create one: say so instead.
+        print(f"no variant cache at {args.cache} (bake one with: engine-plugin bake ASSETS --cache {args.cache})")
+        return 0 if args.action in ("stats", "clear") else 1
     cache = VariantCache(args.cache, max_bytes=cap)
     if args.action == "stats":
         st = cache.stats(scan=True)

@@ -35,3 +35,10 @@ def test_info_lists_every_sample_asset_with_its_variant_count():
     done = cli("info", "assets/samples")
     assert done.returncode == 0
     assert "reference.computeShader" in done.stdout and "25 variants" in done.stdout and "particles.computeShader" in done.stdout
+
+
+def test_cache_stats_on_a_missing_folder_says_so_and_creates_nothing(tmp_path):
+    missing = tmp_path / "nope"
+    done = cli("cache", "stats", "--cache", str(missing))
+    assert done.returncode == 0 and "no variant cache" in done.stdout
+    assert not missing.exists()

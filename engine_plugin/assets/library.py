@@ -332,7 +332,9 @@ class AssetLibrary:
             return None
 
         def job(seq: int, first_event: float) -> Prepared:
-            ctx = self._context()  # made on the engine thread at load(); no wgpu call here
+            # The context load() made on the engine thread: the worker must never create a device
+            # (after a loss, poll() on the engine thread picks up the new one).
+            ctx = self._ctx if self._ctx is not None else self._context()
 
             def make_program(schema, src):
                 ref._store.paths = (src.yaml_path, src.wgsl_path)

@@ -27,7 +27,7 @@ from .contract import ProductPlan
 __all__ = ["GpuProduct"]
 
 # WebGPU buffer usage flags as numbers: the engine does not import wgpu.
-_COPY_SRC, _COPY_DST, _UNIFORM, _STORAGE = 0x0004, 0x0008, 0x0040, 0x0080
+from ..gpu.flags import COPY_DST as _COPY_DST, COPY_SRC as _COPY_SRC, STORAGE as _STORAGE, UNIFORM as _UNIFORM  # noqa: E402
 
 
 class GpuProduct:

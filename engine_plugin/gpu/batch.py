@@ -20,6 +20,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from .backend import ReadbackStatus
+from .flags import COPY_DST, MAP_READ
 from .ring import map_submitted
 
 if TYPE_CHECKING:
@@ -29,7 +30,7 @@ if TYPE_CHECKING:
 __all__ = ["Batching", "SubmissionBatch"]
 
 # MAP_READ | COPY_DST: the usage of a staging buffer (numbers: no wgpu import here).
-_STAGING_USAGE = 0x0001 | 0x0008
+_STAGING_USAGE = MAP_READ | COPY_DST
 
 
 class SubmissionBatch:

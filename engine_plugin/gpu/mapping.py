@@ -6,7 +6,7 @@ from typing import Any
 
 __all__ = ["map_submitted"]
 
-_MAP_MODE_READ = 0x0001  # wgpu MapMode.READ (WebGPU spec value)
+from .flags import MAP_MODE_READ as _MAP_MODE_READ
 
 # wgpu-py's map_async(READ) first submits an empty command buffer (a workaround for mapping a
 # buffer no submission touched yet); on lavapipe every submit waits for the previous one, so

@@ -34,7 +34,7 @@ __all__ = ["ReadbackRing", "map_submitted"]
 log = logging.getLogger("engine_plugin.gpu")
 
 # wgpu's flag values (WebGPU spec): MAP_READ and COPY_DST usage, MapMode.READ.
-_MAP_READ, _COPY_DST, _MAP_MODE_READ = 0x0001, 0x0008, 0x0001
+from .flags import COPY_DST as _COPY_DST, MAP_MODE_READ as _MAP_MODE_READ, MAP_READ as _MAP_READ  # noqa: E402
 
 
 class ReadbackRing:

@@ -45,8 +45,7 @@ log = logging.getLogger("engine_plugin.gpu")
 T = TypeVar("T")
 
 # wgpu's flag values (WebGPU spec); numbers keep this module importable against a fake device.
-_MAP_READ, _COPY_SRC, _COPY_DST, _STORAGE = 0x0001, 0x0004, 0x0008, 0x0080
-_MAP_MODE_READ = 0x0001
+from .flags import COPY_DST as _COPY_DST, COPY_SRC as _COPY_SRC, MAP_MODE_READ as _MAP_MODE_READ, MAP_READ as _MAP_READ, STORAGE as _STORAGE  # noqa: E402
 _ALIGN = 4
 
 
