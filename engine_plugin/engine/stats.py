@@ -34,6 +34,11 @@ class FrameStats:
     gpu_lost: bool = False
     time: float = 0.0
 
+    @property
+    def bytes(self) -> int:
+        """Bytes uploaded (SPEC section 4 calls it ``bytes``; ``upload_bytes`` says what of)."""
+        return self.upload_bytes
+
     def add(self, other: FrameStats) -> None:
         """Accumulate ``other`` into these totals (flags: the latest frame's; ``gpu_lost``: ever)."""
         for f in fields(self):

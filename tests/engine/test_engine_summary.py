@@ -74,7 +74,7 @@ def test_only_chunks_whose_input_changed_are_uploaded_dispatched_and_applied(wor
         world.write(k, "height", float(k))
     world.write(50, "moisture", 1.0)  # a field no product reads: no upload, no work
     st = engine.frame()
-    assert st.uploads == 2 and st.upload_bytes == 4 * world.chunk_nbytes("height")
+    assert st.uploads == 2 and st.upload_bytes == st.bytes == 4 * world.chunk_nbytes("height")
     assert st.dispatches == 2
     totals = run_until_idle(engine)
     totals.add(st)
