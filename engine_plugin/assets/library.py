@@ -420,7 +420,8 @@ class AssetLibrary:
             for spec, lowered in prepared.lowered.items():
                 compile_lowered(lowered, label=f"{ref.path} {spec.label()}", device=ctx)
             standing = registered_program(ref.path, ctx)
-            if standing is not None and standing.same_content(schema, src.wgsl_text, src.wgsl_path):
+            fresh = not (standing is not None and standing.same_content(schema, src.wgsl_text, src.wgsl_path))
+            if not fresh:
                 new = standing
             else:  # built privately; it stands under the key only once every variant compiled
                 new = Program(ref.path, schema, src.wgsl_text, wgsl_path=src.wgsl_path, ctx=get_context(ctx), store=ref._store)
@@ -451,6 +452,14 @@ class AssetLibrary:
             kind = BODY if same else LAYOUT
         else:
             kind = LAYOUT
+        if fresh and old is not None:
+            # Body-only variants keep their Variant objects (pooled outputs, params ring, bind
+            # groups): the new pipeline is swapped into them, and they stand in the new program.
+            for s, variant in old_variants.items():
+                if s not in layout_changed:
+                    replacement = new_variants[carried[s]]
+                    variant.swap_compiled(new, replacement.lowered, replacement.compiled)
+                    new.adopt(carried[s], variant)
         files = []
         prev = ref._source
         if prev is None or prev.yaml_text != src.yaml_text:

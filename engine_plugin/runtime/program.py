@@ -93,6 +93,13 @@ class Program:
             made = self._variants[spec] = Variant(self, lowered, compiled)
             return made
 
+    def adopt(self, spec: VariantSpec, variant: Variant) -> Variant:
+        """Stand ``variant`` (carried over from this asset's previous program by a body-only
+        reload, its pipeline already swapped) under ``spec``."""
+        with self._lock:
+            self._variants[spec] = variant
+        return variant
+
     def __repr__(self) -> str:
         return f"Program({self.key!r}, {len(self._variants)} variants)"
 

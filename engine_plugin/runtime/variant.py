@@ -115,6 +115,22 @@ class Variant:
         """The dispatch key: the compiled pipeline's identity."""
         return self.compiled.key
 
+    def swap_compiled(self, program: Any, lowered: Lowered, compiled: CompiledVariant) -> None:
+        """A body-only reload: the same binding plan, a new pipeline.
+
+        Pooled outputs, the params ring and the cached bind groups stay: WebGPU treats bind
+        group layouts made from equal entries as the same, so the old groups fit the new
+        pipeline. Only what reads the source lines (params error lines) is rebuilt.
+        """
+        self.program = program
+        self.lowered = lowered
+        self.compiled = compiled
+        self.spec = lowered.spec
+        self.yaml_path = program.yaml_path
+        self._packer = ParamsPacker(lowered, self.yaml_path, {p.name: p.line for p in program.schema.params})
+        self._repeat = None
+        self._repeat_group = None
+
     def __repr__(self) -> str:
         return f"Variant({self.program.key!r}, {self.spec.label()})"
 

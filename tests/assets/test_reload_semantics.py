@@ -248,3 +248,30 @@ def test_a_reload_failing_in_poll_leaves_the_program_registry_as_it_was(asset_ro
     assert ref.program() is old
     assert registered_program(ref.path, lib._context()) is old  # the rejected program never stood
     assert run_scale(ref, T="u32") == [2, 4, 6, 8]
+
+
+def test_a_body_only_reload_swaps_the_pipeline_into_the_same_variant_and_keeps_its_bind_groups(asset_root, make_library):
+    lib = make_library(asset_root)
+    ref = lib.load("k.computeShader")
+    assert run_scale(ref) == [2.0, 4.0, 6.0, 8.0]
+    variant = ref.program().variant({"T": "f32"})
+    groups = dict(variant._bind_groups)
+    assert groups
+    _save(lib, ref, ref.folder, "kernel.wgsl", kernel(3.0))  # a body-only edit: the scale
+    events = pump(lib, lambda: ref.generation == 1)
+    assert events[-1].kind == "body"
+    assert ref.program().variant({"T": "f32"}) is variant  # the same object, new pipeline
+    assert variant.program is ref.program()
+    assert run_scale(ref) == [3.0, 6.0, 9.0, 12.0]
+    assert all(variant._bind_groups.get(k, (None,))[0] is g[0] for k, g in groups.items())  # kept and reused
+
+
+def test_a_layout_reload_makes_a_new_variant(asset_root, make_library):
+    lib = make_library(asset_root)
+    ref = lib.load("k.computeShader")
+    run_scale(ref)
+    variant = ref.program().variant({"T": "f32"})
+    _save(lib, ref, ref.folder, "bindings.yaml", SCHEMA.replace('count: "len(src)"', 'count: "len(src) + 0"'))
+    events = pump(lib, lambda: ref.generation == 1)
+    assert events[-1].kind == "layout"
+    assert ref.program().variant({"T": "f32"}) is not variant
