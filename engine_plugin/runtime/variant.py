@@ -338,9 +338,7 @@ class Variant:
             size = self._size(slot, key, text, env, lengths)
             result[slot.name] = self._allocate(slot, size, outputs.get(slot.name) if outputs else None, n, domain_source, counters_to_clear, bound)
             lengths[slot.name] = size
-        for slot in self._inout_slots:
-            b = bound[slot.binding]
-            result[slot.name] = Output(b.buffer, b.count, slot.value_type, name=slot.name, count=b.count, bits=slot.bits)
+        self._inout_outputs(bound, result)
         for slot in self._counted_inputs:
             need = self._size(slot, "count", slot.count, env, lengths)  # type: ignore[arg-type]
             if lengths[slot.name] < need:
@@ -359,17 +357,27 @@ class Variant:
         bind_group = self._bind_group(bound)
         if self._repeatable and not outputs and domain_count is None and not temps:
             self._remember(n, inputs, params, bound, result, data, groups)
+        return self._submit(result, n, data, bind_group, groups, counters_to_clear, temps)
+
+    def _submit(self, result: dict, n: int, data: bytes, bind_group: Any, groups: tuple, clears: list, temps: list) -> Run:
+        """Send one checked run: into the open ``abi.batch()``, or now in its own submission."""
         batch = current_batch()
         if batch is not None:
-            batch.add(self, data, bind_group, groups, counters_to_clear, temps)
+            batch.add(self, data, bind_group, groups, clears, temps)
         else:
             offset = self._ring.take()
             self.ctx.queue.write_buffer(self._ring.buffer, offset, data)
-            submit_records(self.ctx, [(self.compiled.pipeline, bind_group, offset, groups, counters_to_clear)])
+            submit_records(self.ctx, [(self.compiled.pipeline, bind_group, offset, groups, clears)])
             for buf in temps:
                 self._pool.give(buf)
         self.runs += 1
         return Run(result, n, groups, self)
+
+    def _inout_outputs(self, bound: dict, result: dict) -> None:
+        """Read_write inputs the caller supplied are outputs too: written in place."""
+        for slot in self._inout_slots:
+            b = bound[slot.binding]
+            result[slot.name] = Output(b.buffer, b.count, slot.value_type, name=slot.name, count=b.count, bits=slot.bits)
 
     # -- the repeat path ---------------------------------------------------------------------
     # A game calls the same kernel every frame with the same buffers and params. When a call
@@ -404,9 +412,7 @@ class Variant:
         for slot, size in sizes:
             result[slot.name] = self._allocate(slot, size, None, n, None, clears, bound)
             owned.append(bound[slot.binding].buffer)
-        for slot in self._inout_slots:
-            b = bound[slot.binding]
-            result[slot.name] = Output(b.buffer, b.count, slot.value_type, name=slot.name, count=b.count, bits=slot.bits)
+        self._inout_outputs(bound, result)
         # The pool hands back the buffers the last (dropped) run released: same buffers, same group.
         last = self._repeat_group
         if last is not None and len(last[0]) == len(owned) and all(a is b for a, b in zip(last[0], owned)):
@@ -414,15 +420,7 @@ class Variant:
         else:
             bind_group = self._bind_group(bound)
             self._repeat_group = (owned, bind_group)
-        batch = current_batch()
-        if batch is not None:
-            batch.add(self, data, bind_group, groups, clears, [])
-        else:
-            offset = self._ring.take()
-            self.ctx.queue.write_buffer(self._ring.buffer, offset, data)
-            submit_records(self.ctx, [(self.compiled.pipeline, bind_group, offset, groups, clears)])
-        self.runs += 1
-        return Run(result, n, groups, self)
+        return self._submit(result, n, data, bind_group, groups, clears, [])
 
     def _page_binding(self, inputs: Mapping[str, Any]) -> Any:
         """Pages and col_base_*/col_len_* params from the column handles in ``inputs`` (once per run)."""
