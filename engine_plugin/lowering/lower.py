@@ -21,7 +21,7 @@ from .wgsl_text import find_calls, module_declarations, tokens, workgroup_size_l
 __all__ = ["lower", "LOWERING_VERSION"]
 
 # Bump whenever the generated code or plan changes: it is part of every cache key.
-LOWERING_VERSION = 2
+LOWERING_VERSION = 3
 _YAML = 0  # source-map file index of bindings.yaml
 _BODY = 1  # and of the WGSL body
 
@@ -159,7 +159,7 @@ class _Lowerer:
                 slots.append(HostSlot(
                     b.name, role, n, vt.wgsl, vt.scalar, vt.lanes, b.access,
                     b.count.text if b.count else None, b.capacity.text if b.capacity else None,
-                    b.live, b.bits, b.atomic, counter, b.line,
+                    b.live, b.bits, b.atomic, counter, b.line, b.clear,
                 ))
             elif b.kind == "columns":
                 plan.append(LoweredBinding(n, b.name, "columns", "array<u32>", b.access, "u32", 1, b.line))

@@ -99,6 +99,7 @@ class HostSlot:
     atomic: bool = False
     counter_binding: int = -1
     line: int = 0  # bindings.yaml line of the binding
+    clear: bool = True  # outputs: zeroed in the run's own submission before the dispatch
 
     @property
     def value_type(self) -> ValueType:

@@ -341,7 +341,7 @@ class _Parser:
             if access not in ("read", "read_write"):
                 raise self.error(node("access"), f"binding {name!r}: access must be 'read' or 'read_write', not {access!r}")
             f["access"] = access
-        for flag in ("live", "append", "bits", "atomic"):
+        for flag in ("live", "append", "bits", "atomic", "clear"):
             if flag in by_key:
                 f[flag] = self.boolean(node(flag), f"binding {name!r}: {flag}")
         if "element" in by_key:
@@ -419,6 +419,8 @@ class _Parser:
                     raise self.error(at("count"), f"append binding {name!r} takes 'capacity', not 'count' (its count is the live counter)")
             elif b.capacity is not None:
                 raise self.error(at("capacity"), f"binding {name!r}: 'capacity' goes with append: true; a plain output takes 'count'")
+            if "clear" in by_key and not b.is_output:
+                raise self.error(at("clear"), f"binding {name!r}: clear applies to outputs the host allocates (count or capacity); the caller's buffers are never cleared")
             if b.live:
                 if b.count is None or b.count.text.strip() != "n":
                     raise self.error(at("live"), f"binding {name!r}: live: true needs count: \"n\" (the output spans the dispatch)")

@@ -17,7 +17,7 @@ BINDING_KINDS = ("buffer", "columns", "page", "column", "domain_count")
 
 # Which keys apply to which kind; any other key on that kind is an error.
 KIND_KEYS: dict[str, frozenset[str]] = {
-    "buffer": frozenset({"name", "kind", "access", "element", "count", "capacity", "live", "append", "when", "bits", "atomic"}),
+    "buffer": frozenset({"name", "kind", "access", "element", "count", "capacity", "live", "append", "when", "bits", "atomic", "clear"}),
     "columns": frozenset({"name", "kind", "access", "when"}),
     "page": frozenset({"name", "kind", "access", "atomic", "when"}),
     "column": frozenset({"name", "kind", "page", "element", "access", "when"}),
@@ -41,6 +41,7 @@ class Binding:
     bits: bool = False
     page: str | None = None
     atomic: bool = False
+    clear: bool = True  # an allocated output reads as zeros before the kernel runs; false opts out
     line: int = 0
     col: int = 0
     key_lines: tuple[tuple[str, int, int], ...] = ()  # (key, line, col) of each value

@@ -46,8 +46,8 @@ def resolve_spec(
     """Validate and complete a specialisation for ``schema``.
 
     Raises:
-        SpecializationError: an unknown name, a value not among the options, or a missing value
-            for a parameter without a default; the message lists what is allowed.
+        SpecializationError: an unknown name or a value not among the options; the message
+            lists what is allowed. A parameter left unset takes :func:`unset_value`.
     """
     if isinstance(specialize, VariantSpec):
         if columns is None:
@@ -70,13 +70,8 @@ def resolve_spec(
             raise SpecializationError(f"{name}={val!r} is not an option; {name} takes one of: {', '.join(sp.options)}", Span(path, sp.line))
         values[name] = val
     for sp in schema.specialize:
-        if sp.name in values:
-            continue
-        if sp.default is not None:
-            values[sp.name] = sp.default
-        else:
-            choices = f"one of: {', '.join(sp.options)}" if sp.options else "WGSL text (kind: source)"
-            raise SpecializationError(f"missing specialisation {sp.name!r}; it takes {choices}", Span(path, sp.line))
+        if sp.name not in values:
+            values[sp.name] = unset_value(sp)
     cols: dict[str, tuple[str, ...]] = {}
     for bname, names in (columns or {}).items():
         b = next((b for b in schema.bindings if b.name == bname and b.kind == "columns"), None)
@@ -96,6 +91,17 @@ def resolve_spec(
     return VariantSpec(tuple(sorted(values.items())), tuple(sorted(cols.items())))
 
 
+def unset_value(sp) -> str:
+    """The seed's value of a parameter left unset: its ``default``; else a type or named
+    parameter takes its first option, and a source parameter leaves its identifier as written
+    (splicing its own name is the identity)."""
+    if sp.default is not None:
+        return sp.default
+    if sp.kind == "source":
+        return sp.name
+    return sp.options[0]
+
+
 def enumerate_variants(schema: Schema) -> list[VariantSpec]:
     """The variants to bake: the schema's ``bake:`` list, else the cross product of all options
     (source parameters take their ``default``, or each of their options when they list some)."""
@@ -104,12 +110,12 @@ def enumerate_variants(schema: Schema) -> list[VariantSpec]:
     axes = []
     for sp in schema.specialize:
         if sp.kind == "source" and not sp.options:
-            axes.append([sp.default] if sp.default is not None else [None])
+            axes.append([unset_value(sp)])
         else:
             axes.append(list(sp.options))
     out = []
     for combo in itertools.product(*axes):
-        values = {sp.name: v for sp, v in zip(schema.specialize, combo) if v is not None}
+        values = dict(zip((sp.name for sp in schema.specialize), combo))
         out.append(resolve_spec(schema, values))
     return out
 

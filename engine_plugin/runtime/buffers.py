@@ -15,6 +15,7 @@ import wgpu
 
 from ..arrays import dtype_kind, prepare_array  # re-exported: runtime modules take them from here
 from ..gpu.device import DeviceContext
+from .batch import held_by_open_batch
 
 __all__ = ["BufferPool", "size_class", "STORAGE_USAGE", "prepare_array", "dtype_kind", "pool_for"]
 
@@ -41,15 +42,15 @@ class BufferPool:
         # Buffers come back from weakref callbacks, which the garbage collector may run inside
         # take() on this very thread: they land in a lock-free deque that take() drains.
         self._returned: deque = deque()
+        self._parked: list = []  # returned, but still held by an open batch
         self.created = 0
         self.reused = 0
 
     def take(self, nbytes: int, usage: int = STORAGE_USAGE, label: str = "engine_plugin") -> Any:
         size = size_class(nbytes)
         with self._lock:
-            while self._returned:
-                buffer, returned_usage = self._returned.popleft()
-                self._free[(buffer.size, returned_usage)].append(buffer)
+            if self._parked or self._returned:
+                self._drain()
             free = self._free.get((size, usage))
             if free:
                 self.reused += 1
@@ -58,14 +59,28 @@ class BufferPool:
         return self.ctx.device.create_buffer(size=size, usage=usage, label=label)
 
     def give(self, buffer: Any, usage: int = STORAGE_USAGE) -> None:
-        """Return a buffer; GPU work already submitted that uses it still runs in queue order."""
+        """Return a buffer. GPU work already submitted that uses it still runs first (queue
+        order); work recorded in an open batch keeps it parked until that batch is submitted."""
         if self.ctx.lost:
             return
         self._returned.append((buffer, usage))
 
+    def _drain(self) -> None:
+        """Move returned buffers to the free lists, except those a run recorded in an open
+        ``abi.batch()`` still touches: they stay parked until that batch is submitted."""
+        candidates = self._parked
+        self._parked = []
+        while self._returned:
+            candidates.append(self._returned.popleft())
+        for buffer, usage in candidates:
+            if held_by_open_batch(buffer):
+                self._parked.append((buffer, usage))
+            else:
+                self._free[(buffer.size, usage)].append(buffer)
+
     @property
     def free_count(self) -> int:
-        return sum(len(v) for v in self._free.values()) + len(self._returned)
+        return sum(len(v) for v in self._free.values()) + len(self._returned) + len(self._parked)
 
 
 def pool_for(ctx: DeviceContext) -> BufferPool:

@@ -16,6 +16,7 @@ import wgpu
 
 from ..errors import DispatchError
 from ..lowering.types import ValueType
+from .batch import flush_current_batch
 
 __all__ = ["Output", "read", "read_words"]
 
@@ -31,6 +32,7 @@ def read_words(buffer: Any, offset: int = 0, size: int | None = None, device: An
     size = buffer.size - offset if size is None else size
     if size <= 0:
         return memoryview(b"")
+    flush_current_batch()  # a read inside abi.batch() sees every run recorded before it
     from ..gpu.device import get_context
     from ..gpu.mapping import map_submitted
     from .buffers import size_class
@@ -64,7 +66,7 @@ class Output:
     capacity (nothing was written out of bounds), else None.
     """
 
-    __slots__ = ("buffer", "capacity", "counter", "element", "bits", "name", "_count", "_attempted", "_counter_kind", "_counter_limit", "__weakref__")
+    __slots__ = ("buffer", "capacity", "counter", "element", "bits", "name", "_count", "_attempted", "_counter_kind", "_counter_limit", "_keep", "__weakref__")
 
     def __init__(
         self,
@@ -78,8 +80,10 @@ class Output:
         counter_kind: str = "",
         counter_limit: int | None = None,
         bits: bool = False,
+        keep: Any = None,
     ):
         self.buffer = buffer
+        self._keep = keep  # what owns ``counter`` when it is shared (a live count's snapshot)
         self.capacity = capacity
         self.element = element
         self.bits = bits
@@ -123,9 +127,11 @@ def read(x: Any, as_u32: bool = False) -> np.ndarray:
     """Read back, waiting for the GPU work it takes.
 
     Args:
-        x: a GPUBuffer (its words, f32 or u32 with ``as_u32``), an :class:`Output` (a typed
-            array of its live elements, (count,) or (count, lanes)), or anything with a
-            ``read_back()`` method (substrate handles).
+        x: an :class:`Output` (a typed array of its live elements, (count,) or (count,
+            lanes)); the buffer of a live host-allocated Output (the same: its live elements,
+            as the seed's ``abi.read(run.outputs.dst.buffer)``); any other GPUBuffer (all its
+            words, f32 or u32 with ``as_u32``); or anything with a ``read_back()`` method
+            (substrate handles).
         as_u32: read raw u32 words instead of the element type.
     """
     if isinstance(x, Output):
@@ -138,12 +144,36 @@ def read(x: Any, as_u32: bool = False) -> np.ndarray:
     if hasattr(x, "read_back"):
         return x.read_back(as_u32=as_u32)
     if isinstance(x, wgpu.GPUBuffer):
+        owner = output_of(x)
+        if owner is not None:
+            return read(owner, as_u32)
         raw = read_words(x)
         return np.frombuffer(raw, dtype="<u4" if as_u32 else "<f4").copy()
     raise DispatchError(f"abi.read takes a GPUBuffer, an Output or a substrate handle, not {type(x).__name__}")
 
 
 _release_refs: dict[int, Any] = {}
+# id(buffer) -> weakref of the live Output the host allocated it for: abi.read(output.buffer)
+# answers that output's live elements. An entry goes when its Output does (release hook).
+_owners: dict[int, Any] = {}
+
+
+def own_buffer(output: Output) -> None:
+    """Mark ``output.buffer`` as allocated for ``output`` (until the output is garbage)."""
+    _owners[id(output.buffer)] = weakref.ref(output)
+
+
+def disown_buffer(buffer: Any, output_ref: Any = None) -> None:
+    ref = _owners.get(id(buffer))
+    if ref is not None and (output_ref is None or ref is output_ref or ref() is None):
+        _owners.pop(id(buffer), None)
+
+
+def output_of(buffer: Any) -> Output | None:
+    """The live Output whose host-allocated storage ``buffer`` is, if any."""
+    ref = _owners.get(id(buffer))
+    out = ref() if ref is not None else None
+    return out if out is not None and out.buffer is buffer else None
 
 
 def on_release(output: Output, callback: Callable[[], None]) -> None:

@@ -3,6 +3,15 @@
 Everything is validated before anything is submitted, so a bad call leaves the GPU untouched.
 The per-run path reuses what it can: pooled outputs, a params ring bound at a dynamic
 offset (one bind group serves every run over the same buffers), cached bind groups.
+
+What a kernel can observe is defined:
+- every output the host allocates is cleared to zeros in the run's own submission, before the
+  dispatch (a binding with ``clear: false`` opts out);
+- every storage binding covers exactly its live elements (bind group entry offset and size),
+  so ``arrayLength`` answers the live length and pooled slack is out of reach;
+- a live count is a snapshot of its domain count taken in the run's submission, owned by the
+  outputs that report it, so no later run can change it;
+- GPU-resident inputs of another scalar type are converted by value in the same submission.
 """
 
 from __future__ import annotations
@@ -21,7 +30,8 @@ from ..lowering.lowered import HostSlot, Lowered
 from .batch import current_batch, submit_records
 from .buffers import STORAGE_USAGE, pool_for, prepare_array
 from .compile import CompiledVariant
-from .output import Output, on_release
+from .convert import conversion_record
+from .output import Output, disown_buffer, on_release, own_buffer
 from .params import ParamsPacker
 from .table import Table
 
@@ -30,6 +40,12 @@ __all__ = ["Variant", "Run"]
 _RING_SLOTS = 256
 _BIND_GROUP_CACHE = 32
 _NO_DOMAIN = np.array([0xFFFFFFFF, 0, 0, 0], dtype="<u4")
+_EMPTY_TABLE = np.zeros(4, dtype="<u4")  # word 0: no columns
+
+
+def _binding_size(nbytes: int) -> int:
+    """WebGPU binds no empty range: an empty binding covers one word (its NAME_len() is 0)."""
+    return max(nbytes, 4)
 
 
 @dataclass
@@ -44,12 +60,35 @@ class Run:
 
 @dataclass
 class _Bound:
-    """A resolved binding: the buffer to bind and the element count it holds."""
+    """A resolved binding: the buffer, the element count it holds, the byte range bound."""
 
     buffer: Any
     count: int
     offset: int = 0
-    size: int | None = None
+    size: int | None = None  # None: the whole buffer (pages, foreign tables)
+
+
+@dataclass
+class _Work:
+    """What one run needs on the queue besides its dispatch: ops before it (clears, counter
+    snapshots), records before it (conversions), buffers to return after its submission, and
+    the live count its ``live`` outputs report."""
+
+    ops: list = field(default_factory=list)
+    extra: list = field(default_factory=list)
+    temps: list = field(default_factory=list)
+    live_count: int | None = None  # known on the host (an int domain count, or none given)
+    live_counter: Any = None  # else a snapshot counter on the GPU...
+    live_holder: Any = None  # ... owned by this holder, which the live outputs keep alive
+
+
+class _CounterHolder:
+    """Owns a pooled snapshot counter shared by a run's live outputs; released with the last."""
+
+    __slots__ = ("buffer", "__weakref__")
+
+    def __init__(self, buffer: Any):
+        self.buffer = buffer
 
 
 class _ParamsRing:
@@ -97,8 +136,6 @@ class Variant:
         self._input_names = {s.name for s in lowered.host_slots if s.role not in ("output", "append")} | {c.name for c in lowered.columns}
         self._ring = _ParamsRing(self.ctx.device, lowered.params.size, self.ctx.limit("min-uniform-buffer-offset-alignment"))
         self._bind_groups: "OrderedDict[tuple, Any]" = OrderedDict()
-        self._no_domain: Any = None
-        self._int_domain: Any = None
         self._last_pages: Any = None
         self._sizes: dict[tuple, int] = {}
         self._repeat: tuple | None = None
@@ -152,28 +189,41 @@ class Variant:
         if arr.nbytes:
             self.ctx.queue.write_buffer(buf, 0, arr)
         temps.append(buf)
-        return _Bound(buf, int(info))
+        return _Bound(buf, int(info), 0, _binding_size(arr.nbytes))
 
-    def _resolve_input(self, slot: HostSlot, value: Any, temps: list) -> _Bound:
+    def _resolve_input(self, slot: HostSlot, value: Any, work: _Work) -> _Bound:
         vt = slot.value_type
         if isinstance(value, Output):
-            if value.element.scalar != vt.scalar and not slot.bits:
-                raise self._slot_error(
-                    slot,
-                    f"input {slot.name!r} is {vt.wgsl} but the chained output {value.name!r} holds {value.element.wgsl}; "
-                    "declare bits: true to bind its words as they are, or read it back and pass the array (cast by value)",
-                )
-            count = value.count if value.count_known else value.capacity
-            return _Bound(value.buffer, count * value.element.bytes // vt.bytes)
+            return self._chained(slot, value, work)
         if isinstance(value, wgpu.GPUBuffer):
             if not (value.usage & wgpu.BufferUsage.STORAGE):
                 raise self._slot_error(slot, f"input {slot.name!r}: buffer {value.label!r} lacks STORAGE usage")
-            return _Bound(value, value.size // vt.bytes)
+            count = value.size // vt.bytes
+            return _Bound(value, count, 0, _binding_size(count * vt.bytes))
         if isinstance(value, Table):
             raise self._slot_error(slot, f"input {slot.name!r} is a {vt.wgsl} buffer; a Table binds to a kind: columns binding")
         if value is None:
             raise self._slot_error(slot, f"missing input {slot.name!r} ({vt.wgsl})")
-        return self._upload(slot, value, temps)
+        return self._upload(slot, value, work.temps)
+
+    def _chained(self, slot: HostSlot, value: Output, work: _Work) -> _Bound:
+        """An earlier run's output as this run's input: its live words, converted by value
+        (in this run's submission) when it holds another scalar type, unless the binding takes
+        raw words (``bits``/``atomic``)."""
+        vt = slot.value_type
+        count = value.count if value.count_known else value.capacity
+        words = count * value.element.lanes
+        if words % vt.lanes:
+            raise self._slot_error(
+                slot, f"input {slot.name!r} ({vt.wgsl}) cannot take {count} {value.element.wgsl} elements of {value.name!r}: not a whole number of elements"
+            )
+        if value.element.scalar == vt.scalar or slot.bits or slot.atomic:
+            return _Bound(value.buffer, words // vt.lanes, 0, _binding_size(words * 4))
+        converted = self._pool.take(_binding_size(words * 4), label=f"{slot.name} (cast)")
+        work.temps.append(converted)
+        if words:
+            work.extra.append(conversion_record(self.ctx, value.buffer, converted, words, value.element.scalar, vt.scalar))
+        return _Bound(converted, words // vt.lanes, 0, _binding_size(words * 4))
 
     def _resolve_table(self, slot: HostSlot, value: Any) -> _Bound:
         if isinstance(value, Table):
@@ -184,32 +234,56 @@ class Variant:
                     f"table {slot.name!r}: the variant names columns {list(want)} but the table holds {list(value.names)}; "
                     f"pack it with abi.table(columns, order={list(want)})",
                 )
-            return _Bound(value.buffer, len(value.names))
+            return _Bound(value.buffer, len(value.names), 0, _binding_size(value.words.nbytes))
         if isinstance(value, wgpu.GPUBuffer):
             return _Bound(value, value.size // 4)
-        if value is None:
-            raise self._slot_error(slot, f"missing table {slot.name!r}: pass abi.table({{...}}) for this columns binding")
+        if value is None:  # the seed: an unbound columns binding is an empty table
+            want = dict(self.lowered.table_columns).get(slot.name)
+            if want:
+                raise self._slot_error(slot, f"missing table {slot.name!r}: the variant names columns {list(want)}; pass abi.table({{...}})")
+            return _Bound(self._constant("empty table", _EMPTY_TABLE), 0, 0, 4)
         raise self._slot_error(slot, f"table {slot.name!r} takes an abi.table(...) or a GPUBuffer, not {type(value).__name__}")
 
-    def _resolve_domain(self, slot: HostSlot, value: Any) -> tuple[_Bound, int | None, Output | None]:
-        """The domain count buffer; answers (bound, capacity of the source or None, source output)."""
+    def _constant(self, name: str, words: np.ndarray) -> Any:
+        """A read-only constant buffer shared by every variant on this device."""
+        cache = self.ctx.cache("runtime")
+        buf = cache.get(name)
+        if buf is None:
+            buf = cache[name] = self.ctx.device.create_buffer_with_data(data=words, usage=STORAGE_USAGE)
+        return buf
+
+    def _resolve_domain(self, slot: HostSlot, value: Any, work: _Work) -> tuple[_Bound, int | None]:
+        """Bind the domain count and record the live count it gives; answers (bound, the
+        capacity of its source or None).
+
+        A GPU count (an Output's counter, a GPUBuffer's word 0) is copied into a counter of
+        this run's own in its submission: the live count is what the dispatch saw, whatever
+        happens to the source afterwards.
+        """
         if value is None:
-            if self._no_domain is None:
-                self._no_domain = self.ctx.device.create_buffer_with_data(data=_NO_DOMAIN, usage=STORAGE_USAGE)
-            return _Bound(self._no_domain, 1), None, None
+            return _Bound(self._constant("no domain", _NO_DOMAIN), 1, 0, 4), None
         if isinstance(value, Output):
             if value.counter is None:
-                return self._resolve_domain(slot, value.count)
-            return _Bound(value.counter, 1), value.capacity, value
+                bound, _ = self._resolve_domain(slot, value.count, work)
+                return bound, value.capacity
+            return self._snapshot(value.counter, work), value.capacity
         if isinstance(value, wgpu.GPUBuffer):
-            return _Bound(value, 1), None, None
-        if isinstance(value, (int, np.integer)) and value >= 0:
-            # One buffer per variant, rewritten per run: same bind group every time.
-            if self._int_domain is None:
-                self._int_domain = self.ctx.device.create_buffer(size=16, usage=STORAGE_USAGE, label="domain count")
-            self.ctx.queue.write_buffer(self._int_domain, 0, np.array([value, 0, 0, 0], dtype="<u4"))
-            return _Bound(self._int_domain, 1), int(value), None
-        raise self._slot_error(slot, f"domain_count {slot.name!r} takes an Output, a GPUBuffer or a count, not {value!r}")
+            if not (value.usage & wgpu.BufferUsage.COPY_SRC) or value.size < 4:
+                raise self._slot_error(slot, f"domain_count {slot.name!r}: buffer {value.label!r} needs COPY_SRC usage and one u32 word")
+            return self._snapshot(value, work), None
+        if isinstance(value, (int, np.integer)) and not isinstance(value, bool) and 0 <= value <= 0xFFFFFFFF:
+            buf = self._pool.take(16, label="domain count")
+            self.ctx.queue.write_buffer(buf, 0, np.array([value, 0, 0, 0], dtype="<u4"))
+            work.temps.append(buf)
+            work.live_count = int(value)
+            return _Bound(buf, 1, 0, 4), int(value)
+        raise self._slot_error(slot, f"domain_count {slot.name!r} takes an Output, a GPUBuffer or a count (0 to 2**32-1), not {value!r}")
+
+    def _snapshot(self, source: Any, work: _Work) -> _Bound:
+        counter = self._pool.take(16, label="live count")
+        work.ops.append(("copy", source, 0, counter, 0, 4))
+        work.live_counter = counter
+        return _Bound(counter, 1, 0, 4)
 
     # -- sizes -----------------------------------------------------------------------------
     def _size(self, slot: HostSlot, key: str, text: str, env: dict, lengths: dict) -> int:
@@ -293,17 +367,16 @@ class Variant:
                 raise DispatchError(f"unknown output {name!r}; this variant's outputs: {outs}", Span(self.yaml_path))
         user_params = self._packer.check(params)
 
-        temps: list = []
+        work = _Work()
         bound: dict[int, _Bound] = {}
         lengths: dict[str, int] = {}
         domain_capacity = None
-        domain_source = None
         for slot in self.lowered.host_slots:
             if slot.role in ("input", "inout"):
                 value = outputs.get(slot.name, inputs.get(slot.name))
                 if value is None and slot.role == "inout":
                     raise self._slot_error(slot, f"missing input {slot.name!r} (read_write, no count: the caller supplies it)")
-                b = self._resolve_input(slot, _unwrap(value), temps)
+                b = self._resolve_input(slot, _unwrap(value), work)
                 bound[slot.binding] = b
                 lengths[slot.name] = b.count
             elif slot.role == "table":
@@ -319,7 +392,7 @@ class Variant:
                     raise self._slot_error(slot, f"page {slot.name!r} takes a GPUBuffer, or substrate handles for its columns")
                 bound[slot.binding] = _Bound(value, value.size // 4)
             elif slot.role == "domain_count":
-                b, domain_capacity, domain_source = self._resolve_domain(slot, domain_count)
+                b, domain_capacity = self._resolve_domain(slot, domain_count, work)
                 bound[slot.binding] = b
         if domain_count is not None and self.lowered.domain_count is None:
             raise DispatchError("domain_count= given, but this variant has no kind: domain_count binding", Span(self.yaml_path))
@@ -330,13 +403,18 @@ class Variant:
         if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 0:
             raise DispatchError(f"n must be a non-negative int, not {n!r}", Span(self.yaml_path))
         n = int(n)
+        if n > 0xFFFFFFFF:
+            raise DispatchError(f"n={n} does not fit the u32 the kernel sees (at most 2**32-1 = 4294967295)", Span(self.yaml_path))
+        if work.live_counter is not None:
+            work.live_holder = _CounterHolder(work.live_counter)
+            pool, counter = self._pool, work.live_counter
+            on_release(work.live_holder, lambda: pool.give(counter))
 
         env = {"n": n, **self._packer.scalars(user_params)} if self._packer.user else {"n": n}
         result: dict[str, Output] = {}
-        counters_to_clear: list = []
         for slot, key, text in self._output_slots:
             size = self._size(slot, key, text, env, lengths)
-            result[slot.name] = self._allocate(slot, size, outputs.get(slot.name) if outputs else None, n, domain_source, counters_to_clear, bound)
+            result[slot.name] = self._allocate(slot, size, outputs.get(slot.name) if outputs else None, n, work, bound)
             lengths[slot.name] = size
         self._inout_outputs(bound, result)
         for slot in self._counted_inputs:
@@ -355,20 +433,21 @@ class Variant:
             fixed[field_name] = lengths[name]
         data = self._packer.pack(user_params, fixed)
         bind_group = self._bind_group(bound)
-        if self._repeatable and not outputs and domain_count is None and not temps:
+        if self._repeatable and not outputs and domain_count is None and not work.temps:
             self._remember(n, inputs, params, bound, result, data, groups)
-        return self._submit(result, n, data, bind_group, groups, counters_to_clear, temps)
+        return self._submit(result, n, data, bind_group, groups, work, bound)
 
-    def _submit(self, result: dict, n: int, data: bytes, bind_group: Any, groups: tuple, clears: list, temps: list) -> Run:
+    def _submit(self, result: dict, n: int, data: bytes, bind_group: Any, groups: tuple, work: _Work, bound: dict) -> Run:
         """Send one checked run: into the open ``abi.batch()``, or now in its own submission."""
         batch = current_batch()
         if batch is not None:
-            batch.add(self, data, bind_group, groups, clears, temps)
+            touched = [b.buffer for b in bound.values()] + [op[1] for op in work.ops] + work.temps
+            batch.add(self, data, bind_group, groups, work.ops, work.temps, touched, work.extra)
         else:
             offset = self._ring.take()
             self.ctx.queue.write_buffer(self._ring.buffer, offset, data)
-            submit_records(self.ctx, [(self.compiled.pipeline, bind_group, offset, groups, clears)])
-            for buf in temps:
+            submit_records(self.ctx, work.extra + [(self.compiled.pipeline, bind_group, offset, groups, work.ops)])
+            for buf in work.temps:
                 self._pool.give(buf)
         self.runs += 1
         return Run(result, n, groups, self)
@@ -383,7 +462,7 @@ class Variant:
     # A game calls the same kernel every frame with the same buffers and params. When a call
     # matches the last fully checked one (same n, the very same input objects, equal params),
     # everything that was validated and derived then still holds: only outputs are allocated
-    # afresh, and the params bytes, sizes and bound inputs are reused.
+    # (and cleared) afresh, and the params bytes, sizes and bound inputs are reused.
 
     def _remember(self, n: int, inputs: Mapping[str, Any], params: Any, bound: dict, result: dict, data: bytes, groups: tuple) -> None:
         outs = {s.binding for s in self.lowered.host_slots if s.role in ("output", "append")}
@@ -405,12 +484,14 @@ class Variant:
         for (k, v), (rk, rv) in zip(items, rin):
             if k != rk or v is not rv:
                 return None
+            if isinstance(v, Output) and not v.count_known:
+                return None  # a chained count read on the GPU: take the full path
         bound = dict(rbound)
         result: dict[str, Output] = {}
-        clears: list = []
+        work = _Work()
         owned: list = []
         for slot, size in sizes:
-            result[slot.name] = self._allocate(slot, size, None, n, None, clears, bound)
+            result[slot.name] = self._allocate(slot, size, None, n, work, bound)
             owned.append(bound[slot.binding].buffer)
         self._inout_outputs(bound, result)
         # The pool hands back the buffers the last (dropped) run released: same buffers, same group.
@@ -420,7 +501,7 @@ class Variant:
         else:
             bind_group = self._bind_group(bound)
             self._repeat_group = (owned, bind_group)
-        return self._submit(result, n, data, bind_group, groups, clears, [])
+        return self._submit(result, n, data, bind_group, groups, work, bound)
 
     def _page_binding(self, inputs: Mapping[str, Any]) -> Any:
         """Pages and col_base_*/col_len_* params from the column handles in ``inputs`` (once per run)."""
@@ -441,7 +522,9 @@ class Variant:
         self._last_pages = (cache_key, result, cols)  # cols kept alive so the ids stay theirs
         return result
 
-    def _allocate(self, slot: HostSlot, size: int, given: Any, n: int, domain_source, counters_to_clear: list, bound: dict) -> Output:
+    def _allocate(self, slot: HostSlot, size: int, given: Any, n: int, work: _Work, bound: dict) -> Output:
+        """An output's buffer (pooled, or the caller's), bound over exactly its elements; a
+        pooled one is cleared in the run's submission unless the binding opts out."""
         vt = slot.value_type
         buf = counter = None
         keep_count = False
@@ -450,24 +533,38 @@ class Variant:
             if buf.size < size * vt.bytes:
                 raise self._slot_error(slot, f"outputs[{slot.name!r}] holds {buf.size // vt.bytes} elements; {slot.name!r} needs {size}")
             size = cap if cap is not None else size
+            if size * vt.bytes > buf.size:
+                raise self._slot_error(slot, f"outputs[{slot.name!r}] holds {buf.size // vt.bytes} elements; its capacity says {size}")
             keep_count = counter is not None
+        nbytes = _binding_size(size * vt.bytes)
         if buf is None:
-            buf = self._pool.take(max(size * vt.bytes, 4), label=slot.name)
+            buf = self._pool.take(nbytes, label=slot.name)
+            if slot.clear:
+                work.ops.append(("clear", buf, 0, nbytes))
         if slot.role == "append" and counter is None:
             counter = self._pool.take(16, label=f"{slot.name}_count")
         if slot.role == "append" and not keep_count:
-            counters_to_clear.append(counter)
-        bound[slot.binding] = _Bound(buf, size)
+            work.ops.append(("clear", counter, 0, 16))
+        bound[slot.binding] = _Bound(buf, size, 0, nbytes)
         if slot.role == "append":
-            bound[slot.counter_binding] = _Bound(counter, 1)
+            bound[slot.counter_binding] = _Bound(counter, 1, 0, 4)
             out = Output(buf, size, vt, name=slot.name, counter=counter, counter_kind="append", bits=slot.bits)
-        elif slot.live and domain_source is not None and domain_source.counter is not None:
-            out = Output(buf, size, vt, name=slot.name, counter=domain_source.counter, counter_kind="live", counter_limit=n, bits=slot.bits)
+        elif slot.live and work.live_counter is not None:
+            out = Output(buf, size, vt, name=slot.name, counter=work.live_counter, counter_kind="live", counter_limit=n, bits=slot.bits, keep=work.live_holder)
+        elif slot.live and work.live_count is not None:
+            out = Output(buf, size, vt, name=slot.name, count=min(work.live_count, n), bits=slot.bits)
         else:
             out = Output(buf, size, vt, name=slot.name, count=size, bits=slot.bits)
         if given is None:
+            own_buffer(out)
             pool, owned = self._pool, [buf] + ([counter] if slot.role == "append" else [])
-            on_release(out, lambda: [pool.give(b) for b in owned])
+
+            def release(first=buf) -> None:
+                disown_buffer(first)
+                for b in owned:
+                    pool.give(b)
+
+            on_release(out, release)
         return out
 
     def _bind_group(self, bound: dict[int, _Bound]) -> Any:

@@ -140,7 +140,6 @@ CASES = [
     Bad("workgroup-size-mismatch", GOOD, LoweringError, "workgroup_size(32)", "does not match bindings.yaml's workgroup (64)", body="@compute @workgroup_size(32)\nfn main(@builtin(global_invocation_id) gid: vec3<u32>) {\n}\n"),
     Bad("workgroup-size-mismatch-2d", GOOD, LoweringError, "workgroup_size(64, 2)", "@workgroup_size(64, 2)", body="@compute @workgroup_size(64, 2)\nfn main(@builtin(global_invocation_id) gid: vec3<u32>) {\n}\n"),
     # -------------------------------------------------------------- specialisation values
-    Bad("missing-specialisation", GOOD, SpecializationError, "{ name: T", "missing specialisation 'T'; it takes one of: f32, u32", body=MAIN, spec={}, col=False, path=YAML),
     Bad("unknown-option-value", GOOD, SpecializationError, "{ name: T", "T='f64' is not an option; T takes one of: f32, u32", body=MAIN, spec={"T": "f64", "M": "a"}, col=False, path=YAML),
     Bad("unknown-specialisation-name", GOOD, SpecializationError, None, "unknown specialisation 'Q'; this schema has: T, M, BODY", body=MAIN, spec={"T": "f32", "M": "a", "Q": "x"}, col=False, path=YAML),
     Bad("specialisation-not-text", GOOD, SpecializationError, "{ name: T", "must be text", body=MAIN, spec={"T": 3, "M": "a"}, col=False, path=YAML),

@@ -1,0 +1,70 @@
+"""Cast by value on the GPU: an earlier run's output of another scalar type as an input.
+
+The seed: an ``i32``, ``u32`` or ``f32`` read binding without ``bits`` takes data of another
+element type cast by value. Host arrays are cast by numpy before upload; GPU-resident data
+(a chained :class:`Output`) goes through one small conversion dispatch, recorded in the same
+submission right before the run that reads it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import wgpu
+
+from ..gpu.device import DeviceContext
+
+__all__ = ["conversion_record", "CONVERT_WORKGROUP"]
+
+CONVERT_WORKGROUP = 64
+_MAX_GROUPS_X = 65535
+
+# word (u32 bits of `from`) -> word (u32 bits of `to`), by value. WGSL float -> int conversion
+# saturates (and maps NaN to 0), so out-of-range values clamp rather than wrap.
+_CONVERT = {
+    ("f32", "i32"): "bitcast<u32>(i32(bitcast<f32>(w)))",
+    ("f32", "u32"): "u32(bitcast<f32>(w))",
+    ("i32", "f32"): "bitcast<u32>(f32(bitcast<i32>(w)))",
+    ("i32", "u32"): "u32(max(bitcast<i32>(w), 0))",
+    ("u32", "f32"): "bitcast<u32>(f32(w))",
+    ("u32", "i32"): "bitcast<u32>(i32(min(w, 2147483647u)))",
+}
+
+_SOURCE = """
+@group(0) @binding(0) var<storage, read> src: array<u32>;
+@group(0) @binding(1) var<storage, read_write> dst: array<u32>;
+@compute @workgroup_size({wg})
+fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>) {{
+    let i = gid.x + gid.y * groups.x * {wg}u;
+    if (i >= arrayLength(&dst)) {{ return; }}
+    let w = src[i];
+    dst[i] = {expr};
+}}
+"""
+
+
+def _pipeline(ctx: DeviceContext, src: str, dst: str) -> Any:
+    cache = ctx.cache("runtime")
+    key = ("convert", src, dst)
+    found = cache.get(key)
+    if found is None:
+        module = ctx.device.create_shader_module(code=_SOURCE.format(wg=CONVERT_WORKGROUP, expr=_CONVERT[(src, dst)]), label=f"cast {src}->{dst}")
+        found = cache[key] = ctx.device.create_compute_pipeline(layout="auto", compute={"module": module, "entry_point": "main"}, label=f"cast {src}->{dst}")
+    return found
+
+
+def conversion_record(ctx: DeviceContext, source: Any, target: Any, words: int, src: str, dst: str) -> tuple:
+    """A submission record converting ``words`` words of ``source`` (scalar ``src``) into
+    ``target`` (scalar ``dst``), by value."""
+    pipeline = _pipeline(ctx, src, dst)
+    group = ctx.device.create_bind_group(
+        layout=pipeline.get_bind_group_layout(0),
+        entries=[
+            {"binding": 0, "resource": {"buffer": source, "offset": 0, "size": words * 4}},
+            {"binding": 1, "resource": {"buffer": target, "offset": 0, "size": words * 4}},
+        ],
+    )
+    total = -(-words // CONVERT_WORKGROUP)
+    gy = -(-total // _MAX_GROUPS_X)
+    gx = -(-total // gy)
+    return (pipeline, group, None, (gx, gy, 1), [])
