@@ -157,8 +157,9 @@ class Emitter:
             self.declare(f"{name}_col_{col}", origin, what)
             self.emit(f"const {name}_col_{col}: u32 = {i}u;", origin)
         h = "1u + zero_c * 4u"
-        self.fn(f"{name}_count", "(zero_c: u32) -> u32", f"return {name}[{h} + 2u];", origin, what)
-        self.fn(f"{name}_lanes", "(zero_c: u32) -> u32", f"return {name}[{h} + 1u];", origin, what)
+        # A column past the table's count (an unbound, empty table above all) has no elements.
+        self.fn(f"{name}_count", "(zero_c: u32) -> u32", f"if (zero_c >= {name}[0]) {{ return 0u; }} return {name}[{h} + 2u];", origin, what)
+        self.fn(f"{name}_lanes", "(zero_c: u32) -> u32", f"if (zero_c >= {name}[0]) {{ return 0u; }} return {name}[{h} + 1u];", origin, what)
         self.fn(f"{name}_kind", "(zero_c: u32) -> u32", f"return {name}[{h} + 3u];", origin, what)
         self.fn(f"{name}_addr", "(zero_c: u32, zero_i: u32, zero_lane: u32) -> u32", f"return {name}[{h}] + zero_i * {name}[{h} + 1u] + zero_lane;", origin, what)
         # By-value conversion from the stored kind (0 f32, 1 i32, 2 u32) to the asked type.

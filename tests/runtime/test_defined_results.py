@@ -1,0 +1,302 @@
+"""Results you can trust: what a kernel and its caller observe is defined.
+
+Each test reproduces a defect found by porting public kernels: pooled outputs holding another
+run's data, arrayLength answering pooled capacity, live counts aliasing recycled counters,
+abi.batch() answering stale data, abi.read(output.buffer) returning slack.
+"""
+
+from __future__ import annotations
+
+import gc
+
+import numpy as np
+import pytest
+import wgpu
+
+from engine_plugin import abi
+from engine_plugin.gpu.device import get_context
+
+pytestmark = pytest.mark.gpu
+
+
+def make(key: str, yaml: str, wgsl: str, **spec):
+    schema = abi.parse(yaml, f"{key}/bindings.yaml")
+    return abi.program(key=key, schema=schema, wgsl=wgsl, wgsl_path=f"{key}/kernel.wgsl").variant(specialize=spec or None)
+
+
+# A histogram with global atomics, as webgpufundamentals writes it: every invocation adds one.
+HIST_YAML = """\
+bindings:
+  - { name: px,   kind: buffer, access: read, element: u32 }
+  - { name: bins, kind: buffer, access: read_write, element: u32, count: "nbins", atomic: true }
+params:
+  - { name: nbins, type: u32 }
+"""
+HIST_WGSL = """\
+@compute @workgroup_size(64)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
+    let i = zero_index(gid);
+    if (i >= zero_n()) { return; }
+    let numBins = arrayLength(&bins);
+    let b = min(px_get(i), numBins - 1u);
+    bins_atomic_add(b, 1u);
+}
+"""
+
+# Writes only where src > 5: every other element must read as zero.
+WHERE_YAML = """\
+bindings:
+  - { name: src, kind: buffer, access: read, element: f32 }
+  - { name: dst, kind: buffer, access: read_write, element: f32, count: "len(src)" }
+"""
+WHERE_WGSL = """\
+@compute @workgroup_size(64)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
+    let i = zero_index(gid);
+    if (i >= zero_n()) { return; }
+    if (src_get(i) > 5.0) { dst_set(i, src_get(i)); }
+}
+"""
+
+FILL_YAML = """\
+bindings:
+  - { name: dst, kind: buffer, access: read_write, element: f32, count: "n" }
+params:
+  - { name: value, type: f32 }
+"""
+FILL_WGSL = """\
+@compute @workgroup_size(64)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
+    let i = zero_index(gid);
+    if (i >= zero_n()) { return; }
+    dst_set(i, params.value);
+}
+"""
+
+
+def test_a_histogram_run_five_times_counts_each_image_once():
+    hist = make("t13/hist", HIST_YAML, HIST_WGSL)
+    px = np.random.default_rng(1).integers(0, 100, 12_000).astype(np.uint32)
+    want = np.bincount(px, minlength=100).astype(np.uint32)
+    for _ in range(5):
+        run = hist.run(n=px.size, inputs={"px": px}, params={"nbins": 100})
+        np.testing.assert_array_equal(abi.read(run.outputs["bins"]), want)
+        del run
+        gc.collect()
+
+
+def test_an_output_never_shows_what_another_kernel_left_in_its_pooled_buffer():
+    fill = make("t13/fill", FILL_YAML, FILL_WGSL)
+    where = make("t13/where", WHERE_YAML, WHERE_WGSL)
+    for _ in range(3):
+        junk = fill.run(n=64, params={"value": 777.0})
+        abi.read(junk.outputs["dst"])
+        del junk
+        gc.collect()
+        src = np.arange(64, dtype=np.float32)
+        got = abi.read(where.run(n=64, inputs={"src": src}).outputs["dst"])
+        np.testing.assert_array_equal(got, np.where(src > 5, src, 0))
+
+
+def test_clear_false_opts_out_and_keeps_what_the_pool_held():
+    fill = make("t13/fill", FILL_YAML, FILL_WGSL)
+    keep = make("t13/keep", WHERE_YAML.replace('count: "len(src)"', 'count: "len(src)", clear: false'), WHERE_WGSL)
+    junk = fill.run(n=64, params={"value": 777.0})
+    buf = junk.outputs["dst"].buffer
+    abi.read(junk.outputs["dst"])
+    del junk
+    gc.collect()
+    zeros = get_context().device.create_buffer_with_data(data=np.zeros(64, np.float32), usage=wgpu.BufferUsage.STORAGE)
+    run = keep.run(n=64, inputs={"src": zeros})
+    assert run.outputs["dst"].buffer is buf  # the pool handed the same buffer back...
+    np.testing.assert_array_equal(abi.read(run.outputs["dst"]), np.full(64, 777.0, np.float32))  # ...as it was
+
+
+def test_clear_is_refused_on_a_binding_the_host_does_not_allocate():
+    from engine_plugin.errors import SchemaError
+
+    with pytest.raises(SchemaError, match="clear applies to outputs") as info:
+        abi.parse("bindings:\n  - { name: src, kind: buffer, access: read, element: f32, clear: false }\n", "x/bindings.yaml")
+    assert info.value.span.line == 2
+
+
+# arrayLength on every binding kind, against the live lengths the host passed.
+LENGTHS_YAML = """\
+bindings:
+  - { name: src,  kind: buffer, access: read, element: f32 }
+  - { name: v3,   kind: buffer, access: read, element: vec3<f32> }
+  - { name: cols, kind: columns, access: read }
+  - { name: hits, kind: buffer, access: read_write, element: u32, capacity: "7", append: true }
+  - { name: dst,  kind: buffer, access: read_write, element: u32, count: "8" }
+workgroup: 1
+"""
+LENGTHS_WGSL = """\
+@compute @workgroup_size(1)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
+    if (zero_index(gid) != 0u) { return; }
+    dst_set(0u, arrayLength(&src));
+    dst_set(1u, src_len());
+    dst_set(2u, arrayLength(&v3));
+    dst_set(3u, v3_len());
+    dst_set(4u, arrayLength(&cols));
+    dst_set(5u, arrayLength(&hits));
+    dst_set(6u, arrayLength(&dst));
+    dst_set(7u, arrayLength(&hits_count));
+}
+"""
+
+
+def test_array_length_of_every_binding_kind_is_its_live_length():
+    v = make("t13/lengths", LENGTHS_YAML, LENGTHS_WGSL)
+    # NB: a 5-element input sits in a pooled buffer of 64 elements; the binding covers 5.
+    table = abi.table({"w": np.ones(3, np.float32)})
+    run = v.run(n=1, inputs={"src": np.ones(5, np.float32), "v3": np.ones((2, 3), np.float32), "cols": table})
+    got = abi.read(run.outputs["dst"])
+    # vec3 is stored as flat words (the seed's layout): arrayLength counts words, 3 per element
+    np.testing.assert_array_equal(got, [5, 5, 6, 2, table.words.size, 7, 8, 1])
+    # chained: an earlier output as an input binds exactly that output's elements
+    chained = v.run(n=1, inputs={"src": make("t13/fill", FILL_YAML, FILL_WGSL).run(n=3, params={"value": 1.0}).outputs["dst"],
+                                "v3": np.ones((1, 3), np.float32)})
+    np.testing.assert_array_equal(abi.read(chained.outputs["dst"])[:4], [3, 3, 3, 1])
+
+
+def test_an_unbound_columns_binding_is_an_empty_table():
+    v = make("t13/lengths", LENGTHS_YAML, LENGTHS_WGSL)
+    run = v.run(n=1, inputs={"src": np.ones(2, np.float32), "v3": np.ones((1, 3), np.float32)})
+    assert abi.read(run.outputs["dst"])[4] == 1  # one word: the column count, 0
+
+
+# Stream compaction: an append producer, then a live consumer over its count.
+COMPACT_YAML = """\
+bindings:
+  - { name: src, kind: buffer, access: read, element: f32 }
+  - { name: kept, kind: buffer, access: read_write, element: f32, capacity: "len(src)", append: true }
+determinism: float_order
+"""
+COMPACT_WGSL = """\
+@compute @workgroup_size(64)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
+    let i = zero_index(gid);
+    if (i >= zero_n()) { return; }
+    if (src_get(i) > 0.0) { kept_append(src_get(i)); }
+}
+"""
+LIVE_YAML = """\
+bindings:
+  - { name: live, kind: domain_count }
+  - { name: dst, kind: buffer, access: read_write, element: f32, count: "n", live: true }
+"""
+LIVE_WGSL = """\
+@compute @workgroup_size(64)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
+    let i = zero_index(gid);
+    if (i >= zero_n()) { return; }
+    dst_set(i, 1.0);
+}
+"""
+
+
+def test_a_live_count_survives_its_producer_being_dropped_and_its_counter_reused():
+    compact = make("t13/compact", COMPACT_YAML, COMPACT_WGSL)
+    live = make("t13/live", LIVE_YAML, LIVE_WGSL)
+    src = np.where(np.arange(40) % 4 == 0, 1.0, -1.0).astype(np.float32)  # 10 kept
+    produced = compact.run(n=40, inputs={"src": src})
+    consumer = live.run(domain_count=produced.outputs["kept"])
+    del produced
+    gc.collect()
+    for _ in range(3):  # recycled counters get overwritten by other runs
+        compact.run(n=40, inputs={"src": np.ones(40, np.float32)}).outputs["kept"].count
+    assert consumer.outputs["dst"].count == 10
+    np.testing.assert_array_equal(abi.read(consumer.outputs["dst"]), np.ones(10, np.float32))
+
+
+def test_live_takes_its_count_from_an_int_or_a_gpu_buffer():
+    live = make("t13/live", LIVE_YAML, LIVE_WGSL)
+    run = live.run(n=20, domain_count=7)
+    assert run.outputs["dst"].count == 7
+    np.testing.assert_array_equal(abi.read(run.outputs["dst"]), np.ones(7, np.float32))
+    dev = get_context().device
+    counter = dev.create_buffer_with_data(data=np.array([5, 0, 0, 0], np.uint32), usage=wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC | wgpu.BufferUsage.COPY_DST)
+    run = live.run(n=20, domain_count=counter)
+    dev.queue.write_buffer(counter, 0, np.array([9], np.uint32))  # later changes do not move it
+    assert run.outputs["dst"].count == 5
+    np.testing.assert_array_equal(abi.read(run.outputs["dst"]), np.ones(5, np.float32))
+    assert live.run(n=3, domain_count=counter).outputs["dst"].count == 3  # clamped to n
+
+
+ADD_YAML = """\
+bindings:
+  - { name: src, kind: buffer, access: read, element: f32 }
+  - { name: dst, kind: buffer, access: read_write, element: f32, count: "len(src)" }
+params:
+  - { name: k, type: f32 }
+"""
+ADD_WGSL = """\
+@compute @workgroup_size(64)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
+    let i = zero_index(gid);
+    if (i >= zero_n()) { return; }
+    dst_set(i, src_get(i) + params.k);
+}
+"""
+
+
+def test_a_batch_chain_with_dropped_intermediates_is_not_overwritten_by_later_uploads():
+    add = make("t13/add", ADD_YAML, ADD_WGSL)
+    with abi.batch():
+        x = add.run(n=8, inputs={"src": np.zeros(8, np.float32)}, params={"k": 1.0}).outputs["dst"]
+        for _ in range(100):
+            x = add.run(n=8, inputs={"src": x}, params={"k": 1.0}).outputs["dst"]  # the previous x is dropped
+            gc.collect()
+            add.run(n=8, inputs={"src": np.arange(8, dtype=np.float32)}, params={"k": 0.0})  # uploads into the pool
+    np.testing.assert_array_equal(abi.read(x), np.full(8, 101.0, np.float32))
+
+
+def test_a_batch_never_hands_a_dropped_intermediate_to_a_later_upload():
+    add = make("t13/add", ADD_YAML, ADD_WGSL)
+    with abi.batch():
+        a = add.run(n=8, inputs={"src": np.zeros(8, np.float32)}, params={"k": 100.0}).outputs["dst"]
+        b = add.run(n=8, inputs={"src": a}, params={"k": 1.0}).outputs["dst"]
+        b2 = add.run(n=8, inputs={"src": b}, params={"k": 1.0}).outputs["dst"]  # nothing refers to a now
+        del a  # its buffer must stay out of the pool until the batch is submitted
+        gc.collect()
+        src = np.arange(64, dtype=np.float32)
+        c = make("t13/where", WHERE_YAML, WHERE_WGSL).run(n=64, inputs={"src": src}).outputs["dst"]  # an upload
+    np.testing.assert_array_equal(abi.read(b), np.full(8, 101.0, np.float32))
+    np.testing.assert_array_equal(abi.read(b2), np.full(8, 102.0, np.float32))
+    np.testing.assert_array_equal(abi.read(c), np.where(src > 5, src, 0))
+
+
+def test_reading_inside_a_batch_answers_what_was_recorded_before_it():
+    add = make("t13/add", ADD_YAML, ADD_WGSL)
+    compact = make("t13/compact", COMPACT_YAML, COMPACT_WGSL)
+    with abi.batch():
+        out = add.run(n=4, inputs={"src": np.arange(4, dtype=np.float32)}, params={"k": 2.0}).outputs["dst"]
+        np.testing.assert_array_equal(abi.read(out), np.arange(4) + 2.0)
+        hits = compact.run(n=6, inputs={"src": np.array([1, -1, 2, -1, 3, 4], np.float32)}).outputs["kept"]
+        assert hits.count == 4
+    assert hits.count == 4
+
+
+def test_read_of_an_output_buffer_answers_its_live_elements_and_a_foreign_buffer_all_of_it():
+    add = make("t13/add", ADD_YAML, ADD_WGSL)
+    run = add.run(n=5, inputs={"src": np.arange(5, dtype=np.float32)}, params={"k": 1.0})
+    assert run.outputs["dst"].buffer.size > 5 * 4  # pooled with slack
+    np.testing.assert_array_equal(abi.read(run.outputs["dst"].buffer), np.arange(5) + 1.0)
+    foreign = get_context().device.create_buffer_with_data(data=np.arange(6, dtype=np.float32), usage=wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC)
+    np.testing.assert_array_equal(abi.read(foreign), np.arange(6, dtype=np.float32))
+
+
+def test_batch_outputs_and_plain_runs_still_share_the_pool_after_the_batch():
+    add = make("t13/add", ADD_YAML, ADD_WGSL)
+    pool = add._pool
+    with abi.batch():
+        for _ in range(4):
+            add.run(n=8, inputs={"src": np.zeros(8, np.float32)}, params={"k": 1.0})
+            gc.collect()
+    gc.collect()
+    before = pool.created
+    for _ in range(4):
+        add.run(n=8, inputs={"src": np.zeros(8, np.float32)}, params={"k": 1.0})
+        gc.collect()
+    assert pool.created == before  # parked buffers came back once the batch was submitted
