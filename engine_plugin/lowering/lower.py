@@ -260,10 +260,19 @@ class _Lowerer:
             if name not in tables:
                 raise LoweringError(f"columns= names table {name!r}, which this variant does not have", Span(self.yaml_path))
 
+    def check_brackets(self, body_text: str, where) -> None:
+        """A half-typed body (the commonest live-editing mistake) is named at the user's bracket:
+        naga would report it past the end of the body, in generated code or at a later line."""
+        found = _bracket_error(tokens(body_text))
+        if found is not None:
+            tok, message = found
+            raise self.error(message, where(tok), tok.col)  # type: ignore[attr-defined]
+
     def check_body(self, body_text: str, user_lines: tuple[int, ...], present: list[Binding]) -> None:
         def where(tok):
             return user_lines[tok.line - 1] if tok.line - 1 < len(user_lines) else tok.line
 
+        self.check_brackets(body_text, where)
         decls = module_declarations(body_text)
         for tok in decls:
             hit = self.em.names.get(tok.text)
@@ -303,6 +312,28 @@ class _Lowerer:
                     f"use {call.text[:-7]}_store(slot, v) with a slot you compute, or declare determinism: float_order",
                     where(call), call.col,
                 )
+
+
+_CLOSING = {"(": ")", "[": "]", "{": "}"}
+
+
+def _bracket_error(tokens_iter) -> tuple[object, str] | None:
+    """The first unbalanced bracket, as (token, message), or None."""
+    stack: list = []
+    for tok in tokens_iter:
+        if tok.text in _CLOSING:
+            stack.append(tok)
+        elif tok.text in (")", "]", "}"):
+            if not stack:
+                return tok, f"'{tok.text}' closes nothing"
+            opened = stack.pop()
+            if _CLOSING[opened.text] != tok.text:
+                if any(_CLOSING[o.text] == tok.text for o in stack):  # the opener lacks its closer
+                    return opened, f"'{opened.text}' is never closed; a '{_CLOSING[opened.text]}' is missing before the '{tok.text}' on line {tok.line}"
+                return tok, f"'{tok.text}' closes nothing (the innermost open bracket is the '{opened.text}' on line {opened.line})"
+    if stack:
+        return stack[-1], f"'{stack[-1].text}' is never closed; a '{_CLOSING[stack[-1].text]}' is missing"
+    return None
 
 
 def _dims(d) -> str:

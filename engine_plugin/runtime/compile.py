@@ -18,11 +18,11 @@ import wgpu
 from ..errors import CompileError, Span, bug
 from ..gpu.device import DeviceContext, get_context
 from ..lowering.lowered import Lowered
+from .naga_report import parse_naga_report
 
 __all__ = ["CompiledVariant", "compile_lowered", "compiled", "wgsl_error_span", "compile_count"]
 
 _LOC_RE = re.compile(r"(?:┌─[^\n]*?|wgsl):(\d+):(\d+)")
-_ERR_RE = re.compile(r"(?:parsing|validation|Shader) error:?\s*(.*)", re.IGNORECASE)
 _stats = {"compiles": 0}
 _stats_lock = threading.Lock()
 
@@ -60,49 +60,12 @@ def _layout_entries(lowered: Lowered) -> list[dict]:
 
 
 def wgsl_error_span(lowered: Lowered, message: str) -> tuple[Span | None, str]:
-    """(user span, one-line reason) for a wgpu WGSL error message about ``lowered.source``.
-
-    naga renders parse errors as ``┌─ wgsl:L:C`` and validation errors as ``┌─ :L:C``, with
-    labels under the caret and ``= note`` lines; the most specific of those becomes the reason.
-    """
-    reason = ""
-    for line in message.splitlines():
-        m = _ERR_RE.search(line)
-        if m and m.group(1).strip():
-            reason = m.group(1).strip()
-            break
-    if not reason:
-        lines = [ln.strip() for ln in message.splitlines() if ln.strip() and not ln.strip().startswith(("Caused by", "In wgpu", "Validation Error"))]
-        reason = lines[0] if lines else message.strip()
-    m = _LOC_RE.search(message)
-    if not m:
-        return None, reason
-    line, col = int(m.group(1)), int(m.group(2))
-    labels, notes = [], []
-    for row in message[m.end():].splitlines():
-        text = row.strip()
-        if text.startswith("="):
-            notes.append(text.lstrip("= ").strip())
-            continue
-        if not text.startswith("│") and not text[:1].isdigit():
-            if text and labels:
-                break
-            continue
-        body = text.split("│", 1)[-1] if "│" in text else ""
-        if "^" in body:
-            after = body.split("^")[-1].strip(" ^~")
-            if after:
-                labels.append(after)
-            continue
-        body = body.replace("│", " ").strip()
-        if body and not body.startswith("naga::"):
-            labels.append(body)
-    detail = labels[-1] if labels else ""
-    if notes:
-        detail = f"{detail}: {notes[-1]}" if detail else notes[-1]
-    if detail and detail not in reason:
-        reason = detail if "is invalid" in reason else f"{reason} ({detail})"
-    return lowered.source_map.locate(line, col), reason
+    """(user span, one-line reason) for a wgpu WGSL error message about ``lowered.source``:
+    the innermost labelled span of naga's report, mapped through the source map."""
+    report = parse_naga_report(message, lowered.source)
+    if report.line is None:
+        return None, report.message
+    return lowered.source_map.locate(report.line, report.col), report.message
 
 
 def _compile_error(lowered: Lowered, exc: Exception, stage: str) -> CompileError:

@@ -250,7 +250,7 @@ specialize:
 
 @FAST
 @given(
-    st.lists(st.sampled_from(IDENTS + ["1.0", "(", ")"]), min_size=1, max_size=10),
+    st.lists(st.sampled_from(IDENTS + ["1.0", "(v)", "(1.0 + 2.0)"]), min_size=1, max_size=10),
     st.fixed_dictionaries({n: st.sampled_from(["v", "(v * 2.0)", "", "some_longer_expression(v, 3u)"]) for n in NAMES}),
 )
 def test_a_column_on_a_spliced_line_maps_back_to_the_same_character_or_its_identifier(words, replacements):

@@ -86,7 +86,7 @@ _MINIMAL = {
 }
 _VALUES = {
     "access": "read", "element": "f32", "count": '"n"', "capacity": '"n"', "live": "true", "append": "true",
-    "when": '"T=f32"', "bits": "true", "page": "P", "atomic": "false",
+    "when": '"T=f32"', "bits": "true", "page": "P", "atomic": "false", "clear": "false",
 }
 _ALL_KEYS = sorted(set().union(*KIND_KEYS.values()) - {"name", "kind"})
 
@@ -114,7 +114,7 @@ bindings:
   - { name: t, kind: columns, access: read_write, when: "T=f32" }
   - { name: d, kind: domain_count, when: "T=u32" }
   - { name: a, kind: buffer, access: read_write, element: u32, count: "n", live: true, bits: true, atomic: true, when: "T=f32" }
-  - { name: h, kind: buffer, access: read_write, element: T, capacity: "n", append: true, when: "T=u32" }
+  - { name: h, kind: buffer, access: read_write, element: T, capacity: "n", append: true, clear: false, when: "T=u32" }
 specialize:
   - { name: T, options: [f32, u32] }
 """

@@ -22,8 +22,8 @@ struct ZeroParams {
 @group(0) @binding(5) var<uniform> params: ZeroParams;
 fn zero_n() -> u32 { return params.n; }
 fn zero_index(zero_gid: vec3<u32>) -> u32 { return zero_gid.x + zero_gid.y * params.zero_stride_y + zero_gid.z * params.zero_stride_z; }
-fn cols_count(zero_c: u32) -> u32 { return cols[1u + zero_c * 4u + 2u]; }
-fn cols_lanes(zero_c: u32) -> u32 { return cols[1u + zero_c * 4u + 1u]; }
+fn cols_count(zero_c: u32) -> u32 { if (zero_c >= cols[0]) { return 0u; } return cols[1u + zero_c * 4u + 2u]; }
+fn cols_lanes(zero_c: u32) -> u32 { if (zero_c >= cols[0]) { return 0u; } return cols[1u + zero_c * 4u + 1u]; }
 fn cols_kind(zero_c: u32) -> u32 { return cols[1u + zero_c * 4u + 3u]; }
 fn cols_addr(zero_c: u32, zero_i: u32, zero_lane: u32) -> u32 { return cols[1u + zero_c * 4u] + zero_i * cols[1u + zero_c * 4u + 1u] + zero_lane; }
 fn cols_f32(zero_c: u32, zero_i: u32, zero_lane: u32) -> f32 {

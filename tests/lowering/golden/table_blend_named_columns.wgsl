@@ -13,8 +13,8 @@ fn zero_index(zero_gid: vec3<u32>) -> u32 { return zero_gid.x + zero_gid.y * par
 const table_col_pos: u32 = 0u;
 const table_col_vel: u32 = 1u;
 const table_col_id: u32 = 2u;
-fn table_count(zero_c: u32) -> u32 { return table[1u + zero_c * 4u + 2u]; }
-fn table_lanes(zero_c: u32) -> u32 { return table[1u + zero_c * 4u + 1u]; }
+fn table_count(zero_c: u32) -> u32 { if (zero_c >= table[0]) { return 0u; } return table[1u + zero_c * 4u + 2u]; }
+fn table_lanes(zero_c: u32) -> u32 { if (zero_c >= table[0]) { return 0u; } return table[1u + zero_c * 4u + 1u]; }
 fn table_kind(zero_c: u32) -> u32 { return table[1u + zero_c * 4u + 3u]; }
 fn table_addr(zero_c: u32, zero_i: u32, zero_lane: u32) -> u32 { return table[1u + zero_c * 4u] + zero_i * table[1u + zero_c * 4u + 1u] + zero_lane; }
 fn table_f32(zero_c: u32, zero_i: u32, zero_lane: u32) -> f32 {
@@ -40,8 +40,8 @@ fn table_vec3(zero_c: u32, zero_i: u32) -> vec3<f32> { return vec3<f32>(table_f3
 fn table_vec4(zero_c: u32, zero_i: u32) -> vec4<f32> { return vec4<f32>(table_f32(zero_c, zero_i, 0u), table_f32(zero_c, zero_i, 1u), table_f32(zero_c, zero_i, 2u), table_f32(zero_c, zero_i, 3u)); }
 const out_col_blend: u32 = 0u;
 const out_col_count: u32 = 1u;
-fn out_count(zero_c: u32) -> u32 { return out[1u + zero_c * 4u + 2u]; }
-fn out_lanes(zero_c: u32) -> u32 { return out[1u + zero_c * 4u + 1u]; }
+fn out_count(zero_c: u32) -> u32 { if (zero_c >= out[0]) { return 0u; } return out[1u + zero_c * 4u + 2u]; }
+fn out_lanes(zero_c: u32) -> u32 { if (zero_c >= out[0]) { return 0u; } return out[1u + zero_c * 4u + 1u]; }
 fn out_kind(zero_c: u32) -> u32 { return out[1u + zero_c * 4u + 3u]; }
 fn out_addr(zero_c: u32, zero_i: u32, zero_lane: u32) -> u32 { return out[1u + zero_c * 4u] + zero_i * out[1u + zero_c * 4u + 1u] + zero_lane; }
 fn out_f32(zero_c: u32, zero_i: u32, zero_lane: u32) -> f32 {

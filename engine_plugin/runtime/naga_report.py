@@ -1,0 +1,139 @@
+"""Read naga's error reports (as wgpu-native renders them) into a location and a message.
+
+naga draws a codespan report: a header (``Shader validation error: Function [0] 'helper' is
+invalid``), the primary location (``┌─ :2:1``: the whole function, for validation errors),
+source rows with caret rows under them (``^^^^^ naga::ir::Expression [2]`` or a human label
+such as ``invalid function call``), and ``= note`` lines whose last one says what is wrong.
+The primary location of a validation error is the enclosing function's ``fn`` header, which
+is useless to a user whose mistake is deep inside it: we take the innermost labelled span.
+Arena handles (``[8]``) mean nothing outside naga: types are named, other handles removed.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+__all__ = ["NagaReport", "parse_naga_report", "clean_naga_text"]
+
+_PRIMARY_RE = re.compile(r"┌─[^\n]*?:(\d+):(\d+)[ \t]*$", re.MULTILINE)  # "┌─ LABEL:19:1"; labels may hold ':'
+
+_HEADER_RE = re.compile(r"(?:parsing|validation|Shader[^\n]*?) error:?\s*(.*)", re.IGNORECASE)
+_SOURCE_ROW_RE = re.compile(r"^\s*(\d+)\s*│(.*)$")
+_CARET_ROW_RE = re.compile(r"^\s*│(.*)$")
+
+_KIND = {"Float": "f", "Sint": "i", "Uint": "u"}
+_SIZE = {"Bi": 2, "Tri": 3, "Quad": 4}
+
+
+@dataclass(frozen=True)
+class NagaReport:
+    """Where (lowered line, column) and what (one line, no handles) a naga report says."""
+
+    line: int | None
+    col: int | None
+    message: str
+
+
+def _scalar(kind: str, width: str) -> str:
+    if kind == "Bool":
+        return "bool"
+    if kind.startswith("Abstract"):
+        return "abstract " + kind[len("Abstract"):].lower()
+    return f"{_KIND.get(kind, kind.lower())}{int(width) * 8}"
+
+
+def _render_types(text: str) -> str:
+    """naga's Debug form of types as WGSL type names."""
+    text = re.sub(
+        r"Vector \{ size: (\w+), scalar: Scalar \{ kind: (\w+), width: (\d+) \} \}",
+        lambda m: f"vec{_SIZE.get(m.group(1), m.group(1))}<{_scalar(m.group(2), m.group(3))}>",
+        text,
+    )
+    text = re.sub(r"Scalar\(Scalar \{ kind: (\w+), width: (\d+) \}\)", lambda m: _scalar(m.group(1), m.group(2)), text)
+    text = re.sub(r"Scalar \{ kind: (\w+), width: (\d+) \}", lambda m: _scalar(m.group(1), m.group(2)), text)
+    return text
+
+
+def clean_naga_text(text: str) -> str:
+    """A naga note without arena handles: ``[0] (of type X)`` becomes the type name, other
+    ``[N]`` handles and ``naga::ir::`` paths go."""
+    text = _render_types(text)
+    text = re.sub(r"\[\d+\] \(of type ([^()]*(?:\([^()]*\))?[^()]*)\)", r"`\1`", text)
+    text = re.sub(r"naga::ir::\w+ ?", "", text)
+    text = re.sub(r"\s*\[\d+\]", "", text)
+    return re.sub(r"\s{2,}", " ", text).strip()
+
+
+def _labels(lines: list[str], source_lines: list[str]) -> list[tuple[int, int, int, str]]:
+    """(line, col, width, label) of every single-line caret label in the report."""
+    out = []
+    row_line: int | None = None
+    row_start = 0
+    for row in lines:
+        m = _SOURCE_ROW_RE.match(row)
+        if m:
+            row_line = int(m.group(1))
+            text = source_lines[row_line - 1].rstrip() if 0 < row_line <= len(source_lines) else ""
+            body = row.rstrip()
+            row_start = len(body) - len(text) if text and body.endswith(text) else -1
+            continue
+        if row_line is None or row_start < 0 or "^" not in row or not _CARET_ROW_RE.match(row):
+            continue
+        first = row.index("^")
+        if "╰" in row[:first] or "─" in row[:first]:  # the end of a multi-line span
+            continue
+        last = first
+        while last + 1 < len(row) and row[last + 1] == "^":
+            last += 1
+        out.append((row_line, first - row_start + 1, last - first + 1, row[last + 1:].strip()))
+    return out
+
+
+def parse_naga_report(message: str, source: str) -> NagaReport:
+    """The innermost labelled span of a naga report about ``source`` and its message."""
+    rows = message.splitlines()
+    header = ""
+    for row in rows:
+        m = _HEADER_RE.search(row)
+        if m and m.group(1).strip():
+            header = m.group(1).strip()
+            break
+    primary = _PRIMARY_RE.search(message)
+    if primary is None:
+        plain = [r.strip() for r in rows if r.strip() and not r.strip().startswith(("Caused by", "In wgpu", "Validation Error"))]
+        return NagaReport(None, None, clean_naga_text(header or (plain[0] if plain else message.strip())))
+    start = next(i for i, r in enumerate(rows) if "┌─" in r)
+    report_rows = []
+    notes = []
+    for row in rows[start + 1:]:
+        text = row.strip()
+        if text.startswith("="):
+            notes.append(text.lstrip("= ").strip())
+            continue
+        if not text:
+            if notes:
+                break  # the plain-text repeat of the notes follows; the report is over
+            continue
+        report_rows.append(row)
+    labels = _labels(report_rows, source.split("\n"))
+    human = [lb for lb in labels if lb[3] and not lb[3].startswith("naga::")]
+    # Prefer a span naga labelled in words; else the narrowest span (the innermost expression).
+    chosen = human[-1] if human else (min(labels, key=lambda lb: lb[2]) if labels else None)
+    detail = clean_naga_text(notes[-1]) if notes else ""
+    if chosen is None:
+        line, col = int(primary.group(1)), int(primary.group(2))
+        label = ""
+    else:
+        line, col, _, label = chosen
+        label = clean_naga_text(label) if not label.startswith("naga::") else ""
+    head = clean_naga_text(header)
+    if detail and label and label not in detail:
+        text = f"{label}: {detail}"
+    elif detail:
+        text = detail
+    elif label and label not in head:
+        text = f"{head}: {label}" if head and not head.endswith("is invalid") else label
+    else:
+        text = head or label
+    return NagaReport(line, col, text)

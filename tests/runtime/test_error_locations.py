@@ -1,0 +1,114 @@
+"""Compile errors name the user's file, line and column of the innermost span naga labelled:
+inside helper functions, nested blocks and @when blocks, never the ``fn`` header, and never
+naga's arena handles (``[8]``)."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from engine_plugin import abi
+from engine_plugin.errors import CompileError, PluginError
+
+pytestmark = pytest.mark.gpu
+
+YAML = """\
+bindings:
+  - { name: dst, kind: buffer, access: read_write, element: f32, count: "n" }
+specialize:
+  - { name: FOLD, options: [add, max] }
+"""
+
+MAIN = """
+@compute @workgroup_size(64)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
+    let i = zero_index(gid);
+    if (i >= zero_n()) { return; }
+    dst_set(i, helper(f32(i)));
+}
+"""
+
+CASES = {
+    "operands-in-a-helper": ("""fn helper(x: f32) -> f32 {
+    let y: u32 = 3u;
+    return x * y;
+}
+""", "x * y", "Operation Multiply can't work with `f32` and `u32`"),
+    "nested-blocks": ("""fn helper(x: f32) -> f32 {
+    var acc = 0.0;
+    for (var k = 0u; k < 4u; k++) {
+        if (x > 1.0) {
+            acc = acc + select(1u, 2u, x > 2.0);
+        }
+    }
+    return acc;
+}
+""", "acc + select", "Operation Add can't work with `f32` and `u32`"),
+    "call-argument": ("""fn g(a: u32) -> u32 { return a; }
+fn helper(x: f32) -> f32 {
+    return f32(g(x));
+}
+""", "g(x)", "invalid function call: Argument 0 value doesn't match the type"),
+    "loop-in-a-helper": ("""fn helper(x: f32) -> f32 {
+    var n = u32(x);
+    loop {
+        if (n <= 1u) { break; }
+        n = n + 1.0;
+    }
+    return f32(n);
+}
+""", "1.0", "Abstract types may only appear in constant expressions"),
+    "inside-a-when-block": ("""fn helper(x: f32) -> f32 {
+    // @when FOLD add
+    let bad: i32 = x;
+    // @end
+    return x;
+}
+""", "bad: i32", "the type of `bad` is expected to be `i32`, but got `f32`"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_a_compile_error_inside_a_helper_names_the_innermost_span(name):
+    helper, marker, message = CASES[name]
+    body = helper + MAIN
+    program = abi.program(key=f"t13/err/{name}", schema=abi.parse(YAML, "err/bindings.yaml"), wgsl=body, wgsl_path="err/kernel.wgsl")
+    with pytest.raises(CompileError) as info:
+        program.variant(specialize={"FOLD": "add"})
+    err = info.value
+    offset = body.index(marker)
+    line = body.count("\n", 0, offset) + 1
+    col = offset - (body.rfind("\n", 0, offset) + 1) + 1
+    assert (err.path, err.line, err.col) == ("err/kernel.wgsl", line, col), str(err)
+    assert message in err.message
+    assert not re.search(r"\[\d+\]|naga::", str(err)), str(err)
+    assert err.span.text == body.split("\n")[line - 1]
+
+
+def test_the_same_helper_compiles_in_the_variant_whose_when_block_leaves_it_out():
+    helper, _, _ = CASES["inside-a-when-block"]
+    program = abi.program(key="t13/err/when-ok", schema=abi.parse(YAML), wgsl=helper + MAIN)
+    program.variant(specialize={"FOLD": "max"})
+
+
+def test_a_missing_closing_brace_names_a_line_in_the_users_file():
+    body = "fn helper(x: f32) -> f32 {\n    return x;\n" + MAIN
+    program = abi.program(key="t13/err/brace", schema=abi.parse(YAML, "err/bindings.yaml"), wgsl=body, wgsl_path="err/kernel.wgsl")
+    with pytest.raises(PluginError) as info:
+        program.variant()
+    assert (info.value.path, info.value.line, info.value.col) == ("err/kernel.wgsl", 1, 26)
+    assert "'{' is never closed" in info.value.message
+
+
+@pytest.mark.parametrize("body,line,col,message", [
+    ("fn f() {\n    let a = (1 + 2;\n}\n", 2, 13, "'(' is never closed; a ')' is missing before the '}' on line 3"),
+    ("fn f() {\n    let a = 1 + 2);\n}\n", 2, 18, "')' closes nothing"),
+    ("fn f() {\n    let a = array<u32, 2>(1u, 2u)[0];\n    }\n}\n", 4, 1, "'}' closes nothing"),
+])
+def test_unbalanced_brackets_are_named_where_the_user_typed_them(body, line, col, message):
+    program = abi.program(key=f"t13/err/br{line}{col}", schema=abi.parse(YAML), wgsl=body + MAIN, wgsl_path="k.wgsl")
+    with pytest.raises(PluginError) as info:
+        program.variant()
+    assert (info.value.path, info.value.line) == ("k.wgsl", line)
+    assert message in str(info.value)
