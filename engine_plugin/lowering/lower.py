@@ -12,11 +12,12 @@ from typing import Mapping
 from ..errors import LoweringError, Span
 from .emit import Emitter, GeneratedNameClash
 from .lowered import ColumnSlot, HostSlot, Lowered, LoweredBinding, ParamField, ParamsLayout, SourceMap
-from .preprocess import apply_when_blocks, splice_sources
+from .preprocess import SplicedBody, apply_when_blocks, splice_sources
 from .schema import Binding, Schema
 from .types import ValueType, parse_value_type
 from .variants import VariantSpec, resolve_spec
 from .wgsl_text import find_calls, module_declarations, tokens, workgroup_size_literal
+from .workgroup_init import plan_workgroup_init
 
 __all__ = ["lower", "LOWERING_VERSION"]
 
@@ -113,9 +114,15 @@ class _Lowerer:
         em.declare("params", 0, "the params uniform")
         self.emit_builtins(domain)
         self.emit_accessors(present)
-        em.emit("// ---- kernel body ----", 0)
 
         self.check_body(body_text, body.user_lines, present)
+        wx, wy, wz = schema.workgroup
+        init = plan_workgroup_init(body.lines, body.splices, wx * wy * wz)
+        if init is not None:
+            em.declare("zero_init_workgroup", 0, "the workgroup memory initialiser")
+            em.emit(init.function, 0)
+            body = SplicedBody(init.lines, body.user_lines, init.splices)
+        em.emit("// ---- kernel body ----", 0)
         lines = [t for t, _ in em.lines] + list(body.lines)
         entries = [((_YAML, o) if o > 0 else (-1, 0)) for _, o in em.lines]
         entries += [(_BODY, u) for u in body.user_lines]
