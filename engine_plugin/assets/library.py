@@ -467,6 +467,8 @@ class AssetLibrary:
         if prev is None or prev.wgsl_text != src.wgsl_text or os.path.basename(prev.wgsl_path) != os.path.basename(src.wgsl_path):
             files.append(os.path.basename(src.wgsl_path))
 
+        if old is not None and old is not new:
+            old.follow(new)  # whoever holds the old Program sees the new one, never a mix
         ref._program = new
         ref._source = src
         ref.error = None

@@ -37,50 +37,103 @@ class LoweredStore(Protocol):
 
 
 class Program:
-    """A kernel under a key: ``variant(specialize=, columns=)`` lowers and compiles once per spec."""
+    """A kernel under a key: ``variant(specialize=, columns=)`` lowers and compiles once per spec.
+
+    After a hot reload replaced it, a Program answers as its successor (:meth:`follow`):
+    whoever holds the old object sees one consistent program, the new one, never a mix of
+    variants swapped in place and variants still lowered from the old source.
+    """
 
     def __init__(
         self, key: str, schema: Schema, wgsl: str, *, wgsl_path: str | None = None, ctx: DeviceContext, store: LoweredStore | None = None
     ):
         self.key = key
-        self.schema = schema
-        self.wgsl = wgsl
-        self.wgsl_path = wgsl_path or f"{key}.wgsl"
-        self.yaml_path = schema.path or "bindings.yaml"
         self.ctx = ctx
-        self.store = store
+        self._schema = schema
+        self._wgsl = wgsl
+        self._wgsl_path = wgsl_path or f"{key}.wgsl"
+        self._store = store
         self._variants: dict[VariantSpec, Variant] = {}
         self._lock = threading.RLock()
+        self._successor: Program | None = None
+
+    def _live(self) -> "Program":
+        """This program, or the one a reload replaced it with (following the whole chain)."""
+        live = self
+        while live._successor is not None:
+            live = live._successor
+        if live is not self and self._successor is not live:
+            self._successor = live  # shorten the chain for the next call
+        return live
+
+    def follow(self, successor: "Program") -> None:
+        """A reload replaced this program: from now on it answers as ``successor``."""
+        if successor._live() is not self:
+            self._successor = successor
+
+    @property
+    def schema(self) -> Schema:
+        return self._live()._schema
+
+    @property
+    def wgsl(self) -> str:
+        return self._live()._wgsl
+
+    @property
+    def wgsl_path(self) -> str:
+        return self._live()._wgsl_path
+
+    @property
+    def yaml_path(self) -> str:
+        return self.schema.path or "bindings.yaml"
+
+    @property
+    def store(self) -> LoweredStore | None:
+        return self._live()._store
+
+    @store.setter
+    def store(self, value: LoweredStore | None) -> None:
+        self._live()._store = value
 
     def same_content(self, schema: Schema, wgsl: str, wgsl_path: str | None) -> bool:
-        return self.schema.text == schema.text and self.schema.path == schema.path and self.wgsl == wgsl and (wgsl_path is None or wgsl_path == self.wgsl_path)
+        live = self._live()
+        return (
+            live._schema.text == schema.text and live._schema.path == schema.path and live._wgsl == wgsl
+            and (wgsl_path is None or wgsl_path == live._wgsl_path)
+        )
 
     @property
     def variants(self) -> dict[VariantSpec, Variant]:
         """The variants made so far, by spec."""
-        return dict(self._variants)
+        return dict(self._live()._variants)
 
     def lowered(self, spec: VariantSpec) -> Lowered:
         """Lower ``spec`` (or fetch it from the store) without compiling."""
-        key = variant_key(self.schema.text, self.wgsl, spec)
-        if self.store is not None:
-            found = self.store.get(key)
+        live = self._live()
+        key = variant_key(live._schema.text, live._wgsl, spec)
+        if live._store is not None:
+            found = live._store.get(key)
             if found is not None:
                 return found
-        result = lower(self.schema, self.wgsl, spec, wgsl_path=self.wgsl_path)
+        result = lower(live._schema, live._wgsl, spec, wgsl_path=live._wgsl_path)
         _stats["lowered"] += 1
-        if self.store is not None:
-            self.store.put(key, result)
+        if live._store is not None:
+            live._store.put(key, result)
         return result
 
     def variant(self, specialize: Mapping[str, str] | None = None, columns: Mapping[str, Any] | None = None) -> Variant:
         """Lower (or fetch from the variant cache) and compile one variant.
 
+        Unset specialisations take the seed's defaults (see ``resolve_spec``).
+
         Raises:
-            SpecializationError: a missing or unknown value (the message lists the options).
+            SpecializationError: an unknown name or value (the message lists the options).
             LoweringError, CompileError: with the user's file and line.
         """
-        spec = resolve_spec(self.schema, specialize, columns)
+        live = self._live()
+        if live is not self:
+            return live.variant(specialize, columns)
+        spec = resolve_spec(self._schema, specialize, columns)
         found = self._variants.get(spec)
         if found is not None:
             return found
@@ -96,12 +149,13 @@ class Program:
     def adopt(self, spec: VariantSpec, variant: Variant) -> Variant:
         """Stand ``variant`` (carried over from this asset's previous program by a body-only
         reload, its pipeline already swapped) under ``spec``."""
-        with self._lock:
-            self._variants[spec] = variant
+        live = self._live()
+        with live._lock:
+            live._variants[spec] = variant
         return variant
 
     def __repr__(self) -> str:
-        return f"Program({self.key!r}, {len(self._variants)} variants)"
+        return f"Program({self.key!r}, {len(self._live()._variants)} variants)"
 
 
 def program(

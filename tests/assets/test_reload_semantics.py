@@ -275,3 +275,33 @@ def test_a_layout_reload_makes_a_new_variant(asset_root, make_library):
     events = pump(lib, lambda: ref.generation == 1)
     assert events[-1].kind == "layout"
     assert ref.program().variant({"T": "f32"}) is not variant
+
+
+class _Held:
+    """Stands in for engine code that kept the Program object it got before a reload."""
+
+    def __init__(self, program):
+        self._program = program
+
+    def program(self):
+        return self._program
+
+
+def test_after_a_body_only_reload_an_old_program_object_answers_as_the_new_one(asset_root, make_library):
+    lib = make_library(asset_root)
+    ref = lib.load("k.computeShader")
+    old_program = ref.program()
+    in_use = old_program.variant({"T": "f32"})  # swapped in place by the reload
+    _save(lib, ref, ref.folder, "kernel.wgsl", kernel(5.0))
+    (event,) = pump(lib, lambda: ref.generation == 1)
+    assert event.kind == "body"
+    held = _Held(old_program)
+    # the variant in use and one the old object never made both run the new kernel
+    assert run_scale(held) == [5.0, 10.0, 15.0, 20.0]
+    assert run_scale(held, T="i32") == [5, 10, 15, 20]
+    assert old_program.variant({"T": "f32"}) is in_use is ref.program().variant({"T": "f32"})
+    assert old_program.wgsl == ref.program().wgsl and old_program.variants == ref.program().variants
+    # a second reload: the first object still follows
+    _save(lib, ref, ref.folder, "kernel.wgsl", kernel(7.0))
+    pump(lib, lambda: ref.generation == 2)
+    assert run_scale(held, T="u32") == [7, 14, 21, 28]
