@@ -6,6 +6,7 @@ Device loss by ``device.destroy()`` runs in subprocesses: test_gpu_device_loss.p
 
 from __future__ import annotations
 
+import gc
 import threading
 import time
 
@@ -44,6 +45,9 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
 
 
 def buffer_count() -> int:
+    """Live GPUBuffer objects. Garbage from earlier tests (reference cycles) is collected
+    first: a collection landing between two counts otherwise moves them (a flaky 105 != 109)."""
+    gc.collect()
     return wgpu.diagnostics.object_counts.get_dict()["Buffer"]["count"]
 
 
