@@ -16,7 +16,7 @@ from engine_plugin import abi
 pytestmark = pytest.mark.gpu
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-ASSET = os.path.join(ROOT, "assets", "samples", "seed.computeShader")
+ASSET = os.path.join(ROOT, "assets", "seed", "seed.computeShader")
 
 # The seed's schema exactly as the seed writes it.
 SEED_YAML = """\
