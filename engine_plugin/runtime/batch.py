@@ -22,26 +22,34 @@ from typing import Any, Iterator
 
 from ..gpu.device import DeviceContext
 
-__all__ = ["Batch", "batch", "current_batch", "submit_records", "encode_records", "flush_current_batch", "held_by_open_batch"]
+__all__ = ["Batch", "batch", "current_batch", "submit_records", "encode_records", "flush_current_batch", "held_by_open_batch", "flush_epoch"]
 
 _local = threading.local()
 _open_lock = threading.Lock()
 _open: list["Batch"] = []  # every open batch, all threads: a release may come from any thread (GC)
+_epoch = [0]
 
 
 def encode_records(encoder: Any, records: list) -> None:
-    """Encode ``records`` in order into ``encoder``."""
+    """Encode ``records`` in order into ``encoder``.
+
+    Clears all go first, before any dispatch: a cleared buffer is one the pool just handed
+    out, which no earlier record of this submission can touch (the batch holds those), so
+    they need not break the compute pass run by run. Copies stay in order.
+    """
+    for record in records:
+        for op in record[4]:
+            if op[0] == "clear":
+                encoder.clear_buffer(op[1], op[2], op[3])
     cpass = None
     for pipeline, bind_group, offset, groups, ops in records:
-        if ops:
+        copies = [op for op in ops if op[0] == "copy"] if ops else ()
+        if copies:
             if cpass is not None:
                 cpass.end()
                 cpass = None
-            for op in ops:
-                if op[0] == "clear":
-                    encoder.clear_buffer(op[1], op[2], op[3])
-                else:
-                    encoder.copy_buffer_to_buffer(op[1], op[2], op[3], op[4], op[5])
+            for op in copies:
+                encoder.copy_buffer_to_buffer(op[1], op[2], op[3], op[4], op[5])
         if groups[0] == 0:
             continue
         if cpass is None:
@@ -126,9 +134,15 @@ class Batch:
             variant._pool.give(buf)
         self._held = set()
         self._held_refs = []
+        _epoch[0] += 1
         self.records.clear()
         self.temps.clear()
         self._staged.clear()
+
+
+def flush_epoch() -> int:
+    """Bumped whenever a batch submits: only then can a held buffer stop being held."""
+    return _epoch[0]
 
 
 def held_by_open_batch(buffer: Any) -> bool:

@@ -15,7 +15,7 @@ import wgpu
 
 from ..arrays import dtype_kind, prepare_array  # re-exported: runtime modules take them from here
 from ..gpu.device import DeviceContext
-from .batch import held_by_open_batch
+from .batch import flush_epoch, held_by_open_batch
 
 __all__ = ["BufferPool", "size_class", "STORAGE_USAGE", "prepare_array", "dtype_kind", "pool_for"]
 
@@ -43,13 +43,14 @@ class BufferPool:
         # take() on this very thread: they land in a lock-free deque that take() drains.
         self._returned: deque = deque()
         self._parked: list = []  # returned, but still held by an open batch
+        self._parked_epoch = -1
         self.created = 0
         self.reused = 0
 
     def take(self, nbytes: int, usage: int = STORAGE_USAGE, label: str = "engine_plugin") -> Any:
         size = size_class(nbytes)
         with self._lock:
-            if self._parked or self._returned:
+            if self._returned or (self._parked and flush_epoch() != self._parked_epoch):
                 self._drain()
             free = self._free.get((size, usage))
             if free:
@@ -68,8 +69,12 @@ class BufferPool:
     def _drain(self) -> None:
         """Move returned buffers to the free lists, except those a run recorded in an open
         ``abi.batch()`` still touches: they stay parked until that batch is submitted."""
-        candidates = self._parked
-        self._parked = []
+        # Parked buffers can only come free when a batch submits: re-check them only then.
+        epoch = flush_epoch()
+        if epoch != self._parked_epoch:
+            candidates, self._parked, self._parked_epoch = self._parked, [], epoch
+        else:
+            candidates = []
         while self._returned:
             candidates.append(self._returned.popleft())
         for buffer, usage in candidates:

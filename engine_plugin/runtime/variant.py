@@ -38,7 +38,7 @@ from .table import Table
 __all__ = ["Variant", "Run"]
 
 _RING_SLOTS = 256
-_BIND_GROUP_CACHE = 32
+_BIND_GROUP_CACHE = 256
 _NO_DOMAIN = np.array([0xFFFFFFFF, 0, 0, 0], dtype="<u4")
 _EMPTY_TABLE = np.zeros(4, dtype="<u4")  # word 0: no columns
 
