@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import numpy as np
@@ -43,8 +44,36 @@ def prepare_array(values: Any, vt: ValueType, bits: bool) -> tuple[np.ndarray | 
     if bits:
         if arr.dtype.itemsize != 4:
             return None, f"bits: true takes raw 4-byte words; dtype {arr.dtype} has {arr.dtype.itemsize}-byte items"
+        if arr.dtype.byteorder == ">" or (arr.dtype.byteorder == "=" and sys.byteorder == "big"):
+            arr = arr.astype(arr.dtype.newbyteorder("<"))  # the same values as little-endian words
         out = np.ascontiguousarray(arr).view("<u4").reshape(-1)
     else:
         target = np.dtype(vt.numpy_dtype)
+        if arr.dtype != target:
+            reason = _out_of_range(arr, target)
+            if reason:
+                return None, reason
         out = np.ascontiguousarray(arr, dtype=target).reshape(-1) if arr.dtype != target else np.ascontiguousarray(arr).reshape(-1)
     return out, str(out.size // vt.lanes)
+
+
+def _out_of_range(arr: np.ndarray, target: np.dtype) -> str | None:
+    """Why casting ``arr`` to ``target`` by value would change a value (wrap, truncate to
+    garbage, overflow to inf), or None. Float to int truncates toward zero, as WGSL does."""
+    if arr.size == 0:
+        return None
+    if target.kind in "iu":
+        info = np.iinfo(target)
+        if arr.dtype.kind == "f":
+            if not np.all(np.isfinite(arr)):
+                return f"a NaN or infinity cannot be cast to {target.name}"
+        lo, hi = arr.min(), arr.max()
+        if lo < info.min or hi > info.max:
+            bad = lo if lo < info.min else hi
+            return (f"value {bad} is outside {target.name}'s range [{info.min}, {info.max}]; cast it yourself "
+                    f"(e.g. arr.astype(np.{target.name})) if wrapping is what you want")
+    elif target.kind == "f" and arr.dtype.kind == "f" and arr.dtype.itemsize > 4:
+        finite = arr[np.isfinite(arr)]
+        if finite.size and np.abs(finite).max() > np.finfo(np.float32).max:
+            return "a value is beyond f32's range (it would become infinity); scale it or cast it yourself"
+    return None

@@ -15,9 +15,11 @@ from typing import Any
 
 import wgpu
 
-from ..errors import CompileError, Span, bug
+from ..errors import CompileError, DeviceLostError, PluginError, Span, bug
+from ..gpu.loss import DeviceFault, classify
 from ..gpu.device import DeviceContext, get_context
 from ..lowering.lowered import Lowered
+from .loss import LOST_HINT, mark_lost
 from .naga_report import parse_naga_report
 
 __all__ = ["CompiledVariant", "compile_lowered", "compiled", "wgsl_error_span", "compile_count"]
@@ -68,7 +70,10 @@ def wgsl_error_span(lowered: Lowered, message: str) -> tuple[Span | None, str]:
     return lowered.source_map.locate(report.line, report.col), report.message
 
 
-def _compile_error(lowered: Lowered, exc: Exception, stage: str) -> CompileError:
+def _compile_error(lowered: Lowered, exc: Exception, stage: str, ctx: DeviceContext) -> PluginError:
+    if classify(exc) == DeviceFault.LOST:  # not the user's mistake: never blame their .wgsl
+        mark_lost(ctx)
+        return DeviceLostError(f"{stage}: {LOST_HINT}")
     message = getattr(exc, "message", None) or str(exc)
     span, reason = wgsl_error_span(lowered, message)
     notes: tuple[str, ...] = ()
@@ -101,10 +106,12 @@ def compile_lowered(lowered: Lowered, label: str | None = None, device: Any = No
             return found
         dev = ctx.device
         label = label or key[:12]
+        if ctx.lost:
+            raise DeviceLostError(LOST_HINT)
         try:
             module = dev.create_shader_module(code=lowered.source, label=label)
         except wgpu.GPUError as exc:
-            raise _compile_error(lowered, exc, "shader compilation") from None
+            raise _compile_error(lowered, exc, "shader compilation", ctx) from None
         with _stats_lock:
             _stats["compiles"] += 1
         wx, wy, wz = lowered.workgroup
@@ -119,7 +126,7 @@ def compile_lowered(lowered: Lowered, label: str | None = None, device: Any = No
             layout = dev.create_pipeline_layout(bind_group_layouts=[bgl], label=label)
             pipeline = dev.create_compute_pipeline(layout=layout, compute={"module": module, "entry_point": "main"}, label=label)
         except wgpu.GPUError as exc:
-            raise _compile_error(lowered, exc, "pipeline creation") from None
+            raise _compile_error(lowered, exc, "pipeline creation", ctx) from None
         except Exception as exc:  # pragma: no cover - wgpu raising something else is our bug
             raise bug(f"pipeline creation raised {type(exc).__name__}: {exc}") from exc
         compiled_variant = CompiledVariant(key, lowered, module, bgl, pipeline, ctx)

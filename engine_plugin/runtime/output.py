@@ -17,6 +17,7 @@ import wgpu
 from ..errors import DispatchError
 from ..lowering.types import ValueType
 from .batch import flush_current_batch
+from .loss import device_guard
 
 __all__ = ["Output", "read", "read_words"]
 
@@ -32,16 +33,24 @@ def read_words(buffer: Any, offset: int = 0, size: int | None = None, device: An
     size = buffer.size - offset if size is None else size
     if size <= 0:
         return memoryview(b"")
-    flush_current_batch()  # a read inside abi.batch() sees every run recorded before it
     from ..gpu.device import get_context
+
+    dev = device or buffer._device
+    ctx = get_context(dev)
+    with device_guard(ctx):
+        flush_current_batch()  # a read inside abi.batch() sees every run recorded before it
+        return _read_words(buffer, offset, size, ctx)
+
+
+def _read_words(buffer: Any, offset: int, size: int, ctx: Any) -> memoryview:
     from ..gpu.mapping import map_submitted
     from .buffers import size_class
 
-    dev = device or buffer._device
+    dev = ctx.device
     padded = (size + 3) & ~3
     cls = size_class(padded)
     # Pooled per device context, so a lost device drops its staging buffers with it.
-    free = get_context(dev).cache("read staging").setdefault(cls, [])
+    free = ctx.cache("read staging").setdefault(cls, [])
     staging = free.pop() if free else dev.create_buffer(size=cls, usage=wgpu.BufferUsage.MAP_READ | wgpu.BufferUsage.COPY_DST, label="read staging")
     encoder = dev.create_command_encoder()
     encoder.copy_buffer_to_buffer(buffer, offset, staging, 0, min(padded, buffer.size - offset))

@@ -41,12 +41,7 @@ class ParamsPacker:
         """Validate user params (all present, none unknown, right types) before any GPU work."""
         params = dict(params or {})
         # A game passes the same params frame after frame: skip re-validating an identical set.
-        try:
-            fingerprint = tuple(sorted((k, v if not isinstance(v, (list, np.ndarray)) else tuple(np.asarray(v).reshape(-1).tolist())) for k, v in params.items()))
-            hash(fingerprint)
-        except TypeError:
-            fingerprint = None
-            self._checked = None  # nothing cached may match an unhashable set of params
+        fingerprint = exact_fingerprint(params)
         if fingerprint is not None and fingerprint == self._checked:
             return params
         unknown = [k for k in params if k not in self.user_names]
@@ -120,6 +115,25 @@ class ParamsPacker:
                 v = params[name]
                 out[name] = float(v) if scalar == "f32" else int(v)
         return out
+
+
+def exact_fingerprint(params: Mapping[str, Any] | None) -> tuple | None:
+    """Params as an exact, hashable value: type, dtype and bytes of each. ``==`` on the values
+    would call -0.0 and 0.0, or True and 1, the same and reuse the wrong bytes or checks.
+    None when a value has no exact form (nothing cached may then match)."""
+    if not params:
+        return ()
+    out = []
+    for k in sorted(params):
+        v = params[k]
+        try:
+            arr = np.asarray(v)
+        except Exception:
+            return None
+        if arr.dtype.kind == "O":
+            return None
+        out.append((k, type(v), arr.dtype.str, arr.shape, arr.tobytes()))
+    return tuple(out)
 
 
 def _as_list(value: Any) -> list | None:

@@ -133,6 +133,8 @@ class Program:
         live = self._live()
         if live is not self:
             return live.variant(specialize, columns)
+        if self.ctx.lost:
+            self._rehome()
         spec = resolve_spec(self._schema, specialize, columns)
         found = self._variants.get(spec)
         if found is not None:
@@ -145,6 +147,15 @@ class Program:
             compiled = compile_lowered(lowered, label=f"{self.key} {spec.label()}", device=self.ctx)
             made = self._variants[spec] = Variant(self, lowered, compiled)
             return made
+
+    def _rehome(self) -> None:
+        """The device this program compiled on was lost: compile on the default device from
+        now on (a new one is acquired). Variants made on the lost device stay dead; whoever
+        holds one gets DeviceLostError and asks the program again."""
+        with self._lock:
+            if self.ctx.lost:
+                self.ctx = get_context()
+                self._variants = {}
 
     def adopt(self, spec: VariantSpec, variant: Variant) -> Variant:
         """Stand ``variant`` (carried over from this asset's previous program by a body-only

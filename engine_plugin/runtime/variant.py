@@ -31,8 +31,9 @@ from .batch import current_batch, submit_records
 from .buffers import STORAGE_USAGE, pool_for, prepare_array
 from .compile import CompiledVariant
 from .convert import conversion_record
+from .loss import device_guard
 from .output import Output, disown_buffer, on_release, own_buffer
-from .params import ParamsPacker
+from .params import ParamsPacker, exact_fingerprint
 from .table import Table
 
 __all__ = ["Variant", "Run"]
@@ -347,7 +348,12 @@ class Variant:
                 counter), a GPUBuffer (word 0) or an int.
         Raises:
             DispatchError: before anything is submitted, naming the binding and its line.
+            DeviceLostError: the device is gone; ``program.variant(...)`` compiles anew.
         """
+        with device_guard(self.ctx):
+            return self._run(n, inputs, params, outputs, domain_count)
+
+    def _run(self, n: Any, inputs: Any, params: Any, outputs: Any, domain_count: Any) -> Run:
         if outputs is None and domain_count is None and self._repeat is not None:
             done = self._run_repeat(n, inputs, params)
             if done is not None:
@@ -470,13 +476,13 @@ class Variant:
         sizes = [(slot, result[slot.name].capacity) for slot, _, _ in self._output_slots]
         self._repeat_group = None
         self._repeat = (
-            n, tuple(inputs.items()), _params_snapshot(params),
+            n, tuple(inputs.items()), exact_fingerprint(params),
             {i: b for i, b in bound.items() if i not in outs}, sizes, data, groups,
         )
 
     def _run_repeat(self, n: Any, inputs: Any, params: Any) -> Run | None:
         rn, rin, rparams, rbound, sizes, data, groups = self._repeat  # type: ignore[misc]
-        if n != rn or _params_snapshot(params) != rparams:
+        if n != rn or exact_fingerprint(params) != rparams:
             return None
         items = tuple(inputs.items()) if inputs else ()
         if len(items) != len(rin):
@@ -585,19 +591,6 @@ class Variant:
         while len(self._bind_groups) > _BIND_GROUP_CACHE:
             self._bind_groups.popitem(last=False)
         return group
-
-
-def _params_snapshot(params: Any) -> tuple | None:
-    """The params' values copied (lists and arrays as tuples): a caller mutating an array in
-    place between two runs must not match the earlier run."""
-    if not params:
-        return None
-    out = []
-    for k, v in params.items():
-        if isinstance(v, (list, tuple, np.ndarray)):
-            v = tuple(np.asarray(v).reshape(-1).tolist())
-        out.append((k, v))
-    return tuple(out)
 
 
 def _output_order(slots: list[HostSlot]) -> list[tuple[HostSlot, str, str]]:

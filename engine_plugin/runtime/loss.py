@@ -1,0 +1,45 @@
+"""Device loss as the ABI reports it: a :class:`DeviceLostError`, never a raw wgpu error.
+
+wgpu-py 0.32 has no ``device.lost``: after a loss every call on the device raises
+``GPUValidationError ... Parent device is lost`` (and reads fail in the poll thread). The
+runtime wraps its GPU calls in :func:`device_guard`: a loss marks the context lost (its
+caches dropped in one step), so the next ``get_context()`` acquires a fresh device and a
+``Program`` re-homes its variants there (see ``Program.variant``).
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from typing import Iterator
+
+from ..errors import DeviceLostError
+from ..gpu.device import DeviceContext
+from ..gpu.loss import DeviceFault, classify
+
+__all__ = ["device_guard", "mark_lost", "LOST_HINT"]
+
+LOST_HINT = "the GPU device was lost (a driver reset or device.destroy()); get the variant again with program.variant(...) to compile it on a new device"
+
+
+def mark_lost(ctx: DeviceContext) -> None:
+    """Fail closed: nothing more is submitted on ``ctx``; its caches go in one step."""
+    if not ctx.lost:
+        ctx.lost = True
+        ctx.drop_caches()
+
+
+@contextmanager
+def device_guard(ctx: DeviceContext) -> Iterator[None]:
+    """Run GPU calls on ``ctx``; a lost device becomes :class:`DeviceLostError`."""
+    if ctx.lost:
+        raise DeviceLostError(LOST_HINT)
+    try:
+        yield
+    except DeviceLostError:
+        raise
+    except Exception as exc:
+        lost = classify(exc) == DeviceFault.LOST or (isinstance(exc, (RuntimeError, AttributeError)) and "PollThread" in str(exc))
+        if not lost:
+            raise
+        mark_lost(ctx)
+        raise DeviceLostError(LOST_HINT) from None

@@ -1,0 +1,131 @@
+"""Inputs the GPU cannot represent are refused with a PluginError before anything is
+submitted, the repeat path never mistakes equal-looking params for the same ones, and a lost
+device is a DeviceLostError (issue: hostile input and faults, runtime side)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+from engine_plugin import abi
+from engine_plugin.errors import DispatchError
+
+pytestmark = pytest.mark.gpu
+
+K_YAML = """\
+bindings:
+  - { name: dst, kind: buffer, access: read_write, element: u32, count: "n" }
+params:
+  - { name: k, type: f32 }
+"""
+K_WGSL = """\
+@compute @workgroup_size(64)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
+    let i = zero_index(gid);
+    if (i >= zero_n()) { return; }
+    dst_set(i, bitcast<u32>(params.k));
+}
+"""
+COPY_YAML = """\
+bindings:
+  - { name: src, kind: buffer, access: read, element: ELEM, bits: BITS }
+  - { name: dst, kind: buffer, access: read_write, element: u32, count: "len(src)" }
+"""
+COPY_WGSL = """\
+@compute @workgroup_size(64)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
+    let i = zero_index(gid);
+    if (i >= zero_n()) { return; }
+    dst_set(i, bitcast<u32>(src_get(i)));
+}
+"""
+
+
+def variant(key, yaml, wgsl):
+    return abi.program(key=key, schema=abi.parse(yaml), wgsl=wgsl).variant()
+
+
+def test_a_dispatch_size_past_u32_is_refused_before_anything_runs():
+    v = variant("t19/k", K_YAML, K_WGSL)
+    for n in (2**32, 2**40):
+        with pytest.raises(DispatchError, match="does not fit the u32"):
+            v.run(n=n, params={"k": 1.0})
+
+
+def test_negative_zero_after_zero_is_its_own_params():
+    v = variant("t19/k", K_YAML, K_WGSL)
+    first = abi.read(v.run(n=2, params={"k": 0.0}).outputs["dst"])
+    second = abi.read(v.run(n=2, params={"k": -0.0}).outputs["dst"])
+    assert first.tolist() == [0, 0] and second.tolist() == [0x80000000] * 2
+
+
+def test_a_bool_after_an_equal_int_is_still_checked():
+    yaml = K_YAML.replace("type: f32", "type: u32")
+    v = variant("t19/ku", yaml, K_WGSL.replace("bitcast<u32>(params.k)", "params.k"))
+    v.run(n=2, params={"k": 1})
+    with pytest.raises(DispatchError):
+        v.run(n=2, params={"k": True})
+
+
+def test_big_endian_words_with_bits_go_up_as_their_values():
+    v = variant("t19/bits", COPY_YAML.replace("ELEM", "u32").replace("BITS", "true"), COPY_WGSL.replace("bitcast<u32>(src_get(i))", "src_get(i)"))
+    got = abi.read(v.run(n=3, inputs={"src": np.array([1, 2, 0xDEADBEEF], dtype=">u4")}).outputs["dst"])
+    assert got.tolist() == [1, 2, 0xDEADBEEF]
+    f = variant("t19/bitsf", COPY_YAML.replace("ELEM", "u32").replace("BITS", "true"), COPY_WGSL.replace("bitcast<u32>(src_get(i))", "src_get(i)"))
+    got = abi.read(f.run(n=1, inputs={"src": np.array([1.5], dtype=">f4")}).outputs["dst"])
+    assert got.tolist() == [int(np.array([1.5], "<f4").view("<u4")[0])]
+
+
+@pytest.mark.parametrize("elem,values,match", [
+    ("i32", np.array([3_000_000_000], np.int64), "outside int32's range"),
+    ("u32", np.array([-1], np.int64), "outside uint32's range"),
+    ("i32", np.array([np.nan], np.float64), "NaN or infinity"),
+    ("f32", np.array([1e300], np.float64), "beyond f32's range"),
+])
+def test_a_cast_by_value_that_would_change_a_value_is_refused(elem, values, match):
+    v = variant(f"t19/cast/{elem}", COPY_YAML.replace("ELEM", elem).replace("BITS", "false"), COPY_WGSL)
+    with pytest.raises(DispatchError, match=match):
+        v.run(n=1, inputs={"src": values})
+    v.run(n=1, inputs={"src": np.array([5], np.int64)})  # in range: cast by value as before
+
+
+LOSS_SCRIPT = textwrap.dedent("""
+    import numpy as np, wgpu
+    from engine_plugin import abi
+    from engine_plugin.errors import DeviceLostError
+    from engine_plugin.gpu.device import get_context
+    YAML = "bindings:\\n  - { name: dst, kind: buffer, access: read_write, element: f32, count: 'n' }\\n"
+    WGSL = "@compute @workgroup_size(64)\\nfn main(@builtin(global_invocation_id) gid: vec3<u32>) {\\n    let i = zero_index(gid);\\n    if (i >= zero_n()) { return; }\\n    dst_set(i, 7.0);\\n}\\n"
+    program = abi.program(key="loss", schema=abi.parse(YAML), wgsl=WGSL)
+    v = program.variant()
+    out = v.run(n=4).outputs["dst"]
+    assert abi.read(out).tolist() == [7.0] * 4
+    dead = get_context()
+    dead.device.destroy()
+    for call in (lambda: v.run(n=4), lambda: abi.read(out)):
+        try:
+            call()
+        except DeviceLostError as exc:
+            print("DeviceLostError", exc)
+        else:
+            raise SystemExit("no error")
+    fresh = get_context()
+    assert fresh is not dead and not fresh.lost
+    again = program.variant()  # compiled on the new device
+    assert abi.read(again.run(n=3).outputs["dst"]).tolist() == [7.0] * 3
+    print("recovered")
+""")
+
+
+def test_a_lost_device_raises_device_lost_error_and_the_next_call_gets_a_new_device(tmp_path):
+    script = tmp_path / "loss.py"
+    script.write_text(LOSS_SCRIPT)
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120, env=dict(os.environ))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.count("DeviceLostError") == 2 and "recovered" in proc.stdout
+    assert "GPUValidationError" not in proc.stdout + proc.stderr.split("Traceback")[0]
