@@ -18,6 +18,8 @@ from typing import Any
 
 import numpy as np
 
+from ..lowering.geometry import GEOMETRY_FIELDS, Domain, dispatch_fields
+
 from ..gpu.config import WgpuProductDesc
 from ..gpu.descriptors import DispatchDesc, ReadbackPolicy
 from ..gpu.handles import GpuProductHandle
@@ -99,7 +101,7 @@ class GpuProduct:
         packer = ParamsPacker(lowered, self.variant.yaml_path, {})
         checked = packer.check(dict(params))
         self._base = np.frombuffer(bytes(packer.pack(checked, fixed)), dtype=np.uint32).copy()
-        for name in ("n", "zero_stride_y", "zero_stride_z", f"zero_len_{plan.items}", f"zero_len_{plan.output}"):
+        for name in ("n", *GEOMETRY_FIELDS, f"zero_len_{plan.items}", f"zero_len_{plan.output}"):
             f = lowered.params.field(name)
             if f is not None:
                 self._offsets[name] = f.offset // 4
@@ -114,23 +116,25 @@ class GpuProduct:
             writable=(self.items_buffer, self.params_buffer),
         )
 
+    def geometry(self, n: int) -> tuple[dict[str, int], tuple[int, int, int]]:
+        """The entry point's params and the workgroups for ``n`` items (the ABI runtime's fold)."""
+        found = dispatch_fields(Domain((max(n, 1), 1, 1)), self.variant.lowered.workgroup, self._limit)
+        assert found is not None, "a work list never needs more workgroups than a device launches"
+        return found
+
     def groups(self, n: int) -> tuple[int, int, int]:
-        """Workgroups for ``n`` items, folding into y past the X limit (as the ABI runtime does)."""
-        total = max(1, -(-n // self._invocations))
-        gx = min(total, self._limit)
-        return gx, -(-total // gx), 1
+        return self.geometry(n)[1]
 
     def dispatch_desc(self, items: np.ndarray, chunk_count: int) -> DispatchDesc:
         """The dispatch of one work list (u32 items): writes the list and the params with it."""
         n = int(items.size)
-        gx, gy, gz = self.groups(n)
+        fields, (gx, gy, gz) = self.geometry(n)
         block = self._base.copy()
         o = self._offsets
         block[o["n"]] = n
-        if "zero_stride_y" in o:
-            block[o["zero_stride_y"]] = gx * self._wx
-        if "zero_stride_z" in o:
-            block[o["zero_stride_z"]] = gx * self._wx * gy * self._wy
+        for name, value in fields.items():
+            if name in o:
+                block[o[name]] = value
         for name in (f"zero_len_{self.plan.items}", f"zero_len_{self.plan.output}"):
             if name in o:
                 block[o[name]] = n

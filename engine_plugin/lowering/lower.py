@@ -17,7 +17,9 @@ from .schema import Binding, Schema
 from .types import ValueType, parse_value_type
 from .variants import VariantSpec, resolve_spec
 from .wgsl_text import find_calls, module_declarations, tokens, workgroup_size_literal
-from .workgroup_init import plan_workgroup_init
+from .entry import USER_MAIN, EntryError, wrap_entry
+from .geometry import GEOMETRY_FIELDS
+from .workgroup_init import INIT_FN, workgroup_init_function
 
 __all__ = ["lower", "LOWERING_VERSION"]
 
@@ -117,15 +119,21 @@ class _Lowerer:
 
         self.check_body(body_text, body.user_lines, present)
         wx, wy, wz = schema.workgroup
-        init = plan_workgroup_init(body.lines, body.splices, wx * wy * wz)
+        init = workgroup_init_function(body.lines, wx * wy * wz)
         if init is not None:
-            em.declare("zero_init_workgroup", 0, "the workgroup memory initialiser")
-            em.emit(init.function, 0)
-            body = SplicedBody(init.lines, body.user_lines, init.splices)
+            em.declare(INIT_FN, 0, "the workgroup memory initialiser")
+            em.emit(init, 0)
+        em.declare(USER_MAIN, 0, "the renamed entry point")
+        try:
+            wrapped = wrap_entry(body.lines, body.splices, schema.workgroup, f"{INIT_FN}(zero_lii);" if init else None)
+        except EntryError as exc:
+            raise self.error(exc.message, body.user_lines[exc.token.line - 1] if exc.token.line - 1 < len(body.user_lines) else exc.token.line, exc.token.col) from None
+        body = SplicedBody(wrapped.lines, body.user_lines, wrapped.splices)
         em.emit("// ---- kernel body ----", 0)
-        lines = [t for t, _ in em.lines] + list(body.lines)
+        lines = [t for t, _ in em.lines] + list(body.lines) + ["// ---- generated entry point ----"] + wrapped.wrapper.split("\n")
         entries = [((_YAML, o) if o > 0 else (-1, 0)) for _, o in em.lines]
         entries += [(_BODY, u) for u in body.user_lines]
+        entries += [(-1, 0)] * (1 + wrapped.wrapper.count("\n") + 1)
         offset = len(em.lines)
         splices = tuple((offset + 1 + row, c, ln, uc, ul) for row, c, ln, uc, ul in body.splices)
         smap = SourceMap((self.yaml_path, self.wgsl_path), tuple(entries), splices, (schema.text, self.wgsl))
@@ -191,7 +199,7 @@ class _Lowerer:
         return plan, slots, cols, domain
 
     def params_layout(self, present: list[Binding], cols: list[ColumnSlot], binding: int) -> ParamsLayout:
-        wanted: list[tuple[str, str, str, str]] = [("n", "u32", "n", ""), ("zero_stride_y", "u32", "zero", ""), ("zero_stride_z", "u32", "zero", "")]
+        wanted: list[tuple[str, str, str, str]] = [("n", "u32", "n", "")] + [(f, "u32", "zero", "") for f in GEOMETRY_FIELDS]
         wanted += [(p.name, p.type, "user", "") for p in self.schema.params]
         wanted += [(f"zero_len_{b.name}", "u32", "len", b.name) for b in present if b.kind == "buffer"]
         for c in cols:
@@ -231,7 +239,14 @@ class _Lowerer:
         em = self.em
         n_expr = f"min({domain}[0], params.n)" if domain else "params.n"
         em.fn("zero_n", "() -> u32", f"return {n_expr};", 0, "the built-in zero_n")
-        em.fn("zero_index", "(zero_gid: vec3<u32>) -> u32", "return zero_gid.x + zero_gid.y * params.zero_stride_y + zero_gid.z * params.zero_stride_z;", 0, "the built-in zero_index")
+        em.fn("zero_grid", "() -> vec3<u32>", "return vec3<u32>(params.zero_nx, params.zero_ny, params.zero_nz);", 0, "the built-in zero_grid")
+        # Linear (row-major) over the domain; an invocation outside it (a partial workgroup)
+        # answers 0xFFFFFFFF, so `if (i >= zero_n()) { return; }` guards every dimension.
+        em.fn(
+            "zero_index", "(zero_gid: vec3<u32>) -> u32",
+            "if (any(zero_gid >= zero_grid())) { return 0xFFFFFFFFu; } return zero_gid.x + params.zero_nx * (zero_gid.y + params.zero_ny * zero_gid.z);",
+            0, "the built-in zero_index",
+        )
 
     def emit_accessors(self, present: list[Binding]) -> None:
         em = self.em

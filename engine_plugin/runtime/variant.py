@@ -26,6 +26,7 @@ import wgpu
 
 from ..errors import DispatchError, ExpressionError, Span
 from ..lowering.expressions import parse_expression
+from ..lowering.geometry import Domain, as_domain, dispatch_fields
 from ..lowering.lowered import HostSlot, Lowered
 from .batch import current_batch, submit_records
 from .buffers import STORAGE_USAGE, pool_for, prepare_array
@@ -313,19 +314,12 @@ class Variant:
             )
         return size
 
-    def _groups(self, n: int) -> tuple[int, int, int]:
-        total = -(-n // self._invocations)
-        if total == 0:
-            return (0, 0, 0)
-        gx = min(total, self._max_groups)
-        gy = -(-total // gx)
-        gz = 1
-        if gy > self._max_groups:
-            gz = -(-gy // self._max_groups)
-            gy = self._max_groups
-            if gz > self._max_groups:
-                raise DispatchError(f"n={n} needs {total} workgroups, more than this device can dispatch", Span(self.yaml_path))
-        return (gx, gy, gz)
+    def _geometry(self, domain: Domain) -> tuple[dict[str, int], tuple[int, int, int]]:
+        """The entry point's geometry params and the physical workgroups for ``domain``."""
+        found = dispatch_fields(domain, self.lowered.workgroup, self._max_groups)
+        if found is None:
+            raise DispatchError(f"a domain of {domain.extent} needs more workgroups than this device can dispatch", Span(self.yaml_path))
+        return found
 
     # -- the run ---------------------------------------------------------------------------
     def run(
@@ -339,7 +333,9 @@ class Variant:
         """Allocate outputs, bind, dispatch ``n`` invocations; never waits for the GPU.
 
         Args:
-            n: the dispatch size (default: the capacity of ``domain_count``'s source).
+            n: the dispatch domain: a count, or a grid ``(w, h)`` / ``(w, h, d)`` whose
+                coordinates ``global_invocation_id`` then holds (default: the capacity of
+                ``domain_count``'s source). Count expressions see ``n`` = w * h * d.
             inputs: binding name -> numpy array, GPUBuffer, Output, or abi.table(...).
             params: the schema's params by name.
             outputs: binding name -> a GPUBuffer or {buffer, count, capacity, counter} used in
@@ -406,11 +402,13 @@ class Variant:
             if domain_capacity is None:
                 raise DispatchError("n (the dispatch size) is required", Span(self.yaml_path))
             n = domain_capacity
-        if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 0:
-            raise DispatchError(f"n must be a non-negative int, not {n!r}", Span(self.yaml_path))
-        n = int(n)
-        if n > 0xFFFFFFFF:
-            raise DispatchError(f"n={n} does not fit the u32 the kernel sees (at most 2**32-1 = 4294967295)", Span(self.yaml_path))
+        domain = as_domain(n)
+        if domain is None:
+            raise DispatchError(f"n must be a non-negative int or a tuple of 1 to 3 of them (a grid), not {n!r}", Span(self.yaml_path))
+        if domain.count > 0xFFFFFFFF:
+            raise DispatchError(f"n={n} is {domain.count} invocations; that does not fit the u32 the kernel sees (at most 2**32-1 = 4294967295)", Span(self.yaml_path))
+        shape = n if isinstance(n, (tuple, list)) else None
+        n = domain.count
         if work.live_counter is not None:
             work.live_holder = _CounterHolder(work.live_counter)
             pool, counter = self._pool, work.live_counter
@@ -431,17 +429,15 @@ class Variant:
         fixed = {"n": n}
         if self.lowered.columns:
             fixed.update(self._page_binding(inputs).params)
-        groups = self._groups(n)
-        wx, wy, _ = self.lowered.workgroup
-        fixed["zero_stride_y"] = groups[0] * wx
-        fixed["zero_stride_z"] = groups[0] * wx * groups[1] * wy
+        geometry, groups = self._geometry(domain)
+        fixed.update(geometry)
         for name, field_name in self._len_fields:
             fixed[field_name] = lengths[name]
         data = self._packer.pack(user_params, fixed)
         bind_group = self._bind_group(bound)
         if self._repeatable and not outputs and domain_count is None and not work.temps:
-            self._remember(n, inputs, params, bound, result, data, groups)
-        return self._submit(result, n, data, bind_group, groups, work, bound)
+            self._remember(shape or n, inputs, params, bound, result, data, groups)
+        return self._submit(result, shape or n, data, bind_group, groups, work, bound)
 
     def _submit(self, result: dict, n: int, data: bytes, bind_group: Any, groups: tuple, work: _Work, bound: dict) -> Run:
         """Send one checked run: into the open ``abi.batch()``, or now in its own submission."""
@@ -482,8 +478,9 @@ class Variant:
 
     def _run_repeat(self, n: Any, inputs: Any, params: Any) -> Run | None:
         rn, rin, rparams, rbound, sizes, data, groups = self._repeat  # type: ignore[misc]
-        if n != rn or exact_fingerprint(params) != rparams:
+        if type(n) is not type(rn) or n != rn or exact_fingerprint(params) != rparams:
             return None
+        shape, n = n, as_domain(n).count  # type: ignore[union-attr]
         items = tuple(inputs.items()) if inputs else ()
         if len(items) != len(rin):
             return None
@@ -507,7 +504,7 @@ class Variant:
         else:
             bind_group = self._bind_group(bound)
             self._repeat_group = (owned, bind_group)
-        return self._submit(result, n, data, bind_group, groups, work, bound)
+        return self._submit(result, shape, data, bind_group, groups, work, bound)
 
     def _page_binding(self, inputs: Mapping[str, Any]) -> Any:
         """Pages and col_base_*/col_len_* params from the column handles in ``inputs`` (once per run)."""

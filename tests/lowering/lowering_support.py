@@ -153,6 +153,12 @@ def run_once(device, lowered: Lowered, buffers: dict, params: dict, groups=(1, 1
 
     pipeline = compile_lowered(device, lowered)
     usage = wgpu.BufferUsage
+    # The generated entry point unfolds workgroups by the geometry params: unless a test sets
+    # them, the domain is exactly the groups dispatched (no fold).
+    wx, wy, wz = lowered.workgroup
+    gx, gy, gz = groups
+    geometry = {"zero_nx": gx * wx, "zero_ny": gy * wy, "zero_nz": gz * wz, "zero_gx": gx, "zero_gy": gy, "zero_gz": gz, "zero_px": gx, "zero_py": gy}
+    params = {**geometry, **params}
     made, entries = {}, []
     for b in lowered.bindings:
         if b.buffer_type == "uniform":

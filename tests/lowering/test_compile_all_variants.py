@@ -154,9 +154,10 @@ workgroup: 1
 # WGSL uniform rules by hand: a scalar aligns to 4, vec2 to 8, vec3 and vec4 to 16; a vec3 is
 # 12 bytes, so the f32 after it packs into its last word.
 EXPECTED_OFFSETS = {
-    "n": 0, "zero_stride_y": 4, "zero_stride_z": 8, "p_u": 12, "p_v3f": 16, "p_f": 28, "p_v2i": 32,
-    "p_i": 40, "p_v4u": 48, "p_v3i": 64, "p_v2f": 80, "p_v2u": 88, "p_v3u": 96, "p_v4f": 112,
-    "p_v4i": 128, "zero_len_out": 144,
+    "n": 0, "zero_nx": 4, "zero_ny": 8, "zero_nz": 12, "zero_gx": 16, "zero_gy": 20, "zero_gz": 24,
+    "zero_px": 28, "zero_py": 32, "p_u": 36, "p_v3f": 48, "p_f": 60, "p_v2i": 64,
+    "p_i": 72, "p_v4u": 80, "p_v3i": 96, "p_v2f": 112, "p_v2u": 120, "p_v3u": 128, "p_v4f": 144,
+    "p_v4i": 160, "zero_len_out": 176,
 }
 
 
@@ -181,7 +182,7 @@ def test_params_layout_follows_wgsl_uniform_rules():
     assert {f.name: f.offset for f in layout.fields} == EXPECTED_OFFSETS
     assert layout.fields[0].name == "n" and layout.fields[0].type == "u32"
     assert {f.name: f.size for f in layout.fields}["p_v3f"] == 12
-    assert layout.size == 160 and layout.size % 16 == 0
+    assert layout.size == 192 and layout.size % 16 == 0
     for f in layout.fields:
         assert f.offset % parse_value_type(f.type).uniform_align == 0, f
 
@@ -277,7 +278,7 @@ def test_the_vector_add_kernel_over_bindings_a_b_c_compiles_and_adds(gpu):
     assert _compile_message(gpu, lowered) is None, _compile_message(gpu, lowered)
     a = np.arange(8, dtype="<f4")
     b = np.full(8, 0.5, dtype="<f4")
-    params = {"n": 8, "zero_stride_y": 64, "zero_stride_z": 64, "zero_len_a": 8, "zero_len_b": 8, "zero_len_c": 8}
+    params = {"n": 8, "zero_len_a": 8, "zero_len_b": 8, "zero_len_c": 8}
     out = run_once(gpu.device, lowered, {"a": a, "b": b, "c": 8}, params)
     assert out["c"].view("<f4").tolist() == (a + b).tolist()
 

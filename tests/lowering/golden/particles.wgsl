@@ -1,8 +1,14 @@
 // engine_plugin: lowered from assets/samples/particles.computeShader/bindings.yaml + assets/samples/particles.computeShader/integrate.wgsl; variant (default)
 struct ZeroParams {
     n: u32,
-    zero_stride_y: u32,
-    zero_stride_z: u32,
+    zero_nx: u32,
+    zero_ny: u32,
+    zero_nz: u32,
+    zero_gx: u32,
+    zero_gy: u32,
+    zero_gz: u32,
+    zero_px: u32,
+    zero_py: u32,
     dt: f32,
     floor_y: f32,
     bucket_size: f32,
@@ -17,7 +23,8 @@ struct ZeroParams {
 @group(0) @binding(1) var<storage, read_write> PB: array<atomic<u32>>;
 @group(0) @binding(2) var<uniform> params: ZeroParams;
 fn zero_n() -> u32 { return params.n; }
-fn zero_index(zero_gid: vec3<u32>) -> u32 { return zero_gid.x + zero_gid.y * params.zero_stride_y + zero_gid.z * params.zero_stride_z; }
+fn zero_grid() -> vec3<u32> { return vec3<u32>(params.zero_nx, params.zero_ny, params.zero_nz); }
+fn zero_index(zero_gid: vec3<u32>) -> u32 { if (any(zero_gid >= zero_grid())) { return 0xFFFFFFFFu; } return zero_gid.x + params.zero_nx * (zero_gid.y + params.zero_ny * zero_gid.z); }
 fn pos_len() -> u32 { return params.col_len_pos; }
 fn pos_word(zero_w: u32) -> u32 { return PA[params.col_base_pos + min(zero_w, max(params.col_len_pos * 3u, 1u) - 1u)]; }
 fn pos_get(zero_i: u32) -> vec3<f32> { let zero_b = params.col_base_pos + min(zero_i, max(params.col_len_pos, 1u) - 1u) * 3u; return vec3<f32>(bitcast<f32>(PA[zero_b]), bitcast<f32>(PA[zero_b + 1u]), bitcast<f32>(PA[zero_b + 2u])); }
@@ -40,8 +47,8 @@ fn hist_atomic_or(zero_i: u32, zero_v: u32) -> u32 { let zero_b = params.col_bas
 fn hist_atomic_xor(zero_i: u32, zero_v: u32) -> u32 { let zero_b = params.col_base_hist + min(zero_i, max(params.col_len_hist, 1u) - 1u); return atomicXor(&PB[zero_b], zero_v); }
 // ---- kernel body ----
 // Integrate particle positions, bounce on the floor, and count particles per height bucket.
-@compute @workgroup_size(64)
-fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
+                            
+fn zero_user_main(                               gid: vec3<u32>) {
     let i = zero_index(gid);
     if (i >= zero_n()) {
         return;
@@ -53,3 +60,13 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
     hist_atomic_add(min(bucket, hist_len() - 1u), 1u);
 }
 
+// ---- generated entry point ----
+@compute @workgroup_size(64, 1, 1)
+fn main(@builtin(workgroup_id) zero_wid: vec3<u32>, @builtin(local_invocation_id) zero_lid: vec3<u32>, @builtin(local_invocation_index) zero_lii: u32) {
+    let zero_gc = vec3<u32>(params.zero_gx, params.zero_gy, params.zero_gz);
+    let zero_l = zero_wid.x + params.zero_px * (zero_wid.y + params.zero_py * zero_wid.z);
+    if (zero_l >= zero_gc.x * zero_gc.y * zero_gc.z) { return; }
+    let zero_w = vec3<u32>(zero_l % zero_gc.x, (zero_l / zero_gc.x) % zero_gc.y, zero_l / (zero_gc.x * zero_gc.y));
+    let zero_g = zero_w * vec3<u32>(64u, 1u, 1u) + zero_lid;
+    zero_user_main(zero_g);
+}

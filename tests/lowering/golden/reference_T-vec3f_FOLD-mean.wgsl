@@ -8,8 +8,14 @@ const FOLD_mean: u32 = 3u;
 const FOLD_set: u32 = 4u;
 struct ZeroParams {
     n: u32,
-    zero_stride_y: u32,
-    zero_stride_z: u32,
+    zero_nx: u32,
+    zero_ny: u32,
+    zero_nz: u32,
+    zero_gx: u32,
+    zero_gy: u32,
+    zero_gz: u32,
+    zero_px: u32,
+    zero_py: u32,
     zero_len_src: u32,
     zero_len_dst: u32,
     zero_len_hits: u32,
@@ -21,7 +27,8 @@ struct ZeroParams {
 @group(0) @binding(4) var<storage, read_write> hits_count: array<atomic<u32>>;
 @group(0) @binding(5) var<uniform> params: ZeroParams;
 fn zero_n() -> u32 { return params.n; }
-fn zero_index(zero_gid: vec3<u32>) -> u32 { return zero_gid.x + zero_gid.y * params.zero_stride_y + zero_gid.z * params.zero_stride_z; }
+fn zero_grid() -> vec3<u32> { return vec3<u32>(params.zero_nx, params.zero_ny, params.zero_nz); }
+fn zero_index(zero_gid: vec3<u32>) -> u32 { if (any(zero_gid >= zero_grid())) { return 0xFFFFFFFFu; } return zero_gid.x + params.zero_nx * (zero_gid.y + params.zero_ny * zero_gid.z); }
 fn cols_count(zero_c: u32) -> u32 { if (zero_c >= cols[0]) { return 0u; } return cols[1u + zero_c * 4u + 2u]; }
 fn cols_lanes(zero_c: u32) -> u32 { if (zero_c >= cols[0]) { return 0u; } return cols[1u + zero_c * 4u + 1u]; }
 fn cols_kind(zero_c: u32) -> u32 { return cols[1u + zero_c * 4u + 3u]; }
@@ -81,8 +88,8 @@ fn fold(a: T, b: T) -> T {
     // @end
 }
 
-@compute @workgroup_size(64)
-fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
+                            
+fn zero_user_main(                               gid: vec3<u32>) {
     let i = zero_index(gid);
     if (i >= zero_n()) {
         return;
@@ -97,3 +104,13 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
     }
 }
 
+// ---- generated entry point ----
+@compute @workgroup_size(64, 1, 1)
+fn main(@builtin(workgroup_id) zero_wid: vec3<u32>, @builtin(local_invocation_id) zero_lid: vec3<u32>, @builtin(local_invocation_index) zero_lii: u32) {
+    let zero_gc = vec3<u32>(params.zero_gx, params.zero_gy, params.zero_gz);
+    let zero_l = zero_wid.x + params.zero_px * (zero_wid.y + params.zero_py * zero_wid.z);
+    if (zero_l >= zero_gc.x * zero_gc.y * zero_gc.z) { return; }
+    let zero_w = vec3<u32>(zero_l % zero_gc.x, (zero_l / zero_gc.x) % zero_gc.y, zero_l / (zero_gc.x * zero_gc.y));
+    let zero_g = zero_w * vec3<u32>(64u, 1u, 1u) + zero_lid;
+    zero_user_main(zero_g);
+}

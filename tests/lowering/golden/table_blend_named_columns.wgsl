@@ -1,15 +1,22 @@
 // engine_plugin: lowered from tests/lowering/assets/table_blend.computeShader/bindings.yaml + tests/lowering/assets/table_blend.computeShader/blend.wgsl; variant out=[blend,count] table=[pos,vel,id]
 struct ZeroParams {
     n: u32,
-    zero_stride_y: u32,
-    zero_stride_z: u32,
+    zero_nx: u32,
+    zero_ny: u32,
+    zero_nz: u32,
+    zero_gx: u32,
+    zero_gy: u32,
+    zero_gz: u32,
+    zero_px: u32,
+    zero_py: u32,
     mix: f32,
 }
 @group(0) @binding(0) var<storage, read> table: array<u32>;
 @group(0) @binding(1) var<storage, read_write> out: array<u32>;
 @group(0) @binding(2) var<uniform> params: ZeroParams;
 fn zero_n() -> u32 { return params.n; }
-fn zero_index(zero_gid: vec3<u32>) -> u32 { return zero_gid.x + zero_gid.y * params.zero_stride_y + zero_gid.z * params.zero_stride_z; }
+fn zero_grid() -> vec3<u32> { return vec3<u32>(params.zero_nx, params.zero_ny, params.zero_nz); }
+fn zero_index(zero_gid: vec3<u32>) -> u32 { if (any(zero_gid >= zero_grid())) { return 0xFFFFFFFFu; } return zero_gid.x + params.zero_nx * (zero_gid.y + params.zero_ny * zero_gid.z); }
 const table_col_pos: u32 = 0u;
 const table_col_vel: u32 = 1u;
 const table_col_id: u32 = 2u;
@@ -88,8 +95,8 @@ fn out_set_vec3(zero_c: u32, zero_i: u32, zero_v: vec3<f32>) { out_set_f32(zero_
 fn out_set_vec4(zero_c: u32, zero_i: u32, zero_v: vec4<f32>) { out_set_f32(zero_c, zero_i, 0u, zero_v.x); out_set_f32(zero_c, zero_i, 1u, zero_v.y); out_set_f32(zero_c, zero_i, 2u, zero_v.z); out_set_f32(zero_c, zero_i, 3u, zero_v.w); }
 // ---- kernel body ----
 // out.blend[i] = mix(table.pos[i], table.vel[i], params.mix), by value whatever the stored kinds.
-@compute @workgroup_size(32)
-fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
+                            
+fn zero_user_main(                               gid: vec3<u32>) {
     let i = zero_index(gid);
     if (i >= zero_n()) {
         return;
@@ -100,3 +107,13 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
     out_set_u32(out_col_count, i, 0u, table_u32(table_col_id, i, 0u));
 }
 
+// ---- generated entry point ----
+@compute @workgroup_size(32, 1, 1)
+fn main(@builtin(workgroup_id) zero_wid: vec3<u32>, @builtin(local_invocation_id) zero_lid: vec3<u32>, @builtin(local_invocation_index) zero_lii: u32) {
+    let zero_gc = vec3<u32>(params.zero_gx, params.zero_gy, params.zero_gz);
+    let zero_l = zero_wid.x + params.zero_px * (zero_wid.y + params.zero_py * zero_wid.z);
+    if (zero_l >= zero_gc.x * zero_gc.y * zero_gc.z) { return; }
+    let zero_w = vec3<u32>(zero_l % zero_gc.x, (zero_l / zero_gc.x) % zero_gc.y, zero_l / (zero_gc.x * zero_gc.y));
+    let zero_g = zero_w * vec3<u32>(32u, 1u, 1u) + zero_lid;
+    zero_user_main(zero_g);
+}

@@ -1,0 +1,165 @@
+"""The generated entry point: the body's ``main`` becomes a plain function the lowering calls.
+
+The host folds the dispatch to fit the device (see :mod:`.geometry`). So that a kernel sees
+its domain's coordinates whatever the fold, the lowering turns the user's
+
+    @compute @workgroup_size(8, 8)
+    fn main(@builtin(global_invocation_id) gid: vec3<u32>) { ... }
+
+into ``fn zero_user_main(gid: vec3<u32>) { ... }`` (attributes blanked with spaces, so every
+line and column of the body stays where the user wrote it; the renamed identifier is
+recorded as a splice) and appends a ``main`` that unfolds the physical workgroup id into the
+logical one, returns from padding workgroups (whole workgroups: barriers stay uniform),
+zeroes workgroup memory, and calls the user's function with the builtins it declared:
+
+| builtin                  | what the body receives                                      |
+|--------------------------|-------------------------------------------------------------|
+| global_invocation_id     | the invocation's coordinate in the domain (grid) space      |
+| workgroup_id             | the logical workgroup's coordinate                          |
+| num_workgroups           | logical workgroups per axis                                  |
+| local_invocation_id/index| unchanged                                                    |
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .wgsl_text import Token, tokens
+
+__all__ = ["EntryWrap", "wrap_entry", "USER_MAIN", "EntryError"]
+
+USER_MAIN = "zero_user_main"
+
+_ARGUMENT = {
+    "global_invocation_id": "zero_g",
+    "workgroup_id": "zero_w",
+    "num_workgroups": "zero_gc",
+    "local_invocation_id": "zero_lid",
+    "local_invocation_index": "zero_lii",
+}
+
+
+class EntryError(Exception):
+    """The entry point cannot be wrapped; ``token`` is where, ``message`` why."""
+
+    def __init__(self, token: Token, message: str):
+        super().__init__(message)
+        self.token, self.message = token, message
+
+
+@dataclass(frozen=True)
+class EntryWrap:
+    lines: tuple[str, ...]
+    splices: tuple[tuple[int, int, int, int, int], ...]
+    wrapper: str
+
+
+def _blank(chars: list[str], start: int, end: int) -> None:
+    for k in range(start, end):
+        if chars[k] != "\n":
+            chars[k] = " "
+
+
+def _matching(toks: list[Token], i: int) -> int:
+    """Index of the token closing the bracket at ``toks[i]``."""
+    depth = 0
+    for j in range(i, len(toks)):
+        depth += {"(": 1, ")": -1}.get(toks[j].text, 0)
+        if depth == 0:
+            return j
+    return len(toks) - 1
+
+
+def wrap_entry(lines: tuple[str, ...], splices: tuple, workgroup: tuple[int, int, int], init_call: str | None) -> EntryWrap:
+    text = "\n".join(lines)
+    toks = list(tokens(text))
+    depth, at = 0, None
+    for i, t in enumerate(toks):
+        if t.text == "{":
+            depth += 1
+        elif t.text == "}":
+            depth -= 1
+        elif depth == 0 and t.text == "fn" and i + 2 < len(toks) and toks[i + 1].text == "main" and toks[i + 2].text == "(":
+            at = i
+            break
+    if at is None:  # check_body already refused a body without one
+        raise EntryError(toks[0] if toks else Token("punct", "", 1, 1, 0), "no fn main")
+    chars = list(text)
+    # Attributes before `fn main`: walk back over `@name` and `@name(...)`.
+    k = at - 1
+    while k >= 1:
+        if toks[k].text == ")":
+            depth = 0
+            j = k
+            while j >= 0:
+                depth += {")": 1, "(": -1}.get(toks[j].text, 0)
+                if depth == 0:
+                    break
+                j -= 1
+            if j >= 2 and toks[j - 2].text == "@":
+                _blank(chars, toks[j - 2].offset, toks[k].offset + 1)
+                k = j - 3
+                continue
+            break
+        if toks[k].kind == "ident" and toks[k - 1].text == "@":
+            _blank(chars, toks[k - 1].offset, toks[k].offset + len(toks[k].text))
+            k -= 2
+            continue
+        break
+    # Parameters: blank their @builtin(...) and remember which builtin each takes.
+    open_i = at + 2
+    close_i = _matching(toks, open_i)
+    args: list[str] = []
+    j = open_i + 1
+    while j < close_i:
+        builtin = None
+        while toks[j].text == "@":
+            name_tok = toks[j + 1]
+            end = j + 1
+            if j + 2 < close_i and toks[j + 2].text == "(":
+                end = _matching(toks, j + 2)
+                if name_tok.text == "builtin":
+                    builtin = toks[j + 3].text
+            _blank(chars, toks[j].offset, toks[end].offset + len(toks[end].text))
+            j = end + 1
+        param = toks[j]
+        if builtin is None:
+            raise EntryError(param, f"parameter '{param.text}' of main has no @builtin(...); a compute entry point takes builtins only")
+        if builtin not in _ARGUMENT:
+            raise EntryError(param, f"@builtin({builtin}) is not a compute builtin (use global_invocation_id, workgroup_id, num_workgroups, local_invocation_id or local_invocation_index)")
+        args.append(_ARGUMENT[builtin])
+        depth = 0
+        while j < close_i and not (toks[j].text == "," and depth == 0):
+            depth += {"<": 1, ">": -1, "(": 1, ")": -1}.get(toks[j].text, 0)
+            j += 1
+        j += 1
+    blanked = "".join(chars).split("\n")
+    # Rename main -> zero_user_main in place; a splice keeps later columns mapping back.
+    main_tok = toks[at + 1]
+    row = main_tok.line - 1
+    line = blanked[row]
+    col = main_tok.col
+    blanked[row] = line[: col - 1] + USER_MAIN + line[col - 1 + len("main"):]
+    grow = len(USER_MAIN) - len("main")
+    user_col = col
+    for s in splices:
+        if s[0] == row and s[1] + s[2] <= col:
+            user_col -= s[2] - s[4]
+    spl = [(r, c + grow, ln, uc, ul) if r == row and c > col else (r, c, ln, uc, ul) for r, c, ln, uc, ul in splices]
+    spl.append((row, col, len(USER_MAIN), user_col, len("main")))
+    spl.sort(key=lambda s: (s[0], s[1]))
+    wx, wy, wz = workgroup
+    wrapper = "\n".join([
+        f"@compute @workgroup_size({wx}, {wy}, {wz})",
+        "fn main(@builtin(workgroup_id) zero_wid: vec3<u32>, @builtin(local_invocation_id) zero_lid: vec3<u32>, "
+        "@builtin(local_invocation_index) zero_lii: u32) {",
+        "    let zero_gc = vec3<u32>(params.zero_gx, params.zero_gy, params.zero_gz);",
+        "    let zero_l = zero_wid.x + params.zero_px * (zero_wid.y + params.zero_py * zero_wid.z);",
+        "    if (zero_l >= zero_gc.x * zero_gc.y * zero_gc.z) { return; }",
+        *([f"    {init_call}"] if init_call else []),
+        "    let zero_w = vec3<u32>(zero_l % zero_gc.x, (zero_l / zero_gc.x) % zero_gc.y, zero_l / (zero_gc.x * zero_gc.y));",
+        f"    let zero_g = zero_w * vec3<u32>({wx}u, {wy}u, {wz}u) + zero_lid;",
+        f"    {USER_MAIN}({', '.join(args)});",
+        "}",
+    ])
+    return EntryWrap(tuple(blanked), tuple(spl), wrapper)

@@ -1,0 +1,107 @@
+"""Dispatch domains of 1, 2 or 3 dimensions: ``gid`` is the grid coordinate on every axis
+whatever fold the host needs, ``zero_index`` stays linear (row-major) and answers
+0xFFFFFFFF outside the domain, ``workgroup_id``/``num_workgroups`` are logical."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from engine_plugin import abi
+from engine_plugin.errors import DispatchError
+
+pytestmark = pytest.mark.gpu
+
+GRID_YAML = """\
+bindings:
+  - { name: xy, kind: buffer, access: read_write, element: vec2<u32>, count: "n" }
+workgroup: [8, 8]
+"""
+# Game of life style: every cell writes its own coordinate where zero_index puts it.
+GRID_WGSL = """\
+@compute @workgroup_size(8, 8)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
+    let i = zero_index(gid);
+    if (i >= zero_n()) { return; }
+    xy_set(i, gid.xy);
+}
+"""
+
+
+def grid_variant():
+    return abi.program(key="t17/grid", schema=abi.parse(GRID_YAML), wgsl=GRID_WGSL).variant()
+
+
+def test_gid_xy_is_the_cell_of_a_2d_grid():
+    w, h = 37, 21  # not multiples of the 8x8 workgroup: partial workgroups on both axes
+    got = abi.read(grid_variant().run(n=(w, h)).outputs["xy"])
+    ys, xs = np.mgrid[0:h, 0:w]
+    np.testing.assert_array_equal(got, np.stack([xs.ravel(), ys.ravel()], axis=1))
+
+
+def test_gid_xy_holds_for_every_cell_of_a_grid_larger_than_one_fold(gpu):
+    limit = gpu.limit("max-compute-workgroups-per-dimension")
+    # one row of cells needing more x workgroups than one dimension launches: the host folds
+    w, h = (limit + 3) * 8, 9
+    run = grid_variant().run(n=(w, h))
+    assert run.groups[0] <= limit and run.groups[1] <= limit
+    got = abi.read(run.outputs["xy"])
+    assert got.shape == (w * h, 2)
+    np.testing.assert_array_equal(got[:, 0], np.tile(np.arange(w, dtype=np.uint32), h))
+    np.testing.assert_array_equal(got[:, 1], np.repeat(np.arange(h, dtype=np.uint32), w))
+
+
+BUILTINS_YAML = """\
+bindings:
+  - { name: out, kind: buffer, access: read_write, element: vec4<u32>, count: "n * 3" }
+workgroup: [4, 2, 2]
+"""
+BUILTINS_WGSL = """\
+@compute @workgroup_size(4, 2, 2)
+fn main(@builtin(num_workgroups) groups: vec3<u32>, @builtin(global_invocation_id) gid: vec3<u32>,
+        @builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lii: u32) {
+    let i = zero_index(gid);
+    if (i >= zero_n()) { return; }
+    out_set(3u * i, vec4<u32>(gid, lii));
+    out_set(3u * i + 1u, vec4<u32>(wid, 0u));
+    out_set(3u * i + 2u, vec4<u32>(groups, 0u));
+}
+"""
+
+
+def test_builtins_of_a_3d_domain_are_logical_in_any_parameter_order():
+    v = abi.program(key="t17/builtins", schema=abi.parse(BUILTINS_YAML), wgsl=BUILTINS_WGSL).variant()
+    w, h, d = 6, 3, 5
+    got = abi.read(v.run(n=(w, h, d)).outputs["out"]).reshape(d, h, w, 3, 4)
+    z, y, x = np.meshgrid(np.arange(d), np.arange(h), np.arange(w), indexing="ij")
+    np.testing.assert_array_equal(got[..., 0, 0], x)
+    np.testing.assert_array_equal(got[..., 0, 1], y)
+    np.testing.assert_array_equal(got[..., 0, 2], z)
+    np.testing.assert_array_equal(got[..., 0, 3], (x % 4) + 4 * ((y % 2) + 2 * (z % 2)))
+    np.testing.assert_array_equal(got[..., 1, 0], x // 4)
+    np.testing.assert_array_equal(got[..., 1, 1], y // 2)
+    np.testing.assert_array_equal(got[..., 1, 2], z // 2)
+    assert (got[..., 2, :3] == np.array([2, 2, 3])).all()
+
+
+def test_a_1d_kernel_sees_its_linear_index_as_gid_x_past_the_fold(gpu):
+    yaml = "bindings:\n  - { name: dst, kind: buffer, access: read_write, element: u32, count: 'n' }\nworkgroup: 1\n"
+    wgsl = "@compute @workgroup_size(1)\nfn main(@builtin(global_invocation_id) gid: vec3<u32>) {\n    if (gid.x >= zero_n()) { return; }\n    dst_set(gid.x, gid.x + 1000u * gid.y);\n}\n"
+    v = abi.program(key="t17/gidx", schema=abi.parse(yaml), wgsl=wgsl).variant()
+    n = gpu.limit("max-compute-workgroups-per-dimension") + 5
+    run = v.run(n=n)
+    assert run.groups[1] == 2  # folded...
+    np.testing.assert_array_equal(abi.read(run.outputs["dst"]), np.arange(n, dtype=np.uint32))  # ...and gid.y is 0
+
+
+@pytest.mark.parametrize("n", [(2, 3, 4, 5), (-1, 2), (2.5, 2), "8", True])
+def test_a_domain_that_is_not_one_to_three_counts_is_refused(n):
+    with pytest.raises(DispatchError, match="tuple of 1 to 3"):
+        grid_variant().run(n=n)
+
+
+def test_a_grid_run_repeats_only_for_the_same_shape():
+    v = grid_variant()
+    a = abi.read(v.run(n=(4, 2)).outputs["xy"])
+    b = abi.read(v.run(n=(2, 4)).outputs["xy"])  # same count, other shape
+    assert a[:, 0].max() == 3 and b[:, 0].max() == 1
