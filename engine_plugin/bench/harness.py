@@ -10,7 +10,16 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Callable, Sequence
 
-__all__ = ["Result", "CASES", "case", "median_time", "run_cases", "main"]
+__all__ = ["Result", "CASES", "bench_kernels", "case", "median_time", "run_cases", "main"]
+
+
+def bench_kernels() -> str:
+    """The bench's kernels (package data): a copy of ``assets/samples/reference.computeShader``,
+    so an installed bench measures the same kernel as the published results (a test keeps the
+    two identical)."""
+    from ..assets.builtin import resource_folder
+
+    return resource_folder("engine_plugin.bench", "kernels")
 
 
 @dataclass
