@@ -1,6 +1,6 @@
 """The ``engine-plugin`` command: bake, watch, lower, info, demo, cache, bench.
 
-The subcommands live in :mod:`engine_plugin.commands` (and :mod:`engine_plugin.bake.command`);
+The subcommands live in :mod:`engine_plugin.commands`;
 this module builds the parser and keeps the contract of :mod:`engine_plugin.commands.contract`
 around every one of them.
 """
@@ -35,8 +35,7 @@ def _common() -> argparse.ArgumentParser:
 def build_parser() -> argparse.ArgumentParser:
     """The ``engine-plugin`` argument parser (``bench`` takes its own options)."""
     from . import __version__
-    from .bake.command import add_bake_parser
-    from .commands import cache, demo, inspect, watch
+    from .commands import bake, cache, demo, inspect, watch
 
     parser = _Parser(
         prog="engine-plugin",
@@ -49,7 +48,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-q", "--quiet", action="store_true", default=False, help="only errors and the output asked for")
     common = _common()
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    add_bake_parser(sub, cache.size_arg, common)
+    bake.add_bake_parser(sub, cache.size_arg, common)
     watch.add_parser(sub, common)
     inspect.add_parsers(sub, common)
     demo.add_parser(sub, common)

@@ -21,6 +21,7 @@ class NoProgress:
     """
 
     verbose = False
+    prefix = ""  # the CLI sets "engine-plugin bake: "
 
     def __init__(self, stream: TextIO | IO[str] | None = None):
         self.stream = stream or sys.stderr
@@ -38,7 +39,7 @@ class NoProgress:
 
     def failure(self, line: str, detail: str = "") -> None:
         """One failure: a line (prefixed with the command), the detail only when verbose."""
-        self.message("engine-plugin bake: " + " ".join(part.strip() for part in line.splitlines() if part.strip()))
+        self.message(self.prefix + " ".join(part.strip() for part in line.splitlines() if part.strip()))
         if self.verbose and detail:
             self.message(detail.rstrip("\n"))
 
@@ -46,7 +47,7 @@ class NoProgress:
         """A worker left mid-bake; its ``chunks`` run again on the other workers."""
         self.lost += 1
         self.retried += chunks
-        self.message(f"engine-plugin bake: lost worker {worker}; the {chunks} chunk(s) ({variants} variants) it was running are retried on the other workers")
+        self.message(f"{self.prefix}lost worker {worker}; the {chunks} chunk(s) ({variants} variants) it was running are retried on the other workers")
 
     def stop(self) -> None:
         pass

@@ -31,6 +31,10 @@ scheduler ran again on the others (those variants' ``worker`` says where they fi
 
 from __future__ import annotations
 
+import json
+import os
+import sys
+import tempfile
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -205,9 +209,24 @@ class BakeReport:
     def write_json(self, path: str) -> None:
         """Write the JSON report atomically (a build system never reads half a report);
         ``-`` writes it to stdout."""
-        from ..commands.contract import write_json
-
-        write_json(self.as_json(), path)
+        text = json.dumps(self.as_json(), indent=1) + "\n"
+        if path == "-":
+            sys.stdout.write(text)
+            sys.stdout.flush()
+            return
+        folder = os.path.dirname(os.path.abspath(path))
+        os.makedirs(folder, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=".bake-report-", dir=folder)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                f.write(text)
+            os.replace(tmp, path)
+        except BaseException:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+            raise
 
     def github_annotations(self) -> list[str]:
         """Every failure as a GitHub Actions workflow command

@@ -23,7 +23,6 @@ from dataclasses import dataclass
 from typing import Any, Iterator, Sequence
 
 from ..errors import PluginError
-from ..extras import MissingExtraError, install_line
 from .worker import ChunkJob, ChunkResult, bake_chunk
 
 __all__ = [
@@ -41,14 +40,16 @@ __all__ = [
 Yielded = Iterator[tuple[ChunkJob, "ChunkResult | BaseException"]]
 
 DASK_INSTALL_HINT = (
-    f"the Dask options (--scheduler, --dask-local) need the optional 'dask' extra; install it with: {install_line('dask')} "
+    "the Dask options (--scheduler, --dask-local) need the optional 'dask' extra; install it with: pip install 'engine_plugin[dask]' "
     "(in a checkout: pip install '.[dask]'), and on a cluster the same engine_plugin build on every worker"
 )
 DEFAULT_CONNECT_TIMEOUT = 5.0
 
 
-class DaskMissingError(MissingExtraError):
-    """``dask.distributed`` is not installed; the message says how to install it."""
+class DaskMissingError(PluginError):
+    """``dask.distributed`` is not installed; the message names the ``dask`` extra."""
+
+    extra = "dask"
 
 
 class SchedulerUnreachable(PluginError):
@@ -74,7 +75,7 @@ def import_distributed() -> Any:
     try:
         import distributed
     except ImportError as exc:
-        raise DaskMissingError(f"{DASK_INSTALL_HINT} (import failed: {exc})", "dask") from None
+        raise DaskMissingError(f"{DASK_INSTALL_HINT} (import failed: {exc})") from None
     return distributed
 
 
@@ -221,7 +222,7 @@ class DaskRunner:
             lg.setLevel(logging.CRITICAL)
         try:
             try:
-                client = d.Client(self.scheduler, timeout=t, set_as_default=False)
+                client = d.Client(self.scheduler, timeout=t)
             except (OSError, TimeoutError) as exc:
                 reason = " ".join(str(exc).split()) or type(exc).__name__
                 raise SchedulerUnreachable(

@@ -8,7 +8,7 @@ import os
 import sys
 from typing import Any, Callable
 
-from ..commands.contract import EXIT_FAILED, EXIT_OK, Reporter, UsageError
+from .contract import EXIT_FAILED, EXIT_OK, Reporter, UsageError
 
 __all__ = ["add_bake_parser", "cmd_bake"]
 
@@ -35,7 +35,7 @@ def _seconds(text: str) -> float:
 
 def add_bake_parser(sub: Any, size_arg: Callable[[str], int], common: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
     """Add the ``bake`` subcommand to ``sub`` (``size_arg`` parses ``--max-bytes``)."""
-    from .runners import DEFAULT_CONNECT_TIMEOUT
+    from ..bake.runners import DEFAULT_CONNECT_TIMEOUT
 
     p = sub.add_parser(
         "bake",
@@ -70,7 +70,7 @@ def add_bake_parser(sub: Any, size_arg: Callable[[str], int], common: argparse.A
 
 
 def _runner(args: argparse.Namespace) -> Any:
-    from .runners import DaskRunner, InlineRunner, ProcessPoolRunner
+    from ..bake.runners import DaskRunner, InlineRunner, ProcessPoolRunner
 
     if args.scheduler:
         return DaskRunner(scheduler=args.scheduler, connect_timeout=args.connect_timeout)
@@ -99,10 +99,10 @@ def _paths(args: argparse.Namespace) -> list[str]:
 
 def cmd_bake(args: argparse.Namespace, rep: Reporter | None = None) -> int:
     from ..assets.folder import find_assets
+    from ..bake.driver import bake
+    from ..bake.progress import NoProgress, make_progress
     from ..cache import DEFAULT_MAX_BYTES, VariantCache, read_usage
     from ..extras import require
-    from .driver import bake
-    from .progress import NoProgress, make_progress
 
     rep = rep or Reporter("bake")
     if (args.scheduler or args.dask_local) and args.jobs:
@@ -127,6 +127,7 @@ def cmd_bake(args: argparse.Namespace, rep: Reporter | None = None) -> int:
     cache = VariantCache(args.cache, max_bytes=args.max_bytes or DEFAULT_MAX_BYTES)
     progress = NoProgress() if rep.quiet else make_progress(args.progress, verbose=rep.verbose)
     progress.verbose = rep.verbose
+    progress.prefix = f"{rep.prefix}: "
     report = bake(paths, cache, runner=runner, usage=usage, progress=progress, force=args.force)
 
     st = cache.stats()
