@@ -9,19 +9,11 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import NoReturn, Sequence
+from typing import Sequence
 
-from .commands.contract import CONTRACT, EXIT_USAGE, Reporter, configure_logging, one_line
+from .commands.contract import CONTRACT, EXIT_USAGE, OneLineParser, Reporter, configure_logging
 
 __all__ = ["build_parser", "main"]
-
-
-class _Parser(argparse.ArgumentParser):
-    """argparse, with usage errors as one line on stderr and exit status 2."""
-
-    def error(self, message: str) -> NoReturn:
-        print(f"{self.prog}: {one_line(message)} (see: {self.prog} --help)", file=sys.stderr, flush=True)
-        raise SystemExit(EXIT_USAGE)
 
 
 def _common() -> argparse.ArgumentParser:
@@ -37,7 +29,7 @@ def build_parser() -> argparse.ArgumentParser:
     from . import __version__
     from .commands import bake, cache, demo, inspect, watch
 
-    parser = _Parser(
+    parser = OneLineParser(
         prog="engine-plugin",
         description="Compute shader assets for game engines: bake, inspect, watch and run .computeShader assets.",
         epilog=CONTRACT,

@@ -83,6 +83,8 @@ def test_help_states_the_contract():
         (["info", "no/such/folder"], "info"),
         (["cache", "gc", "--cache", "no/such/cache"], "cache"),
         (["bake", "no/such/folder", "--cache", "c"], "bake"),
+        (["bench", "no_such_case"], "bench"),
+        (["watch", "no/such/folder"], "watch"),
     ],
 )
 def test_usage_errors_exit_2_with_one_prefixed_line_on_stderr_and_nothing_on_stdout(tmp_path, args, command):
@@ -210,3 +212,22 @@ def test_watch_json_prints_each_failure_once_then_the_reload_that_fixes_it(broke
     assert failure["path"].endswith("kernel.wgsl") and (failure["line"], failure["col"]) == (5, 29) and "heigth2" in failure["message"]
     assert reload["asset"] == "broken.computeShader" and reload["generation"] == 1
     assert err == ""  # nothing twice: the library's own warning is not printed as well
+
+
+def test_watch_prints_a_refused_reload_once_as_one_line_on_stderr(broken):
+    cmd = [sys.executable, "-m", "engine_plugin", "watch", "assets", "--no-cache", "--max-events", "1", "--duration", "60"]
+    proc = subprocess.Popen(cmd, cwd=str(broken), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=dict(os.environ, PYTHONUNBUFFERED="1"))
+    try:
+        first = proc.stdout.readline()
+        assert first.startswith("watching 1 asset(s)"), first
+        (broken / "assets" / "broken.computeShader" / "kernel.wgsl").write_text(BROKEN_WGSL.replace("heigth", "heigth2"))
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0
+    lines = err.splitlines()
+    assert len(lines) == 1, err  # once: the library's own warning is not printed as well
+    assert lines[0].startswith("engine-plugin watch: ") and "reload of broken.computeShader failed" in lines[0] and "kernel.wgsl:5:29:" in lines[0]
+    assert "heigth2" not in out

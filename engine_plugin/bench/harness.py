@@ -92,12 +92,12 @@ def _fmt(v: float | None, unit: str) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    import argparse
-
     from rich.console import Console
     from rich.table import Table
 
-    parser = argparse.ArgumentParser(prog="engine-plugin bench")
+    from ..commands.contract import OneLineParser
+
+    parser = OneLineParser(prog="engine-plugin bench")
     parser.add_argument("cases", nargs="*", help="case names (default: all)")
     parser.add_argument("--json", metavar="PATH", help="write the results as JSON")
     parser.add_argument("--quick", action="store_true", help="fewer repeats (smoke run)")

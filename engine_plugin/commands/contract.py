@@ -12,11 +12,12 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import logging
 import sys
 import traceback
-from typing import Any, TextIO
+from typing import Any, NoReturn, TextIO
 
 from ..errors import CacheError, GpuError, PluginError
 
@@ -25,6 +26,7 @@ __all__ = [
     "EXIT_FAILED",
     "EXIT_OK",
     "EXIT_USAGE",
+    "OneLineParser",
     "Reporter",
     "UsageError",
     "exit_status",
@@ -41,6 +43,14 @@ Every error goes to stderr as one line prefixed with the subcommand ("engine-plu
 -v adds details (the source line and caret, notes, tracebacks); -q prints only errors and the
 output asked for. "--json -" writes JSON to stdout; info, cache stats and watch take --json for
 JSON on stdout (watch: one JSON object a line)."""
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse, with a usage error as one line on stderr (prefixed with the command) and exit 2."""
+
+    def error(self, message: str) -> NoReturn:
+        print(f"{self.prog}: {one_line(message)} (see: {self.prog} --help)", file=sys.stderr, flush=True)
+        raise SystemExit(EXIT_USAGE)
 
 
 class UsageError(Exception):

@@ -104,7 +104,12 @@ def test_the_installed_command_runs_demo_bake_and_a_quick_bench(installed):
     python, bindir, game = installed
     exe = os.path.join(bindir, "engine-plugin")
     version = _run([exe, "--version"], game)
-    assert version.stdout.startswith("engine-plugin ")
+    meta = _run([python, "-c", "import engine_plugin, importlib.metadata as m; d = m.metadata('engine_plugin'); print(m.version('engine_plugin'), engine_plugin.__version__, d['License-Expression'])"], game)
+    installed_version, package_version, license_ = meta.stdout.split()
+    assert installed_version == package_version and license_ == "MIT"  # one source for the version
+    assert version.stdout.strip() == f"engine-plugin {package_version}"
+    typed = _run([python, "-c", "import engine_plugin, os; print(os.path.exists(os.path.join(os.path.dirname(engine_plugin.__file__), 'py.typed')))"], game)
+    assert typed.stdout.strip() == "True"
     _run([exe, "demo", "--headless", "--frames", "5", "--cache", "cache"], game)
     assert (game / "out" / "demo.png").stat().st_size > 1000
     baked = _run([exe, "bake", "--builtin", "--cache", "cache", "--jobs", "1", "--json", "-"], game)
