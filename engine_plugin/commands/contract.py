@@ -64,13 +64,11 @@ def one_line(text: str) -> str:
 
 def exit_status(exc: BaseException) -> int:
     """The exit status an exception stands for (module docstring)."""
+    from ..bake.runners import DaskMissingError, SchedulerUnreachable
     from ..extras import MissingExtraError
 
-    if isinstance(exc, (UsageError, MissingExtraError, GpuError, CacheError)):
-        return EXIT_USAGE
-    if type(exc).__name__ in ("DaskMissingError", "SchedulerUnreachable"):
-        return EXIT_USAGE
-    return EXIT_FAILED
+    environment = (UsageError, MissingExtraError, DaskMissingError, SchedulerUnreachable, GpuError, CacheError)
+    return EXIT_USAGE if isinstance(exc, environment) else EXIT_FAILED
 
 
 class Reporter:
@@ -108,7 +106,7 @@ class Reporter:
             headline = exc.headline()
             detail = rendered[len(headline) :].lstrip("\n") if rendered.startswith(headline) else rendered
             self.error(headline, detail or None)
-        elif isinstance(exc, UsageError) or type(exc).__name__ in ("DaskMissingError", "SchedulerUnreachable"):
+        elif isinstance(exc, UsageError):
             self.error(str(exc))
         else:
             tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
