@@ -117,6 +117,15 @@ def test_a_broken_asset_exits_1_under_every_subcommand_with_one_line_and_the_car
     assert "bindings.yaml:2:" in one_error_line(info, "info")
 
 
+def test_no_usable_gpu_is_an_environment_error_exit_2(tmp_path):
+    shutil.copytree(os.path.join(SAMPLES, "particles.computeShader"), tmp_path / "assets" / "particles.computeShader")
+    env = {"ENGINE_PLUGIN_ADAPTER": "no-such-gpu"}
+    baked = cli("bake", "assets", "--cache", "c", "--jobs", "1", "-q", cwd=str(tmp_path), env=env)
+    assert baked.returncode == 2 and "ENGINE_PLUGIN_ADAPTER='no-such-gpu' matches none" in one_error_line(baked, "bake")
+    demo = cli("demo", "--headless", "--frames", "1", "--cache", "c", cwd=str(tmp_path), env=env)
+    assert demo.returncode == 2 and "matches none" in one_error_line(demo, "demo")
+
+
 def test_bake_json_dash_writes_the_report_to_stdout_and_the_table_to_stderr(tmp_path):
     shutil.copytree(os.path.join(SAMPLES, "particles.computeShader"), tmp_path / "assets" / "particles.computeShader")
     done = cli("bake", "assets", "--cache", "c", "--jobs", "1", "--json", "-", cwd=str(tmp_path))

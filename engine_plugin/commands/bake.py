@@ -8,9 +8,12 @@ import os
 import sys
 from typing import Any, Callable
 
-from .contract import EXIT_FAILED, EXIT_OK, Reporter, UsageError
+from .contract import EXIT_FAILED, EXIT_OK, EXIT_USAGE, Reporter, UsageError
 
 __all__ = ["add_bake_parser", "cmd_bake"]
+
+# A variant that failed for one of these did not fail as an asset: the machine has no usable GPU.
+ENVIRONMENT_FAILURES = ("NoAdapterError", "DeviceLostError", "GpuError")
 
 
 def _positive(text: str) -> int:
@@ -150,4 +153,6 @@ def cmd_bake(args: argparse.Namespace, rep: Reporter | None = None) -> int:
             print(line, flush=True)
     if args.json:
         report.write_json(args.json)
+    if any(f.failure.kind in ENVIRONMENT_FAILURES for f in report.failures):
+        return EXIT_USAGE
     return EXIT_OK if report.ok else EXIT_FAILED

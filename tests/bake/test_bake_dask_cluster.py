@@ -131,7 +131,21 @@ def test_a_worker_killed_mid_bake_is_reported_and_every_variant_still_bakes_byte
         for port, w in zip([int(a.rsplit(":", 1)[1]) for a in workers], workers.values()):
             _wait_port(port, w)
 
-        cmd = [sys.executable, "-m", "engine_plugin", "bake", "assets", "--cache", "cache-dask", "--scheduler", address, "--progress", "plain", "--json", "dask.json"]
+        cmd = [
+            sys.executable,
+            "-m",
+            "engine_plugin",
+            "bake",
+            "assets",
+            "--cache",
+            "cache-dask",
+            "--scheduler",
+            address,
+            "--progress",
+            "plain",
+            "--json",
+            "dask.json",
+        ]
         bake = subprocess.Popen(cmd, cwd=str(tmp_path), env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         procs.append(bake)
         victim_address, victim = next(iter(workers.items()))

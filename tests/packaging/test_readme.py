@@ -52,7 +52,10 @@ def test_each_python_snippet_runs_as_written_from_the_checkout(index, tmp_path):
     snippet = _blocks("python")[index]
     runner = "import sys\nsnippet = sys.stdin.read()\n"
     if "while True:" in snippet:
-        runner += _STOP_AFTER_FRAMES + "try:\n    exec(compile(snippet, 'README', 'exec'), {'__name__': '__main__'})\nexcept _Done:\n    print('stopped after 3 frames')\n"
+        runner += (
+            _STOP_AFTER_FRAMES
+            + "try:\n    exec(compile(snippet, 'README', 'exec'), {'__name__': '__main__'})\nexcept _Done:\n    print('stopped after 3 frames')\n"
+        )
     else:
         runner += "exec(compile(snippet, 'README', 'exec'), {'__name__': '__main__'})\n"
     done = subprocess.run([sys.executable, "-c", runner], input=snippet, cwd=REPO, capture_output=True, text=True, timeout=300)

@@ -37,7 +37,9 @@ def installed(tmp_path_factory):
     venv = base / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
     python = str(venv / "bin" / "python")
-    site = subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], capture_output=True, text=True, check=True).stdout.strip()
+    site = subprocess.run(
+        [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], capture_output=True, text=True, check=True
+    ).stdout.strip()
     # The dependencies: this environment's site-packages, as a plain path (its .pth hooks stay off).
     with open(os.path.join(site, "zz_test_deps.pth"), "w") as f:
         f.write(sysconfig.get_paths()["purelib"] + "\n")
@@ -104,7 +106,14 @@ def test_the_installed_command_runs_demo_bake_and_a_quick_bench(installed):
     python, bindir, game = installed
     exe = os.path.join(bindir, "engine-plugin")
     version = _run([exe, "--version"], game)
-    meta = _run([python, "-c", "import engine_plugin, importlib.metadata as m; d = m.metadata('engine_plugin'); print(m.version('engine_plugin'), engine_plugin.__version__, d['License-Expression'])"], game)
+    meta = _run(
+        [
+            python,
+            "-c",
+            "import engine_plugin, importlib.metadata as m; d = m.metadata('engine_plugin'); print(m.version('engine_plugin'), engine_plugin.__version__, d['License-Expression'])",
+        ],
+        game,
+    )
     installed_version, package_version, license_ = meta.stdout.split()
     assert installed_version == package_version and license_ == "MIT"  # one source for the version
     assert version.stdout.strip() == f"engine-plugin {package_version}"
