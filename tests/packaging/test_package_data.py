@@ -30,3 +30,24 @@ def test_a_library_over_any_root_finds_the_engine_kernels_but_a_root_copy_wins(t
         (own / name).write_bytes(open(os.path.join(kernel_folder("summary"), name), "rb").read())
     mine = AssetLibrary(str(tmp_path / "mine"), None, device=gpu).load("engine/summary.computeShader")
     assert mine.folder == str(own)
+
+
+def test_the_library_and_the_plain_commands_work_without_any_extra(tmp_path):
+    """No rich, glfw, rendercanvas, pillow nor dask: the library bakes and the commands that need
+    none of them (lower, info --json, bake -q) still run."""
+    import subprocess
+    import sys
+
+    hide = "import sys\nfor m in ('rich', 'glfw', 'rendercanvas', 'PIL', 'distributed', 'dask'):\n    sys.modules[m] = None\n"
+    code = hide + (
+        "import engine_plugin.abi, engine_plugin.engine, engine_plugin.assets.library, engine_plugin.world\n"
+        "from engine_plugin.bake import bake\n"
+        f"report = bake([{os.path.join(REPO, 'assets', 'samples', 'particles.computeShader')!r}], {str(tmp_path / 'c')!r})\n"
+        "assert report.ok and report.totals['baked'] == 1, report.totals\n"
+        "from engine_plugin.cli import main\n"
+        "assert main(['lower', 'assets/samples/reference.computeShader', '--spec', 'T=f32', '--spec', 'FOLD=add']) == 0\n"
+        "assert main(['info', 'assets/samples', '--json']) == 0\n"
+        f"assert main(['-q', 'bake', 'assets/samples', '--cache', {str(tmp_path / 'c2')!r}, '--jobs', '1']) == 0\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
