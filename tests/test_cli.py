@@ -21,6 +21,9 @@ def test_bench_takes_its_own_options_and_writes_json(tmp_path):
     report = json.loads(out.read_text())
     (result,) = report["results"]
     assert result["name"].startswith("lowering") and result["plugin"] > 0 and report["adapter"]
+    to_stdout = cli("bench", "lowering", "--quick", "--json", "-")
+    assert to_stdout.returncode == 0 and json.loads(to_stdout.stdout)["results"][0]["name"].startswith("lowering")
+    assert "adapter:" in to_stdout.stderr
 
 
 def test_lower_prints_wgsl_and_a_bad_spec_names_the_yaml_line():

@@ -6,6 +6,7 @@ import gc
 import json
 import platform
 import statistics
+import sys
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Callable, Sequence
@@ -99,7 +100,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     parser = OneLineParser(prog="engine-plugin bench")
     parser.add_argument("cases", nargs="*", help="case names (default: all)")
-    parser.add_argument("--json", metavar="PATH", help="write the results as JSON")
+    parser.add_argument("--json", metavar="PATH", help="write the results as JSON ('-': stdout, the table then goes to stderr)")
     parser.add_argument("--quick", action="store_true", help="fewer repeats (smoke run)")
     args = parser.parse_args(argv)
     from . import cases  # noqa: F401
@@ -110,7 +111,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from ..gpu.device import get_context
 
     ctx = get_context()
-    console = Console()
+    console = Console(stderr=args.json == "-")
     console.print(f"adapter: {ctx.adapter_name}")
     results = []
     table = Table(title="engine_plugin vs raw wgpu-py (medians, same run)")
@@ -130,7 +131,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             "python": platform.python_version(),
             "results": [dict(asdict(r), ratio=r.ratio) for r in results],
         }
-        with open(args.json, "w") as f:
-            json.dump(report, f, indent=2)
-        console.print(f"wrote {args.json}")
+        if args.json == "-":
+            json.dump(report, sys.stdout, indent=2)
+            sys.stdout.write("\n")
+        else:
+            with open(args.json, "w") as f:
+                json.dump(report, f, indent=2)
+            console.print(f"wrote {args.json}")
     return 0
