@@ -1,299 +1,111 @@
-"""``engine-plugin`` subcommands: bake, watch, lower, info, demo, cache, bench."""
+"""The ``engine-plugin`` command: bake, watch, lower, info, demo, cache, bench.
+
+The subcommands live in :mod:`engine_plugin.commands`;
+this module builds the parser and keeps the contract of :mod:`engine_plugin.commands.contract`
+around every one of them.
+"""
 
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from typing import Sequence
 
-from .errors import PluginError
+from .commands.contract import CONTRACT, EXIT_USAGE, OneLineParser, Reporter, configure_logging
 
-__all__ = ["main"]
-
-
-def _spec_args(items: Sequence[str] | None) -> dict[str, str]:
-    out = {}
-    for item in items or ():
-        if "=" not in item:
-            raise SystemExit(f"engine-plugin: --spec takes NAME=VALUE, not {item!r}")
-        k, v = item.split("=", 1)
-        out[k.strip()] = v
-    return out
+__all__ = ["build_parser", "main"]
 
 
-def _columns_args(items: Sequence[str] | None) -> dict[str, list[str]]:
-    out = {}
-    for item in items or ():
-        if "=" not in item:
-            raise SystemExit(f"engine-plugin: --columns takes TABLE=col,col, not {item!r}")
-        k, v = item.split("=", 1)
-        out[k.strip()] = [c.strip() for c in v.split(",") if c.strip()]
-    return out
-
-
-def cmd_lower(args: argparse.Namespace) -> int:
-    from .assets.folder import read_asset_folder
-    from .lowering import lower, parse
-
-    src = read_asset_folder(args.asset)
-    schema = parse(src.yaml_text, src.yaml_path)
-    lowered = lower(schema, src.wgsl_text, _spec_args(args.spec), columns=_columns_args(args.columns), wgsl_path=src.wgsl_path)
-    print(lowered.numbered_source() if args.numbered else lowered.source, end="")
-    return 0
-
-
-def cmd_info(args: argparse.Namespace) -> int:
-    from rich.console import Console
-    from rich.table import Table
-
-    from .assets.folder import find_assets, read_asset_folder
-    from .lowering import is_extended, parse, variant_count
-
-    console = Console()
-    assets = find_assets(args.path)
-    if not assets:
-        console.print(f"no .computeShader assets under {args.path}")
-        return 1
-    for folder in assets:
-        src = read_asset_folder(folder)
-        schema = parse(src.yaml_text, src.yaml_path)
-        table = Table(title=f"{folder}  ({variant_count(schema)} variants, {'extended' if is_extended(schema) else 'plain'} ABI)")
-        for col in ("binding", "kind", "access", "element", "size", "flags"):
-            table.add_column(col)
-        for b in schema.bindings:
-            size = (b.count.text if b.count else "") or (f"capacity {b.capacity.text}" if b.capacity else "")
-            flags = " ".join(f for f in ("live", "append", "bits", "atomic") if getattr(b, f))
-            if b.when is not None:
-                flags += f" when {b.when.text}"
-            if b.page:
-                flags += f" page {b.page}"
-            table.add_row(b.name, b.kind, b.access, b.element or "", size, flags.strip())
-        console.print(table)
-        for sp in schema.specialize:
-            opts = ", ".join(sp.options) if sp.options else "(source text)"
-            default = f" default {sp.default!r}" if sp.default is not None else ""
-            console.print(f"  specialize {sp.name} ({sp.kind}): {opts}{default}")
-        for p in schema.params:
-            console.print(f"  param {p.name}: {p.type}")
-        console.print(f"  determinism {schema.determinism}, workgroup {list(schema.workgroup)}")
-        if src.extra_files:
-            console.print(f"  [yellow]note[/]: files ignored in the asset: {', '.join(src.extra_files)}")
-    return 0
-
-
-def _size_arg(text: str) -> int:
-    """Bytes from ``123``, ``64K``, ``512M``, ``2G`` (binary units)."""
-    t = text.strip().upper().removesuffix("B").removesuffix("I")
-    scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(t[-1:], 1)
-    try:
-        value = int(float(t[:-1] if scale > 1 else t) * scale)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"a size is a number of bytes, optionally with K, M or G (e.g. 512M), not {text!r}") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"a size must be positive, not {text!r}")
-    return value
-
-
-def _fmt_bytes(n: int) -> str:
-    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if n >= scale:
-            return f"{n / scale:.1f} {unit}"
-    return f"{n} B"
-
-
-def cmd_cache(args: argparse.Namespace) -> int:
-    from .cache import DEFAULT_MAX_BYTES, USAGE_FILE, VariantCache, read_usage
-
-    cap = args.max_bytes or DEFAULT_MAX_BYTES
-    if not os.path.isdir(args.cache):
-        # Looking at a cache must not create one: say so instead.
-        print(f"no variant cache at {args.cache} (bake one with: engine-plugin bake ASSETS --cache {args.cache})")
-        return 0 if args.action in ("stats", "clear") else 1
-    cache = VariantCache(args.cache, max_bytes=cap)
-    if args.action == "stats":
-        st = cache.stats(scan=True)
-        infos = sorted(cache.entries(), key=lambda i: i.mtime_ns)
-        print(f"variant cache {cache.folder}")
-        print(f"  entries     {st.entries}")
-        print(f"  size        {_fmt_bytes(st.bytes)} of {_fmt_bytes(cap)} cap ({100 * st.bytes / cap:.1f}%)")
-        print(f"  temp files  {st.temp_files}")
-        if infos:
-            import datetime
-
-            def when(ns: int) -> str:
-                return datetime.datetime.fromtimestamp(ns / 1e9).strftime("%Y-%m-%d %H:%M:%S")
-
-            print(f"  least recently used  {when(infos[0].mtime_ns)}")
-            print(f"  most recently used   {when(infos[-1].mtime_ns)}")
-        usage = read_usage(os.path.join(cache.folder, USAGE_FILE))
-        if usage:
-            print(f"  usage log   {sum(len(v) for v in usage.values())} variants of {len(usage)} assets")
-        if args.verify:
-            bad = cache.verify()
-            print(f"  unusable    {len(bad)}")
-            for key, reason in sorted(bad.items()):
-                print(f"    {key[:16]}...  {reason}")
-            return 1 if bad else 0
-        return 0
-    if args.action == "gc":
-        bad = cache.verify()
-        for key in bad:
-            cache.remove(key)
-        evicted = cache.gc(cap)
-        st = cache.stats(scan=True)
-        print(f"removed {len(bad)} unusable entries, evicted {evicted} least recently used; {st.entries} entries, {_fmt_bytes(st.bytes)} left")
-        return 0
-    removed = cache.clear()
-    usage_note = ""
-    if args.usage:
-        try:
-            os.unlink(os.path.join(cache.folder, USAGE_FILE))
-            usage_note = " and the usage log"
-        except FileNotFoundError:
-            pass
-    print(f"removed {removed} entries{usage_note} from {cache.folder}")
-    return 0
-
-
-def cmd_watch(args: argparse.Namespace) -> int:
-    import time
-
-    from .assets import AssetLibrary
-    from .assets.folder import ASSET_SUFFIX, find_assets
-    from .lowering import enumerate_variants
-
-    target = os.path.normpath(args.assets)
-    if not os.path.isdir(target):
-        print(f"engine-plugin watch: {target} is not a folder", file=sys.stderr)
-        return 2
-    root = (os.path.dirname(target) or ".") if target.endswith(ASSET_SUFFIX) else target
-    folders = find_assets(target)
-    if not folders:
-        print(f"no .computeShader assets under {target}")
-        return 1
-    lib = AssetLibrary(root, cache=None if args.no_cache else args.cache, quiet=args.quiet_ms / 1000.0)
-    refs = [lib.load(os.path.relpath(f, root), strict=False) for f in folders]
-    for ref in refs:
-        if ref.error is not None:
-            print(f"{ref.path}: not loadable yet:\n{ref.diagnostics}", flush=True)
-        elif args.all_variants:
-            try:
-                for spec in enumerate_variants(ref.program().schema):
-                    ref.program().variant(spec)
-            except PluginError as exc:
-                print(f"{ref.path}: {exc}", flush=True)
-    lib.watch()
-    print(f"watching {len(refs)} asset(s) under {root} (quiet window {args.quiet_ms:g} ms); Ctrl-C stops", flush=True)
-    deadline = time.monotonic() + args.duration if args.duration else None
-    seen = 0
-    try:
-        while deadline is None or time.monotonic() < deadline:
-            for result in lib.poll():
-                seen += 1
-                stamp = time.strftime("%H:%M:%S")
-                print(f"{stamp} {result.describe()}", flush=True)
-                if result.ok and result.layout_changed:
-                    labels = ", ".join(s.label() for s in result.layout_changed)
-                    print(f"         layout changed for: {labels}", flush=True)
-            if args.max_events and seen >= args.max_events:
-                break
-            time.sleep(1 / 60)
-    except KeyboardInterrupt:
-        pass
-    finally:
-        lib.close()
-    return 0
-
-
-def cmd_demo(args: argparse.Namespace) -> int:
-    from .demo.game import HeatDemo
-
-    windowed = bool(os.environ.get("DISPLAY")) and not args.headless
-    make = lambda **kw: HeatDemo(args.assets, args.cache, watch=True, **kw)  # noqa: E731
-    if windowed:
-        from .demo.window import run_window
-
-        shown = run_window(make, frames=args.frames)
-        print(f"demo: window closed after {shown} frames")
-        return 0
-    from .demo.headless import run_headless
-
-    demo = make()
-    try:
-        run_headless(demo, args.frames or 300, args.snapshot)
-    finally:
-        demo.close()
-    print(f"demo: snapshot {os.path.abspath(args.snapshot)}; variant cache {os.path.abspath(args.cache)}")
-    return 0
+def _common() -> argparse.ArgumentParser:
+    # -q/-v after the subcommand too; SUPPRESS keeps a value given before it.
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("-v", "--verbose", action="count", default=argparse.SUPPRESS, help="details: source lines and carets, notes, tracebacks")
+    common.add_argument("-q", "--quiet", action="store_true", default=argparse.SUPPRESS, help="only errors and the output asked for")
+    return common
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="engine-plugin", description="Compute shader assets for game engines.")
-    sub = parser.add_subparsers(dest="command", required=True)
+    """The ``engine-plugin`` argument parser (``bench`` takes its own options)."""
+    from . import __version__
+    from .commands import bake, cache, demo, inspect, watch
 
-    p = sub.add_parser("lower", help="print the lowered WGSL of one variant")
-    p.add_argument("asset", help="a NAME.computeShader folder or its bindings.yaml")
-    p.add_argument("--spec", action="append", metavar="NAME=VALUE", help="a specialisation value (repeatable)")
-    p.add_argument("--columns", action="append", metavar="TABLE=a,b", help="table column names (repeatable)")
-    p.add_argument("--numbered", action="store_true", help="prefix line numbers")
-    p.set_defaults(func=cmd_lower)
-
-    p = sub.add_parser("demo", help="run the live-edit demo (a window when DISPLAY is set, else headless)")
-    p.add_argument("--frames", type=int, default=None, help="frames to run (default: until Esc; 300 headless)")
-    p.add_argument("--headless", action="store_true", help="no window, even with a display")
-    p.add_argument("--snapshot", default="out/demo.png", help="PNG written at the end of a headless run")
-    p.add_argument("--assets", default="assets")
-    p.add_argument("--cache", default="cache")
-    p.set_defaults(func=cmd_demo)
-
+    parser = OneLineParser(
+        prog="engine-plugin",
+        description="Compute shader assets for game engines: bake, inspect, watch and run .computeShader assets.",
+        epilog=CONTRACT,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"engine-plugin {__version__}")
+    parser.add_argument("-v", "--verbose", action="count", default=0, help="details: source lines and carets, notes, tracebacks")
+    parser.add_argument("-q", "--quiet", action="store_true", default=False, help="only errors and the output asked for")
+    common = _common()
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    bake.add_bake_parser(sub, cache.size_arg, common)
+    watch.add_parser(sub, common)
+    inspect.add_parsers(sub, common)
+    demo.add_parser(sub, common)
+    cache.add_parser(sub, common)
     sub.add_parser("bench", help="benchmarks against raw wgpu-py (engine-plugin bench --help)", add_help=False)
-
-    p = sub.add_parser("info", help="print schemas, options and variant counts")
-    p.add_argument("path", nargs="?", default="assets", help="an asset folder or a folder of assets")
-    p.set_defaults(func=cmd_info)
-
-    p = sub.add_parser("cache", help="inspect or trim the msgpack variant cache")
-    p.add_argument("action", choices=("stats", "gc", "clear"), help="stats: size and counts; gc: drop unusable entries and evict to the cap; clear: remove every entry")
-    p.add_argument("--cache", default="cache", metavar="DIR", help="the cache folder (default: cache)")
-    p.add_argument("--max-bytes", type=_size_arg, metavar="SIZE", help="size cap, e.g. 512M (default 512 MiB)")
-    p.add_argument("--verify", action="store_true", help="stats: decode every entry and list the unusable ones")
-    p.add_argument("--usage", action="store_true", help="clear: remove the usage log too")
-    p.set_defaults(func=cmd_cache)
-
-    p = sub.add_parser("watch", help="watch assets and print reloads and diagnostics live")
-    p.add_argument("assets", nargs="?", default="assets", help="a folder of assets, or one NAME.computeShader folder")
-    p.add_argument("--cache", default="cache", metavar="DIR", help="the variant cache folder (default: cache)")
-    p.add_argument("--no-cache", action="store_true", help="lower without the variant cache")
-    p.add_argument("--quiet-ms", type=float, default=30.0, help="debounce quiet window in ms (default 30)")
-    p.add_argument("--all-variants", action="store_true", help="compile every variant up front, so each reload validates them all")
-    p.add_argument("--duration", type=float, default=0.0, metavar="S", help="stop after S seconds (default: until Ctrl-C)")
-    p.add_argument("--max-events", type=int, default=0, metavar="N", help="stop after N reloads or failures")
-    p.set_defaults(func=cmd_watch)
-
-    from .bake.command import add_bake_parser
-
-    add_bake_parser(sub, _size_arg)
     return parser
+
+
+def _split_globals(argv: list[str]) -> tuple[list[str], list[str]]:
+    """(the global options before the subcommand, the rest)."""
+    i = 0
+    while i < len(argv) and argv[i].startswith("-"):
+        i += 1
+    return argv[:i], argv[i:]
+
+
+def _verbosity(flags: Sequence[str]) -> int:
+    level = 0
+    for flag in flags:
+        if flag in ("-q", "--quiet"):
+            level = -1
+        elif flag in ("--verbose",) or (flag.startswith("-v") and set(flag[1:]) == {"v"}):
+            level += flag.count("v") if not flag.startswith("--") else 1
+    return level
+
+
+def _run_bench(globals_: list[str], rest: list[str]) -> int:
+    rep = Reporter("bench", _verbosity(globals_))
+    configure_logging(rep)
+    try:
+        from .extras import require
+
+        require("rich", "engine-plugin bench's tables")
+        from .bench import main as bench_main
+
+        return bench_main(rest)
+    except KeyboardInterrupt:
+        return 130
+    except SystemExit:
+        raise
+    except Exception as exc:
+        return rep.exception(exc)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``engine-plugin`` command; answers the exit status."""
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if argv[:1] == ["bench"]:
+    args_list = list(sys.argv[1:] if argv is None else argv)
+    globals_, rest = _split_globals(args_list)
+    if rest[:1] == ["bench"] and not {"-h", "--help", "--version"} & set(globals_):
         # bench owns its options (--json, --quick, --help); argparse's REMAINDER would not pass them.
-        from .bench import main as bench_main
-
-        return bench_main(argv[1:])
+        return _run_bench(globals_, rest[1:])
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(args_list)
+    if extra:
+        print(f"engine-plugin {args.command}: unrecognized arguments: {' '.join(extra)} (see: engine-plugin {args.command} --help)", file=sys.stderr)
+        return EXIT_USAGE
+    verbosity = -1 if args.quiet else int(args.verbose or 0)
+    rep = Reporter(args.command, verbosity)
+    configure_logging(rep)
     try:
-        return int(args.func(args) or 0)
-    except PluginError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+        return int(args.func(args, rep) or 0)
     except KeyboardInterrupt:
         return 130
+    except Exception as exc:
+        return rep.exception(exc)
 
 
 if __name__ == "__main__":

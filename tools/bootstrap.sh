@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Bring a fresh Debian machine to a working engine_plugin checkout:
-# system packages (Vulkan loader + lavapipe, Xvfb), a .venv, the package in editable mode with extras.
+# system packages (Vulkan loader + lavapipe, Xvfb), a .venv, the package in editable mode with all extras.
 # Idempotent: a stamp keyed on pyproject.toml skips the pip step when nothing changed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -30,9 +30,9 @@ if [ ! -x .venv/bin/python ]; then
 fi
 stamp_key=$(cat pyproject.toml | sha256sum | cut -c1-16)
 if [ "$(cat .bootstrap-stamp 2>/dev/null)" != "$stamp_key" ]; then
-    echo "bootstrap: installing engine_plugin (editable) with extras dev,dask"
+    echo "bootstrap: installing engine_plugin (editable) with every extra (cli, demo, dask) and dev"
     .venv/bin/python -m pip install -q --upgrade pip
-    .venv/bin/python -m pip install -q -e ".[dev,dask]"
+    .venv/bin/python -m pip install -q -e ".[all,dev]"
     echo "$stamp_key" > .bootstrap-stamp
 fi
 echo "bootstrap: ready ($(.venv/bin/python -c 'import wgpu; print("wgpu", wgpu.__version__)'))"

@@ -30,6 +30,7 @@ from ..lowering import Lowered, VariantSpec, parse
 from ..gpu.device import get_context
 from ..runtime.compile import compile_lowered
 from ..runtime.program import Program, adopt_program, program, registered_program
+from .builtin import builtin_folder
 from .folder import ASSET_SUFFIX, AssetSource, read_asset_folder
 from .reload import BODY, LAYOUT, Prepared, ReloadEvent, ReloadFailure, Unsettled, carry_spec, plan_signature, prepare
 from .watcher import ReloadService
@@ -273,6 +274,9 @@ class AssetLibrary:
         if found is not None:
             return found
         folder = os.path.join(self.root, *rel.split("/"))
+        if not os.path.isdir(folder):
+            # The engine's own kernels ship in the package: found whatever the root.
+            folder = builtin_folder(rel) or folder
         ref = ComputeShaderRef(self, rel, folder)
         ctx = self._context()
         try:

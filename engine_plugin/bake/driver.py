@@ -60,12 +60,13 @@ class _Bake:
             self._writers = None
 
     def announce(self, asset: str, spec: VariantSpec | None, failure: Failure) -> None:
-        """Print a failure the first time its text is seen; repeats are counted (one broken
-        line usually breaks every variant of the asset)."""
+        """Report a failure the first time its text is seen (one line; the source line and
+        caret with -v); repeats are counted (one broken line usually breaks every variant)."""
         self._seen[failure.rendered] += 1
         if self._seen[failure.rendered] == 1:
-            where = f"\n  in {asset}" + (f" variant {spec.label()}" if spec is not None else "")
-            self.progress.message(failure.rendered + where)
+            where = f" (in {asset}" + (f" variant {spec.label()})" if spec is not None else ")")
+            detail = failure.rendered[len(failure.headline) :].lstrip("\n") if failure.rendered.startswith(failure.headline) else failure.rendered
+            self.progress.failure(failure.headline + where, detail)
             self._first[failure.rendered] = failure.headline
 
     def repeats(self) -> None:
@@ -73,7 +74,15 @@ class _Bake:
             if n > 1:
                 headline = self._first[rendered]
                 prefix = headline.split(": ", 1)[0] if ": " in headline else headline
-                self.progress.message(f"{prefix}: the same error in {n - 1} more variant(s)")
+                self.progress.failure(f"{prefix}: the same error in {n - 1} more variant(s)", "")
+
+    def lost(self, lost: list[Any], jobs: list[ChunkJob]) -> None:
+        """Record workers the runner lost and the chunks retried elsewhere; say so at once."""
+        by_index = {job.index: job for job in jobs}
+        for event in lost:
+            variants = sum(len(by_index[i].items) for i in event.chunks if i in by_index)
+            self.report.lose_worker(event.worker, event.chunks, variants)
+            self.progress.lost_worker(event.worker, len(event.chunks), variants)
 
     def _failed(self, asset: str, out: VariantOutcome, failure: Failure, worker: str) -> None:
         self.report.fail(asset, out.spec, out.key, failure, out.seconds, worker)
@@ -205,8 +214,13 @@ def bake(
             progress.start(total, runner.label)
             try:
                 with state:
+                    events = getattr(runner, "events", None)
                     for job, result in runner.run(jobs):
                         state.take(job, result)
+                        if events is not None:
+                            state.lost(events(), jobs)
+                    if events is not None:
+                        state.lost(events(final=True), jobs)
             finally:
                 progress.stop()
     state.repeats()

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Iterable, Mapping, Sequence
 
 from ..assets.folder import AssetSource, find_assets, read_asset_folder
-from ..errors import AssetError, PluginError, SpecializationError, Span, bug
+from ..errors import AssetError, PluginError, Span, SpecializationError, bug
 from ..lowering import Schema, VariantSpec, enumerate_variants, parse, resolve_spec
 from ..lowering.fingerprint import variant_key
 from .worker import BakeItem, ChunkJob, Failure, failure_from
@@ -65,7 +65,7 @@ def match_usage(folders: Sequence[str], roots: Sequence[str], usage: Mapping[str
     by_folder: dict[str, list[VariantSpec]] = {}
     unmatched = []
     normed = {f: _norm(f) for f in folders}
-    rels = {}
+    rels: dict[str, str] = {}
     for f in folders:
         for root in roots:
             rel = _norm(os.path.relpath(f, root))
@@ -161,11 +161,13 @@ def chunk_size(total: int, workers: int) -> int:
 def chunk_jobs(todo: Sequence[tuple[AssetPlan, list[BakeItem]]], workers: int, validate: bool = True) -> list[ChunkJob]:
     """Split the variants to bake into per-asset chunks sized for ``workers``."""
     size = chunk_size(sum(len(items) for _, items in todo), workers)
-    jobs = []
+    jobs: list[ChunkJob] = []
     for plan, items in todo:
         src = plan.source
         if src is None:
             raise bug(f"chunk_jobs got {plan.folder}, which was never read")
         for start in range(0, len(items), size):
-            jobs.append(ChunkJob(plan.folder, src.yaml_path, src.yaml_text, src.wgsl_path, src.wgsl_text, tuple(items[start : start + size]), validate, len(jobs)))
+            jobs.append(
+                ChunkJob(plan.folder, src.yaml_path, src.yaml_text, src.wgsl_path, src.wgsl_text, tuple(items[start : start + size]), validate, len(jobs))
+            )
     return jobs

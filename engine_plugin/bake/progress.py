@@ -8,16 +8,25 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import Any, TextIO
+from typing import IO, Any, TextIO
 
 __all__ = ["PlainProgress", "RichProgress", "NoProgress", "make_progress"]
 
 
 class NoProgress:
-    """Progress that shows nothing but failures and notes."""
+    """Progress that shows nothing but failures and notes.
 
-    def __init__(self, stream: TextIO | None = None):
+    A failure is one line, ``engine-plugin bake: path:line:col: message (in ASSET variant V)``;
+    with ``verbose`` the source line and caret follow it.
+    """
+
+    verbose = False
+    prefix = ""  # the CLI sets "engine-plugin bake: "
+
+    def __init__(self, stream: TextIO | IO[str] | None = None):
         self.stream = stream or sys.stderr
+        self.lost = 0  # workers lost mid-bake
+        self.retried = 0  # chunks they were running, retried elsewhere
 
     def start(self, total: int, label: str) -> None:
         pass
@@ -27,6 +36,18 @@ class NoProgress:
 
     def message(self, text: str) -> None:
         print(text, file=self.stream, flush=True)
+
+    def failure(self, line: str, detail: str = "") -> None:
+        """One failure: a line (prefixed with the command), the detail only when verbose."""
+        self.message(self.prefix + " ".join(part.strip() for part in line.splitlines() if part.strip()))
+        if self.verbose and detail:
+            self.message(detail.rstrip("\n"))
+
+    def lost_worker(self, worker: str, chunks: int, variants: int) -> None:
+        """A worker left mid-bake; its ``chunks`` run again on the other workers."""
+        self.lost += 1
+        self.retried += chunks
+        self.message(f"{self.prefix}lost worker {worker}; the {chunks} chunk(s) ({variants} variants) it was running are retried on the other workers")
 
     def stop(self) -> None:
         pass
@@ -52,7 +73,8 @@ class PlainProgress(NoProgress):
     def _line(self) -> None:
         done, baked, failed = self._state
         self._printed = self._state
-        self.message(f"bake: {done}/{self.total} variants ({baked} baked, {failed} failed) {time.monotonic() - self._t0:.1f}s")
+        lost = f", {self.lost} worker(s) lost, {self.retried} chunk(s) retried" if self.lost else ""
+        self.message(f"bake: {done}/{self.total} variants ({baked} baked, {failed} failed{lost}) {time.monotonic() - self._t0:.1f}s")
 
     def advance(self, done: int, baked: int, failed: int) -> None:
         self._state = (done, baked, failed)
@@ -98,6 +120,8 @@ class RichProgress(NoProgress):
     def advance(self, done: int, baked: int, failed: int) -> None:
         if self._progress is not None:
             bad = f", [red]{failed} failed[/]" if failed else ""
+            if self.lost:
+                bad += f", [yellow]{self.lost} worker(s) lost, {self.retried} chunk(s) retried[/]"
             self._progress.update(self._task, completed=done, description=f"{baked} baked{bad} on {self._label}")
 
     def message(self, text: str) -> None:
@@ -110,14 +134,19 @@ class RichProgress(NoProgress):
             self._progress = None
 
 
-def make_progress(mode: str = "auto") -> NoProgress:
-    """``auto``: rich on a terminal (stderr), plain lines otherwise; or ``rich``/``plain``/``none``."""
+def make_progress(mode: str = "auto", verbose: bool = False) -> NoProgress:
+    """``auto``: rich on a terminal (stderr), plain lines otherwise; or ``rich``/``plain``/``none``.
+    ``verbose``: failures carry their source line and caret."""
     if mode == "auto":
         mode = "rich" if sys.stderr.isatty() else "plain"
+    progress: NoProgress
     if mode == "rich":
-        return RichProgress()
-    if mode == "plain":
-        return PlainProgress()
-    if mode == "none":
-        return NoProgress()
-    raise ValueError(f"progress is auto, rich, plain or none, not {mode!r}")
+        progress = RichProgress()
+    elif mode == "plain":
+        progress = PlainProgress()
+    elif mode == "none":
+        progress = NoProgress()
+    else:
+        raise ValueError(f"progress is auto, rich, plain or none, not {mode!r}")
+    progress.verbose = verbose
+    return progress

@@ -17,18 +17,23 @@ JSON report (``--json REPORT``), format 1::
      "failures": [{"asset": ..., "spec": {...} | null, "key": ... | null, "kind": "CompileError",
                    "path": "assets/x.computeShader/kernel.wgsl", "line": 17, "col": 5,
                    "message": "path:17:5: ...", "rendered": "... with the line and a caret"}],
+     "lost_workers": [{"worker": "tcp://10.0.0.7:40123", "chunks": [3, 7], "variants": 24}],
+     "retried_chunks": 2,
      "notes": ["..."]}
 
 A variant's ``key`` is its cache file name without ``.msgpack``. A failure with ``spec: null``
 is the whole asset (unreadable folder, schema error, a ``bake:`` list the schema refuses): its
 row has ``error`` set and counts in ``assets_failed``, not in the variant counts. A failure with
-a spec but ``key: null`` is a usage-log variant the schema no longer accepts.
+a spec but ``key: null`` is a usage-log variant the schema no longer accepts. ``lost_workers``
+are the Dask workers that left during the bake and the chunks they were running, which the
+scheduler ran again on the others (those variants' ``worker`` says where they finally baked).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import sys
 import tempfile
 from dataclasses import dataclass, field
 from typing import Any
@@ -70,6 +75,15 @@ class FailureRecord:
     failure: Failure
 
 
+def _gh_data(text: str) -> str:
+    # GitHub's workflow-command escaping (actions/toolkit, command.ts).
+    return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+
+
+def _gh_prop(text: str) -> str:
+    return _gh_data(text).replace(":", "%3A").replace(",", "%2C")
+
+
 def _spec_json(spec: VariantSpec | None) -> tuple[Any, Any]:
     if spec is None:
         return None, None
@@ -90,6 +104,15 @@ class BakeReport:
     failures: list[FailureRecord] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     corrupt_replaced: int = 0
+    lost_workers: list[dict[str, Any]] = field(default_factory=list)
+
+    def lose_worker(self, worker: str, chunks: tuple[int, ...], variants: int) -> None:
+        """A worker left mid-bake while running ``chunks`` (retried on the other workers)."""
+        self.lost_workers.append({"worker": worker, "chunks": list(chunks), "variants": variants})
+
+    @property
+    def retried_chunks(self) -> int:
+        return sum(len(w["chunks"]) for w in self.lost_workers)
 
     def asset(self, name: str) -> AssetSummary:
         found = self.assets.get(name)
@@ -142,7 +165,9 @@ class BakeReport:
         variants = []
         for v in self.variants:
             spec, cols = _spec_json(v.spec)
-            variants.append({"asset": v.asset, "key": v.key, "spec": spec, "columns": cols, "status": v.status, "seconds": round(v.seconds, 6), "worker": v.worker})
+            variants.append(
+                {"asset": v.asset, "key": v.key, "spec": spec, "columns": cols, "status": v.status, "seconds": round(v.seconds, 6), "worker": v.worker}
+            )
         failures = []
         for f in self.failures:
             spec, cols = _spec_json(f.spec)
@@ -163,23 +188,38 @@ class BakeReport:
             "totals": self.totals,
             "corrupt_replaced": self.corrupt_replaced,
             "assets": [
-                {"asset": r.asset, "variants": r.variants, "baked": r.baked, "skipped": r.skipped, "failed": r.failed, "work_s": round(r.work_s, 4), "error": r.error}
+                {
+                    "asset": r.asset,
+                    "variants": r.variants,
+                    "baked": r.baked,
+                    "skipped": r.skipped,
+                    "failed": r.failed,
+                    "work_s": round(r.work_s, 4),
+                    "error": r.error,
+                }
                 for r in self.assets.values()
             ],
             "variants": variants,
             "failures": failures,
+            "lost_workers": [dict(w) for w in self.lost_workers],
+            "retried_chunks": self.retried_chunks,
             "notes": list(self.notes),
         }
 
     def write_json(self, path: str) -> None:
-        """Write the JSON report atomically (a build system never reads half a report)."""
+        """Write the JSON report atomically (a build system never reads half a report);
+        ``-`` writes it to stdout."""
+        text = json.dumps(self.as_json(), indent=1) + "\n"
+        if path == "-":
+            sys.stdout.write(text)
+            sys.stdout.flush()
+            return
         folder = os.path.dirname(os.path.abspath(path))
         os.makedirs(folder, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=".bake-report-", dir=folder)
         try:
             with os.fdopen(fd, "w", encoding="utf-8") as f:
-                json.dump(self.as_json(), f, indent=1)
-                f.write("\n")
+                f.write(text)
             os.replace(tmp, path)
         except BaseException:
             try:
@@ -187,6 +227,30 @@ class BakeReport:
             except OSError:
                 pass
             raise
+
+    def github_annotations(self) -> list[str]:
+        """Every failure as a GitHub Actions workflow command
+        (``::error file=PATH,line=L,col=C,title=KIND::message``), from the file, line and
+        column it carries (none for a failure without a place)."""
+        out = []
+        for f in self.failures:
+            fail = f.failure
+            message = fail.headline
+            if fail.path:
+                where = ":".join(str(x) for x in (fail.path, fail.line, fail.col) if x is not None)
+                message = message.removeprefix(where + ": ")
+            if f.spec is not None:
+                message += f" (variant {f.spec.label()})"
+            props = []
+            if fail.path:
+                props.append(f"file={_gh_prop(fail.path)}")
+                if fail.line is not None:
+                    props.append(f"line={fail.line}")
+                    if fail.col is not None:
+                        props.append(f"col={fail.col}")
+            props.append(f"title={_gh_prop(fail.kind)}")
+            out.append(f"::error {','.join(props)}::{_gh_data(message)}")
+        return out
 
     def summary_table(self) -> Any:
         """A ``rich`` table: asset, variants, baked, skipped, failed, and the worker time spent
@@ -211,4 +275,7 @@ class BakeReport:
         rate = f" ({self.variants_per_s:.1f} variants/s)" if t["baked"] else ""
         where = f" on {self.runner}" if self.workers else ""
         bad = f"; {t['assets_failed']} asset(s) could not be read or parsed" if t["assets_failed"] else ""
+        if self.lost_workers:
+            names = ", ".join(w["worker"] for w in self.lost_workers)
+            bad += f"; lost {len(self.lost_workers)} worker(s) ({names}), {self.retried_chunks} chunk(s) retried on the others"
         return f"baked {t['baked']}, skipped {t['skipped']}, failed {t['failed']} of {t['variants']} variants in {self.wall_s:.2f}s{rate}{where}{bad}"

@@ -1,10 +1,12 @@
 """Where chunks run: this process, a local ``spawn`` process pool, or a Dask cluster.
 
 Every runner is a context manager with ``workers`` (how many chunks run at once, for
-chunk sizing), ``label`` (for the summary), and ``run(jobs)``, which yields
-``(job, ChunkResult | BaseException)`` in completion order. A runner never raises for one
-chunk: a worker that died, a lost Dask worker or an unpicklable result comes back as the
-exception, and the driver fails that chunk's variants with it.
+chunk sizing), ``label`` (for the summary), ``run(jobs)``, which yields
+``(job, ChunkResult | BaseException)`` in completion order, and ``events(final=False)``, which
+answers what happened to the workers since the last call (a lost Dask worker and the chunks
+that were running there, which the scheduler runs again elsewhere). A runner never raises for
+one chunk: a worker that died, a chunk that lost too many workers or an unpicklable result
+comes back as the exception, and the driver fails that chunk's variants with it.
 """
 
 from __future__ import annotations
@@ -13,27 +15,55 @@ import contextlib
 import logging
 import multiprocessing
 import signal
+import time
 import uuid
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass
 from typing import Any, Iterator, Sequence
 
 from ..errors import PluginError
 from .worker import ChunkJob, ChunkResult, bake_chunk
 
-__all__ = ["DaskMissingError", "DaskRunner", "InlineRunner", "ProcessPoolRunner", "WorkerDied", "import_distributed", "DASK_INSTALL_HINT"]
+__all__ = [
+    "DASK_INSTALL_HINT",
+    "DaskMissingError",
+    "DaskRunner",
+    "InlineRunner",
+    "LostWorker",
+    "ProcessPoolRunner",
+    "SchedulerUnreachable",
+    "WorkerDied",
+    "import_distributed",
+]
 
 Yielded = Iterator[tuple[ChunkJob, "ChunkResult | BaseException"]]
 
 DASK_INSTALL_HINT = (
-    "the Dask options (--scheduler, --dask-local) need the optional 'dask' extra; install it with\n"
-    "    pip install 'engine_plugin[dask]'      (or, in a checkout:  pip install '.[dask]')\n"
-    "and on a cluster install the same engine_plugin build on every worker"
+    "the Dask options (--scheduler, --dask-local) need the optional 'dask' extra; install it with: pip install 'engine_plugin[dask]' "
+    "(in a checkout: pip install '.[dask]'), and on a cluster the same engine_plugin build on every worker"
 )
+DEFAULT_CONNECT_TIMEOUT = 5.0
 
 
-class DaskMissingError(PluginError, ImportError):
-    """``dask.distributed`` is not installed; the message says how to install it."""
+class DaskMissingError(PluginError):
+    """``dask.distributed`` is not installed; the message names the ``dask`` extra."""
+
+    extra = "dask"
+
+
+class SchedulerUnreachable(PluginError):
+    """The Dask scheduler did not answer within the connect timeout, or has no workers."""
+
+
+@dataclass(frozen=True)
+class LostWorker:
+    """A worker that left the cluster unexpectedly during the bake (killed, crashed, cut off);
+    ``chunks`` are the indices of the chunks it was running, which the scheduler retries on
+    the other workers."""
+
+    worker: str
+    chunks: tuple[int, ...]
 
 
 class WorkerDied(RuntimeError):
@@ -45,7 +75,7 @@ def import_distributed() -> Any:
     try:
         import distributed
     except ImportError as exc:
-        raise DaskMissingError(f"{DASK_INSTALL_HINT}\n(import failed: {exc})") from None
+        raise DaskMissingError(f"{DASK_INSTALL_HINT} (import failed: {exc})") from None
     return distributed
 
 
@@ -60,6 +90,9 @@ class InlineRunner:
 
     def __exit__(self, *exc: Any) -> None:
         pass
+
+    def events(self, final: bool = False) -> list[LostWorker]:
+        return []
 
     def run(self, jobs: Sequence[ChunkJob]) -> Yielded:
         for job in jobs:
@@ -115,6 +148,10 @@ class ProcessPoolRunner:
             self._pool.shutdown(wait=True, cancel_futures=exc_type is not None)
             self._pool = None
 
+    def events(self, final: bool = False) -> list[LostWorker]:
+        # A dead pool process breaks the whole pool: its chunks come back as WorkerDied.
+        return []
+
     def run(self, jobs: Sequence[ChunkJob]) -> Yielded:
         if self._pool is None:
             raise RuntimeError("ProcessPoolRunner.run outside its with-block")
@@ -136,7 +173,7 @@ class DaskRunner:
     Workers return the lowered variants; the client writes the cache (package docstring).
     """
 
-    def __init__(self, scheduler: str | None = None, local_workers: int | None = None, *, connect_timeout: float = 30.0):
+    def __init__(self, scheduler: str | None = None, local_workers: int | None = None, *, connect_timeout: float = DEFAULT_CONNECT_TIMEOUT):
         if (scheduler is None) == (local_workers is None):
             raise ValueError("DaskRunner takes a scheduler address or local_workers, not both or neither")
         if local_workers is not None and local_workers < 1:
@@ -149,6 +186,10 @@ class DaskRunner:
         self.label = f"Dask LocalCluster of {local_workers} processes" if local_workers else f"Dask cluster at {scheduler}"
         self.cluster: Any = None
         self.client: Any = None
+        self._index_of: dict[str, int] = {}  # task key -> chunk index
+        self._known_events: set[tuple[float, str]] = set()
+        self._lost: set[str] = set()
+        self._polled = 0.0
 
     def __enter__(self) -> "DaskRunner":
         d = self.distributed
@@ -158,17 +199,77 @@ class DaskRunner:
                     self.cluster = self._local_cluster(d)
                 self.client = d.Client(self.cluster, timeout=self.connect_timeout)
             else:
-                self.client = d.Client(self.scheduler, timeout=self.connect_timeout)
-                self.client.wait_for_workers(1, timeout=self.connect_timeout)
+                self.client = self._connect(d)
             info = self.client.scheduler_info()
             threads = sum(int(w.get("nthreads", 1)) for w in info.get("workers", {}).values())
             self.workers = max(1, threads)
             if self.scheduler is not None:
                 self.label = f"Dask cluster at {self.scheduler} ({len(info.get('workers', {}))} workers, {self.workers} threads)"
+            # Removals from before this bake are not ours to report.
+            self._known_events = {key for key, _ in self._removals()}
         except BaseException:
             self.__exit__(None)
             raise
         return self
+
+    def _connect(self, d: Any) -> Any:
+        """A client of the scheduler, within ``connect_timeout`` or :class:`SchedulerUnreachable`."""
+        t = self.connect_timeout
+        # distributed logs every failed connection attempt itself; the one line below says it all.
+        quiet = [logging.getLogger(name) for name in ("distributed", "distributed.client", "distributed.comm")]
+        levels = [lg.level for lg in quiet]
+        for lg in quiet:
+            lg.setLevel(logging.CRITICAL)
+        try:
+            try:
+                client = d.Client(self.scheduler, timeout=t)
+            except (OSError, TimeoutError) as exc:
+                reason = " ".join(str(exc).split()) or type(exc).__name__
+                raise SchedulerUnreachable(
+                    f"cannot reach the Dask scheduler at {self.scheduler} within {t:g} s ({reason}); is it running and reachable? "
+                    "(--connect-timeout S waits longer)"
+                ) from None
+        finally:
+            for lg, level in zip(quiet, levels):
+                lg.setLevel(level)
+        try:
+            client.wait_for_workers(1, timeout=t)
+        except (OSError, TimeoutError):
+            client.close()
+            raise SchedulerUnreachable(f"the Dask scheduler at {self.scheduler} has no workers (none joined within {t:g} s)") from None
+        return client
+
+    def _removals(self) -> list[tuple[tuple[float, str], dict]]:
+        """The scheduler's worker-removal events: ((time, worker), message)."""
+        try:
+            events = self.client.get_events("all")
+        except Exception:  # an old scheduler, a lost connection: nothing to report
+            return []
+        out = []
+        for stamp, msg in events:
+            if isinstance(msg, dict) and msg.get("action") == "remove-worker":
+                out.append(((float(stamp), str(msg.get("worker"))), msg))
+        return out
+
+    def events(self, final: bool = False) -> list[LostWorker]:
+        """Workers lost since the last call (asked of the scheduler at most twice a second,
+        and always when ``final``), each with the chunks it was running."""
+        if self.client is None:
+            return []
+        now = time.monotonic()
+        if not final and now - self._polled < 0.5:
+            return []
+        self._polled = now
+        out = []
+        for key, msg in self._removals():
+            worker = key[1]
+            if key in self._known_events or msg.get("expected") or worker in self._lost:
+                continue
+            self._known_events.add(key)
+            self._lost.add(worker)
+            chunks = sorted(self._index_of[k] for k in msg.get("processing-tasks", ()) if k in self._index_of)
+            out.append(LostWorker(worker, tuple(chunks)))
+        return out
 
     def _local_cluster(self, d: Any) -> Any:
         return d.LocalCluster(
@@ -203,6 +304,7 @@ class DaskRunner:
             key = f"engine-plugin-bake-{job.index}-{token}"
             fut = self.client.submit(bake_chunk, job, key=key, pure=False)
             by_key[fut.key] = job
+            self._index_of[str(fut.key)] = job.index
             futures.append(fut)
         try:
             for fut in d.as_completed(futures):

@@ -9,7 +9,7 @@ import wgpu
 
 from .. import abi
 from ..gpu.device import get_context
-from .harness import Result, case, median_time
+from .harness import Result, bench_kernels, case, median_time
 
 AXPY_YAML = """\
 bindings:
@@ -64,22 +64,29 @@ class _RawAxpy:
         self.dev, self.queue = ctx.device, ctx.queue
         self.n = n
         module = self.dev.create_shader_module(code=RAW_WGSL)
-        bgl = self.dev.create_bind_group_layout(entries=[
-            {"binding": 0, "visibility": wgpu.ShaderStage.COMPUTE, "buffer": {"type": wgpu.BufferBindingType.read_only_storage}},
-            {"binding": 1, "visibility": wgpu.ShaderStage.COMPUTE, "buffer": {"type": wgpu.BufferBindingType.storage}},
-            {"binding": 2, "visibility": wgpu.ShaderStage.COMPUTE, "buffer": {"type": wgpu.BufferBindingType.uniform, "has_dynamic_offset": True}},
-        ])
-        self.pipeline = self.dev.create_compute_pipeline(layout=self.dev.create_pipeline_layout(bind_group_layouts=[bgl]), compute={"module": module, "entry_point": "main"})
+        bgl = self.dev.create_bind_group_layout(
+            entries=[
+                {"binding": 0, "visibility": wgpu.ShaderStage.COMPUTE, "buffer": {"type": wgpu.BufferBindingType.read_only_storage}},
+                {"binding": 1, "visibility": wgpu.ShaderStage.COMPUTE, "buffer": {"type": wgpu.BufferBindingType.storage}},
+                {"binding": 2, "visibility": wgpu.ShaderStage.COMPUTE, "buffer": {"type": wgpu.BufferBindingType.uniform, "has_dynamic_offset": True}},
+            ]
+        )
+        self.pipeline = self.dev.create_compute_pipeline(
+            layout=self.dev.create_pipeline_layout(bind_group_layouts=[bgl]), compute={"module": module, "entry_point": "main"}
+        )
         self.x = self.dev.create_buffer_with_data(data=np.arange(n, dtype=np.float32), usage=STORAGE)
         self.y = self.dev.create_buffer(size=4 * n, usage=STORAGE)
         align = ctx.limit("min-uniform-buffer-offset-alignment")
         self.stride = max(16, align)
         self.params = self.dev.create_buffer(size=self.stride * slots, usage=wgpu.BufferUsage.UNIFORM | wgpu.BufferUsage.COPY_DST)
-        self.bg = self.dev.create_bind_group(layout=bgl, entries=[
-            {"binding": 0, "resource": {"buffer": self.x}},
-            {"binding": 1, "resource": {"buffer": self.y}},
-            {"binding": 2, "resource": {"buffer": self.params, "offset": 0, "size": 16}},
-        ])
+        self.bg = self.dev.create_bind_group(
+            layout=bgl,
+            entries=[
+                {"binding": 0, "resource": {"buffer": self.x}},
+                {"binding": 1, "resource": {"buffer": self.y}},
+                {"binding": 2, "resource": {"buffer": self.params, "offset": 0, "size": 16}},
+            ],
+        )
         self.p = np.zeros(4, dtype=np.uint32)
         self.p[1:2].view(np.float32)[0] = 2.0
         self.set_n(n)
@@ -122,7 +129,7 @@ def _repeat(opts, full: int) -> int:
 @case("lowering")
 def bench_lowering(opts) -> Result:
     """Lowering time per variant of the reference example (pure Python, no raw equivalent)."""
-    root = os.path.join(os.path.dirname(__file__), "..", "..", "assets", "samples", "reference.computeShader")
+    root = os.path.join(bench_kernels(), "reference.computeShader")
     yaml_text = open(os.path.join(root, "bindings.yaml")).read()
     wgsl = open(os.path.join(root, "kernel.wgsl")).read()
     schema = abi.parse(yaml_text, "reference/bindings.yaml")
@@ -210,11 +217,14 @@ def bench_bandwidth(opts) -> Result:
     raw = _RawAxpy(1, slots=100)  # build the pipeline, then rebind to the big buffers
     raw.x, raw.y = x, y
     raw.set_n(n)
-    raw.bg = ctx.device.create_bind_group(layout=raw.pipeline.get_bind_group_layout(0), entries=[
-        {"binding": 0, "resource": {"buffer": x}},
-        {"binding": 1, "resource": {"buffer": y}},
-        {"binding": 2, "resource": {"buffer": raw.params, "offset": 0, "size": 16}},
-    ])
+    raw.bg = ctx.device.create_bind_group(
+        layout=raw.pipeline.get_bind_group_layout(0),
+        entries=[
+            {"binding": 0, "resource": {"buffer": x}},
+            {"binding": 1, "resource": {"buffer": y}},
+            {"binding": 2, "resource": {"buffer": raw.params, "offset": 0, "size": 16}},
+        ],
+    )
     copy_dst = ctx.device.create_buffer(size=nbytes, usage=STORAGE)
     reps = 3 if software else 50
 
@@ -247,9 +257,15 @@ def bench_bandwidth(opts) -> Result:
     moved = 2 * nbytes  # read x, write y
     gbs = lambda t: moved / t / 1e9
     plugin, rawt, copy = gbs(timed(plugin_many)), gbs(timed(raw_many)), gbs(timed(copy_many))
-    return Result(f"(i) axpy over {nbytes >> 20} MiB (GB/s)", plugin, rawt, "GB/s",
-                  target="~1x raw", note=f"copy bandwidth {copy:.1f} GB/s; plugin {plugin / copy:.0%} of copy",
-                  extra={"copy_gbs": copy, "bytes": nbytes})
+    return Result(
+        f"(i) axpy over {nbytes >> 20} MiB (GB/s)",
+        plugin,
+        rawt,
+        "GB/s",
+        target="~1x raw",
+        note=f"copy bandwidth {copy:.1f} GB/s; plugin {plugin / copy:.0%} of copy",
+        extra={"copy_gbs": copy, "bytes": nbytes},
+    )
 
 
 from . import engine_cases, latency_cases  # noqa: E402,F401  (register the engine and latency cases)

@@ -82,8 +82,7 @@ def make_world(seed: int = 3, kind: type[World] = World) -> World:
     world = kind(SHAPE, {"height": np.float32, "moisture": np.float32}, max_chunks=CHUNKS)
     rng = np.random.default_rng(seed)
     for k in range(CHUNKS):
-        world.add(k, {"height": rng.standard_normal(SHAPE, dtype=np.float32) * 100,
-                      "moisture": rng.random(SHAPE, dtype=np.float32)})
+        world.add(k, {"height": rng.standard_normal(SHAPE, dtype=np.float32) * 100, "moisture": rng.random(SHAPE, dtype=np.float32)})
     return world
 
 
@@ -124,8 +123,7 @@ class RawFrameLoop:
             self.fields[name] = buf
         world.take_dirty()
         inv = float(np.float32(1.0 / TILES))
-        specs = [("height", RAW_SUMMARY, 16, np.float32, inv), ("moisture", RAW_SUMMARY, 16, np.float32, inv),
-                 ("height", RAW_COUNT, 4, np.uint32, THRESHOLD)]
+        specs = [("height", RAW_SUMMARY, 16, np.float32, inv), ("moisture", RAW_SUMMARY, 16, np.float32, inv), ("height", RAW_COUNT, 4, np.uint32, THRESHOLD)]
         self.products = []
         for field, code, record, dtype, extra in specs:
             module = self.dev.create_shader_module(code=code)
@@ -133,12 +131,15 @@ class RawFrameLoop:
             items = self.dev.create_buffer(size=CHUNKS * 4, usage=U.STORAGE | U.COPY_DST)
             out = self.dev.create_buffer(size=CHUNKS * record, usage=U.STORAGE | U.COPY_SRC)
             params = self.dev.create_buffer(size=16, usage=U.UNIFORM | U.COPY_DST)
-            group = self.dev.create_bind_group(layout=pipeline.get_bind_group_layout(0), entries=[
-                {"binding": 0, "resource": {"buffer": items}},
-                {"binding": 1, "resource": {"buffer": self.fields[field]}},
-                {"binding": 2, "resource": {"buffer": out}},
-                {"binding": 3, "resource": {"buffer": params}},
-            ])
+            group = self.dev.create_bind_group(
+                layout=pipeline.get_bind_group_layout(0),
+                entries=[
+                    {"binding": 0, "resource": {"buffer": items}},
+                    {"binding": 1, "resource": {"buffer": self.fields[field]}},
+                    {"binding": 2, "resource": {"buffer": out}},
+                    {"binding": 3, "resource": {"buffer": params}},
+                ],
+            )
             block = np.zeros(4, np.uint32)
             block[1] = TILES
             block[2:3].view(np.float32)[0] = extra
@@ -156,7 +157,7 @@ class RawFrameLoop:
             promise.sync_wait()
             data = stage.read_mapped(0, size, copy=False)
             for offset, nbytes, dtype in parts:
-                self.results.append(np.frombuffer(data[offset:offset + nbytes], dtype).copy())
+                self.results.append(np.frombuffer(data[offset : offset + nbytes], dtype).copy())
             stage.unmap()
             self.inflight = None
         # Uploads: the changed chunks of each field, adjacent slots in one write.
@@ -208,8 +209,9 @@ def _engine_for(world: World, ctx) -> tuple[Engine, list]:
     summary, count = kernel_program("summary", ctx), kernel_program("count_above", ctx)
     engine.register_product(summary, key="height summary", fields={"src": "height"}, apply=keep, cpu_fallback=fallbacks.summary)
     engine.register_product(summary, key="moisture summary", fields={"src": "moisture"}, apply=keep, cpu_fallback=fallbacks.summary)
-    engine.register_product(count, key="height above", fields={"src": "height"}, params={"threshold": THRESHOLD},
-                            apply=keep, cpu_fallback=fallbacks.count_above)
+    engine.register_product(
+        count, key="height above", fields={"src": "height"}, params={"threshold": THRESHOLD}, apply=keep, cpu_fallback=fallbacks.count_above
+    )
     return engine, sink
 
 
@@ -252,16 +254,24 @@ def bench_engine_frame(opts) -> Result:
     totals = engine.totals
     plugin, rawt = statistics.median(engine_times), statistics.median(raw_times)
     engine.close()
-    note = (f"{totals.readbacks_applied} readbacks applied, {totals.readbacks_stale} stale, "
-            f"{totals.cpu_fallbacks} CPU fallbacks over {totals.frame + 1} frames")
-    return Result("engine frame: 1,024 chunks x 2 fields, 10% dirty, 3 products", plugin, rawt, "s",
-                  target="<= 1.5x", note=note,
-                  extra={"engine_p90": float(np.percentile(engine_times, 90)), "raw_p90": float(np.percentile(raw_times, 90)),
-                         "frames": len(engine_times), "uploads_per_frame": totals.uploads / max(1, totals.frame + 1)})
+    note = f"{totals.readbacks_applied} readbacks applied, {totals.readbacks_stale} stale, {totals.cpu_fallbacks} CPU fallbacks over {totals.frame + 1} frames"
+    return Result(
+        "engine frame: 1,024 chunks x 2 fields, 10% dirty, 3 products",
+        plugin,
+        rawt,
+        "s",
+        target="<= 1.5x",
+        note=note,
+        extra={
+            "engine_p90": float(np.percentile(engine_times, 90)),
+            "raw_p90": float(np.percentile(raw_times, 90)),
+            "frames": len(engine_times),
+            "uploads_per_frame": totals.uploads / max(1, totals.frame + 1),
+        },
+    )
 
 
-def _upload_rate(engine: Engine, world: World, chunks: list[int] | None, sync: Callable[[], object],
-                 repeat: int) -> tuple[float, int]:
+def _upload_rate(engine: Engine, world: World, chunks: list[int] | None, sync: Callable[[], object], repeat: int) -> tuple[float, int]:
     """Dirty bytes per second of ``engine.upload()`` (filler the engine adds to join runs is
     not counted as work done), timed until the GPU has them."""
     nbytes = (CHUNKS if chunks is None else len(chunks)) * 2 * TILES * 4
@@ -305,13 +315,13 @@ def bench_engine_upload(opts) -> Result:
     rng = np.random.default_rng(5)
     keys = world.keys()
     scattered = [int(k) for k in rng.choice(CHUNKS, size=CHUNKS // 10, replace=False)]
-    block = keys[100:100 + CHUNKS // 10]
+    block = keys[100 : 100 + CHUNKS // 10]
 
     plugin, nbytes = _upload_rate(engine, world, None, sync, repeat)
     raw_buf = ctx.device.create_buffer(size=nbytes, usage=U.STORAGE | U.COPY_DST)
     whole = np.concatenate([world.mirror("height").reshape(-1), world.mirror("moisture").reshape(-1)])
     rawr = _raw_rate(ctx.queue, raw_buf, whole, sync, repeat)
-    extra = {"bytes": nbytes}
+    extra: dict[str, float] = {"bytes": nbytes}
     for name, chunks in (("scattered_10pct", scattered), ("block_10pct", block)):
         rate, size = _upload_rate(engine, world, chunks, sync, repeat)
         same = np.ascontiguousarray(whole[: size // 4])
@@ -319,5 +329,12 @@ def bench_engine_upload(opts) -> Result:
         extra[f"{name}_raw_Bps"] = _raw_rate(ctx.queue, raw_buf, same, sync, repeat)
         extra[f"{name}_ratio"] = rate / extra[f"{name}_raw_Bps"]
     engine.close()
-    return Result("engine upload: whole world (2 fields x 1,024 chunks, 8 MiB)", plugin, rawr, "B/s",
-                  target=">= 0.8x", note="higher is better; 10% dirty (block / scattered) in extra", extra=extra)
+    return Result(
+        "engine upload: whole world (2 fields x 1,024 chunks, 8 MiB)",
+        plugin,
+        rawr,
+        "B/s",
+        target=">= 0.8x",
+        note="higher is better; 10% dirty (block / scattered) in extra",
+        extra=extra,
+    )

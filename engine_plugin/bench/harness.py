@@ -6,11 +6,21 @@ import gc
 import json
 import platform
 import statistics
+import sys
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Callable, Sequence
 
-__all__ = ["Result", "CASES", "case", "median_time", "run_cases", "main"]
+__all__ = ["Result", "CASES", "bench_kernels", "case", "median_time", "run_cases", "main"]
+
+
+def bench_kernels() -> str:
+    """The bench's kernels (package data): a copy of ``assets/samples/reference.computeShader``,
+    so an installed bench measures the same kernel as the published results (a test keeps the
+    two identical)."""
+    from ..assets.builtin import resource_folder
+
+    return resource_folder("engine_plugin.bench", "kernels")
 
 
 @dataclass
@@ -83,14 +93,14 @@ def _fmt(v: float | None, unit: str) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    import argparse
-
     from rich.console import Console
     from rich.table import Table
 
-    parser = argparse.ArgumentParser(prog="engine-plugin bench")
+    from ..commands.contract import OneLineParser
+
+    parser = OneLineParser(prog="engine-plugin bench")
     parser.add_argument("cases", nargs="*", help="case names (default: all)")
-    parser.add_argument("--json", metavar="PATH", help="write the results as JSON")
+    parser.add_argument("--json", metavar="PATH", help="write the results as JSON ('-': stdout, the table then goes to stderr)")
     parser.add_argument("--quick", action="store_true", help="fewer repeats (smoke run)")
     args = parser.parse_args(argv)
     from . import cases  # noqa: F401
@@ -101,7 +111,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from ..gpu.device import get_context
 
     ctx = get_context()
-    console = Console()
+    console = Console(stderr=args.json == "-")
     console.print(f"adapter: {ctx.adapter_name}")
     results = []
     table = Table(title="engine_plugin vs raw wgpu-py (medians, same run)")
@@ -121,7 +131,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             "python": platform.python_version(),
             "results": [dict(asdict(r), ratio=r.ratio) for r in results],
         }
-        with open(args.json, "w") as f:
-            json.dump(report, f, indent=2)
-        console.print(f"wrote {args.json}")
+        if args.json == "-":
+            json.dump(report, sys.stdout, indent=2)
+            sys.stdout.write("\n")
+        else:
+            with open(args.json, "w") as f:
+                json.dump(report, f, indent=2)
+            console.print(f"wrote {args.json}")
     return 0

@@ -3,16 +3,18 @@
 The world is authoritative for what the game decides: where the heaters are (``source``) and
 the starting heat (``heat``, rewritten on reset). The engine mirrors both fields to the GPU
 through upload descriptors each frame. The heat itself evolves on the GPU — derived, visual
-state — with four kernels from ``assets/``:
+state — with three kernels of its own (package data in ``engine_plugin/demo/assets/``) and one
+of the engine's:
 
-* ``demo/heat_step``   one diffusion step (exact; a ``STENCIL`` specialisation), ping-pong into
+* ``heat_step``        one diffusion step (exact; a ``STENCIL`` specialisation), ping-pong into
   the engine's heat mirror;
-* ``demo/colorize``    heat -> packed RGBA8/BGRA8 pixels through a palette *columns table*;
+* ``colorize``         heat -> packed RGBA8/BGRA8 pixels through a palette *columns table*;
 * ``engine/summary``   an engine SUMMARY product over ``heat`` whose revalidated readbacks feed
   the HUD (min / max / mean);
-* ``demo/hotspots``    an *append* output of tiles above a threshold (float_order), counted.
+* ``hotspots``         an *append* output of tiles above a threshold (float_order), counted.
 
-Saving ``assets/demo/colorize.computeShader/colorize.wgsl`` changes the picture on the next
+Saving ``colorize.computeShader/colorize.wgsl`` (in a checkout:
+``engine_plugin/demo/assets/``; ``engine-plugin demo --assets DIR`` runs a copy) changes the picture on the next
 frame; a broken save keeps the last good program running and shows its diagnostics.
 """
 
@@ -28,21 +30,33 @@ import wgpu
 
 from .. import abi
 from ..assets import AssetLibrary
-from ..engine import Engine, EngineConfig
-from ..engine import fallbacks
+from ..assets.builtin import resource_folder
+from ..engine import Engine, EngineConfig, fallbacks
 from ..gpu.descriptors import ReadbackPolicy
 from ..gpu.device import get_context
 from ..world import World
 
-__all__ = ["HeatDemo", "Hud", "GRID", "CHUNK"]
+__all__ = ["HeatDemo", "Hud", "GRID", "CHUNK", "demo_assets"]
 
 GRID = (8, 8)  # chunks (x, y)
 CHUNK = (32, 32)  # tiles (w, h)
 PALETTE = np.array(  # colour stops, evenly spaced over [0, 1] (an inferno-like ramp)
-    [[0.00, 0.00, 0.02, 1], [0.16, 0.04, 0.33, 1], [0.47, 0.11, 0.43, 1], [0.78, 0.22, 0.32, 1],
-     [0.96, 0.47, 0.10, 1], [0.98, 0.80, 0.20, 1], [0.99, 1.00, 0.80, 1]],
+    [
+        [0.00, 0.00, 0.02, 1],
+        [0.16, 0.04, 0.33, 1],
+        [0.47, 0.11, 0.43, 1],
+        [0.78, 0.22, 0.32, 1],
+        [0.96, 0.47, 0.10, 1],
+        [0.98, 0.80, 0.20, 1],
+        [0.99, 1.00, 0.80, 1],
+    ],
     dtype=np.float32,
 )
+
+
+def demo_assets() -> str:
+    """The folder of the demo's own kernels (package data): heat_step, colorize, hotspots."""
+    return resource_folder("engine_plugin.demo", "assets")
 
 
 @dataclass
@@ -65,8 +79,10 @@ class Hud:
     _times: list = field(default_factory=list, repr=False)
 
     def title(self) -> str:
-        text = (f"engine_plugin demo  {self.fps:5.1f} fps  {self.frame_ms:5.2f} ms  gen {self.generation}  "
-                f"heat {self.heat_min:.2f}..{self.heat_max:.2f} mean {self.heat_mean:.3f}  hot {self.hotspots}")
+        text = (
+            f"engine_plugin demo  {self.fps:5.1f} fps  {self.frame_ms:5.2f} ms  gen {self.generation}  "
+            f"heat {self.heat_min:.2f}..{self.heat_max:.2f} mean {self.heat_mean:.3f}  hot {self.hotspots}"
+        )
         if self.paused:
             text += "  [paused]"
         if self.diagnostics:
@@ -77,14 +93,24 @@ class Hud:
 class HeatDemo:
     """The demo game: world, engine, kernels and one ``step()`` a frame."""
 
-    def __init__(self, assets: str = "assets", cache: str = "cache", *, device: Any = None,
-                 out_size: tuple[int, int] = (512, 512), pixel_order: str = "rgba", watch: bool = False,
-                 stencil: str = "cross"):
+    def __init__(
+        self,
+        assets: str | None = None,
+        cache: str | None = "cache",
+        *,
+        device: Any = None,
+        out_size: tuple[int, int] = (512, 512),
+        pixel_order: str = "rgba",
+        watch: bool = False,
+        stencil: str = "cross",
+    ):
         self.ctx = get_context(device)
         self.out_w, self.out_h = out_size
         self.pixel_order = pixel_order
         self.stencil = stencil
-        self.library = AssetLibrary(assets, cache, device=self.ctx)
+        # The demo's kernels come from `assets` (default: the packaged ones); the engine's summary
+        # kernel is found by the library whatever its root.
+        self.library = AssetLibrary(assets or demo_assets(), cache, device=self.ctx)
         self.world = World(CHUNK[::-1], {"heat": np.float32, "source": np.float32}, max_chunks=GRID[0] * GRID[1])
         for key in range(GRID[0] * GRID[1]):
             self.world.add(key)
@@ -93,13 +119,17 @@ class HeatDemo:
         self.engine = Engine(self.world, self.library, config=EngineConfig(revalidate="fields"))
         self.hud = Hud()
         self._summary = self.engine.register_product(
-            "engine/summary.computeShader", spec={"T": "f32"}, fields={"src": "heat"},
-            policy=ReadbackPolicy.SUMMARY, apply=self._apply_summary, cpu_fallback=fallbacks.summary,
+            "engine/summary.computeShader",
+            spec={"T": "f32"},
+            fields={"src": "heat"},
+            policy=ReadbackPolicy.SUMMARY,
+            apply=self._apply_summary,
+            cpu_fallback=fallbacks.summary,
         )
         self._chunk_stats: dict[int, np.ndarray] = {}
-        self.step_ref = self.library.load("demo/heat_step.computeShader")
-        self.color_ref = self.library.load("demo/colorize.computeShader")
-        self.hot_ref = self.library.load("demo/hotspots.computeShader")
+        self.step_ref = self.library.load("heat_step.computeShader")
+        self.color_ref = self.library.load("colorize.computeShader")
+        self.hot_ref = self.library.load("hotspots.computeShader")
         self.palette = abi.table({"color": PALETTE}, device=self.ctx)
         tiles = GRID[0] * GRID[1] * CHUNK[0] * CHUNK[1]
         usage = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC | wgpu.BufferUsage.COPY_DST
@@ -134,7 +164,7 @@ class HeatDemo:
             field_ += np.float32(0.08) * np.exp(-((xx - cx) ** 2 + (yy - cy) ** 2) / np.float32(60.0)).astype(np.float32)
         for cy_ in range(GRID[1]):
             for cx_ in range(GRID[0]):
-                block = field_[cy_ * CHUNK[1]:(cy_ + 1) * CHUNK[1], cx_ * CHUNK[0]:(cx_ + 1) * CHUNK[0]]
+                block = field_[cy_ * CHUNK[1] : (cy_ + 1) * CHUNK[1], cx_ * CHUNK[0] : (cx_ + 1) * CHUNK[0]]
                 self.world.write(cy_ * GRID[0] + cx_, "source", block)
 
     def _apply_summary(self, result: Any) -> None:
@@ -186,16 +216,24 @@ class HeatDemo:
     def _heat_step(self, heat: Any, source: Any) -> None:
         variant = self.step_ref.program().variant(specialize={"STENCIL": self.stencil})
         n = heat.size // 4
-        variant.run(n, inputs={"heat": heat, "source": source}, outputs={"next": self.scratch},
-                    params={**self._grid_params(), "grid_h": GRID[1], "rate": 0.6, "cooling": 0.004})
+        variant.run(
+            n,
+            inputs={"heat": heat, "source": source},
+            outputs={"next": self.scratch},
+            params={**self._grid_params(), "grid_h": GRID[1], "rate": 0.6, "cooling": 0.004},
+        )
         enc = self.ctx.device.create_command_encoder()
         enc.copy_buffer_to_buffer(self.scratch, 0, heat, 0, n * 4)
         self.ctx.queue.submit([enc.finish()])
 
     def _colorize(self, heat: Any) -> None:
         variant = self.color_ref.program().variant(specialize={"ORDER": self.pixel_order}, columns={"palette": ["color"]})
-        variant.run(self.out_w * self.out_h, inputs={"field": heat, "palette": self.palette}, outputs={"pixels": self.pixels},
-                    params={**self._grid_params(), "out_w": self.out_w, "out_h": self.out_h, "lo": 0.0, "hi": 1.0})
+        variant.run(
+            self.out_w * self.out_h,
+            inputs={"field": heat, "palette": self.palette},
+            outputs={"pixels": self.pixels},
+            params={**self._grid_params(), "out_w": self.out_w, "out_h": self.out_h, "lo": 0.0, "hi": 1.0},
+        )
 
     def _hotspots(self, heat: Any) -> None:
         if self._hot_output is not None:

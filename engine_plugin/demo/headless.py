@@ -51,5 +51,6 @@ def run_headless(demo: Any, frames: int, snapshot: str | None = None, *, out: An
         f"p95 {summary['frame_ms_p95']:.2f} ms; summaries applied {summary['summaries_applied']}, "
         f"stale {summary['summaries_stale']}; CPU fallbacks {summary['cpu_fallbacks']}",
         highlight=False,
+        soft_wrap=True,
     )
     return summary

@@ -12,11 +12,35 @@ from typing import Any
 
 import wgpu
 
-__all__ = ["run_window"]
+__all__ = ["display_problem", "run_window"]
 
 
-def run_window(demo_factory: Any, frames: int | None = None, *, size: tuple[int, int] = (512, 512),
-               on_frame: Any = None) -> int:
+def display_problem() -> str | None:
+    """Why no window can open here (one line), or None when one can.
+
+    Probed before any window is made: with a display that cannot be opened glfw's own window
+    calls abort the process (an assertion), so the demo must fall back before reaching them.
+    """
+    import os
+
+    if not (os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")):
+        return "no display (DISPLAY is not set)"
+    try:
+        import glfw
+        import rendercanvas.glfw  # noqa: F401
+    except ImportError as exc:
+        return f"the window needs the optional 'demo' extra ({exc}); install it with: pip install 'engine_plugin[demo]'"
+    reporting = glfw.ERROR_REPORTING
+    glfw.ERROR_REPORTING = "ignore"  # the failure is reported here, once, not as glfw warnings
+    try:
+        if not glfw.init():
+            return f"cannot open the display {os.environ.get('DISPLAY') or os.environ.get('WAYLAND_DISPLAY')!r}"
+    finally:
+        glfw.ERROR_REPORTING = reporting
+    return None
+
+
+def run_window(demo_factory: Any, frames: int | None = None, *, size: tuple[int, int] = (512, 512), on_frame: Any = None) -> int:
     """Open a window and run the demo until Esc (or ``frames`` frames); answers frames shown."""
     from rendercanvas.glfw import RenderCanvas, loop
 
@@ -45,7 +69,8 @@ def run_window(demo_factory: Any, frames: int | None = None, *, size: tuple[int,
         encoder = demo.ctx.device.create_command_encoder()
         encoder.copy_buffer_to_texture(
             {"buffer": demo.pixels, "offset": 0, "bytes_per_row": demo.out_w * 4, "rows_per_image": demo.out_h},
-            {"texture": texture}, (w, h, 1),
+            {"texture": texture},
+            (w, h, 1),
         )
         demo.ctx.queue.submit([encoder.finish()])
         shown[0] += 1

@@ -13,7 +13,7 @@ Modules: ``engine`` (Engine, EngineConfig: the frame loop), ``contract`` (what a
 kernel declares; ProductWork, ProductResult, ProductError), ``products`` (per-product state,
 work lists, revalidation), ``gpu_product`` (a product's wgpu resources on a WgpuBackend),
 ``selection`` (tile selections and paths), ``stats`` (FrameStats), ``fallbacks`` (CPU
-fallbacks of the engine's kernels), ``kernels`` (those kernels under ``assets/engine``).
+fallbacks of the engine's kernels), ``kernels`` (those kernels, package data under ``engine_plugin/kernels/engine``).
 """
 
 from . import fallbacks

@@ -1,4 +1,4 @@
-"""CPU fallbacks of the engine's own product kernels (``assets/engine``), bit for bit.
+"""CPU fallbacks of the engine's own product kernels (``engine_plugin/kernels/engine``), bit for bit.
 
 Each is ``fn(world, work) -> records`` (see :class:`~engine_plugin.engine.ProductWork`) and
 reproduces its kernel exactly: the same f32 operations in the same order (a sequential

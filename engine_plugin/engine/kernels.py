@@ -1,9 +1,9 @@
-"""The engine's own product kernels, shipped as assets under ``assets/engine/``.
+"""The engine's own product kernels, shipped as package data under ``engine_plugin/kernels/engine/``.
 
 ``summary`` (per-chunk min/max/mean/sum, ``SUMMARY``), ``count_above`` (per-chunk count over a
 threshold, ``SUMMARY``) and ``combine`` (per-tile ``a OP b``, the selection and ``FULL_FIELD``
-policies). Load them through an :class:`~engine_plugin.assets.AssetLibrary` over ``assets/``
-to get hot reload (``lib.load("engine/summary.computeShader")``), or as plain programs here.
+policies). Load them through any :class:`~engine_plugin.assets.AssetLibrary` (it finds them whatever its
+root: ``lib.load("engine/summary.computeShader")``), or as plain programs here.
 """
 
 from __future__ import annotations
@@ -11,21 +11,22 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from ..assets.builtin import builtin_root
 from ..errors import AssetError, Span
 
-__all__ = ["ASSETS_ROOT", "ENGINE_KERNELS", "kernel_folder", "kernel_program"]
+__all__ = ["ENGINE_KERNELS", "kernel_folder", "kernel_program"]
 
-# The repository's asset root (engine_plugin/engine/kernels.py -> ../../assets).
-ASSETS_ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "assets"))
 ENGINE_KERNELS = ("summary", "count_above", "combine")
 
 
 def kernel_folder(name: str) -> str:
-    """The folder of engine kernel ``name`` (``assets/engine/NAME.computeShader``)."""
-    folder = os.path.join(ASSETS_ROOT, "engine", f"{name}.computeShader")
+    """The folder of engine kernel ``name`` (``engine_plugin/kernels/engine/NAME.computeShader``)."""
+    folder = os.path.join(builtin_root(), "engine", f"{name}.computeShader")
     if not os.path.isdir(folder):
-        raise AssetError(f"engine kernel {name!r} not found; the engine kernels are {', '.join(ENGINE_KERNELS)} "
-                         "under assets/engine/ of the engine_plugin checkout", Span(folder))
+        raise AssetError(
+            f"engine kernel {name!r} not found; the engine kernels are {', '.join(ENGINE_KERNELS)} (package data under engine_plugin/kernels/engine/)",
+            Span(folder),
+        )
     return folder
 
 
@@ -36,5 +37,4 @@ def kernel_program(name: str, device: Any = None) -> Any:
 
     src = read_asset_folder(kernel_folder(name))
     schema = abi.parse(src.yaml_text, src.yaml_path)
-    return abi.program(key=f"engine/{name}.computeShader", schema=schema, wgsl=src.wgsl_text,
-                       wgsl_path=src.wgsl_path, device=device)
+    return abi.program(key=f"engine/{name}.computeShader", schema=schema, wgsl=src.wgsl_text, wgsl_path=src.wgsl_path, device=device)

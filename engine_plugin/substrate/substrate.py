@@ -36,9 +36,9 @@ from typing import Any, Iterable, Iterator, Sequence
 import numpy as np
 import wgpu
 
+from ..arrays import prepare_array
 from ..gpu.device import DeviceContext, get_context
 from ..lowering.types import ValueType, parse_value_type
-from ..arrays import prepare_array
 from .handles import Placement, RunHandle, StaleRunError, SubstrateError
 from .pages import Page, PageGroup, ScriptEntry
 

@@ -43,8 +43,7 @@ def declare_fields(fields: Mapping[str, Any]) -> dict[str, FieldSpec]:
         WorldError: no fields, or a name that is not a non-empty string.
     """
     if not isinstance(fields, Mapping) or not fields:
-        raise WorldError(f"fields must be a non-empty mapping of name to numpy dtype, not {fields!r}; "
-                         "e.g. {'height': np.float32, 'solid': bool}")
+        raise WorldError(f"fields must be a non-empty mapping of name to numpy dtype, not {fields!r}; e.g. {{'height': np.float32, 'solid': bool}}")
     specs: dict[str, FieldSpec] = {}
     for index, (name, dtype) in enumerate(fields.items()):
         if not isinstance(name, str) or not name:
@@ -68,8 +67,6 @@ def check_chunk_shape(chunk_shape: Any) -> tuple[int, ...]:
         dims = tuple(shape)
     except TypeError:
         dims = ()
-    if not 1 <= len(dims) <= 3 or not all(
-        isinstance(d, (int, np.integer)) and not isinstance(d, bool) and d > 0 for d in dims
-    ):
+    if not 1 <= len(dims) <= 3 or not all(isinstance(d, (int, np.integer)) and not isinstance(d, bool) and d > 0 for d in dims):
         raise WorldError(f"chunk_shape must be 1 to 3 positive ints, not {chunk_shape!r}; e.g. (32, 32)")
     return tuple(int(d) for d in dims)

@@ -195,7 +195,7 @@ class World:
         self.field(name)
         if first_slot < 0 or count < 1 or first_slot + count > self.max_chunks:
             raise WorldError(f"slots {first_slot}..{first_slot + count - 1} are outside 0..{self.max_chunks - 1}")
-        return self._base[name][first_slot:first_slot + count]
+        return self._base[name][first_slot : first_slot + count]
 
     # ---- mutation --------------------------------------------------------------------
 
@@ -216,8 +216,7 @@ class World:
         spec = self.field(name)
         idx = tuple(tile) if isinstance(tile, (tuple, list)) else (tile,)
         if len(idx) != len(self.chunk_shape) or not all(
-            isinstance(i, (int, np.integer)) and not isinstance(i, bool) and 0 <= i < n
-            for i, n in zip(idx, self.chunk_shape, strict=True)
+            isinstance(i, (int, np.integer)) and not isinstance(i, bool) and 0 <= i < n for i, n in zip(idx, self.chunk_shape, strict=True)
         ):
             raise WorldError(f"tile {tile!r} is outside chunk shape {self.chunk_shape}")
         self._rw[name][(slot, *idx)] = _cast(np.asarray(value), spec, name, ())

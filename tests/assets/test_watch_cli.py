@@ -30,7 +30,7 @@ def _read_until(proc, needle: str, lines: list, timeout: float = 30.0) -> None:
 
 def test_watch_prints_a_failure_with_its_line_then_the_reload_that_fixes_it(asset_root, tmp_path):
     env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""), PYTHONUNBUFFERED="1")
-    cmd = [sys.executable, "-m", "engine_plugin.cli", "watch", asset_root, "--cache", str(tmp_path / "cache"), "--all-variants", "--max-events", "2", "--duration", "60"]
+    cmd = [sys.executable, "-m", "engine_plugin.cli", "watch", asset_root, "--cache", str(tmp_path / "cache"), "--all-variants", "--max-events", "2", "--duration", "60", "-v"]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=REPO)
     lines: list[str] = []
     try:

@@ -117,11 +117,12 @@ def test_a_broken_asset_among_good_ones_fails_the_bake_naming_its_file_and_line(
     copy_samples(str(tmp_path / "assets"))
     write_asset(str(tmp_path / "assets" / "broken.computeShader"), BROKEN_YAML, BROKEN_WGSL)
     write_asset(str(tmp_path / "assets" / "badschema.computeShader"), BAD_SCHEMA_YAML, "// nothing\n")
-    proc = run_bake(["assets", "--cache", "cache", "--jobs", "2", "--json", "report.json"], cwd=str(tmp_path))
+    proc = run_bake(["assets", "--cache", "cache", "--jobs", "2", "--json", "report.json", "-v"], cwd=str(tmp_path))
     assert proc.returncode == 1, explain(proc)
 
     wgsl = os.path.join("assets", "broken.computeShader", "kernel.wgsl")
-    assert f"{wgsl}:5:29: no definition in scope for identifier: `heigth`" in proc.stderr
+    assert f"engine-plugin bake: {wgsl}:5:29: no definition in scope for identifier: `heigth`" in proc.stderr
+    # -v: the source line and the caret follow the one-line error.
     assert "    dst_set(i, src_get(i) * heigth);\n" in proc.stderr and "^" in proc.stderr
     # One broken line breaks both variants; it is printed once and counted.
     assert proc.stderr.count(f"{wgsl}:5:29: no definition") == 1

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from engine_plugin.demo.game import HeatDemo
+from engine_plugin.demo.game import HeatDemo, demo_assets
 from engine_plugin.demo.headless import run_headless
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -20,9 +20,10 @@ PAUSE_AT = 60
 
 @pytest.fixture()
 def assets_copy(tmp_path):
+    # The demo's own kernels (package data) copied, so the window test can edit them; the
+    # engine's summary kernel is found by the library whatever its root.
     root = tmp_path / "assets"
-    for part in ("demo", "engine"):
-        shutil.copytree(os.path.join(REPO, "assets", part), root / part)
+    shutil.copytree(demo_assets(), root)
     return str(root)
 
 
@@ -95,7 +96,7 @@ def test_window_shows_the_field_follows_a_colorize_edit_and_survives_a_broken_sa
         assert np.abs(shot - want).mean() < 3.0, "the window does not show what the headless run computes"
 
         # Swap red and blue in the kernel, on disk, while the game runs.
-        wgsl = os.path.join(assets_copy, "demo", "colorize.computeShader", "colorize.wgsl")
+        wgsl = os.path.join(assets_copy, "colorize.computeShader", "colorize.wgsl")
         text = open(wgsl).read()
         swapped = text.replace("return q.z | (q.y << 8u) | (q.x << 16u) | (q.w << 24u);", "return q.x | (q.y << 8u) | (q.z << 16u) | (q.w << 24u);", 1)
         swapped = swapped.replace("return q.x | (q.y << 8u) | (q.z << 16u) | (q.w << 24u);\n    // @end\n    // @when ORDER bgra", "return q.z | (q.y << 8u) | (q.x << 16u) | (q.w << 24u);\n    // @end\n    // @when ORDER bgra", 1)

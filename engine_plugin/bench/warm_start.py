@@ -12,7 +12,7 @@ compile: library creation, asset read + parse, and lowering or cache reads (impo
 device creation are the same in both and excluded). The pipeline compile of the 100
 variants is measured separately, once, for context.
 
-    python tools/bench/warm_start.py [--repeat 5] [--json out.json]
+    python -m engine_plugin.bench.warm_start [--repeat 5] [--json out.json]
 Target (issue 5): warm >= 10x less time than cold.
 """
 
@@ -28,7 +28,6 @@ import sys
 import tempfile
 import time
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BODIES = ["v", "v * T(2)", "v + v", "abs(v)"]
 
 
@@ -67,8 +66,7 @@ def phase(root: str, cache: str | None, compile_too: bool) -> dict:
 
 
 def _child(args: list[str]) -> dict:
-    env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    res = subprocess.run([sys.executable, __file__, "--child", *args], capture_output=True, text=True, env=env, check=True)
+    res = subprocess.run([sys.executable, "-m", "engine_plugin.bench.warm_start", "--child", *args], capture_output=True, text=True, check=True)
     return json.loads(res.stdout.strip().splitlines()[-1])
 
 
@@ -88,7 +86,9 @@ def main(argv: list[str] | None = None) -> int:
     work = tempfile.mkdtemp(prefix="warm-start-")
     try:
         root = os.path.join(work, "assets")
-        shutil.copytree(os.path.join(REPO, "assets", "samples"), root)
+        from .harness import bench_kernels
+
+        shutil.copytree(bench_kernels(), root)
         cache = os.path.join(work, "cache")
         bake = _child([root, cache, "1"])  # fills the cache (and validates every variant)
         assert bake["variants"] == 100 and bake["lowered"] == 100, bake
@@ -110,7 +110,18 @@ def main(argv: list[str] | None = None) -> int:
     print(f"  for context, not counted: the driver's pipeline compile of the 100 = {bake['compile_seconds'] * 1e3:.0f} ms")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"cold_ms": c50 * 1e3, "warm_ms": w50 * 1e3, "ratio": ratio, "cold_runs_ms": [x * 1e3 for x in cold], "warm_runs_ms": [x * 1e3 for x in warm], "compile_100_ms": bake["compile_seconds"] * 1e3}, f, indent=2)
+            json.dump(
+                {
+                    "cold_ms": c50 * 1e3,
+                    "warm_ms": w50 * 1e3,
+                    "ratio": ratio,
+                    "cold_runs_ms": [x * 1e3 for x in cold],
+                    "warm_runs_ms": [x * 1e3 for x in warm],
+                    "compile_100_ms": bake["compile_seconds"] * 1e3,
+                },
+                f,
+                indent=2,
+            )
     return 0 if ratio >= 10 else 1
 
 

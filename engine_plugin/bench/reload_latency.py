@@ -13,7 +13,7 @@ Reported, over ``--saves`` saves (default 50):
   first result  write -> the new variant's first run read back (adds the driver's JIT on
                 lavapipe, which happens at first dispatch)
 
-    python tools/bench/reload_latency.py [--saves 50] [--json out.json]
+    python -m engine_plugin.bench.reload_latency [--saves 50] [--json out.json]
 Target (issue 5): p95 of "dispatchable" <= 150 ms including the debounce.
 """
 
@@ -28,8 +28,6 @@ import sys
 import tempfile
 import time
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, REPO)
 os.environ.setdefault("XDG_RUNTIME_DIR", os.path.join(tempfile.gettempdir(), f"engine-plugin-xdg-{os.getuid()}"))
 os.makedirs(os.environ["XDG_RUNTIME_DIR"], mode=0o700, exist_ok=True)
 
@@ -37,6 +35,7 @@ import numpy as np  # noqa: E402
 
 from engine_plugin import abi  # noqa: E402
 from engine_plugin.assets import AssetLibrary  # noqa: E402
+from engine_plugin.bench.harness import bench_kernels  # noqa: E402
 
 SPEC = {"T": "f32", "FOLD": "add"}
 
@@ -73,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     work = tempfile.mkdtemp(prefix="reload-latency-")
     try:
         root = os.path.join(work, "assets")
-        shutil.copytree(os.path.join(REPO, "assets", "samples"), root)
+        shutil.copytree(bench_kernels(), root)
         lib = AssetLibrary(root, cache=os.path.join(work, "cache"), quiet=args.quiet_ms / 1000)
         ref = lib.load("reference.computeShader")
         path = ref.source.wgsl_path

@@ -1,0 +1,158 @@
+"""``engine-plugin bake``: arguments, runner choice, output, exit status (the CLI contract:
+:mod:`engine_plugin.commands.contract`)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Any, Callable
+
+from .contract import EXIT_FAILED, EXIT_OK, EXIT_USAGE, Reporter, UsageError
+
+__all__ = ["add_bake_parser", "cmd_bake"]
+
+# A variant that failed for one of these did not fail as an asset: the machine has no usable GPU.
+ENVIRONMENT_FAILURES = ("NoAdapterError", "DeviceLostError", "GpuError")
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"a positive whole number, not {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"a positive whole number, not {text!r}")
+    return value
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"a number of seconds, not {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"a positive number of seconds, not {text!r}")
+    return value
+
+
+def add_bake_parser(sub: Any, size_arg: Callable[[str], int], common: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
+    """Add the ``bake`` subcommand to ``sub`` (``size_arg`` parses ``--max-bytes``)."""
+    from ..bake.runners import DEFAULT_CONNECT_TIMEOUT
+
+    p = sub.add_parser(
+        "bake",
+        parents=[common] if common is not None else [],
+        help="lower and validate every variant of the assets into the variant cache",
+        description="Lower every variant of every asset, validate it by compiling it on a device, and write the "
+        "variant cache. Variants the cache already holds are skipped. Exits 1 when any variant failed, 2 on usage "
+        "or environment errors (no asset under a path, no adapter, an unreachable scheduler).",
+    )
+    p.add_argument("assets", nargs="*", metavar="ASSETS", help="asset folders, or folders searched for *.computeShader (default: assets)")
+    p.add_argument("--builtin", action="store_true", help="also bake the kernels shipped in the package (the engine's products and the demo's)")
+    p.add_argument("--cache", default="cache", metavar="DIR", help="the variant cache folder (default: cache)")
+    p.add_argument("--jobs", "-j", type=_positive, metavar="N", help="local worker processes (default: the CPU count; 1 bakes in this process)")
+    p.add_argument("--variants-from", metavar="USAGE", help="bake only the variants a game recorded in this usage log (cache/usage.msgpack)")
+    p.add_argument("--json", metavar="REPORT", help="write a machine-readable report to this file ('-': stdout)")
+    p.add_argument("--format", choices=("text", "github"), default="text", help="github: also print each failure as a GitHub Actions annotation on stdout")
+    dask = p.add_mutually_exclusive_group()
+    dask.add_argument("--scheduler", metavar="ADDRESS", help="run on the Dask cluster at ADDRESS (e.g. tcp://farm:8786); needs engine_plugin[dask]")
+    dask.add_argument("--dask-local", type=_positive, metavar="N", help="run on a Dask LocalCluster of N worker processes on loopback")
+    p.add_argument(
+        "--connect-timeout",
+        type=_seconds,
+        default=DEFAULT_CONNECT_TIMEOUT,
+        metavar="S",
+        help=f"--scheduler: give up after S seconds without a scheduler or a worker (default {DEFAULT_CONNECT_TIMEOUT:g})",
+    )
+    p.add_argument("--max-bytes", type=size_arg, metavar="SIZE", help="the cache's size cap, e.g. 2G (default 512 MiB)")
+    p.add_argument("--force", action="store_true", help="rebake variants the cache already holds")
+    p.add_argument("--progress", choices=("auto", "rich", "plain", "none"), default="auto", help="auto: a bar on a terminal, plain lines otherwise")
+    p.set_defaults(func=cmd_bake)
+    return p
+
+
+def _runner(args: argparse.Namespace) -> Any:
+    from ..bake.runners import DaskRunner, InlineRunner, ProcessPoolRunner
+
+    if args.scheduler:
+        return DaskRunner(scheduler=args.scheduler, connect_timeout=args.connect_timeout)
+    if args.dask_local:
+        return DaskRunner(local_workers=args.dask_local, connect_timeout=max(args.connect_timeout, 30.0))
+    jobs = args.jobs or os.cpu_count() or 1
+    return InlineRunner() if jobs == 1 else ProcessPoolRunner(jobs)
+
+
+def _paths(args: argparse.Namespace) -> list[str]:
+    """The asset paths to bake: those given (default ``assets`` unless --builtin), plus the
+    packaged kernels with --builtin; each must exist."""
+    paths = list(args.assets) or ([] if args.builtin else ["assets"])
+    for path in paths:
+        if not os.path.exists(path):
+            raise UsageError(f"{path}: no such file or folder")
+    if args.builtin:
+        from ..assets.builtin import builtin_root
+        from ..demo.game import demo_assets
+
+        for folder in (builtin_root(), demo_assets()):
+            rel = os.path.relpath(folder)
+            paths.append(rel if not rel.startswith("..") else folder)
+    return paths
+
+
+def cmd_bake(args: argparse.Namespace, rep: Reporter | None = None) -> int:
+    from ..assets.folder import find_assets
+    from ..bake.driver import bake
+    from ..bake.progress import NoProgress, make_progress
+    from ..cache import DEFAULT_MAX_BYTES, VariantCache, read_usage
+    from ..extras import require
+
+    rep = rep or Reporter("bake")
+    if (args.scheduler or args.dask_local) and args.jobs:
+        raise UsageError("--jobs sizes the local process pool; a Dask bake runs on the cluster's workers (drop --jobs)")
+    if args.json == "-" and args.format == "github":
+        raise UsageError("--json - and --format github both want stdout; write the report to a file")
+    paths = _paths(args)
+    usage = None
+    if args.variants_from:
+        if not os.path.isfile(args.variants_from):
+            raise UsageError(f"no usage log at {args.variants_from} (a game writes one with AssetLibrary(record_usage=True))")
+        usage = read_usage(args.variants_from)
+        if not usage:
+            raise UsageError(f"{args.variants_from} is not a usage log or records no variants")
+    for path in paths:
+        if not find_assets(path):
+            raise UsageError(f"no .computeShader assets under {path}")
+    table_out = sys.stderr if args.json == "-" else sys.stdout
+    if not rep.quiet:
+        require("rich", "the bake summary table (or pass -q)")
+    runner = _runner(args)
+    cache = VariantCache(args.cache, max_bytes=args.max_bytes or DEFAULT_MAX_BYTES)
+    progress = NoProgress() if rep.quiet else make_progress(args.progress, verbose=rep.verbose)
+    progress.verbose = rep.verbose
+    progress.prefix = f"{rep.prefix}: "
+    report = bake(paths, cache, runner=runner, usage=usage, progress=progress, force=args.force)
+
+    st = cache.stats()
+    if st.evictions:
+        report.notes.append(f"the cache cap evicted {st.evictions} entries during the bake; raise --max-bytes to keep them all")
+    if report.corrupt_replaced:
+        report.notes.append(f"{report.corrupt_replaced} unusable cache entries were baked again")
+    if not rep.quiet:
+        from rich.console import Console
+
+        out = Console(file=table_out, width=None if table_out.isatty() else 120)
+        out.print(report.summary_table())
+        for note in report.notes:
+            out.print(f"note: {note}", markup=False, highlight=False, soft_wrap=True)
+        out.print(report.closing_line(), markup=False, highlight=False, soft_wrap=True)
+        if report.failures:
+            out.print(f"{len(report.failures)} failure(s); the messages are above", markup=False, highlight=False, soft_wrap=True)
+    if args.format == "github":
+        for line in report.github_annotations():
+            print(line, flush=True)
+    if args.json:
+        report.write_json(args.json)
+    if any(f.failure.kind in ENVIRONMENT_FAILURES for f in report.failures):
+        return EXIT_USAGE
+    return EXIT_OK if report.ok else EXIT_FAILED

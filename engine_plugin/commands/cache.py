@@ -1,0 +1,133 @@
+"""``engine-plugin cache stats|gc|clear``: the msgpack variant cache."""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+from typing import Any, Callable
+
+from .contract import EXIT_FAILED, EXIT_OK, Reporter, UsageError, write_json
+
+__all__ = ["add_parser", "cmd_cache", "size_arg"]
+
+
+def size_arg(text: str) -> int:
+    """Bytes from ``123``, ``64K``, ``512M``, ``2G`` (binary units)."""
+    t = text.strip().upper().removesuffix("B").removesuffix("I")
+    scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(t[-1:], 1)
+    try:
+        value = int(float(t[:-1] if scale > 1 else t) * scale)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"a size is a number of bytes, optionally with K, M or G (e.g. 512M), not {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"a size must be positive, not {text!r}")
+    return value
+
+
+def fmt_bytes(n: int) -> str:
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{n} B"
+
+
+def _when(ns: int) -> str:
+    return datetime.datetime.fromtimestamp(ns / 1e9).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _stats(args: argparse.Namespace, rep: Reporter, cap: int) -> int:
+    from ..cache import USAGE_FILE, VariantCache, read_usage
+
+    if not os.path.isdir(args.cache):
+        # Looking at a cache must not create one: say so instead.
+        if args.json:
+            write_json({"cache": os.path.abspath(args.cache), "exists": False}, "-")
+        else:
+            rep.say(f"no variant cache at {args.cache} (bake one with: engine-plugin bake ASSETS --cache {args.cache})")
+        return EXIT_OK
+    cache = VariantCache(args.cache, max_bytes=cap)
+    st = cache.stats(scan=True)
+    infos = sorted(cache.entries(), key=lambda i: i.mtime_ns)
+    usage = read_usage(os.path.join(cache.folder, USAGE_FILE))
+    bad = cache.verify() if args.verify else None
+    if args.json:
+        data: dict[str, Any] = {
+            "cache": cache.folder,
+            "exists": True,
+            "entries": st.entries,
+            "bytes": st.bytes,
+            "cap_bytes": cap,
+            "temp_files": st.temp_files,
+            "least_recently_used": _when(infos[0].mtime_ns) if infos else None,
+            "most_recently_used": _when(infos[-1].mtime_ns) if infos else None,
+            "usage": {"assets": len(usage), "variants": sum(len(v) for v in usage.values())} if usage else None,
+        }
+        if bad is not None:
+            data["unusable"] = [{"key": k, "reason": r} for k, r in sorted(bad.items())]
+        write_json(data, "-")
+    else:
+        print(f"variant cache {cache.folder}")
+        print(f"  entries     {st.entries}")
+        print(f"  size        {fmt_bytes(st.bytes)} of {fmt_bytes(cap)} cap ({100 * st.bytes / cap:.1f}%)")
+        print(f"  temp files  {st.temp_files}")
+        if infos:
+            print(f"  least recently used  {_when(infos[0].mtime_ns)}")
+            print(f"  most recently used   {_when(infos[-1].mtime_ns)}")
+        if usage:
+            print(f"  usage log   {sum(len(v) for v in usage.values())} variants of {len(usage)} assets")
+        if bad is not None:
+            print(f"  unusable    {len(bad)}")
+            for key, reason in sorted(bad.items()):
+                print(f"    {key[:16]}...  {reason}")
+    for key, reason in sorted((bad or {}).items()):
+        rep.error(f"{os.path.join(cache.folder, key)}.msgpack: unusable: {reason}")
+    return EXIT_FAILED if bad else EXIT_OK
+
+
+def cmd_cache(args: argparse.Namespace, rep: Reporter) -> int:
+    from ..cache import DEFAULT_MAX_BYTES, USAGE_FILE, VariantCache
+
+    cap = args.max_bytes or DEFAULT_MAX_BYTES
+    if args.json and args.action != "stats":
+        raise UsageError("--json goes with cache stats only")
+    if args.action == "stats":
+        return _stats(args, rep, cap)
+    if not os.path.isdir(args.cache):
+        if args.action == "gc":
+            raise UsageError(f"no variant cache at {args.cache}")
+        rep.say(f"no variant cache at {args.cache}; nothing to clear")
+        return EXIT_OK
+    cache = VariantCache(args.cache, max_bytes=cap)
+    if args.action == "gc":
+        bad = cache.verify()
+        for key in bad:
+            cache.remove(key)
+        evicted = cache.gc(cap)
+        st = cache.stats(scan=True)
+        rep.say(f"removed {len(bad)} unusable entries, evicted {evicted} least recently used; {st.entries} entries, {fmt_bytes(st.bytes)} left")
+        return EXIT_OK
+    removed = cache.clear()
+    usage_note = ""
+    if args.usage:
+        try:
+            os.unlink(os.path.join(cache.folder, USAGE_FILE))
+            usage_note = " and the usage log"
+        except FileNotFoundError:
+            pass
+    rep.say(f"removed {removed} entries{usage_note} from {cache.folder}")
+    return EXIT_OK
+
+
+def add_parser(sub: Any, common: argparse.ArgumentParser) -> Callable[..., int]:
+    p = sub.add_parser("cache", parents=[common], help="inspect or trim the msgpack variant cache")
+    p.add_argument(
+        "action", choices=("stats", "gc", "clear"), help="stats: size and counts; gc: drop unusable entries and evict to the cap; clear: remove every entry"
+    )
+    p.add_argument("--cache", default="cache", metavar="DIR", help="the cache folder (default: cache)")
+    p.add_argument("--max-bytes", type=size_arg, metavar="SIZE", help="size cap, e.g. 512M (default 512 MiB)")
+    p.add_argument("--verify", action="store_true", help="stats: decode every entry and list the unusable ones (exit 1 when any)")
+    p.add_argument("--usage", action="store_true", help="clear: remove the usage log too")
+    p.add_argument("--json", action="store_true", help="stats: JSON on stdout")
+    p.set_defaults(func=cmd_cache)
+    return cmd_cache

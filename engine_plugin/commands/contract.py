@@ -1,0 +1,181 @@
+"""The contract every ``engine-plugin`` subcommand keeps: exit status, streams, -q/-v, JSON.
+
+* exit 0: done; 1: an asset or variant failed; 2: a usage or environment error (a bad option,
+  a path that names no asset, no GPU adapter, a missing optional extra, an unreachable Dask
+  scheduler). An internal error (a bug of ours) exits 1 and says ``engine_plugin bug``.
+* every error goes to stderr as ONE line prefixed with the subcommand
+  (``engine-plugin bake: ...``); ``-v`` adds the details (source line and caret, notes, a
+  traceback); ``-q`` silences progress and summaries, never errors nor the output asked for.
+* ``--json -`` (and ``info``/``cache stats``/``watch`` ``--json``) writes JSON to stdout, and
+  nothing else goes to stdout then.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import traceback
+from typing import Any, NoReturn, TextIO
+
+from ..errors import CacheError, GpuError, PluginError
+
+__all__ = [
+    "CONTRACT",
+    "EXIT_FAILED",
+    "EXIT_OK",
+    "EXIT_USAGE",
+    "OneLineParser",
+    "Reporter",
+    "UsageError",
+    "exit_status",
+    "one_line",
+    "write_json",
+]
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+
+CONTRACT = """\
+exit status: 0 ok; 1 an asset or variant failed; 2 a usage or environment error (a bad option, a
+path that names no asset, no GPU adapter, a missing optional extra, an unreachable Dask scheduler).
+Every error goes to stderr as one line prefixed with the subcommand ("engine-plugin bake: ...");
+-v adds details (the source line and caret, notes, tracebacks); -q prints only errors and the
+output asked for. "--json -" writes JSON to stdout; info, cache stats and watch take --json for
+JSON on stdout (watch: one JSON object a line)."""
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse, with a usage error as one line on stderr (prefixed with the command) and exit 2."""
+
+    def error(self, message: str) -> NoReturn:
+        print(f"{self.prog}: {one_line(message)} (see: {self.prog} --help)", file=sys.stderr, flush=True)
+        raise SystemExit(EXIT_USAGE)
+
+
+class UsageError(Exception):
+    """A bad argument or environment the command found itself: exit 2, one line on stderr."""
+
+
+def one_line(text: str) -> str:
+    """``text`` on one line: its lines joined by ``" "`` (indentation dropped)."""
+    return " ".join(part.strip() for part in str(text).splitlines() if part.strip())
+
+
+def exit_status(exc: BaseException) -> int:
+    """The exit status an exception stands for (module docstring)."""
+    from ..bake.runners import DaskMissingError, SchedulerUnreachable
+    from ..extras import MissingExtraError
+
+    environment = (UsageError, MissingExtraError, DaskMissingError, SchedulerUnreachable, GpuError, CacheError)
+    return EXIT_USAGE if isinstance(exc, environment) else EXIT_FAILED
+
+
+class Reporter:
+    """Where a subcommand's words go: errors to stderr (one line, details with -v), progress
+    and summaries to stdout unless -q."""
+
+    def __init__(self, command: str, verbosity: int = 0, out: TextIO | None = None, err: TextIO | None = None):
+        self.command = command
+        self.verbosity = verbosity
+        self.out = out or sys.stdout
+        self.err = err or sys.stderr
+
+    @property
+    def prefix(self) -> str:
+        return f"engine-plugin {self.command}" if self.command else "engine-plugin"
+
+    @property
+    def quiet(self) -> bool:
+        return self.verbosity < 0
+
+    @property
+    def verbose(self) -> bool:
+        return self.verbosity > 0
+
+    def error(self, headline: str, detail: str | None = None) -> None:
+        """One line on stderr; ``detail`` (indented) only with -v."""
+        print(f"{self.prefix}: {one_line(headline)}", file=self.err, flush=True)
+        if self.verbose and detail:
+            print(detail.rstrip("\n"), file=self.err, flush=True)
+
+    def exception(self, exc: BaseException) -> int:
+        """Report ``exc`` by the contract and answer its exit status."""
+        if isinstance(exc, PluginError):
+            rendered = exc.render()
+            headline = exc.headline()
+            detail = rendered[len(headline) :].lstrip("\n") if rendered.startswith(headline) else rendered
+            self.error(headline, detail or None)
+        elif isinstance(exc, UsageError):
+            self.error(str(exc))
+        else:
+            tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+            self.error(f"engine_plugin bug, please report: {type(exc).__name__}: {exc} (run with -v for the traceback)", tb)
+        return exit_status(exc)
+
+    def say(self, text: str = "") -> None:
+        """A progress or summary line on stdout (silenced by -q)."""
+        if not self.quiet:
+            print(text, file=self.out, flush=True)
+
+    def note(self, text: str) -> None:
+        """A remark on stderr (silenced by -q): a fallback taken, a default assumed."""
+        if not self.quiet:
+            print(f"{self.prefix}: {one_line(text)}", file=self.err, flush=True)
+
+
+class _OneLineFormatter(logging.Formatter):
+    def __init__(self, prefix: str, verbose: bool):
+        super().__init__()
+        self.prefix = prefix
+        self.verbose = verbose
+
+    def format(self, record: logging.LogRecord) -> str:
+        text = record.getMessage()
+        if record.exc_info and self.verbose:
+            text += "\n" + self.formatException(record.exc_info)
+        if self.verbose:
+            return f"{self.prefix}: {text}"
+        return f"{self.prefix}: {one_line(text)}"
+
+
+def configure_logging(reporter: Reporter) -> logging.Handler:
+    """The library's log records go to stderr through one handler, one line each (details with
+    -v); never also through logging's last-resort handler."""
+    logger = logging.getLogger("engine_plugin")
+    for old in [h for h in logger.handlers if getattr(h, "_engine_plugin_cli", False)]:
+        logger.removeHandler(old)
+    handler = logging.StreamHandler(reporter.err)
+    handler._engine_plugin_cli = True  # type: ignore[attr-defined]
+    handler.setFormatter(_OneLineFormatter(reporter.prefix, reporter.verbose))
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO if reporter.verbose else logging.ERROR if reporter.quiet else logging.WARNING)
+    logger.propagate = False
+    return handler
+
+
+def write_json(data: Any, target: str, *, out: TextIO | None = None) -> None:
+    """Write ``data`` as JSON to the file ``target``, or to stdout when ``target`` is ``-``."""
+    if target == "-":
+        stream = out or sys.stdout
+        json.dump(data, stream, indent=1)
+        stream.write("\n")
+        stream.flush()
+        return
+    import os
+    import tempfile
+
+    folder = os.path.dirname(os.path.abspath(target))
+    os.makedirs(folder, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".engine-plugin-", dir=folder)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(data, f, indent=1)
+            f.write("\n")
+        os.replace(tmp, target)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise

@@ -1,0 +1,68 @@
+"""``engine-plugin demo``: the live-edit demo, in a window when one can open, else headless."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from typing import Any
+
+from .contract import EXIT_OK, Reporter
+
+__all__ = ["add_parser", "cmd_demo"]
+
+
+def cmd_demo(args: argparse.Namespace, rep: Reporter) -> int:
+    from ..extras import require
+
+    require("rich", "the demo's frame statistics")
+    from ..demo.game import HeatDemo, demo_assets
+
+    assets = args.assets or demo_assets()
+
+    def make(**kw: Any) -> HeatDemo:
+        return HeatDemo(assets, args.cache, watch=True, **kw)
+
+    if not args.headless:
+        from ..demo.window import display_problem
+
+        problem = display_problem()
+        if problem is None:
+            from ..demo.window import run_window
+
+            shown = run_window(make, frames=args.frames)
+            rep.say(f"demo: window closed after {shown} frames")
+            return EXIT_OK
+        if os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY"):
+            # A display was asked for and cannot be had: say so once, then run headless.
+            rep.note(f"{problem}; running headless")
+    snapshot = args.snapshot or None
+    if snapshot:
+        require("PIL", "the demo's PNG snapshot (or pass --snapshot '')")
+        folder = os.path.dirname(os.path.abspath(snapshot))
+        os.makedirs(folder, exist_ok=True)
+    from ..demo.headless import run_headless
+
+    demo = make()
+    try:
+        run_headless(demo, args.frames or 300, snapshot, out=open(os.devnull, "w") if rep.quiet else None)
+    finally:
+        demo.close()
+    where = f"snapshot {os.path.abspath(snapshot)}; " if snapshot else ""
+    rep.say(f"demo: {where}variant cache {os.path.abspath(args.cache)}")
+    return EXIT_OK
+
+
+def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
+    p = sub.add_parser(
+        "demo",
+        parents=[common],
+        help="run the live-edit demo (a window when a display can be opened, else headless)",
+        description="The live-edit demo. With a display it opens a glfw window (space pauses, R resets, Esc quits); "
+        "without one, or when the display cannot be opened (said on one line), it runs headless frames and writes a PNG snapshot.",
+    )
+    p.add_argument("--frames", type=int, default=None, help="frames to run (default: until Esc; 300 headless)")
+    p.add_argument("--headless", action="store_true", help="no window, even with a display")
+    p.add_argument("--snapshot", default="out/demo.png", help="PNG written at the end of a headless run (its folder is created; '' for none)")
+    p.add_argument("--assets", default=None, metavar="DIR", help="the demo's kernels (default: the packaged ones; pass a copy to edit them live)")
+    p.add_argument("--cache", default="cache", metavar="DIR", help="the variant cache folder (default: cache)")
+    p.set_defaults(func=cmd_demo)

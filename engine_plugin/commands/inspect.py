@@ -1,0 +1,133 @@
+"""``engine-plugin info`` and ``engine-plugin lower``: read assets, print what they declare."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from typing import Any, Sequence
+
+from .contract import EXIT_OK, Reporter, UsageError, write_json
+
+__all__ = ["add_parsers", "cmd_info", "cmd_lower", "asset_info"]
+
+
+def _pairs(items: Sequence[str] | None, flag: str, form: str) -> list[tuple[str, str]]:
+    out = []
+    for item in items or ():
+        if "=" not in item:
+            raise UsageError(f"{flag} takes {form}, not {item!r}")
+        k, v = item.split("=", 1)
+        out.append((k.strip(), v))
+    return out
+
+
+def _existing(path: str) -> str:
+    if not os.path.exists(path):
+        raise UsageError(f"{path}: no such file or folder")
+    return path
+
+
+def cmd_lower(args: argparse.Namespace, rep: Reporter) -> int:
+    from ..assets.folder import read_asset_folder
+    from ..lowering import lower, parse
+
+    src = read_asset_folder(_existing(args.asset))
+    schema = parse(src.yaml_text, src.yaml_path)
+    spec = dict(_pairs(args.spec, "--spec", "NAME=VALUE"))
+    columns = {k: [c.strip() for c in v.split(",") if c.strip()] for k, v in _pairs(args.columns, "--columns", "TABLE=col,col")}
+    lowered = lower(schema, src.wgsl_text, spec, columns=columns, wgsl_path=src.wgsl_path)
+    print(lowered.numbered_source() if args.numbered else lowered.source, end="")
+    return EXIT_OK
+
+
+def asset_info(folder: str) -> dict[str, Any]:
+    """What ``info --json`` says about one asset (raises the asset's PluginError)."""
+    from ..assets.folder import read_asset_folder
+    from ..lowering import is_extended, parse, variant_count
+
+    src = read_asset_folder(folder)
+    schema = parse(src.yaml_text, src.yaml_path)
+    bindings = []
+    for b in schema.bindings:
+        bindings.append(
+            {
+                "name": b.name,
+                "kind": b.kind,
+                "access": b.access,
+                "element": b.element,
+                "count": b.count.text if b.count else None,
+                "capacity": b.capacity.text if b.capacity else None,
+                "flags": [f for f in ("live", "append", "bits", "atomic") if getattr(b, f)],
+                "when": b.when.text if b.when is not None else None,
+                "page": b.page or None,
+            }
+        )
+    return {
+        "asset": folder,
+        "variants": variant_count(schema),
+        "extended": is_extended(schema),
+        "bindings": bindings,
+        "specialize": [{"name": s.name, "kind": s.kind, "options": list(s.options or ()), "default": s.default} for s in schema.specialize],
+        "params": [{"name": p.name, "type": p.type} for p in schema.params],
+        "determinism": schema.determinism,
+        "workgroup": list(schema.workgroup),
+        "extra_files": list(src.extra_files),
+    }
+
+
+def cmd_info(args: argparse.Namespace, rep: Reporter) -> int:
+    from .. import __version__
+    from ..assets.folder import find_assets
+
+    assets = find_assets(_existing(args.path))
+    if not assets:
+        raise UsageError(f"no .computeShader assets under {args.path}")
+    infos = [asset_info(folder) for folder in assets]  # the first broken asset raises: exit 1
+    if args.json:
+        write_json({"engine_plugin": __version__, "assets": infos}, "-")
+        return EXIT_OK
+    from ..extras import require
+
+    require("rich", "engine-plugin info's tables (or use --json)")
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    for info in infos:
+        table = Table(title=f"{info['asset']}  ({info['variants']} variants, {'extended' if info['extended'] else 'plain'} ABI)")
+        for col in ("binding", "kind", "access", "element", "size", "flags"):
+            table.add_column(col)
+        for b in info["bindings"]:
+            size = b["count"] or (f"capacity {b['capacity']}" if b["capacity"] else "")
+            flags = " ".join(b["flags"])
+            if b["when"] is not None:
+                flags += f" when {b['when']}"
+            if b["page"]:
+                flags += f" page {b['page']}"
+            table.add_row(b["name"], b["kind"], b["access"], b["element"] or "", size, flags.strip())
+        console.print(table)
+        for sp in info["specialize"]:
+            opts = ", ".join(sp["options"]) if sp["options"] else "(source text)"
+            default = f" default {sp['default']!r}" if sp["default"] is not None else ""
+            console.print(f"  specialize {sp['name']} ({sp['kind']}): {opts}{default}", markup=False, highlight=False)
+        for p in info["params"]:
+            console.print(f"  param {p['name']}: {p['type']}", markup=False, highlight=False)
+        console.print(f"  determinism {info['determinism']}, workgroup {info['workgroup']}", markup=False, highlight=False)
+        if info["extra_files"]:
+            rep.note(f"{info['asset']}: files ignored in the asset: {', '.join(info['extra_files'])}")
+    return EXIT_OK
+
+
+def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
+    """Add ``lower`` and ``info``."""
+    p = sub.add_parser("lower", parents=[common], help="print the lowered WGSL of one variant")
+    p.add_argument("asset", help="a NAME.computeShader folder or its bindings.yaml")
+    p.add_argument("--spec", action="append", metavar="NAME=VALUE", help="a specialisation value (repeatable)")
+    p.add_argument("--columns", action="append", metavar="TABLE=a,b", help="table column names (repeatable)")
+    p.add_argument("--numbered", action="store_true", help="prefix line numbers")
+    p.set_defaults(func=cmd_lower)
+
+    p = sub.add_parser("info", parents=[common], help="print schemas, options and variant counts")
+    p.add_argument("path", nargs="?", default="assets", help="an asset folder or a folder of assets (default: assets)")
+    p.add_argument("--json", action="store_true", help="JSON on stdout instead of tables")
+    p.set_defaults(func=cmd_info)

@@ -1,0 +1,144 @@
+"""``engine-plugin watch``: a live log of reloads and diagnostics, for people or (``--json``) editors.
+
+``--json`` prints one JSON object a line on stdout, flushed as it happens::
+
+    {"event": "watching", "root": ..., "assets": [...]}
+    {"event": "reload", "asset": "k.computeShader", "generation": 1, "kind": "body"|"layout",
+     "files": [...], "recompiled": ["T=f32"], "layout_changed": [...], "latency_ms": 41.0}
+    {"event": "failure", "asset": ..., "generation": 0, "kind": "CompileError", "path": ...,
+     "line": 6, "col": 5, "message": "path:6:5: ...", "rendered": "... with the line and a caret"}
+
+Each failure is reported once: by this command (the library's own warnings about the assets
+it watches are not printed again).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import time
+from typing import Any
+
+from ..errors import PluginError
+from .contract import EXIT_OK, Reporter, UsageError
+
+__all__ = ["add_parser", "cmd_watch"]
+
+
+def _failure_json(asset: str, generation: int, error: PluginError) -> dict[str, Any]:
+    return {
+        "event": "failure",
+        "asset": asset,
+        "generation": generation,
+        "kind": type(error).__name__,
+        "path": error.path,
+        "line": error.line,
+        "col": error.col,
+        "message": error.headline(),
+        "rendered": error.render(),
+    }
+
+
+class _Log:
+    """Writes events as text (stdout; failures on stderr) or as JSON lines (stdout)."""
+
+    def __init__(self, rep: Reporter, as_json: bool):
+        self.rep = rep
+        self.as_json = as_json
+
+    def emit(self, data: dict[str, Any]) -> None:
+        print(json.dumps(data), file=self.rep.out, flush=True)
+
+    def failure(self, asset: str, generation: int, error: PluginError, what: str) -> None:
+        if self.as_json:
+            self.emit(_failure_json(asset, generation, error))
+            return
+        stamp = time.strftime("%H:%M:%S")
+        detail = error.render()[len(error.headline()) :].lstrip("\n")
+        self.rep.error(f"{stamp} {what}: {error.headline()}", detail or None)
+
+    def reload(self, result: Any) -> None:
+        if self.as_json:
+            self.emit(
+                {
+                    "event": "reload",
+                    "asset": result.asset,
+                    "generation": result.generation,
+                    "kind": "body" if result.body_only else "layout",
+                    "files": list(result.files),
+                    "recompiled": [s.label() for s in result.recompiled],
+                    "layout_changed": [s.label() for s in result.layout_changed],
+                    "latency_ms": round(result.latency * 1e3, 1),
+                }
+            )
+            return
+        self.rep.say(f"{time.strftime('%H:%M:%S')} {result.describe()}")
+        if result.layout_changed:
+            self.rep.say(f"         layout changed for: {', '.join(s.label() for s in result.layout_changed)}")
+
+
+def cmd_watch(args: argparse.Namespace, rep: Reporter) -> int:
+    from ..assets import AssetLibrary
+    from ..assets.folder import ASSET_SUFFIX, find_assets
+    from ..lowering import enumerate_variants
+
+    target = os.path.normpath(args.assets)
+    if not os.path.isdir(target):
+        raise UsageError(f"{target} is not a folder")
+    root = (os.path.dirname(target) or ".") if target.endswith(ASSET_SUFFIX) else target
+    folders = find_assets(target)
+    if not folders:
+        raise UsageError(f"no .computeShader assets under {target}")
+    # This command reports every diagnostic of the assets it watches itself: the library's
+    # warnings about them would print each failure a second time.
+    logging.getLogger("engine_plugin.assets").setLevel(logging.ERROR)
+    log = _Log(rep, args.json)
+    lib = AssetLibrary(root, cache=None if args.no_cache else args.cache, quiet=args.quiet_ms / 1000.0)
+    refs = [lib.load(os.path.relpath(f, root), strict=False) for f in folders]
+    for ref in refs:
+        if ref.error is not None:
+            log.failure(ref.path, ref.generation, ref.error, f"{ref.path} is not loadable yet")
+        elif args.all_variants:
+            try:
+                for spec in enumerate_variants(ref.program().schema):
+                    ref.program().variant(spec)
+            except PluginError as exc:
+                log.failure(ref.path, ref.generation, exc, f"{ref.path} does not compile")
+    lib.watch()
+    if args.json:
+        log.emit({"event": "watching", "root": os.path.abspath(root), "assets": [r.path for r in refs]})
+    else:
+        rep.say(f"watching {len(refs)} asset(s) under {root} (quiet window {args.quiet_ms:g} ms); Ctrl-C stops")
+    deadline = time.monotonic() + args.duration if args.duration else None
+    seen = 0
+    try:
+        while deadline is None or time.monotonic() < deadline:
+            for result in lib.poll():
+                seen += 1
+                if result.ok:
+                    log.reload(result)
+                else:
+                    log.failure(result.asset, result.generation, result.error, f"reload of {result.asset} failed; generation {result.generation} stays live")
+            if args.max_events and seen >= args.max_events:
+                break
+            time.sleep(1 / 60)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        lib.close()
+    return EXIT_OK
+
+
+def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
+    p = sub.add_parser("watch", parents=[common], help="watch assets and print reloads and diagnostics live")
+    p.add_argument("assets", nargs="?", default="assets", help="a folder of assets, or one NAME.computeShader folder")
+    p.add_argument("--cache", default="cache", metavar="DIR", help="the variant cache folder (default: cache)")
+    p.add_argument("--no-cache", action="store_true", help="lower without the variant cache")
+    p.add_argument("--quiet-ms", type=float, default=30.0, help="debounce quiet window in ms (default 30)")
+    p.add_argument("--all-variants", action="store_true", help="compile every variant up front, so each reload validates them all")
+    p.add_argument("--duration", type=float, default=0.0, metavar="S", help="stop after S seconds (default: until Ctrl-C)")
+    p.add_argument("--max-events", type=int, default=0, metavar="N", help="stop after N reloads or failures")
+    p.add_argument("--json", action="store_true", help="one JSON object a line on stdout (for editor plugins)")
+    p.set_defaults(func=cmd_watch)

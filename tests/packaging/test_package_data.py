@@ -1,0 +1,53 @@
+"""Kernels are package data found through importlib.resources; the bench measures the sample's kernel."""
+
+from __future__ import annotations
+
+import filecmp
+import os
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def test_the_bench_kernel_is_the_reference_sample_byte_for_byte():
+    from engine_plugin.bench.harness import bench_kernels
+
+    ours = os.path.join(bench_kernels(), "reference.computeShader")
+    sample = os.path.join(REPO, "assets", "samples", "reference.computeShader")
+    match, mismatch, errors = filecmp.cmpfiles(ours, sample, ["bindings.yaml", "kernel.wgsl"], shallow=False)
+    assert mismatch == [] and errors == [], "copy assets/samples/reference.computeShader to engine_plugin/bench/kernels/ (published bench results use it)"
+
+
+def test_a_library_over_any_root_finds_the_engine_kernels_but_a_root_copy_wins(tmp_path, gpu):
+    from engine_plugin.assets import AssetLibrary
+    from engine_plugin.engine import kernel_folder
+
+    lib = AssetLibrary(str(tmp_path / "nowhere"), None, device=gpu)
+    ref = lib.load("engine/summary.computeShader")
+    assert ref.folder == kernel_folder("summary") and ref.error is None
+    own = tmp_path / "mine" / "engine" / "summary.computeShader"
+    own.mkdir(parents=True)
+    for name in ("bindings.yaml", "kernel.wgsl"):
+        (own / name).write_bytes(open(os.path.join(kernel_folder("summary"), name), "rb").read())
+    mine = AssetLibrary(str(tmp_path / "mine"), None, device=gpu).load("engine/summary.computeShader")
+    assert mine.folder == str(own)
+
+
+def test_the_library_and_the_plain_commands_work_without_any_extra(tmp_path):
+    """No rich, glfw, rendercanvas, pillow nor dask: the library bakes and the commands that need
+    none of them (lower, info --json, bake -q) still run."""
+    import subprocess
+    import sys
+
+    hide = "import sys\nfor m in ('rich', 'glfw', 'rendercanvas', 'PIL', 'distributed', 'dask'):\n    sys.modules[m] = None\n"
+    code = hide + (
+        "import engine_plugin.abi, engine_plugin.engine, engine_plugin.assets.library, engine_plugin.world\n"
+        "from engine_plugin.bake import bake\n"
+        f"report = bake([{os.path.join(REPO, 'assets', 'samples', 'particles.computeShader')!r}], {str(tmp_path / 'c')!r})\n"
+        "assert report.ok and report.totals['baked'] == 1, report.totals\n"
+        "from engine_plugin.cli import main\n"
+        "assert main(['lower', 'assets/samples/reference.computeShader', '--spec', 'T=f32', '--spec', 'FOLD=add']) == 0\n"
+        "assert main(['info', 'assets/samples', '--json']) == 0\n"
+        f"assert main(['-q', 'bake', 'assets/samples', '--cache', {str(tmp_path / 'c2')!r}, '--jobs', '1']) == 0\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr

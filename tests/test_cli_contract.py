@@ -1,0 +1,242 @@
+"""The CLI contract (``engine-plugin --help``): exit 0/1/2, one-line errors on stderr prefixed with
+the subcommand, -q/-v, JSON on stdout, GitHub annotations, named extras, the headless fallback."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SAMPLES = os.path.join(REPO, "assets", "samples")
+
+BROKEN_YAML = """\
+bindings:
+  - { name: src, kind: buffer, access: read, element: T }
+  - { name: dst, kind: buffer, access: read_write, element: T, count: "len(src)" }
+specialize:
+  - { name: T, options: [f32, i32] }
+"""
+BROKEN_WGSL = """\
+@compute @workgroup_size(64)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
+    let i = zero_index(gid);
+    if (i >= zero_n()) { return; }
+    dst_set(i, src_get(i) * heigth);
+}
+"""
+
+
+def cli(*args: str, cwd: str = REPO, env: dict | None = None, prelude: str | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
+    """``engine-plugin ARGS`` in a subprocess; ``prelude`` runs first (to hide a module)."""
+    if prelude is None:
+        cmd = [sys.executable, "-m", "engine_plugin", *args]
+    else:
+        cmd = [sys.executable, "-c", f"{prelude}\nimport sys\nfrom engine_plugin.cli import main\nsys.exit(main(sys.argv[1:]))", *args]
+    full_env = dict(os.environ, COLUMNS="160", **(env or {}))
+    return subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout, env=full_env)
+
+
+def one_error_line(proc: subprocess.CompletedProcess, command: str) -> str:
+    lines = proc.stderr.splitlines()
+    assert len(lines) == 1, f"expected one line on stderr, got:\n{proc.stderr}"
+    assert lines[0].startswith(f"engine-plugin {command}: "), lines[0]
+    return lines[0]
+
+
+@pytest.fixture()
+def broken(tmp_path):
+    folder = tmp_path / "assets" / "broken.computeShader"
+    folder.mkdir(parents=True)
+    (folder / "bindings.yaml").write_text(BROKEN_YAML)
+    (folder / "kernel.wgsl").write_text(BROKEN_WGSL)
+    return tmp_path
+
+
+def test_version_and_python_dash_m_answer_the_package_version():
+    from engine_plugin import __version__
+
+    done = cli("--version")
+    assert done.returncode == 0 and done.stdout.strip() == f"engine-plugin {__version__}"
+    via_cli = subprocess.run([sys.executable, "-m", "engine_plugin.cli", "--version"], capture_output=True, text=True, timeout=60)
+    assert via_cli.stdout == done.stdout
+
+
+def test_help_states_the_contract():
+    done = cli("--help")
+    assert done.returncode == 0
+    for words in ("0 ok; 1 an asset or variant failed; 2 a usage or environment error", "one line prefixed with the subcommand", "-v", "-q", '"--json -"'):
+        assert words in done.stdout, words
+
+
+@pytest.mark.parametrize(
+    "args, command",
+    [
+        (["bake", "--jobs", "zero"], "bake"),
+        (["bake", "--bogus"], "bake"),
+        (["lower", "no/such.computeShader"], "lower"),
+        (["info", "no/such/folder"], "info"),
+        (["cache", "gc", "--cache", "no/such/cache"], "cache"),
+        (["bake", "no/such/folder", "--cache", "c"], "bake"),
+        (["bench", "no_such_case"], "bench"),
+        (["watch", "no/such/folder"], "watch"),
+    ],
+)
+def test_usage_errors_exit_2_with_one_prefixed_line_on_stderr_and_nothing_on_stdout(tmp_path, args, command):
+    done = cli(*args, cwd=str(tmp_path))
+    assert done.returncode == 2, done.stderr
+    one_error_line(done, command)
+    assert done.stdout == ""
+
+
+def test_a_broken_asset_exits_1_under_every_subcommand_with_one_line_and_the_caret_only_with_v(broken):
+    asset = os.path.join("assets", "broken.computeShader")
+    baked = cli("bake", "assets", "--cache", "c", "--jobs", "1", "-q", cwd=str(broken))
+    assert baked.returncode == 1, baked.stderr
+    wgsl = os.path.join(asset, "kernel.wgsl")
+    # One line per distinct error (both variants fail on the same line: counted, not repeated).
+    assert baked.stderr.splitlines() == [
+        f"engine-plugin bake: {wgsl}:5:29: no definition in scope for identifier: `heigth` (unknown identifier) (in {asset} variant T=f32)",
+        f"engine-plugin bake: {wgsl}:5:29: the same error in 1 more variant(s)",
+    ]
+    lowered = cli("lower", asset, "--spec", "T=f32", cwd=str(broken))
+    assert lowered.returncode == 0  # lowering alone does not compile: the body's typo is the compiler's to find
+    bad_spec = cli("lower", asset, "--spec", "T=f64", cwd=str(broken))
+    assert bad_spec.returncode == 1 and "bindings.yaml:5" in one_error_line(bad_spec, "lower")
+    verbose = cli("bake", "assets", "--cache", "c2", "--jobs", "1", "-v", cwd=str(broken))
+    assert verbose.returncode == 1 and "^" in verbose.stderr and "heigth);" in verbose.stderr
+    bad_schema = broken / "assets" / "broken.computeShader" / "bindings.yaml"
+    bad_schema.write_text("bindings:\n  - { name: src, kind: bufer }\n")
+    info = cli("info", "assets", cwd=str(broken))
+    assert info.returncode == 1
+    assert "bindings.yaml:2:" in one_error_line(info, "info")
+
+
+def test_no_usable_gpu_is_an_environment_error_exit_2(tmp_path):
+    shutil.copytree(os.path.join(SAMPLES, "particles.computeShader"), tmp_path / "assets" / "particles.computeShader")
+    env = {"ENGINE_PLUGIN_ADAPTER": "no-such-gpu"}
+    baked = cli("bake", "assets", "--cache", "c", "--jobs", "1", "-q", cwd=str(tmp_path), env=env)
+    assert baked.returncode == 2 and "ENGINE_PLUGIN_ADAPTER='no-such-gpu' matches none" in one_error_line(baked, "bake")
+    demo = cli("demo", "--headless", "--frames", "1", "--cache", "c", cwd=str(tmp_path), env=env)
+    assert demo.returncode == 2 and "matches none" in one_error_line(demo, "demo")
+
+
+def test_bake_json_dash_writes_the_report_to_stdout_and_the_table_to_stderr(tmp_path):
+    shutil.copytree(os.path.join(SAMPLES, "particles.computeShader"), tmp_path / "assets" / "particles.computeShader")
+    done = cli("bake", "assets", "--cache", "c", "--jobs", "1", "--json", "-", cwd=str(tmp_path))
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert report["totals"]["baked"] == 1 and report["ok"] is True
+    assert not os.path.exists(tmp_path / "-")
+    assert "bake summary" in done.stderr
+
+
+def test_bake_format_github_prints_one_annotation_per_failure_from_its_file_line_and_col(broken):
+    done = cli("bake", "assets", "--cache", "c", "--jobs", "1", "--format", "github", "-q", cwd=str(broken))
+    assert done.returncode == 1
+    wgsl = os.path.join("assets", "broken.computeShader", "kernel.wgsl")
+    annotations = [line for line in done.stdout.splitlines() if line.startswith("::error ")]
+    assert len(annotations) == 2  # both variants
+    assert annotations[0].startswith(f"::error file={wgsl},line=5,col=29,title=CompileError::no definition in scope for identifier")
+    assert annotations[0].endswith("(variant T=f32)") and annotations[1].endswith("(variant T=i32)")
+
+
+def test_info_json_and_cache_stats_json_are_json_on_stdout(tmp_path):
+    info = cli("info", "assets/samples", "--json")
+    assert info.returncode == 0, info.stderr
+    data = json.loads(info.stdout)
+    by_name = {os.path.basename(a["asset"]): a for a in data["assets"]}
+    assert by_name["reference.computeShader"]["variants"] == 25 and by_name["particles.computeShader"]["variants"] == 1
+    assert {b["name"] for b in by_name["reference.computeShader"]["bindings"]} >= {"src", "dst"}
+
+    missing = cli("cache", "stats", "--cache", str(tmp_path / "nope"), "--json")
+    assert missing.returncode == 0 and json.loads(missing.stdout) == {"cache": str(tmp_path / "nope"), "exists": False}
+    assert not (tmp_path / "nope").exists()
+    shutil.copytree(os.path.join(SAMPLES, "particles.computeShader"), tmp_path / "assets" / "particles.computeShader")
+    assert cli("bake", "assets", "--cache", "c", "--jobs", "1", "-q", cwd=str(tmp_path)).returncode == 0
+    stats = cli("cache", "stats", "--cache", "c", "--json", "--verify", cwd=str(tmp_path))
+    assert stats.returncode == 0, stats.stderr
+    data = json.loads(stats.stdout)
+    assert data["exists"] is True and data["entries"] == 1 and data["unusable"] == []
+
+
+def test_quiet_bake_prints_nothing_but_errors(tmp_path):
+    shutil.copytree(os.path.join(SAMPLES, "particles.computeShader"), tmp_path / "assets" / "particles.computeShader")
+    done = cli("-q", "bake", "assets", "--cache", "c", "--jobs", "1", cwd=str(tmp_path))
+    assert done.returncode == 0 and done.stdout == "" and done.stderr == ""
+
+
+@pytest.mark.parametrize(
+    "hidden, args, extra",
+    [
+        ("rich", ["info", "assets/samples"], "cli"),
+        ("PIL", ["demo", "--headless", "--frames", "1"], "demo"),
+        ("rich", ["bench", "lowering", "--quick"], "cli"),
+    ],
+)
+def test_a_missing_optional_dependency_names_its_extra_and_exits_2(tmp_path, hidden, args, extra):
+    prelude = f"import sys; sys.modules[{hidden!r}] = None"
+    done = cli(*args, prelude=prelude, cwd=REPO if args[0] != "demo" else str(tmp_path))
+    assert done.returncode == 2, done.stderr
+    line = one_error_line(done, args[0])
+    assert f"pip install 'engine_plugin[{extra}]'" in line
+
+
+def test_a_display_that_cannot_be_opened_falls_back_to_headless_with_one_line(tmp_path):
+    done = cli("demo", "--frames", "3", "--cache", "c", "--snapshot", "out/demo.png", cwd=str(tmp_path), env={"DISPLAY": ":12345"})
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.splitlines() == ["engine-plugin demo: cannot open the display ':12345'; running headless"]
+    assert (tmp_path / "out" / "demo.png").stat().st_size > 1000  # out/ did not exist: made
+
+
+def test_watch_json_prints_each_failure_once_then_the_reload_that_fixes_it(broken):
+    cmd = [sys.executable, "-m", "engine_plugin", "watch", "assets", "--no-cache", "--json", "--max-events", "2", "--duration", "60"]
+    proc = subprocess.Popen(cmd, cwd=str(broken), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=dict(os.environ, PYTHONUNBUFFERED="1"))
+    events = []
+    try:
+        deadline = time.monotonic() + 60
+        wgsl = broken / "assets" / "broken.computeShader" / "kernel.wgsl"
+        while time.monotonic() < deadline:
+            line = proc.stdout.readline()
+            if not line:
+                break
+            events.append(json.loads(line))
+            if events[-1]["event"] == "watching":
+                wgsl.write_text(BROKEN_WGSL.replace("heigth", "heigth2"))  # still broken: a refused reload
+            elif events[-1]["event"] == "failure":
+                wgsl.write_text(BROKEN_WGSL.replace("heigth", "1.0"))  # fixed: the reload
+        assert proc.wait(timeout=60) == 0
+        err = proc.stderr.read()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert [e["event"] for e in events] == ["watching", "failure", "reload"], events
+    failure, reload = events[1], events[2]
+    assert failure["path"].endswith("kernel.wgsl") and (failure["line"], failure["col"]) == (5, 29) and "heigth2" in failure["message"]
+    assert reload["asset"] == "broken.computeShader" and reload["generation"] == 1
+    assert err == ""  # nothing twice: the library's own warning is not printed as well
+
+
+def test_watch_prints_a_refused_reload_once_as_one_line_on_stderr(broken):
+    cmd = [sys.executable, "-m", "engine_plugin", "watch", "assets", "--no-cache", "--max-events", "1", "--duration", "60"]
+    proc = subprocess.Popen(cmd, cwd=str(broken), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=dict(os.environ, PYTHONUNBUFFERED="1"))
+    try:
+        first = proc.stdout.readline()
+        assert first.startswith("watching 1 asset(s)"), first
+        (broken / "assets" / "broken.computeShader" / "kernel.wgsl").write_text(BROKEN_WGSL.replace("heigth", "heigth2"))
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0
+    lines = err.splitlines()
+    assert len(lines) == 1, err  # once: the library's own warning is not printed as well
+    assert lines[0].startswith("engine-plugin watch: ") and "reload of broken.computeShader failed" in lines[0] and "kernel.wgsl:5:29:" in lines[0]
+    assert "heigth2" not in out
