@@ -70,8 +70,10 @@ def _out_of_range(arr: np.ndarray, target: np.dtype) -> str | None:
         lo, hi = arr.min(), arr.max()
         if lo < info.min or hi > info.max:
             bad = lo if lo < info.min else hi
-            return (f"value {bad} is outside {target.name}'s range [{info.min}, {info.max}]; cast it yourself "
-                    f"(e.g. arr.astype(np.{target.name})) if wrapping is what you want")
+            return (
+                f"value {bad} is outside {target.name}'s range [{info.min}, {info.max}]; cast it yourself "
+                f"(e.g. arr.astype(np.{target.name})) if wrapping is what you want"
+            )
     elif target.kind == "f" and arr.dtype.kind == "f" and arr.dtype.itemsize > 4:
         finite = arr[np.isfinite(arr)]
         if finite.size and np.abs(finite).max() > np.finfo(np.float32).max:

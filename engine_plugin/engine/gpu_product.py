@@ -18,18 +18,18 @@ from typing import Any
 
 import numpy as np
 
-from ..lowering.geometry import GEOMETRY_FIELDS, Domain, dispatch_fields
-
 from ..gpu.config import WgpuProductDesc
 from ..gpu.descriptors import DispatchDesc, ReadbackPolicy
+from ..gpu.flags import COPY_DST as _COPY_DST  # WebGPU usage flags as numbers: no wgpu import here
+from ..gpu.flags import COPY_SRC as _COPY_SRC
+from ..gpu.flags import STORAGE as _STORAGE
+from ..gpu.flags import UNIFORM as _UNIFORM
 from ..gpu.handles import GpuProductHandle
+from ..lowering.geometry import GEOMETRY_FIELDS, Domain, dispatch_fields
 from ..runtime.params import ParamsPacker
 from .contract import ProductPlan
 
 __all__ = ["GpuProduct"]
-
-# WebGPU buffer usage flags as numbers: the engine does not import wgpu.
-from ..gpu.flags import COPY_DST as _COPY_DST, COPY_SRC as _COPY_SRC, STORAGE as _STORAGE, UNIFORM as _UNIFORM  # noqa: E402
 
 
 class GpuProduct:

@@ -76,9 +76,7 @@ def parse_condition(text: str) -> Condition:
             term = m.group(0)
             tm = _TERM_RE.match(term)
             if not tm:
-                raise ConditionSyntaxError(
-                    f"expected NAME=option or NAME=option|option, found {term!r}", pos + m.start()
-                )
+                raise ConditionSyntaxError(f"expected NAME=option or NAME=option|option, found {term!r}", pos + m.start())
             name, opts = tm.group(1), frozenset(tm.group(2).split("|"))
             if name in seen:
                 # Two terms on one name in a conjunction: both must hold, so intersect.

@@ -21,6 +21,7 @@ class GeneratedNameClash(Exception):
         super().__init__(name)
         self.name, self.first, self.second = name, first, second
 
+
 _LANE = ("x", "y", "z", "w")
 
 
@@ -122,7 +123,7 @@ class Emitter:
         L = vt.lanes
         self.fn(f"{name}_len", "() -> u32", f"return params.zero_len_{name};", origin, what)
         idx = "let zero_b = zero_i;" if L == 1 else f"let zero_b = zero_i * {L}u;"
-        at = (lambda k: "zero_b" if k == 0 else f"zero_b + {k}u")
+        at = lambda k: "zero_b" if k == 0 else f"zero_b + {k}u"
         if atomic:
             read = lambda k: from_word(f"atomicLoad(&{name}[{at(k)}])", vt.scalar)
             write = lambda k, v: f"atomicStore(&{name}[{at(k)}], {to_word(v, vt.scalar)});"
@@ -143,12 +144,20 @@ class Emitter:
         what = f"append binding '{name}'"
         counter = f"{name}_count"
         self.fn(f"{name}_capacity", "() -> u32", f"return params.zero_len_{name};", origin, what)
-        self.fn(f"{name}_store", f"(zero_slot: u32, zero_v: {vt.wgsl})", f"if (zero_slot < {name}_capacity()) {{ {name}_set(zero_slot, zero_v); }}", origin, what)
+        self.fn(
+            f"{name}_store", f"(zero_slot: u32, zero_v: {vt.wgsl})", f"if (zero_slot < {name}_capacity()) {{ {name}_set(zero_slot, zero_v); }}", origin, what
+        )
         self.fn(f"{name}_set_count", "(zero_c: u32)", f"atomicStore(&{counter}[0], zero_c);", origin, what)
         self.fn(f"{name}_count_value", "() -> u32", f"return atomicLoad(&{counter}[0]);", origin, what)
         if float_order:
             # Unordered: the slot depends on which invocation gets there first.
-            self.fn(f"{name}_append", f"(zero_v: {vt.wgsl}) -> u32", f"let zero_slot = atomicAdd(&{counter}[0], 1u); {name}_store(zero_slot, zero_v); return zero_slot;", origin, what)
+            self.fn(
+                f"{name}_append",
+                f"(zero_v: {vt.wgsl}) -> u32",
+                f"let zero_slot = atomicAdd(&{counter}[0], 1u); {name}_store(zero_slot, zero_v); return zero_slot;",
+                origin,
+                what,
+            )
 
     def table(self, name: str, access: str, column_names: tuple[str, ...], origin: int) -> None:
         """A columns table: header (count; first, lanes, count, kind per column) then data words."""
@@ -161,7 +170,9 @@ class Emitter:
         self.fn(f"{name}_count", "(zero_c: u32) -> u32", f"if (zero_c >= {name}[0]) {{ return 0u; }} return {name}[{h} + 2u];", origin, what)
         self.fn(f"{name}_lanes", "(zero_c: u32) -> u32", f"if (zero_c >= {name}[0]) {{ return 0u; }} return {name}[{h} + 1u];", origin, what)
         self.fn(f"{name}_kind", "(zero_c: u32) -> u32", f"return {name}[{h} + 3u];", origin, what)
-        self.fn(f"{name}_addr", "(zero_c: u32, zero_i: u32, zero_lane: u32) -> u32", f"return {name}[{h}] + zero_i * {name}[{h} + 1u] + zero_lane;", origin, what)
+        self.fn(
+            f"{name}_addr", "(zero_c: u32, zero_i: u32, zero_lane: u32) -> u32", f"return {name}[{h}] + zero_i * {name}[{h} + 1u] + zero_lane;", origin, what
+        )
         # By-value conversion from the stored kind (0 f32, 1 i32, 2 u32) to the asked type.
         conv = {
             "f32": ("bitcast<f32>(zero_w)", "f32(bitcast<i32>(zero_w))", "f32(zero_w)"),
@@ -199,7 +210,7 @@ class Emitter:
         what = f"column '{name}'"
         L = vt.lanes
         base, ln = f"params.col_base_{name}", f"params.col_len_{name}"
-        at = (lambda k: "zero_b" if k == 0 else f"zero_b + {k}u")
+        at = lambda k: "zero_b" if k == 0 else f"zero_b + {k}u"
         if atomic_page:
             load = lambda e: f"atomicLoad(&{page}[{e}])"
             store = lambda e, v: f"atomicStore(&{page}[{e}], {v});"

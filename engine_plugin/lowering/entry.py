@@ -126,7 +126,10 @@ def wrap_entry(lines: tuple[str, ...], splices: tuple, workgroup: tuple[int, int
         if builtin is None:
             raise EntryError(param, f"parameter '{param.text}' of main has no @builtin(...); a compute entry point takes builtins only")
         if builtin not in _ARGUMENT:
-            raise EntryError(param, f"@builtin({builtin}) is not a compute builtin (use global_invocation_id, workgroup_id, num_workgroups, local_invocation_id or local_invocation_index)")
+            raise EntryError(
+                param,
+                f"@builtin({builtin}) is not a compute builtin (use global_invocation_id, workgroup_id, num_workgroups, local_invocation_id or local_invocation_index)",
+            )
         args.append(_ARGUMENT[builtin])
         depth = 0
         while j < close_i and not (toks[j].text == "," and depth == 0):
@@ -139,7 +142,7 @@ def wrap_entry(lines: tuple[str, ...], splices: tuple, workgroup: tuple[int, int
     row = main_tok.line - 1
     line = blanked[row]
     col = main_tok.col
-    blanked[row] = line[: col - 1] + USER_MAIN + line[col - 1 + len("main"):]
+    blanked[row] = line[: col - 1] + USER_MAIN + line[col - 1 + len("main") :]
     grow = len(USER_MAIN) - len("main")
     user_col = col
     for s in splices:
@@ -149,17 +152,19 @@ def wrap_entry(lines: tuple[str, ...], splices: tuple, workgroup: tuple[int, int
     spl.append((row, col, len(USER_MAIN), user_col, len("main")))
     spl.sort(key=lambda s: (s[0], s[1]))
     wx, wy, wz = workgroup
-    wrapper = "\n".join([
-        f"@compute @workgroup_size({wx}, {wy}, {wz})",
-        "fn main(@builtin(workgroup_id) zero_wid: vec3<u32>, @builtin(local_invocation_id) zero_lid: vec3<u32>, "
-        "@builtin(local_invocation_index) zero_lii: u32) {",
-        "    let zero_gc = vec3<u32>(params.zero_gx, params.zero_gy, params.zero_gz);",
-        "    let zero_l = zero_wid.x + params.zero_px * (zero_wid.y + params.zero_py * zero_wid.z);",
-        "    if (zero_l >= zero_gc.x * zero_gc.y * zero_gc.z) { return; }",
-        *([f"    {init_call}"] if init_call else []),
-        "    let zero_w = vec3<u32>(zero_l % zero_gc.x, (zero_l / zero_gc.x) % zero_gc.y, zero_l / (zero_gc.x * zero_gc.y));",
-        f"    let zero_g = zero_w * vec3<u32>({wx}u, {wy}u, {wz}u) + zero_lid;",
-        f"    {USER_MAIN}({', '.join(args)});",
-        "}",
-    ])
+    wrapper = "\n".join(
+        [
+            f"@compute @workgroup_size({wx}, {wy}, {wz})",
+            "fn main(@builtin(workgroup_id) zero_wid: vec3<u32>, @builtin(local_invocation_id) zero_lid: vec3<u32>, "
+            "@builtin(local_invocation_index) zero_lii: u32) {",
+            "    let zero_gc = vec3<u32>(params.zero_gx, params.zero_gy, params.zero_gz);",
+            "    let zero_l = zero_wid.x + params.zero_px * (zero_wid.y + params.zero_py * zero_wid.z);",
+            "    if (zero_l >= zero_gc.x * zero_gc.y * zero_gc.z) { return; }",
+            *([f"    {init_call}"] if init_call else []),
+            "    let zero_w = vec3<u32>(zero_l % zero_gc.x, (zero_l / zero_gc.x) % zero_gc.y, zero_l / (zero_gc.x * zero_gc.y));",
+            f"    let zero_g = zero_w * vec3<u32>({wx}u, {wy}u, {wz}u) + zero_lid;",
+            f"    {USER_MAIN}({', '.join(args)});",
+            "}",
+        ]
+    )
     return EntryWrap(tuple(blanked), tuple(spl), wrapper)

@@ -106,7 +106,7 @@ def _check(value: Value, text: str, col: int, what: str = "value") -> Value:
             value = float(value) if abs(value) <= MAX_MAGNITUDE else value
     if isinstance(value, float) and not math.isfinite(value):
         raise _error(f"{what} is not finite ({value!r})", text, col)
-    if abs(value) > MAX_MAGNITUDE:
+    if abs(value) > MAX_MAGNITUDE:  # type: ignore[operator]  # Value is int | Fraction | float
         raise _error(f"{what} too large: {_fmt(value)} exceeds the limit of 2**63", text, col)
     return value
 
@@ -139,8 +139,7 @@ def _number_value(s: str, text: str, col: int) -> Value:
         _, _, exponent = s.lower().partition("e")
         if exponent and abs(int(exponent)) > _MAX_EXPONENT:
             raise _error(
-                f"bad number '{s}': the exponent is out of range "
-                f"(at most {_MAX_EXPONENT} either way)",
+                f"bad number '{s}': the exponent is out of range (at most {_MAX_EXPONENT} either way)",
                 text,
                 col,
             )
@@ -175,8 +174,7 @@ def _tokenize(text: str) -> list[_Token]:
             j = m.end()
             if j < n and text[j].isalnum():  # a non-ASCII letter or digit glued on
                 raise _error(
-                    f"unexpected character {text[j]!r} in name '{text[i:j]}' "
-                    "(names are ASCII letters, digits and '_')",
+                    f"unexpected character {text[j]!r} in name '{text[i:j]}' (names are ASCII letters, digits and '_')",
                     text,
                     j + 1,
                 )
@@ -187,8 +185,7 @@ def _tokenize(text: str) -> list[_Token]:
             i += 1
         else:
             raise _error(
-                f"unexpected character {c!r}: expected a number, a name, an operator "
-                "(+ - * /), '(', ')' or ','",
+                f"unexpected character {c!r}: expected a number, a name, an operator (+ - * /), '(', ')' or ','",
                 text,
                 col,
             )
@@ -246,9 +243,7 @@ class _Name:
         try:
             raw = env.vars[self.name]
         except KeyError:
-            raise _error(
-                f"unknown name '{self.name}' (known: {_known(env.vars)})", env.text, self.col
-            ) from None
+            raise _error(f"unknown name '{self.name}' (known: {_known(env.vars)})", env.text, self.col) from None
         return _as_number(raw, env, self.col, f"'{self.name}'")
 
 
@@ -262,8 +257,7 @@ class _Len:
             raw = env.lengths[self.binding]
         except KeyError:
             raise _error(
-                f"len({self.binding}): no binding named '{self.binding}' has a length here "
-                f"(known: {_known(env.lengths)})",
+                f"len({self.binding}): no binding named '{self.binding}' has a length here (known: {_known(env.lengths)})",
                 env.text,
                 self.col,
             ) from None
@@ -311,9 +305,7 @@ class _Chain:
         for op, col, node in self.rest:
             rhs: Value = node.compute(env)
             if op == "/" and rhs == 0:
-                raise _error(
-                    f"division by zero: the divisor after '/' at column {col} is 0", env.text, col
-                )
+                raise _error(f"division by zero: the divisor after '/' at column {col} is 0", env.text, col)
             try:
                 if op == "+":
                     result = acc + rhs
@@ -358,9 +350,7 @@ class _Parser:
 
     def parse(self):
         if self.peek().kind == "end":
-            raise self.fail(
-                "empty expression: expected a number, a name, a function call or '('", 1
-            )
+            raise self.fail("empty expression: expected a number, a name, a function call or '('", 1)
         node = self.expression()
         tok = self.peek()
         if tok.kind == ")":
@@ -400,9 +390,7 @@ class _Parser:
     def open(self, tok: _Token) -> None:
         self.depth += 1
         if self.depth > MAX_DEPTH:
-            raise self.fail(
-                f"expression nests deeper than {MAX_DEPTH} levels of parentheses", tok.col
-            )
+            raise self.fail(f"expression nests deeper than {MAX_DEPTH} levels of parentheses", tok.col)
 
     def close(self, label: str, col: int, alternatives: str = "')'") -> None:
         tok = self.peek()
@@ -423,9 +411,7 @@ class _Parser:
             if tok.text in FUNCTIONS:
                 return self.call(tok)
             if self.peek().kind == "(":
-                raise self.fail(
-                    f"unknown function '{tok.text}' (functions: {', '.join(FUNCTIONS)})", tok.col
-                )
+                raise self.fail(f"unknown function '{tok.text}' (functions: {', '.join(FUNCTIONS)})", tok.col)
             self.names.add(tok.text)
             return _Name(tok.text, tok.col)
         if tok.kind == "(":
@@ -443,18 +429,14 @@ class _Parser:
         func = name.text
         lp = self.peek()
         if lp.kind != "(":
-            raise self.fail(
-                f"expected '(' after function '{func}', found {_describe(lp)}", lp.col
-            )
+            raise self.fail(f"expected '(' after function '{func}', found {_describe(lp)}", lp.col)
         self.take()
         self.open(lp)
         label = f"'{func}('"
         if func == "len":
             arg = self.take()
             if arg.kind != "name":
-                raise self.fail(
-                    f"len() takes the name of a binding, found {_describe(arg)}", arg.col
-                )
+                raise self.fail(f"len() takes the name of a binding, found {_describe(arg)}", arg.col)
             self.close(label, name.col)
             self.lengths.add(arg.text)
             return _Len(arg.text, arg.col)
@@ -491,9 +473,7 @@ class Expr:
         lengths: Mapping[str, int] | None = None,
     ) -> int | float:
         """The expression's value: an int when integral, else a float; never negative."""
-        env = _Env(
-            self.text, vars if vars is not None else {}, lengths if lengths is not None else {}
-        )
+        env = _Env(self.text, vars if vars is not None else {}, lengths if lengths is not None else {})
         value = self.root.compute(env)  # type: ignore[attr-defined]
         value = _check(value, self.text, 1, what="size")
         if value < 0:
@@ -508,9 +488,7 @@ class Expr:
 @lru_cache(maxsize=4096)
 def _parse(text: str) -> Expr:
     if len(text) > MAX_LENGTH:
-        raise _error(
-            f"expression is {len(text)} characters long; the limit is {MAX_LENGTH}", text, 1
-        )
+        raise _error(f"expression is {len(text)} characters long; the limit is {MAX_LENGTH}", text, 1)
     parser = _Parser(text, _tokenize(text))
     root = parser.parse()
     return Expr(text, root, frozenset(parser.names), frozenset(parser.lengths))

@@ -11,14 +11,14 @@ from typing import Mapping
 
 from ..errors import LoweringError, Span
 from .emit import Emitter, GeneratedNameClash
+from .entry import USER_MAIN, EntryError, wrap_entry
+from .geometry import GEOMETRY_FIELDS
 from .lowered import ColumnSlot, HostSlot, Lowered, LoweredBinding, ParamField, ParamsLayout, SourceMap
 from .preprocess import SplicedBody, apply_when_blocks, splice_sources
 from .schema import Binding, Schema
 from .types import ValueType, parse_value_type
 from .variants import VariantSpec, resolve_spec
 from .wgsl_text import find_calls, module_declarations, tokens, workgroup_size_literal
-from .entry import USER_MAIN, EntryError, wrap_entry
-from .geometry import GEOMETRY_FIELDS
 from .workgroup_init import INIT_FN, workgroup_init_function
 
 __all__ = ["lower", "LOWERING_VERSION"]
@@ -81,9 +81,7 @@ class _Lowerer:
             (line1, what1), (line2, what2) = clash.first, clash.second
             text = self.schema.text.split("\n")
             raise LoweringError(
-                f"the name '{clash.name}' is generated for {what2} and also for {what1}"
-                + (f" (line {line1})" if line1 else "")
-                + "; rename one of them",
+                f"the name '{clash.name}' is generated for {what2} and also for {what1}" + (f" (line {line1})" if line1 else "") + "; rename one of them",
                 Span(self.yaml_path, line2 or None, None, text[line2 - 1] if 0 < line2 <= len(text) else None),
                 notes=(f"{self.yaml_path}:{line1}: first generated here",) if line1 else (),
             ) from None
@@ -127,7 +125,9 @@ class _Lowerer:
         try:
             wrapped = wrap_entry(body.lines, body.splices, schema.workgroup, f"{INIT_FN}(zero_lii);" if init else None)
         except EntryError as exc:
-            raise self.error(exc.message, body.user_lines[exc.token.line - 1] if exc.token.line - 1 < len(body.user_lines) else exc.token.line, exc.token.col) from None
+            raise self.error(
+                exc.message, body.user_lines[exc.token.line - 1] if exc.token.line - 1 < len(body.user_lines) else exc.token.line, exc.token.col
+            ) from None
         body = SplicedBody(wrapped.lines, body.user_lines, wrapped.splices)
         em.emit("// ---- kernel body ----", 0)
         lines = [t for t, _ in em.lines] + list(body.lines) + ["// ---- generated entry point ----"] + wrapped.wrapper.split("\n")
@@ -171,11 +171,25 @@ class _Lowerer:
                 if b.append:
                     counter = n + 1
                     plan.append(LoweredBinding(counter, f"{b.name}_count", "counter", "array<atomic<u32>>", "read_write", "u32", 1, b.line))
-                slots.append(HostSlot(
-                    b.name, role, n, vt.wgsl, vt.scalar, vt.lanes, b.access,
-                    b.count.text if b.count else None, b.capacity.text if b.capacity else None,
-                    b.live, b.bits, b.atomic, counter, b.line, b.clear,
-                ))
+                slots.append(
+                    HostSlot(
+                        b.name,
+                        role,
+                        n,
+                        vt.wgsl,
+                        vt.scalar,
+                        vt.lanes,
+                        b.access,
+                        b.count.text if b.count else None,
+                        b.capacity.text if b.capacity else None,
+                        b.live,
+                        b.bits,
+                        b.atomic,
+                        counter,
+                        b.line,
+                        b.clear,
+                    )
+                )
             elif b.kind == "columns":
                 plan.append(LoweredBinding(n, b.name, "columns", "array<u32>", b.access, "u32", 1, b.line))
                 slots.append(HostSlot(b.name, "table", n, "u32", "u32", 1, b.access, line=b.line))
@@ -207,6 +221,7 @@ class _Lowerer:
         fields, offset = [], 0
         for name, type_, origin, target in wanted:
             vt = parse_value_type(type_)
+            assert vt is not None, f"param {name!r} was parsed with an unknown type {type_!r}"
             offset = -(-offset // vt.uniform_align) * vt.uniform_align
             fields.append(ParamField(name, vt.wgsl, offset, vt.uniform_size, origin, target))
             offset += vt.uniform_size
@@ -243,9 +258,11 @@ class _Lowerer:
         # Linear (row-major) over the domain; an invocation outside it (a partial workgroup)
         # answers 0xFFFFFFFF, so `if (i >= zero_n()) { return; }` guards every dimension.
         em.fn(
-            "zero_index", "(zero_gid: vec3<u32>) -> u32",
+            "zero_index",
+            "(zero_gid: vec3<u32>) -> u32",
             "if (any(zero_gid >= zero_grid())) { return 0xFFFFFFFFu; } return zero_gid.x + params.zero_nx * (zero_gid.y + params.zero_ny * zero_gid.z);",
-            0, "the built-in zero_index",
+            0,
+            "the built-in zero_index",
         )
 
     def emit_accessors(self, present: list[Binding]) -> None:
@@ -303,20 +320,23 @@ class _Lowerer:
                 gen = f"{self.yaml_path}:{origin}" if origin else "the lowering"
                 raise self.error(
                     f"'{tok.text}' is declared here and also generated for {what} ({gen}); rename yours",
-                    where(tok), tok.col, notes=(f"generated name declared by {gen}",),
+                    where(tok),
+                    tok.col,
+                    notes=(f"generated name declared by {gen}",),
                 )
         if not any(t.text == "main" for t in decls):
             raise self.error(
-                "the body declares no entry point; expected "
-                "'@compute @workgroup_size(...) fn main(@builtin(global_invocation_id) gid: vec3<u32>)'",
-                1, 1,
+                "the body declares no entry point; expected '@compute @workgroup_size(...) fn main(@builtin(global_invocation_id) gid: vec3<u32>)'",
+                1,
+                1,
             )
         toks = list(tokens(body_text))
         for i, t in enumerate(toks):
             if t.text == "binding" and i > 0 and toks[i - 1].text == "@":
                 raise self.error(
                     "the body declares its own @binding; declare bindings in bindings.yaml, the lowering numbers them",
-                    where(t), t.col - 1,
+                    where(t),
+                    t.col - 1,
                 )
         wg = workgroup_size_literal(body_text)
         if wg is not None and wg[1] != self.schema.workgroup:
@@ -324,7 +344,8 @@ class _Lowerer:
             want = self.schema.workgroup
             raise self.error(
                 f"@workgroup_size{_dims(dims)} does not match bindings.yaml's workgroup {_dims(want)}; the host dispatches by the schema's size",
-                where(tok), tok.col,
+                where(tok),
+                tok.col,
             )
         if self.schema.determinism == "exact":
             appends = {f"{b.name}_append" for b in present if b.kind == "buffer" and b.append}
@@ -332,7 +353,8 @@ class _Lowerer:
                 raise self.error(
                     f"{call.text}() is unordered (atomic slot order), and this shader is determinism: exact; "
                     f"use {call.text[:-7]}_store(slot, v) with a slot you compute, or declare determinism: float_order",
-                    where(call), call.col,
+                    where(call),
+                    call.col,
                 )
 
 
@@ -363,4 +385,3 @@ def _dims(d) -> str:
     while len(d) > 1 and d[-1] == 1:
         d.pop()
     return "(" + ", ".join(map(str, d)) + ")"
-

@@ -244,9 +244,7 @@ class Lowered:
             params=ParamsLayout(tuple(build(ParamField, r) for r in p["fields"]), int(p["size"]), int(p["binding"])),
             host_slots=tuple(build(HostSlot, r) for r in d["host_slots"]),
             columns=tuple(build(ColumnSlot, r) for r in d["columns"]),
-            source_map=SourceMap(
-                tuple(sm["files"]), tuple(tuple(e) for e in sm["entries"]), tuple(tuple(s) for s in sm["splices"]), tuple(sm["texts"])
-            ),
+            source_map=SourceMap(tuple(sm["files"]), tuple(tuple(e) for e in sm["entries"]), tuple(tuple(s) for s in sm["splices"]), tuple(sm["texts"])),
             spec=VariantSpec(tuple(tuple(v) for v in spec["values"]), tuple((k, tuple(v)) for k, v in spec["columns"])),
             workgroup=tuple(d["workgroup"]),  # type: ignore[arg-type]
             determinism=str(d["determinism"]),

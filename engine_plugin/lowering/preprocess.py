@@ -25,9 +25,7 @@ WHEN_RE = re.compile(r"^(\s*)//\s*@when\b(.*)$")
 END_RE = re.compile(r"^(\s*)//\s*@end\b\s*(.*)$")
 
 
-def apply_when_blocks(
-    lines: list[str], values: Mapping[str, str], spec: Mapping[str, SpecParam], path: str | None
-) -> list[str]:
+def apply_when_blocks(lines: list[str], values: Mapping[str, str], spec: Mapping[str, SpecParam], path: str | None) -> list[str]:
     """Blank the lines of ``@when`` blocks whose condition fails; the line count is unchanged.
 
     Raises:
@@ -45,14 +43,20 @@ def apply_when_blocks(
             name, options = words[0], words[1:]
             sp = spec.get(name)
             if sp is None:
-                raise LoweringError(f"'// @when {name}': {name!r} is not a specialisation (known: {', '.join(spec) or 'none'})", Span(path, idx, col + line[col - 1:].find(name), line))
+                raise LoweringError(
+                    f"'// @when {name}': {name!r} is not a specialisation (known: {', '.join(spec) or 'none'})",
+                    Span(path, idx, col + line[col - 1 :].find(name), line),
+                )
             if not sp.options:
                 raise LoweringError(f"'// @when {name}': {name} is a source specialisation with no options", Span(path, idx, col, line))
             if not options:
                 raise LoweringError(f"'// @when {name}' lists no options; expected e.g. // @when {name} {sp.options[0]}", Span(path, idx, col, line))
             for opt in options:
                 if opt not in sp.options:
-                    raise LoweringError(f"'// @when {name}': {opt!r} is not an option of {name} ({', '.join(sp.options)})", Span(path, idx, col + line[col - 1:].find(opt, len(name)), line))
+                    raise LoweringError(
+                        f"'// @when {name}': {opt!r} is not an option of {name} ({', '.join(sp.options)})",
+                        Span(path, idx, col + line[col - 1 :].find(opt, len(name)), line),
+                    )
             holds = values.get(name) in options
             stack.append((idx, holds))
             out.append(line)  # directives are comments: kept, so the line keeps its text

@@ -7,7 +7,7 @@ import re
 from dataclasses import dataclass
 from typing import Mapping
 
-from ..errors import SpecializationError, Span
+from ..errors import Span, SpecializationError
 from .schema import Schema
 from .types import parse_value_type
 
@@ -40,9 +40,7 @@ def _short(v: str) -> str:
     return v if len(v) <= 24 else v[:21] + "..."
 
 
-def resolve_spec(
-    schema: Schema, specialize: Mapping[str, str] | VariantSpec | None = None, columns: Mapping[str, list] | None = None
-) -> VariantSpec:
+def resolve_spec(schema: Schema, specialize: Mapping[str, str] | VariantSpec | None = None, columns: Mapping[str, list] | None = None) -> VariantSpec:
     """Validate and complete a specialisation for ``schema``.
 
     Raises:

@@ -60,6 +60,7 @@ def tokens(text: str) -> Iterator[Token]:
             continue
         if _IDENT_START.match(c):
             m = _IDENT.match(text, i)
+            assert m is not None  # _IDENT_START matched this character
             yield Token("ident", m.group(0), line, i - line_start + 1, i)
             i = m.end()
             continue

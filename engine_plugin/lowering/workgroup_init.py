@@ -43,7 +43,7 @@ def _zero(ref: str, type_text: str, depth: int, invocations: int) -> str:
         zero = "0i" if "i32" in t else "0u"
         stmt = f"atomicStore(&{ref}, {zero});"
     elif t.startswith("array<") and t.endswith(">"):
-        args = _split_top(t[len("array<"):-1])
+        args = _split_top(t[len("array<") : -1])
         if len(args) == 2:
             k = f"zero_k{depth}"
             start, step = (_LII, f"{invocations}u") if depth == 0 else ("0u", "1u")
@@ -65,7 +65,7 @@ def _workgroup_vars(toks: list[Token], text: str) -> list[tuple[str, str]]:
             depth -= 1
         if depth or t.text != "var" or i + 5 >= len(toks):
             continue
-        if [x.text for x in toks[i + 1:i + 4]] != ["<", "workgroup", ">"] or toks[i + 4].kind != "ident" or toks[i + 5].text != ":":
+        if [x.text for x in toks[i + 1 : i + 4]] != ["<", "workgroup", ">"] or toks[i + 4].kind != "ident" or toks[i + 5].text != ":":
             continue
         j = i + 6
         nest = 0
@@ -73,7 +73,7 @@ def _workgroup_vars(toks: list[Token], text: str) -> list[tuple[str, str]]:
             nest += {"<": 1, ">": -1, "(": 1, ")": -1}.get(toks[j].text, 0)
             j += 1
         if j < len(toks) and i + 6 < j:
-            out.append((toks[i + 4].text, text[toks[i + 6].offset:toks[j].offset].strip()))
+            out.append((toks[i + 4].text, text[toks[i + 6].offset : toks[j].offset].strip()))
     return out
 
 

@@ -86,7 +86,7 @@ class Batch:
         self._held: set[int] = set()  # id() of every buffer a recorded run touches
         self._held_refs: list = []  # ... kept alive, so an id() stays theirs until the flush
 
-    def add(self, variant: Any, data: bytes, bind_group: Any, groups: tuple, ops: list, temps: list, buffers: list, extra: list = ()) -> None:
+    def add(self, variant: Any, data: bytes, bind_group: Any, groups: tuple, ops: list, temps: list, buffers: list, extra: list | None = None) -> None:
         """Record one run (and ``extra`` records, e.g. conversions, that must come before it)."""
         ring = variant._ring
         staged = self._staged.get(id(variant))
@@ -102,7 +102,7 @@ class Batch:
             self._held.add(id(buf))
         self._held_refs.extend(buffers)
         records = self.records.setdefault(id(variant.ctx), (variant.ctx, []))[1]
-        records.extend(extra)
+        records.extend(extra or ())
         records.append((variant.compiled.pipeline, bind_group, offset, groups, ops))
         if temps:
             self.temps.extend((variant, t) for t in temps)

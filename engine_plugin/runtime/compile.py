@@ -16,8 +16,8 @@ from typing import Any
 import wgpu
 
 from ..errors import CompileError, DeviceLostError, PluginError, Span, bug
-from ..gpu.loss import DeviceFault, classify
 from ..gpu.device import DeviceContext, get_context
+from ..gpu.loss import DeviceFault, classify
 from ..lowering.lowered import Lowered
 from .loss import LOST_HINT, mark_lost
 from .naga_report import parse_naga_report

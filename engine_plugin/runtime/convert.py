@@ -10,8 +10,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import wgpu
-
 from ..gpu.device import DeviceContext
 
 __all__ = ["conversion_record", "CONVERT_WORKGROUP"]

@@ -39,7 +39,7 @@ def _scalar(kind: str, width: str) -> str:
     if kind == "Bool":
         return "bool"
     if kind.startswith("Abstract"):
-        return "abstract " + kind[len("Abstract"):].lower()
+        return "abstract " + kind[len("Abstract") :].lower()
     return f"{_KIND.get(kind, kind.lower())}{int(width) * 8}"
 
 
@@ -86,7 +86,7 @@ def _labels(lines: list[str], source_lines: list[str]) -> list[tuple[int, int, i
         last = first
         while last + 1 < len(row) and row[last + 1] == "^":
             last += 1
-        out.append((row_line, first - row_start + 1, last - first + 1, row[last + 1:].strip()))
+        out.append((row_line, first - row_start + 1, last - first + 1, row[last + 1 :].strip()))
     return out
 
 
@@ -106,7 +106,7 @@ def parse_naga_report(message: str, source: str) -> NagaReport:
     start = next(i for i, r in enumerate(rows) if "┌─" in r)
     report_rows = []
     notes = []
-    for row in rows[start + 1:]:
+    for row in rows[start + 1 :]:
         text = row.strip()
         if text.startswith("="):
             notes.append(text.lstrip("= ").strip())

@@ -44,9 +44,7 @@ class Program:
     variants swapped in place and variants still lowered from the old source.
     """
 
-    def __init__(
-        self, key: str, schema: Schema, wgsl: str, *, wgsl_path: str | None = None, ctx: DeviceContext, store: LoweredStore | None = None
-    ):
+    def __init__(self, key: str, schema: Schema, wgsl: str, *, wgsl_path: str | None = None, ctx: DeviceContext, store: LoweredStore | None = None):
         self.key = key
         self.ctx = ctx
         self._schema = schema
@@ -98,8 +96,7 @@ class Program:
     def same_content(self, schema: Schema, wgsl: str, wgsl_path: str | None) -> bool:
         live = self._live()
         return (
-            live._schema.text == schema.text and live._schema.path == schema.path and live._wgsl == wgsl
-            and (wgsl_path is None or wgsl_path == live._wgsl_path)
+            live._schema.text == schema.text and live._schema.path == schema.path and live._wgsl == wgsl and (wgsl_path is None or wgsl_path == live._wgsl_path)
         )
 
     @property
@@ -169,9 +166,7 @@ class Program:
         return f"Program({self.key!r}, {len(self._live()._variants)} variants)"
 
 
-def program(
-    key: str, schema: Schema, wgsl: str, *, wgsl_path: str | None = None, device: Any = None, store: LoweredStore | None = None
-) -> Program:
+def program(key: str, schema: Schema, wgsl: str, *, wgsl_path: str | None = None, device: Any = None, store: LoweredStore | None = None) -> Program:
     """The program under ``key``: the standing one when its content is the same, else a new one."""
     ctx = get_context(device)
     reg_key = (key, id(ctx))

@@ -55,7 +55,7 @@ class Run:
     """What a dispatch produced: ``outputs[name]`` for every output/append/inout binding."""
 
     outputs: dict[str, Output]
-    n: int
+    n: int | tuple  # the domain as given: a count, or a grid (w, h) / (w, h, d)
     groups: tuple[int, int, int]
     variant: "Variant" = field(repr=False)
 
@@ -106,9 +106,7 @@ class _ParamsRing:
         self.stride = -(-struct_size // alignment) * alignment
         self.mirror = bytearray(self.stride * _RING_SLOTS)
         self.struct_size = struct_size
-        self.buffer = device.create_buffer(
-            size=self.stride * _RING_SLOTS, usage=wgpu.BufferUsage.UNIFORM | wgpu.BufferUsage.COPY_DST, label="params ring"
-        )
+        self.buffer = device.create_buffer(size=self.stride * _RING_SLOTS, usage=wgpu.BufferUsage.UNIFORM | wgpu.BufferUsage.COPY_DST, label="params ring")
         self.next = 0
 
     def take(self) -> int:
@@ -324,7 +322,7 @@ class Variant:
     # -- the run ---------------------------------------------------------------------------
     def run(
         self,
-        n: int | None = None,
+        n: int | tuple | None = None,
         inputs: Mapping[str, Any] | None = None,
         params: Mapping[str, Any] | None = None,
         outputs: Mapping[str, Any] | None = None,
@@ -406,7 +404,9 @@ class Variant:
         if domain is None:
             raise DispatchError(f"n must be a non-negative int or a tuple of 1 to 3 of them (a grid), not {n!r}", Span(self.yaml_path))
         if domain.count > 0xFFFFFFFF:
-            raise DispatchError(f"n={n} is {domain.count} invocations; that does not fit the u32 the kernel sees (at most 2**32-1 = 4294967295)", Span(self.yaml_path))
+            raise DispatchError(
+                f"n={n} is {domain.count} invocations; that does not fit the u32 the kernel sees (at most 2**32-1 = 4294967295)", Span(self.yaml_path)
+            )
         shape = n if isinstance(n, (tuple, list)) else None
         n = domain.count
         if work.live_counter is not None:
@@ -439,7 +439,7 @@ class Variant:
             self._remember(shape or n, inputs, params, bound, result, data, groups)
         return self._submit(result, shape or n, data, bind_group, groups, work, bound)
 
-    def _submit(self, result: dict, n: int, data: bytes, bind_group: Any, groups: tuple, work: _Work, bound: dict) -> Run:
+    def _submit(self, result: dict, n: Any, data: bytes, bind_group: Any, groups: tuple, work: _Work, bound: dict) -> Run:
         """Send one checked run: into the open ``abi.batch()``, or now in its own submission."""
         batch = current_batch()
         if batch is not None:
@@ -466,14 +466,19 @@ class Variant:
     # everything that was validated and derived then still holds: only outputs are allocated
     # (and cleared) afresh, and the params bytes, sizes and bound inputs are reused.
 
-    def _remember(self, n: int, inputs: Mapping[str, Any], params: Any, bound: dict, result: dict, data: bytes, groups: tuple) -> None:
+    def _remember(self, n: Any, inputs: Mapping[str, Any], params: Any, bound: dict, result: dict, data: bytes, groups: tuple) -> None:
         outs = {s.binding for s in self.lowered.host_slots if s.role in ("output", "append")}
         outs |= {s.counter_binding for s in self.lowered.host_slots if s.role == "append"}
         sizes = [(slot, result[slot.name].capacity) for slot, _, _ in self._output_slots]
         self._repeat_group = None
         self._repeat = (
-            n, tuple(inputs.items()), exact_fingerprint(params),
-            {i: b for i, b in bound.items() if i not in outs}, sizes, data, groups,
+            n,
+            tuple(inputs.items()),
+            exact_fingerprint(params),
+            {i: b for i, b in bound.items() if i not in outs},
+            sizes,
+            data,
+            groups,
         )
 
     def _run_repeat(self, n: Any, inputs: Any, params: Any) -> Run | None:
@@ -623,4 +628,3 @@ def _given_output(given: Any) -> tuple[Any, Any, int | None]:
         cap = given.get("capacity", given.get("count"))
         return given["buffer"], given.get("counter"), None if cap is None else int(cap)
     raise DispatchError(f"an outputs= entry is a GPUBuffer or {{buffer, count, capacity, counter}}, not {type(given).__name__}")
-
