@@ -13,6 +13,7 @@ from ..errors import LoweringError, Span
 from .emit import Emitter, GeneratedNameClash
 from .entry import USER_MAIN, EntryError, wrap_entry
 from .geometry import GEOMETRY_FIELDS
+from .param_types import parse_param_type
 from .lowered import ColumnSlot, HostSlot, Lowered, LoweredBinding, ParamField, ParamsLayout, SourceMap
 from .preprocess import SplicedBody, apply_when_blocks, splice_sources
 from .schema import Binding, Schema
@@ -220,8 +221,7 @@ class _Lowerer:
             wanted += [(f"col_base_{c.name}", "u32", "col_base", c.name), (f"col_len_{c.name}", "u32", "col_len", c.name)]
         fields, offset = [], 0
         for name, type_, origin, target in wanted:
-            vt = parse_value_type(type_)
-            assert vt is not None, f"param {name!r} was parsed with an unknown type {type_!r}"
+            vt = parse_param_type(type_)
             offset = -(-offset // vt.uniform_align) * vt.uniform_align
             fields.append(ParamField(name, vt.wgsl, offset, vt.uniform_size, origin, target))
             offset += vt.uniform_size

@@ -9,6 +9,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from ..errors import Span
+from .param_types import ParamType, parse_param_type
 from .types import ValueType, parse_value_type
 from .variants import VariantSpec
 
@@ -61,6 +62,15 @@ class ParamField:
     @property
     def value_type(self) -> ValueType:
         return _parsed_type(self.type)
+
+    @property
+    def param_type(self) -> ParamType:
+        return _param_type(self.type)
+
+
+@functools.lru_cache(maxsize=None)
+def _param_type(text: str) -> ParamType:
+    return parse_param_type(text)
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,7 @@ from ..errors import ExpressionError, SchemaError, Span
 from .conditions import ConditionSyntaxError, parse_condition
 from .expressions import parse_expression
 from .schema import BINDING_KINDS, KIND_KEYS, Binding, Param, Schema, SpecParam
+from .param_types import ParamTypeError, parse_param_type
 from .types import WGSL_KEYWORDS, is_value_type, parse_value_type
 
 __all__ = ["parse", "MAX_PAGES"]
@@ -209,6 +210,7 @@ class _Parser:
         out, seen = [], {}
         for item in self.sequence(node, "params"):
             entry = dict((k, (kn, vn)) for k, kn, vn in self.mapping(item, "a param"))
+            cut = self._stitch_cut_type(entry)
             for k, (kn, _) in entry.items():
                 if k not in ("name", "type"):
                     raise self.unknown_key(k, kn, ("name", "type"), "a param")
@@ -220,12 +222,29 @@ class _Parser:
             if name in seen:
                 raise self.error(entry["name"][1], f"param {name!r} declared twice (first on line {seen[name]})")
             tnode = entry["type"][1]
-            vt = parse_value_type(self.string(tnode, "param type"))
-            if vt is None:
-                raise self.error(tnode, f"param type must be u32, i32, f32 or a vec2/3/4 of them, not {self.value(tnode)!r}")
+            try:
+                ptype = parse_param_type(cut if cut is not None else self.string(tnode, "param type"))
+            except ParamTypeError as exc:
+                raise self.error(tnode, str(exc)) from None
             seen[name] = item.start_mark.line + 1
-            out.append(Param(name, vt.wgsl, item.start_mark.line + 1))
+            out.append(Param(name, ptype.wgsl, item.start_mark.line + 1))
         return tuple(out)
+
+    def _stitch_cut_type(self, entry: dict) -> str | None:
+        """``{ name: p, type: array<vec4<f32>, 6> }`` unquoted: a YAML flow mapping splits at
+        the comma, leaving type ``array<vec4<f32>`` and a key ``6>``. Put the type back
+        together (and drop the stray key); answers the whole type text, or None."""
+        if "type" not in entry:
+            return None
+        tnode = entry["type"][1]
+        text = self.value(tnode)
+        if not isinstance(text, str) or text.count("<") <= text.count(">"):
+            return None
+        for k in list(entry):
+            if k not in ("name", "type") and isinstance(k, str) and k.count(">") > k.count("<") and entry[k][1] is not None and self.value(entry[k][1]) in (None, ""):
+                del entry[k]
+                return f"{text}, {k}"
+        return None
 
     def specialize(self, node: Any) -> tuple[SpecParam, ...]:
         out, seen = [], {}

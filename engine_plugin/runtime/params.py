@@ -26,8 +26,10 @@ class ParamsPacker:
         self.user = [f for f in lowered.params.fields if f.origin == "user"]
         self.user_names = {f.name for f in self.user}
         self.fixed = {f.name: f.offset for f in lowered.params.fields if f.origin != "user"}
-        # (name, offset, struct format, lanes, scalar) per user field, computed once: pack is per run.
-        self._user_plan = [(f.name, f.offset, _FMT[f.value_type.scalar], f.value_type.lanes, f.value_type.scalar) for f in self.user]
+        # (name, offset, struct format, lanes, scalar) per scalar/vector field, computed once:
+        # pack is per run. Matrices and arrays pack through their ParamType.
+        self._user_plan = [(f.name, f.offset, _FMT[f.param_type.scalar], f.param_type.lanes, f.param_type.scalar) for f in self.user if f.param_type.simple]
+        self._complex = [(f.name, f.offset, f.param_type) for f in self.user if not f.param_type.simple]
         self._checked: tuple | None = None
         self._last_key: tuple | None = None
         self._last_bytes = b""
@@ -53,6 +55,10 @@ class ParamsPacker:
             raise self.error(f"missing param {missing[0]!r} ({self._type(missing[0])})", missing[0])
         for name, _, _, lanes, scalar in self._user_plan:
             self._check_value(name, scalar, lanes, params[name])
+        for name, _, ptype in self._complex:
+            reason = ptype.check(params[name])
+            if reason:
+                raise self.error(f"param {name!r} ({ptype.wgsl}) {reason}", name)
         self._checked = fingerprint
         return params
 
@@ -105,6 +111,8 @@ class ParamsPacker:
                 continue
             for lane, v in enumerate(_as_list(value)):  # type: ignore[arg-type]
                 struct.pack_into(fmt, buf, offset + 4 * lane, float(v) if scalar == "f32" else int(v))
+        for name, offset, ptype in self._complex:
+            ptype.pack_into(buf, offset, params[name])
         return bytes(buf)
 
     def scalars(self, params: Mapping[str, Any]) -> dict[str, float | int]:

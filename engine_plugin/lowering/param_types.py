@@ -1,0 +1,183 @@
+"""Types a param may take: any host-shareable type WGSL allows in a uniform buffer.
+
+Scalars (``u32 i32 f32``), vectors of them, ``f32`` matrices ``matCxR<f32>`` and fixed arrays
+``array<T, N>`` of any of those (nested too), laid out by WGSL's uniform rules: a vec3 aligns
+to 16, a matrix is C columns of vecR (each column 8 or 16 bytes apart), and an array's
+element stride is rounded up to a multiple of 16 (WGSL requires it in uniform buffers, so an
+``array<f32, 8>`` is refused with the fix: ``array<vec4<f32>, 2>``). Pure Python; packing
+from numpy lives here too, so the host and the lowering share one layout.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .types import NUMPY_DTYPE, parse_value_type
+
+__all__ = ["ParamType", "parse_param_type", "ParamTypeError"]
+
+_MAT_RE = re.compile(r"^mat([234])x([234])\s*<\s*f32\s*>$|^mat([234])x([234])f$")
+_RANGE = {"i32": (-(2**31), 2**31 - 1), "u32": (0, 2**32 - 1)}
+
+
+class ParamTypeError(ValueError):
+    """A type WGSL cannot hold in a uniform buffer, with the reason and a fix."""
+
+
+def _round(n: int, k: int) -> int:
+    return -(-n // k) * k
+
+
+@dataclass(frozen=True)
+class ParamType:
+    """``kind``: scalar, vector, matrix or array; ``element`` is an array's element type."""
+
+    kind: str
+    scalar: str
+    lanes: int = 1  # vector lanes, or a matrix's rows
+    cols: int = 1  # a matrix's columns
+    count: int = 0  # an array's length
+    element: "ParamType | None" = None
+
+    @property
+    def wgsl(self) -> str:
+        if self.kind == "scalar":
+            return self.scalar
+        if self.kind == "vector":
+            return f"vec{self.lanes}<{self.scalar}>"
+        if self.kind == "matrix":
+            return f"mat{self.cols}x{self.lanes}<f32>"
+        return f"array<{self.element.wgsl}, {self.count}>"  # type: ignore[union-attr]
+
+    @property
+    def uniform_align(self) -> int:
+        if self.kind in ("scalar", "vector"):
+            return {1: 4, 2: 8, 3: 16, 4: 16}[self.lanes]
+        if self.kind == "matrix":
+            return 8 if self.lanes == 2 else 16
+        return _round(self.element.uniform_align, 16)  # type: ignore[union-attr]
+
+    @property
+    def uniform_size(self) -> int:
+        if self.kind in ("scalar", "vector"):
+            return 4 * self.lanes
+        if self.kind == "matrix":
+            return self.cols * self._column_stride
+        return self.count * self.stride
+
+    @property
+    def _column_stride(self) -> int:
+        return 8 if self.lanes == 2 else 16
+
+    @property
+    def stride(self) -> int:
+        """An array's element stride in a uniform buffer."""
+        e = self.element
+        return _round(_round(e.uniform_size, e.uniform_align), 16)  # type: ignore[union-attr]
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """The numpy shape of a value (a matrix is (columns, rows): WGSL's column order)."""
+        if self.kind == "scalar":
+            return ()
+        if self.kind == "vector":
+            return (self.lanes,)
+        if self.kind == "matrix":
+            return (self.cols, self.lanes)
+        return (self.count, *self.element.shape)  # type: ignore[union-attr]
+
+    @property
+    def simple(self) -> bool:
+        return self.kind in ("scalar", "vector")
+
+    def pack_into(self, buf: bytearray, offset: int, value: Any) -> None:
+        """Write ``value`` (numbers, nested lists or a numpy array of :attr:`shape`)."""
+        arr = np.asarray(value)
+        if arr.shape != self.shape and arr.size == int(np.prod(self.shape, dtype=np.int64)):
+            arr = arr.reshape(self.shape)
+        self._pack(buf, offset, arr)
+
+    def _pack(self, buf: bytearray, offset: int, arr: np.ndarray) -> None:
+        if self.kind in ("scalar", "vector"):
+            words = np.asarray(arr, dtype=NUMPY_DTYPE[self.scalar]).reshape(-1)
+            buf[offset : offset + words.nbytes] = words.tobytes()
+        elif self.kind == "matrix":
+            for c in range(self.cols):
+                col = np.asarray(arr[c], dtype="<f4")
+                at = offset + c * self._column_stride
+                buf[at : at + col.nbytes] = col.tobytes()
+        else:
+            for i in range(self.count):
+                self.element._pack(buf, offset + i * self.stride, arr[i])  # type: ignore[union-attr]
+
+    def check(self, value: Any) -> str | None:
+        """Why ``value`` cannot be packed as this type, or None."""
+        try:
+            arr = np.asarray(value)
+        except Exception:
+            return f"takes numbers of shape {self.shape}"
+        if arr.dtype.kind not in "fiub" or arr.dtype.kind == "b":
+            return f"takes numbers, not {value!r}"
+        if arr.shape != self.shape and arr.size != int(np.prod(self.shape, dtype=np.int64)):
+            return f"takes {int(np.prod(self.shape, dtype=np.int64))} numbers (shape {self.shape}), not shape {arr.shape}"
+        if self.scalar in _RANGE and arr.size:
+            if arr.dtype.kind == "f" and not np.all(np.mod(arr, 1) == 0):
+                return f"is {self.wgsl}: pass integers"
+            lo, hi = _RANGE[self.scalar]
+            if arr.min() < lo or arr.max() > hi:
+                return f"is {self.wgsl}: a value is out of range [{lo}, {hi}]"
+        return None
+
+
+def _split_array(inner: str) -> tuple[str, str] | None:
+    depth = 0
+    for i in range(len(inner) - 1, -1, -1):
+        c = inner[i]
+        if c in ">)":
+            depth += 1
+        elif c in "<(":
+            depth -= 1
+        elif c == "," and depth == 0:
+            return inner[:i].strip(), inner[i + 1 :].strip()
+    return None
+
+
+def parse_param_type(text: str) -> ParamType:
+    """A param type from its WGSL text.
+
+    Raises:
+        ParamTypeError: not a type a uniform buffer can hold; the message says why and how.
+    """
+    t = " ".join(str(text).split())
+    vt = parse_value_type(t)
+    if vt is not None:
+        return ParamType("scalar" if vt.lanes == 1 else "vector", vt.scalar, vt.lanes)
+    m = _MAT_RE.match(t)
+    if m:
+        cols, rows = (m.group(1), m.group(2)) if m.group(1) else (m.group(3), m.group(4))
+        return ParamType("matrix", "f32", int(rows), int(cols))
+    if t.startswith("array") and t[5:].lstrip().startswith("<") and t.endswith(">"):
+        inner = t[t.index("<") + 1 : -1]
+        parts = _split_array(inner)
+        if parts is None:
+            raise ParamTypeError(f"{t!r} has no length; a param array is fixed: array<vec4<f32>, 6>")
+        element = parse_param_type(parts[0])
+        try:
+            count = int(parts[1].rstrip("u"))
+        except ValueError:
+            raise ParamTypeError(f"the length of {t!r} must be a number, not {parts[1]!r}") from None
+        if count < 1:
+            raise ParamTypeError(f"the length of {t!r} must be at least 1")
+        arr = ParamType("array", element.scalar, count=count, element=element)
+        if _round(element.uniform_size, element.uniform_align) % 16:
+            lanes = 16 // _round(element.uniform_size, element.uniform_align)
+            hint = f"array<vec4<{element.scalar}>, {-(-count // lanes)}>" if element.kind == "scalar" else "an element of 16 bytes (a vec4 or a padded struct)"
+            raise ParamTypeError(
+                f"{t!r} cannot live in the params uniform: WGSL needs a 16-byte array stride there and {element.wgsl} takes {element.uniform_size}; use {hint}"
+            )
+        return arr
+    raise ParamTypeError(f"param type must be u32, i32, f32, a vec2/3/4 of them, a matCxR<f32> or a fixed array<T, N> of those, not {t!r}")

@@ -1,0 +1,81 @@
+"""Params of any type a uniform buffer holds: fixed arrays, matrices, in the YAML forms people
+write (quoted, unquoted in a flow mapping, block style), packed from numpy by WGSL's rules."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from engine_plugin import abi
+from engine_plugin.errors import DispatchError, SchemaError
+
+pytestmark = pytest.mark.gpu
+
+YAML = """\
+workgroup: 1
+bindings:
+  - { name: out, kind: buffer, access: read_write, element: f32, count: "24" }
+params:
+  - { name: planes, type: array<vec4<f32>, 6> }
+  - { name: m, type: mat4x4<f32> }
+  - { name: s, type: f32 }
+  - { name: m3, type: "mat3x3<f32>" }
+  - name: ids
+    type: array<vec4<u32>, 2>
+  - { name: m2, type: mat2x2f }
+"""
+WGSL = """\
+@compute @workgroup_size(1)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
+    if (gid.x != 0u) { return; }
+    for (var k = 0u; k < 6u; k++) { out_set(k, params.planes[k].w); }
+    for (var c = 0u; c < 4u; c++) { out_set(6u + c, params.m[c].y); }
+    out_set(10u, params.s);
+    for (var c = 0u; c < 3u; c++) { for (var r = 0u; r < 3u; r++) { out_set(11u + c * 3u + r, params.m3[c][r]); } }
+    out_set(20u, f32(params.ids[1].z));
+    out_set(21u, params.m2[1][0]);
+    out_set(22u, params.m2[0][1]);
+}
+"""
+
+
+def variant():
+    return abi.program(key="t17/params", schema=abi.parse(YAML, "p/bindings.yaml"), wgsl=WGSL).variant()
+
+
+def test_arrays_and_matrices_reach_the_kernel_by_wgsl_layout():
+    planes = np.arange(24, dtype=np.float32).reshape(6, 4)  # a frustum's planes
+    m = np.arange(16, dtype=np.float64).reshape(4, 4)  # m[c] is column c (WGSL's order)
+    m3 = np.arange(9, dtype=np.float32).reshape(3, 3) + 100
+    got = abi.read(
+        variant().run(n=1, params={"planes": planes, "m": m, "s": 7.5, "m3": m3, "ids": [[1, 2, 3, 4], [5, 6, 7, 8]], "m2": [1, 2, 3, 4]}).outputs["out"]
+    )
+    np.testing.assert_array_equal(got[:6], planes[:, 3])
+    np.testing.assert_array_equal(got[6:10], m[:, 1])
+    assert got[10] == 7.5
+    np.testing.assert_array_equal(got[11:20], m3.ravel())  # the mat3's columns sit 16 bytes apart
+    assert got[20] == 7 and got[21] == 3 and got[22] == 2  # mat2x2 from a flat list, column by column
+
+
+def test_a_param_of_the_wrong_shape_is_refused_naming_its_line():
+    good = {"planes": np.zeros((6, 4)), "m": np.eye(4), "s": 1.0, "m3": np.eye(3), "ids": np.zeros((2, 4)), "m2": np.eye(2)}
+    with pytest.raises(DispatchError, match=r"param 'planes' \(array<vec4<f32>, 6>\) takes 24 numbers") as info:
+        variant().run(n=1, params={**good, "planes": np.zeros((5, 4))})
+    assert info.value.span.line == 5
+    with pytest.raises(DispatchError, match="out of range"):
+        variant().run(n=1, params={**good, "ids": -np.ones((2, 4))})
+
+
+@pytest.mark.parametrize(
+    "type_,message",
+    [
+        ("array<f32, 8>", "16-byte array stride there and f32 takes 4; use array<vec4<f32>, 2>"),
+        ("array<vec4<f32>>", "has no length"),
+        ("mat4x4<i32>", "param type must be"),
+        ("array<vec4<f32>, N>", "must be a number"),
+    ],
+)
+def test_types_a_uniform_cannot_hold_are_refused_with_the_fix(type_, message):
+    with pytest.raises(SchemaError, match=message) as info:
+        abi.parse(f'bindings: []\nparams:\n  - {{ name: p, type: "{type_}" }}\n', "p/bindings.yaml")
+    assert info.value.span.line == 3
