@@ -13,8 +13,8 @@ from ..errors import LoweringError, Span
 from .emit import Emitter, GeneratedNameClash
 from .entry import USER_MAIN, EntryError, wrap_entry
 from .geometry import GEOMETRY_FIELDS
-from .param_types import parse_param_type
 from .lowered import ColumnSlot, HostSlot, Lowered, LoweredBinding, ParamField, ParamsLayout, SourceMap
+from .param_types import parse_param_type
 from .preprocess import SplicedBody, apply_when_blocks, splice_sources
 from .schema import Binding, Schema
 from .types import ValueType, parse_value_type

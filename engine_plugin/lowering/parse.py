@@ -18,8 +18,8 @@ import yaml
 from ..errors import ExpressionError, SchemaError, Span
 from .conditions import ConditionSyntaxError, parse_condition
 from .expressions import parse_expression
-from .schema import BINDING_KINDS, KIND_KEYS, Binding, Param, Schema, SpecParam
 from .param_types import ParamTypeError, parse_param_type
+from .schema import BINDING_KINDS, KIND_KEYS, Binding, Param, Schema, SpecParam
 from .types import WGSL_KEYWORDS, is_value_type, parse_value_type
 
 __all__ = ["parse", "MAX_PAGES"]
