@@ -32,15 +32,13 @@ def prepare_array(values: Any, vt: ValueType, bits: bool) -> tuple[np.ndarray | 
     arr = np.asarray(values)
     if arr.dtype.kind not in "fiub":
         return None, f"dtype {arr.dtype} is not numeric"
+    # Any shape whose elements are whole (an image (h, w, 4) for a vec4 binding, a grid (h, w)
+    # for a scalar one): the elements go up in C order, row-major like zero_index.
     if vt.lanes > 1:
-        if arr.ndim == 2 and arr.shape[1] != vt.lanes:
-            return None, f"shape {arr.shape} has {arr.shape[1]} lanes, the element {vt.wgsl} has {vt.lanes}"
+        if arr.ndim >= 2 and arr.shape[-1] != vt.lanes:
+            return None, f"shape {arr.shape} has {arr.shape[-1]} lanes in its last axis, the element {vt.wgsl} has {vt.lanes}"
         if arr.ndim == 1 and arr.size % vt.lanes:
             return None, f"a flat array of {arr.size} values is not a whole number of {vt.wgsl} elements"
-        if arr.ndim > 2:
-            return None, f"shape {arr.shape}; expected (count, {vt.lanes}) or flat"
-    elif arr.ndim > 1 and not (arr.ndim == 2 and arr.shape[1] == 1):
-        return None, f"shape {arr.shape}; a {vt.wgsl} binding takes a 1-D array"
     if bits:
         if arr.dtype.itemsize != 4:
             return None, f"bits: true takes raw 4-byte words; dtype {arr.dtype} has {arr.dtype.itemsize}-byte items"

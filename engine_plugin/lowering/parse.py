@@ -190,7 +190,7 @@ class _Parser:
                 raise self.error(vnode, f"determinism must be 'exact' or 'float_order', not {determinism!r}")
         workgroup = self.workgroup(nodes["workgroup"][1]) if "workgroup" in nodes else (64, 1, 1)
         bindings = self.bindings(nodes["bindings"][1])
-        bake = self.bake(nodes["bake"][1], specialize) if "bake" in nodes else None
+        bake = self.bake(nodes["bake"][1], specialize, bindings) if "bake" in nodes else None
         return Schema(
             bindings=bindings, params=params, specialize=specialize, determinism=determinism,
             workgroup=workgroup, bake=bake, text=self.text, path=self.path,
@@ -298,12 +298,16 @@ class _Parser:
             out.append(SpecParam(name, kind, options, default, item.start_mark.line + 1))
         return tuple(out)
 
-    def bake(self, node: Any, specialize) -> tuple:
+    def bake(self, node: Any, specialize, bindings) -> tuple:
         by_name = {sp.name: sp for sp in specialize}
+        tables = {b.name for b in bindings if b.kind == "columns"}
         out = []
         for item in self.sequence(node, "bake"):
-            combo = []
+            combo: list = []
             for key, knode, vnode in self.mapping(item, "a bake entry"):
+                if key == "columns" and "columns" not in by_name:
+                    combo.append(("columns", self.bake_columns(vnode, tables)))
+                    continue
                 sp = by_name.get(key)
                 if sp is None:
                     raise self.unknown_key(key, knode, by_name, "a bake entry (specialisation names)")
@@ -315,6 +319,17 @@ class _Parser:
                 combo.append((key, val))
             out.append(tuple(sorted(combo)))
         return tuple(out)
+
+    def bake_columns(self, vnode: Any, tables: set[str]) -> tuple:
+        """``columns: { cols: [weight, bias] }`` in a bake entry: the table columns a variant
+        names (its ``NAME_col_*`` constants), so such a variant bakes without a usage log."""
+        out = []
+        for table, tnode, cnode in self.mapping(vnode, "bake columns (table: [column, ...])"):
+            if table not in tables:
+                raise self.error(tnode, f"bake columns name {table!r}, which is not a kind: columns binding (tables: {', '.join(sorted(tables)) or 'none'})")
+            names = tuple(self.ident(c, f"a column of {table!r}") for c in self.sequence(cnode, f"columns of {table!r}"))
+            out.append((table, names))
+        return tuple(sorted(out))
 
     # -- bindings -------------------------------------------------------------------------
     def bindings(self, node: Any) -> tuple[Binding, ...]:

@@ -83,7 +83,8 @@ class Schema:
     specialize: tuple[SpecParam, ...]
     determinism: str = "exact"
     workgroup: tuple[int, int, int] = (64, 1, 1)
-    bake: tuple[tuple[tuple[str, str], ...], ...] | None = None
+    # each entry: sorted (specialisation, value) pairs, and ("columns", ((table, names), ...))
+    bake: tuple[tuple[tuple[str, object], ...], ...] | None = None
     text: str = field(default="", repr=False, compare=False)
     path: str | None = field(default=None, compare=False)
 

@@ -104,16 +104,21 @@ def enumerate_variants(schema: Schema) -> list[VariantSpec]:
     """The variants to bake: the schema's ``bake:`` list, else the cross product of all options
     (source parameters take their ``default``, or each of their options when they list some)."""
     if schema.bake is not None:
-        return [resolve_spec(schema, dict(combo)) for combo in schema.bake]
-    axes = []
+        baked = []
+        for combo in schema.bake:
+            values: dict = dict(combo)
+            columns = values.pop("columns", None)
+            baked.append(resolve_spec(schema, values, {t: list(c) for t, c in columns} if columns else None))
+        return baked
+    axes: list[list[str]] = []
     for sp in schema.specialize:
         if sp.kind == "source" and not sp.options:
             axes.append([unset_value(sp)])
         else:
             axes.append(list(sp.options))
     out = []
-    for combo in itertools.product(*axes):
-        values = dict(zip((sp.name for sp in schema.specialize), combo))
+    for choice in itertools.product(*axes):
+        values = dict(zip((sp.name for sp in schema.specialize), choice))
         out.append(resolve_spec(schema, values))
     return out
 
