@@ -59,6 +59,7 @@ class _Lowerer:
         self.wgsl = wgsl.replace("\r\n", "\n")
         self.vspec = vspec
         self.values = vspec.as_dict()
+        self.workgroup = schema.workgroup_for(self.values)
         self.yaml_path = schema.path or "bindings.yaml"
         self.wgsl_path = wgsl_path or "kernel.wgsl"
         self.user_lines = self.wgsl.split("\n")
@@ -117,14 +118,14 @@ class _Lowerer:
         self.emit_accessors(present)
 
         self.check_body(body_text, body.user_lines, present)
-        wx, wy, wz = schema.workgroup
+        wx, wy, wz = self.workgroup
         init = workgroup_init_function(body.lines, wx * wy * wz)
         if init is not None:
             em.declare(INIT_FN, 0, "the workgroup memory initialiser")
             em.emit(init, 0)
         em.declare(USER_MAIN, 0, "the renamed entry point")
         try:
-            wrapped = wrap_entry(body.lines, body.splices, schema.workgroup, f"{INIT_FN}(zero_lii);" if init else None)
+            wrapped = wrap_entry(body.lines, body.splices, self.workgroup, f"{INIT_FN}(zero_lii);" if init else None)
         except EntryError as exc:
             raise self.error(
                 exc.message, body.user_lines[exc.token.line - 1] if exc.token.line - 1 < len(body.user_lines) else exc.token.line, exc.token.col
@@ -146,7 +147,7 @@ class _Lowerer:
             columns=tuple(cols),
             source_map=smap,
             spec=self.vspec,
-            workgroup=schema.workgroup,
+            workgroup=self.workgroup,
             determinism=schema.determinism,
             domain_count=domain,
             table_columns=self.vspec.columns,
@@ -243,6 +244,9 @@ class _Lowerer:
             if sp.kind == "type":
                 em.declare(sp.name, sp.line, f"specialisation '{sp.name}'")
                 em.emit(f"alias {sp.name} = {self.values[sp.name]};", sp.line)
+            elif sp.kind == "workgroup":  # its value, for @workgroup_size(NAME) and the body's use
+                em.declare(sp.name, sp.line, f"specialisation '{sp.name}'")
+                em.emit(f"const {sp.name}: u32 = {int(self.values[sp.name])}u;", sp.line)
             elif sp.kind == "named":
                 em.declare(sp.name, sp.line, f"specialisation '{sp.name}'")
                 em.emit(f"const {sp.name}: u32 = {sp.options.index(self.values[sp.name])}u;", sp.line)
@@ -339,9 +343,9 @@ class _Lowerer:
                     t.col - 1,
                 )
         wg = workgroup_size_literal(body_text)
-        if wg is not None and wg[1] != self.schema.workgroup:
+        if wg is not None and wg[1] != self.workgroup:
             tok, dims = wg
-            want = self.schema.workgroup
+            want = self.workgroup
             raise self.error(
                 f"@workgroup_size{_dims(dims)} does not match bindings.yaml's workgroup {_dims(want)}; the host dispatches by the schema's size",
                 where(tok),

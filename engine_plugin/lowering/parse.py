@@ -196,14 +196,26 @@ class _Parser:
             workgroup=workgroup, bake=bake, text=self.text, path=self.path,
         )
 
-    def workgroup(self, node: Any) -> tuple[int, int, int]:
+    def workgroup(self, node: Any) -> tuple:
+        """1 to 3 sizes; each a positive int or the name of a ``kind: workgroup`` specialisation."""
         v = self.value(node)
         dims = v if isinstance(v, list) else [v]
-        if not 1 <= len(dims) <= 3 or not all(isinstance(d, int) and not isinstance(d, bool) and d > 0 for d in dims):
-            raise self.error(node, f"workgroup must be 1 to 3 positive ints, not {v!r}; e.g. workgroup: 64 or workgroup: [8, 8]")
+
+        def ok(d: Any) -> bool:
+            if isinstance(d, str):
+                sp = self.spec_by_name.get(d)
+                return sp is not None and sp.kind == "workgroup"
+            return isinstance(d, int) and not isinstance(d, bool) and d > 0
+
+        if not 1 <= len(dims) <= 3 or not all(ok(d) for d in dims):
+            raise self.error(
+                node,
+                f"workgroup must be 1 to 3 positive ints (or kind: workgroup specialisations), not {v!r}; e.g. workgroup: 64 or workgroup: [8, 8]",
+            )
         dims = list(dims) + [1] * (3 - len(dims))
-        if dims[0] * dims[1] * dims[2] > 1024:
-            raise self.error(node, f"workgroup {v!r} is {dims[0] * dims[1] * dims[2]} invocations; at most 1024 run in one workgroup")
+        sizes = [max(int(o) for o in self.spec_by_name[d].options) if isinstance(d, str) else d for d in dims]
+        if sizes[0] * sizes[1] * sizes[2] > 1024:
+            raise self.error(node, f"workgroup {v!r} can be {sizes[0] * sizes[1] * sizes[2]} invocations; at most 1024 run in one workgroup")
         return (dims[0], dims[1], dims[2])
 
     def params(self, node: Any) -> tuple[Param, ...]:
@@ -259,8 +271,8 @@ class _Parser:
             if name in seen:
                 raise self.error(entry["name"][1], f"specialisation {name!r} declared twice (first on line {seen[name]})")
             kind = self.string(entry["kind"][1], "kind") if "kind" in entry else None
-            if kind is not None and kind not in ("type", "named", "source"):
-                raise self.error(entry["kind"][1], f"specialize kind must be 'type', 'named' or 'source', not {kind!r}")
+            if kind is not None and kind not in ("type", "named", "source", "workgroup"):
+                raise self.error(entry["kind"][1], f"specialize kind must be 'type', 'named', 'source' or 'workgroup', not {kind!r}")
             options: tuple[str, ...] = ()
             if "options" in entry:
                 onodes = self.sequence(entry["options"][1], "options")
@@ -275,13 +287,17 @@ class _Parser:
                 if not options:
                     raise self.error(item, f"specialisation {name!r} needs 'options' (or kind: source)")
                 kind = "type" if all(is_value_type(o) for o in options) else "named"
-            if kind in ("type", "named") and not options:
+            if kind in ("type", "named", "workgroup") and not options:
                 raise self.error(item, f"specialisation {name!r} of kind {kind} needs a non-empty 'options' list")
             if kind == "type":
                 for on, o in zip(self.sequence(entry["options"][1], "options"), options):
                     if not is_value_type(o):
                         raise self.error(on, f"type option {o!r} of {name!r} is not u32, i32, f32 or a vec2/3/4 of them")
                 options = tuple(parse_value_type(o).wgsl for o in options)
+            elif kind == "workgroup":
+                for on, o in zip(self.sequence(entry["options"][1], "options"), options):
+                    if not o.isdigit() or not 1 <= int(o) <= 1024:
+                        raise self.error(on, f"workgroup option {o!r} of {name!r} must be a size from 1 to 1024 (it becomes const {name}: u32)")
             elif kind == "named":
                 for on, o in zip(self.sequence(entry["options"][1], "options"), options):
                     if not _IDENT_RE.match(o):

@@ -82,7 +82,7 @@ class Schema:
     params: tuple[Param, ...]
     specialize: tuple[SpecParam, ...]
     determinism: str = "exact"
-    workgroup: tuple[int, int, int] = (64, 1, 1)
+    workgroup: tuple = (64, 1, 1)  # sizes, or names of kind: workgroup specialisations
     # each entry: sorted (specialisation, value) pairs, and ("columns", ((table, names), ...))
     bake: tuple[tuple[tuple[str, object], ...], ...] | None = None
     text: str = field(default="", repr=False, compare=False)
@@ -100,7 +100,7 @@ class Schema:
                 return p
         return None
 
-    @property
-    def workgroup_invocations(self) -> int:
-        x, y, z = self.workgroup
-        return x * y * z
+    def workgroup_for(self, values: "dict[str, str]") -> tuple[int, int, int]:
+        """The workgroup size of the variant with these specialisation ``values``."""
+        x, y, z = (int(values[d]) if isinstance(d, str) else d for d in self.workgroup)
+        return (x, y, z)

@@ -59,6 +59,8 @@ def resolve_spec(schema: Schema, specialize: Mapping[str, str] | VariantSpec | N
         if sp is None:
             known = ", ".join(s.name for s in schema.specialize) or "none"
             raise SpecializationError(f"unknown specialisation {name!r}; this schema has: {known}", Span(path))
+        if sp.kind == "workgroup" and isinstance(val, int) and not isinstance(val, bool):
+            val = str(val)
         if not isinstance(val, str):
             raise SpecializationError(f"specialisation {name}={val!r} must be text", Span(path, sp.line))
         if sp.kind == "type":
