@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 from typing import Any, Sequence
 
-from .contract import EXIT_OK, Reporter, UsageError, write_json
+from .contract import EXIT_FAILED, EXIT_OK, Reporter, UsageError, write_json
 
 __all__ = ["add_parsers", "cmd_info", "cmd_lower", "asset_info"]
 
@@ -30,12 +31,19 @@ def _existing(path: str) -> str:
 def cmd_lower(args: argparse.Namespace, rep: Reporter) -> int:
     from ..assets.folder import read_asset_folder
     from ..lowering import lower, parse
+    from ..lowering.portability import portability_issues
 
     src = read_asset_folder(_existing(args.asset))
     schema = parse(src.yaml_text, src.yaml_path)
     spec = dict(_pairs(args.spec, "--spec", "NAME=VALUE"))
     columns = {k: [c.strip() for c in v.split(",") if c.strip()] for k, v in _pairs(args.columns, "--columns", "TABLE=col,col")}
     lowered = lower(schema, src.wgsl_text, spec, columns=columns, wgsl_path=src.wgsl_path)
+    issues = portability_issues(lowered)
+    for issue in issues:
+        print(f"engine-plugin lower: {issue}", file=sys.stderr)
+    if issues and args.strict:
+        print(f"engine-plugin lower: refused (--strict): {len(issues)} portability issue(s) beyond WebGPU's default limits", file=sys.stderr)
+        return EXIT_FAILED
     print(lowered.numbered_source() if args.numbered else lowered.source, end="")
     return EXIT_OK
 
@@ -125,6 +133,7 @@ def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("--spec", action="append", metavar="NAME=VALUE", help="a specialisation value (repeatable)")
     p.add_argument("--columns", action="append", metavar="TABLE=a,b", help="table column names (repeatable)")
     p.add_argument("--numbered", action="store_true", help="prefix line numbers")
+    p.add_argument("--strict", action="store_true", help="refuse (exit 1) a variant that exceeds WebGPU's default limits (warned about otherwise)")
     p.set_defaults(func=cmd_lower)
 
     p = sub.add_parser("info", parents=[common], help="print schemas, options and variant counts")

@@ -7,6 +7,7 @@ errors from wgpu are mapped through the source map to the user's own file and li
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import threading
@@ -19,8 +20,11 @@ from ..errors import CompileError, DeviceLostError, PluginError, Span, bug
 from ..gpu.device import DeviceContext, get_context
 from ..gpu.loss import DeviceFault, classify
 from ..lowering.lowered import Lowered
+from ..lowering.portability import portability_issues
 from .loss import LOST_HINT, mark_lost
 from .naga_report import parse_naga_report
+
+log = logging.getLogger("engine_plugin")
 
 __all__ = ["CompiledVariant", "compile_lowered", "compiled", "wgsl_error_span", "compile_count"]
 
@@ -129,6 +133,8 @@ def compile_lowered(lowered: Lowered, label: str | None = None, device: Any = No
             raise _compile_error(lowered, exc, "pipeline creation", ctx) from None
         except Exception as exc:  # pragma: no cover - wgpu raising something else is our bug
             raise bug(f"pipeline creation raised {type(exc).__name__}: {exc}") from exc
+        for issue in portability_issues(lowered):  # once per variant and device: it compiles here
+            log.warning("%s", issue)
         compiled_variant = CompiledVariant(key, lowered, module, bgl, pipeline, ctx)
         cache[key] = compiled_variant
         return compiled_variant
