@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 
+from .lowering.structs import StructType
 from .lowering.types import ValueType
 
 __all__ = ["dtype_kind", "prepare_array"]
@@ -23,12 +24,14 @@ def dtype_kind(dtype: np.dtype) -> str | None:
     return None
 
 
-def prepare_array(values: Any, vt: ValueType, bits: bool) -> tuple[np.ndarray | None, str]:
+def prepare_array(values: Any, vt: ValueType | StructType, bits: bool) -> tuple[np.ndarray | None, str]:
     """A contiguous little-endian array of ``vt``'s words for upload, and its element count.
 
     Cast by value when the kinds differ; with ``bits`` the words go up as they are (4-byte
     dtypes only). Answers (None, reason) when the array cannot serve this binding.
     """
+    if isinstance(vt, StructType):
+        return vt.pack(values)
     arr = np.asarray(values)
     if arr.dtype.kind not in "fiub":
         return None, f"dtype {arr.dtype} is not numeric"

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from .structs import StructType
 from .types import ValueType
 
 __all__ = ["Emitter", "GeneratedNameClash", "from_word", "to_word"]
@@ -139,7 +140,20 @@ class Emitter:
         if atomic:
             self.atomic_ops(name, name, "let zero_b = zero_i;", vt.scalar, origin, what)
 
-    def append(self, name: str, vt: ValueType, float_order: bool, origin: int) -> None:
+    def struct_buffer(self, name: str, st: StructType, access: str, origin: int) -> None:
+        """``array<Struct>``: whole elements and one accessor pair per member."""
+        what = f"binding '{name}'"
+        self.fn(f"{name}_len", "() -> u32", f"return params.zero_len_{name};", origin, what)
+        self.fn(f"{name}_get", f"(zero_i: u32) -> {st.name}", f"return {name}[zero_i];", origin, what)
+        if access == "read_write":
+            self.fn(f"{name}_set", f"(zero_i: u32, zero_v: {st.name})", f"{name}[zero_i] = zero_v;", origin, what)
+        for f in st.fields:
+            t = f.value_type.wgsl
+            self.fn(f"{name}_{f.name}", f"(zero_i: u32) -> {t}", f"return {name}[zero_i].{f.name};", origin, what)
+            if access == "read_write":
+                self.fn(f"{name}_set_{f.name}", f"(zero_i: u32, zero_v: {t})", f"{name}[zero_i].{f.name} = zero_v;", origin, what)
+
+    def append(self, name: str, vt: "ValueType | StructType", float_order: bool, origin: int) -> None:
         """Append helpers over the output ``name`` and its counter ``name_count``."""
         what = f"append binding '{name}'"
         counter = f"{name}_count"

@@ -17,6 +17,7 @@ from .lowered import ColumnSlot, HostSlot, Lowered, LoweredBinding, ParamField, 
 from .param_types import parse_param_type
 from .preprocess import SplicedBody, apply_when_blocks, splice_sources
 from .schema import Binding, Schema
+from .structs import StructType
 from .types import ValueType, parse_value_type
 from .variants import VariantSpec, resolve_spec
 from .wgsl_text import find_calls, module_declarations, tokens, workgroup_size_literal
@@ -69,7 +70,10 @@ class _Lowerer:
         text = self.user_lines[line - 1] if 1 <= line <= len(self.user_lines) else None
         return LoweringError(message, Span(self.wgsl_path, line, col, text), notes=notes)
 
-    def element(self, b: Binding) -> ValueType:
+    def element(self, b: Binding) -> ValueType | StructType:
+        struct = self.schema.struct(b.element)
+        if struct is not None:
+            return struct
         vt = parse_value_type(b.element or "u32")
         if vt is None:  # a type specialisation
             vt = parse_value_type(self.values[b.element])  # type: ignore[index]
@@ -101,6 +105,7 @@ class _Lowerer:
         em = self.em
         em.emit(f"// engine_plugin: lowered from {self.yaml_path} + {self.wgsl_path}; variant {self.vspec.label()}", 0)
         self.emit_specialisation()
+        self.emit_structs()
         plan, slots, cols, domain = self.plan(present)
         params = self.params_layout(present, cols, binding=len(plan))
         em.emit("struct ZeroParams {", 0)
@@ -166,7 +171,10 @@ class _Lowerer:
             if b.kind == "buffer":
                 vt = self.element(b)
                 raw = b.bits or b.atomic
-                storage = "array<atomic<u32>>" if b.atomic else f"array<{'u32' if raw else vt.scalar}>"
+                if isinstance(vt, StructType):
+                    storage = f"array<{vt.name}>"
+                else:
+                    storage = "array<atomic<u32>>" if b.atomic else f"array<{'u32' if raw else vt.scalar}>"
                 plan.append(LoweredBinding(n, b.name, "buffer", storage, b.access, "u32" if raw else vt.scalar, vt.lanes, b.line))
                 role = "append" if b.append else "output" if b.count is not None else ("inout" if b.access == "read_write" else "input")
                 counter = -1
@@ -190,6 +198,8 @@ class _Lowerer:
                         counter,
                         b.line,
                         b.clear,
+                        tuple((f.name, f.scalar, f.lanes, f.offset) for f in vt.fields) if isinstance(vt, StructType) else (),
+                        vt.size if isinstance(vt, StructType) else 0,
                     )
                 )
             elif b.kind == "columns":
@@ -238,6 +248,12 @@ class _Lowerer:
         return 0
 
     # -- emitters ------------------------------------------------------------------------------
+    def emit_structs(self) -> None:
+        for s in self.schema.structs:
+            line = next((ln for ln, t in enumerate(self.schema.text.split("\n"), start=1) if t.strip().startswith(f"{s.name}:")), 0)
+            self.em.declare(s.name, line, f"struct '{s.name}'")
+            self.em.emit(s.declaration + ";", line)
+
     def emit_specialisation(self) -> None:
         em = self.em
         for sp in self.schema.specialize:
@@ -276,14 +292,19 @@ class _Lowerer:
         for b in present:
             if b.kind == "buffer":
                 vt = self.element(b)
-                em.buffer(b.name, vt, b.access, b.bits, b.atomic, b.line)
+                if isinstance(vt, StructType):
+                    em.struct_buffer(b.name, vt, b.access, b.line)
+                else:
+                    em.buffer(b.name, vt, b.access, b.bits, b.atomic, b.line)
                 if b.append:
                     em.append(b.name, vt, self.schema.determinism == "float_order", b.line)
             elif b.kind == "columns":
                 em.table(b.name, b.access, table_cols.get(b.name, ()), b.line)
             elif b.kind == "column":
                 page = pages[b.page]  # type: ignore[index]
-                em.column(b.name, page.name, self.element(b), self.column_access(b, page), page.atomic, b.line)
+                vt = self.element(b)
+                assert isinstance(vt, ValueType), "a column's element is parsed as a value type"
+                em.column(b.name, page.name, vt, self.column_access(b, page), page.atomic, b.line)
 
     def column_access(self, column: Binding, page: Binding) -> str:
         """A column's access: as written, else its page's in this variant (atomic pages are read_write)."""

@@ -10,6 +10,7 @@ from typing import Any
 
 from ..errors import Span
 from .param_types import ParamType, parse_param_type
+from .structs import StructField, StructType
 from .types import ValueType, parse_value_type
 from .variants import VariantSpec
 
@@ -69,6 +70,12 @@ class ParamField:
 
 
 @functools.lru_cache(maxsize=None)
+def _struct_type(name: str, fields: tuple, size: int) -> StructType:
+    members = tuple(StructField(f, s, n, o) for f, s, n, o in fields)
+    return StructType(name, members, size, max([4] + [16 if m.lanes >= 3 else 4 * m.lanes for m in members]))
+
+
+@functools.lru_cache(maxsize=None)
 def _param_type(text: str) -> ParamType:
     return parse_param_type(text)
 
@@ -110,9 +117,13 @@ class HostSlot:
     counter_binding: int = -1
     line: int = 0  # bindings.yaml line of the binding
     clear: bool = True  # outputs: zeroed in the run's own submission before the dispatch
+    struct_fields: tuple = ()  # a struct element: (field, scalar, lanes, offset) per member
+    struct_size: int = 0
 
     @property
-    def value_type(self) -> ValueType:
+    def value_type(self) -> ValueType | StructType:
+        if self.struct_fields:
+            return _struct_type(self.element, self.struct_fields, self.struct_size)
         return _value_type(self.scalar, self.lanes)
 
 

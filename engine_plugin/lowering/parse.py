@@ -20,12 +20,13 @@ from .conditions import ConditionSyntaxError, parse_condition
 from .expressions import parse_expression
 from .param_types import ParamTypeError, parse_param_type
 from .schema import BINDING_KINDS, KIND_KEYS, Binding, Param, Schema, SpecParam
+from .structs import layout_struct
 from .types import WGSL_KEYWORDS, is_value_type, parse_value_type
 
 __all__ = ["parse", "MAX_PAGES"]
 
 MAX_PAGES = 8
-TOP_KEYS = ("bindings", "params", "specialize", "determinism", "workgroup", "bake")
+TOP_KEYS = ("bindings", "params", "specialize", "determinism", "workgroup", "bake", "structs")
 SPEC_KEYS = ("name", "kind", "options", "default")
 _IDENT_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _MEMO_SIZE = 512
@@ -189,11 +190,12 @@ class _Parser:
             if determinism not in ("exact", "float_order"):
                 raise self.error(vnode, f"determinism must be 'exact' or 'float_order', not {determinism!r}")
         workgroup = self.workgroup(nodes["workgroup"][1]) if "workgroup" in nodes else (64, 1, 1)
+        self.structs = self.parse_structs(nodes["structs"][1]) if "structs" in nodes else ()
         bindings = self.bindings(nodes["bindings"][1])
         bake = self.bake(nodes["bake"][1], specialize, bindings) if "bake" in nodes else None
         return Schema(
             bindings=bindings, params=params, specialize=specialize, determinism=determinism,
-            workgroup=workgroup, bake=bake, text=self.text, path=self.path,
+            workgroup=workgroup, bake=bake, text=self.text, path=self.path, structs=self.structs,
         )
 
     def workgroup(self, node: Any) -> tuple:
@@ -407,17 +409,38 @@ class _Parser:
         self.check_binding(b, item, by_key)
         return b
 
+    def parse_structs(self, node: Any) -> tuple:
+        """``structs: { Particle: { pos: vec3<f32>, mass: f32 } }``: members in order."""
+        out = []
+        for sname, snode, fnode in self.mapping(node, "structs (Name: { member: type, ... })"):
+            ident = self.ident(snode, "struct name")
+            if ident in self.spec_by_name or ident in self.param_names:
+                raise self.error(snode, f"struct {ident!r} has the name of a specialisation or param")
+            members = []
+            for mname, mnode, tnode in self.mapping(fnode, f"struct {ident!r} (member: type, ...)"):
+                member = self.ident(mnode, f"a member of struct {ident!r}")
+                vt = parse_value_type(self.string(tnode, f"{ident}.{member}'s type"))
+                if vt is None:
+                    raise self.error(tnode, f"{ident}.{member} must be u32, i32, f32 or a vec2/3/4 of them, not {self.value(tnode)!r}")
+                members.append((member, vt))
+            if not members:
+                raise self.error(snode, f"struct {ident!r} has no members")
+            out.append(layout_struct(ident, members))
+        return tuple(out)
+
     def element(self, vnode: Any, name: str) -> str:
         text = self.string(vnode, f"binding {name!r}: element")
         vt = parse_value_type(text)
         if vt is not None:
             return vt.wgsl
+        if any(s.name == text for s in getattr(self, "structs", ())):
+            return text
         sp = self.spec_by_name.get(text)
         if sp is not None:
             if sp.kind != "type":
                 raise self.error(vnode, f"binding {name!r}: element {text!r} names a {sp.kind} specialisation; only type specialisations can be elements")
             return text
-        raise self.error(vnode, f"binding {name!r}: element must be u32, i32, f32, a vec2/3/4 of them or a type specialisation, not {text!r}")
+        raise self.error(vnode, f"binding {name!r}: element must be u32, i32, f32, a vec2/3/4 of them, a type specialisation or a struct of structs:, not {text!r}")
 
     def condition(self, vnode: Any, name: str):
         text = self.string(vnode, f"binding {name!r}: when")
@@ -459,6 +482,8 @@ class _Parser:
         if b.kind == "buffer":
             if b.element is None:
                 raise self.error(item, f"buffer binding {name!r} needs 'element' (u32, i32, f32, vecN<...> or a type specialisation)")
+            if any(s.name == b.element for s in self.structs) and (b.bits or b.atomic):
+                raise self.error(at("bits" if b.bits else "atomic"), f"binding {name!r}: a struct element has no raw words or atomics; declare an atomic<u32> buffer beside it")
             if b.is_output and b.access != "read_write":
                 key = "count" if b.count is not None else "capacity"
                 raise self.error(at(key), f"binding {name!r} has a {key}, so the host allocates it as an output, but its access is 'read'; use access: read_write")
@@ -490,6 +515,8 @@ class _Parser:
                 raise self.error(item, f"column {name!r} needs 'page' (the name of a kind: page binding)")
             if b.element is None:
                 raise self.error(item, f"column {name!r} needs 'element'")
+            if any(s.name == b.element for s in self.structs):
+                raise self.error(at("element"), f"column {name!r}: a page column holds u32, i32, f32 or vectors of them; bind struct elements as a kind: buffer")
         elif b.kind == "domain_count":
             pass
 

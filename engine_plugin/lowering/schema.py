@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 from .conditions import Condition
 from .expressions import Expr
+from .structs import StructType
 
 __all__ = ["Binding", "Param", "SpecParam", "Schema", "BINDING_KINDS", "KIND_KEYS"]
 
@@ -87,6 +88,13 @@ class Schema:
     bake: tuple[tuple[tuple[str, object], ...], ...] | None = None
     text: str = field(default="", repr=False, compare=False)
     path: str | None = field(default=None, compare=False)
+    structs: tuple[StructType, ...] = ()
+
+    def struct(self, name: str | None) -> StructType | None:
+        for s in self.structs:
+            if s.name == name:
+                return s
+        return None
 
     def spec_param(self, name: str) -> SpecParam | None:
         for sp in self.specialize:

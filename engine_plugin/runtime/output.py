@@ -15,6 +15,7 @@ import numpy as np
 import wgpu
 
 from ..errors import DispatchError
+from ..lowering.structs import StructType
 from ..lowering.types import ValueType
 from .batch import flush_current_batch
 from .loss import device_guard
@@ -81,7 +82,7 @@ class Output:
         self,
         buffer: Any,
         capacity: int,
-        element: ValueType,
+        element: ValueType | StructType,
         *,
         name: str = "",
         count: int | None = None,
@@ -147,6 +148,8 @@ def read(x: Any, as_u32: bool = False) -> np.ndarray:
         count = x.count
         vt = x.element
         raw = read_words(x.buffer, 0, count * vt.bytes) if count else memoryview(b"")
+        if isinstance(vt, StructType) and not as_u32:
+            return np.frombuffer(raw, dtype=vt.numpy_dtype).copy()  # a structured array, WGSL's offsets
         dtype = "<u4" if as_u32 else vt.numpy_dtype
         arr = np.frombuffer(raw, dtype=dtype).copy()
         return arr.reshape(count, vt.lanes) if vt.lanes > 1 else arr

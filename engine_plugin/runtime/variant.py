@@ -28,6 +28,7 @@ from ..errors import DispatchError, ExpressionError, Span
 from ..lowering.expressions import parse_expression
 from ..lowering.geometry import Domain, as_domain, dispatch_fields
 from ..lowering.lowered import HostSlot, Lowered
+from ..lowering.structs import StructType
 from .batch import current_batch, submit_records
 from .buffers import STORAGE_USAGE, pool_for, prepare_array
 from .compile import CompiledVariant
@@ -212,6 +213,10 @@ class Variant:
         raw words (``bits``/``atomic``)."""
         vt = slot.value_type
         count = value.count if value.count_known else value.capacity
+        if isinstance(vt, StructType) or isinstance(value.element, StructType):
+            if value.element != vt:
+                raise self._slot_error(slot, f"input {slot.name!r} is {vt.wgsl} but the chained output {value.name!r} holds {value.element.wgsl}")
+            return _Bound(value.buffer, count, 0, _binding_size(count * vt.bytes))
         words = count * value.element.lanes
         if words % vt.lanes:
             raise self._slot_error(
