@@ -133,7 +133,7 @@ def parse_naga_report(message: str, source: str) -> NagaReport:
     elif detail:
         text = detail
     elif label and label not in head:
-        text = f"{head}: {label}" if head and not head.endswith("is invalid") else label
+        text = f"{head} ({label})" if head and not head.endswith("is invalid") else label
     else:
         text = head or label
     return NagaReport(line, col, text)
