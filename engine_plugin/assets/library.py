@@ -25,7 +25,7 @@ from dataclasses import replace
 from typing import Any, Callable, Iterator, Mapping
 
 from ..cache import DEFAULT_MAX_BYTES, USAGE_FILE, UsageLog, VariantCache
-from ..errors import AssetError, PluginError, Span, bug
+from ..errors import AssetError, CacheError, PluginError, Span, bug
 from ..lowering import Lowered, VariantSpec, parse
 from ..gpu.device import get_context
 from ..runtime.compile import compile_lowered
@@ -213,14 +213,21 @@ class AssetLibrary:
     ):
         self.root = os.fspath(root)
         self._root_abs = os.path.abspath(self.root)
+        cache_disabled = False
         if isinstance(cache, VariantCache) or cache is None:
             self.cache = cache
         else:
-            self.cache = VariantCache(os.fspath(cache), max_bytes=max_cache_bytes)
+            try:
+                self.cache = VariantCache(os.fspath(cache), max_bytes=max_cache_bytes)
+            except CacheError as exc:
+                # A game installed read-only (or a cache path that is a file) still runs: it
+                # lowers what it uses, as a library without a cache does.
+                log.warning("variant cache disabled: %s; every variant is lowered on first use", exc.headline())
+                self.cache, cache_disabled = None, True
         usage_path = None
         if isinstance(record_usage, str):
             usage_path = record_usage
-        elif record_usage:
+        elif record_usage and not cache_disabled:
             if self.cache is None:
                 raise ValueError("record_usage=True needs a cache folder (or pass the usage log path)")
             usage_path = os.path.join(self.cache.folder, USAGE_FILE)
