@@ -267,3 +267,13 @@ def test_a_read_only_cache_serves_entries_and_warns_once_instead_of_failing_each
         assert cache.get(key) == lowered
     assert results == [False] * 5 and cache.read_only
     assert len([r for r in caplog.records if r.levelno >= logging.WARNING]) == 1
+
+
+def test_a_fifo_in_place_of_the_usage_log_is_ignored_not_a_hang(tmp_path, deadline, caplog):
+    from engine_plugin.cache import read_usage
+
+    path = str(tmp_path / "usage.msgpack")
+    os.mkfifo(path)
+    with caplog.at_level(logging.WARNING, logger="engine_plugin.cache"):
+        assert read_usage(path) == {}
+    assert any("FIFO" in r.getMessage() for r in caplog.records)
