@@ -2,6 +2,11 @@
 
 The YAML is composed to nodes (not loaded to plain dicts) so every key and value keeps its
 position; each check raises :class:`SchemaError` at the node it is about.
+
+Whatever the bytes, parsing ends quickly in a ``Schema`` or a :class:`SchemaError` with a line
+and column (see :mod:`.yaml_nodes` for the composer's bounds: alias expansion, nesting depth,
+characters YAML refuses); numbers past 64 bits are refused where they stand, and an
+unexpected exception is still reported at the last node the parser looked at.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from .conditions import ConditionSyntaxError, parse_condition
 from .expressions import parse_expression
 from .schema import BINDING_KINDS, KIND_KEYS, Binding, Param, Schema, SpecParam
 from .types import WGSL_KEYWORDS, is_value_type, parse_value_type
+from .yaml_nodes import compose_bounded
 
 __all__ = ["parse", "MAX_PAGES"]
 
@@ -49,13 +55,16 @@ def parse(text: str, path: str | None = None) -> Schema:
         if found is not None:
             _memo.move_to_end(key)
             return found
+    parser = _Parser(text, path)
     try:
-        schema = _Parser(text, path).schema()
+        schema = parser.schema()
     except SchemaError:
         raise
-    except (yaml.YAMLError, ValueError, TypeError, KeyError, RecursionError) as exc:
-        # Anything PyYAML or a value check lets through is still the user's file being wrong.
-        raise SchemaError(f"invalid bindings.yaml: {type(exc).__name__}: {exc}", Span(path)) from None
+    except (yaml.YAMLError, ValueError, TypeError, KeyError, RecursionError, OverflowError, MemoryError) as exc:
+        # Anything PyYAML or a value check lets through is still the user's file being wrong:
+        # report it where the parser was looking.
+        detail = _cut(str(exc).splitlines()[0] if str(exc) else "", 120)
+        raise SchemaError(f"invalid bindings.yaml: {type(exc).__name__}: {detail}", parser.span(parser.last)) from None
     with _memo_lock:
         found = _memo.setdefault(key, schema)
         _memo.move_to_end(key)
@@ -64,18 +73,36 @@ def parse(text: str, path: str | None = None) -> Schema:
     return found
 
 
+# Numbers in a schema are workgroup sizes and such; a 64-bit ceiling keeps a 5,000-digit
+# literal from reaching int/str conversions (which raise ValueError past 4,300 digits).
+_MAX_INT_BITS = 64
+
+
+def _cut(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _show(value: Any, limit: int = 60) -> str:
+    """``repr(value)`` cut to ``limit`` characters (values can be huge; never echo them whole)."""
+    try:
+        return _cut(repr(value), limit)
+    except (ValueError, RecursionError):  # int -> str past 4,300 digits; self-nested lists
+        return f"<a {type(value).__name__}>"
+
+
 class _Parser:
     def __init__(self, text: str, path: str | None):
         self.text = text
         self.path = path
         self.lines = text.splitlines()
         self._scalar_loader = yaml.SafeLoader("")
+        self.last: Any = None  # the node looked at last: where an unexpected error is reported
 
     # -- positions and errors -------------------------------------------------------------
     def span(self, node_or_mark: Any, col_offset: int = 0) -> Span:
         mark = getattr(node_or_mark, "start_mark", node_or_mark)
         if mark is None:
-            return Span(self.path)
+            return Span(self.path, 1, 1, self.lines[0] if self.lines else None)
         line = mark.line + 1
         text = self.lines[mark.line] if 0 <= mark.line < len(self.lines) else None
         return Span(self.path, line, mark.column + 1 + col_offset, text)
@@ -84,6 +111,7 @@ class _Parser:
         return cls(message, self.span(node, col_offset))
 
     def value(self, node: Any, _depth: int = 0) -> Any:
+        self.last = node
         if _depth > 50:
             raise self.error(node, "YAML nested too deeply (a recursive alias?)")
         try:
@@ -95,7 +123,12 @@ class _Parser:
 
     def _value(self, node: Any, depth: int) -> Any:
         if isinstance(node, yaml.ScalarNode):
-            return self._scalar_loader.construct_object(node)
+            if node.tag == "tag:yaml.org,2002:int" and len(node.value) > 40:  # before int() sees 5,000 digits
+                raise self.error(node, f"number {_show(node.value, 24)} is too large (at most {_MAX_INT_BITS} bits)")
+            v = self._scalar_loader.construct_object(node)
+            if isinstance(v, int) and v.bit_length() > _MAX_INT_BITS:
+                raise self.error(node, f"number {_show(node.value, 24)} is too large (at most {_MAX_INT_BITS} bits)")
+            return v
         if isinstance(node, yaml.SequenceNode):
             return [self.value(n, depth + 1) for n in node.value]
         if isinstance(node, yaml.MappingNode):
@@ -104,13 +137,14 @@ class _Parser:
 
     def mapping(self, node: Any, what: str) -> list[tuple[str, Any, Any]]:
         """(key, key_node, value_node) of a mapping node, refusing duplicate and non-text keys."""
+        self.last = node
         if not isinstance(node, yaml.MappingNode):
             raise self.error(node, f"{what} must be a mapping, found {self._describe(node)}")
         out, seen = [], {}
         for k, v in node.value:
             key = self.value(k)
             if not isinstance(key, str):
-                raise self.error(k, f"{what}: keys must be names, found {key!r}")
+                raise self.error(k, f"{what}: keys must be names, found {_show(key)}")
             if key in seen:
                 raise self.error(k, f"{what}: key {key!r} given twice (first on line {seen[key]})")
             seen[key] = k.start_mark.line + 1
@@ -118,6 +152,7 @@ class _Parser:
         return out
 
     def sequence(self, node: Any, what: str) -> list[Any]:
+        self.last = node
         if isinstance(node, yaml.ScalarNode) and self.value(node) is None:
             return []
         if not isinstance(node, yaml.SequenceNode):
@@ -127,7 +162,7 @@ class _Parser:
     def _describe(self, node: Any) -> str:
         if isinstance(node, yaml.ScalarNode):
             v = self.value(node)
-            return "nothing" if v is None else f"{type(v).__name__} {v!r}"
+            return "nothing" if v is None else f"{type(v).__name__} {_show(v)}"
         return {yaml.SequenceNode: "a list", yaml.MappingNode: "a mapping"}.get(type(node), "?")
 
     def unknown_key(self, key: str, knode: Any, allowed, what: str) -> SchemaError:
@@ -159,13 +194,7 @@ class _Parser:
 
     # -- the document ---------------------------------------------------------------------
     def schema(self) -> Schema:
-        try:
-            root = yaml.compose(self.text, Loader=yaml.SafeLoader)
-        except yaml.MarkedYAMLError as exc:
-            mark = exc.problem_mark or exc.context_mark
-            raise SchemaError(f"invalid YAML: {exc.problem or exc.context}", self.span(mark)) from None
-        except yaml.YAMLError as exc:
-            raise SchemaError(f"invalid YAML: {exc}", Span(self.path)) from None
+        root = compose_bounded(self.text, self.path)
         if root is None:
             raise SchemaError("empty bindings.yaml; expected at least 'bindings:'", Span(self.path, 1, 1))
         top = self.mapping(root, "bindings.yaml")
@@ -199,10 +228,10 @@ class _Parser:
         v = self.value(node)
         dims = v if isinstance(v, list) else [v]
         if not 1 <= len(dims) <= 3 or not all(isinstance(d, int) and not isinstance(d, bool) and d > 0 for d in dims):
-            raise self.error(node, f"workgroup must be 1 to 3 positive ints, not {v!r}; e.g. workgroup: 64 or workgroup: [8, 8]")
+            raise self.error(node, f"workgroup must be 1 to 3 positive ints, not {_show(v)}; e.g. workgroup: 64 or workgroup: [8, 8]")
         dims = list(dims) + [1] * (3 - len(dims))
         if dims[0] * dims[1] * dims[2] > 1024:
-            raise self.error(node, f"workgroup {v!r} is {dims[0] * dims[1] * dims[2]} invocations; at most 1024 run in one workgroup")
+            raise self.error(node, f"workgroup {_show(v)} is {dims[0] * dims[1] * dims[2]} invocations; at most 1024 run in one workgroup")
         return (dims[0], dims[1], dims[2])
 
     def params(self, node: Any) -> tuple[Param, ...]:
@@ -222,7 +251,7 @@ class _Parser:
             tnode = entry["type"][1]
             vt = parse_value_type(self.string(tnode, "param type"))
             if vt is None:
-                raise self.error(tnode, f"param type must be u32, i32, f32 or a vec2/3/4 of them, not {self.value(tnode)!r}")
+                raise self.error(tnode, f"param type must be u32, i32, f32 or a vec2/3/4 of them, not {_show(self.value(tnode))}")
             seen[name] = item.start_mark.line + 1
             out.append(Param(name, vt.wgsl, item.start_mark.line + 1))
         return tuple(out)
