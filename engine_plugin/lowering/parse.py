@@ -25,7 +25,7 @@ from .conditions import ConditionSyntaxError, parse_condition
 from .expressions import parse_expression
 from .schema import BINDING_KINDS, KIND_KEYS, Binding, Param, Schema, SpecParam
 from .types import WGSL_KEYWORDS, is_value_type, parse_value_type
-from .yaml_nodes import compose_bounded
+from .yaml_nodes import EditorLines, compose_bounded
 
 __all__ = ["parse", "MAX_PAGES"]
 
@@ -94,7 +94,8 @@ class _Parser:
     def __init__(self, text: str, path: str | None):
         self.text = text
         self.path = path
-        self.lines = text.splitlines()
+        self.positions = EditorLines(text)
+        self.lines = self.positions.lines
         self._scalar_loader = yaml.SafeLoader("")
         self.last: Any = None  # the node looked at last: where an unexpected error is reported
 
@@ -103,9 +104,16 @@ class _Parser:
         mark = getattr(node_or_mark, "start_mark", node_or_mark)
         if mark is None:
             return Span(self.path, 1, 1, self.lines[0] if self.lines else None)
-        line = mark.line + 1
-        text = self.lines[mark.line] if 0 <= mark.line < len(self.lines) else None
-        return Span(self.path, line, mark.column + 1 + col_offset, text)
+        line, col = self.positions.at(mark.index)
+        text = self.lines[line - 1] if 0 < line <= len(self.lines) else None
+        return Span(self.path, line, col + col_offset, text)
+
+    def line_of(self, node: Any) -> int:
+        """The 1-based line of ``node`` as an editor counts lines."""
+        return self.positions.at(node.start_mark.index)[0]
+
+    def col_of(self, node: Any) -> int:
+        return self.positions.at(node.start_mark.index)[1]
 
     def error(self, node: Any, message: str, col_offset: int = 0, cls=SchemaError) -> SchemaError:
         return cls(message, self.span(node, col_offset))
@@ -147,7 +155,7 @@ class _Parser:
                 raise self.error(k, f"{what}: keys must be names, found {_show(key)}")
             if key in seen:
                 raise self.error(k, f"{what}: key {key!r} given twice (first on line {seen[key]})")
-            seen[key] = k.start_mark.line + 1
+            seen[key] = self.line_of(k)
             out.append((key, k, v))
         return out
 
@@ -252,8 +260,8 @@ class _Parser:
             vt = parse_value_type(self.string(tnode, "param type"))
             if vt is None:
                 raise self.error(tnode, f"param type must be u32, i32, f32 or a vec2/3/4 of them, not {_show(self.value(tnode))}")
-            seen[name] = item.start_mark.line + 1
-            out.append(Param(name, vt.wgsl, item.start_mark.line + 1))
+            seen[name] = self.line_of(item)
+            out.append(Param(name, vt.wgsl, self.line_of(item)))
         return tuple(out)
 
     def specialize(self, node: Any) -> tuple[SpecParam, ...]:
@@ -304,8 +312,8 @@ class _Parser:
                     default = parse_value_type(default).wgsl
                 if options and default not in options:
                     raise self.error(dnode, f"default {default!r} of {name!r} is not one of its options: {', '.join(options)}")
-            seen[name] = item.start_mark.line + 1
-            out.append(SpecParam(name, kind, options, default, item.start_mark.line + 1))
+            seen[name] = self.line_of(item)
+            out.append(SpecParam(name, kind, options, default, self.line_of(item)))
         return tuple(out)
 
     def bake(self, node: Any, specialize) -> tuple:
@@ -357,9 +365,9 @@ class _Parser:
                 if k in all_keys:
                     raise self.error(kn, f"binding {name!r}: key {k!r} does not apply to kind {kind} (it takes: {', '.join(sorted(allowed))})")
                 raise self.unknown_key(k, kn, allowed, f"binding {name!r}")
-        f: dict[str, Any] = {"name": name, "kind": kind, "line": item.start_mark.line + 1, "col": item.start_mark.column + 1}
+        f: dict[str, Any] = {"name": name, "kind": kind, "line": self.line_of(item), "col": self.col_of(item)}
         f["key_lines"] = tuple(
-            (k, vn.start_mark.line + 1, vn.start_mark.column + 1 + self._value_offset(vn, 0)) for k, _, vn in entries
+            (k, self.line_of(vn), self.col_of(vn) + self._value_offset(vn, 0)) for k, _, vn in entries
         )
 
         def node(k):

@@ -8,17 +8,23 @@ crossed it. It also stops nesting past :data:`MAX_DEPTH` (the composer recurses 
 so a line of ``[`` would end in ``RecursionError``), and reports characters YAML refuses (NUL,
 control characters) at their line and column. Every failure is a :class:`SchemaError` with
 the user's file, line and column.
+
+Lines are counted as editors count them (``\n``, ``\r\n``, ``\r``), not as YAML does: YAML
+also breaks lines at U+0085, U+2028 and U+2029, which editors show inside a line, so positions
+are taken from a mark's character index (:class:`EditorLines`), never from its line.
 """
 
 from __future__ import annotations
 
+import bisect
+import re
 from typing import Any
 
 import yaml
 
 from ..errors import SchemaError, Span
 
-__all__ = ["compose_bounded", "MAX_ALIAS_NODES", "MAX_DEPTH"]
+__all__ = ["compose_bounded", "EditorLines", "MAX_ALIAS_NODES", "MAX_DEPTH"]
 
 # Nodes all aliases together may stand for. A real bindings.yaml that reuses a list of options
 # through an anchor stands for tens; a bomb for millions.
@@ -78,10 +84,22 @@ def _size(node: Any, sizes: dict[int, int]) -> int:
     return 1
 
 
-def _line_col(text: str, index: int) -> tuple[int, int]:
-    index = max(0, min(index, len(text)))
-    line = text.count("\n", 0, index) + 1
-    return line, index - (text.rfind("\n", 0, index) + 1) + 1
+_BREAK = re.compile(r"\r\n|\r|\n")
+
+
+class EditorLines:
+    """Line and column of a character index, and the lines, as an editor shows them."""
+
+    def __init__(self, text: str):
+        self.starts = [0] + [m.end() for m in _BREAK.finditer(text)]
+        self.lines = _BREAK.split(text)
+        if self.lines and self.lines[-1] == "" and len(self.lines) > 1:
+            self.lines.pop()  # a final newline ends the last line; it does not start one
+
+    def at(self, index: int) -> tuple[int, int]:
+        """(line, column), both 1-based, of the character at ``index``."""
+        i = bisect.bisect_right(self.starts, max(0, index)) - 1
+        return i + 1, index - self.starts[i] + 1
 
 
 def compose_bounded(text: str, path: str | None) -> Any:
@@ -91,31 +109,31 @@ def compose_bounded(text: str, path: str | None) -> Any:
         SchemaError: invalid YAML, a refused character, an alias bomb, a recursive alias or
             nesting past :data:`MAX_DEPTH`, at the line and column where it was found.
     """
-    lines = text.splitlines()
+    editor = EditorLines(text)
 
-    def span(line: int, col: int) -> Span:
-        return Span(path, line, col, lines[line - 1] if 0 < line <= len(lines) else None)
+    def span_at(index: int) -> Span:
+        line, col = editor.at(index)
+        return Span(path, line, col, editor.lines[line - 1] if 0 < line <= len(editor.lines) else None)
 
     loader = None
     try:
         loader = _BoundedLoader(text)
         return loader.get_single_node()
     except _Refused as exc:
-        raise SchemaError(exc.message, span(exc.mark.line + 1, exc.mark.column + 1)) from None
+        raise SchemaError(exc.message, span_at(exc.mark.index)) from None
     except yaml.reader.ReaderError as exc:
         # The reader checks every character up front and knows only the index of the bad one.
-        line, col = _line_col(text, exc.position)
         what = f"character U+{exc.character:04X}" if isinstance(exc.character, int) else "a character"
-        raise SchemaError(f"{what} is not allowed in YAML (NUL and control characters are not); remove it", span(line, col)) from None
+        raise SchemaError(f"{what} is not allowed in YAML (NUL and control characters are not); remove it", span_at(exc.position)) from None
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         if mark is None:
-            raise SchemaError(f"invalid YAML: {exc.problem or exc.context}", span(1, 1)) from None
-        raise SchemaError(f"invalid YAML: {exc.problem or exc.context}", span(mark.line + 1, mark.column + 1)) from None
+            raise SchemaError(f"invalid YAML: {exc.problem or exc.context}", span_at(0)) from None
+        raise SchemaError(f"invalid YAML: {exc.problem or exc.context}", span_at(mark.index)) from None
     except yaml.YAMLError as exc:
-        raise SchemaError(f"invalid YAML: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}", span(1, 1)) from None
+        raise SchemaError(f"invalid YAML: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}", span_at(0)) from None
     except RecursionError:  # pragma: no cover - MAX_DEPTH keeps the composer far from the limit
-        raise SchemaError(f"YAML nested too deeply (at most {MAX_DEPTH} levels)", span(1, 1)) from None
+        raise SchemaError(f"YAML nested too deeply (at most {MAX_DEPTH} levels)", span_at(0)) from None
     finally:
         if loader is not None:
             loader.dispose()

@@ -175,3 +175,10 @@ def test_mutated_schemas_parse_or_raise_plugin_errors_with_a_line_and_column(tex
 @given(st.binary(max_size=200))
 def test_random_bytes_parse_or_raise_plugin_errors_with_a_line_and_column(data):
     _parse_or_refuse(data.decode("utf-8", errors="surrogateescape"))
+
+
+@pytest.mark.parametrize("brk", ["\x85", "\u2028", "\u2029"])
+def test_lines_are_counted_as_editors_count_them_not_as_yaml_does(brk):
+    # YAML breaks lines at NEL, LS and PS too; editors show them inside a line.
+    err = _refusal(f"# a{brk}b{brk}c\nbindings: []\nworkgroup: big\n")
+    assert (err.line, err.col) == (3, 12) and err.span.text == "workgroup: big"
