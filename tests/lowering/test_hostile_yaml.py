@@ -180,5 +180,7 @@ def test_random_bytes_parse_or_raise_plugin_errors_with_a_line_and_column(data):
 @pytest.mark.parametrize("brk", ["\x85", "\u2028", "\u2029"])
 def test_lines_are_counted_as_editors_count_them_not_as_yaml_does(brk):
     # YAML breaks lines at NEL, LS and PS too; editors show them inside a line.
-    err = _refusal(f"# a{brk}b{brk}c\nbindings: []\nworkgroup: big\n")
-    assert (err.line, err.col) == (3, 12) and err.span.text == "workgroup: big"
+    text = f'bindings: []\nworkgroup: ["a{brk}b", 1]]\n'
+    err = _refusal(text)
+    assert (err.line, err.col) == (2, text.split("\n")[1].index("]]") + 2)
+    assert err.span.text == f'workgroup: ["a{brk}b", 1]]'
