@@ -84,7 +84,7 @@ def cmd_bake(args: argparse.Namespace) -> int:
             return EXIT_USAGE
     cache = VariantCache(args.cache, max_bytes=args.max_bytes or DEFAULT_MAX_BYTES)
     progress = make_progress(args.progress)
-    report = bake(args.assets, cache, runner=runner, usage=usage, progress=progress)
+    report = bake(args.assets, cache, runner=runner, usage=usage, progress=progress, force=args.force)
 
     st = cache.stats()
     if st.evictions:
