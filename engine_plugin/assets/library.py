@@ -283,7 +283,7 @@ class AssetLibrary:
         ref = ComputeShaderRef(self, rel, folder)
         ctx = self._context()
         try:
-            src = read_asset_folder(folder)
+            src = read_asset_folder(folder, root=self.root)
             schema = parse(src.yaml_text, src.yaml_path)
             ref._store.paths = (src.yaml_path, src.wgsl_path)
             ref._program = program(rel, schema, src.wgsl_text, wgsl_path=src.wgsl_path, device=ctx, store=ref._store)
@@ -350,10 +350,10 @@ class AssetLibrary:
             old = ref._program
             try:
                 if old is not None and old.variants:
-                    return prepare(ref.path, ref.folder, seq, first_event, current=ref._source, old_program=old, make_program=make_program)
+                    return prepare(ref.path, ref.folder, seq, first_event, current=ref._source, old_program=old, make_program=make_program, root=self.root)
                 # Validation lowerings of an asset nobody uses yet are not "requested variants".
                 with ref._store.unrecorded():
-                    return prepare(ref.path, ref.folder, seq, first_event, current=ref._source, old_program=old, make_program=make_program)
+                    return prepare(ref.path, ref.folder, seq, first_event, current=ref._source, old_program=old, make_program=make_program, root=self.root)
             except Unsettled:
                 raise
             except Exception as exc:  # a bug in lowering: report it as this reload's failure
