@@ -95,6 +95,7 @@ class Batching:
     stats: dict
     _ring: Any
     _closed: bool
+    _guard: Any
 
     def _batch_dispatch(self, desc: DispatchDesc, product: _Product, writes: list) -> bool:
         batch = self._batch
@@ -149,7 +150,8 @@ class Batching:
             if command is not None:
                 if not self.healthy:
                     raise _Disabled(self.fault or "disabled")
-                self.queue.submit([command])
+                with self._guard.submitting("submitting a batch"):
+                    self.queue.submit([command])
         except Exception as exc:
             for req in reqs:
                 req.settled = True  # none of their copies will run: their staging may go
@@ -160,7 +162,8 @@ class Batching:
             return
         for i, req in enumerate(reqs):
             try:
-                promise = map_submitted(req.staging, req.nbytes)
+                with self._guard.submitting("mapping a batched readback"):  # map_async may submit
+                    promise = map_submitted(req.staging, req.nbytes)
             except Exception as exc:
                 for later in reqs[i:]:
                     later.settled = True  # destroying after submission is safe (wgpu-core defers it)
