@@ -71,6 +71,11 @@ class SubmissionBatch:
     def note_writes(self, buffers: list[Any]) -> None:
         self.written.update(id(b) for b in buffers)
 
+    @property
+    def recorded(self) -> bool:
+        """Whether anything was recorded (an empty batch submits nothing)."""
+        return self.encoder is not None and self.commands > 0
+
     def finish(self) -> Any | None:
         """The command buffer to submit (None when nothing was recorded)."""
         if self.cpass is not None:
@@ -146,12 +151,12 @@ class Batching:
     def _submit_batch(self, batch: SubmissionBatch) -> None:
         reqs, batch.readbacks = batch.readbacks, []
         try:
-            command = batch.finish()
-            if command is not None:
+            if batch.recorded:
                 if not self.healthy:
                     raise _Disabled(self.fault or "disabled")
                 with self._guard.submitting("submitting a batch"):
-                    self.queue.submit([command])
+                    # finish() raises on a lost device: right before the submit, under the lock.
+                    self.queue.submit([batch.finish()])
         except Exception as exc:
             for req in reqs:
                 req.settled = True  # none of their copies will run: their staging may go

@@ -358,11 +358,12 @@ class WgpuBackend(Batching):
             cpass = encoder.begin_compute_pass()
             self._encode_dispatch(cpass, product, desc.workgroups)
             cpass.end()
-            command = encoder.finish()
             if not self.healthy:  # a notify from another thread landed while encoding
                 return self._refuse(f"dispatch: the backend was disabled while encoding ({self.fault})")
-            with self._guard.submitting("dispatch"):  # a loss can no longer land before the submit
-                self.queue.submit([command])
+            # Under the submit lock: a destroy() can no longer land before the submit, and
+            # finish() (which raises on a lost device) comes right before it.
+            with self._guard.submitting("dispatch"):
+                self.queue.submit([encoder.finish()])
         except Exception as exc:
             return self._device_exception(f"dispatch({desc.product})", exc)
         self.stats["dispatches"] += 1
@@ -433,12 +434,11 @@ class WgpuBackend(Batching):
             staging = self._ring.create_staging(self.device, size, _MAP_READ | _COPY_DST)
             encoder = self.device.create_command_encoder(label="engine_plugin.readback")
             encoder.copy_buffer_to_buffer(source, base, staging, 0, size)
-            command = encoder.finish()
             if not self.healthy:
                 self._ring.destroy_staging(staging)
                 return self._refuse(f"readback: the backend was disabled while encoding ({self.fault})")
             with self._guard.submitting("readback"):
-                self.queue.submit([command])
+                self.queue.submit([encoder.finish()])
                 promise = map_submitted(staging, size)
         except Exception as exc:
             if staging is not None:  # never submitted, or its copy is: destroying is safe

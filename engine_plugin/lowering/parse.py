@@ -60,11 +60,14 @@ def parse(text: str, path: str | None = None) -> Schema:
         schema = parser.schema()
     except SchemaError:
         raise
-    except (yaml.YAMLError, ValueError, TypeError, KeyError, RecursionError, OverflowError, MemoryError) as exc:
-        # Anything PyYAML or a value check lets through is still the user's file being wrong:
-        # report it where the parser was looking.
+    except Exception as exc:
+        # Anything PyYAML or a value check lets through is most likely the user's file being
+        # wrong: report it where the parser was looking, never as a bare Python error.
         detail = _cut(str(exc).splitlines()[0] if str(exc) else "", 120)
-        raise SchemaError(f"invalid bindings.yaml: {type(exc).__name__}: {detail}", parser.span(parser.last)) from None
+        raise SchemaError(
+            f"invalid bindings.yaml ({type(exc).__name__}: {detail}); if this line looks right, it is an engine_plugin bug, please report",
+            parser.span(parser.last),
+        ) from None
     with _memo_lock:
         found = _memo.setdefault(key, schema)
         _memo.move_to_end(key)
@@ -126,8 +129,9 @@ class _Parser:
             return self._value(node, _depth)
         except SchemaError:
             raise
-        except (yaml.YAMLError, ValueError, TypeError, KeyError, RecursionError, OverflowError) as exc:
-            raise self.error(node, f"invalid YAML value: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}") from None
+        except Exception as exc:  # PyYAML's constructors raise anything on odd scalars (IndexError for `!!int ''`)
+            detail = _cut(str(exc).splitlines()[0] if str(exc) else "", 120)
+            raise self.error(node, f"invalid YAML value: {type(exc).__name__}: {detail}") from None
 
     def _value(self, node: Any, depth: int) -> Any:
         if isinstance(node, yaml.ScalarNode):

@@ -111,3 +111,29 @@ def test_a_loss_logged_by_wgpu_disables_only_the_backend_of_the_lost_device():
     """)
     assert seen["lost"] and "logger" in seen["fault"]
     assert seen["other_healthy"] and seen["other_usable"]
+
+
+def test_get_context_never_hands_out_a_lost_device():
+    seen = run_scenario("""
+        from engine_plugin.errors import DeviceLostError
+        first = get_context()
+        first.device.destroy()  # from the application: the guard knows at once
+        second = get_context()
+        gpu_reset(second.device)  # behind the guard's back: known from the wgpu logger + a probe
+        try:
+            second.device.create_command_encoder().finish()
+        except wgpu.GPUValidationError:
+            pass
+        time.sleep(0.05)
+        third = get_context()
+        try:  # an empty submit on a lost device aborts the process; the guard refuses it
+            with first.guard.submitting("test"):
+                first.queue.submit([])
+            refused = False
+        except DeviceLostError as exc:
+            refused = "lost" in str(exc)
+        print(json.dumps({"second_fresh": second is not first and not second.device is first.device,
+                          "third_fresh": third is not second and not third.lost, "first_lost": first.lost,
+                          "refused": refused}))
+    """)
+    assert seen == {"second_fresh": True, "third_fresh": True, "first_lost": True, "refused": True}

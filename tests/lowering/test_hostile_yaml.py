@@ -126,6 +126,13 @@ def test_a_huge_number_as_a_key_or_an_option_is_refused_with_a_line():
         assert err.line == 2 and err.col is not None
 
 
+@pytest.mark.parametrize("text", ["bindings: []\ndeterminism: !!int \n", "bindings: []\nworkgroup: !!float x\n", "bindings: []\nworkgroup: !!timestamp 2001-13-99\n"])
+def test_a_tagged_scalar_yaml_cannot_construct_is_refused_with_its_line(text):
+    # PyYAML raises IndexError/ValueError from its constructors for these (found by fuzzing).
+    err = _refusal(text)
+    assert isinstance(err, SchemaError) and err.line == 2 and err.col is not None
+
+
 def test_a_large_value_in_an_error_is_not_echoed_whole():
     err = _refusal("bindings: []\nworkgroup: [" + ", ".join(["lol"] * 2000) + "]\n")
     assert err.line == 2 and len(err.message) < 300  # (the rendering still shows the user's own line)
