@@ -1,6 +1,7 @@
-"""Hot reload survives its asset root being deleted and recreated (``rm -rf assets && cp -r
-backup assets``, ``git checkout``, exporters that rewrite the whole tree): later saves are
-picked up, through a real watchdog observer."""
+"""Hot reload survives what a working tree does to it, through a real watchdog observer: the
+asset root deleted and recreated (``rm -rf assets && cp -r backup assets``, ``git checkout``,
+exporters that rewrite the whole tree) or renamed away and back, and an alias bomb saved into
+a schema: later saves are picked up."""
 
 from __future__ import annotations
 
@@ -63,3 +64,18 @@ def test_the_root_renamed_away_and_back_keeps_reloading(watched, tmp_path):
     time.sleep(0.2)
     os.rename(root + ".old", root)
     _save_until_reloaded(lib, ref, os.path.join(folder, "kernel.wgsl"), 9.0)
+
+
+def test_an_alias_bomb_saved_while_watching_is_reported_at_once_and_the_next_save_reloads(watched):
+    # The unbounded parser spent 31 s (and 2.5 GB) on 500 bytes on the reload worker, blocking
+    # every other asset's reloads; now it is a diagnostic with the line of the alias.
+    lib, ref, folder = watched
+    items = ["&a0 [lol,lol,lol,lol,lol,lol,lol,lol,lol]"] + [f"&a{i} [{','.join([f'*a{i - 1}'] * 9)}]" for i in range(1, 10)]
+    schema = open(os.path.join(folder, "bindings.yaml")).read()
+    bomb = schema + f"bake: [{', '.join(items)}]\n"
+    t0 = time.monotonic()
+    write(os.path.join(folder, "bindings.yaml"), bomb)
+    pump(lib, lambda: ref.diagnostics is not None, timeout=10, what="the bomb's diagnostic")
+    assert time.monotonic() - t0 < 5 and "alias" in ref.diagnostics and "bindings.yaml:6:" in ref.diagnostics
+    write(os.path.join(folder, "bindings.yaml"), schema)  # the fix, then a save of the body
+    _save_until_reloaded(lib, ref, os.path.join(folder, "kernel.wgsl"), 3.0)
