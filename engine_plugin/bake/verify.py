@@ -7,8 +7,10 @@ can derive itself:
 
 - the key is one the client asked that chunk for, with the spec it asked for;
 - the lowered variant is *equal* to the client's own lowering of that spec (lowering is pure
-  and takes about a millisecond: the client lowers again and compares every field, source,
-  binding plan and source map alike).
+  Python, no device: the client lowers again and compares every field, source, binding plan
+  and source map alike). Measured 14 ms a variant on average over the repository's assets on
+  a 2-core machine, against 20-60 ms for the worker's GPU compile of it: a client keeps up
+  with a few workers; a large farm makes the client's lowering the bottleneck.
 
 What the worker adds that the client cannot re-derive is the GPU validation (a compile on its
 device); a refused entry is reported as a failure naming the worker. The entry written is the
