@@ -25,7 +25,7 @@ from dataclasses import replace
 from typing import Any, Callable, Iterator, Mapping
 
 from ..cache import DEFAULT_MAX_BYTES, USAGE_FILE, UsageLog, VariantCache
-from ..errors import AssetError, PluginError, Span, bug
+from ..errors import AssetError, CacheError, PluginError, Span, bug
 from ..lowering import Lowered, VariantSpec, parse
 from ..gpu.device import get_context
 from ..runtime.compile import compile_lowered
@@ -214,14 +214,21 @@ class AssetLibrary:
     ):
         self.root = os.fspath(root)
         self._root_abs = os.path.abspath(self.root)
+        cache_disabled = False
         if isinstance(cache, VariantCache) or cache is None:
             self.cache = cache
         else:
-            self.cache = VariantCache(os.fspath(cache), max_bytes=max_cache_bytes)
+            try:
+                self.cache = VariantCache(os.fspath(cache), max_bytes=max_cache_bytes)
+            except CacheError as exc:
+                # A game installed read-only (or a cache path that is a file) still runs: it
+                # lowers what it uses, as a library without a cache does.
+                log.warning("variant cache disabled: %s; every variant is lowered on first use", exc.headline())
+                self.cache, cache_disabled = None, True
         usage_path = None
         if isinstance(record_usage, str):
             usage_path = record_usage
-        elif record_usage:
+        elif record_usage and not cache_disabled:
             if self.cache is None:
                 raise ValueError("record_usage=True needs a cache folder (or pass the usage log path)")
             usage_path = os.path.join(self.cache.folder, USAGE_FILE)
@@ -280,7 +287,7 @@ class AssetLibrary:
         ref = ComputeShaderRef(self, rel, folder)
         ctx = self._context()
         try:
-            src = read_asset_folder(folder)
+            src = read_asset_folder(folder, root=self.root)
             schema = parse(src.yaml_text, src.yaml_path)
             ref._store.paths = (src.yaml_path, src.wgsl_path)
             ref._program = program(rel, schema, src.wgsl_text, wgsl_path=src.wgsl_path, device=ctx, store=ref._store)
@@ -347,10 +354,10 @@ class AssetLibrary:
             old = ref._program
             try:
                 if old is not None and old.variants:
-                    return prepare(ref.path, ref.folder, seq, first_event, current=ref._source, old_program=old, make_program=make_program)
+                    return prepare(ref.path, ref.folder, seq, first_event, current=ref._source, old_program=old, make_program=make_program, root=self.root)
                 # Validation lowerings of an asset nobody uses yet are not "requested variants".
                 with ref._store.unrecorded():
-                    return prepare(ref.path, ref.folder, seq, first_event, current=ref._source, old_program=old, make_program=make_program)
+                    return prepare(ref.path, ref.folder, seq, first_event, current=ref._source, old_program=old, make_program=make_program, root=self.root)
             except Unsettled:
                 raise
             except Exception as exc:  # a bug in lowering: report it as this reload's failure

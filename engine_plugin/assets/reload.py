@@ -174,11 +174,13 @@ def prepare(
     current: AssetSource | None,
     old_program: "Program | None",
     make_program: Any,
+    root: str | None = None,
 ) -> Prepared:
     """Read, parse and lower what a reload of ``folder`` needs, without touching the GPU.
 
     ``make_program(schema, source)`` builds an unregistered candidate program whose
     ``lowered(spec)`` goes through the variant cache (so warm reloads lower nothing).
+    ``root``: the asset root the files must resolve inside (see :func:`read_asset_folder`).
 
     Raises:
         Unsettled: a file changed while it was read.
@@ -186,7 +188,7 @@ def prepare(
     out = Prepared(rel, seq, first_event)
     stamp = folder_stamp(folder)
     try:
-        src = read_asset_folder(folder)
+        src = read_asset_folder(folder, root=root)
     except AssetError as exc:
         out.error = exc
         out.missing = _is_missing(exc)

@@ -16,6 +16,13 @@ patterns all reduce to "some events, then quiet":
 The worker prepares the reload (pure Python, :func:`reload.prepare`) and hands it to the
 library; if new events for that asset arrived meanwhile the result is dropped, since the next
 read supersedes it. Nothing here calls wgpu.
+
+The root itself may go away and come back (``rm -rf assets && cp -r backup assets``, a
+``git checkout``, an exporter rewriting the tree). An inotify watch belongs to the folder's
+inode, so the observer of a deleted root stops for good. The worker checks the root every
+:data:`ROOT_CHECK_S`: when the observer's watch died or the root is another folder than the
+one watched, it watches the root again (as soon as it exists) and reads every loaded asset
+under it, since their files changed while nobody watched.
 """
 
 from __future__ import annotations
@@ -27,7 +34,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from .folder import ASSET_SUFFIX, is_editor_noise
+from .folder import ASSET_SUFFIX, find_assets, is_editor_noise
 from .reload import Prepared, Unsettled, folder_stamp
 
 __all__ = ["ReloadService", "is_ignored_name"]
@@ -38,6 +45,7 @@ log = logging.getLogger("engine_plugin.assets")
 _EXTRA_NOISE = ("___jb_tmp___", "___jb_old___", ".part")
 _RELEVANT_EVENTS = ("created", "modified", "moved", "deleted", "closed")
 _USAGE_FLUSH_S = 2.0
+ROOT_CHECK_S = 0.25  # how often the worker checks that the watched root is still the root
 
 
 def is_ignored_name(name: str) -> bool:
@@ -93,8 +101,11 @@ class ReloadService:
         self._stopping = False
         self._worker: threading.Thread | None = None
         self._observer: Any = None
+        self._observer_lock = threading.Lock()
+        self._root_id: tuple[int, int] | None = None  # (device, inode) of the root being watched
         self._in_flight: str | None = None
         self.events_seen = 0  # relevant file events (for tests and the CLI)
+        self.rewatches = 0  # times the root was watched again after it went away
 
     # -- lifecycle -------------------------------------------------------------------------
     @property
@@ -118,8 +129,12 @@ class ReloadService:
     def watch(self) -> None:
         """Start the worker and a watchdog observer over the root (idempotent)."""
         self.start_worker()
-        if self._observer is not None:
-            return
+        with self._observer_lock:
+            if self._observer is not None:
+                return
+            self._observer = self._start_observer()
+
+    def _start_observer(self) -> Any:
         from watchdog.events import (
             DirCreatedEvent,
             DirDeletedEvent,
@@ -137,12 +152,38 @@ class ReloadService:
         kinds = [FileCreatedEvent, FileModifiedEvent, FileMovedEvent, FileDeletedEvent, FileClosedEvent, DirCreatedEvent, DirDeletedEvent, DirMovedEvent]
         observer.schedule(handler, self.root, recursive=True, event_filter=kinds)
         observer.daemon = True
+        self._root_id = _identity(self.root)  # before start: a change after it is seen as one
         observer.start()
-        self._observer = observer
+        return observer
+
+    def _check_root(self) -> None:
+        """Watch the root again if its watch died or it is another folder now (worker thread)."""
+        with self._observer_lock:
+            observer = self._observer
+            if observer is None:
+                return
+            now_id = _identity(self.root)
+            if now_id is None:
+                return  # gone: wait for it to come back
+            dead = not any(e.is_alive() for e in observer.emitters)
+            if not dead and now_id == self._root_id:
+                return
+            try:
+                fresh = self._start_observer()
+            except OSError as exc:  # replaced again while we looked: try on the next check
+                log.warning("hot reload: cannot watch %s again yet: %s", self.root, exc.strerror or exc)
+                return
+            self._observer = fresh
+            self.rewatches += 1
+        log.info("hot reload: %s was replaced; watching it again and re-reading the loaded assets", self.root)
+        _stop_observer(observer)
+        for folder in find_assets(self.root):
+            self.notify_path(os.path.abspath(folder))
 
     def stop(self) -> None:
         """Stop the observer and the worker; pending reloads are dropped."""
-        observer, self._observer = self._observer, None
+        with self._observer_lock:
+            observer, self._observer = self._observer, None
         if observer is not None:
             observer.stop()
             observer.join(timeout=5)
@@ -196,13 +237,17 @@ class ReloadService:
     # -- the worker ------------------------------------------------------------------------
     def _run(self) -> None:
         last_idle = time.monotonic()
+        last_root_check = 0.0
         while True:
+            if self._observer is not None and time.monotonic() - last_root_check >= ROOT_CHECK_S:
+                last_root_check = time.monotonic()
+                self._safely(self._check_root)
             with self._cond:
                 if self._stopping:
                     return
                 now = time.monotonic()
                 folder, entry = None, None
-                wake = now + _USAGE_FLUSH_S
+                wake = now + (ROOT_CHECK_S if self._observer is not None else _USAGE_FLUSH_S)
                 for f, e in self._pending.items():
                     due = self._due(e)
                     if due <= now:
@@ -274,6 +319,22 @@ class ReloadService:
                 pending.first = min(pending.first, entry.first)  # the next read supersedes this one
                 return
         self._deliver(prepared)
+
+
+def _identity(path: str) -> tuple[int, int] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino)
+
+
+def _stop_observer(observer: Any) -> None:
+    try:
+        observer.stop()
+        observer.join(timeout=5)
+    except Exception:  # an observer whose watch already died may complain on stop
+        log.debug("hot reload: stopping a dead observer failed", exc_info=True)
 
 
 class _Handler:

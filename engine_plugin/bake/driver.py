@@ -14,6 +14,7 @@ from .plan import chunk_jobs, plan_assets
 from .progress import NoProgress
 from .report import BakeReport
 from .runners import InlineRunner
+from .verify import check_chunk
 from .worker import ChunkJob, ChunkResult, Failure, VariantOutcome, failure_from, worker_versions
 
 __all__ = ["bake"]
@@ -127,13 +128,16 @@ class _Bake:
             for item in job.items:
                 self._failed(job.asset, VariantOutcome(item.key, item.spec, 0.0), failure, "")
         else:
-            for out in result.outcomes:
-                if out.lowered is None:
-                    self._failed(job.asset, out, out.failure or _no_result(out), result.worker)
+            # Nothing a worker sends is written unchecked: requested keys only, and a lowering
+            # equal to this client's own (see verify.py); the client's lowering is what is written.
+            for checked in check_chunk(job, result):
+                out = checked.outcome
+                if checked.lowered is None:
+                    self._failed(job.asset, out, checked.failure or _no_result(out), result.worker)
                 elif self._writers is None:
-                    self._written(job.asset, out, self.cache.put(out.key, out.lowered), result.worker)
+                    self._written(job.asset, out, self.cache.put(out.key, checked.lowered), result.worker)
                 else:
-                    fut = self._writers.submit(self.cache.put, out.key, out.lowered)
+                    fut = self._writers.submit(self.cache.put, out.key, checked.lowered)
                     self._writes.append((fut, job.asset, out, result.worker))
         self.drain()
 

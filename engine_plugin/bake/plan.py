@@ -105,11 +105,15 @@ def plan_assets(paths: Iterable[str], usage: Mapping[str, list[VariantSpec]] | N
     """
     paths = list(paths)
     folders: list[str] = []
+    roots: dict[str, str] = {}  # asset folder -> the path it was found under: its files stay inside
     for p in paths:
         found = find_assets(p)
         if not found:
             raise AssetError("no .computeShader assets here (a path to bake is an asset folder or a folder of them)", Span(p))
-        folders.extend(f for f in found if f not in folders)
+        for f in found:
+            if f not in folders:
+                folders.append(f)
+                roots[f] = p
     notes: list[str] = []
     wanted: dict[str, list[VariantSpec]] | None = None
     if usage is not None:
@@ -122,7 +126,7 @@ def plan_assets(paths: Iterable[str], usage: Mapping[str, list[VariantSpec]] | N
         plan = AssetPlan(folder)
         plans.append(plan)
         try:
-            src = read_asset_folder(folder)
+            src = read_asset_folder(folder, root=roots.get(folder))
             schema = parse(src.yaml_text, src.yaml_path)
         except PluginError as exc:
             plan.error = failure_from(exc)

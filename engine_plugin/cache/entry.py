@@ -23,12 +23,19 @@ lists come from the dataclasses themselves and their hash is in the envelope, so
 The payload is checksummed separately so that a flipped byte inside a string, which msgpack
 would happily decode, is still caught. Everything that can go wrong while decoding becomes
 :class:`BadEntry` with a one-line reason; the store turns it into a miss.
+
+The checksum is no defence against someone who writes the folder (anyone can recompute it),
+so decoding is bounded whatever the bytes: records nest at most :data:`MAX_RECORD_DEPTH`
+deep (each level is a nested ``unpackb`` on the C stack: ~250 levels overflowed it and
+killed every reader with SIGSEGV), and every length msgpack reads is capped
+(:data:`MAX_ITEMS`, the entry's own size) before anything is allocated for it.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import hashlib
+import threading
 from typing import Any
 
 import msgpack
@@ -38,11 +45,18 @@ from ..lowering.fingerprint import CACHE_FORMAT_VERSION
 from ..lowering.lowered import ColumnSlot, HostSlot, LoweredBinding, ParamField, ParamsLayout, SourceMap
 from ..lowering.variants import VariantSpec
 
-__all__ = ["MAGIC", "BadEntry", "encode_entry", "decode_entry", "entry_header", "MAX_ENTRY_BYTES"]
+__all__ = ["MAGIC", "BadEntry", "encode_entry", "decode_entry", "entry_header", "MAX_ENTRY_BYTES", "MAX_RECORD_DEPTH", "MAX_ITEMS"]
 
 MAGIC = "engine_plugin.variant"
 # A lowered variant is a few KiB to a few hundred KiB; anything far larger is not ours.
 MAX_ENTRY_BYTES = 64 * 1024 * 1024
+# Records nest Lowered > ParamsLayout > ParamField (3 deep) today; 8 leaves room for growth
+# and keeps the C stack (one unpackb frame, ~40 KiB, a level) far from its end.
+MAX_RECORD_DEPTH = 8
+# Items in one array or map: a source map holds one entry a generated line; a million is
+# far past any kernel, and far below what a forged length header could make us allocate.
+MAX_ITEMS = 1_000_000
+_ENVELOPE_KEYS = 32
 
 # Extension codes of the records a Lowered is made of (never renumber: bump the format).
 _RECORDS: tuple[type, ...] = (Lowered, LoweredBinding, ParamField, ParamsLayout, HostSlot, ColumnSlot, SourceMap, VariantSpec)
@@ -82,6 +96,23 @@ _MEMO_LIMIT = 8 * 1024 * 1024
 _TOP = _CODE[Lowered]  # unique per variant (it holds the source): never memoised
 
 
+# Nesting depth of the records being decoded, per thread (decoding happens on reload workers,
+# bake writer threads and the engine thread at once).
+_DEPTH = threading.local()
+
+
+def _limits(size: int, *, maps: int = MAX_ITEMS) -> dict[str, int]:
+    # No length inside ``size`` bytes can honestly exceed ``size``; cap the counts too.
+    items = min(MAX_ITEMS, size)
+    return {
+        "max_str_len": size,
+        "max_bin_len": size,
+        "max_ext_len": size,
+        "max_array_len": items,
+        "max_map_len": min(maps, items),
+    }
+
+
 def _ext_hook(code: int, data: bytes) -> Any:
     if code != _TOP:
         found = _MEMO.get((code, data))
@@ -90,7 +121,14 @@ def _ext_hook(code: int, data: bytes) -> Any:
     cls = _BY_CODE.get(code)
     if cls is None:
         raise BadEntry(f"unknown record code {code}")
-    values = msgpack.unpackb(data, raw=False, use_list=False, ext_hook=_ext_hook)
+    depth = getattr(_DEPTH, "n", 0)
+    if depth >= MAX_RECORD_DEPTH:
+        raise BadEntry(f"records nested more than {MAX_RECORD_DEPTH} deep (a lowered variant nests 3)")
+    _DEPTH.n = depth + 1
+    try:
+        values = msgpack.unpackb(data, raw=False, use_list=False, ext_hook=_ext_hook, strict_map_key=True, **_limits(len(data), maps=0))
+    finally:
+        _DEPTH.n = depth
     names = _FIELDS[cls]
     if not isinstance(values, tuple) or len(values) != len(names):
         raise BadEntry(f"a {cls.__name__} record of the wrong shape")
@@ -147,9 +185,10 @@ def encode_entry(key: str, lowered: Lowered, *, format_version: int = CACHE_FORM
     return msgpack.packb(envelope, use_bin_type=True)
 
 
-def _unpack(data: bytes, what: str, **kwargs: Any) -> Any:
+def _unpack(data: bytes, what: str, *, maps: int = MAX_ITEMS, **kwargs: Any) -> Any:
     try:
-        return msgpack.unpackb(data, raw=False, strict_map_key=True, **kwargs)
+        _DEPTH.n = 0  # a previous decode on this thread cannot leave it raised, but be sure
+        return msgpack.unpackb(data, raw=False, strict_map_key=True, **_limits(len(data), maps=maps), **kwargs)
     except BadEntry:
         raise
     except msgpack.ExtraData:
@@ -174,7 +213,7 @@ def decode_entry(key: str, data: bytes) -> Lowered:
         raise BadEntry("empty file")
     if len(data) > MAX_ENTRY_BYTES:
         raise BadEntry(f"{len(data)} bytes, more than an entry can be")
-    env = _unpack(data, "entry")
+    env = _unpack(data, "entry", maps=_ENVELOPE_KEYS)
     if not isinstance(env, dict) or env.get("magic") != MAGIC:
         raise BadEntry("not a variant cache entry (no engine_plugin.variant header)")
     if env.get("format") != CACHE_FORMAT_VERSION:
@@ -195,7 +234,7 @@ def decode_entry(key: str, data: bytes) -> Lowered:
     if digest != env.get("sha256"):
         raise BadEntry("checksum mismatch")
     try:
-        lowered = _unpack(payload, "payload", use_list=False, ext_hook=_ext_hook)
+        lowered = _unpack(payload, "payload", maps=0, use_list=False, ext_hook=_ext_hook)
     except (TypeError, ValueError) as exc:  # a record constructor refusing its values
         raise BadEntry(f"payload does not describe a lowered variant ({type(exc).__name__}: {exc})") from None
     return _check(lowered)
@@ -207,7 +246,9 @@ def entry_header(data: bytes) -> dict[str, Any]:
     Raises:
         BadEntry: not an entry.
     """
-    env = _unpack(data, "entry")
+    if len(data) > MAX_ENTRY_BYTES:
+        raise BadEntry(f"{len(data)} bytes, more than an entry can be")
+    env = _unpack(data, "entry", maps=_ENVELOPE_KEYS)
     if not isinstance(env, dict) or env.get("magic") != MAGIC:
         raise BadEntry("not a variant cache entry (no engine_plugin.variant header)")
     return {k: v for k, v in env.items() if k != "payload"}

@@ -9,6 +9,13 @@ columns). The store implements the runtime's ``LoweredStore`` protocol (``get``/
   same variant) sees the old entry or the new one, never a torn one.
 - **Bad entries are misses.** Corrupt, truncated, foreign-version or unreadable entries are
   logged, counted (``corrupt``), removed, and replaced by the next ``put``; never a crash.
+- **Only regular files are read.** An entry is opened without following links
+  (``O_NOFOLLOW``) and without blocking (``O_NONBLOCK``), checked to be a regular file of at
+  most ``MAX_ENTRY_BYTES`` *before* a byte is read; a symlink (to ``/dev/zero``, to a file
+  outside the cache), a FIFO, a device, a folder or a sparse giant is a counted miss. Links
+  are removed, never followed to their targets.
+- **Only our own names.** ``gc`` and ``clear`` touch entries (``<64 hex>.msgpack``) and
+  temporary files of the exact shape this module writes; any other file is the user's.
 - **LRU size cap.** A hit stamps the entry's mtime (atime is unreliable: ``noatime``
   mounts), so the oldest mtime is the least recently used; past ``max_bytes`` the oldest
   entries are evicted down to ``LOW_WATER`` of the cap (so a full cache does not rescan on
@@ -17,10 +24,12 @@ columns). The store implements the runtime's ``LoweredStore`` protocol (``get``/
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import re
 import shutil
+import stat
 import threading
 import time
 import uuid
@@ -29,9 +38,9 @@ from typing import Iterator
 
 from ..errors import CacheError, Span
 from ..lowering import Lowered
-from .entry import BadEntry, decode_entry, encode_entry
+from .entry import MAX_ENTRY_BYTES, BadEntry, decode_entry, encode_entry
 
-__all__ = ["VariantCache", "CacheStats", "CacheEntryInfo", "DEFAULT_MAX_BYTES", "ENTRY_SUFFIX"]
+__all__ = ["VariantCache", "CacheStats", "CacheEntryInfo", "DEFAULT_MAX_BYTES", "ENTRY_SUFFIX", "read_entry_file"]
 
 log = logging.getLogger("engine_plugin.cache")
 
@@ -41,6 +50,9 @@ LOW_WATER = 0.9
 _KEY_RE = re.compile(r"^[0-9a-f]{64}$")
 _ENTRY_RE = re.compile(r"^([0-9a-f]{64})\.msgpack$")
 _TEMP_PREFIX = ".tmp-"
+# What _write_atomic names its temporary files: prefix, 16 hex of the key, pid, 8 hex.
+_TEMP_RE = re.compile(r"^\.tmp-[0-9a-f]{8,16}-[0-9]{1,10}-[0-9a-f]{8}$")
+_O_SAFE_READ = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
 # A temporary file older than this is left over from a crashed writer; gc removes it.
 _STALE_TEMP_S = 600.0
 
@@ -76,6 +88,60 @@ class CacheEntryInfo:
     mtime_ns: int
 
 
+def _kind(mode: int) -> str:
+    if stat.S_ISLNK(mode):
+        return "a symbolic link"
+    if stat.S_ISFIFO(mode):
+        return "a FIFO"
+    if stat.S_ISDIR(mode):
+        return "a folder"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    return "not a plain file"
+
+
+def read_entry_file(path: str, max_bytes: int = MAX_ENTRY_BYTES) -> bytes:
+    """The bytes of the entry file at ``path``, read only if it is a regular file (not a link)
+    of 1 to ``max_bytes`` bytes; the type and size are checked before anything is read.
+
+    Raises:
+        FileNotFoundError: no file there.
+        BadEntry: a link, FIFO, device, folder, empty or oversized file, or a read error.
+    """
+    st = os.lstat(path)  # FileNotFoundError: a plain miss
+    if not stat.S_ISREG(st.st_mode):
+        # Checked before opening: opening a FIFO blocks, a device may act on open.
+        raise BadEntry(f"{_kind(st.st_mode)}, not a regular file")
+    try:
+        fd = os.open(path, _O_SAFE_READ)
+    except FileNotFoundError:
+        raise
+    except OSError as exc:  # ELOOP: replaced by a link after the lstat
+        raise BadEntry(f"unreadable ({exc.strerror or exc})") from None
+    try:
+        st = os.fstat(fd)  # of what was opened: the lstat above may be stale
+        if not stat.S_ISREG(st.st_mode):
+            raise BadEntry(f"{_kind(st.st_mode)}, not a regular file")
+        if st.st_size == 0:
+            raise BadEntry("empty file")
+        if st.st_size > max_bytes:
+            raise BadEntry(f"{st.st_size} bytes, more than an entry can be")
+        chunks, left = [], st.st_size
+        while left > 0:
+            chunk = os.read(fd, left)
+            if not chunk:
+                break  # truncated meanwhile: decoding reports it
+            chunks.append(chunk)
+            left -= len(chunk)
+        return b"".join(chunks)
+    except OSError as exc:
+        raise BadEntry(f"unreadable ({exc.strerror or exc})") from None
+    finally:
+        os.close(fd)
+
+
 class VariantCache:
     """A folder of msgpack entries, one per lowered variant; safe across threads and processes.
 
@@ -101,6 +167,11 @@ class VariantCache:
         self._counts = {"hits": 0, "misses": 0, "corrupt": 0, "writes": 0, "write_errors": 0, "evictions": 0}
         self._approx_bytes: int | None = None  # entry bytes as this instance believes; None: not scanned yet
         self._last_stamp = 0
+        # A folder we may read but not write (a read-only game install) serves what it holds;
+        # writes are skipped after one warning instead of failing (and logging) once per put.
+        self.read_only = not os.access(self.folder, os.W_OK)
+        if self.read_only:
+            log.warning("variant cache %s is read-only: entries are served but not written", self.folder)
 
     # -- paths -----------------------------------------------------------------------------
     def path(self, key: str) -> str:
@@ -125,13 +196,12 @@ class VariantCache:
         """The lowered variant under ``key``, or None (a miss; a bad entry is removed and counted)."""
         path = self.path(key)
         try:
-            with open(path, "rb") as f:
-                data = f.read()
+            data = read_entry_file(path)
         except FileNotFoundError:
             self._count("misses")
             return None
-        except OSError as exc:
-            self._bad(key, path, f"unreadable ({exc.strerror or exc})")
+        except BadEntry as exc:
+            self._bad(key, path, exc.reason)
             return None
         try:
             lowered = decode_entry(key, data)
@@ -153,6 +223,8 @@ class VariantCache:
         the cache only ever saves work.
         """
         path = self.path(key)
+        if self.read_only:
+            return False
         data = encode_entry(key, lowered)
         try:
             old_size = os.stat(path).st_size
@@ -178,7 +250,10 @@ class VariantCache:
 
     def contains(self, key: str) -> bool:
         """Whether an entry file exists under ``key`` (not whether it is valid; counts nothing)."""
-        return os.path.isfile(self.path(key))
+        try:
+            return stat.S_ISREG(os.lstat(self.path(key)).st_mode)
+        except OSError:
+            return False
 
     # -- internals -------------------------------------------------------------------------
     def _write_atomic(self, path: str, data: bytes) -> bool:
@@ -203,7 +278,11 @@ class VariantCache:
             return True
         except OSError as exc:
             self._count("write_errors")
-            log.warning("variant cache: cannot write %s: %s", path, exc.strerror or exc)
+            if exc.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
+                self.read_only = True
+                log.warning("variant cache %s is read-only (%s): entries are served but no longer written", self.folder, exc.strerror or exc)
+            else:
+                log.warning("variant cache: cannot write %s: %s", path, exc.strerror or exc)
             try:
                 os.unlink(tmp)
             except OSError:
@@ -258,7 +337,7 @@ class VariantCache:
         try:
             with os.scandir(self.folder) as it:
                 for de in it:
-                    if de.name.startswith(_TEMP_PREFIX):
+                    if _TEMP_RE.match(de.name):
                         try:
                             out.append((de.path, de.stat(follow_symlinks=False).st_mtime))
                         except OSError:
@@ -318,12 +397,11 @@ class VariantCache:
         bad = {}
         for info in list(self.entries()):
             try:
-                with open(info.path, "rb") as f:
-                    decode_entry(info.key, f.read())
+                decode_entry(info.key, read_entry_file(info.path))
             except BadEntry as exc:
                 bad[info.key] = exc.reason
-            except OSError as exc:
-                bad[info.key] = f"unreadable ({exc.strerror or exc})"
+            except FileNotFoundError:
+                pass  # evicted by another process meanwhile
         return bad
 
     def stats(self, scan: bool = False) -> CacheStats:

@@ -25,6 +25,8 @@ from typing import Iterator
 import msgpack
 
 from ..lowering import VariantSpec
+from .entry import BadEntry
+from .store import read_entry_file
 
 __all__ = ["UsageLog", "read_usage", "USAGE_FILE"]
 
@@ -52,12 +54,11 @@ def read_usage(path: str) -> dict[str, list[VariantSpec]]:
     A missing file answers {}; an unreadable or malformed one is logged and answers {}.
     """
     try:
-        with open(path, "rb") as f:
-            data = f.read()
+        data = read_entry_file(path)  # a regular file of bounded size only: never blocks on a FIFO
     except FileNotFoundError:
         return {}
-    except OSError as exc:
-        log.warning("usage log %s is unreadable (%s); ignored", path, exc.strerror or exc)
+    except BadEntry as exc:
+        log.warning("usage log %s is unusable (%s); ignored", path, exc.reason)
         return {}
     try:
         doc = msgpack.unpackb(data, raw=False)

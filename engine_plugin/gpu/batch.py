@@ -71,6 +71,11 @@ class SubmissionBatch:
     def note_writes(self, buffers: list[Any]) -> None:
         self.written.update(id(b) for b in buffers)
 
+    @property
+    def recorded(self) -> bool:
+        """Whether anything was recorded (an empty batch submits nothing)."""
+        return self.encoder is not None and self.commands > 0
+
     def finish(self) -> Any | None:
         """The command buffer to submit (None when nothing was recorded)."""
         if self.cpass is not None:
@@ -95,6 +100,7 @@ class Batching:
     stats: dict
     _ring: Any
     _closed: bool
+    _guard: Any
 
     def _batch_dispatch(self, desc: DispatchDesc, product: _Product, writes: list) -> bool:
         batch = self._batch
@@ -145,11 +151,12 @@ class Batching:
     def _submit_batch(self, batch: SubmissionBatch) -> None:
         reqs, batch.readbacks = batch.readbacks, []
         try:
-            command = batch.finish()
-            if command is not None:
+            if batch.recorded:
                 if not self.healthy:
                     raise _Disabled(self.fault or "disabled")
-                self.queue.submit([command])
+                with self._guard.submitting("submitting a batch"):
+                    # finish() raises on a lost device: right before the submit, under the lock.
+                    self.queue.submit([batch.finish()])
         except Exception as exc:
             for req in reqs:
                 req.settled = True  # none of their copies will run: their staging may go
@@ -160,7 +167,8 @@ class Batching:
             return
         for i, req in enumerate(reqs):
             try:
-                promise = map_submitted(req.staging, req.nbytes)
+                with self._guard.submitting("mapping a batched readback"):  # map_async may submit
+                    promise = map_submitted(req.staging, req.nbytes)
             except Exception as exc:
                 for later in reqs[i:]:
                     later.settled = True  # destroying after submission is safe (wgpu-core defers it)

@@ -8,6 +8,11 @@ case-insensitive substring of the adapter's name, vendor or type (``llvmpipe``, 
 
 Caches of compiled objects live on the :class:`DeviceContext`, so a lost device drops all of
 them at once and a new device never sees an object made for the old one.
+
+A context's ``lost`` flag is its device's :class:`~engine_plugin.gpu.guard.SubmissionGuard`
+flag: set by ``device.destroy()`` (from any thread), by a backend that found the loss, or by
+a probe after the ``wgpu`` logger reported one. ``get_context()`` never hands out the default
+context once it is lost: it acquires a fresh device instead.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from typing import Any
 import wgpu
 
 from ..errors import NoAdapterError
+from .guard import SubmissionGuard, guard_for
 
 __all__ = ["DeviceContext", "adapter_summary", "get_context", "reset_default_context"]
 
@@ -86,9 +92,19 @@ class DeviceContext:
         self.adapter = adapter
         self.queue = device.queue
         self.limits = dict(device.limits)
-        self.lost = False
+        self.guard: SubmissionGuard = guard_for(device)
         self._caches: dict[str, dict] = {}
         self.lock = threading.RLock()
+
+    @property
+    def lost(self) -> bool:
+        """Whether the device is known lost (sticky)."""
+        return self.guard.lost
+
+    @lost.setter
+    def lost(self, value: bool) -> None:
+        if value:
+            self.guard.mark_lost("marked lost by its owner")
 
     @property
     def adapter_name(self) -> str:
@@ -128,7 +144,14 @@ def get_context(device: Any | None = None) -> DeviceContext:
             if ctx is None or ctx.device is not device:
                 ctx = _contexts[id(device)] = DeviceContext(device)
             return ctx
-        if _default is None or _default.lost:
+        if _default is not None and _default.guard.check():
+            # Lost (destroyed, found by a backend, or reported and confirmed by a probe): its
+            # caches hold objects of a dead device; the next context starts clean.
+            log.warning("engine_plugin device lost (%s); acquiring a new one", _default.guard.reason)
+            _default.drop_caches()
+            _contexts.pop(id(_default.device), None)
+            _default = None
+        if _default is None:
             adapter = _pick_adapter()
             limits = {}
             for name in _RAISED_LIMITS:

@@ -23,7 +23,7 @@ import threading
 import time
 from typing import Any
 
-__all__ = ["DeviceFault", "FaultState", "LossReports", "classify", "loss_reports"]
+__all__ = ["DeviceFault", "FaultState", "LossReports", "classify", "is_poll_thread_stopped", "loss_reports"]
 
 _LOSS_MARKERS = ("device is lost", "device lost", "device was lost", "devicelost")
 
@@ -36,8 +36,18 @@ class DeviceFault:
     NONE = "none"
 
 
+def is_poll_thread_stopped(exc: BaseException) -> bool:
+    """Whether ``exc`` is wgpu-py's ``RuntimeError('Cannot use PollThread because it has
+    stopped.')``: ``map_async`` on a device whose poll thread ended with the device."""
+    return isinstance(exc, RuntimeError) and "PollThread" in str(exc)
+
+
 def classify(exc: BaseException) -> str:
     """``LOST`` for a lost-device error, ``ERROR`` for another wgpu error, else ``NONE``."""
+    from ..errors import DeviceLostError
+
+    if isinstance(exc, DeviceLostError) or is_poll_thread_stopped(exc):
+        return DeviceFault.LOST
     try:
         import wgpu
     except ImportError:  # pragma: no cover - wgpu is a dependency

@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from .backend import ReadbackResult, ReadbackStatus
+from .guard import guard_for
 from .mapping import map_submitted
 from .readback import PromiseWaiter, ReadbackRequest, ReadbackTracker, settled
 
@@ -79,8 +80,9 @@ class ReadbackRing:
         try:
             encoder = device.create_command_encoder(label="engine_plugin.warm_up")
             encoder.copy_buffer_to_buffer(source, 0, staging, 0, 4)
-            device.queue.submit([encoder.finish()])
-            promise = staging.map_async(_MAP_MODE_READ, 0, 4)
+            with guard_for(device).submitting("warming up the readback path"):
+                device.queue.submit([encoder.finish()])
+                promise = staging.map_async(_MAP_MODE_READ, 0, 4)
             if settled(promise, 2.0):  # bounded: a destroyed device's map never settles
                 promise.sync_wait()
                 memoryview(staging.read_mapped(0, 4, copy=False)).release()

@@ -35,6 +35,7 @@ from .batch import Batching, SubmissionBatch
 from .config import WgpuBackendConfig, WgpuProductDesc, product_refusal, readback_range, source_size
 from .descriptors import DispatchDesc, FieldMirrorDesc, GpuCapabilities, ReadbackDesc, UploadDesc
 from .handles import GpuProductHandle, SlotTable
+from .guard import guard_for
 from .loss import FaultState, loss_reports
 from .ring import ReadbackRing, map_submitted
 
@@ -78,6 +79,8 @@ class WgpuBackend(Batching):
         # makes a new device next time.
         self._context = device if hasattr(device, "device") and hasattr(device, "lost") else None
         device = getattr(device, "device", device)
+        # Every submission holds the device's submit lock and checks its loss flag first.
+        self._guard = self._context.guard if self._context is not None else guard_for(device)
         self.config = config or WgpuBackendConfig()
         self.device = device
         self.queue = device.queue
@@ -205,6 +208,8 @@ class WgpuBackend(Batching):
         """Check loss reports, then whether ``what`` may run; records the refusal if not."""
         if self._faults.new_loss_report():
             self._set_fault("device lost (reported on the wgpu logger, confirmed by a probe)", lost=True)
+        if self._fault is None and self._guard.lost:  # destroyed, or found lost by another user
+            self._set_fault(f"device lost ({self._guard.reason})", lost=True)
         if self._closed:
             return self._refuse(f"{what}: the backend is closed")
         if self._fault is not None:
@@ -353,10 +358,12 @@ class WgpuBackend(Batching):
             cpass = encoder.begin_compute_pass()
             self._encode_dispatch(cpass, product, desc.workgroups)
             cpass.end()
-            command = encoder.finish()
             if not self.healthy:  # a notify from another thread landed while encoding
                 return self._refuse(f"dispatch: the backend was disabled while encoding ({self.fault})")
-            self.queue.submit([command])
+            # Under the submit lock: a destroy() can no longer land before the submit, and
+            # finish() (which raises on a lost device) comes right before it.
+            with self._guard.submitting("dispatch"):
+                self.queue.submit([encoder.finish()])
         except Exception as exc:
             return self._device_exception(f"dispatch({desc.product})", exc)
         self.stats["dispatches"] += 1
@@ -427,12 +434,12 @@ class WgpuBackend(Batching):
             staging = self._ring.create_staging(self.device, size, _MAP_READ | _COPY_DST)
             encoder = self.device.create_command_encoder(label="engine_plugin.readback")
             encoder.copy_buffer_to_buffer(source, base, staging, 0, size)
-            command = encoder.finish()
             if not self.healthy:
                 self._ring.destroy_staging(staging)
                 return self._refuse(f"readback: the backend was disabled while encoding ({self.fault})")
-            self.queue.submit([command])
-            promise = map_submitted(staging, size)
+            with self._guard.submitting("readback"):
+                self.queue.submit([encoder.finish()])
+                promise = map_submitted(staging, size)
         except Exception as exc:
             if staging is not None:  # never submitted, or its copy is: destroying is safe
                 self._ring.destroy_staging(staging)
@@ -454,6 +461,8 @@ class WgpuBackend(Batching):
             return 0
         if self._faults.new_loss_report():
             self._set_fault("device lost (reported on the wgpu logger, confirmed by a probe)", lost=True)
+        if self._fault is None and self._guard.lost:
+            self._set_fault(f"device lost ({self._guard.reason})", lost=True)
         self._check_stall()
         errors: list[BaseException] = []
         count = self._ring.collect(errors)

@@ -2,6 +2,11 @@
 
 The YAML is composed to nodes (not loaded to plain dicts) so every key and value keeps its
 position; each check raises :class:`SchemaError` at the node it is about.
+
+Whatever the bytes, parsing ends quickly in a ``Schema`` or a :class:`SchemaError` with a line
+and column (see :mod:`.yaml_nodes` for the composer's bounds: alias expansion, nesting depth,
+characters YAML refuses); numbers past 64 bits are refused where they stand, and an
+unexpected exception is still reported at the last node the parser looked at.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from .param_types import ParamTypeError, parse_param_type
 from .schema import BINDING_KINDS, KIND_KEYS, Binding, Param, Schema, SpecParam
 from .structs import layout_struct
 from .types import WGSL_KEYWORDS, is_value_type, parse_value_type
+from .yaml_nodes import EditorLines, compose_bounded
 
 __all__ = ["parse", "MAX_PAGES"]
 
@@ -51,13 +57,19 @@ def parse(text: str, path: str | None = None) -> Schema:
         if found is not None:
             _memo.move_to_end(key)
             return found
+    parser = _Parser(text, path)
     try:
-        schema = _Parser(text, path).schema()
+        schema = parser.schema()
     except SchemaError:
         raise
-    except (yaml.YAMLError, ValueError, TypeError, KeyError, RecursionError) as exc:
-        # Anything PyYAML or a value check lets through is still the user's file being wrong.
-        raise SchemaError(f"invalid bindings.yaml: {type(exc).__name__}: {exc}", Span(path)) from None
+    except Exception as exc:
+        # Anything PyYAML or a value check lets through is most likely the user's file being
+        # wrong: report it where the parser was looking, never as a bare Python error.
+        detail = _cut(str(exc).splitlines()[0] if str(exc) else "", 120)
+        raise SchemaError(
+            f"invalid bindings.yaml ({type(exc).__name__}: {detail}); if this line looks right, it is an engine_plugin bug, please report",
+            parser.span(parser.last),
+        ) from None
     with _memo_lock:
         found = _memo.setdefault(key, schema)
         _memo.move_to_end(key)
@@ -66,38 +78,71 @@ def parse(text: str, path: str | None = None) -> Schema:
     return found
 
 
+# Numbers in a schema are workgroup sizes and such; a 64-bit ceiling keeps a 5,000-digit
+# literal from reaching int/str conversions (which raise ValueError past 4,300 digits).
+_MAX_INT_BITS = 64
+
+
+def _cut(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _show(value: Any, limit: int = 60) -> str:
+    """``repr(value)`` cut to ``limit`` characters (values can be huge; never echo them whole)."""
+    try:
+        return _cut(repr(value), limit)
+    except (ValueError, RecursionError):  # int -> str past 4,300 digits; self-nested lists
+        return f"<a {type(value).__name__}>"
+
+
 class _Parser:
     def __init__(self, text: str, path: str | None):
         self.text = text
         self.path = path
-        self.lines = text.splitlines()
+        self.positions = EditorLines(text)
+        self.lines = self.positions.lines
         self._scalar_loader = yaml.SafeLoader("")
+        self.last: Any = None  # the node looked at last: where an unexpected error is reported
 
     # -- positions and errors -------------------------------------------------------------
     def span(self, node_or_mark: Any, col_offset: int = 0) -> Span:
         mark = getattr(node_or_mark, "start_mark", node_or_mark)
         if mark is None:
-            return Span(self.path)
-        line = mark.line + 1
-        text = self.lines[mark.line] if 0 <= mark.line < len(self.lines) else None
-        return Span(self.path, line, mark.column + 1 + col_offset, text)
+            return Span(self.path, 1, 1, self.lines[0] if self.lines else None)
+        line, col = self.positions.at(mark.index)
+        text = self.lines[line - 1] if 0 < line <= len(self.lines) else None
+        return Span(self.path, line, col + col_offset, text)
+
+    def line_of(self, node: Any) -> int:
+        """The 1-based line of ``node`` as an editor counts lines."""
+        return self.positions.at(node.start_mark.index)[0]
+
+    def col_of(self, node: Any) -> int:
+        return self.positions.at(node.start_mark.index)[1]
 
     def error(self, node: Any, message: str, col_offset: int = 0, cls=SchemaError) -> SchemaError:
         return cls(message, self.span(node, col_offset))
 
     def value(self, node: Any, _depth: int = 0) -> Any:
+        self.last = node
         if _depth > 50:
             raise self.error(node, "YAML nested too deeply (a recursive alias?)")
         try:
             return self._value(node, _depth)
         except SchemaError:
             raise
-        except (yaml.YAMLError, ValueError, TypeError, KeyError, RecursionError, OverflowError) as exc:
-            raise self.error(node, f"invalid YAML value: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}") from None
+        except Exception as exc:  # PyYAML's constructors raise anything on odd scalars (IndexError for `!!int ''`)
+            detail = _cut(str(exc).splitlines()[0] if str(exc) else "", 120)
+            raise self.error(node, f"invalid YAML value: {type(exc).__name__}: {detail}") from None
 
     def _value(self, node: Any, depth: int) -> Any:
         if isinstance(node, yaml.ScalarNode):
-            return self._scalar_loader.construct_object(node)
+            if node.tag == "tag:yaml.org,2002:int" and len(node.value) > 40:  # before int() sees 5,000 digits
+                raise self.error(node, f"number {_show(node.value, 24)} is too large (at most {_MAX_INT_BITS} bits)")
+            v = self._scalar_loader.construct_object(node)
+            if isinstance(v, int) and v.bit_length() > _MAX_INT_BITS:
+                raise self.error(node, f"number {_show(node.value, 24)} is too large (at most {_MAX_INT_BITS} bits)")
+            return v
         if isinstance(node, yaml.SequenceNode):
             return [self.value(n, depth + 1) for n in node.value]
         if isinstance(node, yaml.MappingNode):
@@ -106,20 +151,22 @@ class _Parser:
 
     def mapping(self, node: Any, what: str) -> list[tuple[str, Any, Any]]:
         """(key, key_node, value_node) of a mapping node, refusing duplicate and non-text keys."""
+        self.last = node
         if not isinstance(node, yaml.MappingNode):
             raise self.error(node, f"{what} must be a mapping, found {self._describe(node)}")
         out, seen = [], {}
         for k, v in node.value:
             key = self.value(k)
             if not isinstance(key, str):
-                raise self.error(k, f"{what}: keys must be names, found {key!r}")
+                raise self.error(k, f"{what}: keys must be names, found {_show(key)}")
             if key in seen:
                 raise self.error(k, f"{what}: key {key!r} given twice (first on line {seen[key]})")
-            seen[key] = k.start_mark.line + 1
+            seen[key] = self.line_of(k)
             out.append((key, k, v))
         return out
 
     def sequence(self, node: Any, what: str) -> list[Any]:
+        self.last = node
         if isinstance(node, yaml.ScalarNode) and self.value(node) is None:
             return []
         if not isinstance(node, yaml.SequenceNode):
@@ -129,7 +176,7 @@ class _Parser:
     def _describe(self, node: Any) -> str:
         if isinstance(node, yaml.ScalarNode):
             v = self.value(node)
-            return "nothing" if v is None else f"{type(v).__name__} {v!r}"
+            return "nothing" if v is None else f"{type(v).__name__} {_show(v)}"
         return {yaml.SequenceNode: "a list", yaml.MappingNode: "a mapping"}.get(type(node), "?")
 
     def unknown_key(self, key: str, knode: Any, allowed, what: str) -> SchemaError:
@@ -161,13 +208,7 @@ class _Parser:
 
     # -- the document ---------------------------------------------------------------------
     def schema(self) -> Schema:
-        try:
-            root = yaml.compose(self.text, Loader=yaml.SafeLoader)
-        except yaml.MarkedYAMLError as exc:
-            mark = exc.problem_mark or exc.context_mark
-            raise SchemaError(f"invalid YAML: {exc.problem or exc.context}", self.span(mark)) from None
-        except yaml.YAMLError as exc:
-            raise SchemaError(f"invalid YAML: {exc}", Span(self.path)) from None
+        root = compose_bounded(self.text, self.path)
         if root is None:
             raise SchemaError("empty bindings.yaml; expected at least 'bindings:'", Span(self.path, 1, 1))
         top = self.mapping(root, "bindings.yaml")
@@ -212,12 +253,12 @@ class _Parser:
         if not 1 <= len(dims) <= 3 or not all(ok(d) for d in dims):
             raise self.error(
                 node,
-                f"workgroup must be 1 to 3 positive ints (or kind: workgroup specialisations), not {v!r}; e.g. workgroup: 64 or workgroup: [8, 8]",
+                f"workgroup must be 1 to 3 positive ints (or kind: workgroup specialisations), not {_show(v)}; e.g. workgroup: 64 or workgroup: [8, 8]",
             )
         dims = list(dims) + [1] * (3 - len(dims))
         sizes = [max(int(o) for o in self.spec_by_name[d].options) if isinstance(d, str) else d for d in dims]
         if sizes[0] * sizes[1] * sizes[2] > 1024:
-            raise self.error(node, f"workgroup {v!r} can be {sizes[0] * sizes[1] * sizes[2]} invocations; at most 1024 run in one workgroup")
+            raise self.error(node, f"workgroup {_show(v)} can be {sizes[0] * sizes[1] * sizes[2]} invocations; at most 1024 run in one workgroup")
         return (dims[0], dims[1], dims[2])
 
     def params(self, node: Any) -> tuple[Param, ...]:
@@ -240,8 +281,8 @@ class _Parser:
                 ptype = parse_param_type(cut if cut is not None else self.string(tnode, "param type"))
             except ParamTypeError as exc:
                 raise self.error(tnode, str(exc)) from None
-            seen[name] = item.start_mark.line + 1
-            out.append(Param(name, ptype.wgsl, item.start_mark.line + 1))
+            seen[name] = self.line_of(item)
+            out.append(Param(name, ptype.wgsl, self.line_of(item)))
         return tuple(out)
 
     def _stitch_cut_type(self, entry: dict) -> str | None:
@@ -312,8 +353,8 @@ class _Parser:
                     default = parse_value_type(default).wgsl
                 if options and default not in options:
                     raise self.error(dnode, f"default {default!r} of {name!r} is not one of its options: {', '.join(options)}")
-            seen[name] = item.start_mark.line + 1
-            out.append(SpecParam(name, kind, options, default, item.start_mark.line + 1))
+            seen[name] = self.line_of(item)
+            out.append(SpecParam(name, kind, options, default, self.line_of(item)))
         return tuple(out)
 
     def bake(self, node: Any, specialize, bindings) -> tuple:
@@ -380,9 +421,9 @@ class _Parser:
                 if k in all_keys:
                     raise self.error(kn, f"binding {name!r}: key {k!r} does not apply to kind {kind} (it takes: {', '.join(sorted(allowed))})")
                 raise self.unknown_key(k, kn, allowed, f"binding {name!r}")
-        f: dict[str, Any] = {"name": name, "kind": kind, "line": item.start_mark.line + 1, "col": item.start_mark.column + 1}
+        f: dict[str, Any] = {"name": name, "kind": kind, "line": self.line_of(item), "col": self.col_of(item)}
         f["key_lines"] = tuple(
-            (k, vn.start_mark.line + 1, vn.start_mark.column + 1 + self._value_offset(vn, 0)) for k, _, vn in entries
+            (k, self.line_of(vn), self.col_of(vn) + self._value_offset(vn, 0)) for k, _, vn in entries
         )
 
         def node(k):

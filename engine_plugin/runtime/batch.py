@@ -68,7 +68,9 @@ def submit_records(ctx: DeviceContext, records: list) -> None:
     """Encode ``records`` in order into one command buffer and submit it."""
     encoder = ctx.device.create_command_encoder()
     encode_records(encoder, records)
-    ctx.queue.submit([encoder.finish()])
+    # finish() and submit under the device's submit lock: a loss can't land in between (it aborts there).
+    with ctx.guard.submitting("a run"):
+        ctx.queue.submit([encoder.finish()])
 
 
 class Batch:

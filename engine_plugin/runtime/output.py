@@ -55,9 +55,11 @@ def _read_words(buffer: Any, offset: int, size: int, ctx: Any) -> memoryview:
     staging = free.pop() if free else dev.create_buffer(size=cls, usage=wgpu.BufferUsage.MAP_READ | wgpu.BufferUsage.COPY_DST, label="read staging")
     encoder = dev.create_command_encoder()
     encoder.copy_buffer_to_buffer(buffer, offset, staging, 0, min(padded, buffer.size - offset))
-    dev.queue.submit([encoder.finish()])
-    # The copy is already submitted: map without wgpu-py's extra submit (see gpu/ring.py).
-    map_submitted(staging, cls).sync_wait()
+    with ctx.guard.submitting("abi.read"):
+        dev.queue.submit([encoder.finish()])
+        # The copy is already submitted: map without wgpu-py's extra submit (see gpu/ring.py).
+        mapped = map_submitted(staging, cls)
+    mapped.sync_wait()
     try:
         data = staging.read_mapped(0, padded, copy=True)
     finally:

@@ -262,7 +262,8 @@ class Substrate:
                 hi = max(handles[i].base + handles[i].words for i in members)
                 words = np.zeros(0, dtype="<u4")
                 if hi > lo:
-                    raw = self.ctx.queue.read_buffer(page.buffer, lo * 4, (hi - lo) * 4)
+                    with self.ctx.guard.submitting("a substrate read"):  # read_buffer submits a copy
+                        raw = self.ctx.queue.read_buffer(page.buffer, lo * 4, (hi - lo) * 4)
                     words = np.frombuffer(raw, dtype="<u4")
                 for i in members:
                     h = handles[i]

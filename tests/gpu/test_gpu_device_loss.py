@@ -34,6 +34,11 @@ PRELUDE = textwrap.dedent("""
                                 callback=lambda r: results.append([r.status.value, r.message])))
         return ctx, be, w, h, results
 
+    def gpu_reset(device):
+        # Loss the application did not ask for (a GPU reset): the class's destroy, not the
+        # instance's guarded one, so that the detection paths after the fact are exercised.
+        type(device).destroy(device)
+
     def poll_until(be, done, timeout=10.0):
         end = time.perf_counter() + timeout
         while not done() and time.perf_counter() < end:
@@ -78,7 +83,7 @@ def test_a_destroyed_device_fails_the_pending_readback_and_every_later_submissio
 def test_loss_is_detected_from_the_error_a_call_raises():
     seen = run_scenario("""
         ctx, be, w, h, results = setup()
-        ctx.device.destroy()
+        gpu_reset(ctx.device)
         accepted = be.upload(upload_desc(w, "h", 1))
         print(json.dumps({"accepted": accepted, "lost": be.lost, "fault": be.fault,
                           "dispatch": be.dispatch(DispatchDesc(h, "h", 1))}))
@@ -93,7 +98,7 @@ def test_a_loss_logged_by_wgpu_disables_only_the_backend_of_the_lost_device():
         ctx, be, w, h, results = setup()
         other_dev = ctx.adapter.request_device_sync()
         other = WgpuBackend(other_dev)
-        ctx.device.destroy()
+        gpu_reset(ctx.device)
         try:  # someone else's call on the lost device makes wgpu log "DEVICE LOST!"
             ctx.device.create_command_encoder().finish()
         except wgpu.GPUValidationError:
@@ -106,3 +111,29 @@ def test_a_loss_logged_by_wgpu_disables_only_the_backend_of_the_lost_device():
     """)
     assert seen["lost"] and "logger" in seen["fault"]
     assert seen["other_healthy"] and seen["other_usable"]
+
+
+def test_get_context_never_hands_out_a_lost_device():
+    seen = run_scenario("""
+        from engine_plugin.errors import DeviceLostError
+        first = get_context()
+        first.device.destroy()  # from the application: the guard knows at once
+        second = get_context()
+        gpu_reset(second.device)  # behind the guard's back: known from the wgpu logger + a probe
+        try:
+            second.device.create_command_encoder().finish()
+        except wgpu.GPUValidationError:
+            pass
+        time.sleep(0.05)
+        third = get_context()
+        try:  # an empty submit on a lost device aborts the process; the guard refuses it
+            with first.guard.submitting("test"):
+                first.queue.submit([])
+            refused = False
+        except DeviceLostError as exc:
+            refused = "lost" in str(exc)
+        print(json.dumps({"second_fresh": second is not first and not second.device is first.device,
+                          "third_fresh": third is not second and not third.lost, "first_lost": first.lost,
+                          "refused": refused}))
+    """)
+    assert seen == {"second_fresh": True, "third_fresh": True, "first_lost": True, "refused": True}

@@ -1,0 +1,279 @@
+"""Hostile cache folders: entries crafted to crash, hang or exhaust a reader, files of the wrong
+type under an entry's name, and user files among the entries. Every reader (``get``,
+``verify``, ``gc``, the CLI) treats them as counted misses and never crashes, blocks or reads
+more than an entry can be; ``gc`` and ``clear`` touch only names of the cache's own shape."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+import tracemalloc
+
+import msgpack
+import pytest
+
+from cache_support import REPO, reference_variants
+
+from engine_plugin.cache import VariantCache, decode_entry
+from engine_plugin.cache.entry import LAYOUT, MAGIC, MAX_ENTRY_BYTES, BadEntry, _digest
+from engine_plugin.cli import main
+from engine_plugin.lowering import LOWERING_VERSION
+from engine_plugin.lowering.fingerprint import CACHE_FORMAT_VERSION
+
+
+def _envelope(key: str, payload: bytes) -> bytes:
+    """A well-formed entry around ``payload``, checksum and all (anyone can recompute it)."""
+    asset, spec, columns = "x.wgsl", [], []
+    env = {
+        "magic": MAGIC, "format": CACHE_FORMAT_VERSION, "lowering": LOWERING_VERSION, "layout": LAYOUT, "key": key,
+        "asset": asset, "spec": spec, "columns": columns, "sha256": _digest(payload, asset, spec, columns), "payload": payload,
+    }
+    return msgpack.packb(env, use_bin_type=True)
+
+
+def _nested_ext_payload(depth: int, code: int = 2) -> bytes:
+    data = msgpack.packb(0)
+    for _ in range(depth):
+        data = msgpack.packb(msgpack.ExtType(code, data))
+    return data
+
+
+def _nested_array_payload(depth: int) -> bytes:
+    return b"\x91" * depth + b"\x00"
+
+
+KEY = "ab" * 32
+
+
+@pytest.mark.parametrize("depth", [250, 5000])
+def test_a_deeply_nested_entry_is_a_miss_not_a_segfault(tmp_path, depth):
+    # 250 nested extension records (about 1.2 KB) overflowed the C stack of every reader.
+    folder = tmp_path / "cache"
+    folder.mkdir()
+    (folder / f"{KEY}.msgpack").write_bytes(_envelope(KEY, _nested_ext_payload(depth)))
+    script = textwrap.dedent(
+        f"""
+        from engine_plugin.cache import VariantCache
+        c = VariantCache({str(folder)!r})
+        assert c.verify() and c.get({KEY!r}) is None and c.stats().corrupt == 1
+        print("survived")
+        """
+    )
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert proc.returncode == 0, (proc.returncode, proc.stderr[-2000:])
+    assert "survived" in proc.stdout
+
+
+@pytest.mark.parametrize("depth", [9, 40])  # deeper ones: in a subprocess above
+def test_nested_extension_records_are_refused_past_a_small_depth(depth):
+    with pytest.raises(BadEntry, match="nested"):
+        decode_entry(KEY, _envelope(KEY, _nested_ext_payload(depth)))
+
+
+def test_nested_arrays_and_huge_counts_are_bad_entries():
+    with pytest.raises(BadEntry):
+        decode_entry(KEY, _envelope(KEY, _nested_array_payload(100_000)))
+    # An array header claiming 2**32-1 items in a few bytes must not allocate for them.
+    with pytest.raises(BadEntry):
+        decode_entry(KEY, _envelope(KEY, b"\xdd\xff\xff\xff\xff" + b"\x00" * 16))
+    with pytest.raises(BadEntry):
+        decode_entry(KEY, b"\xdf\xff\xff\xff\xff" + b"\x00" * 16)
+
+
+def _cache_with_entry(tmp_path):
+    folder = str(tmp_path / "cache")
+    cache = VariantCache(folder)
+    key, lowered = reference_variants()[0]
+    return cache, key, lowered
+
+
+def test_a_fifo_named_like_an_entry_is_a_counted_miss_not_a_hang(tmp_path):
+    cache, key, lowered = _cache_with_entry(tmp_path)
+    os.mkfifo(cache.path(key))
+    script = textwrap.dedent(
+        f"""
+        from engine_plugin.cache import VariantCache
+        c = VariantCache({cache.folder!r})
+        assert c.get({key!r}) is None
+        st = c.stats()
+        assert (st.misses, st.corrupt) == (1, 1), st
+        assert {key!r} in c.verify() or not c.verify()
+        c.gc()
+        print("survived")
+        """
+    )
+    try:
+        proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=30, cwd=REPO)
+    except subprocess.TimeoutExpired:
+        pytest.fail("opening a FIFO named like an entry blocked the reader")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert not os.path.exists(cache.path(key))  # removed like any other bad entry
+    assert cache.put(key, lowered) and VariantCache(cache.folder).get(key) == lowered
+
+
+def test_a_symlink_to_dev_zero_is_a_miss_and_nothing_outside_the_cache_is_read(tmp_path):
+    cache, key, lowered = _cache_with_entry(tmp_path)
+    os.symlink("/dev/zero", cache.path(key))
+    script = textwrap.dedent(
+        f"""
+        from engine_plugin.cache import VariantCache
+        c = VariantCache({cache.folder!r})
+        assert c.get({key!r}) is None and c.stats().corrupt == 1
+        print("survived")
+        """
+    )
+    # In a subprocess: reading the link's target never ends (until memory runs out).
+    try:
+        proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=30, cwd=REPO)
+    except subprocess.TimeoutExpired:
+        pytest.fail("reading an entry that links to /dev/zero did not end")
+    assert proc.returncode == 0 and "survived" in proc.stdout, proc.stderr[-2000:]
+    assert not os.path.lexists(cache.path(key))  # the link is removed, its target untouched
+    assert os.path.exists("/dev/zero")
+
+
+def test_a_symlink_to_a_valid_entry_outside_the_cache_is_not_served(tmp_path):
+    cache, key, lowered = _cache_with_entry(tmp_path)
+    other = VariantCache(str(tmp_path / "elsewhere"))
+    other.put(key, lowered)
+    os.symlink(other.path(key), cache.path(key))
+    assert cache.get(key) is None
+    assert cache.stats().corrupt == 1
+    assert os.path.isfile(other.path(key))  # never follows the link to delete its target
+
+
+def test_a_sparse_huge_file_is_refused_by_size_before_reading(tmp_path):
+    cache, key, lowered = _cache_with_entry(tmp_path)
+    with open(cache.path(key), "wb") as f:
+        f.truncate(1024 * 1024 * 1024)  # 1 GiB, sparse: costs no disk, would cost 1 GiB to read
+    tracemalloc.start()
+    try:
+        assert cache.get(key) is None
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 1024 * 1024, f"reading a 1 GiB sparse entry allocated {peak} bytes"
+    assert cache.stats().corrupt == 1
+    assert not os.path.exists(cache.path(key))
+
+
+@pytest.fixture
+def deadline():
+    """Fail (rather than hang the suite) when the test body blocks for 10 s."""
+
+    def expired(*_):
+        raise TimeoutError("blocked for 10 s on a hostile cache entry")
+
+    old = signal.signal(signal.SIGALRM, expired)
+    signal.alarm(10)
+    yield
+    signal.alarm(0)
+    signal.signal(signal.SIGALRM, old)
+
+
+def test_verify_and_gc_report_non_regular_files_without_opening_them(tmp_path, deadline):
+    cache, key, lowered = _cache_with_entry(tmp_path)
+    os.mkfifo(cache.path(key))
+    bad = cache.verify()
+    assert key in bad and "not a regular file" in bad[key]
+
+
+def test_gc_and_clear_remove_only_names_of_the_caches_own_shape(tmp_path):
+    cache, key, lowered = _cache_with_entry(tmp_path)
+    cache.put(key, lowered)
+    user_files = [".tmp-notes.txt", ".tmp-", ".tmp-project", "readme.txt", "a" * 64 + ".msgpack.bak"]
+    for name in user_files:
+        p = os.path.join(cache.folder, name)
+        with open(p, "w") as f:
+            f.write("mine")
+        os.utime(p, (time.time() - 3600, time.time() - 3600))  # older than any stale temp
+    # A stale temporary of our own shape is removed.
+    ours = os.path.join(cache.folder, f".tmp-{key[:16]}-123-0a1b2c3d")
+    with open(ours, "wb") as f:
+        f.write(b"x")
+    os.utime(ours, (time.time() - 3600, time.time() - 3600))
+    cache.gc()
+    assert not os.path.exists(ours)
+    assert cache.clear() == 1
+    assert sorted(os.listdir(cache.folder)) == sorted(user_files)
+
+
+def test_cli_verify_and_gc_survive_every_hostile_entry(tmp_path, capsys):
+    folder = tmp_path / "cache"
+    cache = VariantCache(str(folder))
+    for key, lowered in reference_variants()[:2]:
+        cache.put(key, lowered)
+    keys = ["1" * 64, "2" * 64, "3" * 64, "4" * 64]
+    (folder / f"{keys[0]}.msgpack").write_bytes(_envelope(keys[0], _nested_ext_payload(300)))
+    os.mkfifo(folder / f"{keys[1]}.msgpack")
+    os.symlink("/dev/zero", folder / f"{keys[2]}.msgpack")
+    with open(folder / f"{keys[3]}.msgpack", "wb") as f:
+        f.truncate(256 * 1024 * 1024)
+    script = textwrap.dedent(
+        f"""
+        import sys
+        from engine_plugin.cli import main
+        rc1 = main(["cache", "stats", "--cache", {str(folder)!r}, "--verify"])
+        rc2 = main(["cache", "gc", "--cache", {str(folder)!r}])
+        rc3 = main(["cache", "stats", "--cache", {str(folder)!r}, "--verify"])
+        print("rcs", rc1, rc2, rc3)
+        """
+    )
+    try:
+        proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, cwd=REPO)
+    except subprocess.TimeoutExpired:
+        pytest.fail("cache stats --verify / gc blocked on a hostile entry")
+    assert proc.returncode == 0, (proc.returncode, proc.stderr[-2000:])
+    assert "rcs 1 0 0" in proc.stdout
+    assert "unusable    4" in proc.stdout and "removed 4 unusable" in proc.stdout
+    assert sorted(n for n in os.listdir(folder) if n.endswith(".msgpack")) == sorted(k + ".msgpack" for k, _ in reference_variants()[:2])
+
+
+def test_a_cache_folder_that_cannot_be_created_disables_the_cache_with_one_warning(tmp_path, caplog):
+    # As a read-only game install: the folder cannot be made (here: a file stands in its path,
+    # which holds even for root, who can write read-only folders).
+    from engine_plugin.assets import AssetLibrary
+
+    (tmp_path / "install").write_text("not a folder")
+    with caplog.at_level(logging.WARNING):
+        lib = AssetLibrary(root=os.path.join(REPO, "assets"), cache=str(tmp_path / "install" / "cache"))
+    warnings = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(warnings) == 1 and "variant cache disabled" in warnings[0].getMessage()
+    assert lib.cache is None
+    src = lib.load("samples/reference.computeShader").source
+    assert src.yaml_text  # the library works without its cache
+
+
+def test_a_read_only_cache_serves_entries_and_warns_once_instead_of_failing_each_write(tmp_path, monkeypatch, caplog):
+    folder = str(tmp_path / "cache")
+    key, lowered = reference_variants()[0]
+    VariantCache(folder).put(key, lowered)
+    cache = VariantCache(folder)
+    real_open = os.open
+
+    def read_only_open(path, flags, *args):
+        if flags & (os.O_WRONLY | os.O_RDWR):
+            raise OSError(30, "Read-only file system", path)  # EROFS, as on a read-only mount
+        return real_open(path, flags, *args)
+
+    monkeypatch.setattr(os, "open", read_only_open)
+    with caplog.at_level(logging.WARNING, logger="engine_plugin.cache"):
+        results = [cache.put(k, lw) for k, lw in reference_variants()[1:6]]
+        assert cache.get(key) == lowered
+    assert results == [False] * 5 and cache.read_only
+    assert len([r for r in caplog.records if r.levelno >= logging.WARNING]) == 1
+
+
+def test_a_fifo_in_place_of_the_usage_log_is_ignored_not_a_hang(tmp_path, deadline, caplog):
+    from engine_plugin.cache import read_usage
+
+    path = str(tmp_path / "usage.msgpack")
+    os.mkfifo(path)
+    with caplog.at_level(logging.WARNING, logger="engine_plugin.cache"):
+        assert read_usage(path) == {}
+    assert any("FIFO" in r.getMessage() for r in caplog.records)
