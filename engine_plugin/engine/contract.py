@@ -46,8 +46,7 @@ CHUNK_POLICIES = (ReadbackPolicy.SUMMARY, ReadbackPolicy.NONE)
 TILE_POLICIES = (ReadbackPolicy.SELECTED_TILES, ReadbackPolicy.SELECTED_PATH, ReadbackPolicy.FULL_FIELD)
 
 # name -> WGSL type of the params the engine fills from the world's shape.
-ENGINE_PARAMS = {"tile_count": "u32", "inv_tile_count": "f32", "chunk_width": "u32",
-                 "chunk_height": "u32", "slot_count": "u32"}
+ENGINE_PARAMS = {"tile_count": "u32", "inv_tile_count": "f32", "chunk_width": "u32", "chunk_height": "u32", "slot_count": "u32"}
 
 _SCALAR_DTYPES = {"f32": np.dtype("<f4"), "i32": np.dtype("<i4"), "u32": np.dtype("<u4")}
 # Which field formats a (non-bits) field input of each scalar type reads by value.
@@ -95,8 +94,7 @@ def _error(message: str, where: str | None, line: int | None = None) -> ProductE
     return ProductError(message, Span(where, line or None) if where else None)
 
 
-def plan_product(lowered: Any, world: Any, fields: Mapping[str, str] | Sequence[str] | None,
-                 policy: ReadbackPolicy, where: str | None = None) -> ProductPlan:
+def plan_product(lowered: Any, world: Any, fields: Mapping[str, str] | Sequence[str] | None, policy: ReadbackPolicy, where: str | None = None) -> ProductPlan:
     """Check a lowered variant against the product contract and ``world``; answer its plan.
 
     Args:
@@ -117,34 +115,51 @@ def plan_product(lowered: Any, world: Any, fields: Mapping[str, str] | Sequence[
         if slot.role == "input":
             if slot.name in (CHUNK_ITEMS, TILE_ITEMS):
                 if items is not None:
-                    raise _error(f"binding {slot.name!r}: a product has one work list, "
-                                 f"{items.name!r} or {slot.name!r}, not both", variant, slot.line)
+                    raise _error(f"binding {slot.name!r}: a product has one work list, {items.name!r} or {slot.name!r}, not both", variant, slot.line)
                 items = slot
             else:
                 inputs.append(slot)
         elif slot.role == "output":
             outputs.append(slot)
         else:
-            what = {"append": "append outputs", "table": "columns tables", "page": "pages",
-                    "domain_count": "domain counts", "inout": "read_write inputs without a count"}.get(slot.role, slot.role)
-            raise _error(f"binding {slot.name!r}: {what} are not part of the product contract; a product "
-                         "reads a work list and world fields and writes one output", variant, slot.line)
+            what = {
+                "append": "append outputs",
+                "table": "columns tables",
+                "page": "pages",
+                "domain_count": "domain counts",
+                "inout": "read_write inputs without a count",
+            }.get(slot.role, slot.role)
+            raise _error(
+                f"binding {slot.name!r}: {what} are not part of the product contract; a product reads a work list and world fields and writes one output",
+                variant,
+                slot.line,
+            )
     if items is None:
-        raise _error("a product kernel declares its work list: "
-                     "'- { name: chunks, kind: buffer, access: read, element: u32 }' (one item a chunk) or "
-                     "'- { name: tiles, ... }' (one item a tile)", variant)
+        raise _error(
+            "a product kernel declares its work list: "
+            "'- { name: chunks, kind: buffer, access: read, element: u32 }' (one item a chunk) or "
+            "'- { name: tiles, ... }' (one item a tile)",
+            variant,
+        )
     if items.scalar != "u32" or items.lanes != 1 or items.bits:
         raise _error(f"work list {items.name!r} must be element: u32, not {items.element}", variant, items.line)
     wanted = CHUNK_ITEMS if policy in CHUNK_POLICIES else TILE_ITEMS
     if policy is ReadbackPolicy.NONE:
         wanted = items.name
     if items.name != wanted:
-        raise _error(f"policy {policy.name} reads back {'one record a chunk' if wanted == CHUNK_ITEMS else 'one record a tile'}: "
-                     f"the kernel's work list must be {wanted!r}, not {items.name!r}", variant, items.line)
+        raise _error(
+            f"policy {policy.name} reads back {'one record a chunk' if wanted == CHUNK_ITEMS else 'one record a tile'}: "
+            f"the kernel's work list must be {wanted!r}, not {items.name!r}",
+            variant,
+            items.line,
+        )
     if len(outputs) != 1:
         names = ", ".join(repr(s.name) for s in outputs) or "none"
-        raise _error(f"a product kernel writes exactly one output (read_write buffer with a count); this one has {names}",
-                     variant, outputs[1].line if len(outputs) > 1 else None)
+        raise _error(
+            f"a product kernel writes exactly one output (read_write buffer with a count); this one has {names}",
+            variant,
+            outputs[1].line if len(outputs) > 1 else None,
+        )
     out = outputs[0]
     field_bindings = _bind_fields(variant, world, inputs, fields)
 
@@ -161,10 +176,18 @@ def plan_product(lowered: Any, world: Any, fields: Mapping[str, str] | Sequence[
     dtype = _SCALAR_DTYPES[out.scalar]
     shape = (out.lanes,) if out.lanes > 1 else ()
     return ProductPlan(
-        items=items.name, items_index=items.binding, fields=field_bindings, output=out.name,
-        output_index=out.binding, params_index=lowered.params.binding, record_dtype=dtype,
-        record_shape=shape, record_bytes=dtype.itemsize * out.lanes, engine_params=tuple(engine_params),
-        user_params=user_params, lanes=out.lanes,
+        items=items.name,
+        items_index=items.binding,
+        fields=field_bindings,
+        output=out.name,
+        output_index=out.binding,
+        params_index=lowered.params.binding,
+        record_dtype=dtype,
+        record_shape=shape,
+        record_bytes=dtype.itemsize * out.lanes,
+        engine_params=tuple(engine_params),
+        user_params=user_params,
+        lanes=out.lanes,
     )
 
 
@@ -178,19 +201,22 @@ def _bind_fields(variant: str | None, world: Any, inputs: list, fields: Any) -> 
     elif isinstance(fields, str):
         mapping = {inputs[0].name: fields} if len(inputs) == 1 else None
         if mapping is None:
-            raise _error(f"fields='{fields}' is one field for {len(inputs)} field inputs "
-                         f"({', '.join(s.name for s in inputs)}); pass a list or a mapping", variant)
+            raise _error(
+                f"fields='{fields}' is one field for {len(inputs)} field inputs ({', '.join(s.name for s in inputs)}); pass a list or a mapping", variant
+            )
     else:
         names = list(fields)
         if len(names) != len(inputs):
-            raise _error(f"fields={names} gives {len(names)} fields for {len(inputs)} field inputs "
-                         f"({', '.join(s.name for s in inputs)}); pass one each, or a mapping binding -> field", variant)
+            raise _error(
+                f"fields={names} gives {len(names)} fields for {len(inputs)} field inputs "
+                f"({', '.join(s.name for s in inputs)}); pass one each, or a mapping binding -> field",
+                variant,
+            )
         mapping = {s.name: f for s, f in zip(inputs, names)}
     by_name = {s.name: s for s in inputs}
     unknown = [b for b in mapping if b not in by_name]
     if unknown:
-        raise _error(f"fields maps binding {unknown[0]!r}, which is not a field input of this kernel; "
-                     f"its field inputs: {', '.join(by_name)}", variant)
+        raise _error(f"fields maps binding {unknown[0]!r}, which is not a field input of this kernel; its field inputs: {', '.join(by_name)}", variant)
     missing = [s for s in inputs if s.name not in mapping]
     if missing:
         raise _error(f"field input {missing[0].name!r} is bound to no world field; name it in fields=", variant, missing[0].line)
@@ -200,16 +226,16 @@ def _bind_fields(variant: str | None, world: Any, inputs: list, fields: Any) -> 
         name = mapping[slot.name]
         spec = declared.get(name)
         if spec is None:
-            raise _error(f"field input {slot.name!r} is bound to {name!r}, which this world does not declare; "
-                         f"its fields: {', '.join(declared)}", variant, slot.line)
+            raise _error(
+                f"field input {slot.name!r} is bound to {name!r}, which this world does not declare; its fields: {', '.join(declared)}", variant, slot.line
+            )
         if slot.bits:
             pass  # raw words: the kernel unpacks narrower or wider values itself
         else:
             want = _FIELD_SCALAR.get(spec.format.name)
             if want != slot.scalar or slot.lanes != 1:
                 hint = f"element: {want}" if want else "element: u32 with bits: true (and unpack the values)"
-                raise _error(f"field input {slot.name!r} is {slot.element} but field {name!r} holds {spec.format.name}; "
-                             f"declare {hint}", variant, slot.line)
+                raise _error(f"field input {slot.name!r} is {slot.element} but field {name!r} holds {spec.format.name}; declare {hint}", variant, slot.line)
         out.append(FieldBinding(slot.name, name, slot.binding, 4 * slot.lanes))
     return tuple(out)
 

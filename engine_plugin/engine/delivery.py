@@ -59,8 +59,12 @@ class Delivery:
         inflight: InFlight = result.desc.user
         product, work = inflight.product, inflight.work
         product.inflight = max(0, product.inflight - 1)
-        live = (self._products.get(product.handle) is product and product.gpu is not None  # type: ignore[arg-type]
-                and product.gpu.handle == inflight.gpu_handle and self.backend.is_live(inflight.gpu_handle))
+        live = (
+            self._products.get(product.handle) is product
+            and product.gpu is not None  # type: ignore[arg-type]
+            and product.gpu.handle == inflight.gpu_handle
+            and self.backend.is_live(inflight.gpu_handle)
+        )
         if records is None:
             st.readbacks_failed += 1
             if self._products.get(product.handle) is product:  # type: ignore[arg-type]
@@ -70,9 +74,17 @@ class Delivery:
             st.readbacks_stale += 1
             st.chunks_stale += len(work.keys)
             return
-        made, applied, stale = split_current(product, self.world, work, records, product.handle,  # type: ignore[arg-type]
-                                             inflight.gpu_handle.generation, "gpu", inflight.frame,
-                                             self._revalidator(product))
+        made, applied, stale = split_current(
+            product,
+            self.world,
+            work,
+            records,
+            product.handle,  # type: ignore[arg-type]
+            inflight.gpu_handle.generation,
+            "gpu",
+            inflight.frame,
+            self._revalidator(product),
+        )
         st.chunks_stale += len(stale)
         product.reowe(self.world, stale)  # recomputed from their new content (once)
         if made is None:
@@ -130,10 +142,16 @@ class Delivery:
         if not work:
             return
         plan = product.plan
-        job = ProductWork(policy=product.policy, keys=work.keys, tiles=work.tiles, fields=product.field_map,
-                          params={**self._engine_params, **product.params}, spec=product.spec_values,
-                          record_dtype=plan.record_dtype if plan is not None else None,
-                          record_shape=plan.record_shape if plan is not None else ())
+        job = ProductWork(
+            policy=product.policy,
+            keys=work.keys,
+            tiles=work.tiles,
+            fields=product.field_map,
+            params={**self._engine_params, **product.params},
+            spec=product.spec_values,
+            record_dtype=plan.record_dtype if plan is not None else None,
+            record_shape=plan.record_shape if plan is not None else (),
+        )
         try:
             values = np.asarray(product.cpu_fallback(self.world, job))
         except Exception as exc:
@@ -144,12 +162,14 @@ class Delivery:
         if plan is not None:
             want = job.items * int(np.prod(plan.record_shape, dtype=np.int64))
             if values.size != want:
-                self._errors.append(ProductError(
-                    f"the CPU fallback of {product.key!r} answered {values.size} values for {job.items} items "
-                    f"of {plan.record_shape or 'one'} value(s); it follows the kernel's contract"))
+                self._errors.append(
+                    ProductError(
+                        f"the CPU fallback of {product.key!r} answered {values.size} values for {job.items} items "
+                        f"of {plan.record_shape or 'one'} value(s); it follows the kernel's contract"
+                    )
+                )
                 return
             values = values.astype(plan.record_dtype, copy=False)
         made, _, _ = split_current(product, self.world, work, values, product.handle, 0, "cpu", st.frame)  # type: ignore[arg-type]
         if made is not None and product.policy is not ReadbackPolicy.NONE:
             self._call_apply(product, made)
-

@@ -100,8 +100,7 @@ class Engine(GpuSide, Delivery):
     Calls are made on one thread (the engine thread), like the backend's.
     """
 
-    def __init__(self, world: Any, library: Any = None, backend: Any = None, *,
-                 config: EngineConfig | None = None, device: Any = None) -> None:
+    def __init__(self, world: Any, library: Any = None, backend: Any = None, *, config: EngineConfig | None = None, device: Any = None) -> None:
         self.world = world
         self.library = library
         self.config = config or EngineConfig()
@@ -180,18 +179,26 @@ class Engine(GpuSide, Delivery):
             raise ProductError("a product without a kernel (source=None) needs a cpu_fallback")
         if program is None and fields is None:
             raise ProductError("a CPU-only product names the fields it follows: fields=[...]")
-        if (tiles is not None and policy is not ReadbackPolicy.SELECTED_TILES) or \
-                (path is not None and policy is not ReadbackPolicy.SELECTED_PATH):
+        if (tiles is not None and policy is not ReadbackPolicy.SELECTED_TILES) or (path is not None and policy is not ReadbackPolicy.SELECTED_PATH):
             raise ProductError(f"tiles= goes with SELECTED_TILES and path= with SELECTED_PATH, not {policy.name}")
         if key is None:
             base = program.key if program is not None else getattr(cpu_fallback, "__name__", "product")
-            names = fields if isinstance(fields, str) else "+".join(
-                fields.values() if isinstance(fields, Mapping) else (fields or ()))
+            names = fields if isinstance(fields, str) else "+".join(fields.values() if isinstance(fields, Mapping) else (fields or ()))
             key = f"{base}({names})" if names else base
         if any(p.key == key for p in self._order):
             raise ProductError(f"a product {key!r} is registered already; pass key= to register another")
-        product = Product(key=key, policy=policy, fields=fields, apply=apply, cpu_fallback=cpu_fallback,
-                          params=params or {}, ref=ref, program=program, spec=spec, columns=columns)
+        product = Product(
+            key=key,
+            policy=policy,
+            fields=fields,
+            apply=apply,
+            cpu_fallback=cpu_fallback,
+            params=params or {},
+            ref=ref,
+            program=program,
+            spec=spec,
+            columns=columns,
+        )
         if program is not None:
             self._plan(product, program)  # raises: a broken registration registers nothing
         else:
@@ -250,8 +257,7 @@ class Engine(GpuSide, Delivery):
             return
         unknown = sorted(given - set(plan.user_params))
         if unknown:
-            raise ProductError(f"unknown param {unknown[0]!r}; product {product.key!r} takes: "
-                               f"{', '.join(plan.user_params) or 'none'}")
+            raise ProductError(f"unknown param {unknown[0]!r}; product {product.key!r} takes: {', '.join(plan.user_params) or 'none'}")
         missing = [p for p in plan.user_params if p not in given]
         if missing:
             raise ProductError(f"product {product.key!r} needs param {missing[0]!r} (params={{...}})")
@@ -319,7 +325,7 @@ class Engine(GpuSide, Delivery):
 
     def invalidate(self, handle: GpuProductHandle | None = None) -> None:
         """Recompute every chunk of one product (all products when None) from the next frame."""
-        for product in ([self.product(handle)] if handle is not None else self._order):
+        for product in [self.product(handle)] if handle is not None else self._order:
             product.owe_everything(self.world)
 
     # ---- the frame ---------------------------------------------------------------------
@@ -335,16 +341,16 @@ class Engine(GpuSide, Delivery):
         st = FrameStats(frame=self._frame)
         self._frame += 1
         self._check_gpu(st)
-        self._apply_reloads(st)                      # 1
-        index = ChunkIndex(self.world)               # the world holds still until step 5
-        self.upload(st, index)                       # 2
-        with self._submission():                     # 3, 4: one submission for the frame
+        self._apply_reloads(st)  # 1
+        index = ChunkIndex(self.world)  # the world holds still until step 5
+        self.upload(st, index)  # 2
+        with self._submission():  # 3, 4: one submission for the frame
             for product in self._order:
                 if product.pending:
                     self._dispatch(product, st, index)
-        self._collect(st)                            # 5
+        self._collect(st)  # 5
         self._check_gpu(st)
-        for product in self._order:                  # 6
+        for product in self._order:  # 6
             if product.pending and (product.force_cpu or not self._serves(product)):
                 self._fallback(product, st)
         st.gpu_active = self.gpu_active
@@ -405,8 +411,7 @@ class Engine(GpuSide, Delivery):
         for name, products in readers.items():
             send = gpu and name in self._mirrored
             gap = self.config.upload_gap_bytes // self.world.chunk_nbytes(name)
-            changed, spans = take_dirty_uploads(self.world, name, gap, spans=send,
-                                                meta=index.get if index is not None else None)
+            changed, spans = take_dirty_uploads(self.world, name, gap, spans=send, meta=index.get if index is not None else None)
             if not changed:
                 continue
             if self.config.revalidate == "fields":
@@ -446,10 +451,16 @@ class Engine(GpuSide, Delivery):
             return
         size = int(work.items.size) * product.plan.record_bytes  # type: ignore[union-attr]
         desc = ReadbackDesc(
-            gpu.handle, product.policy, 0, size, chunk_keys=work.keys, versions=work.versions,
+            gpu.handle,
+            product.policy,
+            0,
+            size,
+            chunk_keys=work.keys,
+            versions=work.versions,
             tiles=tuple((k, *t) for k, t in work.tiles) if product.policy is ReadbackPolicy.SELECTED_TILES else (),
             path=tuple((k, *t) for k, t in work.tiles) if product.policy is ReadbackPolicy.SELECTED_PATH else (),
-            user=InFlight(product, gpu.handle, work, st.frame, product.plan))
+            user=InFlight(product, gpu.handle, work, st.frame, product.plan),
+        )
         if not self.backend.readback(desc):
             st.refused += 1
             product.force_cpu = True  # dispatched, but its results cannot come back: the CPU serves it

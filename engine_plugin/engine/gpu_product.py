@@ -56,12 +56,12 @@ class GpuProduct:
         self._limit = 65_535
 
     @classmethod
-    def create(cls, backend: Any, key: Any, variant: Any, plan: ProductPlan, capacity: int,
-               params: Mapping[str, Any], callback: Callable, policy: ReadbackPolicy) -> GpuProduct | None:
+    def create(
+        cls, backend: Any, key: Any, variant: Any, plan: ProductPlan, capacity: int, params: Mapping[str, Any], callback: Callable, policy: ReadbackPolicy
+    ) -> GpuProduct | None:
         """Make the resources and register them; None when refused (``backend.last_refusal``)."""
         made = cls(backend, variant, plan, capacity)
-        desc = backend.guarded(f"creating the resources of product {key!r}",
-                               lambda: made._resources(params, callback, policy))
+        desc = backend.guarded(f"creating the resources of product {key!r}", lambda: made._resources(params, callback, policy))
         if desc is None:
             return None
         made.handle = backend.register_product(key, desc)
@@ -73,8 +73,7 @@ class GpuProduct:
         plan = self.plan
         self._limit = max(1, self.backend.capabilities().max_workgroups_x)
         label = f"engine_plugin.product.{self.variant.program.key}"
-        self.items_buffer = dev.create_buffer(size=max(16, 4 * self.capacity), usage=_STORAGE | _COPY_DST,
-                                              label=f"{label}.{plan.items}")
+        self.items_buffer = dev.create_buffer(size=max(16, 4 * self.capacity), usage=_STORAGE | _COPY_DST, label=f"{label}.{plan.items}")
         out_bytes = -(-max(16, plan.record_bytes * self.capacity) // 4) * 4
         self.output_buffer = dev.create_buffer(size=out_bytes, usage=_STORAGE | _COPY_SRC, label=f"{label}.{plan.output}")
         size = lowered.params.size
@@ -95,8 +94,7 @@ class GpuProduct:
                 resource = {"buffer": mirror, "offset": 0, "size": mirror.size}
                 fixed[f"zero_len_{f.binding}"] = mirror.size // f.element_bytes
             entries.append({"binding": b.binding, "resource": resource})
-        group = dev.create_bind_group(layout=self.variant.compiled.bind_group_layout, entries=entries,
-                                      label=f"{label}.bind_group")
+        group = dev.create_bind_group(layout=self.variant.compiled.bind_group_layout, entries=entries, label=f"{label}.bind_group")
         # The params block is packed once; each dispatch only changes n, the strides and lengths.
         packer = ParamsPacker(lowered, self.variant.yaml_path, {})
         checked = packer.check(dict(params))
@@ -138,8 +136,14 @@ class GpuProduct:
         for name in (f"zero_len_{self.plan.items}", f"zero_len_{self.plan.output}"):
             if name in o:
                 block[o[name]] = n
-        return DispatchDesc(self.handle, self.plan.fields[0].field, max(1, chunk_count), (gx, gy, gz),  # type: ignore[arg-type]
-                            writes=((self.items_buffer, 0, items), (self.params_buffer, 0, block)))
+        assert self.handle is not None, "a product dispatches only while registered"
+        return DispatchDesc(
+            self.handle,
+            self.plan.fields[0].field,
+            max(1, chunk_count),
+            (gx, gy, gz),  # type: ignore[arg-type]
+            writes=((self.items_buffer, 0, items), (self.params_buffer, 0, block)),
+        )
 
     def release(self) -> None:
         """Unregister (late readbacks of this generation are then stale) and drop the buffers."""

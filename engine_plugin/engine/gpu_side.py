@@ -92,12 +92,18 @@ class GpuSide:
                 return False
         program = self._program_here(product.program)
         variant = program.variant(product.spec_values or None, product.columns)
-        gpu = GpuProduct.create(self.backend, product.key, variant, product.plan, self._capacity(product),  # type: ignore[arg-type]
-                                {**self._engine_params_for(product), **product.params},
-                                self._on_readback, product.policy)
+        gpu = GpuProduct.create(
+            self.backend,
+            product.key,
+            variant,
+            product.plan,
+            self._capacity(product),  # type: ignore[arg-type]
+            {**self._engine_params_for(product), **product.params},
+            self._on_readback,
+            product.policy,
+        )
         if gpu is None:
-            log.warning("product %r runs on the CPU: the backend refused it (%s)", product.key,
-                        getattr(self.backend, "last_refusal", "refused"))
+            log.warning("product %r runs on the CPU: the backend refused it (%s)", product.key, getattr(self.backend, "last_refusal", "refused"))
             return False
         product.gpu = gpu
         return True
@@ -119,8 +125,7 @@ class GpuSide:
         if name in self._mirrored:
             return True
         if not self.backend.register_field(field_mirror_desc(self.world, name)):
-            log.warning("field %r has no GPU mirror (%s); its products run on the CPU",
-                        name, getattr(self.backend, "last_refusal", "refused"))
+            log.warning("field %r has no GPU mirror (%s); its products run on the CPU", name, getattr(self.backend, "last_refusal", "refused"))
             return False
         # Dirty chunks go up with the next frame's uploads anyway; send the rest now.
         clean = [k for k in self.world.keys() if not self.world.is_dirty(k, name)]
@@ -128,8 +133,7 @@ class GpuSide:
             if not self.backend.upload(desc):
                 if hasattr(self.backend, "unregister_field"):
                     self.backend.unregister_field(name)
-                log.warning("field %r cannot be uploaded (%s); its products run on the CPU",
-                            name, getattr(self.backend, "last_refusal", "refused"))
+                log.warning("field %r cannot be uploaded (%s); its products run on the CPU", name, getattr(self.backend, "last_refusal", "refused"))
                 return False
         self._mirrored.add(name)
         return True
@@ -140,8 +144,7 @@ class GpuSide:
         self._mirrored.discard(name)
         if hasattr(self.backend, "unregister_field"):
             self.backend.unregister_field(name)
-        log.warning("an upload of field %r was refused (%s); its products run on the CPU",
-                    name, getattr(self.backend, "last_refusal", "refused"))
+        log.warning("an upload of field %r was refused (%s); its products run on the CPU", name, getattr(self.backend, "last_refusal", "refused"))
         for product in self._order:
             if name in product.field_names:
                 self._release_gpu(product)
@@ -173,8 +176,7 @@ class GpuSide:
         st.gpu_lost = True
         for product in self._order:
             product.gpu = None  # its registration died with the backend
-        log.warning("GPU unavailable (%s): products continue on their CPU fallbacks; "
-                    "engine.recover_gpu() re-acquires a device", self.gpu_fault)
+        log.warning("GPU unavailable (%s): products continue on their CPU fallbacks; engine.recover_gpu() re-acquires a device", self.gpu_fault)
 
     # ---- device loss -------------------------------------------------------------------
 
@@ -197,8 +199,7 @@ class GpuSide:
             ctx = get_context(device) if device is not None else None
             if ctx is None:
                 current = self._ctx
-                ctx = current if current is not None and not current.lost and not getattr(old, "lost", False) \
-                    else get_context()
+                ctx = current if current is not None and not current.lost and not getattr(old, "lost", False) else get_context()
             backend = WgpuBackend(ctx, self.config.backend)
         except (NoAdapterError, ImportError) as exc:
             log.warning("recover_gpu: no device (%s); products stay on the CPU", exc)
@@ -231,7 +232,5 @@ class GpuSide:
                 except PluginError as exc:  # this product stays on its fallback; the others go on
                     product.error = str(exc)
                     log.warning("recover_gpu: product %r stays on the CPU:\n%s", product.key, exc)
-        log.info("GPU recovered on %s; %d product(s) re-registered", getattr(ctx, "adapter_name", "a device"),
-                 sum(p.gpu is not None for p in self._order))
+        log.info("GPU recovered on %s; %d product(s) re-registered", getattr(ctx, "adapter_name", "a device"), sum(p.gpu is not None for p in self._order))
         return self.gpu_active
-

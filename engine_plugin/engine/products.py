@@ -89,9 +89,20 @@ class InFlight:
 class Product:
     """Everything the engine knows about one registered product."""
 
-    def __init__(self, *, key: Any, policy: ReadbackPolicy, fields: Any, apply: Callable | None,
-                 cpu_fallback: Callable | None, params: Mapping[str, Any], ref: Any, program: Any,
-                 spec: Mapping[str, str] | None, columns: Any) -> None:
+    def __init__(
+        self,
+        *,
+        key: Any,
+        policy: ReadbackPolicy,
+        fields: Any,
+        apply: Callable | None,
+        cpu_fallback: Callable | None,
+        params: Mapping[str, Any],
+        ref: Any,
+        program: Any,
+        spec: Mapping[str, str] | None,
+        columns: Any,
+    ) -> None:
         self.key = key
         self.handle: GpuProductHandle | None = None  # the engine handle (set on insertion)
         self.policy = policy
@@ -200,8 +211,11 @@ class Product:
         tiles = tuple(self.selection[i] for i in picked)
         keys = tuple(dict.fromkeys(k for k, _ in tiles))
         meta = {k: index.get(k) for k in keys}
-        items = np.fromiter((meta[self.selection[i][0]][0] * tiles_per_chunk + self._linear[i] for i in picked),  # type: ignore[index]
-                            dtype=np.uint32, count=len(picked))
+        items = np.fromiter(
+            (meta[self.selection[i][0]][0] * tiles_per_chunk + self._linear[i] for i in picked),  # type: ignore[index]
+            dtype=np.uint32,
+            count=len(picked),
+        )
         return Work(keys, tuple(meta[k][1] for k in keys), items, tiles)  # type: ignore[index]
 
     def done(self, work: Work) -> None:
@@ -222,9 +236,9 @@ class Product:
                 self.pending.add(k)
 
 
-def split_current(product: Product, world: Any, work: Work, records: np.ndarray,
-                  handle: GpuProductHandle, generation: int, source: str, frame: int,
-                  is_current: Any = None) -> tuple[ProductResult | None, list[int], list[int]]:
+def split_current(
+    product: Product, world: Any, work: Work, records: np.ndarray, handle: GpuProductHandle, generation: int, source: str, frame: int, is_current: Any = None
+) -> tuple[ProductResult | None, list[int], list[int]]:
     """Keep the records whose chunks still have the versions they were computed at
     (``is_current(key, version)``; default the world's: the chunk's content version).
 
@@ -259,7 +273,16 @@ def split_current(product: Product, world: Any, work: Work, records: np.ndarray,
         values = recs if everything else recs[np.array(current, dtype=bool)]
         tiles = ()
     versions = work.versions if everything else tuple(v for v, ok in zip(work.versions, current) if ok)
-    result = ProductResult(handle=handle, generation=generation, policy=policy, source=source,
-                           keys=tuple(applied), versions=versions, values=values, tiles=tiles, frame=frame,
-                           record_shape=tuple(shape))
+    result = ProductResult(
+        handle=handle,
+        generation=generation,
+        policy=policy,
+        source=source,
+        keys=tuple(applied),
+        versions=versions,
+        values=values,
+        tiles=tiles,
+        frame=frame,
+        record_shape=tuple(shape),
+    )
     return result, applied, stale

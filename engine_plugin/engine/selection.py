@@ -29,8 +29,7 @@ def _tile(entry: Any, shape: tuple[int, ...]) -> Tile:
         rest = list(np.unravel_index(int(lin), shape))
     if not isinstance(key, (int, np.integer)) or isinstance(key, bool):
         raise ProductError(f"tile {entry!r}: chunk keys are ints")
-    if len(rest) != len(shape) or not all(
-            isinstance(i, (int, np.integer)) and not isinstance(i, bool) and 0 <= i < n for i, n in zip(rest, shape)):
+    if len(rest) != len(shape) or not all(isinstance(i, (int, np.integer)) and not isinstance(i, bool) and 0 <= i < n for i, n in zip(rest, shape)):
         raise ProductError(f"tile {entry!r} is outside the chunk shape {shape}")
     return int(key), tuple(int(i) for i in rest)
 

@@ -53,7 +53,9 @@ class FrameStats:
 
     def summary(self) -> str:
         """One line for a log or a HUD."""
-        return (f"frame {self.frame}: {self.uploads} uploads ({self.upload_bytes / 1024:.0f} KiB), "
-                f"{self.dispatches} dispatches, readbacks {self.readbacks_applied} applied / "
-                f"{self.readbacks_stale} stale / {self.readbacks_failed} failed, {self.cpu_fallbacks} CPU fallbacks, "
-                f"{'GPU' if self.gpu_active else 'CPU'}, {self.time * 1e3:.2f} ms")
+        return (
+            f"frame {self.frame}: {self.uploads} uploads ({self.upload_bytes / 1024:.0f} KiB), "
+            f"{self.dispatches} dispatches, readbacks {self.readbacks_applied} applied / "
+            f"{self.readbacks_stale} stale / {self.readbacks_failed} failed, {self.cpu_fallbacks} CPU fallbacks, "
+            f"{'GPU' if self.gpu_active else 'CPU'}, {self.time * 1e3:.2f} ms"
+        )

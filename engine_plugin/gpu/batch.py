@@ -193,4 +193,3 @@ class Batching:
         self._batch.readbacks.append(req)  # type: ignore[union-attr]
         self.stats["readbacks"] += 1
         return True
-

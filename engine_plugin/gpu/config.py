@@ -133,9 +133,9 @@ def source_size(desc: WgpuProductDesc) -> int:
     return int(desc.readback_source.size) - desc.readback_offset
 
 
-def readback_range(desc: ReadbackDesc, product: WgpuProductDesc, product_size: int,
-                   field: tuple[Any, int] | None, allow_full_field: bool,
-                   align: int = 4) -> tuple[Any, int, int] | str:
+def readback_range(
+    desc: ReadbackDesc, product: WgpuProductDesc, product_size: int, field: tuple[Any, int] | None, allow_full_field: bool, align: int = 4
+) -> tuple[Any, int, int] | str:
     """``(source buffer, byte offset, size)`` a readback request copies, or why it is refused.
 
     ``field`` is ``(mirror buffer, mirror bytes)`` of ``desc.field`` when that is registered.

@@ -67,15 +67,14 @@ class FieldMirrorDesc:
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
                 raise GpuDescriptorError(f"FieldMirrorDesc.{name} must be a positive int, not {v!r}")
         if self.value_bytes != self.format.value_bytes:
-            raise GpuDescriptorError(
-                f"{self.format.name} values take {self.format.value_bytes} bytes, not {self.value_bytes}")
+            raise GpuDescriptorError(f"{self.format.name} values take {self.format.value_bytes} bytes, not {self.value_bytes}")
         if self.bytes_per_chunk != self.value_bytes * self.tiles_per_chunk:
-            raise GpuDescriptorError(
-                f"bytes_per_chunk {self.bytes_per_chunk} != {self.value_bytes} x {self.tiles_per_chunk} tiles")
+            raise GpuDescriptorError(f"bytes_per_chunk {self.bytes_per_chunk} != {self.value_bytes} x {self.tiles_per_chunk} tiles")
         if self.bytes_per_chunk * self.chunk_count > MAX_BYTES:
             raise GpuDescriptorError(
                 f"mirror of field {self.tag!r} would take {self.bytes_per_chunk} x {self.chunk_count} bytes, "
-                "more than any buffer can address; use fewer or smaller chunks")
+                "more than any buffer can address; use fewer or smaller chunks"
+            )
 
     def total_bytes(self) -> int:
         """Size of the whole mirror buffer in bytes."""
@@ -153,7 +152,8 @@ class UploadDesc:
                 now = f"is now at version {self.world.version(key)}" if key in self.world else "was evicted"
                 raise StaleSpanError(
                     f"upload span of field {self.tag!r} over chunk {key} was taken at version {version}; "
-                    f"the chunk {now}. Take a new upload_desc after mutating the world")
+                    f"the chunk {now}. Take a new upload_desc after mutating the world"
+                )
         return self.world.slab(self.tag, self.first_slot, self.slot_count)
 
 
@@ -164,8 +164,9 @@ def upload_desc(world: World, tag: str, chunk_key: int) -> UploadDesc:
     return UploadDesc(tag, (chunk_key,), (world.version(chunk_key),), slot, slot * nbytes, nbytes, world)
 
 
-def coalesce_uploads(world: World, tag: str, chunk_keys: Iterable[int], max_gap: int = 0,
-                     meta: Callable[[int], tuple[int, int] | None] | None = None) -> list[UploadDesc]:
+def coalesce_uploads(
+    world: World, tag: str, chunk_keys: Iterable[int], max_gap: int = 0, meta: Callable[[int], tuple[int, int] | None] | None = None
+) -> list[UploadDesc]:
     """Upload spans for ``chunk_keys``, one per run of adjacent mirror slots, in slot order.
 
     Args:
@@ -198,14 +199,16 @@ def coalesce_uploads(world: World, tag: str, chunk_keys: Iterable[int], max_gap:
     for end in [*ends, len(keys)]:
         first, last = int(slots[start]), int(slots[end - 1])
         span = last - first + 1
-        out.append(UploadDesc(tag, tuple(keys[start:end]), tuple(versions[start:end]), first, first * nbytes,
-                              nbytes * span, world, span if span != end - start else 0))
+        out.append(
+            UploadDesc(tag, tuple(keys[start:end]), tuple(versions[start:end]), first, first * nbytes, nbytes * span, world, span if span != end - start else 0)
+        )
         start = end
     return out
 
 
-def take_dirty_uploads(world: World, tag: str, max_gap: int = 0, *, spans: bool = True,
-                       meta: Callable[[int], tuple[int, int] | None] | None = None) -> tuple[list[int], list[UploadDesc]]:
+def take_dirty_uploads(
+    world: World, tag: str, max_gap: int = 0, *, spans: bool = True, meta: Callable[[int], tuple[int, int] | None] | None = None
+) -> tuple[list[int], list[UploadDesc]]:
     """Take the dirty chunks of field ``tag`` (clearing them) and answer ``(their keys, the
     coalesced spans that upload them)`` (no spans with ``spans=False``).
 
@@ -229,9 +232,19 @@ def take_dirty_uploads(world: World, tag: str, max_gap: int = 0, *, spans: bool 
     for end in [*(np.flatnonzero(np.diff(slots) > max_gap + 1) + 1).tolist(), len(keys)]:
         first, last = int(slots[start]), int(slots[end - 1])
         span = last - first + 1
-        out.append(UploadDesc(tag, tuple(keys[start:end]), tuple(versions[start:end].tolist()), first,
-                              first * nbytes, nbytes * span, world, span if span != end - start else 0,
-                              slots[start:end]))
+        out.append(
+            UploadDesc(
+                tag,
+                tuple(keys[start:end]),
+                tuple(versions[start:end].tolist()),
+                first,
+                first * nbytes,
+                nbytes * span,
+                world,
+                span if span != end - start else 0,
+                slots[start:end],
+            )
+        )
         start = end
     return keys, out
 
@@ -320,4 +333,3 @@ class GpuCapabilities:
     def usable(self) -> bool:
         """Whether a caller should consider the GPU at all."""
         return self.compute and self.max_buffer_bytes > 0 and self.max_workgroups_x > 0
-

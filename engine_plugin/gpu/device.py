@@ -59,14 +59,10 @@ def _pick_adapter() -> Any:
         adapters = list(wgpu.gpu.enumerate_adapters_sync())
     except Exception as exc:  # the loader itself is missing or broken
         raise NoAdapterError(
-            f"wgpu could not enumerate adapters ({exc}); install the Vulkan loader and a driver "
-            "(Debian: apt-get install libvulkan1 mesa-vulkan-drivers)"
+            f"wgpu could not enumerate adapters ({exc}); install the Vulkan loader and a driver (Debian: apt-get install libvulkan1 mesa-vulkan-drivers)"
         ) from exc
     if not adapters:
-        raise NoAdapterError(
-            "no wgpu adapter found; install a Vulkan driver (Debian: apt-get install "
-            "libvulkan1 mesa-vulkan-drivers) and set XDG_RUNTIME_DIR"
-        )
+        raise NoAdapterError("no wgpu adapter found; install a Vulkan driver (Debian: apt-get install libvulkan1 mesa-vulkan-drivers) and set XDG_RUNTIME_DIR")
     wanted = os.environ.get("ENGINE_PLUGIN_ADAPTER", "").strip().lower()
     if wanted:
         for adapter in adapters:

@@ -41,8 +41,24 @@ _request_ids = itertools.count(1)
 class ReadbackRequest:
     """One accepted readback: its staging buffer, promise, budget share and state."""
 
-    __slots__ = ("id", "handle", "desc", "callback", "nbytes", "staging", "promise", "status", "message",
-                 "delivered", "released", "cancelled", "settled", "anchor", "baseline", "started")
+    __slots__ = (
+        "id",
+        "handle",
+        "desc",
+        "callback",
+        "nbytes",
+        "staging",
+        "promise",
+        "status",
+        "message",
+        "delivered",
+        "released",
+        "cancelled",
+        "settled",
+        "anchor",
+        "baseline",
+        "started",
+    )
 
     def __init__(self, handle: Any, desc: Any, callback: Callable, nbytes: int, staging: Any, promise: Any):
         self.id = next(_request_ids)
@@ -93,8 +109,7 @@ class ReadbackTracker:
         if len(self._inflight) + 1 > self.max_count:
             return f"{len(self._inflight)} readbacks in flight already (max_inflight_readbacks={self.max_count})"
         if self._bytes + nbytes > self.max_bytes:
-            return (f"{nbytes} B more would exceed max_inflight_readback_bytes={self.max_bytes} "
-                    f"({self._bytes} B in flight)")
+            return f"{nbytes} B more would exceed max_inflight_readback_bytes={self.max_bytes} ({self._bytes} B in flight)"
         return None
 
     def add(self, req: ReadbackRequest) -> None:

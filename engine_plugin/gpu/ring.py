@@ -26,6 +26,9 @@ from typing import Any
 import numpy as np
 
 from .backend import ReadbackResult, ReadbackStatus
+from .flags import COPY_DST as _COPY_DST
+from .flags import MAP_MODE_READ as _MAP_MODE_READ
+from .flags import MAP_READ as _MAP_READ
 from .guard import guard_for
 from .mapping import map_submitted
 from .readback import PromiseWaiter, ReadbackRequest, ReadbackTracker, settled
@@ -33,9 +36,6 @@ from .readback import PromiseWaiter, ReadbackRequest, ReadbackTracker, settled
 __all__ = ["ReadbackRing", "map_submitted"]
 
 log = logging.getLogger("engine_plugin.gpu")
-
-# wgpu's flag values (WebGPU spec): MAP_READ and COPY_DST usage, MapMode.READ.
-from .flags import COPY_DST as _COPY_DST, MAP_MODE_READ as _MAP_MODE_READ, MAP_READ as _MAP_READ  # noqa: E402
 
 
 class ReadbackRing:
@@ -89,15 +89,13 @@ class ReadbackRing:
         finally:
             self.destroy_staging(staging)
 
-    def start(self, handle: Any, desc: Any, callback: Callable, nbytes: int, staging: Any,
-              promise: Any, fault: Callable[[], str | None]) -> ReadbackRequest:
+    def start(self, handle: Any, desc: Any, callback: Callable, nbytes: int, staging: Any, promise: Any, fault: Callable[[], str | None]) -> ReadbackRequest:
         """Track an accepted request and hand its promise to the waiter."""
         req = self.reserve(handle, desc, callback, nbytes, staging, fault)
         self.arm(req, promise)
         return req
 
-    def reserve(self, handle: Any, desc: Any, callback: Callable, nbytes: int, staging: Any,
-                fault: Callable[[], str | None]) -> ReadbackRequest:
+    def reserve(self, handle: Any, desc: Any, callback: Callable, nbytes: int, staging: Any, fault: Callable[[], str | None]) -> ReadbackRequest:
         """Track an accepted request whose copy is encoded but not submitted yet (a batch):
         it counts against the budgets from now on; :meth:`arm` hands its promise over."""
         req = ReadbackRequest(handle, desc, callback, nbytes, staging, None)
@@ -172,8 +170,9 @@ class ReadbackRing:
             del view
             if self._retained(req):
                 self.quarantine.append(req)
-                log.warning("readback %d: the callback kept an array over its data; copy what you keep. "
-                            "Its staging buffer stays mapped until that array dies.", req.id)
+                log.warning(
+                    "readback %d: the callback kept an array over its data; copy what you keep. Its staging buffer stays mapped until that array dies.", req.id
+                )
                 return 1
         if req.settled or self.device_lost:
             self.release(req)
@@ -231,5 +230,7 @@ class ReadbackRing:
                 self.abandoned += 1
         self.retry_quarantine()
         for req in self.quarantine:
-            log.warning("backend closed while readback %d's data is still referenced by a callback's "
-                        "array; its staging buffer stays mapped until that array dies", req.id)
+            log.warning(
+                "backend closed while readback %d's data is still referenced by a callback's array; its staging buffer stays mapped until that array dies",
+                req.id,
+            )

@@ -34,8 +34,12 @@ from ..errors import StaleHandleError, bug
 from .batch import Batching, SubmissionBatch
 from .config import WgpuBackendConfig, WgpuProductDesc, product_refusal, readback_range, source_size
 from .descriptors import DispatchDesc, FieldMirrorDesc, GpuCapabilities, ReadbackDesc, UploadDesc
-from .handles import GpuProductHandle, SlotTable
+from .flags import COPY_DST as _COPY_DST
+from .flags import COPY_SRC as _COPY_SRC
+from .flags import MAP_READ as _MAP_READ
+from .flags import STORAGE as _STORAGE
 from .guard import guard_for
+from .handles import GpuProductHandle, SlotTable
 from .loss import FaultState, loss_reports
 from .ring import ReadbackRing, map_submitted
 
@@ -45,8 +49,7 @@ log = logging.getLogger("engine_plugin.gpu")
 
 T = TypeVar("T")
 
-# wgpu's flag values (WebGPU spec); numbers keep this module importable against a fake device.
-from .flags import COPY_DST as _COPY_DST, COPY_SRC as _COPY_SRC, MAP_MODE_READ as _MAP_MODE_READ, MAP_READ as _MAP_READ, STORAGE as _STORAGE  # noqa: E402
+
 _ALIGN = 4
 
 
@@ -87,8 +90,7 @@ class WgpuBackend(Batching):
         self._limits = dict(device.limits)
         self._fields: dict[str, _Field] = {}
         self._products: SlotTable[_Product] = SlotTable(self.config.max_products)
-        self._ring = ReadbackRing(self.config.max_inflight_readbacks, self.config.max_inflight_readback_bytes,
-                                  self.config.waiter_slice_s)
+        self._ring = ReadbackRing(self.config.max_inflight_readbacks, self.config.max_inflight_readback_bytes, self.config.waiter_slice_s)
         self._faults = FaultState()
         self._faults.queue = self.queue
         self._closed = False
@@ -100,8 +102,7 @@ class WgpuBackend(Batching):
             self._faults.set("disabled by configuration", lost=False)
             return
         try:
-            self._faults.probe = device.create_buffer(size=_ALIGN, usage=_COPY_DST | _COPY_SRC,
-                                                      label="engine_plugin.probe")
+            self._faults.probe = device.create_buffer(size=_ALIGN, usage=_COPY_DST | _COPY_SRC, label="engine_plugin.probe")
             if self.config.warm_up:
                 self._ring.warm_up(self.device, self._faults.probe)
         except Exception as exc:
@@ -175,8 +176,7 @@ class WgpuBackend(Batching):
             async_dispatch=True,
             async_readback=True,
             max_buffer_bytes=int(self._limits.get("max-buffer-size", 0)),
-            max_workgroups_x=min(self.config.max_workgroups_x,
-                                 int(self._limits.get("max-compute-workgroups-per-dimension", 65_535))),
+            max_workgroups_x=min(self.config.max_workgroups_x, int(self._limits.get("max-compute-workgroups-per-dimension", 65_535))),
             max_workgroups_per_dimension=int(self._limits.get("max-compute-workgroups-per-dimension", 65_535)),
             upload_alignment=_ALIGN,
             readback_alignment=_ALIGN,
@@ -239,8 +239,7 @@ class WgpuBackend(Batching):
         if size > limit:
             return self._refuse(f"field {desc.tag!r} mirror needs {size} B; the device allows {limit} B a buffer")
         try:
-            buffer = self.device.create_buffer(size=size, usage=_STORAGE | _COPY_DST | _COPY_SRC,
-                                               label=f"engine_plugin.field.{desc.tag}")
+            buffer = self.device.create_buffer(size=size, usage=_STORAGE | _COPY_DST | _COPY_SRC, label=f"engine_plugin.field.{desc.tag}")
         except Exception as exc:
             return self._device_exception(f"register_field({desc.tag!r})", exc)
         self._fields[desc.tag] = _Field(desc, buffer)
@@ -268,9 +267,10 @@ class WgpuBackend(Batching):
         handle = self._products.insert(key, _Product(desc, source_size(desc)))
         if handle is None:
             full = len(self._products) >= self.config.max_products
-            self._refuse(f"register_product({key!r}): " + (
-                f"max_products={self.config.max_products} are registered" if full
-                else "the key is registered already; unregister its handle first"))
+            self._refuse(
+                f"register_product({key!r}): "
+                + (f"max_products={self.config.max_products} are registered" if full else "the key is registered already; unregister its handle first")
+            )
         return handle
 
     def unregister_product(self, handle: GpuProductHandle) -> bool:
@@ -303,8 +303,7 @@ class WgpuBackend(Batching):
         if f is None:
             return self._refuse(f"upload: field {desc.tag!r} is not registered")
         if desc.dst_offset % _ALIGN or desc.nbytes % _ALIGN:
-            return self._refuse(f"upload of {desc.tag!r}: offset {desc.dst_offset} / size {desc.nbytes} "
-                                f"not {_ALIGN}-byte aligned")
+            return self._refuse(f"upload of {desc.tag!r}: offset {desc.dst_offset} / size {desc.nbytes} not {_ALIGN}-byte aligned")
         if desc.dst_offset < 0 or desc.dst_offset + desc.nbytes > f.desc.total_bytes():
             return self._refuse(f"upload of {desc.tag!r}: bytes {desc.dst_offset}+{desc.nbytes} outside the mirror")
         data = desc.data()  # StaleSpanError before anything reaches the device
@@ -335,15 +334,13 @@ class WgpuBackend(Batching):
         if product.desc.fields and desc.field not in product.desc.fields:
             return self._refuse(f"dispatch: {desc.product} does not read field {desc.field!r}")
         if not 1 <= desc.chunk_count <= self.config.max_chunks_per_dispatch:
-            return self._refuse(f"dispatch: chunk_count {desc.chunk_count} outside "
-                                f"1..{self.config.max_chunks_per_dispatch} (max_chunks_per_dispatch)")
+            return self._refuse(f"dispatch: chunk_count {desc.chunk_count} outside 1..{self.config.max_chunks_per_dispatch} (max_chunks_per_dispatch)")
         x, y, z = desc.workgroups
         per_dim = int(self._limits.get("max-compute-workgroups-per-dimension", 65_535))
         if min(x, y, z) < 1:
             return self._refuse(f"dispatch: workgroups {desc.workgroups} must all be >= 1")
         if x > min(self.config.max_workgroups_x, per_dim):
-            return self._refuse(f"dispatch: {x} workgroups in X exceed the limit "
-                                f"{min(self.config.max_workgroups_x, per_dim)}")
+            return self._refuse(f"dispatch: {x} workgroups in X exceed the limit {min(self.config.max_workgroups_x, per_dim)}")
         if max(y, z) > per_dim:
             return self._refuse(f"dispatch: workgroups {desc.workgroups} exceed the device's {per_dim} a dimension")
         writes = self._dispatch_writes(desc, product)
@@ -418,9 +415,9 @@ class WgpuBackend(Batching):
         if product is None:
             return self._refuse(f"readback: {desc.product} is stale or was never registered here")
         field = self._fields.get(desc.field) if desc.field is not None else None
-        found = readback_range(desc, product.desc, product.source_size,
-                               (field.buffer, field.desc.total_bytes()) if field else None,
-                               self.config.allow_full_field, _ALIGN)
+        found = readback_range(
+            desc, product.desc, product.source_size, (field.buffer, field.desc.total_bytes()) if field else None, self.config.allow_full_field, _ALIGN
+        )
         if isinstance(found, str):
             return self._refuse(f"readback of {desc.product}: {found}")
         source, base, size = found
@@ -475,8 +472,11 @@ class WgpuBackend(Batching):
         if self._fault is not None or not self._ring.tracker.count:
             return
         now = time.perf_counter()
-        if (self._ring.tracker.oldest_pending_age() > self.config.stall_probe_s
-                and now - self._faults.last_probe > self.config.stall_probe_s and self._faults.probe_lost()):
+        if (
+            self._ring.tracker.oldest_pending_age() > self.config.stall_probe_s
+            and now - self._faults.last_probe > self.config.stall_probe_s
+            and self._faults.probe_lost()
+        ):
             self._set_fault("device lost (found by probing a stalled readback)", lost=True)
 
     # ---- shutdown --------------------------------------------------------------------
@@ -504,5 +504,4 @@ class WgpuBackend(Batching):
 
     def __repr__(self) -> str:
         state = "healthy" if self.healthy else f"disabled: {self.fault}"
-        return (f"<WgpuBackend {state}; {len(self._fields)} fields, {len(self._products)} products, "
-                f"{self.inflight_readbacks} readbacks in flight>")
+        return f"<WgpuBackend {state}; {len(self._fields)} fields, {len(self._products)} products, {self.inflight_readbacks} readbacks in flight>"

@@ -235,8 +235,15 @@ class _Parser:
         bindings = self.bindings(nodes["bindings"][1])
         bake = self.bake(nodes["bake"][1], specialize, bindings) if "bake" in nodes else None
         return Schema(
-            bindings=bindings, params=params, specialize=specialize, determinism=determinism,
-            workgroup=workgroup, bake=bake, text=self.text, path=self.path, structs=self.structs,
+            bindings=bindings,
+            params=params,
+            specialize=specialize,
+            determinism=determinism,
+            workgroup=workgroup,
+            bake=bake,
+            text=self.text,
+            path=self.path,
+            structs=self.structs,
         )
 
     def workgroup(self, node: Any) -> tuple:
@@ -296,7 +303,13 @@ class _Parser:
         if not isinstance(text, str) or text.count("<") <= text.count(">"):
             return None
         for k in list(entry):
-            if k not in ("name", "type") and isinstance(k, str) and k.count(">") > k.count("<") and entry[k][1] is not None and self.value(entry[k][1]) in (None, ""):
+            if (
+                k not in ("name", "type")
+                and isinstance(k, str)
+                and k.count(">") > k.count("<")
+                and entry[k][1] is not None
+                and self.value(entry[k][1]) in (None, "")
+            ):
                 del entry[k]
                 return f"{text}, {k}"
         return None
@@ -422,9 +435,7 @@ class _Parser:
                     raise self.error(kn, f"binding {name!r}: key {k!r} does not apply to kind {kind} (it takes: {', '.join(sorted(allowed))})")
                 raise self.unknown_key(k, kn, allowed, f"binding {name!r}")
         f: dict[str, Any] = {"name": name, "kind": kind, "line": self.line_of(item), "col": self.col_of(item)}
-        f["key_lines"] = tuple(
-            (k, self.line_of(vn), self.col_of(vn) + self._value_offset(vn, 0)) for k, _, vn in entries
-        )
+        f["key_lines"] = tuple((k, self.line_of(vn), self.col_of(vn) + self._value_offset(vn, 0)) for k, _, vn in entries)
 
         def node(k):
             return by_key[k][1]
@@ -481,7 +492,9 @@ class _Parser:
             if sp.kind != "type":
                 raise self.error(vnode, f"binding {name!r}: element {text!r} names a {sp.kind} specialisation; only type specialisations can be elements")
             return text
-        raise self.error(vnode, f"binding {name!r}: element must be u32, i32, f32, a vec2/3/4 of them, a type specialisation or a struct of structs:, not {text!r}")
+        raise self.error(
+            vnode, f"binding {name!r}: element must be u32, i32, f32, a vec2/3/4 of them, a type specialisation or a struct of structs:, not {text!r}"
+        )
 
     def condition(self, vnode: Any, name: str):
         text = self.string(vnode, f"binding {name!r}: when")
@@ -494,7 +507,11 @@ class _Parser:
                 sp = self.spec_by_name.get(pname)
                 off = self._value_offset(vnode, max(0, text.find(pname)))
                 if sp is None:
-                    raise self.error(vnode, f"binding {name!r}: when names {pname!r}, which is not a specialisation (known: {', '.join(self.spec_by_name) or 'none'})", col_offset=off)
+                    raise self.error(
+                        vnode,
+                        f"binding {name!r}: when names {pname!r}, which is not a specialisation (known: {', '.join(self.spec_by_name) or 'none'})",
+                        col_offset=off,
+                    )
                 if not sp.options:
                     raise self.error(vnode, f"binding {name!r}: when names {pname!r}, a source specialisation with no options", col_offset=off)
                 bad = sorted(o for o in opts if o not in sp.options)
@@ -524,10 +541,15 @@ class _Parser:
             if b.element is None:
                 raise self.error(item, f"buffer binding {name!r} needs 'element' (u32, i32, f32, vecN<...> or a type specialisation)")
             if any(s.name == b.element for s in self.structs) and (b.bits or b.atomic):
-                raise self.error(at("bits" if b.bits else "atomic"), f"binding {name!r}: a struct element has no raw words or atomics; declare an atomic<u32> buffer beside it")
+                raise self.error(
+                    at("bits" if b.bits else "atomic"),
+                    f"binding {name!r}: a struct element has no raw words or atomics; declare an atomic<u32> buffer beside it",
+                )
             if b.is_output and b.access != "read_write":
                 key = "count" if b.count is not None else "capacity"
-                raise self.error(at(key), f"binding {name!r} has a {key}, so the host allocates it as an output, but its access is 'read'; use access: read_write")
+                raise self.error(
+                    at(key), f"binding {name!r} has a {key}, so the host allocates it as an output, but its access is 'read'; use access: read_write"
+                )
             if b.append:
                 if b.capacity is None:
                     raise self.error(at("append"), f"append binding {name!r} needs 'capacity' (the most elements it can hold)")
@@ -536,10 +558,12 @@ class _Parser:
             elif b.capacity is not None:
                 raise self.error(at("capacity"), f"binding {name!r}: 'capacity' goes with append: true; a plain output takes 'count'")
             if "clear" in by_key and not b.is_output:
-                raise self.error(at("clear"), f"binding {name!r}: clear applies to outputs the host allocates (count or capacity); the caller's buffers are never cleared")
+                raise self.error(
+                    at("clear"), f"binding {name!r}: clear applies to outputs the host allocates (count or capacity); the caller's buffers are never cleared"
+                )
             if b.live:
                 if b.count is None or b.count.text.strip() != "n":
-                    raise self.error(at("live"), f"binding {name!r}: live: true needs count: \"n\" (the output spans the dispatch)")
+                    raise self.error(at("live"), f'binding {name!r}: live: true needs count: "n" (the output spans the dispatch)')
             if b.atomic:
                 if b.access != "read_write":
                     raise self.error(at("atomic"), f"binding {name!r}: atomic words need access: read_write")
@@ -557,7 +581,9 @@ class _Parser:
             if b.element is None:
                 raise self.error(item, f"column {name!r} needs 'element'")
             if any(s.name == b.element for s in self.structs):
-                raise self.error(at("element"), f"column {name!r}: a page column holds u32, i32, f32 or vectors of them; bind struct elements as a kind: buffer")
+                raise self.error(
+                    at("element"), f"column {name!r}: a page column holds u32, i32, f32 or vectors of them; bind struct elements as a kind: buffer"
+                )
         elif b.kind == "domain_count":
             pass
 
@@ -585,7 +611,9 @@ class _Parser:
         for i, b in enumerate(domain):
             for other in domain[:i]:
                 if b.when is None or other.when is None or b.when.may_hold_with(other.when):
-                    raise SchemaError(f"a second domain_count binding {b.name!r} (first: {other.name!r} on line {other.line}); a dispatch has one live count", self._bspan(b))
+                    raise SchemaError(
+                        f"a second domain_count binding {b.name!r} (first: {other.name!r} on line {other.line}); a dispatch has one live count", self._bspan(b)
+                    )
 
     def _bspan(self, b: Binding, key: str | None = None) -> Span:
         line, col = b.key_pos(key) if key else (b.line, b.col)
@@ -606,8 +634,7 @@ class _Parser:
             if b.kind != "column":
                 continue
             # The pages of that name that can stand in a variant with this column.
-            pages = [p for p in bindings if p.kind == "page" and p.name == b.page
-                     and (p.when is None or b.when is None or p.when.may_hold_with(b.when))]
+            pages = [p for p in bindings if p.kind == "page" and p.name == b.page and (p.when is None or b.when is None or p.when.may_hold_with(b.when))]
             if not pages:
                 raise SchemaError(f"column {b.name!r} stands in page {b.page!r}, which is not a kind: page binding", self._bspan(b, "page"))
             explicit = any(k == "access" for k, _, _ in b.key_lines)
