@@ -30,7 +30,7 @@ from ..lowering import Lowered, VariantSpec, parse
 from ..gpu.device import get_context
 from ..runtime.compile import compile_lowered
 from ..runtime.program import Program, adopt_program, program, registered_program
-from .builtin import builtin_folder
+from .builtin import builtin_folder, builtin_root
 from .folder import ASSET_SUFFIX, AssetSource, read_asset_folder
 from .reload import BODY, LAYOUT, Prepared, ReloadEvent, ReloadFailure, Unsettled, carry_spec, plan_signature, prepare
 from .watcher import ReloadService
@@ -124,6 +124,7 @@ class ComputeShaderRef:
         self.library = library
         self.path = rel  # the program key
         self.folder = folder
+        self.root = library.root  # the root its files must stay inside (the package's, for packaged kernels)
         self.generation = 0
         self.error: PluginError | None = None
         self._program: Program | None = None
@@ -281,13 +282,16 @@ class AssetLibrary:
         if found is not None:
             return found
         folder = os.path.join(self.root, *rel.split("/"))
-        if not os.path.isdir(folder):
-            # The engine's own kernels ship in the package: found whatever the root.
-            folder = builtin_folder(rel) or folder
+        root = self.root
+        if not os.path.isdir(folder) and builtin_folder(rel) is not None:
+            # The engine's own kernels ship in the package: found whatever the root, and read
+            # under the package's root (the symlink rule keeps files inside their own root).
+            folder, root = builtin_folder(rel), builtin_root()  # type: ignore[assignment]
         ref = ComputeShaderRef(self, rel, folder)
+        ref.root = root
         ctx = self._context()
         try:
-            src = read_asset_folder(folder, root=self.root)
+            src = read_asset_folder(folder, root=root)
             schema = parse(src.yaml_text, src.yaml_path)
             ref._store.paths = (src.yaml_path, src.wgsl_path)
             ref._program = program(rel, schema, src.wgsl_text, wgsl_path=src.wgsl_path, device=ctx, store=ref._store)
@@ -354,10 +358,10 @@ class AssetLibrary:
             old = ref._program
             try:
                 if old is not None and old.variants:
-                    return prepare(ref.path, ref.folder, seq, first_event, current=ref._source, old_program=old, make_program=make_program, root=self.root)
+                    return prepare(ref.path, ref.folder, seq, first_event, current=ref._source, old_program=old, make_program=make_program, root=ref.root)
                 # Validation lowerings of an asset nobody uses yet are not "requested variants".
                 with ref._store.unrecorded():
-                    return prepare(ref.path, ref.folder, seq, first_event, current=ref._source, old_program=old, make_program=make_program, root=self.root)
+                    return prepare(ref.path, ref.folder, seq, first_event, current=ref._source, old_program=old, make_program=make_program, root=ref.root)
             except Unsettled:
                 raise
             except Exception as exc:  # a bug in lowering: report it as this reload's failure

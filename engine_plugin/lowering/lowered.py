@@ -250,11 +250,14 @@ class Lowered:
     def from_dict(cls, d: dict[str, Any]) -> "Lowered":
         """Rebuild from :meth:`to_dict`; raises KeyError/TypeError/ValueError on a malformed dict."""
 
+        def frozen(v):  # msgpack answers lists; records hold tuples (struct layouts, texture info)
+            return tuple(frozen(x) for x in v) if isinstance(v, list) else v
+
         def build(kind, row):
             names = {f.name for f in fields(kind)}
             if set(row) != names:
                 raise ValueError(f"{kind.__name__}: fields {sorted(row)} != {sorted(names)}")
-            return kind(**row)
+            return kind(**{k: frozen(v) for k, v in row.items()})
 
         p = d["params"]
         sm = d["source_map"]

@@ -97,7 +97,7 @@ CASES = [
     ),
     Bad("read-write-column-on-read-page", "bindings:\n  - { name: P, kind: page }\n  - { name: c, kind: column, page: P, element: f32, access: read_write }\n", SchemaError, "read_write", "read-only"),
     # --------------------------------------------------------- workgroup, determinism
-    Bad("workgroup-not-a-number", "bindings: []\nworkgroup: big\n", SchemaError, "big", "workgroup must be 1 to 3 positive ints, not 'big'; e.g. workgroup: 64 or workgroup: [8, 8]"),
+    Bad("workgroup-not-a-number", "bindings: []\nworkgroup: big\n", SchemaError, "big", "workgroup must be 1 to 3 positive ints (or kind: workgroup specialisations), not 'big'; e.g. workgroup: 64 or workgroup: [8, 8]"),
     Bad("workgroup-zero", "bindings: []\nworkgroup: [8, 0]\n", SchemaError, "[8, 0]", "positive ints"),
     Bad("workgroup-too-large", "bindings: []\nworkgroup: [64, 64]\n", SchemaError, "[64, 64]", "4096 invocations"),
     Bad("workgroup-four-dims", "bindings: []\nworkgroup: [1, 1, 1, 1]\n", SchemaError, "[1, 1, 1, 1]", "1 to 3"),
@@ -110,7 +110,7 @@ CASES = [
     # ---------------------------------------------------------------------- specialize
     Bad("type-option-bad", "bindings: []\nspecialize:\n  - { name: T, kind: type, options: [f32, f64] }\n", SchemaError, "f64", "type option 'f64'"),
     Bad("named-option-not-an-identifier", 'bindings: []\nspecialize:\n  - { name: M, kind: named, options: [add, "a b"] }\n', SchemaError, '"a b"', "must be an identifier"),
-    Bad("specialize-kind-bad", "bindings: []\nspecialize:\n  - { name: M, kind: enum, options: [a] }\n", SchemaError, "enum", "'type', 'named' or 'source'"),
+    Bad("specialize-kind-bad", "bindings: []\nspecialize:\n  - { name: M, kind: enum, options: [a] }\n", SchemaError, "enum", "'type', 'named', 'source' or 'workgroup'"),
     Bad("specialize-default-not-an-option", "bindings: []\nspecialize:\n  - { name: M, options: [a, b], default: c }\n", SchemaError, "c }", "not one of its options: a, b"),
     Bad("specialize-without-options", "bindings: []\nspecialize:\n  - { name: M }\n", SchemaError, "{ name: M }", "needs 'options'"),
     Bad("option-listed-twice", "bindings: []\nspecialize:\n  - { name: M, options: [a, a] }\n", SchemaError, "a]", "listed twice"),

@@ -69,7 +69,7 @@ def test_non_numeric_dtype_is_refused(variant):
 
 
 def test_wrong_lane_count_is_refused(variant):
-    expect_refused(variant, "3 lanes, the element vec2<f32> has 2", line=2, n=1, inputs={"src": np.ones((4, 3), np.float32)}, params=good_params())
+    expect_refused(variant, "3 lanes in its last axis, the element vec2<f32> has 2", line=2, n=1, inputs={"src": np.ones((4, 3), np.float32)}, params=good_params())
 
 
 def test_count_over_the_device_limit_is_refused_before_allocation(variant):

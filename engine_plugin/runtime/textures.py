@@ -1,0 +1,134 @@
+"""Textures on the GPU for texture, storage-texture and sampler bindings.
+
+Host arrays go up as textures of the format their dtype and channel count name ((h, w),
+(h, w, c) for 2-D; (layers | depth, h, w[, c]) for 2d_array and 3d; c of 1, 2 or 4, and 3
+padded with an opaque alpha). Output textures are created per run (WebGPU zero-fills a new
+texture, so outputs start as zeros) with TEXTURE_BINDING as well as STORAGE_BINDING, so a
+run's output texture can be sampled by the next run. Reading back goes through a buffer with
+rows padded to WebGPU's 256-byte copy pitch, stripped on the host.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import wgpu
+
+from ..errors import DispatchError
+from ..gpu.device import DeviceContext
+from ..lowering.textures import format_channels, format_numpy, format_sample, upload_format
+
+__all__ = ["TextureOutput", "upload_texture", "output_texture", "sampler_for", "read_texture", "view_of", "VIEW_DIMENSION"]
+
+VIEW_DIMENSION = {"2d": "2d", "2d_array": "2d-array", "3d": "3d"}
+_ADDRESS = {"clamp": "clamp-to-edge", "repeat": "repeat", "mirror": "mirror-repeat"}
+_USAGE_IN = wgpu.TextureUsage.TEXTURE_BINDING | wgpu.TextureUsage.COPY_DST | wgpu.TextureUsage.COPY_SRC
+_USAGE_OUT = _USAGE_IN | wgpu.TextureUsage.STORAGE_BINDING
+
+
+@dataclass
+class TextureOutput:
+    """A texture a run wrote: ``texture``, its ``format``, ``size`` (w, h, depth or layers), ``dim``."""
+
+    texture: Any
+    format: str
+    size: tuple[int, int, int]
+    dim: str
+    name: str = ""
+
+    def __repr__(self) -> str:
+        return f"TextureOutput({self.name!r}, {self.format}, {self.size}, {self.dim})"
+
+
+def view_of(texture: Any, dim: str) -> Any:
+    return texture.create_view(dimension=VIEW_DIMENSION[dim])
+
+
+def _texel_bytes(fmt: str) -> int:
+    return format_channels(fmt) * np.dtype(format_numpy(fmt)).itemsize
+
+
+def upload_texture(ctx: DeviceContext, values: Any, dim: str, name: str) -> tuple[Any, str, tuple[int, int, int]]:
+    """A texture holding ``values``; answers (texture, format, size).
+
+    Raises:
+        DispatchError: a shape or dtype no texture format holds.
+    """
+    arr = np.asarray(values)
+    spatial = 2 if dim == "2d" else 3
+    if arr.ndim == spatial:
+        arr = arr[..., None]
+    if arr.ndim != spatial + 1 or arr.shape[-1] not in (1, 2, 3, 4):
+        want = "(h, w) or (h, w, channels)" if dim == "2d" else f"({'layers' if dim == '2d_array' else 'depth'}, h, w[, channels])"
+        raise DispatchError(f"texture {name!r} ({dim}) takes an array of shape {want} with 1, 2 or 4 channels, not {arr.shape}")
+    if arr.dtype == np.float64:
+        arr = arr.astype(np.float32)
+    elif arr.dtype == np.bool_:
+        arr = arr.astype(np.uint8) * 255
+    if arr.shape[-1] == 3:  # no 3-channel formats: pad with an opaque alpha
+        alpha = np.full(arr.shape[:-1] + (1,), 255 if arr.dtype == np.uint8 else 1, arr.dtype)
+        arr = np.concatenate([arr, alpha], axis=-1)
+    fmt = upload_format(arr.dtype.newbyteorder("<").str.lstrip("|") if arr.dtype.itemsize > 1 else arr.dtype.str.lstrip("|"), arr.shape[-1])
+    if fmt is None:
+        raise DispatchError(f"texture {name!r}: no texture format holds {arr.dtype} texels (use uint8, float16, float32, uint32 or int32)")
+    arr = np.ascontiguousarray(arr, dtype=np.dtype(format_numpy(fmt)))
+    if dim == "2d":
+        h, w = arr.shape[:2]
+        size = (w, h, 1)
+    else:
+        d, h, w = arr.shape[:3]
+        size = (w, h, d)
+    _check_size(ctx, name, size, dim)
+    texture = ctx.device.create_texture(
+        size=size, format=fmt, usage=_USAGE_IN, dimension="3d" if dim == "3d" else "2d", label=name
+    )
+    ctx.queue.write_texture(
+        {"texture": texture}, arr, {"bytes_per_row": w * _texel_bytes(fmt), "rows_per_image": h}, size
+    )
+    return texture, fmt, size
+
+
+def _check_size(ctx: DeviceContext, name: str, size: tuple[int, int, int], dim: str) -> None:
+    w, h, d = size
+    limit = ctx.limit("max-texture-dimension-3d" if dim == "3d" else "max-texture-dimension-2d")
+    if min(w, h, d) < 1 or max(w, h) > limit or (dim == "3d" and d > limit) or (dim == "2d_array" and d > ctx.limit("max-texture-array-layers")):
+        raise DispatchError(f"texture {name!r} of size {size} is empty or past this device's limits ({limit} a side)")
+
+
+def output_texture(ctx: DeviceContext, fmt: str, size: tuple[int, int, int], dim: str, name: str) -> Any:
+    """A new (zero-filled) texture a run writes through a storage binding."""
+    _check_size(ctx, name, size, dim)
+    return ctx.device.create_texture(size=size, format=fmt, usage=_USAGE_OUT, dimension="3d" if dim == "3d" else "2d", label=name)
+
+
+def sampler_for(ctx: DeviceContext, filter_: str, address: str) -> Any:
+    cache = ctx.cache("runtime")
+    key = ("sampler", filter_, address)
+    found = cache.get(key)
+    if found is None:
+        mode = _ADDRESS[address]
+        found = cache[key] = ctx.device.create_sampler(
+            address_mode_u=mode, address_mode_v=mode, address_mode_w=mode, mag_filter=filter_, min_filter=filter_, mipmap_filter="nearest"
+        )
+    return found
+
+
+def read_texture(ctx: DeviceContext, out: TextureOutput, read_words: Any) -> np.ndarray:
+    """The texels of ``out``: (h, w, channels) for 2-D, (depth | layers, h, w, channels) else."""
+    w, h, d = out.size
+    texel = _texel_bytes(out.format)
+    pitch = -(-(w * texel) // 256) * 256
+    staging = ctx.device.create_buffer(size=pitch * h * d, usage=wgpu.BufferUsage.COPY_DST | wgpu.BufferUsage.COPY_SRC, label="texture read")
+    encoder = ctx.device.create_command_encoder()
+    encoder.copy_texture_to_buffer({"texture": out.texture}, {"buffer": staging, "bytes_per_row": pitch, "rows_per_image": h}, (w, h, d))
+    with ctx.guard.submitting("abi.read of a texture"):
+        ctx.queue.submit([encoder.finish()])
+    raw = np.frombuffer(read_words(staging), dtype=np.uint8).reshape(d, h, pitch)[:, :, : w * texel]
+    texels = np.ascontiguousarray(raw).view(np.dtype(format_numpy(out.format))).reshape(d, h, w, format_channels(out.format))
+    return texels[0] if out.dim == "2d" else texels
+
+
+def texture_sample_type(fmt: str) -> str:
+    return format_sample(fmt)
