@@ -32,6 +32,7 @@ __all__ = ["DeviceContext", "adapter_summary", "get_context", "reset_default_con
 log = logging.getLogger("engine_plugin.gpu")
 
 # Limits worth raising to the adapter's maximum; anything else keeps wgpu's defaults.
+_WANTED_FEATURES = ("float32-filterable",)
 _RAISED_LIMITS = (
     "max-buffer-size",
     "max-storage-buffer-binding-size",
@@ -153,7 +154,9 @@ def get_context(device: Any | None = None) -> DeviceContext:
             for name in _RAISED_LIMITS:
                 if name in adapter.limits:
                     limits[name] = adapter.limits[name]
-            dev = adapter.request_device_sync(required_limits=limits, label="engine_plugin")
+            # Linear sampling of 32-bit float textures (lavapipe and desktop GPUs have it).
+            features = [f for f in _WANTED_FEATURES if f in adapter.features]
+            dev = adapter.request_device_sync(required_features=features, required_limits=limits, label="engine_plugin")
             _default = DeviceContext(dev, adapter)
             _contexts[id(dev)] = _default
             log.info("engine_plugin device: %s", adapter_summary(adapter))

@@ -16,8 +16,9 @@ from .geometry import GEOMETRY_FIELDS
 from .lowered import ColumnSlot, HostSlot, Lowered, LoweredBinding, ParamField, ParamsLayout, SourceMap
 from .param_types import parse_param_type
 from .preprocess import SplicedBody, apply_when_blocks, splice_sources
-from .schema import Binding, Schema
+from .schema import TEXTURE_KINDS, Binding, Schema
 from .structs import StructType
+from .textures import storage_texture_wgsl, texture_wgsl
 from .types import ValueType, parse_value_type
 from .variants import VariantSpec, resolve_spec
 from .wgsl_text import find_calls, module_declarations, tokens, workgroup_size_literal
@@ -114,8 +115,11 @@ class _Lowerer:
         em.emit("}", 0)
         em.declare("ZeroParams", 0, "the params struct")
         for lb in plan:
-            space = "storage, read_write" if lb.access == "read_write" else "storage, read"
             em.declare(lb.name, lb.line, f"binding '{lb.name}'")
+            if lb.role in TEXTURE_KINDS:  # handles: no address space
+                em.emit(f"@group(0) @binding({lb.binding}) var {lb.name}: {lb.storage_type};", lb.line)
+                continue
+            space = "storage, read_write" if lb.access == "read_write" else "storage, read"
             em.emit(f"@group(0) @binding({lb.binding}) var<{space}> {lb.name}: {lb.storage_type};", lb.line)
         em.emit(f"@group(0) @binding({params.binding}) var<uniform> params: ZeroParams;", 0)
         em.declare("params", 0, "the params uniform")
@@ -218,6 +222,19 @@ class _Lowerer:
                 vt = self.element(b)
                 access = self.column_access(b, pages[b.page])  # type: ignore[index]
                 cols.append(ColumnSlot(b.name, b.page, vt.wgsl, vt.scalar, vt.lanes, access, b.line))  # type: ignore[arg-type]
+            elif b.kind in TEXTURE_KINDS:
+                if b.kind == "texture":
+                    # A linear sampler beside it needs a filterable texture; else any float format binds.
+                    linear = any(x.kind == "sampler" and x.filter == "linear" for x in present)
+                    info: tuple = (b.dim, b.sample, "filterable" if linear and b.sample == "float" else "")
+                    wgsl = texture_wgsl(b.dim, b.sample)
+                elif b.kind == "sampler":
+                    info, wgsl = (b.filter, b.address), "sampler"
+                else:
+                    info, wgsl = (b.dim, b.format, b.access), storage_texture_wgsl(b.dim, b.format, b.access)  # type: ignore[arg-type]
+                plan.append(LoweredBinding(n, b.name, b.kind, wgsl, b.access, "u32", 1, b.line, texture=info))
+                role = "texture_output" if b.kind == "storage_texture" and b.size else b.kind
+                slots.append(HostSlot(b.name, role, n, wgsl, "u32", 1, b.access, line=b.line, texture=info, size=tuple(e.text for e in b.size)))
             elif b.kind == "domain_count":
                 plan.append(LoweredBinding(n, b.name, "domain_count", "array<u32>", "read", "u32", 1, b.line))
                 slots.append(HostSlot(b.name, "domain_count", n, "u32", "u32", 1, "read", line=b.line))

@@ -40,6 +40,7 @@ class LoweredBinding:
     lanes: int = 1
     line: int = 0  # bindings.yaml line
     group: int = 0
+    texture: tuple = ()  # texture: (dim, sample, "filterable"|""); storage_texture: (dim, format, access); sampler: (filter, address)
 
     @property
     def buffer_type(self) -> str:
@@ -119,6 +120,8 @@ class HostSlot:
     clear: bool = True  # outputs: zeroed in the run's own submission before the dispatch
     struct_fields: tuple = ()  # a struct element: (field, scalar, lanes, offset) per member
     struct_size: int = 0
+    texture: tuple = ()  # as LoweredBinding.texture
+    size: tuple = ()  # an output storage texture's extent expressions
 
     @property
     def value_type(self) -> ValueType | StructType:

@@ -26,6 +26,7 @@ from .expressions import parse_expression
 from .param_types import ParamTypeError, parse_param_type
 from .schema import BINDING_KINDS, KIND_KEYS, Binding, Param, Schema, SpecParam
 from .structs import layout_struct
+from .textures import ADDRESS_MODES, FILTERS, SAMPLE_TYPES, STORAGE_FORMATS, TEXTURE_DIMS
 from .types import WGSL_KEYWORDS, is_value_type, parse_value_type
 from .yaml_nodes import EditorLines, compose_bounded
 
@@ -440,11 +441,32 @@ class _Parser:
         def node(k):
             return by_key[k][1]
 
+        accesses = ("write", "read", "read_write") if kind == "storage_texture" else ("read", "read_write")
+        if kind == "storage_texture":
+            f["access"] = "write"
         if "access" in by_key:
             access = self.string(node("access"), "access")
-            if access not in ("read", "read_write"):
-                raise self.error(node("access"), f"binding {name!r}: access must be 'read' or 'read_write', not {access!r}")
+            if access not in accesses:
+                raise self.error(node("access"), f"binding {name!r}: access must be {' or '.join(repr(a) for a in accesses)}, not {access!r}")
             f["access"] = access
+        for key, allowed in (
+            ("dim", TEXTURE_DIMS),
+            ("sample", tuple(SAMPLE_TYPES)),
+            ("format", tuple(STORAGE_FORMATS)),
+            ("filter", FILTERS),
+            ("address", ADDRESS_MODES),
+        ):
+            if key in by_key:
+                value = self.string(node(key), key)
+                if value not in allowed:
+                    raise self.error(node(key), f"binding {name!r}: {key} must be one of {', '.join(allowed)}, not {value!r}")
+                f[key] = value
+        if "size" in by_key:
+            snode = node("size")
+            items = self.sequence(snode, "size") if isinstance(snode, yaml.SequenceNode) else [snode]
+            if not 1 <= len(items) <= 3:
+                raise self.error(snode, f"binding {name!r}: size takes 1 to 3 count expressions (width, height, depth), e.g. size: [nx, ny]")
+            f["size"] = tuple(self.expression(i, name, "size") for i in items)
         for flag in ("live", "append", "bits", "atomic", "clear"):
             if flag in by_key:
                 f[flag] = self.boolean(node(flag), f"binding {name!r}: {flag}")
@@ -584,6 +606,13 @@ class _Parser:
                 raise self.error(
                     at("element"), f"column {name!r}: a page column holds u32, i32, f32 or vectors of them; bind struct elements as a kind: buffer"
                 )
+        elif b.kind == "storage_texture":
+            if b.format is None:
+                raise self.error(item, f"storage texture {name!r} needs 'format' (one of {', '.join(STORAGE_FORMATS)})")
+            if b.size and b.access == "read":
+                raise self.error(at("size"), f"storage texture {name!r} has a size, so the host allocates it as an output; its access cannot be 'read'")
+            if b.dim == "2d" and len(b.size) > 2:
+                raise self.error(at("size"), f"storage texture {name!r} is 2d: its size is [width, height]")
         elif b.kind == "domain_count":
             pass
 
@@ -651,17 +680,17 @@ class _Parser:
 
     def check_expressions(self, bindings: list[Binding]) -> None:
         names = {b.name for b in bindings}
-        known = {"n"} | self.param_names
+        known = {"n", "nx", "ny", "nz"} | self.param_names
         for b in bindings:
-            for key in ("count", "capacity"):
-                expr = getattr(b, key)
+            checks = [(key, getattr(b, key)) for key in ("count", "capacity")] + [("size", e) for e in b.size]
+            for key, expr in checks:
                 if expr is None:
                     continue
                 line, col = b.key_pos(key)
                 for var in sorted(expr.names):
                     if var not in known:
                         raise ExpressionError(
-                            f"binding {b.name!r}: {key}: unknown name {var!r}; expressions use n, params ({', '.join(sorted(self.param_names)) or 'none'}) and len(binding)",
+                            f"binding {b.name!r}: {key}: unknown name {var!r}; expressions use n (nx, ny, nz per axis), params ({', '.join(sorted(self.param_names)) or 'none'}) and len(binding)",
                             Span(self.path, line, col + max(0, expr.text.find(var)), self.lines[line - 1] if line <= len(self.lines) else None),
                         )
                 for ref in sorted(expr.lengths):

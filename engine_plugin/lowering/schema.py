@@ -14,7 +14,8 @@ from .structs import StructType
 
 __all__ = ["Binding", "Param", "SpecParam", "Schema", "BINDING_KINDS", "KIND_KEYS"]
 
-BINDING_KINDS = ("buffer", "columns", "page", "column", "domain_count")
+BINDING_KINDS = ("buffer", "columns", "page", "column", "domain_count", "texture", "sampler", "storage_texture")
+TEXTURE_KINDS = ("texture", "sampler", "storage_texture")
 
 # Which keys apply to which kind; any other key on that kind is an error.
 KIND_KEYS: dict[str, frozenset[str]] = {
@@ -23,6 +24,9 @@ KIND_KEYS: dict[str, frozenset[str]] = {
     "page": frozenset({"name", "kind", "access", "atomic", "when"}),
     "column": frozenset({"name", "kind", "page", "element", "access", "when"}),
     "domain_count": frozenset({"name", "kind", "when"}),
+    "texture": frozenset({"name", "kind", "dim", "sample", "when"}),
+    "sampler": frozenset({"name", "kind", "filter", "address", "when"}),
+    "storage_texture": frozenset({"name", "kind", "format", "access", "dim", "size", "when"}),
 }
 
 
@@ -43,6 +47,12 @@ class Binding:
     page: str | None = None
     atomic: bool = False
     clear: bool = True  # an allocated output reads as zeros before the kernel runs; false opts out
+    dim: str = "2d"  # textures: 2d, 2d_array or 3d
+    sample: str = "float"  # sampled textures: float, uint or sint
+    format: str | None = None  # storage textures
+    filter: str = "linear"  # samplers
+    address: str = "clamp"
+    size: tuple[Expr, ...] = ()  # an output storage texture's extent, 1 to 3 expressions
     line: int = 0
     col: int = 0
     key_lines: tuple[tuple[str, int, int], ...] = ()  # (key, line, col) of each value

@@ -23,6 +23,7 @@ from ..lowering.lowered import Lowered
 from ..lowering.portability import portability_issues
 from .loss import LOST_HINT, mark_lost
 from .naga_report import parse_naga_report
+from .textures import VIEW_DIMENSION
 
 log = logging.getLogger("engine_plugin")
 
@@ -54,7 +55,20 @@ def _layout_entries(lowered: Lowered) -> list[dict]:
     entries = []
     for b in lowered.bindings:
         entry: dict[str, Any] = {"binding": b.binding, "visibility": wgpu.ShaderStage.COMPUTE}
-        if b.buffer_type == "uniform":
+        if b.role == "texture":
+            dim, sample, filterable = b.texture
+            kind = {"float": "float" if filterable else "unfilterable-float", "uint": "uint", "sint": "sint"}[sample]
+            entry["texture"] = {"sample_type": kind, "view_dimension": VIEW_DIMENSION[dim], "multisampled": False}
+        elif b.role == "sampler":
+            entry["sampler"] = {"type": "filtering" if b.texture[0] == "linear" else "non-filtering"}
+        elif b.role == "storage_texture":
+            dim, fmt, access = b.texture
+            entry["storage_texture"] = {
+                "access": {"write": "write-only", "read": "read-only", "read_write": "read-write"}[access],
+                "format": fmt,
+                "view_dimension": VIEW_DIMENSION[dim],
+            }
+        elif b.buffer_type == "uniform":
             # One bind group serves every run: each run's params sit at a dynamic offset in a ring.
             entry["buffer"] = {"type": wgpu.BufferBindingType.uniform, "has_dynamic_offset": True}
         elif b.buffer_type == "storage":

@@ -19,6 +19,7 @@ from ..lowering.structs import StructType
 from ..lowering.types import ValueType
 from .batch import flush_current_batch
 from .loss import device_guard
+from .textures import TextureOutput, read_texture
 
 __all__ = ["Output", "read", "read_words"]
 
@@ -155,6 +156,13 @@ def read(x: Any, as_u32: bool = False) -> np.ndarray:
         dtype = "<u4" if as_u32 else vt.numpy_dtype
         arr = np.frombuffer(raw, dtype=dtype).copy()
         return arr.reshape(count, vt.lanes) if vt.lanes > 1 else arr
+    if isinstance(x, TextureOutput):
+        from ..gpu.device import get_context
+
+        ctx = get_context(x.texture._device)
+        with device_guard(ctx):
+            flush_current_batch()
+            return read_texture(ctx, x, read_words)
     if hasattr(x, "read_back"):
         return x.read_back(as_u32=as_u32)
     if isinstance(x, wgpu.GPUBuffer):

@@ -81,12 +81,8 @@ def upload_texture(ctx: DeviceContext, values: Any, dim: str, name: str) -> tupl
         d, h, w = arr.shape[:3]
         size = (w, h, d)
     _check_size(ctx, name, size, dim)
-    texture = ctx.device.create_texture(
-        size=size, format=fmt, usage=_USAGE_IN, dimension="3d" if dim == "3d" else "2d", label=name
-    )
-    ctx.queue.write_texture(
-        {"texture": texture}, arr, {"bytes_per_row": w * _texel_bytes(fmt), "rows_per_image": h}, size
-    )
+    texture = ctx.device.create_texture(size=size, format=fmt, usage=_USAGE_IN, dimension="3d" if dim == "3d" else "2d", label=name)
+    ctx.queue.write_texture({"texture": texture}, arr, {"bytes_per_row": w * _texel_bytes(fmt), "rows_per_image": h}, size)
     return texture, fmt, size
 
 

@@ -37,6 +37,7 @@ from .loss import device_guard
 from .output import Output, disown_buffer, on_release, own_buffer
 from .params import ParamsPacker, exact_fingerprint
 from .table import Table
+from .textures import TextureOutput, output_texture, sampler_for, texture_sample_type, upload_texture, view_of
 
 __all__ = ["Variant", "Run"]
 
@@ -55,7 +56,7 @@ def _binding_size(nbytes: int) -> int:
 class Run:
     """What a dispatch produced: ``outputs[name]`` for every output/append/inout binding."""
 
-    outputs: dict[str, Output]
+    outputs: dict[str, Any]  # Output per buffer output; TextureOutput per output texture
     n: int | tuple  # the domain as given: a count, or a grid (w, h) / (w, h, d)
     groups: tuple[int, int, int]
     variant: "Variant" = field(repr=False)
@@ -65,10 +66,11 @@ class Run:
 class _Bound:
     """A resolved binding: the buffer, the element count it holds, the byte range bound."""
 
-    buffer: Any
+    buffer: Any  # a buffer, or the texture behind ``resource`` (kept alive with the bind group)
     count: int
     offset: int = 0
     size: int | None = None  # None: the whole buffer (pages, foreign tables)
+    resource: Any = None  # a texture view or a sampler: bound as it is
 
 
 @dataclass
@@ -132,8 +134,9 @@ class Variant:
         self._output_slots = _output_order([s for s in lowered.host_slots if s.role in ("output", "append")])
         self._len_fields = [(s.name, f"zero_len_{s.name}") for s in lowered.host_slots if s.role in ("input", "inout", "output", "append")]
         self._inout_slots = [s for s in lowered.host_slots if s.role == "inout"]
+        self._texture_outputs = [s for s in lowered.host_slots if s.role == "texture_output"]
         self._counted_inputs = [s for s in lowered.host_slots if s.role == "input" and s.count is not None]
-        self._output_names = {s.name for s in lowered.host_slots if s.role in ("output", "append", "inout")}
+        self._output_names = {s.name for s in lowered.host_slots if s.role in ("output", "append", "inout", "texture_output", "storage_texture")}
         self._input_names = {s.name for s in lowered.host_slots if s.role not in ("output", "append")} | {c.name for c in lowered.columns}
         self._ring = _ParamsRing(self.ctx.device, lowered.params.size, self.ctx.limit("min-uniform-buffer-offset-alignment"))
         self._bind_groups: "OrderedDict[tuple, Any]" = OrderedDict()
@@ -249,6 +252,55 @@ class Variant:
             return _Bound(self._constant("empty table", _EMPTY_TABLE), 0, 0, 4)
         raise self._slot_error(slot, f"table {slot.name!r} takes an abi.table(...) or a GPUBuffer, not {type(value).__name__}")
 
+    # -- textures ----------------------------------------------------------------------------
+    def _texture_of(self, slot: HostSlot, value: Any) -> tuple[Any, str]:
+        """(texture, format) of an input: a numpy array (uploaded), a GPUTexture, or an earlier
+        run's TextureOutput."""
+        if isinstance(value, TextureOutput):
+            return value.texture, value.format
+        if isinstance(value, wgpu.GPUTexture):
+            return value, str(value.format)
+        if value is None:
+            raise self._slot_error(slot, f"missing texture {slot.name!r}: pass a numpy array, a GPUTexture or an earlier run's texture output")
+        texture, fmt, _ = upload_texture(self.ctx, value, slot.texture[0], slot.name)
+        return texture, fmt
+
+    def _resolve_texture(self, slot: HostSlot, value: Any) -> _Bound:
+        dim, sample, filterable = slot.texture
+        texture, fmt = self._texture_of(slot, value)
+        have = texture_sample_type(fmt)
+        if have != sample:
+            raise self._slot_error(slot, f"texture {slot.name!r} samples {sample} texels, but a {fmt} texture holds {have} ones")
+        if filterable and fmt.endswith("32float") and "float32-filterable" not in self.ctx.device.features:
+            raise self._slot_error(
+                slot, f"texture {slot.name!r}: this device cannot filter {fmt} linearly; upload float16 or uint8 data, or use a nearest sampler"
+            )
+        return _Bound(texture, 0, resource=view_of(texture, dim))
+
+    def _resolve_storage_texture(self, slot: HostSlot, value: Any) -> _Bound:
+        dim, fmt, _ = slot.texture
+        if value is None:
+            raise self._slot_error(slot, f"missing storage texture {slot.name!r} ({fmt}): pass a GPUTexture or an earlier run's texture output")
+        texture, have = self._texture_of(slot, value)
+        if have != fmt:
+            raise self._slot_error(slot, f"storage texture {slot.name!r} is {fmt}, not {have}")
+        return _Bound(texture, 0, resource=view_of(texture, dim))
+
+    def _texture_output(self, slot: HostSlot, env: dict, lengths: dict, bound: dict, given: Any) -> TextureOutput:
+        """An output storage texture: a new one per run (zero-filled by WebGPU), of ``size``."""
+        dim, fmt, _ = slot.texture
+        if given is not None:
+            texture, have = self._texture_of(slot, given)
+            if have != fmt:
+                raise self._slot_error(slot, f"outputs[{slot.name!r}] is a {have} texture; {slot.name!r} is {fmt}")
+            size = (texture.size[0], texture.size[1], texture.size[2])
+        else:
+            dims = [self._size(slot, "size", text, env, lengths) for text in slot.size]
+            size = (dims + [1, 1])[:3]  # type: ignore[assignment]
+            texture = output_texture(self.ctx, fmt, (size[0], size[1], size[2]), dim, slot.name)
+        bound[slot.binding] = _Bound(texture, 0, resource=view_of(texture, dim))
+        return TextureOutput(texture, fmt, (size[0], size[1], size[2]), dim, slot.name)
+
     def _constant(self, name: str, words: np.ndarray) -> Any:
         """A read-only constant buffer shared by every variant on this device."""
         cache = self.ctx.cache("runtime")
@@ -292,7 +344,7 @@ class Variant:
 
     # -- sizes -----------------------------------------------------------------------------
     def _size(self, slot: HostSlot, key: str, text: str, env: dict, lengths: dict) -> int:
-        memo_key = (slot.name, key, tuple(env.items()), tuple(lengths.items()))
+        memo_key = (slot.name, key, text, tuple(env.items()), tuple(lengths.items()))
         found = self._sizes.get(memo_key)
         if found is not None:
             return found
@@ -310,7 +362,7 @@ class Variant:
         size = math.ceil(value)
         if size < 0:
             raise self._slot_error(slot, f"{key} of {slot.name!r} ({text!r}) is negative: {value}")
-        nbytes = size * slot.value_type.bytes
+        nbytes = size * (slot.value_type.bytes if key != "size" else 1)
         if nbytes > self._max_binding:
             raise self._slot_error(
                 slot, f"{key} of {slot.name!r} ({text!r}) is {size} elements = {nbytes} bytes; this device binds at most {self._max_binding} bytes"
@@ -364,7 +416,7 @@ class Variant:
             if name not in self._input_names and name not in self._slots:
                 known = ", ".join(sorted(self._input_names)) or "none"
                 raise DispatchError(f"unknown input {name!r}; this variant takes: {known}", Span(self.yaml_path))
-            if name in self._slots and self._slots[name].role in ("output", "append") and name not in outputs:
+            if name in self._slots and self._slots[name].role in ("output", "append", "texture_output") and name not in outputs:
                 raise self._slot_error(self._slots[name], f"{name!r} is an output (the host allocates it); pass it in outputs= to supply a buffer")
         for name in outputs:
             if name not in self._output_names:
@@ -399,6 +451,12 @@ class Variant:
             elif slot.role == "domain_count":
                 b, domain_capacity = self._resolve_domain(slot, domain_count, work)
                 bound[slot.binding] = b
+            elif slot.role == "texture":
+                bound[slot.binding] = self._resolve_texture(slot, inputs.get(slot.name))
+            elif slot.role == "sampler":
+                bound[slot.binding] = _Bound(None, 0, resource=sampler_for(self.ctx, *slot.texture))
+            elif slot.role == "storage_texture":
+                bound[slot.binding] = self._resolve_storage_texture(slot, outputs.get(slot.name, inputs.get(slot.name)))
         if domain_count is not None and self.lowered.domain_count is None:
             raise DispatchError("domain_count= given, but this variant has no kind: domain_count binding", Span(self.yaml_path))
         if n is None:
@@ -420,12 +478,17 @@ class Variant:
             on_release(work.live_holder, lambda: pool.give(counter))
 
         env = {"n": n, **self._packer.scalars(user_params)} if self._packer.user else {"n": n}
-        result: dict[str, Output] = {}
+        result: dict[str, Any] = {}  # Output, or TextureOutput for output textures
         for slot, key, text in self._output_slots:
             size = self._size(slot, key, text, env, lengths)
             result[slot.name] = self._allocate(slot, size, outputs.get(slot.name) if outputs else None, n, work, bound)
             lengths[slot.name] = size
         self._inout_outputs(bound, result)
+        if self._texture_outputs:
+            shape3 = domain.extent if shape is not None else (n, 1, 1)
+            env.update(nx=shape3[0], ny=shape3[1], nz=shape3[2])
+            for slot in self._texture_outputs:
+                result[slot.name] = self._texture_output(slot, env, lengths, bound, outputs.get(slot.name) if outputs else None)
         for slot in self._counted_inputs:
             need = self._size(slot, "count", slot.count, env, lengths)  # type: ignore[arg-type]
             if lengths[slot.name] < need:
@@ -448,7 +511,7 @@ class Variant:
         """Send one checked run: into the open ``abi.batch()``, or now in its own submission."""
         batch = current_batch()
         if batch is not None:
-            touched = [b.buffer for b in bound.values()] + [op[1] for op in work.ops] + work.temps
+            touched = [b.buffer for b in bound.values() if b.buffer is not None] + [op[1] for op in work.ops] + work.temps
             batch.add(self, data, bind_group, groups, work.ops, work.temps, touched, work.extra)
         else:
             offset = self._ring.take()
@@ -581,20 +644,23 @@ class Variant:
         return out
 
     def _bind_group(self, bound: dict[int, _Bound]) -> Any:
-        key = tuple((i, id(b.buffer), b.offset, b.size) for i, b in sorted(bound.items())) + (id(self._ring.buffer),)
+        key = tuple((i, id(b.resource if b.resource is not None else b.buffer), b.offset, b.size) for i, b in sorted(bound.items())) + (id(self._ring.buffer),)
         found = self._bind_groups.get(key)
         if found is not None:
             self._bind_groups.move_to_end(key)
             return found[0]
         entries = []
         for i, b in sorted(bound.items()):
+            if b.resource is not None:
+                entries.append({"binding": i, "resource": b.resource})
+                continue
             res: dict[str, Any] = {"buffer": b.buffer, "offset": b.offset}
             res["size"] = b.size if b.size is not None else b.buffer.size - b.offset
             entries.append({"binding": i, "resource": res})
         entries.append({"binding": self.lowered.params.binding, "resource": {"buffer": self._ring.buffer, "offset": 0, "size": self._ring.struct_size}})
         group = self.ctx.device.create_bind_group(layout=self.compiled.bind_group_layout, entries=entries)
         # Keep the buffers alive with the cached group, so an id() in the key can never be reused.
-        self._bind_groups[key] = (group, [b.buffer for b in bound.values()])
+        self._bind_groups[key] = (group, [(b.buffer, b.resource) for b in bound.values()])
         while len(self._bind_groups) > _BIND_GROUP_CACHE:
             self._bind_groups.popitem(last=False)
         return group

@@ -1,0 +1,144 @@
+"""Texture bindings: sampled textures (2d, 2d_array, 3d) with samplers, storage textures
+allocated from size expressions, read back with abi.read, chained into the next run."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from engine_plugin import abi
+from engine_plugin.errors import DispatchError, SchemaError
+
+pytestmark = pytest.mark.gpu
+
+BLUR_YAML = """\
+bindings:
+  - { name: img, kind: texture }
+  - { name: smp, kind: sampler, filter: linear, address: clamp }
+  - { name: out, kind: storage_texture, format: rgba32float, size: [nx, ny] }
+workgroup: [8, 8]
+"""
+# webgpu-samples' blur idea: bilinear taps between texels, here four half-texel offsets.
+BLUR_WGSL = """\
+@compute @workgroup_size(8, 8)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
+    if (zero_index(gid) >= zero_n()) { return; }
+    let dims = vec2<f32>(textureDimensions(img));
+    let c = (vec2<f32>(gid.xy) + vec2<f32>(0.5)) / dims;
+    let h = vec2<f32>(0.5) / dims;
+    var acc = vec4<f32>(0.0);
+    acc += textureSampleLevel(img, smp, c + vec2<f32>(-h.x, -h.y), 0.0);
+    acc += textureSampleLevel(img, smp, c + vec2<f32>(h.x, -h.y), 0.0);
+    acc += textureSampleLevel(img, smp, c + vec2<f32>(-h.x, h.y), 0.0);
+    acc += textureSampleLevel(img, smp, c + vec2<f32>(h.x, h.y), 0.0);
+    textureStore(out, gid.xy, acc * 0.25);
+}
+"""
+
+
+def bilinear(image: np.ndarray, u: np.ndarray, v: np.ndarray) -> np.ndarray:
+    """Reference bilinear filter, clamp-to-edge, texel centres at (i + 0.5) / size."""
+    h, w = image.shape[:2]
+    x = u * w - 0.5
+    y = v * h - 0.5
+    x0 = np.floor(x).astype(int)
+    y0 = np.floor(y).astype(int)
+    fx = (x - x0)[..., None]
+    fy = (y - y0)[..., None]
+    cx = lambda i: np.clip(i, 0, w - 1)  # noqa: E731
+    cy = lambda i: np.clip(i, 0, h - 1)  # noqa: E731
+    a = image[cy(y0), cx(x0)]
+    b = image[cy(y0), cx(x0 + 1)]
+    c = image[cy(y0 + 1), cx(x0)]
+    d = image[cy(y0 + 1), cx(x0 + 1)]
+    return (a * (1 - fx) + b * fx) * (1 - fy) + (c * (1 - fx) + d * fx) * fy
+
+
+def test_a_blur_with_a_real_linear_sampler_matches_a_reference_bilinear_filter():
+    rng = np.random.default_rng(7)
+    image = rng.integers(0, 256, (19, 23, 4)).astype(np.uint8)
+    blur = abi.program(key="t17/blur", schema=abi.parse(BLUR_YAML), wgsl=BLUR_WGSL).variant()
+    run = blur.run(n=(23, 19), inputs={"img": image})
+    got = abi.read(run.outputs["out"])
+    assert got.shape == (19, 23, 4) and got.dtype == np.float32
+    ref_image = image.astype(np.float64) / 255.0
+    ys, xs = np.mgrid[0:19, 0:23]
+    u, v = (xs + 0.5) / 23, (ys + 0.5) / 19
+    hu, hv = 0.5 / 23, 0.5 / 19
+    want = sum(bilinear(ref_image, u + du, v + dv) for du in (-hu, hu) for dv in (-hv, hv)) / 4
+    np.testing.assert_allclose(got, want, atol=2.5 / 255)  # GPUs filter with a few bits of weight precision
+
+
+COPY_YAML = """\
+bindings:
+  - { name: src, kind: texture, sample: SAMPLE }
+  - { name: out, kind: storage_texture, format: FORMAT, size: [nx, ny] }
+workgroup: [8, 8]
+"""
+COPY_WGSL = """\
+@compute @workgroup_size(8, 8)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
+    if (zero_index(gid) >= zero_n() || gid.x % 2u == 1u) { return; }
+    textureStore(out, gid.xy, textureLoad(src, gid.xy, 0) * TWO);
+}
+"""
+
+
+def copy(sample: str, fmt: str, two: str):
+    yaml = COPY_YAML.replace("SAMPLE", sample).replace("FORMAT", fmt)
+    return abi.program(key=f"t17/copy/{fmt}", schema=abi.parse(yaml), wgsl=COPY_WGSL.replace("TWO", two)).variant()
+
+
+def test_an_output_texture_starts_as_zeros_and_chains_into_the_next_run():
+    image = np.arange(6 * 5 * 4, dtype=np.float32).reshape(6, 5, 4)
+    double = copy("float", "rgba32float", "2.0")
+    first = double.run(n=(5, 6), inputs={"src": image}).outputs["out"]
+    got = abi.read(first)
+    np.testing.assert_array_equal(got[:, 0::2], image[:, 0::2] * 2)
+    np.testing.assert_array_equal(got[:, 1::2], 0)  # never written: zeros
+    second = abi.read(double.run(n=(5, 6), inputs={"src": first}).outputs["out"])
+    np.testing.assert_array_equal(second[:, 0::2], image[:, 0::2] * 4)
+
+
+def test_integer_textures_sample_as_their_type_and_a_mismatch_is_refused():
+    data = np.arange(4 * 4, dtype=np.uint32).reshape(4, 4)
+    v = copy("uint", "r32uint", "2u")
+    np.testing.assert_array_equal(abi.read(v.run(n=(4, 4), inputs={"src": data}).outputs["out"])[..., 0][:, 0::2], data[:, 0::2] * 2)
+    with pytest.raises(DispatchError, match="samples uint texels, but a rgba8unorm texture holds float"):
+        v.run(n=(4, 4), inputs={"src": np.zeros((4, 4, 4), np.uint8)})
+
+
+VOLUME_YAML = """\
+bindings:
+  - { name: vol, kind: texture, dim: DIM }
+  - { name: dst, kind: buffer, access: read_write, element: f32, count: "n" }
+workgroup: [4, 4, 4]
+"""
+VOLUME_WGSL = """\
+@compute @workgroup_size(4, 4, 4)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
+    let i = zero_index(gid);
+    if (i >= zero_n()) { return; }
+    dst_set(i, LOAD.x);
+}
+"""
+
+
+@pytest.mark.parametrize("dim,load", [("3d", "textureLoad(vol, gid, 0)"), ("2d_array", "textureLoad(vol, gid.xy, gid.z, 0)")])
+def test_3d_and_array_textures_read_every_texel(dim, load):
+    data = np.random.default_rng(1).random((3, 5, 6)).astype(np.float32)  # (depth | layers, h, w)
+    v = abi.program(key=f"t17/vol/{dim}", schema=abi.parse(VOLUME_YAML.replace("DIM", dim)), wgsl=VOLUME_WGSL.replace("LOAD", load)).variant()
+    got = abi.read(v.run(n=(6, 5, 3), inputs={"vol": data}).outputs["dst"])
+    np.testing.assert_array_equal(got, data.ravel())
+
+
+@pytest.mark.parametrize("yaml,message", [
+    (BLUR_YAML.replace("format: rgba32float, ", ""), "needs 'format'"),
+    (BLUR_YAML.replace("format: rgba32float", "format: rgb8"), "format must be one of"),
+    (BLUR_YAML.replace("filter: linear", "filter: cubic"), "filter must be one of"),
+    (BLUR_YAML.replace("size: [nx, ny]", "size: [w, h]"), "unknown name 'w'"),
+    (BLUR_YAML.replace("kind: texture }", "kind: texture, format: r32float }"), "does not apply to kind texture"),
+])
+def test_bad_texture_bindings_are_refused_at_their_line(yaml, message):
+    with pytest.raises(SchemaError, match=message):
+        abi.parse(yaml)
