@@ -94,10 +94,14 @@ _MINIMAL = {
     "page": "name: x, kind: page",
     "column": "name: x, kind: column, page: P, element: f32",
     "domain_count": "name: x, kind: domain_count",
+    "texture": "name: x, kind: texture",
+    "sampler": "name: x, kind: sampler",
+    "storage_texture": "name: x, kind: storage_texture, format: r32float",
 }
 _VALUES = {
     "access": "read", "element": "f32", "count": '"n"', "capacity": '"n"', "live": "true", "append": "true",
     "when": '"T=f32"', "bits": "true", "page": "P", "atomic": "false", "clear": "false",
+    "dim": "2d", "sample": "float", "format": "r32float", "filter": "linear", "address": "clamp", "size": "[nx]",
 }
 _ALL_KEYS = sorted(set().union(*KIND_KEYS.values()) - {"name", "kind"})
 
@@ -126,6 +130,9 @@ bindings:
   - { name: d, kind: domain_count, when: "T=u32" }
   - { name: a, kind: buffer, access: read_write, element: u32, count: "n", live: true, bits: true, atomic: true, when: "T=f32" }
   - { name: h, kind: buffer, access: read_write, element: T, capacity: "n", append: true, clear: false, when: "T=u32" }
+  - { name: tx, kind: texture, dim: 2d, sample: float, when: "T=f32" }
+  - { name: sm, kind: sampler, filter: nearest, address: repeat, when: "T=f32" }
+  - { name: st, kind: storage_texture, format: r32float, access: write, dim: 2d, size: [nx, ny], when: "T=f32" }
 specialize:
   - { name: T, options: [f32, u32] }
 """
