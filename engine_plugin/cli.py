@@ -102,38 +102,89 @@ def _fmt_bytes(n: int) -> str:
     return f"{n} B"
 
 
+def _remote_section(args: argparse.Namespace, doc: dict) -> int:
+    """The remote tier's part of ``cache stats|gc|clear`` (text lines printed unless --json)."""
+    from .cache.remote import DEFAULT_TIMEOUT, remote_from
+
+    remote = remote_from(args.remote, timeout=args.remote_timeout or DEFAULT_TIMEOUT)
+    if remote is None:
+        return 0
+    say = (lambda *a: None) if args.json else print
+    if args.action == "stats":
+        st = remote.server_stats()  # RemoteCacheError (exit 2) when it does not answer
+        if args.verify:
+            st["unusable"] = remote.gc(dry_run=True)["removed"]
+        doc["remote"] = st
+        cap = st["maxmemory"]
+        say(f"remote tier {st['url']}")
+        say(f"  namespace   {st['namespace']}")
+        say(f"  entries     {st['entries']} ({st['other_builds_entries']} of other builds)")
+        say(f"  size        {_fmt_bytes(st['bytes'])}; server memory {_fmt_bytes(st['used_memory'])} of {_fmt_bytes(cap) if cap else 'no'} maxmemory, policy {st['maxmemory_policy']}")
+        if not cap or "lru" not in st["maxmemory_policy"] and "lfu" not in st["maxmemory_policy"]:
+            say("  note        set maxmemory and maxmemory-policy allkeys-lru on the server, or it grows without bound")
+        if args.verify:
+            say(f"  unusable    {st['unusable']}")
+            return 1 if st["unusable"] else 0
+        return 0
+    if args.action == "gc":
+        res = remote.gc()
+        doc["remote"] = res
+        say(f"remote {remote.stats().url}: removed {res['removed']} unusable values, kept {res['kept']} (eviction is the server's maxmemory LRU)")
+        return 0
+    res = remote.clear()
+    doc["remote"] = res
+    say(f"removed {res} entries of this build from {remote.stats().url}")
+    return 0
+
+
 def cmd_cache(args: argparse.Namespace) -> int:
+    import json
+
+    doc: dict = {}
+    status = _cache_local(args, doc)
+    status = max(status, _remote_section(args, doc))
+    if args.json:
+        print(json.dumps(doc, indent=1, default=str))
+    return status
+
+
+def _cache_local(args: argparse.Namespace, doc: dict) -> int:
     from .cache import DEFAULT_MAX_BYTES, USAGE_FILE, VariantCache, read_usage
 
+    say = (lambda *a: None) if args.json else print
     cap = args.max_bytes or DEFAULT_MAX_BYTES
     if not os.path.isdir(args.cache):
         # Looking at a cache must not create one: say so instead.
-        print(f"no variant cache at {args.cache} (bake one with: engine-plugin bake ASSETS --cache {args.cache})")
-        return 0 if args.action in ("stats", "clear") else 1
+        say(f"no variant cache at {args.cache} (bake one with: engine-plugin bake ASSETS --cache {args.cache})")
+        doc["local"] = None
+        return 0 if args.action in ("stats", "clear") or args.remote else 1
     cache = VariantCache(args.cache, max_bytes=cap)
     if args.action == "stats":
         st = cache.stats(scan=True)
         infos = sorted(cache.entries(), key=lambda i: i.mtime_ns)
-        print(f"variant cache {cache.folder}")
-        print(f"  entries     {st.entries}")
-        print(f"  size        {_fmt_bytes(st.bytes)} of {_fmt_bytes(cap)} cap ({100 * st.bytes / cap:.1f}%)")
-        print(f"  temp files  {st.temp_files}")
+        doc["local"] = {"folder": cache.folder, "entries": st.entries, "bytes": st.bytes, "cap": cap, "temp_files": st.temp_files}
+        say(f"variant cache {cache.folder}")
+        say(f"  entries     {st.entries}")
+        say(f"  size        {_fmt_bytes(st.bytes)} of {_fmt_bytes(cap)} cap ({100 * st.bytes / cap:.1f}%)")
+        say(f"  temp files  {st.temp_files}")
         if infos:
             import datetime
 
             def when(ns: int) -> str:
                 return datetime.datetime.fromtimestamp(ns / 1e9).strftime("%Y-%m-%d %H:%M:%S")
 
-            print(f"  least recently used  {when(infos[0].mtime_ns)}")
-            print(f"  most recently used   {when(infos[-1].mtime_ns)}")
+            say(f"  least recently used  {when(infos[0].mtime_ns)}")
+            say(f"  most recently used   {when(infos[-1].mtime_ns)}")
         usage = read_usage(os.path.join(cache.folder, USAGE_FILE))
         if usage:
-            print(f"  usage log   {sum(len(v) for v in usage.values())} variants of {len(usage)} assets")
+            doc["local"]["usage_variants"] = sum(len(v) for v in usage.values())
+            say(f"  usage log   {sum(len(v) for v in usage.values())} variants of {len(usage)} assets")
         if args.verify:
             bad = cache.verify()
-            print(f"  unusable    {len(bad)}")
+            doc["local"]["unusable"] = len(bad)
+            say(f"  unusable    {len(bad)}")
             for key, reason in sorted(bad.items()):
-                print(f"    {key[:16]}...  {reason}")
+                say(f"    {key[:16]}...  {reason}")
             return 1 if bad else 0
         return 0
     if args.action == "gc":
@@ -142,7 +193,8 @@ def cmd_cache(args: argparse.Namespace) -> int:
             cache.remove(key)
         evicted = cache.gc(cap)
         st = cache.stats(scan=True)
-        print(f"removed {len(bad)} unusable entries, evicted {evicted} least recently used; {st.entries} entries, {_fmt_bytes(st.bytes)} left")
+        doc["local"] = {"removed": len(bad), "evicted": evicted, "entries": st.entries, "bytes": st.bytes}
+        say(f"removed {len(bad)} unusable entries, evicted {evicted} least recently used; {st.entries} entries, {_fmt_bytes(st.bytes)} left")
         return 0
     removed = cache.clear()
     usage_note = ""
@@ -152,7 +204,8 @@ def cmd_cache(args: argparse.Namespace) -> int:
             usage_note = " and the usage log"
         except FileNotFoundError:
             pass
-    print(f"removed {removed} entries{usage_note} from {cache.folder}")
+    doc["local"] = {"removed": removed}
+    say(f"removed {removed} entries{usage_note} from {cache.folder}")
     return 0
 
 
@@ -259,6 +312,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-bytes", type=_size_arg, metavar="SIZE", help="size cap, e.g. 512M (default 512 MiB)")
     p.add_argument("--verify", action="store_true", help="stats: decode every entry and list the unusable ones")
     p.add_argument("--usage", action="store_true", help="clear: remove the usage log too")
+    p.add_argument("--remote", metavar="URL", default=None, help="also the shared Redis tier at URL (default: $ENGINE_PLUGIN_REMOTE_CACHE)")
+    p.add_argument("--remote-timeout", type=float, default=None, metavar="S", help="remote socket timeout in seconds (default 0.25)")
+    p.add_argument("--json", action="store_true", help="print one JSON document instead of text")
     p.set_defaults(func=cmd_cache)
 
     p = sub.add_parser("watch", help="watch assets and print reloads and diagnostics live")

@@ -21,12 +21,15 @@ import os
 import threading
 import time
 from collections import OrderedDict, deque
-from dataclasses import replace
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, replace
 from typing import Any, Callable, Iterator, Mapping
 
-from ..cache import DEFAULT_MAX_BYTES, USAGE_FILE, UsageLog, VariantCache
+from ..cache import DEFAULT_MAX_BYTES, USAGE_FILE, UsageLog, VariantCache, read_usage
+from ..cache.remote import DEFAULT_TIMEOUT, RemoteCache, remote_from
 from ..errors import AssetError, PluginError, Span, bug
-from ..lowering import Lowered, VariantSpec, parse
+from ..lowering import Lowered, Schema, VariantSpec, parse, resolve_spec
+from ..lowering.fingerprint import variant_key
 from ..gpu.device import get_context
 from ..runtime.compile import compile_lowered
 from ..runtime.program import Program, adopt_program, program, registered_program
@@ -34,7 +37,7 @@ from .folder import ASSET_SUFFIX, AssetSource, read_asset_folder
 from .reload import BODY, LAYOUT, Prepared, ReloadEvent, ReloadFailure, Unsettled, carry_spec, plan_signature, prepare
 from .watcher import ReloadService
 
-__all__ = ["AssetLibrary", "ComputeShaderRef"]
+__all__ = ["AssetLibrary", "ComputeShaderRef", "PrefetchReport", "allow_network"]
 
 log = logging.getLogger("engine_plugin.assets")
 
@@ -44,16 +47,43 @@ ReloadCallback = Callable[[ReloadEvent], None]
 ErrorCallback = Callable[[ReloadFailure], None]
 
 
+_NET = threading.local()  # .allowed: this thread may ask the remote tier (prefetch, reload worker)
+
+
+class allow_network:
+    """Within it, lookups on this thread may go to the remote tier (bounded by its timeout and
+    breaker). The engine thread never enters one unless the library was made with
+    ``remote_on_demand=True``: the frame loop does not touch the network."""
+
+    def __enter__(self) -> None:
+        self.before = getattr(_NET, "allowed", False)
+        _NET.allowed = True
+
+    def __exit__(self, *exc: Any) -> None:
+        _NET.allowed = self.before
+
+
+# Where a variant's lowering came from, as ``watch`` reports it.
+LOCAL, REMOTE, LOWERED = "local", "remote", "lowered"
+
+
 class _AssetStore:
     """The ``LoweredStore`` an asset's programs use: a small memory front over the shared
-    variant cache, entries rebased onto this asset's own paths, and usage recording."""
+    variant cache (and the remote tier behind it), entries rebased onto this asset's own
+    paths, and usage recording."""
 
-    def __init__(self, rel: str, cache: VariantCache | None, usage: UsageLog | None, paths: tuple[str, str]):
+    def __init__(
+        self, rel: str, cache: VariantCache | None, usage: UsageLog | None, paths: tuple[str, str],
+        remote: RemoteCache | None = None, on_demand: bool = False,
+    ):
         self.rel = rel
         self.cache = cache
         self.usage = usage
         self.paths = paths  # (bindings.yaml, .wgsl) as errors should name them
+        self.remote = remote
+        self.on_demand = on_demand
         self._memory: "OrderedDict[str, Lowered]" = OrderedDict()
+        self._origins: "OrderedDict[str, str]" = OrderedDict()
         self._lock = threading.Lock()
         self._local = threading.local()
         self.memory_hits = 0
@@ -67,33 +97,68 @@ class _AssetStore:
         sm = replace(lowered.source_map, files=(yaml_path, wgsl_path) + tuple(files[2:]))
         return replace(lowered, source_map=sm, asset=wgsl_path)
 
-    def _remember(self, key: str, lowered: Lowered) -> None:
+    def _remember(self, key: str, lowered: Lowered, origin: str | None = None) -> None:
         with self._lock:
             self._memory[key] = lowered
             self._memory.move_to_end(key)
             while len(self._memory) > _MEMORY_ENTRIES:
                 self._memory.popitem(last=False)
+            if origin is not None:
+                self._origins[key] = origin
+                self._origins.move_to_end(key)
+                while len(self._origins) > 4 * _MEMORY_ENTRIES:
+                    self._origins.popitem(last=False)
+
+    def origin(self, key: str) -> str | None:
+        """Where the variant under ``key`` came from: "local", "remote", "lowered" (None: unknown)."""
+        with self._lock:
+            return self._origins.get(key)
 
     def _record(self, lowered: Lowered) -> None:
         if self.usage is not None and not getattr(self._local, "quiet", False):
             self.usage.record(self.rel, lowered.spec)
 
-    def get(self, key: str) -> Lowered | None:
+    def remembered(self, key: str) -> Lowered | None:
+        """Memory, then the local cache (no usage recorded, no network)."""
         with self._lock:
             found = self._memory.get(key)
             if found is not None:
                 self.memory_hits += 1
-        if found is None and self.cache is not None:
+                return found
+        if self.cache is not None:
             found = self.cache.get(key)
             if found is not None:
                 found = self._rebase(found)
-                self._remember(key, found)
+                self._remember(key, found, LOCAL)
+        return found
+
+    def adopt_remote(self, key: str, lowered: Lowered) -> Lowered:
+        """A verified remote entry: kept in memory and written to the local cache as it came."""
+        if self.cache is not None:
+            self.cache.put(key, lowered)  # the entry re-encodes to the server's bytes
+        found = self._rebase(lowered)
+        self._remember(key, found, REMOTE)
+        return found
+
+    def get(self, key: str) -> Lowered | None:
+        found = self.remembered(key)
+        if found is not None:
+            self._record(found)
+        return found
+
+    def lookup(self, key: str, schema: Schema, wgsl: str, spec: VariantSpec, wgsl_path: str | None) -> Lowered | None:
+        """:meth:`get`, then (on a thread allowed the network) the remote tier, verified."""
+        found = self.remembered(key)
+        if found is None and self.remote is not None and (self.on_demand or getattr(_NET, "allowed", False)):
+            fetched = self.remote.fetch(key, schema=schema, wgsl=wgsl, spec=spec, wgsl_path=wgsl_path)
+            if fetched is not None:
+                found = self.adopt_remote(key, fetched)
         if found is not None:
             self._record(found)
         return found
 
     def put(self, key: str, lowered: Lowered) -> None:
-        self._remember(key, lowered)
+        self._remember(key, lowered, LOWERED)
         self._record(lowered)
         if self.cache is not None:
             self.cache.put(key, lowered)
@@ -114,6 +179,25 @@ class _Unrecorded:
         self.local.quiet = False
 
 
+@dataclass
+class PrefetchReport:
+    """What :meth:`AssetLibrary.prefetch` found, per tier. ``seconds`` is the wall time spent;
+    ``network_s`` the part spent waiting on the remote tier (bounded by its timeout)."""
+
+    variants: int = 0
+    memory: int = 0
+    local: int = 0
+    remote: int = 0
+    missed: int = 0
+    rejected: int = 0
+    failed: int = 0  # assets that could not load, specs the schema refuses
+    seconds: float = 0.0
+    network_s: float = 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
 class ComputeShaderRef:
     """A loaded asset. ``program()`` is the live :class:`Program` (the same object while the
     asset's content is unchanged); ``generation`` counts the reloads applied;
@@ -131,7 +215,10 @@ class ComputeShaderRef:
         self._error_listeners: list[ErrorCallback] = []
         self.reloads = 0
         self.failures = 0
-        self._store = _AssetStore(rel, library.cache, library.usage, (os.path.join(folder, "bindings.yaml"), os.path.join(folder, "kernel.wgsl")))
+        self._store = _AssetStore(
+            rel, library.cache, library.usage, (os.path.join(folder, "bindings.yaml"), os.path.join(folder, "kernel.wgsl")),
+            remote=library.remote, on_demand=library.remote_on_demand,
+        )
 
     @property
     def diagnostics(self) -> str | None:
@@ -161,6 +248,18 @@ class ComputeShaderRef:
     def variant(self, specialize: Mapping[str, str] | None = None, columns: Mapping[str, Any] | None = None) -> Any:
         """``self.program().variant(...)``: lower (or fetch from the cache) and compile one variant."""
         return self.program().variant(specialize, columns)
+
+    def origins(self, specs: "tuple[VariantSpec, ...] | list[VariantSpec]", program: Program | None = None) -> dict[VariantSpec, str]:
+        """Where each variant's lowering came from ("local", "remote", "lowered"; "memory"
+        when this process already had it) for ``program`` (default: the live one)."""
+        prog = program or self._program
+        if prog is None:
+            return {}
+        out = {}
+        for spec in specs:
+            key = variant_key(prog.schema.text, prog.wgsl, spec)
+            out[spec] = self._store.origin(key) or "memory"
+        return out
 
     def on_reload(self, callback: ReloadCallback) -> Callable[[], None]:
         """Call ``callback(event)`` on the polling thread after each applied reload; answers an
@@ -198,6 +297,16 @@ class AssetLibrary:
         record_usage: log requested variants to ``<cache>/usage.msgpack`` (or to this path),
             for ``engine-plugin bake --variants-from``.
         missing_grace: how long a deleted file may stay missing before a reload reports it.
+        remote: the shared remote tier behind the local cache: a ``redis://host:port/db`` URL,
+            a :class:`~engine_plugin.cache.remote.RemoteCache`, False for none, or None for
+            ``$ENGINE_PLUGIN_REMOTE_CACHE`` when set. Read by :meth:`prefetch` and the reload
+            worker, verified before use, copied into the local cache; never written by a game.
+        remote_timeout: the remote tier's socket timeout, seconds (when ``remote`` is a URL).
+        remote_on_demand: let a variant first asked for on any thread (the engine's too) ask
+            the remote tier, within ``remote_timeout``; off by default, so the frame loop never
+            touches the network.
+    Raises:
+        RemoteMissingError: a remote tier was asked for without the ``redis`` client.
     """
 
     def __init__(
@@ -210,8 +319,13 @@ class AssetLibrary:
         max_cache_bytes: int | None = DEFAULT_MAX_BYTES,
         record_usage: bool | str = False,
         missing_grace: float = 0.25,
+        remote: RemoteCache | str | bool | None = None,
+        remote_timeout: float = DEFAULT_TIMEOUT,
+        remote_on_demand: bool = False,
     ):
         self.root = os.fspath(root)
+        self.remote = remote_from(remote, timeout=remote_timeout)
+        self.remote_on_demand = bool(remote_on_demand)
         self._root_abs = os.path.abspath(self.root)
         if isinstance(cache, VariantCache) or cache is None:
             self.cache = cache
@@ -342,11 +456,12 @@ class AssetLibrary:
 
             old = ref._program
             try:
-                if old is not None and old.variants:
-                    return prepare(ref.path, ref.folder, seq, first_event, current=ref._source, old_program=old, make_program=make_program)
-                # Validation lowerings of an asset nobody uses yet are not "requested variants".
-                with ref._store.unrecorded():
-                    return prepare(ref.path, ref.folder, seq, first_event, current=ref._source, old_program=old, make_program=make_program)
+                with allow_network():  # the worker may ask the remote tier (bounded); the engine thread never does
+                    if old is not None and old.variants:
+                        return prepare(ref.path, ref.folder, seq, first_event, current=ref._source, old_program=old, make_program=make_program)
+                    # Validation lowerings of an asset nobody uses yet are not "requested variants".
+                    with ref._store.unrecorded():
+                        return prepare(ref.path, ref.folder, seq, first_event, current=ref._source, old_program=old, make_program=make_program)
             except Unsettled:
                 raise
             except Exception as exc:  # a bug in lowering: report it as this reload's failure
@@ -497,14 +612,118 @@ class AssetLibrary:
         return self.usage.flush() if self.usage is not None else False
 
     def stats(self) -> dict[str, Any]:
-        """Reloads, failures, cache counters."""
+        """Reloads, failures, cache counters (``remote``: the remote tier's, or None)."""
         return {
             "assets": len(self._refs),
             "reloads": sum(r.reloads for r in self._refs.values()),
             "failures": sum(r.failures for r in self._refs.values()),
             "pending": self.pending,
             "cache": self.cache.stats() if self.cache is not None else None,
+            "remote": self.remote.stats() if self.remote is not None else None,
         }
+
+    # -- start-up --------------------------------------------------------------------------
+    def _usage_variants(self) -> dict[str, list[VariantSpec]]:
+        if self.usage is not None:
+            path = self.usage.path
+        elif self.cache is not None:
+            path = os.path.join(self.cache.folder, USAGE_FILE)
+        else:
+            return {}
+        return read_usage(path)
+
+    def prefetch(
+        self, variants: Mapping[str, Any] | None = None, *, threads: int = 8
+    ) -> PrefetchReport:
+        """Warm the variants a game will ask for: memory and the local cache first, then the
+        remote tier for the rest, in parallel round trips (each bounded by the remote
+        timeout; a dead server costs one timeout, then its breaker answers at once). Remote
+        entries are verified, kept in memory and copied into the local cache, so the later
+        ``variant()`` calls lower nothing. Call it at start-up, off the frame loop.
+
+        Args:
+            variants: {asset path: [spec, ...]} where a spec is a VariantSpec or a
+                {name: value} mapping; default: the usage log's variants.
+            threads: parallel remote round trips.
+        Returns:
+            A :class:`PrefetchReport` (counts per tier; nothing here raises for an asset).
+        """
+        t0 = time.perf_counter()
+        report = PrefetchReport()
+        wanted = self._usage_variants() if variants is None else variants
+        pending: list[tuple[ComputeShaderRef, str, Schema, str, VariantSpec, str]] = []
+        seen: set[str] = set()
+        for rel, specs in wanted.items():
+            try:
+                ref = self.load(rel, strict=False)
+            except PluginError as exc:
+                log.warning("prefetch: %s", exc)
+                report.failed += len(specs)
+                continue
+            if ref._program is None:
+                report.failed += len(specs)
+                continue
+            prog = ref._program
+            for raw in specs:
+                report.variants += 1
+                try:
+                    spec = resolve_spec(prog.schema, raw)
+                except PluginError as exc:
+                    log.warning("prefetch: %s: %s", rel, exc)
+                    report.failed += 1
+                    continue
+                key = variant_key(prog.schema.text, prog.wgsl, spec)
+                if key in seen:
+                    report.memory += 1
+                    continue
+                seen.add(key)
+                with ref._store._lock:
+                    in_memory = key in ref._store._memory
+                if in_memory:
+                    report.memory += 1
+                elif ref._store.remembered(key) is not None:
+                    report.local += 1
+                else:
+                    pending.append((ref, key, prog.schema, prog.wgsl, spec, prog.wgsl_path))
+        if pending and self.remote is not None:
+            self._fetch_remote(pending, report, threads)
+        else:
+            report.missed += len(pending)
+        report.seconds = time.perf_counter() - t0
+        return report
+
+    def _fetch_remote(self, pending: list, report: PrefetchReport, threads: int) -> None:
+        remote = self.remote
+        assert remote is not None
+        keys = [p[1] for p in pending]
+        size = max(1, -(-len(keys) // max(1, threads)))
+        chunks = [keys[i : i + size] for i in range(0, len(keys), size)]
+        t_net = time.perf_counter()
+        values: dict[str, bytes] = {}
+        with ThreadPoolExecutor(min(threads, len(chunks)), thread_name_prefix="remote-prefetch") as pool:
+            for found in pool.map(remote.get_values, chunks):
+                values.update(found)
+        report.network_s = time.perf_counter() - t_net
+
+        def verify(item: tuple) -> bool | None:
+            ref, key, schema, wgsl, spec, wgsl_path = item
+            value = values.get(key)
+            if value is None:
+                return None
+            lowered = remote.check(key, value, schema=schema, wgsl=wgsl, spec=spec, wgsl_path=wgsl_path)
+            if lowered is None:
+                return False
+            ref._store.adopt_remote(key, lowered)
+            return True
+
+        for ok in map(verify, pending):  # CPU (decode, maybe a re-lowering): no gain from threads
+            if ok:
+                report.remote += 1
+            elif ok is False:
+                report.rejected += 1
+                report.missed += 1
+            else:
+                report.missed += 1
 
     def close(self) -> None:
         """Stop watching and flush the usage log. References and programs stay usable."""

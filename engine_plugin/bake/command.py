@@ -40,6 +40,9 @@ def add_bake_parser(sub: Any, size_arg: Any) -> argparse.ArgumentParser:
     dask.add_argument("--dask-local", type=_positive, metavar="N", help="run on a Dask LocalCluster of N worker processes on loopback")
     p.add_argument("--max-bytes", type=size_arg, metavar="SIZE", help="the cache's size cap, e.g. 2G (default 512 MiB)")
     p.add_argument("--force", action="store_true", help="rebake variants the cache already holds")
+    p.add_argument("--remote", metavar="URL", default=None, help="also write every entry to this shared Redis tier, e.g. redis://cache:6379/0 (default: $ENGINE_PLUGIN_REMOTE_CACHE); needs engine_plugin[remote]")
+    p.add_argument("--remote-ttl", type=float, metavar="S", help="expire remote entries after S seconds (default: never; Redis's LRU evicts)")
+    p.add_argument("--remote-timeout", type=float, default=None, metavar="S", help="remote socket timeout in seconds (default 0.25)")
     p.add_argument("--progress", choices=("auto", "rich", "plain", "none"), default="auto", help="auto: a bar on a terminal, plain lines otherwise")
     p.set_defaults(func=cmd_bake)
     return p
@@ -82,9 +85,16 @@ def cmd_bake(args: argparse.Namespace) -> int:
         if not usage:
             print(f"engine-plugin bake: {args.variants_from} is not a usage log or records no variants", file=err)
             return EXIT_USAGE
+    from ..cache.remote import DEFAULT_TIMEOUT, RemoteMissingError, remote_from
+
+    try:
+        remote = remote_from(args.remote, timeout=args.remote_timeout or DEFAULT_TIMEOUT, ttl=args.remote_ttl)
+    except RemoteMissingError as exc:
+        print(f"engine-plugin bake: {exc}", file=err)
+        return EXIT_USAGE
     cache = VariantCache(args.cache, max_bytes=args.max_bytes or DEFAULT_MAX_BYTES)
     progress = make_progress(args.progress)
-    report = bake(args.assets, cache, runner=runner, usage=usage, progress=progress)
+    report = bake(args.assets, cache, runner=runner, usage=usage, progress=progress, remote=remote)
 
     st = cache.stats()
     if st.evictions:
@@ -95,6 +105,8 @@ def cmd_bake(args: argparse.Namespace) -> int:
     out.print(report.summary_table())
     for note in report.notes:
         out.print(f"note: {note}", markup=False, highlight=False, soft_wrap=True)
+    if report.remote_line():
+        out.print(report.remote_line(), markup=False, highlight=False, soft_wrap=True)
     out.print(report.closing_line(), markup=False, highlight=False, soft_wrap=True)
     if report.failures:
         out.print(f"{len(report.failures)} failure(s); the messages are above", markup=False, highlight=False, soft_wrap=True)

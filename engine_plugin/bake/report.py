@@ -90,6 +90,7 @@ class BakeReport:
     failures: list[FailureRecord] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     corrupt_replaced: int = 0
+    remote: dict[str, Any] | None = None  # the remote tier's counters when the bake had one
 
     def asset(self, name: str) -> AssetSummary:
         found = self.assets.get(name)
@@ -162,6 +163,7 @@ class BakeReport:
             "ok": self.ok,
             "totals": self.totals,
             "corrupt_replaced": self.corrupt_replaced,
+            "remote": self.remote,
             "assets": [
                 {"asset": r.asset, "variants": r.variants, "baked": r.baked, "skipped": r.skipped, "failed": r.failed, "work_s": round(r.work_s, 4), "error": r.error}
                 for r in self.assets.values()
@@ -205,6 +207,17 @@ class BakeReport:
         table.add_section()
         table.add_row("total", str(t["variants"]), str(t["baked"]), str(t["skipped"]), str(t["failed"]), f"{sum(r.work_s for r in self.assets.values()):.2f}s")
         return table
+
+    def remote_line(self) -> str | None:
+        """One line on the remote tier (None when the bake had none)."""
+        r = self.remote
+        if r is None:
+            return None
+        state = "" if r.get("reachable") else " (unreachable: the local cache has everything; rerun to upload)"
+        return (
+            f"remote {r['url']}: wrote {r['writes']} entries ({r['bytes_written']} bytes, {r['uploaded']} already local), "
+            f"{r['errors']} errors, {r['timeouts']} timeouts{state}"
+        )
 
     def closing_line(self) -> str:
         t = self.totals
