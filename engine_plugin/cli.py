@@ -225,8 +225,11 @@ def cmd_watch(args: argparse.Namespace) -> int:
     if not folders:
         print(f"no .computeShader assets under {target}")
         return 1
-    lib = AssetLibrary(root, cache=None if args.no_cache else args.cache, quiet=args.quiet_ms / 1000.0)
+    lib = AssetLibrary(root, cache=None if args.no_cache else args.cache, quiet=args.quiet_ms / 1000.0, remote=args.remote or None)
     refs = [lib.load(os.path.relpath(f, root), strict=False) for f in folders]
+    if args.all_variants and lib.remote is not None:
+        found = lib.prefetch({r.path: list(enumerate_variants(r.program().schema)) for r in refs if r.error is None})
+        print(f"prefetched: {found.local} local, {found.remote} remote, {found.missed} to lower ({found.rejected} refused)", flush=True)
     for ref in refs:
         if ref.error is not None:
             print(f"{ref.path}: not loadable yet:\n{ref.diagnostics}", flush=True)
@@ -249,6 +252,8 @@ def cmd_watch(args: argparse.Namespace) -> int:
                 if result.ok and result.layout_changed:
                     labels = ", ".join(s.label() for s in result.layout_changed)
                     print(f"         layout changed for: {labels}", flush=True)
+                if result.ok and result.recompiled:
+                    print(f"         variants from: {_origins_line(lib, result)}", flush=True)
             if args.max_events and seen >= args.max_events:
                 break
             time.sleep(1 / 60)
@@ -257,6 +262,15 @@ def cmd_watch(args: argparse.Namespace) -> int:
     finally:
         lib.close()
     return 0
+
+
+def _origins_line(lib, event) -> str:
+    """``2 remote, 1 lowered`` for a reload's variants (local cache, remote tier, lowered here)."""
+    from collections import Counter
+
+    origins = lib.load(event.asset, strict=False).origins(event.recompiled, event.program)
+    counts = Counter(origins.values())
+    return ", ".join(f"{n} {where}" for where, n in sorted(counts.items()))
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -321,6 +335,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("assets", nargs="?", default="assets", help="a folder of assets, or one NAME.computeShader folder")
     p.add_argument("--cache", default="cache", metavar="DIR", help="the variant cache folder (default: cache)")
     p.add_argument("--no-cache", action="store_true", help="lower without the variant cache")
+    p.add_argument("--remote", metavar="URL", default=None, help="the shared Redis tier reloads may fetch from (default: $ENGINE_PLUGIN_REMOTE_CACHE)")
     p.add_argument("--quiet-ms", type=float, default=30.0, help="debounce quiet window in ms (default 30)")
     p.add_argument("--all-variants", action="store_true", help="compile every variant up front, so each reload validates them all")
     p.add_argument("--duration", type=float, default=0.0, metavar="S", help="stop after S seconds (default: until Ctrl-C)")

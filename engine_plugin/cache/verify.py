@@ -37,11 +37,31 @@ def split_signed(value: bytes) -> tuple[bytes | None, bytes]:
     return None, value
 
 
+# The lowered source opens with one comment naming the files it was lowered from (the
+# baker's paths); any character WGSL takes as a line break would end that comment early.
+_HEADER = "// engine_plugin: lowered from "
+_WGSL_BREAKS = ("\r", "\v", "\f", "\x85", "\u2028", "\u2029")
+
+
+def _body(source: str) -> str | None:
+    """The source after its header comment; None when the first line is not that comment."""
+    head, sep, rest = source.partition("\n")
+    if not head.startswith(_HEADER) or not sep or any(c in head for c in _WGSL_BREAKS):
+        return None
+    return rest
+
+
 def _same_lowering(entry: Lowered, reference: Lowered) -> bool:
-    # The entry names the baker's files; everything else (source, bindings, params, slots,
-    # line map, the texts the carets quote) must be exactly what this client lowers.
-    rebased = replace(entry, asset=reference.asset, source_map=replace(entry.source_map, files=reference.source_map.files))
-    return rebased == reference and entry.fingerprint == reference.fingerprint
+    # The entry names the baker's files (in its header comment and source map); everything
+    # else (every line the GPU compiles, bindings, params, slots, the line map, the texts the
+    # carets quote) must be exactly what this client lowers.
+    body = _body(entry.source)
+    if body is None or body != _body(reference.source):
+        return False
+    rebased = replace(
+        entry, source=reference.source, asset=reference.asset, source_map=replace(entry.source_map, files=reference.source_map.files)
+    )
+    return rebased == reference
 
 
 def verify_entry(
