@@ -122,6 +122,9 @@ def _remote_section(args: argparse.Namespace, doc: dict) -> int:
         say(f"  size        {_fmt_bytes(st['bytes'])}; server memory {_fmt_bytes(st['used_memory'])} of {_fmt_bytes(cap) if cap else 'no'} maxmemory, policy {st['maxmemory_policy']}")
         if not cap or "lru" not in st["maxmemory_policy"] and "lfu" not in st["maxmemory_policy"]:
             say("  note        set maxmemory and maxmemory-policy allkeys-lru on the server, or it grows without bound")
+        c = st["counters"]
+        say(f"  studio-wide hits {c['hits']}, misses {c['misses']}, verified {c['verified']} ({c['relowered']} re-lowered, {c['signed']} signed), rejected {c['rejected']}")
+        say(f"              errors {c['errors']}, timeouts {c['timeouts']}, skipped by the breaker {c['skipped']}; read {_fmt_bytes(c['bytes_read'])}, wrote {c['writes']} entries ({_fmt_bytes(c['bytes_written'])})")
         if args.verify:
             say(f"  unusable    {st['unusable']}")
             return 1 if st["unusable"] else 0

@@ -724,11 +724,14 @@ class AssetLibrary:
                 report.missed += 1
             else:
                 report.missed += 1
+        remote.publish()
 
     def close(self) -> None:
         """Stop watching and flush the usage log. References and programs stay usable."""
         self.service.stop()
         self.flush_usage()
+        if self.remote is not None:
+            self.remote.publish()  # the reload worker's lookups since the last prefetch
 
     def __enter__(self) -> "AssetLibrary":
         return self

@@ -158,6 +158,7 @@ def _sync_remote(store: VariantCache, remote: RemoteCache, skipped: list[str]) -
                 uploaded += remote.put_entries(batch)
                 batch = []
         uploaded += remote.put_entries(batch)
+    remote.publish()
     st = remote.stats()
     return {**st.as_dict(), "uploaded": uploaded, "reachable": there is not None and remote.available}
 

@@ -17,7 +17,12 @@ JSON report (``--json REPORT``), format 1::
      "failures": [{"asset": ..., "spec": {...} | null, "key": ... | null, "kind": "CompileError",
                    "path": "assets/x.computeShader/kernel.wgsl", "line": 17, "col": 5,
                    "message": "path:17:5: ...", "rendered": "... with the line and a caret"}],
-     "notes": ["..."]}
+     "notes": ["..."],
+     "remote": null | {"url": "redis://farm:6379/0", "writes": 198, "bytes_written": 1534000,
+                       "uploaded": 0, "errors": 0, "timeouts": 0, "reachable": true, ...}}
+
+``remote`` (with ``--remote``): the remote tier's counters for this bake; ``uploaded`` counts
+entries the local cache already held and the server lacked.
 
 A variant's ``key`` is its cache file name without ``.msgpack``. A failure with ``spec: null``
 is the whole asset (unreadable folder, schema error, a ``bake:`` list the schema refuses): its

@@ -61,6 +61,9 @@ ENV_SECRET = "ENGINE_PLUGIN_REMOTE_SECRET"
 DEFAULT_TIMEOUT = 0.25
 DEFAULT_COOLDOWN = 30.0
 NAMESPACE = f"engine_plugin:v{CACHE_FORMAT_VERSION}.{LOWERING_VERSION}:"
+# Studio-wide counters (a hash each client adds its own to), outside the entries' namespace.
+STATS_KEY = f"engine_plugin-stats:v{CACHE_FORMAT_VERSION}.{LOWERING_VERSION}"
+_PUBLISHED = ("hits", "misses", "verified", "relowered", "signed", "rejected", "errors", "timeouts", "skipped", "writes", "bytes_read", "bytes_written")
 _MGET_CHUNK = 64
 
 
@@ -169,6 +172,7 @@ class RemoteCache:
         self._counts = {k: 0 for k in RemoteStats.__dataclass_fields__ if k != "url"}
         self._open_until = 0.0
         self._warned: set[str] = set()
+        self._published = {k: 0 for k in _PUBLISHED}
 
     # -- bookkeeping -----------------------------------------------------------------------
     def _count(self, name: str, by: int = 1) -> None:
@@ -314,6 +318,30 @@ class RemoteCache:
         """Write one entry (the ``LoweredStore`` protocol); False when the server is down."""
         return self.put_entries([(key, encode_entry(key, lowered))]) == 1
 
+    def publish(self) -> bool:
+        """Add this process's counters since the last call to the server's studio-wide ones
+        (``cache stats --remote`` shows them); one round trip, skipped while the breaker is
+        open. Called after a prefetch, a bake, and on ``AssetLibrary.close()``."""
+        with self._lock:
+            delta = {k: self._counts[k] - self._published[k] for k in _PUBLISHED}
+        delta = {k: v for k, v in delta.items() if v}
+        if not delta or not self.available:
+            return False
+
+        def send() -> bool:
+            pipe = self._client.pipeline(transaction=False)
+            for k, v in delta.items():
+                pipe.hincrby(STATS_KEY, k, v)
+            pipe.execute()
+            return True
+
+        if self._call("publish", send, False):
+            with self._lock:
+                for k, v in delta.items():
+                    self._published[k] += v
+            return True
+        return False
+
     # -- maintenance -----------------------------------------------------------------------
     def ping(self) -> bool:
         """Whether the server answers now (bypasses the breaker; counts failures)."""
@@ -340,6 +368,7 @@ class RemoteCache:
                 pipe.strlen(n)
             sizes = pipe.execute() if names else []
             info = self._client.info("memory")
+            studio = {k.decode(): int(v) for k, v in self._client.hgetall(STATS_KEY).items()}
             other = sum(1 for _ in self._client.scan_iter(match="engine_plugin:*", count=1000)) - len(names)
         except (self._redis.exceptions.RedisError, OSError) as exc:
             raise RemoteCacheError(f"the remote variant cache does not answer: {exc}", Span(_redact(self.url))) from None
@@ -352,6 +381,7 @@ class RemoteCache:
             "used_memory": int(info.get("used_memory", 0)),
             "maxmemory": int(info.get("maxmemory", 0)),
             "maxmemory_policy": str(info.get("maxmemory_policy", "")),
+            "counters": {k: studio.get(k, 0) for k in _PUBLISHED},
         }
 
     def gc(self, *, dry_run: bool = False) -> dict[str, int]:
@@ -392,6 +422,7 @@ class RemoteCache:
         """
         try:
             names = list(self._scan())
+            self._client.delete(STATS_KEY)
             for i in range(0, len(names), 512):
                 self._client.delete(*names[i : i + 512])
         except (self._redis.exceptions.RedisError, OSError) as exc:

@@ -357,6 +357,11 @@ def test_cache_stats_gc_and_clear_show_and_trim_the_remote_tier(redis_server, ba
     assert res.returncode == 0, res.stderr
     doc = json.loads(res.stdout)
     assert doc["local"]["entries"] == 26 and doc["remote"]["entries"] == 27 and doc["remote"]["namespace"] == NAMESPACE
+    assert doc["remote"]["counters"]["writes"] == 26  # the bake's, published studio-wide
+    out = machine(str(tmp_path / "game"), redis_server.url)  # a game start adds its counters
+    assert out["remote"]["hits"] == 26
+    res = run_cli("cache", "stats", "--cache", local, "--remote", redis_server.url)
+    assert "studio-wide hits 26, misses 0, verified 26 (26 re-lowered, 0 signed), rejected 0" in res.stdout, res.stdout
     res = run_cli("cache", "stats", "--cache", local, "--remote", redis_server.url, "--verify")
     assert res.returncode == 1 and "unusable    1" in res.stdout and "remote tier" in res.stdout
     res = run_cli("cache", "gc", "--cache", local, "--remote", redis_server.url)
