@@ -13,7 +13,7 @@ ALLOWED = {
     "cache": ({"lowering"}, False),
     "world": ({"gpu.formats"}, False),
     "substrate": ({"lowering", "gpu.device", "arrays"}, True),
-    "runtime": ({"lowering", "gpu.device", "gpu.mapping", "substrate", "arrays"}, True),
+    "runtime": ({"lowering", "gpu.device", "gpu.loss", "gpu.mapping", "substrate", "arrays"}, True),
     "assets": ({"lowering", "cache", "runtime", "gpu.device"}, True),
     "bake": ({"lowering", "cache", "assets", "runtime", "gpu.device"}, False),
 }
