@@ -132,10 +132,15 @@ class _AssetStore:
                 self._remember(key, found, LOCAL)
         return found
 
-    def adopt_remote(self, key: str, lowered: Lowered) -> Lowered:
-        """A verified remote entry: kept in memory and written to the local cache as it came."""
+    def adopt_remote(self, key: str, lowered: Lowered, defer: Callable[..., Any] | None = None) -> Lowered:
+        """A verified remote entry: kept in memory and written to the local cache as it came
+        (through ``defer(fn, *args)`` when given: the write, an fsync, need not delay a start)."""
         if self.cache is not None:
-            self.cache.put(key, lowered)  # the entry re-encodes to the server's bytes
+            # The decoded entry re-encodes to the server's bytes (the local copy is identical).
+            if defer is not None:
+                defer(self.cache.put, key, lowered)
+            else:
+                self.cache.put(key, lowered)
         found = self._rebase(lowered)
         self._remember(key, found, REMOTE)
         return found
@@ -326,6 +331,9 @@ class AssetLibrary:
         self.root = os.fspath(root)
         self.remote = remote_from(remote, timeout=remote_timeout)
         self.remote_on_demand = bool(remote_on_demand)
+        self._writer: ThreadPoolExecutor | None = None
+        self._writes: list[Any] = []
+        self._writes_lock = threading.Lock()
         self._root_abs = os.path.abspath(self.root)
         if isinstance(cache, VariantCache) or cache is None:
             self.cache = cache
@@ -713,7 +721,7 @@ class AssetLibrary:
             lowered = remote.check(key, value, schema=schema, wgsl=wgsl, spec=spec, wgsl_path=wgsl_path)
             if lowered is None:
                 return False
-            ref._store.adopt_remote(key, lowered)
+            ref._store.adopt_remote(key, lowered, defer=self._defer_write)
             return True
 
         for ok in map(verify, pending):  # CPU (decode, maybe a re-lowering): no gain from threads
@@ -726,9 +734,29 @@ class AssetLibrary:
                 report.missed += 1
         remote.publish()
 
+    def _defer_write(self, fn: Callable[..., Any], *args: Any) -> None:
+        with self._writes_lock:
+            if self._writer is None:
+                self._writer = ThreadPoolExecutor(2, thread_name_prefix="cache-write")
+            self._writes.append(self._writer.submit(fn, *args))
+
+    def flush_writes(self) -> int:
+        """Wait for the local-cache copies of remote entries a prefetch is still writing;
+        answers how many were waited for (also done by :meth:`close`)."""
+        with self._writes_lock:
+            writes, self._writes = self._writes, []
+        for fut in writes:
+            try:
+                fut.result()
+            except Exception:  # put() logs and answers False; anything else must not escape close()
+                log.exception("copying a remote entry into the local cache failed")
+        return len(writes)
+
     def close(self) -> None:
-        """Stop watching and flush the usage log. References and programs stay usable."""
+        """Stop watching, finish the local copies of remote entries and flush the usage log.
+        References and programs stay usable."""
         self.service.stop()
+        self.flush_writes()
         self.flush_usage()
         if self.remote is not None:
             self.remote.publish()  # the reload worker's lookups since the last prefetch

@@ -31,6 +31,7 @@ def main() -> None:
     for ref in refs:
         for spec in wanted[ref.path]:
             ref.program().lowered(spec)
+    lib.close()  # the local copies of remote entries are written in the background
     print(json.dumps({
         "prefetch": report.as_dict(),
         "prefetch_s": prefetch_s,

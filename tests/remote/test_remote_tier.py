@@ -159,6 +159,7 @@ def test_forged_and_garbage_values_are_refused_counted_warned_once_and_never_ser
         # the same program (the first line is a comment naming whichever files it came from)
         assert got.source.split("\n", 1)[1] == own.source.split("\n", 1)[1] and got.bindings == own.bindings
     assert lowering_count() - before == 5  # exactly the refused ones were lowered here
+    lib.flush_writes()
     local = entries_of(str(tmp_path / "game-cache"))
     assert set(local) == set(by_key)
     for key in bad:  # what the local cache holds for them is this machine's own lowering
@@ -185,6 +186,7 @@ def test_signed_values_verify_without_relowering_and_a_wrong_secret_is_refused(r
     rep = lib.prefetch(wanted)
     st = lib.remote.stats()
     assert rep.remote == 26 and st.signed == 26 and st.relowered == 0
+    lib.close()
     assert entries_of(str(tmp_path / "game-cache")) == honest  # the local copy is the entry, unsigned
 
     lib2 = AssetLibrary(samples_copy(tmp_path / "x"), cache=str(tmp_path / "other"), remote=RemoteCache(redis_server.url, secret="not-the-secret"))
