@@ -22,18 +22,19 @@ import threading
 import time
 from collections import OrderedDict, deque
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any, Callable, Iterator, Mapping
 
-from ..cache import DEFAULT_MAX_BYTES, USAGE_FILE, UsageLog, VariantCache, read_usage
+from ..cache import DEFAULT_MAX_BYTES, USAGE_FILE, UsageLog, VariantCache
 from ..cache.remote import DEFAULT_TIMEOUT, RemoteCache, remote_from
 from ..errors import AssetError, PluginError, Span, bug
-from ..lowering import Lowered, Schema, VariantSpec, parse, resolve_spec
+from ..lowering import Lowered, Schema, VariantSpec, parse
 from ..lowering.fingerprint import variant_key
 from ..gpu.device import get_context
 from ..runtime.compile import compile_lowered
 from ..runtime.program import Program, adopt_program, program, registered_program
 from .folder import ASSET_SUFFIX, AssetSource, read_asset_folder
+from .prefetch import PrefetchReport, prefetch
 from .reload import BODY, LAYOUT, Prepared, ReloadEvent, ReloadFailure, Unsettled, carry_spec, plan_signature, prepare
 from .watcher import ReloadService
 
@@ -118,6 +119,10 @@ class _AssetStore:
         if self.usage is not None and not getattr(self._local, "quiet", False):
             self.usage.record(self.rel, lowered.spec)
 
+    def in_memory(self, key: str) -> bool:
+        with self._lock:
+            return key in self._memory
+
     def remembered(self, key: str) -> Lowered | None:
         """Memory, then the local cache (no usage recorded, no network)."""
         with self._lock:
@@ -182,25 +187,6 @@ class _Unrecorded:
 
     def __exit__(self, *exc: Any) -> None:
         self.local.quiet = False
-
-
-@dataclass
-class PrefetchReport:
-    """What :meth:`AssetLibrary.prefetch` found, per tier. ``seconds`` is the wall time spent;
-    ``network_s`` the part spent waiting on the remote tier (bounded by its timeout)."""
-
-    variants: int = 0
-    memory: int = 0
-    local: int = 0
-    remote: int = 0
-    missed: int = 0
-    rejected: int = 0
-    failed: int = 0  # assets that could not load, specs the schema refuses
-    seconds: float = 0.0
-    network_s: float = 0.0
-
-    def as_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)
 
 
 class ComputeShaderRef:
@@ -631,23 +617,13 @@ class AssetLibrary:
         }
 
     # -- start-up --------------------------------------------------------------------------
-    def _usage_variants(self) -> dict[str, list[VariantSpec]]:
-        if self.usage is not None:
-            path = self.usage.path
-        elif self.cache is not None:
-            path = os.path.join(self.cache.folder, USAGE_FILE)
-        else:
-            return {}
-        return read_usage(path)
-
-    def prefetch(
-        self, variants: Mapping[str, Any] | None = None, *, threads: int = 8
-    ) -> PrefetchReport:
+    def prefetch(self, variants: Mapping[str, Any] | None = None, *, threads: int = 8) -> PrefetchReport:
         """Warm the variants a game will ask for: memory and the local cache first, then the
         remote tier for the rest, in parallel round trips (each bounded by the remote
         timeout; a dead server costs one timeout, then its breaker answers at once). Remote
-        entries are verified, kept in memory and copied into the local cache, so the later
-        ``variant()`` calls lower nothing. Call it at start-up, off the frame loop.
+        entries are verified, kept in memory and copied into the local cache (in the
+        background), so the later ``variant()`` calls lower nothing. Call it at start-up,
+        off the frame loop.
 
         Args:
             variants: {asset path: [spec, ...]} where a spec is a VariantSpec or a
@@ -656,83 +632,7 @@ class AssetLibrary:
         Returns:
             A :class:`PrefetchReport` (counts per tier; nothing here raises for an asset).
         """
-        t0 = time.perf_counter()
-        report = PrefetchReport()
-        wanted = self._usage_variants() if variants is None else variants
-        pending: list[tuple[ComputeShaderRef, str, Schema, str, VariantSpec, str]] = []
-        seen: set[str] = set()
-        for rel, specs in wanted.items():
-            try:
-                ref = self.load(rel, strict=False)
-            except PluginError as exc:
-                log.warning("prefetch: %s", exc)
-                report.failed += len(specs)
-                continue
-            if ref._program is None:
-                report.failed += len(specs)
-                continue
-            prog = ref._program
-            for raw in specs:
-                report.variants += 1
-                try:
-                    spec = resolve_spec(prog.schema, raw)
-                except PluginError as exc:
-                    log.warning("prefetch: %s: %s", rel, exc)
-                    report.failed += 1
-                    continue
-                key = variant_key(prog.schema.text, prog.wgsl, spec)
-                if key in seen:
-                    report.memory += 1
-                    continue
-                seen.add(key)
-                with ref._store._lock:
-                    in_memory = key in ref._store._memory
-                if in_memory:
-                    report.memory += 1
-                elif ref._store.remembered(key) is not None:
-                    report.local += 1
-                else:
-                    pending.append((ref, key, prog.schema, prog.wgsl, spec, prog.wgsl_path))
-        if pending and self.remote is not None:
-            self._fetch_remote(pending, report, threads)
-        else:
-            report.missed += len(pending)
-        report.seconds = time.perf_counter() - t0
-        return report
-
-    def _fetch_remote(self, pending: list, report: PrefetchReport, threads: int) -> None:
-        remote = self.remote
-        assert remote is not None
-        keys = [p[1] for p in pending]
-        size = max(1, -(-len(keys) // max(1, threads)))
-        chunks = [keys[i : i + size] for i in range(0, len(keys), size)]
-        t_net = time.perf_counter()
-        values: dict[str, bytes] = {}
-        with ThreadPoolExecutor(min(threads, len(chunks)), thread_name_prefix="remote-prefetch") as pool:
-            for found in pool.map(remote.get_values, chunks):
-                values.update(found)
-        report.network_s = time.perf_counter() - t_net
-
-        def verify(item: tuple) -> bool | None:
-            ref, key, schema, wgsl, spec, wgsl_path = item
-            value = values.get(key)
-            if value is None:
-                return None
-            lowered = remote.check(key, value, schema=schema, wgsl=wgsl, spec=spec, wgsl_path=wgsl_path)
-            if lowered is None:
-                return False
-            ref._store.adopt_remote(key, lowered, defer=self._defer_write)
-            return True
-
-        for ok in map(verify, pending):  # CPU (decode, maybe a re-lowering): no gain from threads
-            if ok:
-                report.remote += 1
-            elif ok is False:
-                report.rejected += 1
-                report.missed += 1
-            else:
-                report.missed += 1
-        remote.publish()
+        return prefetch(self, variants, threads=threads)
 
     def _defer_write(self, fn: Callable[..., Any], *args: Any) -> None:
         with self._writes_lock:
