@@ -29,7 +29,12 @@ def lowering_count() -> int:
 
 
 class LoweredStore(Protocol):
-    """Where lowered variants are fetched from and kept (the msgpack variant cache)."""
+    """Where lowered variants are fetched from and kept (the msgpack variant cache).
+
+    A store may also offer ``lookup(key, schema, wgsl, spec, wgsl_path)``: it is then called
+    instead of ``get`` with what the key was derived from, so the store can verify an entry
+    from a source it does not trust (the asset library's remote tier does).
+    """
 
     def get(self, key: str) -> Lowered | None: ...
 

@@ -398,3 +398,14 @@ def test_a_bad_url_is_a_clear_error():
 
     with pytest.raises(RemoteCacheError, match="redis://host:port/db"):
         RemoteCache("http://example.invalid/")
+
+
+def test_the_environment_variable_names_the_remote_tier_and_false_turns_it_off(redis_server, tmp_path, monkeypatch):
+    from engine_plugin.cache.remote import ENV_REMOTE
+
+    monkeypatch.setenv(ENV_REMOTE, redis_server.url)
+    lib = AssetLibrary(samples_copy(tmp_path), cache=str(tmp_path / "c"))
+    assert lib.remote is not None and lib.remote.url == redis_server.url
+    assert AssetLibrary(samples_copy(tmp_path), cache=str(tmp_path / "c"), remote=False).remote is None
+    monkeypatch.delenv(ENV_REMOTE)
+    assert AssetLibrary(samples_copy(tmp_path), cache=str(tmp_path / "c")).remote is None
