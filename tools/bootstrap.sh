@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-APT_PACKAGES="libvulkan1 mesa-vulkan-drivers xvfb imagemagick x11-utils"
+APT_PACKAGES="libvulkan1 mesa-vulkan-drivers xvfb imagemagick x11-utils redis-server"
 missing=()
 for p in $APT_PACKAGES; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -30,7 +30,7 @@ if [ ! -x .venv/bin/python ]; then
 fi
 stamp_key=$(cat pyproject.toml | sha256sum | cut -c1-16)
 if [ "$(cat .bootstrap-stamp 2>/dev/null)" != "$stamp_key" ]; then
-    echo "bootstrap: installing engine_plugin (editable) with every extra (cli, demo, dask) and dev"
+    echo "bootstrap: installing engine_plugin (editable) with every extra (cli, demo, dask, remote) and dev"
     .venv/bin/python -m pip install -q --upgrade pip
     .venv/bin/python -m pip install -q -e ".[all,dev]"
     echo "$stamp_key" > .bootstrap-stamp

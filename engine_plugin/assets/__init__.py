@@ -7,7 +7,8 @@
 
 Modules: ``folder`` (read one asset), ``reload`` (events, preparation, body/layout
 classification: pure Python), ``watcher`` (watchdog observer, debounce, reload worker),
-``library`` (references, the engine-thread half of a reload).
+``library`` (references, the engine-thread half of a reload), ``prefetch`` (start-up
+warm-up from the local cache and the remote tier).
 """
 
 from typing import Any
@@ -19,6 +20,8 @@ from .folder import ASSET_SUFFIX, AssetSource, find_assets, is_editor_noise, rea
 _LAZY = {
     "AssetLibrary": "library",
     "ComputeShaderRef": "library",
+    "PrefetchReport": "prefetch",
+    "allow_network": "library",
     "ReloadEvent": "reload",
     "ReloadFailure": "reload",
     "carry_spec": "reload",
@@ -43,9 +46,11 @@ __all__ = [
     "AssetLibrary",
     "AssetSource",
     "ComputeShaderRef",
+    "PrefetchReport",
     "ReloadEvent",
     "ReloadFailure",
     "ReloadService",
+    "allow_network",
     "carry_spec",
     "find_assets",
     "is_editor_noise",

@@ -21,21 +21,25 @@ import os
 import threading
 import time
 from collections import OrderedDict, deque
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import Any, Callable, Iterator, Mapping
 
 from ..cache import DEFAULT_MAX_BYTES, USAGE_FILE, UsageLog, VariantCache
+from ..cache.remote import DEFAULT_TIMEOUT, RemoteCache, remote_from
 from ..errors import AssetError, CacheError, PluginError, Span, bug
-from ..lowering import Lowered, VariantSpec, parse
+from ..lowering import Lowered, Schema, VariantSpec, parse
+from ..lowering.fingerprint import variant_key
 from ..gpu.device import get_context
 from ..runtime.compile import compile_lowered
 from ..runtime.program import Program, adopt_program, program, registered_program
 from .builtin import builtin_folder, builtin_root
 from .folder import ASSET_SUFFIX, AssetSource, read_asset_folder
+from .prefetch import PrefetchReport, prefetch
 from .reload import BODY, LAYOUT, Prepared, ReloadEvent, ReloadFailure, Unsettled, carry_spec, plan_signature, prepare
 from .watcher import ReloadService
 
-__all__ = ["AssetLibrary", "ComputeShaderRef"]
+__all__ = ["AssetLibrary", "ComputeShaderRef", "PrefetchReport", "allow_network"]
 
 log = logging.getLogger("engine_plugin.assets")
 
@@ -45,16 +49,43 @@ ReloadCallback = Callable[[ReloadEvent], None]
 ErrorCallback = Callable[[ReloadFailure], None]
 
 
+_NET = threading.local()  # .allowed: this thread may ask the remote tier (prefetch, reload worker)
+
+
+class allow_network:
+    """Within it, lookups on this thread may go to the remote tier (bounded by its timeout and
+    breaker). The engine thread never enters one unless the library was made with
+    ``remote_on_demand=True``: the frame loop does not touch the network."""
+
+    def __enter__(self) -> None:
+        self.before = getattr(_NET, "allowed", False)
+        _NET.allowed = True
+
+    def __exit__(self, *exc: Any) -> None:
+        _NET.allowed = self.before
+
+
+# Where a variant's lowering came from, as ``watch`` reports it.
+LOCAL, REMOTE, LOWERED = "local", "remote", "lowered"
+
+
 class _AssetStore:
     """The ``LoweredStore`` an asset's programs use: a small memory front over the shared
-    variant cache, entries rebased onto this asset's own paths, and usage recording."""
+    variant cache (and the remote tier behind it), entries rebased onto this asset's own
+    paths, and usage recording."""
 
-    def __init__(self, rel: str, cache: VariantCache | None, usage: UsageLog | None, paths: tuple[str, str]):
+    def __init__(
+        self, rel: str, cache: VariantCache | None, usage: UsageLog | None, paths: tuple[str, str],
+        remote: RemoteCache | None = None, on_demand: bool = False,
+    ):
         self.rel = rel
         self.cache = cache
         self.usage = usage
         self.paths = paths  # (bindings.yaml, .wgsl) as errors should name them
+        self.remote = remote
+        self.on_demand = on_demand
         self._memory: "OrderedDict[str, Lowered]" = OrderedDict()
+        self._origins: "OrderedDict[str, str]" = OrderedDict()
         self._lock = threading.Lock()
         self._local = threading.local()
         self.memory_hits = 0
@@ -68,33 +99,77 @@ class _AssetStore:
         sm = replace(lowered.source_map, files=(yaml_path, wgsl_path) + tuple(files[2:]))
         return replace(lowered, source_map=sm, asset=wgsl_path)
 
-    def _remember(self, key: str, lowered: Lowered) -> None:
+    def _remember(self, key: str, lowered: Lowered, origin: str | None = None) -> None:
         with self._lock:
             self._memory[key] = lowered
             self._memory.move_to_end(key)
             while len(self._memory) > _MEMORY_ENTRIES:
                 self._memory.popitem(last=False)
+            if origin is not None:
+                self._origins[key] = origin
+                self._origins.move_to_end(key)
+                while len(self._origins) > 4 * _MEMORY_ENTRIES:
+                    self._origins.popitem(last=False)
+
+    def origin(self, key: str) -> str | None:
+        """Where the variant under ``key`` came from: "local", "remote", "lowered" (None: unknown)."""
+        with self._lock:
+            return self._origins.get(key)
 
     def _record(self, lowered: Lowered) -> None:
         if self.usage is not None and not getattr(self._local, "quiet", False):
             self.usage.record(self.rel, lowered.spec)
 
-    def get(self, key: str) -> Lowered | None:
+    def in_memory(self, key: str) -> bool:
+        with self._lock:
+            return key in self._memory
+
+    def remembered(self, key: str) -> Lowered | None:
+        """Memory, then the local cache (no usage recorded, no network)."""
         with self._lock:
             found = self._memory.get(key)
             if found is not None:
                 self.memory_hits += 1
-        if found is None and self.cache is not None:
+                return found
+        if self.cache is not None:
             found = self.cache.get(key)
             if found is not None:
                 found = self._rebase(found)
-                self._remember(key, found)
+                self._remember(key, found, LOCAL)
+        return found
+
+    def adopt_remote(self, key: str, lowered: Lowered, defer: Callable[..., Any] | None = None) -> Lowered:
+        """A verified remote entry: kept in memory and written to the local cache as it came
+        (through ``defer(fn, *args)`` when given: the write, an fsync, need not delay a start)."""
+        if self.cache is not None:
+            # The decoded entry re-encodes to the server's bytes (the local copy is identical).
+            if defer is not None:
+                defer(self.cache.put, key, lowered)
+            else:
+                self.cache.put(key, lowered)
+        found = self._rebase(lowered)
+        self._remember(key, found, REMOTE)
+        return found
+
+    def get(self, key: str) -> Lowered | None:
+        found = self.remembered(key)
+        if found is not None:
+            self._record(found)
+        return found
+
+    def lookup(self, key: str, schema: Schema, wgsl: str, spec: VariantSpec, wgsl_path: str | None) -> Lowered | None:
+        """:meth:`get`, then (on a thread allowed the network) the remote tier, verified."""
+        found = self.remembered(key)
+        if found is None and self.remote is not None and (self.on_demand or getattr(_NET, "allowed", False)):
+            fetched = self.remote.fetch(key, schema=schema, wgsl=wgsl, spec=spec, wgsl_path=wgsl_path)
+            if fetched is not None:
+                found = self.adopt_remote(key, fetched)
         if found is not None:
             self._record(found)
         return found
 
     def put(self, key: str, lowered: Lowered) -> None:
-        self._remember(key, lowered)
+        self._remember(key, lowered, LOWERED)
         self._record(lowered)
         if self.cache is not None:
             self.cache.put(key, lowered)
@@ -133,7 +208,10 @@ class ComputeShaderRef:
         self._error_listeners: list[ErrorCallback] = []
         self.reloads = 0
         self.failures = 0
-        self._store = _AssetStore(rel, library.cache, library.usage, (os.path.join(folder, "bindings.yaml"), os.path.join(folder, "kernel.wgsl")))
+        self._store = _AssetStore(
+            rel, library.cache, library.usage, (os.path.join(folder, "bindings.yaml"), os.path.join(folder, "kernel.wgsl")),
+            remote=library.remote, on_demand=library.remote_on_demand,
+        )
 
     @property
     def diagnostics(self) -> str | None:
@@ -163,6 +241,18 @@ class ComputeShaderRef:
     def variant(self, specialize: Mapping[str, str] | None = None, columns: Mapping[str, Any] | None = None) -> Any:
         """``self.program().variant(...)``: lower (or fetch from the cache) and compile one variant."""
         return self.program().variant(specialize, columns)
+
+    def origins(self, specs: "tuple[VariantSpec, ...] | list[VariantSpec]", program: Program | None = None) -> dict[VariantSpec, str]:
+        """Where each variant's lowering came from ("local", "remote", "lowered"; "memory"
+        when this process already had it) for ``program`` (default: the live one)."""
+        prog = program or self._program
+        if prog is None:
+            return {}
+        out = {}
+        for spec in specs:
+            key = variant_key(prog.schema.text, prog.wgsl, spec)
+            out[spec] = self._store.origin(key) or "memory"
+        return out
 
     def on_reload(self, callback: ReloadCallback) -> Callable[[], None]:
         """Call ``callback(event)`` on the polling thread after each applied reload; answers an
@@ -200,6 +290,16 @@ class AssetLibrary:
         record_usage: log requested variants to ``<cache>/usage.msgpack`` (or to this path),
             for ``engine-plugin bake --variants-from``.
         missing_grace: how long a deleted file may stay missing before a reload reports it.
+        remote: the shared remote tier behind the local cache: a ``redis://host:port/db`` URL,
+            a :class:`~engine_plugin.cache.remote.RemoteCache`, False for none, or None for
+            ``$ENGINE_PLUGIN_REMOTE_CACHE`` when set. Read by :meth:`prefetch` and the reload
+            worker, verified before use, copied into the local cache; never written by a game.
+        remote_timeout: the remote tier's socket timeout, seconds (when ``remote`` is a URL).
+        remote_on_demand: let a variant first asked for on any thread (the engine's too) ask
+            the remote tier, within ``remote_timeout``; off by default, so the frame loop never
+            touches the network.
+    Raises:
+        RemoteMissingError: a remote tier was asked for without the ``redis`` client.
     """
 
     def __init__(
@@ -212,8 +312,16 @@ class AssetLibrary:
         max_cache_bytes: int | None = DEFAULT_MAX_BYTES,
         record_usage: bool | str = False,
         missing_grace: float = 0.25,
+        remote: RemoteCache | str | bool | None = None,
+        remote_timeout: float = DEFAULT_TIMEOUT,
+        remote_on_demand: bool = False,
     ):
         self.root = os.fspath(root)
+        self.remote = remote_from(remote, timeout=remote_timeout)
+        self.remote_on_demand = bool(remote_on_demand)
+        self._writer: ThreadPoolExecutor | None = None
+        self._writes: list[Any] = []
+        self._writes_lock = threading.Lock()
         self._root_abs = os.path.abspath(self.root)
         cache_disabled = False
         if isinstance(cache, VariantCache) or cache is None:
@@ -357,11 +465,12 @@ class AssetLibrary:
 
             old = ref._program
             try:
-                if old is not None and old.variants:
-                    return prepare(ref.path, ref.folder, seq, first_event, current=ref._source, old_program=old, make_program=make_program, root=ref.root)
-                # Validation lowerings of an asset nobody uses yet are not "requested variants".
-                with ref._store.unrecorded():
-                    return prepare(ref.path, ref.folder, seq, first_event, current=ref._source, old_program=old, make_program=make_program, root=ref.root)
+                with allow_network():  # the worker may ask the remote tier (bounded); the engine thread never does
+                    if old is not None and old.variants:
+                        return prepare(ref.path, ref.folder, seq, first_event, current=ref._source, old_program=old, make_program=make_program, root=ref.root)
+                    # Validation lowerings of an asset nobody uses yet are not "requested variants".
+                    with ref._store.unrecorded():
+                        return prepare(ref.path, ref.folder, seq, first_event, current=ref._source, old_program=old, make_program=make_program, root=ref.root)
             except Unsettled:
                 raise
             except Exception as exc:  # a bug in lowering: report it as this reload's failure
@@ -512,19 +621,60 @@ class AssetLibrary:
         return self.usage.flush() if self.usage is not None else False
 
     def stats(self) -> dict[str, Any]:
-        """Reloads, failures, cache counters."""
+        """Reloads, failures, cache counters (``remote``: the remote tier's, or None)."""
         return {
             "assets": len(self._refs),
             "reloads": sum(r.reloads for r in self._refs.values()),
             "failures": sum(r.failures for r in self._refs.values()),
             "pending": self.pending,
             "cache": self.cache.stats() if self.cache is not None else None,
+            "remote": self.remote.stats() if self.remote is not None else None,
         }
 
+    # -- start-up --------------------------------------------------------------------------
+    def prefetch(self, variants: Mapping[str, Any] | None = None, *, threads: int = 8) -> PrefetchReport:
+        """Warm the variants a game will ask for: memory and the local cache first, then the
+        remote tier for the rest, in parallel round trips (each bounded by the remote
+        timeout; a dead server costs one timeout, then its breaker answers at once). Remote
+        entries are verified, kept in memory and copied into the local cache (in the
+        background), so the later ``variant()`` calls lower nothing. Call it at start-up,
+        off the frame loop.
+
+        Args:
+            variants: {asset path: [spec, ...]} where a spec is a VariantSpec or a
+                {name: value} mapping; default: the usage log's variants.
+            threads: parallel remote round trips.
+        Returns:
+            A :class:`PrefetchReport` (counts per tier; nothing here raises for an asset).
+        """
+        return prefetch(self, variants, threads=threads)
+
+    def _defer_write(self, fn: Callable[..., Any], *args: Any) -> None:
+        with self._writes_lock:
+            if self._writer is None:
+                self._writer = ThreadPoolExecutor(2, thread_name_prefix="cache-write")
+            self._writes.append(self._writer.submit(fn, *args))
+
+    def flush_writes(self) -> int:
+        """Wait for the local-cache copies of remote entries a prefetch is still writing;
+        answers how many were waited for (also done by :meth:`close`)."""
+        with self._writes_lock:
+            writes, self._writes = self._writes, []
+        for fut in writes:
+            try:
+                fut.result()
+            except Exception:  # put() logs and answers False; anything else must not escape close()
+                log.exception("copying a remote entry into the local cache failed")
+        return len(writes)
+
     def close(self) -> None:
-        """Stop watching and flush the usage log. References and programs stay usable."""
+        """Stop watching, finish the local copies of remote entries and flush the usage log.
+        References and programs stay usable."""
         self.service.stop()
+        self.flush_writes()
         self.flush_usage()
+        if self.remote is not None:
+            self.remote.publish()  # the reload worker's lookups since the last prefetch
 
     def __enter__(self) -> "AssetLibrary":
         return self

@@ -7,7 +7,8 @@ from collections import Counter
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Iterable, Mapping
 
-from ..cache import VariantCache
+from ..cache import VariantCache, encode_entry
+from ..cache.remote import RemoteCache
 from ..errors import PluginError
 from ..lowering import VariantSpec
 from .plan import chunk_jobs, plan_assets
@@ -38,8 +39,9 @@ class _Bake:
     """Takes chunk results (on the calling thread), writes entries (on writer threads) and
     keeps the report; every report and progress update happens on the calling thread."""
 
-    def __init__(self, cache: VariantCache, progress: NoProgress, report: BakeReport):
+    def __init__(self, cache: VariantCache, progress: NoProgress, report: BakeReport, remote: RemoteCache | None = None):
         self.cache = cache
+        self.remote = remote
         self.progress = progress
         self.report = report
         self.done = 0
@@ -116,6 +118,14 @@ class _Bake:
         self._writes = still
         self.progress.advance(self.done, self.baked, self.failed)
 
+    def _write(self, key: str, lowered: Any) -> bool:
+        """Both tiers: the local entry (its success is the variant's), then the remote one (a
+        server that is down is counted in the remote stats, not a failed variant)."""
+        ok = self.cache.put(key, lowered)
+        if ok and self.remote is not None:
+            self.remote.put_entries([(key, encode_entry(key, lowered))])
+        return ok
+
     def take(self, job: ChunkJob, result: ChunkResult | BaseException) -> None:
         if isinstance(result, ChunkResult) and result.versions != worker_versions():
             fmt, lowering = result.versions
@@ -135,11 +145,35 @@ class _Bake:
                 if checked.lowered is None:
                     self._failed(job.asset, out, checked.failure or _no_result(out), result.worker)
                 elif self._writers is None:
-                    self._written(job.asset, out, self.cache.put(out.key, checked.lowered), result.worker)
+                    self._written(job.asset, out, self._write(out.key, checked.lowered), result.worker)
                 else:
-                    fut = self._writers.submit(self.cache.put, out.key, checked.lowered)
+                    fut = self._writers.submit(self._write, out.key, checked.lowered)
                     self._writes.append((fut, job.asset, out, result.worker))
         self.drain()
+
+
+def _sync_remote(store: VariantCache, remote: RemoteCache, skipped: list[str]) -> dict[str, Any]:
+    """Upload the skipped (already local) entries the server lacks; answers the remote part
+    of the report: what was uploaded, and the tier's counters."""
+    uploaded = 0
+    there = remote.existing(skipped) if skipped else set()
+    if there is not None:
+        batch: list[tuple[str, bytes]] = []
+        for key in skipped:
+            if key in there:
+                continue
+            try:
+                with open(store.path(key), "rb") as f:
+                    batch.append((key, f.read()))
+            except OSError:
+                continue  # evicted meanwhile: the next bake uploads it
+            if len(batch) >= 64:
+                uploaded += remote.put_entries(batch)
+                batch = []
+        uploaded += remote.put_entries(batch)
+    remote.publish()
+    st = remote.stats()
+    return {**st.as_dict(), "uploaded": uploaded, "reachable": there is not None and remote.available}
 
 
 def _no_result(out: VariantOutcome) -> Failure:
@@ -156,6 +190,7 @@ def bake(
     progress: NoProgress | None = None,
     validate: bool = True,
     force: bool = False,
+    remote: RemoteCache | None = None,
 ) -> BakeReport:
     """Lower and validate every variant of the assets under ``paths`` into ``cache``.
 
@@ -168,6 +203,8 @@ def bake(
         progress: where progress and failures go (default: failures to stderr only).
         validate: compile each variant on a device (the point of a bake); False only lowers.
         force: rebake variants the cache already holds.
+        remote: the shared remote tier: every baked entry is written there too, and entries
+            the local cache already held are uploaded when the server lacks them.
     Returns:
         The :class:`BakeReport`; ``report.ok`` is false when anything failed.
     Raises:
@@ -180,7 +217,8 @@ def bake(
     report = BakeReport(store.folder)
     plans, notes = plan_assets(paths, usage)
     report.notes.extend(notes)
-    state = _Bake(store, progress, report)
+    state = _Bake(store, progress, report, remote)
+    skipped: list[str] = []
 
     corrupt_before = store.stats().corrupt
     todo = []
@@ -201,6 +239,8 @@ def bake(
             # so a corrupt one is removed, counted and baked again rather than skipped.
             if item.key in planned or (not force and store.get(item.key) is not None):
                 report.add(plan.folder, item.key, item.spec, "skipped")
+                if item.key not in planned:
+                    skipped.append(item.key)
             else:
                 pending.append(item)
             planned.add(item.key)
@@ -228,6 +268,8 @@ def bake(
             finally:
                 progress.stop()
     state.repeats()
+    if remote is not None:
+        report.remote = _sync_remote(store, remote, skipped)
     # Results arrive in completion order; the report lists variants in plan order.
     order = {(plan.folder, item.key): i for i, (plan, item) in enumerate((p, it) for p in plans for it in p.items)}
     report.variants.sort(key=lambda v: order.get((v.asset, v.key), len(order)))

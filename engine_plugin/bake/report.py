@@ -19,7 +19,12 @@ JSON report (``--json REPORT``), format 1::
                    "message": "path:17:5: ...", "rendered": "... with the line and a caret"}],
      "lost_workers": [{"worker": "tcp://10.0.0.7:40123", "chunks": [3, 7], "variants": 24}],
      "retried_chunks": 2,
-     "notes": ["..."]}
+     "notes": ["..."],
+     "remote": null | {"url": "redis://farm:6379/0", "writes": 198, "bytes_written": 1534000,
+                       "uploaded": 0, "errors": 0, "timeouts": 0, "reachable": true, ...}}
+
+``remote`` (with ``--remote``): the remote tier's counters for this bake; ``uploaded`` counts
+entries the local cache already held and the server lacked.
 
 A variant's ``key`` is its cache file name without ``.msgpack``. A failure with ``spec: null``
 is the whole asset (unreadable folder, schema error, a ``bake:`` list the schema refuses): its
@@ -114,6 +119,8 @@ class BakeReport:
     def retried_chunks(self) -> int:
         return sum(len(w["chunks"]) for w in self.lost_workers)
 
+    remote: dict[str, Any] | None = None  # the remote tier's counters when the bake had one
+
     def asset(self, name: str) -> AssetSummary:
         found = self.assets.get(name)
         if found is None:
@@ -187,6 +194,7 @@ class BakeReport:
             "ok": self.ok,
             "totals": self.totals,
             "corrupt_replaced": self.corrupt_replaced,
+            "remote": self.remote,
             "assets": [
                 {
                     "asset": r.asset,
@@ -269,6 +277,17 @@ class BakeReport:
         table.add_section()
         table.add_row("total", str(t["variants"]), str(t["baked"]), str(t["skipped"]), str(t["failed"]), f"{sum(r.work_s for r in self.assets.values()):.2f}s")
         return table
+
+    def remote_line(self) -> str | None:
+        """One line on the remote tier (None when the bake had none)."""
+        r = self.remote
+        if r is None:
+            return None
+        state = "" if r.get("reachable") else " (unreachable: the local cache has everything; rerun to upload)"
+        return (
+            f"remote {r['url']}: wrote {r['writes']} entries ({r['bytes_written']} bytes, {r['uploaded']} already local), "
+            f"{r['errors']} errors, {r['timeouts']} timeouts{state}"
+        )
 
     def closing_line(self) -> str:
         t = self.totals

@@ -5,7 +5,8 @@
     program = abi.program(key="blur", schema=schema, wgsl=body, store=cache)  # lowers once, ever
 
 Depends on ``lowering`` only (never on wgpu): a bake worker or a tool can read and write it
-without a device.
+without a device. ``remote`` is the shared Redis tier behind it (the ``[remote]`` extra,
+imported on use), ``verify`` proves an untrusted entry against the asset text.
 """
 
 from ..lowering.fingerprint import CACHE_FORMAT_VERSION, variant_key

@@ -67,6 +67,14 @@ def add_bake_parser(sub: Any, size_arg: Callable[[str], int], common: argparse.A
     )
     p.add_argument("--max-bytes", type=size_arg, metavar="SIZE", help="the cache's size cap, e.g. 2G (default 512 MiB)")
     p.add_argument("--force", action="store_true", help="rebake variants the cache already holds")
+    p.add_argument(
+        "--remote",
+        metavar="URL",
+        default=None,
+        help="also write every entry to this shared Redis tier, e.g. redis://cache:6379/0 (default: $ENGINE_PLUGIN_REMOTE_CACHE); needs engine_plugin[remote]",
+    )
+    p.add_argument("--remote-ttl", type=float, metavar="S", help="expire remote entries after S seconds (default: never; Redis's LRU evicts)")
+    p.add_argument("--remote-timeout", type=float, default=None, metavar="S", help="remote socket timeout in seconds (default 0.25)")
     p.add_argument("--progress", choices=("auto", "rich", "plain", "none"), default="auto", help="auto: a bar on a terminal, plain lines otherwise")
     p.set_defaults(func=cmd_bake)
     return p
@@ -127,11 +135,14 @@ def cmd_bake(args: argparse.Namespace, rep: Reporter | None = None) -> int:
     if not rep.quiet:
         require("rich", "the bake summary table (or pass -q)")
     runner = _runner(args)
+    from ..cache.remote import DEFAULT_TIMEOUT, remote_from
+
+    remote = remote_from(args.remote, timeout=args.remote_timeout or DEFAULT_TIMEOUT, ttl=args.remote_ttl)
     cache = VariantCache(args.cache, max_bytes=args.max_bytes or DEFAULT_MAX_BYTES)
     progress = NoProgress() if rep.quiet else make_progress(args.progress, verbose=rep.verbose)
     progress.verbose = rep.verbose
     progress.prefix = f"{rep.prefix}: "
-    report = bake(paths, cache, runner=runner, usage=usage, progress=progress, force=args.force)
+    report = bake(paths, cache, runner=runner, usage=usage, progress=progress, force=args.force, remote=remote)
 
     st = cache.stats()
     if st.evictions:
@@ -145,6 +156,8 @@ def cmd_bake(args: argparse.Namespace, rep: Reporter | None = None) -> int:
         out.print(report.summary_table())
         for note in report.notes:
             out.print(f"note: {note}", markup=False, highlight=False, soft_wrap=True)
+        if report.remote_line():
+            out.print(report.remote_line(), markup=False, highlight=False, soft_wrap=True)
         out.print(report.closing_line(), markup=False, highlight=False, soft_wrap=True)
         if report.failures:
             out.print(f"{len(report.failures)} failure(s); the messages are above", markup=False, highlight=False, soft_wrap=True)

@@ -85,16 +85,78 @@ def _stats(args: argparse.Namespace, rep: Reporter, cap: int) -> int:
     return EXIT_FAILED if bad else EXIT_OK
 
 
+def _remote(args: argparse.Namespace, rep: Reporter) -> tuple[int, dict | None]:
+    """The remote tier's part of ``cache stats|gc|clear`` (exit status, JSON); a server that
+    does not answer is a CacheError (exit 2)."""
+    from ..cache.remote import DEFAULT_TIMEOUT, remote_from
+
+    remote = remote_from(args.remote, timeout=args.remote_timeout or DEFAULT_TIMEOUT)
+    if remote is None:
+        return EXIT_OK, None
+    say = (lambda *a: None) if args.json else print
+    if args.action == "stats":
+        st = remote.server_stats()
+        if args.verify:
+            st["unusable"] = remote.gc(dry_run=True)["removed"]
+        cap = st["maxmemory"]
+        say(f"remote tier {st['url']}")
+        say(f"  namespace   {st['namespace']}")
+        say(f"  entries     {st['entries']} ({st['other_builds_entries']} of other builds)")
+        say(
+            f"  size        {fmt_bytes(st['bytes'])}; server memory {fmt_bytes(st['used_memory'])} of {fmt_bytes(cap) if cap else 'no'} maxmemory, policy {st['maxmemory_policy']}"
+        )
+        if not cap or ("lru" not in st["maxmemory_policy"] and "lfu" not in st["maxmemory_policy"]):
+            say("  note        set maxmemory and maxmemory-policy allkeys-lru on the server, or it grows without bound")
+        c = st["counters"]
+        say(
+            f"  studio-wide hits {c['hits']}, misses {c['misses']}, verified {c['verified']} ({c['relowered']} re-lowered, {c['signed']} signed), rejected {c['rejected']}"
+        )
+        say(
+            f"              errors {c['errors']}, timeouts {c['timeouts']}, skipped by the breaker {c['skipped']}; "
+            f"read {fmt_bytes(c['bytes_read'])}, wrote {c['writes']} entries ({fmt_bytes(c['bytes_written'])})"
+        )
+        if args.verify:
+            say(f"  unusable    {st['unusable']}")
+            return (EXIT_FAILED if st["unusable"] else EXIT_OK), st
+        return EXIT_OK, st
+    if args.action == "gc":
+        res = remote.gc()
+        rep.say(f"remote {remote.stats().url}: removed {res['removed']} unusable values, kept {res['kept']} (eviction is the server's maxmemory LRU)")
+        return EXIT_OK, res
+    removed = remote.clear()
+    rep.say(f"removed {removed} entries of this build from {remote.stats().url}")
+    return EXIT_OK, {"removed": removed}
+
+
 def cmd_cache(args: argparse.Namespace, rep: Reporter) -> int:
+    """The local cache, then (with ``--remote`` or $ENGINE_PLUGIN_REMOTE_CACHE) the remote tier."""
+    import contextlib
+    import io
+    import json
+
+    if args.json and args.action != "stats":
+        raise UsageError("--json goes with cache stats only")
+    local_out = io.StringIO()
+    with contextlib.redirect_stdout(local_out) if args.json else contextlib.nullcontext():
+        status = _cmd_local(args, rep)
+    status_remote, remote = _remote(args, rep)
+    if args.json:
+        data = json.loads(local_out.getvalue())
+        data["local"] = {k: v for k, v in data.items()}
+        if remote is not None:
+            data["remote"] = remote
+        write_json(data, "-")
+    return max(status, status_remote)
+
+
+def _cmd_local(args: argparse.Namespace, rep: Reporter) -> int:
     from ..cache import DEFAULT_MAX_BYTES, USAGE_FILE, VariantCache
 
     cap = args.max_bytes or DEFAULT_MAX_BYTES
-    if args.json and args.action != "stats":
-        raise UsageError("--json goes with cache stats only")
     if args.action == "stats":
         return _stats(args, rep, cap)
     if not os.path.isdir(args.cache):
-        if args.action == "gc":
+        if args.action == "gc" and not args.remote:
             raise UsageError(f"no variant cache at {args.cache}")
         rep.say(f"no variant cache at {args.cache}; nothing to clear")
         return EXIT_OK
@@ -129,5 +191,7 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> Callable[..., int]:
     p.add_argument("--verify", action="store_true", help="stats: decode every entry and list the unusable ones (exit 1 when any)")
     p.add_argument("--usage", action="store_true", help="clear: remove the usage log too")
     p.add_argument("--json", action="store_true", help="stats: JSON on stdout")
+    p.add_argument("--remote", metavar="URL", default=None, help="also the shared Redis tier at URL (default: $ENGINE_PLUGIN_REMOTE_CACHE)")
+    p.add_argument("--remote-timeout", type=float, default=None, metavar="S", help="remote socket timeout in seconds (default 0.25)")
     p.set_defaults(func=cmd_cache)
     return cmd_cache

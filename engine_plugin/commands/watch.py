@@ -79,6 +79,15 @@ class _Log:
             self.rep.say(f"         layout changed for: {', '.join(s.label() for s in result.layout_changed)}")
 
 
+def _origins_line(lib: Any, event: Any) -> str:
+    """``2 remote, 1 lowered`` for a reload's variants (local cache, remote tier, lowered here)."""
+    from collections import Counter
+
+    origins = lib.load(event.asset, strict=False).origins(event.recompiled, event.program)
+    counts = Counter(origins.values())
+    return ", ".join(f"{n} {where}" for where, n in sorted(counts.items()))
+
+
 def cmd_watch(args: argparse.Namespace, rep: Reporter) -> int:
     from ..assets import AssetLibrary
     from ..assets.folder import ASSET_SUFFIX, find_assets
@@ -95,8 +104,11 @@ def cmd_watch(args: argparse.Namespace, rep: Reporter) -> int:
     # warnings about them would print each failure a second time.
     logging.getLogger("engine_plugin.assets").setLevel(logging.ERROR)
     log = _Log(rep, args.json)
-    lib = AssetLibrary(root, cache=None if args.no_cache else args.cache, quiet=args.quiet_ms / 1000.0)
+    lib = AssetLibrary(root, cache=None if args.no_cache else args.cache, quiet=args.quiet_ms / 1000.0, remote=args.remote or None)
     refs = [lib.load(os.path.relpath(f, root), strict=False) for f in folders]
+    if args.all_variants and lib.remote is not None:
+        found = lib.prefetch({r.path: list(enumerate_variants(r.program().schema)) for r in refs if r.error is None})
+        rep.say(f"prefetched: {found.local} local, {found.remote} remote, {found.missed} to lower ({found.rejected} refused)")
     for ref in refs:
         if ref.error is not None:
             log.failure(ref.path, ref.generation, ref.error, f"{ref.path} is not loadable yet")
@@ -119,6 +131,8 @@ def cmd_watch(args: argparse.Namespace, rep: Reporter) -> int:
                 seen += 1
                 if result.ok:
                     log.reload(result)
+                    if result.recompiled and not args.json:
+                        rep.say(f"         variants from: {_origins_line(lib, result)}")
                 else:
                     log.failure(result.asset, result.generation, result.error, f"reload of {result.asset} failed; generation {result.generation} stays live")
             if args.max_events and seen >= args.max_events:
@@ -136,6 +150,7 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("assets", nargs="?", default="assets", help="a folder of assets, or one NAME.computeShader folder")
     p.add_argument("--cache", default="cache", metavar="DIR", help="the variant cache folder (default: cache)")
     p.add_argument("--no-cache", action="store_true", help="lower without the variant cache")
+    p.add_argument("--remote", metavar="URL", default=None, help="the shared Redis tier reloads may fetch from (default: $ENGINE_PLUGIN_REMOTE_CACHE)")
     p.add_argument("--quiet-ms", type=float, default=30.0, help="debounce quiet window in ms (default 30)")
     p.add_argument("--all-variants", action="store_true", help="compile every variant up front, so each reload validates them all")
     p.add_argument("--duration", type=float, default=0.0, metavar="S", help="stop after S seconds (default: until Ctrl-C)")

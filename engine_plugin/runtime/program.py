@@ -29,7 +29,12 @@ def lowering_count() -> int:
 
 
 class LoweredStore(Protocol):
-    """Where lowered variants are fetched from and kept (the msgpack variant cache)."""
+    """Where lowered variants are fetched from and kept (the msgpack variant cache).
+
+    A store may also offer ``lookup(key, schema, wgsl, spec, wgsl_path)``: it is then called
+    instead of ``get`` with what the key was derived from, so the store can verify an entry
+    from a source it does not trust (the asset library's remote tier does).
+    """
 
     def get(self, key: str) -> Lowered | None: ...
 
@@ -109,7 +114,13 @@ class Program:
         live = self._live()
         key = variant_key(live._schema.text, live._wgsl, spec)
         if live._store is not None:
-            found = live._store.get(key)
+            # A store that can verify what it fetches (the asset library's, with a remote tier)
+            # is handed what the key was derived from.
+            lookup = getattr(live._store, "lookup", None)
+            if lookup is not None:
+                found = lookup(key, live._schema, live._wgsl, spec, live._wgsl_path)
+            else:
+                found = live._store.get(key)
             if found is not None:
                 return found
         result = lower(live._schema, live._wgsl, spec, wgsl_path=live._wgsl_path)

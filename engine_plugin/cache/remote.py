@@ -1,0 +1,453 @@
+"""The remote tier: a Redis server shared by a studio's bake farm and every game start.
+
+    remote = RemoteCache("redis://cache.studio:6379/0", timeout=0.25, ttl=30 * 86400)
+    lib = AssetLibrary("assets", "cache", remote=remote)   # or remote="redis://..."
+    lib.prefetch()                                         # the usage log's variants, in parallel
+
+Guarantees:
+
+- **Nothing unverified is served.** A value read from the server is only bytes until
+  :func:`engine_plugin.cache.verify.verify_entry` proved it is the variant the client asked
+  for (key re-derived from the client's own text, checksum and versions, then its lowering
+  re-done and compared, or a studio HMAC checked). A value that fails is counted
+  (``rejected``), warned about once per key, and never used.
+- **A bounded wait.** Every command runs with socket connect/read timeouts (0.25 s by
+  default); a timeout or a refused connection is a miss (``timeouts``/``errors``) and opens a
+  circuit breaker: for ``cooldown`` seconds no command is sent (``skipped``), so a dead server
+  costs the budget once per cooldown, not once per variant. No retries.
+- **Namespaced keys.** ``engine_plugin:v{CACHE_FORMAT_VERSION}.{LOWERING_VERSION}:{key}``:
+  two builds never read each other's entries.
+- **Size and eviction are Redis's own** (``maxmemory`` + ``allkeys-lru``); ``ttl`` sets an
+  expiry on every write when given.
+- Values are the local entry bytes (byte-identical to ``<key>.msgpack``), or, when a
+  ``secret`` is configured, those bytes signed (:func:`engine_plugin.cache.verify.sign`).
+
+The client comes from the ``redis`` package, the ``[remote]`` extra.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, Iterable, Iterator
+from urllib.parse import urlsplit, urlunsplit
+
+from ..errors import CacheError, PluginError, Span
+from ..lowering import LOWERING_VERSION, Lowered, Schema, VariantSpec
+from ..lowering.fingerprint import CACHE_FORMAT_VERSION
+from .entry import BadEntry, decode_entry, encode_entry
+from .verify import sign, split_signed, verify_entry
+
+__all__ = [
+    "DEFAULT_COOLDOWN",
+    "DEFAULT_TIMEOUT",
+    "ENV_REMOTE",
+    "ENV_SECRET",
+    "NAMESPACE",
+    "RemoteCache",
+    "RemoteCacheError",
+    "RemoteMissingError",
+    "RemoteStats",
+    "remote_from",
+]
+
+log = logging.getLogger("engine_plugin.cache")
+
+ENV_REMOTE = "ENGINE_PLUGIN_REMOTE_CACHE"
+ENV_SECRET = "ENGINE_PLUGIN_REMOTE_SECRET"
+DEFAULT_TIMEOUT = 0.25
+DEFAULT_COOLDOWN = 30.0
+NAMESPACE = f"engine_plugin:v{CACHE_FORMAT_VERSION}.{LOWERING_VERSION}:"
+# Studio-wide counters (a hash each client adds its own to), outside the entries' namespace.
+STATS_KEY = f"engine_plugin-stats:v{CACHE_FORMAT_VERSION}.{LOWERING_VERSION}"
+_PUBLISHED = ("hits", "misses", "verified", "relowered", "signed", "rejected", "errors", "timeouts", "skipped", "writes", "bytes_read", "bytes_written")
+_MGET_CHUNK = 64
+
+
+class RemoteCacheError(CacheError):
+    """The remote tier's URL or options are unusable (not: the server is down, which is a miss)."""
+
+
+class RemoteMissingError(PluginError, ImportError):
+    """The ``redis`` client is not installed."""
+
+    def __init__(self) -> None:
+        super().__init__("the remote variant cache needs the redis client: pip install 'engine_plugin[remote]' (or: pip install 'redis>=5')")
+
+
+@dataclass(frozen=True)
+class RemoteStats:
+    """Counters of one :class:`RemoteCache` (this process only).
+
+    ``misses`` includes ``rejected``, ``errors``, ``timeouts`` and ``skipped`` (lookups the
+    open circuit breaker answered without asking). ``verified`` = ``signed`` + ``relowered``.
+    """
+
+    url: str
+    hits: int = 0
+    misses: int = 0
+    verified: int = 0
+    relowered: int = 0
+    signed: int = 0
+    rejected: int = 0
+    errors: int = 0
+    timeouts: int = 0
+    skipped: int = 0
+    writes: int = 0
+    bytes_read: int = 0
+    bytes_written: int = 0
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+def _redact(url: str) -> str:
+    parts = urlsplit(url)
+    if parts.password:
+        host = parts.hostname or ""
+        netloc = f"{parts.username or ''}:***@{host}" + (f":{parts.port}" if parts.port else "")
+        return urlunsplit(parts._replace(netloc=netloc))
+    return url
+
+
+class RemoteCache:
+    """A Redis server holding variant entries under this build's namespace.
+
+    Args:
+        url: ``redis://host:port/db`` (``rediss://`` for TLS, ``unix:///path`` for a socket).
+        timeout: socket connect and read timeout of every command, seconds.
+        ttl: expiry set on every write, seconds (None: none; eviction is then Redis's LRU).
+        cooldown: seconds the breaker stays open after a timeout or connection error.
+        secret: studio HMAC secret; writes are signed and signed values verify without
+            re-lowering (default: ``$ENGINE_PLUGIN_REMOTE_SECRET``, else none).
+    Raises:
+        RemoteMissingError: the ``redis`` package is missing.
+        RemoteCacheError: the URL or an option is unusable.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        timeout: float = DEFAULT_TIMEOUT,
+        ttl: float | None = None,
+        cooldown: float = DEFAULT_COOLDOWN,
+        secret: bytes | str | None = None,
+    ):
+        try:
+            import redis
+            from redis.backoff import NoBackoff
+            from redis.retry import Retry
+        except ImportError:
+            raise RemoteMissingError() from None
+        self._redis = redis
+        self.url = url
+        if not isinstance(url, str) or urlsplit(url).scheme not in ("redis", "rediss", "unix"):
+            raise RemoteCacheError(f"a remote cache is a redis://host:port/db URL, not {url!r}", Span(str(url)))
+        if not (timeout > 0):
+            raise RemoteCacheError(f"the remote timeout must be positive seconds, not {timeout!r}", Span(url))
+        if ttl is not None and not ttl > 0:
+            raise RemoteCacheError(f"the remote ttl must be positive seconds or None, not {ttl!r}", Span(url))
+        self.timeout = float(timeout)
+        self.ttl = int(ttl) if ttl is not None else None
+        self.cooldown = float(cooldown)
+        if secret is None:
+            secret = os.environ.get(ENV_SECRET) or None
+        self.secret = secret.encode() if isinstance(secret, str) else secret
+        try:
+            self._client = redis.Redis.from_url(
+                url,
+                socket_timeout=self.timeout,
+                socket_connect_timeout=self.timeout,
+                retry=Retry(NoBackoff(), 0),
+                retry_on_timeout=False,
+                health_check_interval=0,
+            )
+        except ValueError as exc:
+            raise RemoteCacheError(f"unusable remote cache URL {_redact(url)!r}: {exc}", Span(_redact(url))) from None
+        self._lock = threading.Lock()
+        self._counts = {k: 0 for k in RemoteStats.__dataclass_fields__ if k != "url"}
+        self._open_until = 0.0
+        self._warned: set[str] = set()
+        self._published = {k: 0 for k in _PUBLISHED}
+
+    # -- bookkeeping -----------------------------------------------------------------------
+    def _count(self, name: str, by: int = 1) -> None:
+        with self._lock:
+            self._counts[name] += by
+
+    def stats(self) -> RemoteStats:
+        """This process's counters."""
+        with self._lock:
+            return RemoteStats(_redact(self.url), **self._counts)
+
+    @property
+    def available(self) -> bool:
+        """False while the circuit breaker is open (a recent timeout or connection error)."""
+        return time.monotonic() >= self._open_until
+
+    def _failed(self, exc: Exception, what: str) -> None:
+        timeout = isinstance(exc, self._redis.exceptions.TimeoutError)
+        self._count("timeouts" if timeout else "errors")
+        with self._lock:
+            was_open = time.monotonic() < self._open_until
+            self._open_until = time.monotonic() + self.cooldown
+        if not was_open:
+            kind = "timed out" if timeout else "failed"
+            log.warning(
+                "remote variant cache %s: %s %s (%s); local cache only for the next %g s",
+                _redact(self.url), what, kind, str(exc) or type(exc).__name__, self.cooldown,
+            )
+
+    def _call(self, what: str, fn: Any, default: Any, *, misses: int = 0) -> Any:
+        """Run one command under the breaker; a failure answers ``default`` (counted)."""
+        if not self.available:
+            self._count("skipped", misses)
+            self._count("misses", misses)
+            return default
+        try:
+            return fn()
+        except (self._redis.exceptions.ConnectionError, self._redis.exceptions.TimeoutError, OSError) as exc:
+            self._failed(exc, what)
+            self._count("misses", misses)
+            return default
+        except self._redis.exceptions.RedisError as exc:  # e.g. a server refusing the command
+            self._count("errors")
+            self._count("misses", misses)
+            log.warning("remote variant cache %s: %s refused: %s", _redact(self.url), what, exc)
+            return default
+
+    def _warn_once(self, key: str, reason: str) -> None:
+        with self._lock:
+            if key in self._warned:
+                return
+            self._warned.add(key)
+        log.warning("remote variant cache: entry %s... refused (%s); never served, the variant is looked up locally", key[:16], reason)
+
+    @staticmethod
+    def name(key: str) -> str:
+        """The server key of a variant key (namespaced by format and lowering version)."""
+        return NAMESPACE + key
+
+    # -- reads -----------------------------------------------------------------------------
+    def get_values(self, keys: Iterable[str]) -> dict[str, bytes]:
+        """The raw (unverified) server values of ``keys`` that exist; one round trip per 64
+        keys. Missing keys count as misses; a dead or slow server answers {} (counted)."""
+        keys = list(dict.fromkeys(keys))
+        out: dict[str, bytes] = {}
+        for i in range(0, len(keys), _MGET_CHUNK):
+            chunk = keys[i : i + _MGET_CHUNK]
+            values = self._call("read", lambda: self._client.mget([self.name(k) for k in chunk]), None, misses=len(chunk))
+            if values is None:
+                continue
+            for k, v in zip(chunk, values):
+                if isinstance(v, bytes) and v:
+                    out[k] = v
+                    self._count("bytes_read", len(v))
+                else:
+                    self._count("misses")
+        return out
+
+    def check(self, key: str, value: bytes, *, schema: Schema, wgsl: str, spec: VariantSpec, wgsl_path: str | None = None) -> Lowered | None:
+        """Verify a value :meth:`get_values` answered; the Lowered when it holds, else None
+        (counted as rejected and a miss, warned about once per key)."""
+        try:
+            lowered, how = verify_entry(key, value, schema=schema, wgsl=wgsl, spec=spec, wgsl_path=wgsl_path, secret=self.secret)
+        except BadEntry as exc:
+            self._count("rejected")
+            self._count("misses")
+            self._warn_once(key, exc.reason)
+            return None
+        with self._lock:
+            self._counts["hits"] += 1
+            self._counts["verified"] += 1
+            self._counts[how] += 1
+        return lowered
+
+    def fetch(self, key: str, *, schema: Schema, wgsl: str, spec: VariantSpec, wgsl_path: str | None = None) -> Lowered | None:
+        """One variant from the server, verified; None on a miss, a refusal or a dead server."""
+        value = self.get_values([key]).get(key)
+        if value is None:
+            return None
+        return self.check(key, value, schema=schema, wgsl=wgsl, spec=spec, wgsl_path=wgsl_path)
+
+    def existing(self, keys: Iterable[str]) -> set[str] | None:
+        """Which of ``keys`` the server holds (None when it cannot be asked); counts nothing."""
+        keys = list(dict.fromkeys(keys))
+
+        def ask() -> set[str]:
+            pipe = self._client.pipeline(transaction=False)
+            for k in keys:
+                pipe.exists(self.name(k))
+            return {k for k, n in zip(keys, pipe.execute()) if n}
+
+        return self._call("exists", ask, None) if keys else set()
+
+    # -- writes ----------------------------------------------------------------------------
+    def value_of(self, key: str, lowered: Lowered) -> bytes:
+        """The server value for ``lowered`` (the local entry bytes, signed when a secret is set)."""
+        return self.wrap(encode_entry(key, lowered))
+
+    def wrap(self, entry: bytes) -> bytes:
+        return sign(self.secret, entry) if self.secret else entry
+
+    def put_entries(self, items: Iterable[tuple[str, bytes]]) -> int:
+        """SET each (key, entry bytes) in one pipeline (with the TTL); answers how many were
+        written (0 when the server is down). A SET replaces a value whole: concurrent writers
+        of one key leave one of their values, never a mix."""
+        items = [(k, self.wrap(e)) for k, e in items]
+        if not items:
+            return 0
+
+        def write() -> int:
+            pipe = self._client.pipeline(transaction=False)
+            for k, v in items:
+                pipe.set(self.name(k), v, ex=self.ttl)
+            return sum(1 for ok in pipe.execute() if ok)
+
+        written = self._call("write", write, 0)
+        if written:
+            self._count("writes", written)
+            self._count("bytes_written", sum(len(v) for _, v in items))
+        return written
+
+    def put(self, key: str, lowered: Lowered) -> bool:
+        """Write one entry (the ``LoweredStore`` protocol); False when the server is down."""
+        return self.put_entries([(key, encode_entry(key, lowered))]) == 1
+
+    def publish(self) -> bool:
+        """Add this process's counters since the last call to the server's studio-wide ones
+        (``cache stats --remote`` shows them); one round trip, skipped while the breaker is
+        open. Called after a prefetch, a bake, and on ``AssetLibrary.close()``."""
+        with self._lock:
+            delta = {k: self._counts[k] - self._published[k] for k in _PUBLISHED}
+        delta = {k: v for k, v in delta.items() if v}
+        if not delta or not self.available:
+            return False
+
+        def send() -> bool:
+            pipe = self._client.pipeline(transaction=False)
+            for k, v in delta.items():
+                pipe.hincrby(STATS_KEY, k, v)
+            pipe.execute()
+            return True
+
+        if self._call("publish", send, False):
+            with self._lock:
+                for k, v in delta.items():
+                    self._published[k] += v
+            return True
+        return False
+
+    # -- maintenance -----------------------------------------------------------------------
+    def ping(self) -> bool:
+        """Whether the server answers now (bypasses the breaker; counts failures)."""
+        try:
+            return bool(self._client.ping())
+        except (self._redis.exceptions.RedisError, OSError) as exc:
+            self._failed(exc, "ping")
+            return False
+
+    def _scan(self) -> Iterator[str]:
+        for name in self._client.scan_iter(match=NAMESPACE + "*", count=1000):
+            yield name.decode() if isinstance(name, bytes) else name
+
+    def server_stats(self) -> dict[str, Any]:
+        """Entries and bytes of this build's namespace, and the server's memory policy.
+
+        Raises:
+            RemoteCacheError: the server cannot be reached.
+        """
+        try:
+            names = list(self._scan())
+            pipe = self._client.pipeline(transaction=False)
+            for n in names:
+                pipe.strlen(n)
+            sizes = pipe.execute() if names else []
+            info = self._client.info("memory")
+            studio = {k.decode(): int(v) for k, v in self._client.hgetall(STATS_KEY).items()}
+            other = sum(1 for _ in self._client.scan_iter(match="engine_plugin:*", count=1000)) - len(names)
+        except (self._redis.exceptions.RedisError, OSError) as exc:
+            raise RemoteCacheError(f"the remote variant cache does not answer: {exc}", Span(_redact(self.url))) from None
+        return {
+            "url": _redact(self.url),
+            "namespace": NAMESPACE,
+            "entries": len(names),
+            "bytes": int(sum(sizes)),
+            "other_builds_entries": max(0, other),
+            "used_memory": int(info.get("used_memory", 0)),
+            "maxmemory": int(info.get("maxmemory", 0)),
+            "maxmemory_policy": str(info.get("maxmemory_policy", "")),
+            "counters": {k: studio.get(k, 0) for k in _PUBLISHED},
+        }
+
+    def gc(self, *, dry_run: bool = False) -> dict[str, int]:
+        """Remove this namespace's values that do not decode as entries (garbage, wrong key,
+        bad checksum, a bad signature when a secret is set); ``dry_run`` only counts them.
+        Forgeries that decode need the assets to be caught: clients refuse them.
+
+        Raises:
+            RemoteCacheError: the server cannot be reached.
+        """
+        removed = kept = 0
+        try:
+            for name in list(self._scan()):
+                key = name[len(NAMESPACE) :]
+                value = self._client.get(name)
+                if value is None:
+                    continue
+                try:
+                    mac, entry = split_signed(value)
+                    decode_entry(key, entry)
+                    if self.secret and mac is not None and value != sign(self.secret, entry):
+                        raise BadEntry("the signature does not hold under this studio's secret")
+                    kept += 1
+                except BadEntry as exc:
+                    if not dry_run:
+                        self._client.delete(name)
+                    removed += 1
+                    log.info("remote variant cache: removed %s... (%s)", key[:16], exc.reason)
+        except (self._redis.exceptions.RedisError, OSError) as exc:
+            raise RemoteCacheError(f"the remote variant cache does not answer: {exc}", Span(_redact(self.url))) from None
+        return {"removed": removed, "kept": kept}
+
+    def clear(self) -> int:
+        """Delete every value of this build's namespace; answers how many.
+
+        Raises:
+            RemoteCacheError: the server cannot be reached.
+        """
+        try:
+            names = list(self._scan())
+            self._client.delete(STATS_KEY)
+            for i in range(0, len(names), 512):
+                self._client.delete(*names[i : i + 512])
+        except (self._redis.exceptions.RedisError, OSError) as exc:
+            raise RemoteCacheError(f"the remote variant cache does not answer: {exc}", Span(_redact(self.url))) from None
+        return len(names)
+
+    def close(self) -> None:
+        try:
+            self._client.close()
+        except Exception:
+            pass
+
+    def __repr__(self) -> str:
+        return f"RemoteCache({_redact(self.url)!r}, timeout={self.timeout}, available={self.available})"
+
+
+def remote_from(remote: "RemoteCache | str | bool | None", **options: Any) -> "RemoteCache | None":
+    """A :class:`RemoteCache` from an argument: an instance as is, a URL, False for none, or
+    None for ``$ENGINE_PLUGIN_REMOTE_CACHE`` when set."""
+    if remote is False or remote == "":
+        return None
+    if isinstance(remote, RemoteCache):
+        return remote
+    if remote is None or remote is True:
+        remote = os.environ.get(ENV_REMOTE) or None
+        if remote is None:
+            return None
+    return RemoteCache(remote, **options)

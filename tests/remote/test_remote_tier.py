@@ -1,0 +1,411 @@
+"""The remote tier against a real redis-server: sharing, verification, faults, concurrency."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import replace
+
+import pytest
+from conftest import REPO, run_cli
+
+from engine_plugin.assets import AssetLibrary
+from engine_plugin.assets.library import allow_network
+from engine_plugin.cache import decode_entry, encode_entry
+from engine_plugin.cache.remote import NAMESPACE, RemoteCache, RemoteMissingError
+from engine_plugin.errors import PluginError
+from engine_plugin.lowering import LOWERING_VERSION, enumerate_variants, lower
+from engine_plugin.lowering.fingerprint import CACHE_FORMAT_VERSION
+from engine_plugin.runtime import lowering_count
+
+SAMPLES = os.path.join(REPO, "assets", "samples")
+MACHINE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "machine.py")
+
+
+def entries_of(folder: str) -> dict[str, bytes]:
+    out = {}
+    for name in os.listdir(folder):
+        if name.endswith(".msgpack") and len(name) == 64 + len(".msgpack"):
+            with open(os.path.join(folder, name), "rb") as f:
+                out[name[:64]] = f.read()
+    return out
+
+
+def server_values(server) -> dict[str, bytes]:
+    client = server.client()
+    return {n.decode()[len(NAMESPACE):]: client.get(n) for n in client.scan_iter(match=NAMESPACE + "*")}
+
+
+def upload(server, entries: dict[str, bytes]) -> None:
+    client = server.client()
+    for key, data in entries.items():
+        client.set(NAMESPACE + key, data)
+
+
+def machine(cache: str, url: str, timeout: float = 0.25) -> dict:
+    res = subprocess.run([sys.executable, MACHINE, cache, url, str(timeout)], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    return json.loads(res.stdout.strip().splitlines()[-1])
+
+
+def samples_copy(tmp_path) -> str:
+    """assets/samples under this test's own folder: programs are registered per asset path in
+    a process, so a library over the shared folder would meet an earlier test's programs."""
+    import shutil
+
+    root = tmp_path / "samples"
+    if not root.exists():
+        shutil.copytree(SAMPLES, root)
+    return str(root)
+
+
+def library(tmp_path, url, **kw) -> tuple[AssetLibrary, dict]:
+    lib = AssetLibrary(samples_copy(tmp_path), cache=str(tmp_path / "game-cache"), remote=url, **kw)
+    refs = lib.load_all()
+    wanted = {r.path: list(enumerate_variants(r.program().schema)) for r in refs}
+    return lib, wanted
+
+
+def keys_of(lib: AssetLibrary, wanted: dict) -> dict[str, tuple]:
+    """{key: (ref, spec)} for the variants wanted."""
+    from engine_plugin.lowering.fingerprint import variant_key
+
+    out = {}
+    for rel, specs in wanted.items():
+        ref = lib.load(rel)
+        prog = ref.program()
+        for spec in specs:
+            out[variant_key(prog.schema.text, prog.wgsl, spec)] = (ref, spec)
+    return out
+
+
+# -- sharing -------------------------------------------------------------------------------
+def test_a_second_machine_starts_warm_from_what_the_first_baked_with_zero_lowerings(redis_server, tmp_path):
+    a, b, report = str(tmp_path / "A"), str(tmp_path / "B"), str(tmp_path / "bake.json")
+    res = run_cli("bake", "assets/samples", "--cache", a, "--remote", redis_server.url, "-j", "1", "--progress", "none", "--json", report)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert f"remote {redis_server.url}: wrote 26 entries" in res.stdout
+    with open(report) as f:
+        remote = json.load(f)["remote"]
+    assert remote["writes"] == 26 and remote["errors"] == 0 and remote["timeouts"] == 0
+
+    out = machine(b, redis_server.url)
+    assert out["lowered"] == 0
+    assert out["prefetch"]["remote"] == 26 and out["prefetch"]["local"] == 0 and out["prefetch"]["missed"] == 0
+    assert out["remote"]["verified"] == 26 and out["remote"]["rejected"] == 0 and out["remote"]["hits"] == 26
+    baked, fetched = entries_of(a), entries_of(b)
+    assert len(baked) == 26 and fetched == baked  # byte-identical entries on both machines
+    assert server_values(redis_server) == baked  # and on the server
+
+    again = machine(b, redis_server.url)  # the next start is all local: the server is not asked
+    assert again["prefetch"]["local"] == 26 and again["remote"]["hits"] + again["remote"]["misses"] == 0 and again["lowered"] == 0
+
+
+def test_keys_are_namespaced_by_format_and_lowering_version(redis_server, baked_samples, tmp_path):
+    assert NAMESPACE == f"engine_plugin:v{CACHE_FORMAT_VERSION}.{LOWERING_VERSION}:"
+    client = redis_server.client()
+    for key, data in entries_of(baked_samples).items():
+        client.set(f"engine_plugin:v{CACHE_FORMAT_VERSION}.{LOWERING_VERSION + 1}:{key}", data)  # another build
+    lib, wanted = library(tmp_path, redis_server.url)
+    rep = lib.prefetch(wanted)
+    assert rep.remote == 0 and rep.missed == 26 and rep.rejected == 0
+
+
+def test_entries_carry_the_ttl_option(redis_server, baked_samples):
+    remote = RemoteCache(redis_server.url, ttl=120)
+    key, data = next(iter(entries_of(baked_samples).items()))
+    assert remote.put_entries([(key, data)]) == 1
+    assert 0 < redis_server.client().ttl(NAMESPACE + key) <= 120
+    assert redis_server.client().get(NAMESPACE + key) == data
+    assert remote.stats().writes == 1 and remote.stats().bytes_written == len(data)
+
+
+# -- verification --------------------------------------------------------------------------
+def test_forged_and_garbage_values_are_refused_counted_warned_once_and_never_served(redis_server, baked_samples, tmp_path, caplog):
+    honest = entries_of(baked_samples)
+    lib, wanted = library(tmp_path, redis_server.url)
+    by_key = keys_of(lib, wanted)
+    ref_keys = sorted(k for k, (ref, _) in by_key.items() if ref.path == "reference.computeShader")
+    particles_key = next(k for k, (ref, _) in by_key.items() if ref.path == "particles.computeShader")
+    swapped, edited, other_asset, garbage, version = ref_keys[:5]
+    upload(redis_server, honest)
+    client = redis_server.client()
+    client.set(NAMESPACE + swapped, honest[ref_keys[5]])  # a real entry of another variant
+    real = decode_entry(edited, honest[edited])
+    evil = replace(real, source=real.source.replace("vec4<f32>(f32(i),", "vec4<f32>(f32(i) * 666.0,"))
+    assert evil.source != real.source
+    client.set(NAMESPACE + edited, encode_entry(edited, evil))  # re-checksummed: decodes fine
+    client.set(NAMESPACE + other_asset, encode_entry(other_asset, decode_entry(particles_key, honest[particles_key])))
+    client.set(NAMESPACE + garbage, os.urandom(700))
+    client.set(NAMESPACE + version, encode_entry(version, decode_entry(version, honest[version]), format_version=CACHE_FORMAT_VERSION + 1))
+    bad = {swapped, edited, other_asset, garbage, version}
+
+    caplog.set_level(logging.WARNING, logger="engine_plugin.cache")
+    rep = lib.prefetch(wanted)
+    assert rep.remote == 26 - 5 and rep.rejected == 5 and rep.missed == 5
+    st = lib.remote.stats()
+    assert st.rejected == 5 and st.verified == 21 and st.hits == 21
+
+    before = lowering_count()
+    for key, (ref, spec) in by_key.items():
+        got = ref.program().lowered(spec)
+        own = lower(ref.program().schema, ref.program().wgsl, spec, wgsl_path=ref.program().wgsl_path)
+        # the same program (the first line is a comment naming whichever files it came from)
+        assert got.source.split("\n", 1)[1] == own.source.split("\n", 1)[1] and got.bindings == own.bindings
+    assert lowering_count() - before == 5  # exactly the refused ones were lowered here
+    lib.flush_writes()
+    local = entries_of(str(tmp_path / "game-cache"))
+    assert set(local) == set(by_key)
+    for key in bad:  # what the local cache holds for them is this machine's own lowering
+        ref, spec = by_key[key]
+        own = lower(ref.program().schema, ref.program().wgsl, spec, wgsl_path=ref.program().wgsl_path)
+        assert decode_entry(key, local[key]).source == own.source
+    assert "666.0" not in decode_entry(edited, local[edited]).source
+
+    # Asked again (on demand), a bad value is counted again but reported once per key.
+    for key in sorted(bad):
+        ref, spec = by_key[key]
+        prog = ref.program()
+        assert lib.remote.fetch(key, schema=prog.schema, wgsl=prog.wgsl, spec=spec) is None
+    assert lib.remote.stats().rejected == 10
+    warned = [r.getMessage() for r in caplog.records if "refused" in r.getMessage()]
+    assert len(warned) == 5 and all(any(k[:16] in m for m in warned) for k in bad)
+
+
+def test_signed_values_verify_without_relowering_and_a_wrong_secret_is_refused(redis_server, baked_samples, tmp_path):
+    honest = entries_of(baked_samples)
+    writer = RemoteCache(redis_server.url, secret="studio-secret")
+    assert writer.put_entries(honest.items()) == 26
+    lib, wanted = library(tmp_path, RemoteCache(redis_server.url, secret="studio-secret"))
+    rep = lib.prefetch(wanted)
+    st = lib.remote.stats()
+    assert rep.remote == 26 and st.signed == 26 and st.relowered == 0
+    lib.close()
+    assert entries_of(str(tmp_path / "game-cache")) == honest  # the local copy is the entry, unsigned
+
+    lib2 = AssetLibrary(samples_copy(tmp_path / "x"), cache=str(tmp_path / "other"), remote=RemoteCache(redis_server.url, secret="not-the-secret"))
+    lib2.load_all()
+    rep2 = lib2.prefetch(wanted)
+    assert rep2.remote == 0 and rep2.rejected == 26
+
+
+# -- faults: the game keeps running --------------------------------------------------------
+def test_a_server_stopped_mid_run_is_a_counted_miss_and_the_breaker_stops_asking(redis_server, baked_samples, tmp_path):
+    upload(redis_server, entries_of(baked_samples))
+    lib, wanted = library(tmp_path, redis_server.url)
+    specs = wanted["reference.computeShader"]
+    first = lib.prefetch({"reference.computeShader": specs[:10]})
+    assert first.remote == 10
+
+    redis_server.stop()
+    t0 = time.perf_counter()
+    second = lib.prefetch({"reference.computeShader": specs[10:]})
+    assert time.perf_counter() - t0 < 1.0
+    assert second.remote == 0 and second.missed == 15
+    st = lib.remote.stats()
+    assert st.errors + st.timeouts >= 1 and not lib.remote.available
+
+    third = lib.prefetch({"reference.computeShader": specs[10:]})  # the breaker answers, no socket
+    st3 = lib.remote.stats()
+    assert third.missed == 15 and st3.errors + st3.timeouts == st.errors + st.timeouts and st3.skipped >= 15
+
+    before = lowering_count()
+    ref = lib.load("reference.computeShader")
+    for spec in specs:
+        assert ref.program().lowered(spec).source
+    assert lowering_count() - before == 15  # the rest still came from the remote tier earlier
+
+
+def _wait_until_busy(port: int, deadline_s: float = 5.0) -> None:
+    """Poll until a PING goes unanswered for 50 ms: the server is asleep or paused."""
+    deadline = time.monotonic() + deadline_s
+    while time.monotonic() < deadline:
+        with socket.create_connection(("127.0.0.1", port), timeout=1) as s:
+            s.settimeout(0.05)
+            s.sendall(b"PING\r\n")
+            try:
+                s.recv(16)
+            except socket.timeout:
+                return
+    raise AssertionError("the server never looked busy")
+
+
+@pytest.mark.parametrize("how", ["debug sleep", "client pause"])
+def test_a_slowed_server_costs_one_timeout_then_nothing(redis_server, baked_samples, tmp_path, how):
+    upload(redis_server, entries_of(baked_samples))
+    lib, wanted = library(tmp_path, redis_server.url, remote_timeout=0.25)
+    slow = redis_server.client()
+    sleeper = None
+    if how == "debug sleep":
+        sleeper = threading.Thread(target=lambda: slow.execute_command("DEBUG", "SLEEP", "2"))
+        sleeper.start()
+    else:
+        slow.execute_command("CLIENT", "PAUSE", "2000", "ALL")
+    try:
+        _wait_until_busy(redis_server.port)
+        t0 = time.perf_counter()
+        rep = lib.prefetch(wanted)
+        spent = time.perf_counter() - t0
+        st = lib.remote.stats()
+        assert rep.remote == 0 and rep.missed == 26
+        assert st.timeouts >= 1 and st.hits == 0
+        assert spent < 1.0, spent  # parallel round trips: one timeout's worth, not 26
+
+        t1 = time.perf_counter()
+        before = lowering_count()
+        for rel, specs in wanted.items():
+            for spec in specs:
+                with allow_network():  # even a thread allowed the network is answered by the breaker
+                    lib.load(rel).program().lowered(spec)
+        assert lowering_count() - before == 26
+        assert lib.remote.stats().timeouts == st.timeouts and lib.remote.stats().skipped >= 26
+        assert time.perf_counter() - t1 < 26 * 0.25
+    finally:
+        if sleeper is not None:
+            sleeper.join(timeout=10)
+
+
+def test_the_engine_thread_never_asks_the_remote_tier_unless_told(redis_server, baked_samples, tmp_path):
+    upload(redis_server, entries_of(baked_samples))
+    lib, wanted = library(tmp_path, redis_server.url)
+    ref = lib.load("reference.computeShader")
+    spec = wanted["reference.computeShader"][0]
+    before = lowering_count()
+    ref.program().lowered(spec)  # a variant first asked for in the frame loop: lowered here
+    st = lib.remote.stats()
+    assert lowering_count() - before == 1 and st.hits + st.misses == 0
+
+    lib2 = AssetLibrary(samples_copy(tmp_path / "y"), cache=str(tmp_path / "c2"), remote=redis_server.url, remote_on_demand=True)
+    ref2 = lib2.load("reference.computeShader")
+    before = lowering_count()
+    ref2.program().lowered(spec)
+    assert lowering_count() == before and lib2.remote.stats().hits == 1
+    assert set(ref2.origins([spec]).values()) == {"remote"}
+
+
+def test_a_reload_fetches_from_the_remote_tier_on_the_worker_and_says_so(redis_server, tmp_path):
+    import shutil
+
+    root = tmp_path / "assets"
+    shutil.copytree(os.path.join(SAMPLES, "reference.computeShader"), root / "reference.computeShader")
+    wgsl = root / "reference.computeShader" / "kernel.wgsl"
+    new_text = wgsl.read_text().replace("return a + b;", "return b + a;")
+    # The farm baked the new text already (another machine's tier, written through the library).
+    farm = AssetLibrary(str(tmp_path / "farm-assets"), cache=None, remote=False)
+    shutil.copytree(root, tmp_path / "farm-assets")
+    (tmp_path / "farm-assets" / "reference.computeShader" / "kernel.wgsl").write_text(new_text)
+    fref = farm.load("reference.computeShader")
+    spec = next(iter(enumerate_variants(fref.program().schema)))
+    from engine_plugin.lowering.fingerprint import variant_key
+
+    key = variant_key(fref.program().schema.text, new_text, spec)
+    assert RemoteCache(redis_server.url).put(key, fref.program().lowered(spec))
+
+    lib = AssetLibrary(str(root), cache=str(tmp_path / "game"), remote=redis_server.url)
+    ref = lib.load("reference.computeShader")
+    ref.variant(spec)
+    wgsl.write_text(new_text)
+    lib.request_reload("reference.computeShader")
+    deadline = time.monotonic() + 30
+    events = []
+    while not events and time.monotonic() < deadline:
+        events = [e for e in lib.poll() if e.ok]
+        time.sleep(0.01)
+    assert events, "the reload never arrived"
+    assert ref.origins(events[0].recompiled, events[0].program) == {spec: "remote"}
+    assert lib.remote.stats().verified == 1
+
+
+def test_concurrent_bakers_writing_the_same_keys_leave_whole_verified_entries(redis_server, tmp_path):
+    env = dict(os.environ)
+    env.pop("ENGINE_PLUGIN_REMOTE_CACHE", None)
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "engine_plugin.cli", "bake", "assets/samples", "--cache", str(tmp_path / f"baker{i}"),
+             "--remote", redis_server.url, "-j", "1", "--progress", "none"],
+            cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        )
+        for i in range(2)
+    ]
+    outs = [p.communicate(timeout=180)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outs
+    one, two = entries_of(str(tmp_path / "baker0")), entries_of(str(tmp_path / "baker1"))
+    assert len(one) == 26 and one == two
+    assert server_values(redis_server) == one  # whole values, the same bytes whoever won
+    out = machine(str(tmp_path / "reader"), redis_server.url)
+    assert out["remote"]["verified"] == 26 and out["remote"]["rejected"] == 0 and out["lowered"] == 0
+
+
+# -- command line and setup ----------------------------------------------------------------
+def test_cache_stats_gc_and_clear_show_and_trim_the_remote_tier(redis_server, baked_samples, tmp_path):
+    import shutil
+
+    local = str(tmp_path / "local")
+    shutil.copytree(baked_samples, local)
+    res = run_cli("bake", "assets/samples", "--cache", local, "--remote", redis_server.url, "--progress", "none", "--json", str(tmp_path / "r.json"))
+    assert res.returncode == 0, res.stdout + res.stderr
+    with open(tmp_path / "r.json") as f:
+        doc = json.load(f)
+    assert doc["totals"]["skipped"] == 26 and doc["remote"]["uploaded"] == 26  # already local: uploaded
+    redis_server.client().set(NAMESPACE + "f" * 64, b"not an entry")
+
+    res = run_cli("cache", "stats", "--cache", local, "--json", env={"ENGINE_PLUGIN_REMOTE_CACHE": redis_server.url})
+    assert res.returncode == 0, res.stderr
+    doc = json.loads(res.stdout)
+    assert doc["local"]["entries"] == 26 and doc["remote"]["entries"] == 27 and doc["remote"]["namespace"] == NAMESPACE
+    assert doc["remote"]["counters"]["writes"] == 26  # the bake's, published studio-wide
+    out = machine(str(tmp_path / "game"), redis_server.url)  # a game start adds its counters
+    assert out["remote"]["hits"] == 26
+    res = run_cli("cache", "stats", "--cache", local, "--remote", redis_server.url)
+    assert "studio-wide hits 26, misses 0, verified 26 (26 re-lowered, 0 signed), rejected 0" in res.stdout, res.stdout
+    res = run_cli("cache", "stats", "--cache", local, "--remote", redis_server.url, "--verify")
+    assert res.returncode == 1 and "unusable    1" in res.stdout and "remote tier" in res.stdout
+    res = run_cli("cache", "gc", "--cache", local, "--remote", redis_server.url)
+    assert res.returncode == 0 and "removed 1 unusable values, kept 26" in res.stdout, res.stdout + res.stderr
+    assert len(server_values(redis_server)) == 26
+    res = run_cli("cache", "clear", "--cache", str(tmp_path / "none"), "--remote", redis_server.url)
+    assert res.returncode == 0 and "removed 26 entries of this build" in res.stdout
+    assert server_values(redis_server) == {}
+
+
+def test_a_dead_server_in_the_cli_is_an_error_with_exit_2_and_a_bake_still_succeeds(tmp_path, baked_samples):
+    import shutil
+
+    dead = "redis://127.0.0.1:1/0"
+    res = run_cli("cache", "stats", "--cache", baked_samples, "--remote", dead)
+    assert res.returncode == 2 and "does not answer" in res.stderr
+    local = str(tmp_path / "local")
+    shutil.copytree(baked_samples, local)
+    res = run_cli("bake", "assets/samples", "--cache", local, "--remote", dead, "--progress", "none")
+    assert res.returncode == 0 and "unreachable" in res.stdout, res.stdout + res.stderr
+
+
+def test_a_missing_redis_client_names_the_extra(monkeypatch):
+    monkeypatch.setitem(sys.modules, "redis", None)
+    with pytest.raises(RemoteMissingError, match=r"engine_plugin\[remote\]") as err:
+        RemoteCache("redis://127.0.0.1:1/0")
+    assert isinstance(err.value, PluginError)
+
+
+def test_a_bad_url_is_a_clear_error():
+    from engine_plugin.cache.remote import RemoteCacheError
+
+    with pytest.raises(RemoteCacheError, match="redis://host:port/db"):
+        RemoteCache("http://example.invalid/")
+
+
+def test_the_environment_variable_names_the_remote_tier_and_false_turns_it_off(redis_server, tmp_path, monkeypatch):
+    from engine_plugin.cache.remote import ENV_REMOTE
+
+    monkeypatch.setenv(ENV_REMOTE, redis_server.url)
+    lib = AssetLibrary(samples_copy(tmp_path), cache=str(tmp_path / "c"))
+    assert lib.remote is not None and lib.remote.url == redis_server.url
+    assert AssetLibrary(samples_copy(tmp_path), cache=str(tmp_path / "c"), remote=False).remote is None
+    monkeypatch.delenv(ENV_REMOTE)
+    assert AssetLibrary(samples_copy(tmp_path), cache=str(tmp_path / "c")).remote is None
