@@ -41,6 +41,7 @@ def __getattr__(name: str) -> Any:
     globals()[name] = value
     return value
 
+
 __all__ = [
     "ASSET_SUFFIX",
     "AssetLibrary",

@@ -28,9 +28,9 @@ from typing import Any, Callable, Iterator, Mapping
 from ..cache import DEFAULT_MAX_BYTES, USAGE_FILE, UsageLog, VariantCache
 from ..cache.remote import DEFAULT_TIMEOUT, RemoteCache, remote_from
 from ..errors import AssetError, CacheError, PluginError, Span, bug
+from ..gpu.device import get_context
 from ..lowering import Lowered, Schema, VariantSpec, parse
 from ..lowering.fingerprint import variant_key
-from ..gpu.device import get_context
 from ..runtime.compile import compile_lowered
 from ..runtime.program import Program, adopt_program, program, registered_program
 from .builtin import builtin_folder, builtin_root
@@ -75,8 +75,13 @@ class _AssetStore:
     paths, and usage recording."""
 
     def __init__(
-        self, rel: str, cache: VariantCache | None, usage: UsageLog | None, paths: tuple[str, str],
-        remote: RemoteCache | None = None, on_demand: bool = False,
+        self,
+        rel: str,
+        cache: VariantCache | None,
+        usage: UsageLog | None,
+        paths: tuple[str, str],
+        remote: RemoteCache | None = None,
+        on_demand: bool = False,
     ):
         self.rel = rel
         self.cache = cache
@@ -209,8 +214,12 @@ class ComputeShaderRef:
         self.reloads = 0
         self.failures = 0
         self._store = _AssetStore(
-            rel, library.cache, library.usage, (os.path.join(folder, "bindings.yaml"), os.path.join(folder, "kernel.wgsl")),
-            remote=library.remote, on_demand=library.remote_on_demand,
+            rel,
+            library.cache,
+            library.usage,
+            (os.path.join(folder, "bindings.yaml"), os.path.join(folder, "kernel.wgsl")),
+            remote=library.remote,
+            on_demand=library.remote_on_demand,
         )
 
     @property
@@ -348,9 +357,7 @@ class AssetLibrary:
         self._by_folder: dict[str, ComputeShaderRef] = {}
         self._ready: deque[Prepared] = deque()
         self._ready_lock = threading.Lock()
-        self.service = ReloadService(
-            self._root_abs, self._job_for, self._deliver, quiet=quiet, missing_grace=missing_grace, on_idle=self.flush_usage
-        )
+        self.service = ReloadService(self._root_abs, self._job_for, self._deliver, quiet=quiet, missing_grace=missing_grace, on_idle=self.flush_usage)
 
     # -- references ------------------------------------------------------------------------
     def _context(self) -> Any:
@@ -546,6 +553,7 @@ class AssetLibrary:
             standing = registered_program(ref.path, ctx)
             fresh = not (standing is not None and standing.same_content(schema, src.wgsl_text, src.wgsl_path))
             if not fresh:
+                assert standing is not None  # same content as the one standing under the key
                 new = standing
             else:  # built privately; it stands under the key only once every variant compiled
                 new = Program(ref.path, schema, src.wgsl_text, wgsl_path=src.wgsl_path, ctx=get_context(ctx), store=ref._store)
@@ -556,7 +564,7 @@ class AssetLibrary:
                         carried[old_spec] = carry_spec(old.schema, schema, old_spec)
             recompiled = []
             for new_spec in dict.fromkeys(carried.values()):
-                new.variant(new_spec)  # lowered by the worker (memory hit); compiled above
+                new.variant(new_spec)  # type: ignore[arg-type]  # a VariantSpec passes through resolve_spec
                 recompiled.append(new_spec)
         except PluginError as exc:
             return self._fail(ref, exc, prepared)
@@ -565,9 +573,7 @@ class AssetLibrary:
         old_variants = old.variants if old is not None else {}
         new_variants = new.variants
         layout_changed = tuple(
-            s
-            for s, v in old_variants.items()
-            if carried[s] != s or plan_signature(v.lowered) != plan_signature(new_variants[carried[s]].lowered)
+            s for s, v in old_variants.items() if carried[s] != s or plan_signature(v.lowered) != plan_signature(new_variants[carried[s]].lowered)
         )
         if old_variants:
             kind = LAYOUT if layout_changed else BODY

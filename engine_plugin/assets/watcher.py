@@ -86,7 +86,7 @@ class ReloadService:
         quiet: float = 0.030,
         missing_grace: float = 0.25,
         max_delay: float = 1.0,
-        on_idle: Callable[[], None] | None = None,
+        on_idle: Callable[[], object] | None = None,
     ):
         self.root = os.path.abspath(root)
         self.quiet = float(quiet)
@@ -150,7 +150,7 @@ class ReloadService:
         handler = _Handler(self)
         observer = Observer()
         kinds = [FileCreatedEvent, FileModifiedEvent, FileMovedEvent, FileDeletedEvent, FileClosedEvent, DirCreatedEvent, DirDeletedEvent, DirMovedEvent]
-        observer.schedule(handler, self.root, recursive=True, event_filter=kinds)
+        observer.schedule(handler, self.root, recursive=True, event_filter=kinds)  # type: ignore[arg-type]  # duck-typed handler
         observer.daemon = True
         self._root_id = _identity(self.root)  # before start: a change after it is seen as one
         observer.start()
@@ -258,6 +258,7 @@ class ReloadService:
                     self._cond.wait(timeout=max(0.0005, wake - now))
                     idle_now = time.monotonic() - last_idle > _USAGE_FLUSH_S
                 else:
+                    assert folder is not None  # found together with its entry
                     del self._pending[folder]
                     self._in_flight = folder
                     idle_now = False
@@ -272,7 +273,7 @@ class ReloadService:
                 with self._cond:
                     self._in_flight = None
 
-    def _safely(self, fn: Callable[[], None]) -> None:
+    def _safely(self, fn: Callable[[], object]) -> None:
         try:
             fn()
         except Exception:  # the worker must outlive any bug in one reload

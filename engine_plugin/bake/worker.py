@@ -18,6 +18,7 @@ import socket
 import time
 import traceback
 from dataclasses import dataclass, field
+from typing import Any
 
 from ..errors import PluginError
 from ..lowering import Lowered, VariantSpec, lower, parse
@@ -110,7 +111,7 @@ def failure_from(exc: BaseException) -> Failure:
     return Failure(type(exc).__name__, headline, f"{headline}\n{tb}")
 
 
-def _device() -> object:
+def _device() -> Any:
     # Imported here: a worker that only lowers (validate=False) never loads wgpu.
     from ..gpu.device import get_context
 

@@ -133,7 +133,7 @@ def _ext_hook(code: int, data: bytes) -> Any:
     if not isinstance(values, tuple) or len(values) != len(names):
         raise BadEntry(f"a {cls.__name__} record of the wrong shape")
     if cls in _DIRECT:
-        obj = object.__new__(cls)
+        obj: Any = object.__new__(cls)
         obj.__dict__.update(zip(names, values))
     else:
         obj = cls(*values)

@@ -71,7 +71,7 @@ class RemoteCacheError(CacheError):
     """The remote tier's URL or options are unusable (not: the server is down, which is a miss)."""
 
 
-class RemoteMissingError(PluginError, ImportError):
+class RemoteMissingError(PluginError):
     """The ``redis`` client is not installed."""
 
     def __init__(self) -> None:
@@ -368,7 +368,7 @@ class RemoteCache:
                 pipe.strlen(n)
             sizes = pipe.execute() if names else []
             info = self._client.info("memory")
-            studio = {k.decode(): int(v) for k, v in self._client.hgetall(STATS_KEY).items()}
+            studio = {(k.decode() if isinstance(k, bytes) else k): int(v) for k, v in self._client.hgetall(STATS_KEY).items()}
             other = sum(1 for _ in self._client.scan_iter(match="engine_plugin:*", count=1000)) - len(names)
         except (self._redis.exceptions.RedisError, OSError) as exc:
             raise RemoteCacheError(f"the remote variant cache does not answer: {exc}", Span(_redact(self.url))) from None
@@ -400,7 +400,7 @@ class RemoteCache:
                 if value is None:
                     continue
                 try:
-                    mac, entry = split_signed(value)
+                    mac, entry = split_signed(value if isinstance(value, bytes) else value.encode())
                     decode_entry(key, entry)
                     if self.secret and mac is not None and value != sign(self.secret, entry):
                         raise BadEntry("the signature does not hold under this studio's secret")

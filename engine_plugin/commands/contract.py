@@ -65,9 +65,10 @@ def one_line(text: str) -> str:
 def exit_status(exc: BaseException) -> int:
     """The exit status an exception stands for (module docstring)."""
     from ..bake.runners import DaskMissingError, SchedulerUnreachable
+    from ..cache.remote import RemoteMissingError
     from ..extras import MissingExtraError
 
-    environment = (UsageError, MissingExtraError, DaskMissingError, SchedulerUnreachable, GpuError, CacheError)
+    environment = (UsageError, MissingExtraError, RemoteMissingError, DaskMissingError, SchedulerUnreachable, GpuError, CacheError)
     return EXIT_USAGE if isinstance(exc, environment) else EXIT_FAILED
 
 

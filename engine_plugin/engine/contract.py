@@ -199,11 +199,11 @@ def _bind_fields(variant: str | None, world: Any, inputs: list, fields: Any) -> 
     elif isinstance(fields, Mapping):
         mapping = dict(fields)
     elif isinstance(fields, str):
-        mapping = {inputs[0].name: fields} if len(inputs) == 1 else None
-        if mapping is None:
+        if len(inputs) != 1:
             raise _error(
                 f"fields='{fields}' is one field for {len(inputs)} field inputs ({', '.join(s.name for s in inputs)}); pass a list or a mapping", variant
             )
+        mapping = {inputs[0].name: fields}
     else:
         names = list(fields)
         if len(names) != len(inputs):

@@ -459,7 +459,7 @@ class Engine(GpuSide, Delivery):
             versions=work.versions,
             tiles=tuple((k, *t) for k, t in work.tiles) if product.policy is ReadbackPolicy.SELECTED_TILES else (),
             path=tuple((k, *t) for k, t in work.tiles) if product.policy is ReadbackPolicy.SELECTED_PATH else (),
-            user=InFlight(product, gpu.handle, work, st.frame, product.plan),
+            user=InFlight(product, gpu.handle, work, st.frame, product.plan),  # type: ignore[arg-type]  # registered products have a plan
         )
         if not self.backend.readback(desc):
             st.refused += 1

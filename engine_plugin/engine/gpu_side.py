@@ -29,6 +29,7 @@ class GpuSide:
 
     world: Any
     backend: Any
+    _on_readback: Any  # Delivery's (the engine is both)
     config: Any
     gpu_fault: str | None
     _ctx: Any
@@ -90,6 +91,7 @@ class GpuSide:
         for name in product.field_names:
             if not self._mirror(name):
                 return False
+        assert product.plan is not None, "a product's plan is checked at registration"
         program = self._program_here(product.program)
         variant = program.variant(product.spec_values or None, product.columns)
         gpu = GpuProduct.create(

@@ -101,6 +101,13 @@ class Batching:
     _ring: Any
     _closed: bool
     _guard: Any
+    # The backend's members this half calls (see WgpuBackend).
+    healthy: Any
+    fault: Any
+    _refuse: Any
+    _encode_dispatch: Any
+    _device_exception: Any
+    _fault: Any
 
     def _batch_dispatch(self, desc: DispatchDesc, product: _Product, writes: list) -> bool:
         batch = self._batch

@@ -183,7 +183,7 @@ def coalesce_uploads(
         slot_of, version = world.slot, world.version
         pairs = [(slot_of(k), version(k)) for k in keys]
     else:
-        pairs = [meta(k) for k in keys]
+        pairs = [meta(k) for k in keys]  # type: ignore[misc]  # None entries are refused just below
         for k, p in zip(keys, pairs):
             if p is None:
                 world.slot(k)  # not live: raises UnknownChunkError naming it

@@ -335,7 +335,8 @@ class WgpuBackend(Batching):
             return self._refuse(f"dispatch: {desc.product} does not read field {desc.field!r}")
         if not 1 <= desc.chunk_count <= self.config.max_chunks_per_dispatch:
             return self._refuse(f"dispatch: chunk_count {desc.chunk_count} outside 1..{self.config.max_chunks_per_dispatch} (max_chunks_per_dispatch)")
-        x, y, z = desc.workgroups
+        groups = desc.workgroups if isinstance(desc.workgroups, tuple) else (desc.workgroups, 1, 1)
+        x, y, z = groups
         per_dim = int(self._limits.get("max-compute-workgroups-per-dimension", 65_535))
         if min(x, y, z) < 1:
             return self._refuse(f"dispatch: workgroups {desc.workgroups} must all be >= 1")
@@ -353,7 +354,7 @@ class WgpuBackend(Batching):
                 self.queue.write_buffer(buffer, offset, data)
             encoder = self.device.create_command_encoder(label=f"engine_plugin.dispatch.{desc.product.key}")
             cpass = encoder.begin_compute_pass()
-            self._encode_dispatch(cpass, product, desc.workgroups)
+            self._encode_dispatch(cpass, product, groups)
             cpass.end()
             if not self.healthy:  # a notify from another thread landed while encoding
                 return self._refuse(f"dispatch: the backend was disabled while encoding ({self.fault})")

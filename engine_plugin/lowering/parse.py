@@ -96,6 +96,13 @@ def _show(value: Any, limit: int = 60) -> str:
         return f"<a {type(value).__name__}>"
 
 
+def _canonical(text: str) -> str:
+    """The canonical WGSL spelling of a value type the caller already checked (vec3f -> vec3<f32>)."""
+    vt = parse_value_type(text)
+    assert vt is not None, f"{text!r} was checked to be a value type"
+    return vt.wgsl
+
+
 class _Parser:
     def __init__(self, text: str, path: str | None):
         self.text = text
@@ -155,7 +162,8 @@ class _Parser:
         self.last = node
         if not isinstance(node, yaml.MappingNode):
             raise self.error(node, f"{what} must be a mapping, found {self._describe(node)}")
-        out, seen = [], {}
+        out: list = []
+        seen: dict[str, int] = {}
         for k, v in node.value:
             key = self.value(k)
             if not isinstance(key, str):
@@ -270,7 +278,8 @@ class _Parser:
         return (dims[0], dims[1], dims[2])
 
     def params(self, node: Any) -> tuple[Param, ...]:
-        out, seen = [], {}
+        out: list = []
+        seen: dict[str, int] = {}
         for item in self.sequence(node, "params"):
             entry = dict((k, (kn, vn)) for k, kn, vn in self.mapping(item, "a param"))
             cut = self._stitch_cut_type(entry)
@@ -316,7 +325,8 @@ class _Parser:
         return None
 
     def specialize(self, node: Any) -> tuple[SpecParam, ...]:
-        out, seen = [], {}
+        out: list = []
+        seen: dict[str, int] = {}
         for item in self.sequence(node, "specialize"):
             entry = {k: (kn, vn) for k, kn, vn in self.mapping(item, "a specialize entry")}
             for k, (kn, _) in entry.items():
@@ -350,7 +360,7 @@ class _Parser:
                 for on, o in zip(self.sequence(entry["options"][1], "options"), options):
                     if not is_value_type(o):
                         raise self.error(on, f"type option {o!r} of {name!r} is not u32, i32, f32 or a vec2/3/4 of them")
-                options = tuple(parse_value_type(o).wgsl for o in options)
+                options = tuple(_canonical(o) for o in options)
             elif kind == "workgroup":
                 for on, o in zip(self.sequence(entry["options"][1], "options"), options):
                     if not o.isdigit() or not 1 <= int(o) <= 1024:
@@ -364,7 +374,7 @@ class _Parser:
                 dnode = entry["default"][1]
                 default = self.string(dnode, "default")
                 if kind == "type" and is_value_type(default):
-                    default = parse_value_type(default).wgsl
+                    default = _canonical(default)
                 if options and default not in options:
                     raise self.error(dnode, f"default {default!r} of {name!r} is not one of its options: {', '.join(options)}")
             seen[name] = self.line_of(item)
@@ -386,7 +396,7 @@ class _Parser:
                     raise self.unknown_key(key, knode, by_name, "a bake entry (specialisation names)")
                 val = self.string(vnode, f"bake value of {key}")
                 if sp.kind == "type" and is_value_type(val):
-                    val = parse_value_type(val).wgsl
+                    val = _canonical(val)
                 if sp.options and val not in sp.options:
                     raise self.error(vnode, f"{key}={val!r} is not one of its options: {', '.join(sp.options)}")
                 combo.append((key, val))
@@ -449,7 +459,7 @@ class _Parser:
             if access not in accesses:
                 raise self.error(node("access"), f"binding {name!r}: access must be {' or '.join(repr(a) for a in accesses)}, not {access!r}")
             f["access"] = access
-        for key, allowed in (
+        for key, choices in (
             ("dim", TEXTURE_DIMS),
             ("sample", tuple(SAMPLE_TYPES)),
             ("format", tuple(STORAGE_FORMATS)),
@@ -458,8 +468,8 @@ class _Parser:
         ):
             if key in by_key:
                 value = self.string(node(key), key)
-                if value not in allowed:
-                    raise self.error(node(key), f"binding {name!r}: {key} must be one of {', '.join(allowed)}, not {value!r}")
+                if value not in choices:
+                    raise self.error(node(key), f"binding {name!r}: {key} must be one of {', '.join(choices)}, not {value!r}")
                 f[key] = value
         if "size" in by_key:
             snode = node("size")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import itertools
 import re
 from dataclasses import dataclass
-from typing import Mapping
+from typing import Mapping, Sequence
 
 from ..errors import Span, SpecializationError
 from .schema import Schema
@@ -40,7 +40,7 @@ def _short(v: str) -> str:
     return v if len(v) <= 24 else v[:21] + "..."
 
 
-def resolve_spec(schema: Schema, specialize: Mapping[str, str] | VariantSpec | None = None, columns: Mapping[str, list] | None = None) -> VariantSpec:
+def resolve_spec(schema: Schema, specialize: Mapping[str, str] | VariantSpec | None = None, columns: Mapping[str, Sequence[str]] | None = None) -> VariantSpec:
     """Validate and complete a specialisation for ``schema``.
 
     Raises:
