@@ -8,7 +8,8 @@ of the engine's:
 
 * ``heat_step``        one diffusion step (exact; a ``STENCIL`` specialisation), ping-pong into
   the engine's heat mirror;
-* ``colorize``         heat -> packed RGBA8/BGRA8 pixels through a palette *columns table*;
+* ``colorize``         heat -> a storage texture (RGBA8, or BGRA8 like the window surface) over a
+  2-D domain, through a palette *columns table*; the window copies it to its surface;
 * ``engine/summary``   an engine SUMMARY product over ``heat`` whose revalidated readbacks feed
   the HUD (min / max / mean);
 * ``hotspots``         an *append* output of tiles above a threshold (float_order), counted.
@@ -134,7 +135,14 @@ class HeatDemo:
         tiles = GRID[0] * GRID[1] * CHUNK[0] * CHUNK[1]
         usage = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC | wgpu.BufferUsage.COPY_DST
         self.scratch = self.ctx.device.create_buffer(size=tiles * 4, usage=usage, label="heat scratch")
-        self.pixels = self.ctx.device.create_buffer(size=self.out_w * self.out_h * 4, usage=usage, label="pixels")
+        # The colourised frame: a storage texture the kernel writes and the window copies to its surface.
+        self.pixels_format = "bgra8unorm" if self.pixel_order == "bgra" else "rgba8unorm"
+        self.pixels = self.ctx.device.create_texture(
+            size=(self.out_w, self.out_h, 1),
+            format=self.pixels_format,
+            usage=wgpu.TextureUsage.STORAGE_BINDING | wgpu.TextureUsage.COPY_SRC | wgpu.TextureUsage.TEXTURE_BINDING,
+            label="pixels",
+        )
         self._hot_output = None
         self.frame_index = 0
         self.paused = False
@@ -229,7 +237,7 @@ class HeatDemo:
     def _colorize(self, heat: Any) -> None:
         variant = self.color_ref.program().variant(specialize={"ORDER": self.pixel_order}, columns={"palette": ["color"]})
         variant.run(
-            self.out_w * self.out_h,
+            (self.out_w, self.out_h),
             inputs={"field": heat, "palette": self.palette},
             outputs={"pixels": self.pixels},
             params={**self._grid_params(), "out_w": self.out_w, "out_h": self.out_h, "lo": 0.0, "hi": 1.0},
@@ -245,8 +253,7 @@ class HeatDemo:
     # -- output -------------------------------------------------------------------------------
     def read_pixels(self) -> np.ndarray:
         """The last coloured frame as an (h, w, 4) uint8 array, RGBA order."""
-        words = abi.read(self.pixels, as_u32=True)[: self.out_w * self.out_h]
-        img = words.view(np.uint8).reshape(self.out_h, self.out_w, 4).copy()
+        img = abi.read(self.pixels)
         if self.pixel_order == "bgra":
             img[..., [0, 2]] = img[..., [2, 0]]
         return img

@@ -67,11 +67,7 @@ def run_window(demo_factory: Any, frames: int | None = None, *, size: tuple[int,
         texture = context.get_current_texture()
         w, h = min(texture.size[0], demo.out_w), min(texture.size[1], demo.out_h)
         encoder = demo.ctx.device.create_command_encoder()
-        encoder.copy_buffer_to_texture(
-            {"buffer": demo.pixels, "offset": 0, "bytes_per_row": demo.out_w * 4, "rows_per_image": demo.out_h},
-            {"texture": texture},
-            (w, h, 1),
-        )
+        encoder.copy_texture_to_texture({"texture": demo.pixels}, {"texture": texture}, (w, h, 1))
         demo.ctx.queue.submit([encoder.finish()])
         shown[0] += 1
         now = time.perf_counter()

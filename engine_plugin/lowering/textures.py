@@ -50,6 +50,7 @@ STORAGE_FORMATS: dict[str, tuple[str, int, str]] = {
     "rgba32uint": ("uint", 4, "<u4"),
     "rgba32sint": ("sint", 4, "<i4"),
     "rgba32float": ("float", 4, "<f4"),
+    "bgra8unorm": ("float", 4, "u1"),  # needs the bgra8unorm-storage feature (requested where the adapter has it)
 }
 
 # Formats a numpy array uploads to, by (channel dtype, channels).

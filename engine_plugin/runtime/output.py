@@ -156,6 +156,10 @@ def read(x: Any, as_u32: bool = False) -> np.ndarray:
         dtype = "<u4" if as_u32 else vt.numpy_dtype
         arr = np.frombuffer(raw, dtype=dtype).copy()
         return arr.reshape(count, vt.lanes) if vt.lanes > 1 else arr
+    if isinstance(x, wgpu.GPUTexture):
+        w, h, d = x.size
+        dim = "3d" if str(x.dimension) == "3d" else "2d" if d == 1 else "2d_array"
+        x = TextureOutput(x, str(x.format), (w, h, d), dim, x.label or "")
     if isinstance(x, TextureOutput):
         from ..gpu.device import get_context
 

@@ -98,8 +98,7 @@ def test_window_shows_the_field_follows_a_colorize_edit_and_survives_a_broken_sa
         # Swap red and blue in the kernel, on disk, while the game runs.
         wgsl = os.path.join(assets_copy, "colorize.computeShader", "colorize.wgsl")
         text = open(wgsl).read()
-        swapped = text.replace("return q.z | (q.y << 8u) | (q.x << 16u) | (q.w << 24u);", "return q.x | (q.y << 8u) | (q.z << 16u) | (q.w << 24u);", 1)
-        swapped = swapped.replace("return q.x | (q.y << 8u) | (q.z << 16u) | (q.w << 24u);\n    // @end\n    // @when ORDER bgra", "return q.z | (q.y << 8u) | (q.x << 16u) | (q.w << 24u);\n    // @end\n    // @when ORDER bgra", 1)
+        swapped = text.replace("clamp(palette_at(t), vec4<f32>(0.0)", "clamp(palette_at(t).bgra, vec4<f32>(0.0)", 1)
         assert swapped != text
         with open(wgsl, "w") as f:
             f.write(swapped)
@@ -111,7 +110,7 @@ def test_window_shows_the_field_follows_a_colorize_edit_and_survives_a_broken_sa
 
         # A broken save: the picture stays, the diagnostics show in the title.
         with open(wgsl, "w") as f:
-            f.write(swapped.replace("let px = p % params.out_w;", "let px = p % params.out_w"))
+            f.write(swapped.replace("let px = gid.x;", "let px = gid.x"))
         _, _, _, diag = _wait_state(state, proc, lambda f, g, p, d: "colorize.wgsl:" in d, "the diagnostics")
         time.sleep(0.3)
         broken = _screenshot(xvfb, str(tmp_path / "c.png"))

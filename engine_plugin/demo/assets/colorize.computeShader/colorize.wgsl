@@ -1,13 +1,5 @@
-// One pixel per invocation: find the tile under it, map its value through the palette.
-fn pack(c: vec4<f32>) -> u32 {
-    let q = vec4<u32>(clamp(c, vec4<f32>(0.0), vec4<f32>(1.0)) * 255.0 + 0.5);
-    // @when ORDER rgba
-    return q.x | (q.y << 8u) | (q.z << 16u) | (q.w << 24u);
-    // @end
-    // @when ORDER bgra
-    return q.z | (q.y << 8u) | (q.x << 16u) | (q.w << 24u);
-    // @end
-}
+// One pixel per invocation: find the tile under it, map its value through the palette, store
+// the colour into the texture the window shows (the texture's format orders the channels).
 
 // Column 0 of the palette table holds the colour stops (vec4 each), evenly spaced over [0, 1].
 fn palette_at(t: f32) -> vec4<f32> {
@@ -19,14 +11,13 @@ fn palette_at(t: f32) -> vec4<f32> {
     return mix(a, b, x - f32(i));
 }
 
-@compute @workgroup_size(64)
+@compute @workgroup_size(8, 8)
 fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
-    let p = zero_index(gid);
-    if (p >= zero_n()) {
+    if (zero_index(gid) >= zero_n()) {
         return;
     }
-    let px = p % params.out_w;
-    let py = p / params.out_w;
+    let px = gid.x;
+    let py = gid.y;
     let field_w = params.grid_w * params.chunk_w;
     let field_h = (field_len() / (params.chunk_w * params.chunk_h) / params.grid_w) * params.chunk_h;
     let fx = px * field_w / params.out_w;
@@ -35,5 +26,5 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
     let tile = (fy % params.chunk_h) * params.chunk_w + fx % params.chunk_w;
     let v = field_get(slot * params.chunk_w * params.chunk_h + tile);
     let t = (v - params.lo) / max(params.hi - params.lo, 1e-6);
-    pixels_set(p, pack(palette_at(t)));
+    textureStore(pixels, gid.xy, clamp(palette_at(t), vec4<f32>(0.0), vec4<f32>(1.0)));
 }
