@@ -142,8 +142,8 @@ def cmd_cache(args: argparse.Namespace, rep: Reporter) -> int:
     status_remote, remote = _remote(args, rep)
     if args.json:
         data = json.loads(local_out.getvalue())
-        data["local"] = {k: v for k, v in data.items()}
-        if remote is not None:
+        if remote is not None:  # both tiers: the local one's figures also under "local"
+            data["local"] = dict(data)
             data["remote"] = remote
         write_json(data, "-")
     return max(status, status_remote)
