@@ -18,7 +18,7 @@ import numpy as np
 
 from .types import NUMPY_DTYPE, parse_value_type
 
-__all__ = ["ParamType", "parse_param_type", "ParamTypeError"]
+__all__ = ["ParamType", "parse_param_type", "ParamTypeError", "split_array_type"]
 
 _MAT_RE = re.compile(r"^mat([234])x([234])\s*<\s*f32\s*>$|^mat([234])x([234])f$")
 _RANGE = {"i32": (-(2**31), 2**31 - 1), "u32": (0, 2**32 - 1)}
@@ -133,7 +133,8 @@ class ParamType:
         return None
 
 
-def _split_array(inner: str) -> tuple[str, str] | None:
+def split_array_type(inner: str) -> tuple[str, str] | None:
+    """``vec4<f32>, 6`` (the inside of ``array<...>``) -> (element, length); None without a length."""
     depth = 0
     for i in range(len(inner) - 1, -1, -1):
         c = inner[i]
@@ -162,7 +163,7 @@ def parse_param_type(text: str) -> ParamType:
         return ParamType("matrix", "f32", int(rows), int(cols))
     if t.startswith("array") and t[5:].lstrip().startswith("<") and t.endswith(">"):
         inner = t[t.index("<") + 1 : -1]
-        parts = _split_array(inner)
+        parts = split_array_type(inner)
         if parts is None:
             raise ParamTypeError(f"{t!r} has no length; a param array is fixed: array<vec4<f32>, 6>")
         element = parse_param_type(parts[0])

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from ..errors import Span
 from .lowered import Lowered
-from .param_types import ParamTypeError, parse_param_type
+from .param_types import ParamTypeError, parse_param_type, split_array_type
 from .wgsl_text import tokens
 
 __all__ = ["PortabilityIssue", "portability_issues", "WEBGPU_DEFAULTS"]
@@ -46,23 +46,16 @@ def _storage_size(type_text: str, consts: dict[str, int]) -> int | None:
     if t.startswith("atomic<"):
         return 4
     if t.startswith("array<") and t.endswith(">"):
-        inner = t[len("array<") : -1]
-        depth = 0
-        for i in range(len(inner) - 1, -1, -1):
-            c = inner[i]
-            if c in ">)":
-                depth += 1
-            elif c in "<(":
-                depth -= 1
-            elif c == "," and depth == 0:
-                element, count_text = inner[:i].strip(), inner[i + 1 :].strip().rstrip("ui")
-                count = int(count_text) if count_text.isdigit() else consts.get(count_text)
-                size = _storage_size(element, consts)
-                if count is None or size is None:
-                    return None
-                align = 16 if re.match(r"vec[34]|mat", element) else 8 if element.startswith("vec2") else 4
-                return count * (-(-size // align) * align)
-        return None
+        parts = split_array_type(t[len("array<") : -1])
+        if parts is None:
+            return None
+        element, count_text = parts[0], parts[1].rstrip("ui")
+        count = int(count_text) if count_text.isdigit() else consts.get(count_text)
+        size = _storage_size(element, consts)
+        if count is None or size is None:
+            return None
+        align = 16 if re.match(r"vec[34]|mat", element) else 8 if element.startswith("vec2") else 4
+        return count * (-(-size // align) * align)
     try:
         p = parse_param_type(t)
     except ParamTypeError:
