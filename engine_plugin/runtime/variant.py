@@ -71,6 +71,7 @@ class _Bound:
     offset: int = 0
     size: int | None = None  # None: the whole buffer (pages, foreign tables)
     resource: Any = None  # a texture view or a sampler: bound as it is
+    transient: bool = False  # a view made for this run: its bind group is not cached (it would keep the texture alive)
 
 
 @dataclass
@@ -275,7 +276,7 @@ class Variant:
             raise self._slot_error(
                 slot, f"texture {slot.name!r}: this device cannot filter {fmt} linearly; upload float16 or uint8 data, or use a nearest sampler"
             )
-        return _Bound(texture, 0, resource=view_of(texture, dim))
+        return _Bound(texture, 0, resource=view_of(texture, dim), transient=True)
 
     def _resolve_storage_texture(self, slot: HostSlot, value: Any) -> _Bound:
         dim, fmt, _ = slot.texture
@@ -284,7 +285,7 @@ class Variant:
         texture, have = self._texture_of(slot, value)
         if have != fmt:
             raise self._slot_error(slot, f"storage texture {slot.name!r} is {fmt}, not {have}")
-        return _Bound(texture, 0, resource=view_of(texture, dim))
+        return _Bound(texture, 0, resource=view_of(texture, dim), transient=True)
 
     def _texture_output(self, slot: HostSlot, env: dict, lengths: dict, bound: dict, given: Any) -> TextureOutput:
         """An output storage texture: a new one per run (zero-filled by WebGPU), of ``size``."""
@@ -298,7 +299,7 @@ class Variant:
             dims = [self._size(slot, "size", text, env, lengths) for text in slot.size]
             size = (dims + [1, 1])[:3]  # type: ignore[assignment]
             texture = output_texture(self.ctx, fmt, (size[0], size[1], size[2]), dim, slot.name)
-        bound[slot.binding] = _Bound(texture, 0, resource=view_of(texture, dim))
+        bound[slot.binding] = _Bound(texture, 0, resource=view_of(texture, dim), transient=True)
         return TextureOutput(texture, fmt, (size[0], size[1], size[2]), dim, slot.name)
 
     def _constant(self, name: str, words: np.ndarray) -> Any:
@@ -659,6 +660,8 @@ class Variant:
             entries.append({"binding": i, "resource": res})
         entries.append({"binding": self.lowered.params.binding, "resource": {"buffer": self._ring.buffer, "offset": 0, "size": self._ring.struct_size}})
         group = self.ctx.device.create_bind_group(layout=self.compiled.bind_group_layout, entries=entries)
+        if any(b.transient for b in bound.values()):
+            return group
         # Keep the buffers alive with the cached group, so an id() in the key can never be reused.
         self._bind_groups[key] = (group, [(b.buffer, b.resource) for b in bound.values()])
         while len(self._bind_groups) > _BIND_GROUP_CACHE:

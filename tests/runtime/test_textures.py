@@ -142,3 +142,22 @@ def test_3d_and_array_textures_read_every_texel(dim, load):
 def test_bad_texture_bindings_are_refused_at_their_line(yaml, message):
     with pytest.raises(SchemaError, match=message):
         abi.parse(yaml)
+
+
+def test_texture_runs_keep_no_dropped_texture_alive():
+    import gc
+
+    import wgpu
+
+    double = copy("float", "rgba32float", "2.0")
+    image = np.ones((8, 8, 4), np.float32)
+
+    def textures() -> int:
+        gc.collect()
+        return wgpu.diagnostics.object_counts.get_dict()["Texture"]["count"]
+
+    abi.read(double.run(n=(8, 8), inputs={"src": image}).outputs["out"])
+    before = textures()
+    for _ in range(40):
+        abi.read(double.run(n=(8, 8), inputs={"src": image}).outputs["out"])
+    assert textures() <= before + 2  # each run's upload and output go with the run
