@@ -102,7 +102,9 @@ class _Lowerer:
         schema = self.schema
         spec_params = {sp.name: sp for sp in schema.specialize}
         where = ", ".join(sorted(self.module_texts)) if self.module_texts else ""
-        modules = resolve_imports(self.wgsl, self.wgsl_path, from_mapping(self.module_texts), f"the modules given: {where}" if where else "no modules were given")
+        modules = resolve_imports(
+            self.wgsl, self.wgsl_path, from_mapping(self.module_texts), f"the modules given: {where}" if where else "no modules were given"
+        )
         kept = apply_when_blocks(blank_imports(self.wgsl).split("\n"), self.values, spec_params, self.wgsl_path)
         module_lines = [apply_when_blocks(blank_imports(m.text).split("\n"), self.values, spec_params, m.path) for m in modules]
         sources = {sp.name: self.values[sp.name] for sp in schema.specialize if sp.kind == "source"}

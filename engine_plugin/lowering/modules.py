@@ -66,7 +66,10 @@ def import_lines(text: str, path: str | None) -> list[ImportLine]:
         m = IMPORT_RE.match(line)
         if m is None:
             if stripped.startswith("#import"):
-                raise LoweringError("malformed '#import'; write '#import NAME' alone on its line (NAME.wgsl in a modules/ folder)", Span(path, idx, len(line) - len(stripped) + 1, line))
+                raise LoweringError(
+                    "malformed '#import'; write '#import NAME' alone on its line (NAME.wgsl in a modules/ folder)",
+                    Span(path, idx, len(line) - len(stripped) + 1, line),
+                )
             continue
         name = m.group(2)
         col = line.find(name, len(m.group(1)) + len("#import")) + 1 if name else len(m.group(1)) + 1
