@@ -115,14 +115,17 @@ def resolve_imports(text: str, path: str | None, find: Callable[[str], "tuple[st
             if imp.name in done:
                 continue
             if imp.name in active:
-                first_owner, first = active[imp.name]
-                first_path = paths.get(first_owner) if first_owner is not None else path
                 names = list(active)
-                cycle = names[names.index(imp.name) :] + [imp.name]
+                cycle = names[names.index(imp.name) :]
+                notes: tuple[str, ...] = ()
+                if len(cycle) > 1:  # the other end: where the first module of the cycle imports the next
+                    _, first = active[cycle[1]]
+                    notes = (f"{paths[cycle[0]]}:{first.line}: {imp.name} imports {cycle[1]} here",)
                 raise LoweringError(
-                    f"'#import {imp.name}' closes an import cycle: {' -> '.join(cycle)}; a module cannot import itself, directly or through others",
+                    f"'#import {imp.name}' closes an import cycle ({' -> '.join(cycle + [imp.name])}); "
+                    "a module cannot import itself, directly or through others",
                     Span(owner_path, imp.line, imp.col, imp.text),
-                    notes=(f"{first_path or '<body>'}:{first.line}: the cycle starts with '#import {imp.name}' here",),
+                    notes=notes,
                 )
             found = find(imp.name)
             if found is None:
