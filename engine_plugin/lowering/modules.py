@@ -23,11 +23,14 @@ from typing import Callable, Mapping
 
 from ..errors import LoweringError, Span
 
-__all__ = ["IMPORT_RE", "Module", "ModuleTexts", "blank_imports", "import_lines", "resolve_imports", "from_mapping"]
+__all__ = ["MAX_MODULES", "IMPORT_RE", "Module", "ModuleTexts", "blank_imports", "import_lines", "resolve_imports", "from_mapping"]
 
 # ``#import name`` (optionally followed by a // comment). A name is identifiers joined by '/'.
 IMPORT_RE = re.compile(r"^(\s*)#import\b[ \t]*(\S*)[ \t]*(//.*)?$")
 _NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(/[A-Za-z_][A-Za-z0-9_]*)*$")
+
+# More modules than any kernel imports: a bound on the work (and the recursion) of a hostile tree.
+MAX_MODULES = 256
 
 # {name: (path, text)}: what a caller hands the pure API.
 ModuleTexts = Mapping[str, "tuple[str, str]"]
@@ -126,6 +129,11 @@ def resolve_imports(text: str, path: str | None, find: Callable[[str], "tuple[st
                     "a module cannot import itself, directly or through others",
                     Span(owner_path, imp.line, imp.col, imp.text),
                     notes=notes,
+                )
+            if len(done) + len(active) >= MAX_MODULES:
+                raise LoweringError(
+                    f"'#import {imp.name}': more than {MAX_MODULES} modules imported; is an import tree generated?",
+                    Span(owner_path, imp.line, imp.col, imp.text),
                 )
             found = find(imp.name)
             if found is None:

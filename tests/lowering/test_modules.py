@@ -192,3 +192,27 @@ def test_a_program_runs_imported_code_and_a_warm_cache_never_serves_the_old_modu
     assert results[1] == (x * 5 + 101).tolist()  # the edited module, although the body and schema are unchanged
     assert results[2] == results[0]
     assert len(list(VariantCache(str(tmp_path / "cache")).entries())) == 2
+
+
+def test_a_chain_of_too_many_modules_is_refused_not_recursed():
+    from engine_plugin.lowering.modules import MAX_MODULES
+
+    chain = {f"m{i}": (f"m/m{i}.wgsl", f"#import m{i + 1}\n") for i in range(MAX_MODULES + 10)}
+    err = _error("#import m0\n" + MAIN, chain)
+    assert f"more than {MAX_MODULES} modules" in err.message and err.path == f"m/m{MAX_MODULES - 1}.wgsl"
+
+
+def test_a_module_behind_a_symlink_out_of_the_asset_root_is_refused_unread(tmp_path):
+    from engine_plugin.errors import AssetError
+
+    root = tmp_path / "assets"
+    folder = root / "k.computeShader"
+    os.makedirs(folder)
+    os.makedirs(root / "modules")
+    (folder / "bindings.yaml").write_text(SCHEMA)
+    (folder / "kernel.wgsl").write_text(BODY)
+    (tmp_path / "secret.wgsl").write_text("fn mix_value(x: u32) -> u32 { return x; } // secret\n")
+    os.symlink(tmp_path / "secret.wgsl", root / "modules" / "mix.wgsl")
+    with pytest.raises(AssetError) as info:
+        read_asset_folder(str(folder), root=str(root))
+    assert info.value.path == str(root / "modules" / "mix.wgsl") and "symlink" in info.value.message and "secret" not in str(info.value)
