@@ -140,11 +140,18 @@ class Program:
         """The variants made so far, by spec."""
         return dict(self._live()._variants)
 
+    def variant_key(self, spec: VariantSpec) -> str:
+        """The variant cache key of ``spec`` of this program: schema, body and every module the
+        body imports (use this, not ``variant_key(schema.text, wgsl, spec)``, wherever a key
+        of a program's variant is needed)."""
+        live = self._live()
+        return variant_key(live._schema.text, live._wgsl, spec, live.imports())
+
     def lowered(self, spec: VariantSpec) -> Lowered:
         """Lower ``spec`` (or fetch it from the store) without compiling."""
         live = self._live()
         imports = live.imports()
-        key = variant_key(live._schema.text, live._wgsl, spec, imports)
+        key = live.variant_key(spec)
         if live._store is not None:
             found = live._store.get(key)
             if found is not None:
