@@ -66,7 +66,12 @@ def compile(key: str, lowered: Lowered, label: str | None = None, device: Any = 
 
 
 def program(key: str, schema: Schema, wgsl: str, **kwargs: Any) -> Program:
-    """The program under ``key`` (the standing one when schema and source are the same)."""
+    """The program under ``key`` (the standing one when schema and source are the same).
+
+    Keyword arguments: ``wgsl_path`` (the body's file, named in errors), ``device``, ``store``
+    (a variant cache), ``modules`` (``{name: (path, text)}``: the shared modules the body's
+    ``#import NAME`` lines may name; see README "Shared modules").
+    """
     return _program(key, schema, wgsl, **kwargs)
 
 

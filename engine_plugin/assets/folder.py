@@ -4,6 +4,11 @@ An asset's files are read only when they resolve inside the asset root (a symlin
 elsewhere, like ``/etc/passwd`` or another checkout, is refused before a byte of it is read,
 so nothing of it can reach an error message or a log), only when they are regular files (a
 FIFO would block the reader for ever), and only up to :data:`MAX_ASSET_FILE_BYTES`.
+
+The body's ``#import NAME`` lines are resolved here too (transitively; see
+:mod:`engine_plugin.lowering.modules`): ``NAME.wgsl`` is looked up in the module search path,
+the ``modules/`` folder of each folder above the asset up to the asset root (nearest first),
+then any folders the caller adds. Module files are read under the same rules as the asset's.
 """
 
 from __future__ import annotations
@@ -12,12 +17,15 @@ import hashlib
 import os
 import stat
 from dataclasses import dataclass
+from typing import Sequence
 
 from ..errors import AssetError, Span
+from ..lowering.modules import Module, resolve_imports
 
-__all__ = ["AssetSource", "read_asset_folder", "find_assets", "ASSET_SUFFIX", "is_editor_noise"]
+__all__ = ["AssetSource", "read_asset_folder", "find_assets", "ASSET_SUFFIX", "MODULES_DIR", "is_editor_noise", "module_search_path", "read_modules"]
 
 ASSET_SUFFIX = ".computeShader"
+MODULES_DIR = "modules"  # shared WGSL modules live in a folder of this name (e.g. assets/modules/)
 # Files editors leave beside the real ones while saving; never part of an asset.
 _NOISE_SUFFIXES = (".swp", ".swo", ".swx", "~", ".tmp", ".bak", ".orig", ".crswap")
 # A kernel body or schema is kilobytes; a file this large is not one (and is not read whole).
@@ -40,13 +48,23 @@ class AssetSource:
     wgsl_path: str
     wgsl_text: str
     extra_files: tuple[str, ...] = ()
+    modules: tuple[Module, ...] = ()  # what the body imports, transitively, dependencies first
+    module_search: tuple[str, ...] = ()  # the folders searched for modules, in order
 
     @property
     def content_hash(self) -> str:
         h = hashlib.sha256()
         for part in (self.yaml_text, "\0", self.wgsl_text):
             h.update(part.encode())
+        for m in self.modules:  # an edited module is new content for every asset importing it
+            for part in ("\0", m.name, "\0", m.path, "\0", m.text):
+                h.update(part.encode())
         return h.hexdigest()
+
+    @property
+    def module_texts(self) -> dict[str, tuple[str, str]]:
+        """``{name: (path, text)}`` of the imported modules, as the lowering takes them."""
+        return {m.name: (m.path, m.text) for m in self.modules}
 
 
 def _inside(path: str, root: str) -> bool:
@@ -89,15 +107,58 @@ def _read_text(path: str, root: str) -> str:
     return text.replace("\r\n", "\n").replace("\r", "\n")
 
 
-def read_asset_folder(folder: str, root: str | None = None) -> AssetSource:
-    """Read an asset folder (or its bindings.yaml path).
+def module_search_path(folder: str, root: str | None = None, extra: Sequence[str] = ()) -> tuple[str, ...]:
+    """The folders ``#import`` looks in for an asset at ``folder``: the ``modules/`` folder of
+    each folder above it, nearest first, up to ``root`` (every ancestor when None), then ``extra``."""
+    out: list[str] = []
+    here = os.path.dirname(os.path.normpath(os.path.abspath(folder)))
+    top = os.path.normpath(os.path.abspath(root)) if root is not None else None
+    if top is not None and not (here == top or here.startswith(top.rstrip(os.sep) + os.sep)):
+        here = top  # an asset outside the root (a built-in one): the root's modules only
+    while True:
+        out.append(os.path.join(here, MODULES_DIR))
+        parent = os.path.dirname(here)
+        if here == top or parent == here:
+            break
+        here = parent
+    if not os.path.isabs(folder):  # name them as the caller named the asset
+        out = [os.path.relpath(p) for p in out]
+    out += [os.path.normpath(e) for e in extra]
+    return tuple(dict.fromkeys(out))
+
+
+def read_modules(wgsl_text: str, wgsl_path: str, search: Sequence[str], root: str | None = None) -> tuple[Module, ...]:
+    """The modules ``wgsl_text`` imports, read from ``search`` (first folder holding
+    ``NAME.wgsl`` wins), transitively, dependencies first.
+
+    Args:
+        root: module files must resolve inside it (default: the folder each was found in).
+    Raises:
+        LoweringError: an unknown module (at the ``#import`` line, listing the search path), a cycle.
+        AssetError: a module file that cannot be read under the asset rules.
+    """
+
+    def find(name: str) -> tuple[str, str] | None:
+        for base in search:
+            path = os.path.join(base, *name.split("/")) + ".wgsl"
+            if os.path.lexists(path):
+                return path, _read_text(path, root if root is not None else base)
+        return None
+
+    return resolve_imports(wgsl_text, wgsl_path, find, ", ".join(search) or "no module folders")
+
+
+def read_asset_folder(folder: str, root: str | None = None, modules: Sequence[str] = ()) -> AssetSource:
+    """Read an asset folder (or its bindings.yaml path) and the modules its body imports.
 
     Args:
         folder: the ``.computeShader`` folder.
         root: the asset root the files must resolve inside (default: the folder itself).
+        modules: module folders searched after the ``modules/`` folders above the asset.
     Raises:
         AssetError: no folder, no bindings.yaml, no .wgsl or more than one, unreadable files,
             files that lead outside the root, are not regular files or are too large.
+        LoweringError: an ``#import`` of an unknown module, an import cycle.
     """
     folder = os.path.normpath(folder)
     if os.path.basename(folder) == "bindings.yaml":
@@ -123,7 +184,12 @@ def read_asset_folder(folder: str, root: str | None = None) -> AssetSource:
     others = tuple(n for n in names if n not in ("bindings.yaml", wgsl[0]) and not is_editor_noise(n))
     wgsl_path = os.path.join(folder, wgsl[0])
     texts = [_read_text(path, root) for path in (yaml_path, wgsl_path)]
-    return AssetSource(folder, yaml_path, texts[0], wgsl_path, texts[1], others)
+    search = module_search_path(folder, root if root != folder else None, modules)
+    # Module files must stay inside the asset root, or (an asset read on its own) inside the
+    # module folder they were found in.
+    mod_root = root if root != folder else None
+    imported = read_modules(texts[1], wgsl_path, search, mod_root) if "#import" in texts[1] else ()
+    return AssetSource(folder, yaml_path, texts[0], wgsl_path, texts[1], others, imported, search)
 
 
 def find_assets(root: str) -> list[str]:

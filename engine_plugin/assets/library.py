@@ -23,18 +23,17 @@ import time
 from collections import OrderedDict, deque
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
-from typing import Any, Callable, Iterator, Mapping
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from ..cache import DEFAULT_MAX_BYTES, USAGE_FILE, UsageLog, VariantCache
 from ..cache.remote import DEFAULT_TIMEOUT, RemoteCache, remote_from
 from ..errors import AssetError, CacheError, PluginError, Span, bug
 from ..gpu.device import get_context
 from ..lowering import Lowered, Schema, VariantSpec, parse
-from ..lowering.fingerprint import variant_key
 from ..runtime.compile import compile_lowered
 from ..runtime.program import Program, adopt_program, program, registered_program
 from .builtin import builtin_folder, builtin_root
-from .folder import ASSET_SUFFIX, AssetSource, read_asset_folder
+from .folder import ASSET_SUFFIX, AssetSource, module_search_path, read_asset_folder
 from .prefetch import PrefetchReport, prefetch
 from .reload import BODY, LAYOUT, Prepared, ReloadEvent, ReloadFailure, Unsettled, carry_spec, plan_signature, prepare
 from .watcher import ReloadService
@@ -79,14 +78,14 @@ class _AssetStore:
         rel: str,
         cache: VariantCache | None,
         usage: UsageLog | None,
-        paths: tuple[str, str],
+        paths: tuple[str, ...],
         remote: RemoteCache | None = None,
         on_demand: bool = False,
     ):
         self.rel = rel
         self.cache = cache
         self.usage = usage
-        self.paths = paths  # (bindings.yaml, .wgsl) as errors should name them
+        self.paths = paths  # (bindings.yaml, .wgsl, imported modules...) as errors should name them
         self.remote = remote
         self.on_demand = on_demand
         self._memory: "OrderedDict[str, Lowered]" = OrderedDict()
@@ -96,12 +95,14 @@ class _AssetStore:
         self.memory_hits = 0
 
     def _rebase(self, lowered: Lowered) -> Lowered:
-        # Entries are content-addressed, so one baked elsewhere names another checkout's files.
-        yaml_path, wgsl_path = self.paths
+        # Entries are content-addressed, so one baked elsewhere names another checkout's files
+        # (its modules too: they follow the asset's two files, in the order they were imported).
+        wgsl_path = self.paths[1]
         files = lowered.source_map.files
-        if files[:2] == (yaml_path, wgsl_path) and lowered.asset == wgsl_path:
+        if files == self.paths and lowered.asset == wgsl_path:
             return lowered
-        sm = replace(lowered.source_map, files=(yaml_path, wgsl_path) + tuple(files[2:]))
+        mine = self.paths if len(self.paths) == len(files) else self.paths[:2] + tuple(files[2:])
+        sm = replace(lowered.source_map, files=mine)
         return replace(lowered, source_map=sm, asset=wgsl_path)
 
     def _remember(self, key: str, lowered: Lowered, origin: str | None = None) -> None:
@@ -162,11 +163,13 @@ class _AssetStore:
             self._record(found)
         return found
 
-    def lookup(self, key: str, schema: Schema, wgsl: str, spec: VariantSpec, wgsl_path: str | None) -> Lowered | None:
+    def lookup(
+        self, key: str, schema: Schema, wgsl: str, spec: VariantSpec, wgsl_path: str | None, modules: Mapping[str, tuple[str, str]] | None = None
+    ) -> Lowered | None:
         """:meth:`get`, then (on a thread allowed the network) the remote tier, verified."""
         found = self.remembered(key)
         if found is None and self.remote is not None and (self.on_demand or getattr(_NET, "allowed", False)):
-            fetched = self.remote.fetch(key, schema=schema, wgsl=wgsl, spec=spec, wgsl_path=wgsl_path)
+            fetched = self.remote.fetch(key, schema=schema, wgsl=wgsl, spec=spec, wgsl_path=wgsl_path, modules=modules)
             if fetched is not None:
                 found = self.adopt_remote(key, fetched)
         if found is not None:
@@ -259,7 +262,7 @@ class ComputeShaderRef:
             return {}
         out = {}
         for spec in specs:
-            key = variant_key(prog.schema.text, prog.wgsl, spec)
+            key = prog.variant_key(spec)
             out[spec] = self._store.origin(key) or "memory"
         return out
 
@@ -307,6 +310,10 @@ class AssetLibrary:
         remote_on_demand: let a variant first asked for on any thread (the engine's too) ask
             the remote tier, within ``remote_timeout``; off by default, so the frame loop never
             touches the network.
+        modules: more folders of shared WGSL modules for ``#import``, searched after the
+            ``modules/`` folders above each asset (the nearest first, up to ``root/modules``).
+            Hot reload follows module files under ``root``; these folders are read at each
+            load and reload but not watched.
     Raises:
         RemoteMissingError: a remote tier was asked for without the ``redis`` client.
     """
@@ -324,8 +331,10 @@ class AssetLibrary:
         remote: RemoteCache | str | bool | None = None,
         remote_timeout: float = DEFAULT_TIMEOUT,
         remote_on_demand: bool = False,
+        modules: Sequence[str] = (),
     ):
         self.root = os.fspath(root)
+        self.module_paths = tuple(os.fspath(m) for m in modules)
         self.remote = remote_from(remote, timeout=remote_timeout)
         self.remote_on_demand = bool(remote_on_demand)
         self._writer: ThreadPoolExecutor | None = None
@@ -357,7 +366,15 @@ class AssetLibrary:
         self._by_folder: dict[str, ComputeShaderRef] = {}
         self._ready: deque[Prepared] = deque()
         self._ready_lock = threading.Lock()
-        self.service = ReloadService(self._root_abs, self._job_for, self._deliver, quiet=quiet, missing_grace=missing_grace, on_idle=self.flush_usage)
+        self.service = ReloadService(
+            self._root_abs,
+            self._job_for,
+            self._deliver,
+            quiet=quiet,
+            missing_grace=missing_grace,
+            on_idle=self.flush_usage,
+            dependents=self._dependents,
+        )
 
     # -- references ------------------------------------------------------------------------
     def _context(self) -> Any:
@@ -406,10 +423,10 @@ class AssetLibrary:
         ref.root = root
         ctx = self._context()
         try:
-            src = read_asset_folder(folder, root=root)
+            src = read_asset_folder(folder, root=root, modules=self.module_paths)
             schema = parse(src.yaml_text, src.yaml_path)
-            ref._store.paths = (src.yaml_path, src.wgsl_path)
-            ref._program = program(rel, schema, src.wgsl_text, wgsl_path=src.wgsl_path, device=ctx, store=ref._store)
+            ref._store.paths = _store_paths(src)
+            ref._program = program(rel, schema, src.wgsl_text, wgsl_path=src.wgsl_path, device=ctx, store=ref._store, modules=src.module_texts)
             ref._source = src
             if src.extra_files:
                 log.warning("%s: files ignored in the asset (only bindings.yaml and one .wgsl count): %s", folder, ", ".join(src.extra_files))
@@ -467,17 +484,37 @@ class AssetLibrary:
             ctx = self._ctx if self._ctx is not None else self._context()
 
             def make_program(schema, src):
-                ref._store.paths = (src.yaml_path, src.wgsl_path)
-                return Program(ref.path, schema, src.wgsl_text, wgsl_path=src.wgsl_path, ctx=ctx, store=ref._store)
+                ref._store.paths = _store_paths(src)
+                return Program(ref.path, schema, src.wgsl_text, wgsl_path=src.wgsl_path, ctx=ctx, store=ref._store, modules=src.module_texts)
 
             old = ref._program
             try:
                 with allow_network():  # the worker may ask the remote tier (bounded); the engine thread never does
                     if old is not None and old.variants:
-                        return prepare(ref.path, ref.folder, seq, first_event, current=ref._source, old_program=old, make_program=make_program, root=ref.root)
+                        return prepare(
+                            ref.path,
+                            ref.folder,
+                            seq,
+                            first_event,
+                            current=ref._source,
+                            old_program=old,
+                            make_program=make_program,
+                            root=ref.root,
+                            modules=self.module_paths,
+                        )
                     # Validation lowerings of an asset nobody uses yet are not "requested variants".
                     with ref._store.unrecorded():
-                        return prepare(ref.path, ref.folder, seq, first_event, current=ref._source, old_program=old, make_program=make_program, root=ref.root)
+                        return prepare(
+                            ref.path,
+                            ref.folder,
+                            seq,
+                            first_event,
+                            current=ref._source,
+                            old_program=old,
+                            make_program=make_program,
+                            root=ref.root,
+                            modules=self.module_paths,
+                        )
             except Unsettled:
                 raise
             except Exception as exc:  # a bug in lowering: report it as this reload's failure
@@ -485,6 +522,22 @@ class AssetLibrary:
                 return Prepared(ref.path, seq, first_event, error=bug(f"preparing a reload raised {type(exc).__name__}: {exc}"))
 
         return job
+
+    def _dependents(self, path: str) -> list[str]:
+        """The folders of loaded assets a file event outside any asset concerns: those whose
+        last good read imported that module file (or a file under that folder), and those whose
+        last read failed whose module search path holds it (the missing module may have arrived)."""
+        p = os.path.abspath(path)
+        out = []
+        for folder, ref in list(self._by_folder.items()):
+            src = ref._source
+            hit = src is not None and any(_under(os.path.abspath(m.path), p) for m in src.modules)
+            if not hit and ref.error is not None and p.endswith(".wgsl"):
+                search = src.module_search if src is not None else module_search_path(ref.folder, self.root, self.module_paths)
+                hit = any(_under(p, os.path.abspath(base)) for base in search)
+            if hit:
+                out.append(folder)
+        return out
 
     def _deliver(self, prepared: Prepared) -> None:
         with self._ready_lock:
@@ -551,12 +604,12 @@ class AssetLibrary:
             for spec, lowered in prepared.lowered.items():
                 compile_lowered(lowered, label=f"{ref.path} {spec.label()}", device=ctx)
             standing = registered_program(ref.path, ctx)
-            fresh = not (standing is not None and standing.same_content(schema, src.wgsl_text, src.wgsl_path))
+            fresh = not (standing is not None and standing.same_content(schema, src.wgsl_text, src.wgsl_path, src.module_texts))
             if not fresh:
                 assert standing is not None  # same content as the one standing under the key
                 new = standing
             else:  # built privately; it stands under the key only once every variant compiled
-                new = Program(ref.path, schema, src.wgsl_text, wgsl_path=src.wgsl_path, ctx=get_context(ctx), store=ref._store)
+                new = Program(ref.path, schema, src.wgsl_text, wgsl_path=src.wgsl_path, ctx=get_context(ctx), store=ref._store, modules=src.module_texts)
             carried = dict(prepared.carried)
             if old is not None:
                 for old_spec in old.variants:  # made after the worker read the asset
@@ -596,6 +649,8 @@ class AssetLibrary:
             files.append("bindings.yaml")
         if prev is None or prev.wgsl_text != src.wgsl_text or os.path.basename(prev.wgsl_path) != os.path.basename(src.wgsl_path):
             files.append(os.path.basename(src.wgsl_path))
+        before = {m.name: m.text for m in prev.modules} if prev is not None else {}
+        files += [os.path.relpath(m.path, self.root) for m in src.modules if before.get(m.name) != m.text]
 
         if old is not None and old is not new:
             old.follow(new)  # whoever holds the old Program sees the new one, never a mix
@@ -690,3 +745,12 @@ class AssetLibrary:
 
     def __repr__(self) -> str:
         return f"AssetLibrary({self.root!r}, {len(self._refs)} assets, watching={self.service.watching})"
+
+
+def _store_paths(src: AssetSource) -> tuple[str, ...]:
+    """The files an asset's source maps name: bindings.yaml, the body, then its modules."""
+    return (src.yaml_path, src.wgsl_path) + tuple(m.path for m in src.modules)
+
+
+def _under(path: str, top: str) -> bool:
+    return path == top or path.startswith(top.rstrip(os.sep) + os.sep)

@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING, Any, Mapping
 from ..cache import USAGE_FILE, read_usage
 from ..errors import PluginError
 from ..lowering import Schema, VariantSpec, resolve_spec
-from ..lowering.fingerprint import variant_key
 
 if TYPE_CHECKING:
     from .library import AssetLibrary, ComputeShaderRef
@@ -52,7 +51,7 @@ def _usage_variants(lib: "AssetLibrary") -> dict[str, list[VariantSpec]]:
 
 
 # (ref, key, schema, wgsl, spec, wgsl_path): a variant neither memory nor the local cache had
-_Pending = tuple["ComputeShaderRef", str, Schema, str, VariantSpec, str]
+_Pending = tuple["ComputeShaderRef", str, Schema, str, VariantSpec, str, dict]
 
 
 def prefetch(lib: "AssetLibrary", variants: Mapping[str, Any] | None = None, *, threads: int = 8) -> PrefetchReport:
@@ -81,13 +80,13 @@ def prefetch(lib: "AssetLibrary", variants: Mapping[str, Any] | None = None, *, 
                 log.warning("prefetch: %s: %s", rel, exc)
                 report.failed += 1
                 continue
-            key = variant_key(prog.schema.text, prog.wgsl, spec)
+            key = prog.variant_key(spec)
             if key in seen or ref._store.in_memory(key):
                 report.memory += 1
             elif ref._store.remembered(key) is not None:
                 report.local += 1
             else:
-                pending.append((ref, key, prog.schema, prog.wgsl, spec, prog.wgsl_path))
+                pending.append((ref, key, prog.schema, prog.wgsl, spec, prog.wgsl_path, prog.modules))
             seen.add(key)
     if pending and lib.remote is not None:
         _fetch_remote(lib, pending, report, threads)
@@ -111,12 +110,12 @@ def _fetch_remote(lib: "AssetLibrary", pending: list[_Pending], report: Prefetch
         for found in pool.map(remote.get_values, chunks):
             values.update(found)
     report.network_s = time.perf_counter() - t_net
-    for ref, key, schema, wgsl, spec, wgsl_path in pending:  # CPU (decode, maybe a lowering): threads would not help
+    for ref, key, schema, wgsl, spec, wgsl_path, modules in pending:  # CPU (decode, maybe a lowering): threads would not help
         value = values.get(key)
         if value is None:
             report.missed += 1
             continue
-        lowered = remote.check(key, value, schema=schema, wgsl=wgsl, spec=spec, wgsl_path=wgsl_path)
+        lowered = remote.check(key, value, schema=schema, wgsl=wgsl, spec=spec, wgsl_path=wgsl_path, modules=modules)
         if lowered is None:
             report.rejected += 1
             report.missed += 1

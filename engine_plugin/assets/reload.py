@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Sequence
 
-from ..errors import AssetError, PluginError
+from ..errors import PluginError
 from ..lowering import Lowered, Schema, VariantSpec, enumerate_variants, parse, resolve_spec
 from .folder import AssetSource, is_editor_noise, read_asset_folder
 
@@ -160,9 +160,10 @@ def folder_stamp(folder: str) -> tuple:
     return tuple(sorted(out))
 
 
-def _is_missing(exc: AssetError) -> bool:
+def _is_missing(exc: PluginError) -> bool:
+    # "no module NAME.wgsl": a module file deleted and written again by its editor's save.
     text = exc.message
-    return "does not exist" in text or "has no " in text or "cannot read" in text
+    return "does not exist" in text or "has no " in text or "cannot read" in text or ": no module " in text
 
 
 def prepare(
@@ -175,12 +176,15 @@ def prepare(
     old_program: "Program | None",
     make_program: Any,
     root: str | None = None,
+    modules: Sequence[str] = (),
 ) -> Prepared:
     """Read, parse and lower what a reload of ``folder`` needs, without touching the GPU.
 
     ``make_program(schema, source)`` builds an unregistered candidate program whose
     ``lowered(spec)`` goes through the variant cache (so warm reloads lower nothing).
-    ``root``: the asset root the files must resolve inside (see :func:`read_asset_folder`).
+    ``root``: the asset root the files must resolve inside (see :func:`read_asset_folder`);
+    ``modules``: more module folders for ``#import`` (the body's imported modules are read too,
+    so an edited module is new content).
 
     Raises:
         Unsettled: a file changed while it was read.
@@ -188,8 +192,8 @@ def prepare(
     out = Prepared(rel, seq, first_event)
     stamp = folder_stamp(folder)
     try:
-        src = read_asset_folder(folder, root=root)
-    except AssetError as exc:
+        src = read_asset_folder(folder, root=root, modules=modules)
+    except PluginError as exc:  # AssetError, or a LoweringError of an #import
         out.error = exc
         out.missing = _is_missing(exc)
         return out

@@ -13,6 +13,10 @@ patterns all reduce to "some events, then quiet":
 - swap and backup files (``.swp``, ``~``, ``4913``, ``.tmp``, JetBrains' ``___jb_*___``) are
   ignored entirely.
 
+A file outside every asset folder (a shared module, ``assets/modules/noise.wgsl``) is mapped
+to the loaded assets that import it by the ``dependents`` callback; each of them is
+scheduled as if its own files had been saved.
+
 The worker prepares the reload (pure Python, :func:`reload.prepare`) and hands it to the
 library; if new events for that asset arrived meanwhile the result is dropped, since the next
 read supersedes it. Nothing here calls wgpu.
@@ -75,6 +79,8 @@ class ReloadService:
         missing_grace: extra wait before a missing file is reported (delete-then-create saves).
         max_delay: a continuously written asset is read anyway after this long.
         on_idle: called on the worker about every two seconds (flushes the usage log).
+        dependents: a path outside every asset folder -> the asset folders it concerns (the
+            loaded assets importing that module file).
     """
 
     def __init__(
@@ -87,6 +93,7 @@ class ReloadService:
         missing_grace: float = 0.25,
         max_delay: float = 1.0,
         on_idle: Callable[[], object] | None = None,
+        dependents: Callable[[str], list[str]] | None = None,
     ):
         self.root = os.path.abspath(root)
         self.quiet = float(quiet)
@@ -95,6 +102,7 @@ class ReloadService:
         self._resolve = resolve
         self._deliver = deliver
         self._on_idle = on_idle
+        self._dependents = dependents
         self._cond = threading.Condition()
         self._pending: dict[str, _Pending] = {}
         self._seq = 0
@@ -212,7 +220,13 @@ class ReloadService:
         if is_ignored_name(path):
             return False
         folder = self.asset_folder_of(path)
-        if folder is None or self._resolve(folder) is None:
+        if folder is None:
+            # A shared module (or a folder of them): reload every asset that imports it.
+            hits = [f for f in self._dependents(os.path.abspath(path)) if self._resolve(f) is not None] if self._dependents is not None else []
+            for f in hits:
+                self.schedule(f)
+            return bool(hits)
+        if self._resolve(folder) is None:
             return False
         self.schedule(folder)
         return True

@@ -148,7 +148,7 @@ def plan_assets(paths: Iterable[str], usage: Mapping[str, list[VariantSpec]] | N
                     specs.append(spec)
         seen = set()
         for spec in specs:
-            key = variant_key(schema.text, src.wgsl_text, spec)
+            key = variant_key(schema.text, src.wgsl_text, spec, src.modules)  # a module edit is a new key
             if key not in seen:  # a bake: list may name one variant twice
                 seen.add(key)
                 plan.items.append(BakeItem(key, spec))
@@ -172,6 +172,16 @@ def chunk_jobs(todo: Sequence[tuple[AssetPlan, list[BakeItem]]], workers: int, v
             raise bug(f"chunk_jobs got {plan.folder}, which was never read")
         for start in range(0, len(items), size):
             jobs.append(
-                ChunkJob(plan.folder, src.yaml_path, src.yaml_text, src.wgsl_path, src.wgsl_text, tuple(items[start : start + size]), validate, len(jobs))
+                ChunkJob(
+                    plan.folder,
+                    src.yaml_path,
+                    src.yaml_text,
+                    src.wgsl_path,
+                    src.wgsl_text,
+                    tuple(items[start : start + size]),
+                    validate,
+                    len(jobs),
+                    tuple((m.name, m.path, m.text) for m in src.modules),
+                )
             )
     return jobs

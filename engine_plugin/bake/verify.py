@@ -73,7 +73,7 @@ def check_chunk(job: ChunkJob, result: ChunkResult) -> Iterator[Checked]:
         try:
             if schema is None:
                 schema = parse(job.yaml_text, job.yaml_path)  # memoised: the plan parsed the same text
-            mine = lower(schema, job.wgsl_text, item.spec, wgsl_path=job.wgsl_path)
+            mine = lower(schema, job.wgsl_text, item.spec, wgsl_path=job.wgsl_path, modules=job.module_texts)
         except PluginError as exc:  # the worker lowered what the client cannot: trust the client
             yield Checked(out, failure=failure_from(exc))
             continue

@@ -41,7 +41,8 @@ class ChunkJob:
     """A chunk of variants of one asset, with the asset's texts (workers read no files).
 
     ``yaml_path``/``wgsl_path`` are the paths errors and the cache entries name, as the
-    user gave them to the command.
+    user gave them to the command; ``modules`` are the modules the body imports, as
+    (name, path, text), read by the client like the asset's own files.
     """
 
     asset: str
@@ -52,6 +53,12 @@ class ChunkJob:
     items: tuple[BakeItem, ...]
     validate: bool = True
     index: int = 0  # the chunk's position in the plan, for stable keys and ordering
+    modules: tuple[tuple[str, str, str], ...] = ()
+
+    @property
+    def module_texts(self) -> dict[str, tuple[str, str]]:
+        """``{name: (path, text)}`` for :func:`engine_plugin.lowering.lower`."""
+        return {name: (path, text) for name, path, text in self.modules}
 
 
 @dataclass(frozen=True)
@@ -147,7 +154,7 @@ def bake_chunk(job: ChunkJob) -> ChunkResult:
     for item in job.items:
         t0 = time.perf_counter()
         try:
-            lowered = lower(schema, job.wgsl_text, item.spec, wgsl_path=job.wgsl_path)
+            lowered = lower(schema, job.wgsl_text, item.spec, wgsl_path=job.wgsl_path, modules=job.module_texts)
             if job.validate:
                 _validate(lowered)
         except Exception as exc:

@@ -32,7 +32,7 @@ import os
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Iterable, Iterator
+from typing import Any, Iterable, Iterator, Mapping
 from urllib.parse import urlsplit, urlunsplit
 
 from ..errors import CacheError, PluginError, Span
@@ -251,11 +251,13 @@ class RemoteCache:
                     self._count("misses")
         return out
 
-    def check(self, key: str, value: bytes, *, schema: Schema, wgsl: str, spec: VariantSpec, wgsl_path: str | None = None) -> Lowered | None:
+    def check(
+        self, key: str, value: bytes, *, schema: Schema, wgsl: str, spec: VariantSpec, wgsl_path: str | None = None, modules: Mapping[str, tuple[str, str]] | None = None
+    ) -> Lowered | None:
         """Verify a value :meth:`get_values` answered; the Lowered when it holds, else None
         (counted as rejected and a miss, warned about once per key)."""
         try:
-            lowered, how = verify_entry(key, value, schema=schema, wgsl=wgsl, spec=spec, wgsl_path=wgsl_path, secret=self.secret)
+            lowered, how = verify_entry(key, value, schema=schema, wgsl=wgsl, spec=spec, wgsl_path=wgsl_path, secret=self.secret, modules=modules)
         except BadEntry as exc:
             self._count("rejected")
             self._count("misses")
@@ -267,12 +269,14 @@ class RemoteCache:
             self._counts[how] += 1
         return lowered
 
-    def fetch(self, key: str, *, schema: Schema, wgsl: str, spec: VariantSpec, wgsl_path: str | None = None) -> Lowered | None:
+    def fetch(
+        self, key: str, *, schema: Schema, wgsl: str, spec: VariantSpec, wgsl_path: str | None = None, modules: Mapping[str, tuple[str, str]] | None = None
+    ) -> Lowered | None:
         """One variant from the server, verified; None on a miss, a refusal or a dead server."""
         value = self.get_values([key]).get(key)
         if value is None:
             return None
-        return self.check(key, value, schema=schema, wgsl=wgsl, spec=spec, wgsl_path=wgsl_path)
+        return self.check(key, value, schema=schema, wgsl=wgsl, spec=spec, wgsl_path=wgsl_path, modules=modules)
 
     def existing(self, keys: Iterable[str]) -> set[str] | None:
         """Which of ``keys`` the server holds (None when it cannot be asked); counts nothing."""

@@ -15,6 +15,7 @@ from dataclasses import replace
 
 from ..lowering import Lowered, Schema, VariantSpec, lower
 from ..lowering.fingerprint import variant_key
+from ..lowering.modules import ModuleTexts, from_mapping, resolve_imports
 from .entry import BadEntry, decode_entry
 
 __all__ = ["verify_entry", "sign", "split_signed", "SIGNED_MAGIC"]
@@ -73,6 +74,7 @@ def verify_entry(
     spec: VariantSpec,
     wgsl_path: str | None = None,
     secret: bytes | None = None,
+    modules: ModuleTexts | None = None,
 ) -> tuple[Lowered, str]:
     """The lowered variant held in ``value`` once it is proven to be ``spec`` of this asset.
 
@@ -89,7 +91,11 @@ def verify_entry(
     Raises:
         BadEntry: with a one-line reason, whatever is wrong.
     """
-    expected = variant_key(schema.text, wgsl, spec)
+    try:  # the key covers every module the body imports (``modules``: {name: (path, text)})
+        imports = resolve_imports(wgsl, wgsl_path, from_mapping(modules))
+    except Exception as exc:
+        raise BadEntry(f"this asset's imports do not resolve ({type(exc).__name__})") from None
+    expected = variant_key(schema.text, wgsl, spec, imports)
     if expected != key:
         raise BadEntry("the key does not derive from this asset's text and spec")
     mac, entry = split_signed(value)
@@ -101,7 +107,7 @@ def verify_entry(
             raise BadEntry("the signature does not hold under this studio's secret (forged, or another secret)")
         return lowered, "signed"
     try:
-        reference = lower(schema, wgsl, spec, wgsl_path=wgsl_path)
+        reference = lower(schema, wgsl, spec, wgsl_path=wgsl_path, modules=modules)
     except Exception as exc:  # the client's own text does not lower: nothing can match it
         raise BadEntry(f"this asset's text does not lower ({type(exc).__name__})") from None
     if not _same_lowering(lowered, reference):

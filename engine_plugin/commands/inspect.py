@@ -37,7 +37,7 @@ def cmd_lower(args: argparse.Namespace, rep: Reporter) -> int:
     schema = parse(src.yaml_text, src.yaml_path)
     spec = dict(_pairs(args.spec, "--spec", "NAME=VALUE"))
     columns = {k: [c.strip() for c in v.split(",") if c.strip()] for k, v in _pairs(args.columns, "--columns", "TABLE=col,col")}
-    lowered = lower(schema, src.wgsl_text, spec, columns=columns, wgsl_path=src.wgsl_path)
+    lowered = lower(schema, src.wgsl_text, spec, columns=columns, wgsl_path=src.wgsl_path, modules=src.module_texts)
     issues = portability_issues(lowered)
     for issue in issues:
         print(f"engine-plugin lower: {issue}", file=sys.stderr)

@@ -37,4 +37,4 @@ def kernel_program(name: str, device: Any = None) -> Any:
 
     src = read_asset_folder(kernel_folder(name))
     schema = abi.parse(src.yaml_text, src.yaml_path)
-    return abi.program(key=f"engine/{name}.computeShader", schema=schema, wgsl=src.wgsl_text, wgsl_path=src.wgsl_path, device=device)
+    return abi.program(key=f"engine/{name}.computeShader", schema=schema, wgsl=src.wgsl_text, wgsl_path=src.wgsl_path, device=device, modules=src.module_texts)

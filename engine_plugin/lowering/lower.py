@@ -1,8 +1,9 @@
 """Lower one variant: schema + WGSL body + specialisation -> :class:`Lowered`. Pure Python.
 
 Layout of the lowered source: a generated prelude (aliases, consts, the params struct,
-bindings, accessors, ``zero_n``/``zero_index``) followed by the user's body, whose lines keep
-their order; the source map sends every lowered line back to the user's file.
+bindings, accessors, ``zero_n``/``zero_index``), then each imported module (``#import``,
+dependencies first), then the user's body, whose lines keep their order; the source map
+sends every lowered line back to the user's file (a module's line to the module's file).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from .emit import Emitter, GeneratedNameClash
 from .entry import USER_MAIN, EntryError, wrap_entry
 from .geometry import GEOMETRY_FIELDS
 from .lowered import ColumnSlot, HostSlot, Lowered, LoweredBinding, ParamField, ParamsLayout, SourceMap
+from .modules import Module, ModuleTexts, blank_imports, from_mapping, resolve_imports
 from .param_types import parse_param_type
 from .preprocess import SplicedBody, apply_when_blocks, splice_sources
 from .schema import TEXTURE_KINDS, Binding, Schema
@@ -29,7 +31,7 @@ __all__ = ["lower", "LOWERING_VERSION"]
 # Bump whenever the generated code or plan changes: it is part of every cache key.
 LOWERING_VERSION = 3
 _YAML = 0  # source-map file index of bindings.yaml
-_BODY = 1  # and of the WGSL body
+_BODY = 1  # and of the WGSL body; imported modules follow, in inclusion order
 
 
 def lower(
@@ -39,6 +41,7 @@ def lower(
     *,
     columns: Mapping[str, list] | None = None,
     wgsl_path: str | None = None,
+    modules: ModuleTexts | None = None,
 ) -> Lowered:
     """Lower one variant of ``schema`` over the WGSL ``wgsl``.
 
@@ -48,15 +51,17 @@ def lower(
         spec: specialisation values (or a resolved :class:`VariantSpec`).
         columns: table column names per ``columns`` binding, e.g. ``{"cols": ["pos", "vel"]}``.
         wgsl_path: the body's file, named in errors.
+        modules: ``{name: (path, text)}`` of the modules ``#import`` lines may name (others
+            are ignored); see :mod:`engine_plugin.lowering.modules`.
     Raises:
         SpecializationError, LoweringError: with the user's file and line.
     """
     vspec = resolve_spec(schema, spec, columns)
-    return _Lowerer(schema, wgsl, vspec, wgsl_path).run()
+    return _Lowerer(schema, wgsl, vspec, wgsl_path, modules).run()
 
 
 class _Lowerer:
-    def __init__(self, schema: Schema, wgsl: str, vspec: VariantSpec, wgsl_path: str | None):
+    def __init__(self, schema: Schema, wgsl: str, vspec: VariantSpec, wgsl_path: str | None, modules: ModuleTexts | None = None):
         self.schema = schema
         self.wgsl = wgsl.replace("\r\n", "\n")
         self.vspec = vspec
@@ -66,6 +71,7 @@ class _Lowerer:
         self.wgsl_path = wgsl_path or "kernel.wgsl"
         self.user_lines = self.wgsl.split("\n")
         self.em = Emitter()
+        self.module_texts = modules
 
     def error(self, message: str, line: int, col: int | None = None, notes=()) -> LoweringError:
         text = self.user_lines[line - 1] if 1 <= line <= len(self.user_lines) else None
@@ -96,7 +102,12 @@ class _Lowerer:
     def _run(self) -> Lowered:
         schema = self.schema
         spec_params = {sp.name: sp for sp in schema.specialize}
-        kept = apply_when_blocks(self.user_lines, self.values, spec_params, self.wgsl_path)
+        where = ", ".join(sorted(self.module_texts)) if self.module_texts else ""
+        modules = resolve_imports(
+            self.wgsl, self.wgsl_path, from_mapping(self.module_texts), f"the modules given: {where}" if where else "no modules were given"
+        )
+        kept = apply_when_blocks(blank_imports(self.wgsl).split("\n"), self.values, spec_params, self.wgsl_path)
+        module_lines = [apply_when_blocks(blank_imports(m.text).split("\n"), self.values, spec_params, m.path) for m in modules]
         sources = {sp.name: self.values[sp.name] for sp in schema.specialize if sp.kind == "source"}
         body = splice_sources("\n".join(kept), sources)
         body_text = "\n".join(body.lines)
@@ -126,9 +137,11 @@ class _Lowerer:
         self.emit_builtins(domain)
         self.emit_accessors(present)
 
+        for m, mlines in zip(modules, module_lines):
+            self.check_module(m, "\n".join(mlines))
         self.check_body(body_text, body.user_lines, present)
         wx, wy, wz = self.workgroup
-        init = workgroup_init_function(body.lines, wx * wy * wz)
+        init = workgroup_init_function(tuple(ln for ml in module_lines for ln in ml) + tuple(body.lines), wx * wy * wz)
         if init is not None:
             em.declare(INIT_FN, 0, "the workgroup memory initialiser")
             em.emit(init, 0)
@@ -140,14 +153,22 @@ class _Lowerer:
                 exc.message, body.user_lines[exc.token.line - 1] if exc.token.line - 1 < len(body.user_lines) else exc.token.line, exc.token.col
             ) from None
         body = SplicedBody(wrapped.lines, body.user_lines, wrapped.splices)
-        em.emit("// ---- kernel body ----", 0)
-        lines = [t for t, _ in em.lines] + list(body.lines) + ["// ---- generated entry point ----"] + wrapped.wrapper.split("\n")
+        lines = [t for t, _ in em.lines]
         entries = [((_YAML, o) if o > 0 else (-1, 0)) for _, o in em.lines]
+        for index, (m, mlines) in enumerate(zip(modules, module_lines), start=_BODY + 1):
+            lines.append(f"// ---- module {m.name} ----")
+            entries.append((-1, 0))
+            lines += mlines
+            entries += [(index, row) for row in range(1, len(mlines) + 1)]
+        lines.append("// ---- kernel body ----")
+        entries.append((-1, 0))
+        offset = len(lines)
+        lines += list(body.lines) + ["// ---- generated entry point ----"] + wrapped.wrapper.split("\n")
         entries += [(_BODY, u) for u in body.user_lines]
         entries += [(-1, 0)] * (1 + wrapped.wrapper.count("\n") + 1)
-        offset = len(em.lines)
         splices = tuple((offset + 1 + row, c, ln, uc, ul) for row, c, ln, uc, ul in body.splices)
-        smap = SourceMap((self.yaml_path, self.wgsl_path), tuple(entries), splices, (schema.text, self.wgsl))
+        files = (self.yaml_path, self.wgsl_path) + tuple(m.path for m in modules)
+        smap = SourceMap(files, tuple(entries), splices, (schema.text, self.wgsl) + tuple(m.text for m in modules))
         return Lowered(
             source="\n".join(lines) + "\n",
             bindings=tuple(plan) + (LoweredBinding(params.binding, "params", "params", "ZeroParams", "uniform"),),
@@ -348,6 +369,37 @@ class _Lowerer:
         if found is not None:
             tok, message = found
             raise self.error(message, where(tok), tok.col)  # type: ignore[attr-defined]
+
+    def check_module(self, module: Module, text: str) -> None:
+        """A module is shared WGSL: brackets balanced, no generated name redeclared, no
+        binding or entry point of its own (those belong to each asset)."""
+        src_lines = module.text.split("\n")
+
+        def fail(message: str, line: int, col: int | None, notes=()) -> LoweringError:
+            shown = src_lines[line - 1] if 1 <= line <= len(src_lines) else None
+            return LoweringError(message, Span(module.path, line, col, shown), notes=notes)
+
+        found = _bracket_error(tokens(text))
+        if found is not None:
+            tok, message = found
+            raise fail(message, tok.line, tok.col)  # type: ignore[attr-defined]
+        for tok in module_declarations(text):
+            hit = self.em.names.get(tok.text)
+            if hit is not None:
+                origin, what = hit
+                gen = f"{self.yaml_path}:{origin}" if origin else "the lowering"
+                raise fail(
+                    f"'{tok.text}' is declared in module {module.name} and also generated for {what} ({gen}) in {self.wgsl_path}'s lowering; rename it",
+                    tok.line,
+                    tok.col,
+                    notes=(f"generated name declared by {gen}",),
+                )
+            if tok.text == "main":
+                raise fail(f"module {module.name} declares 'main'; the entry point belongs to the asset's own .wgsl, a module holds helpers", tok.line, tok.col)
+        toks = list(tokens(text))
+        for i, t in enumerate(toks):
+            if t.text == "binding" and i > 0 and toks[i - 1].text == "@":
+                raise fail(f"module {module.name} declares a @binding; bindings belong to each asset's bindings.yaml", t.line, t.col - 1)
 
     def check_body(self, body_text: str, user_lines: tuple[int, ...], present: list[Binding]) -> None:
         def where(tok):

@@ -13,6 +13,7 @@ from typing import Any, Mapping, Protocol
 from ..gpu.device import DeviceContext, get_context
 from ..lowering import Lowered, Schema, VariantSpec, lower, resolve_spec
 from ..lowering.fingerprint import variant_key
+from ..lowering.modules import Module, ModuleTexts, from_mapping, resolve_imports
 from .compile import compile_lowered
 from .variant import Variant
 
@@ -49,13 +50,25 @@ class Program:
     variants swapped in place and variants still lowered from the old source.
     """
 
-    def __init__(self, key: str, schema: Schema, wgsl: str, *, wgsl_path: str | None = None, ctx: DeviceContext, store: LoweredStore | None = None):
+    def __init__(
+        self,
+        key: str,
+        schema: Schema,
+        wgsl: str,
+        *,
+        wgsl_path: str | None = None,
+        ctx: DeviceContext,
+        store: LoweredStore | None = None,
+        modules: ModuleTexts | None = None,
+    ):
         self.key = key
         self.ctx = ctx
         self._schema = schema
         self._wgsl = wgsl
         self._wgsl_path = wgsl_path or f"{key}.wgsl"
         self._store = store
+        self._modules = _module_table(modules)
+        self._imports: tuple[Module, ...] | None = None
         self._variants: dict[VariantSpec, Variant] = {}
         self._lock = threading.RLock()
         self._successor: Program | None = None
@@ -98,10 +111,33 @@ class Program:
     def store(self, value: LoweredStore | None) -> None:
         self._live()._store = value
 
-    def same_content(self, schema: Schema, wgsl: str, wgsl_path: str | None) -> bool:
+    @property
+    def modules(self) -> dict[str, tuple[str, str]]:
+        """The module texts ``#import`` lines may name: ``{name: (path, text)}``."""
+        return dict(self._live()._modules)
+
+    def imports(self) -> tuple[Module, ...]:
+        """The modules the body imports, transitively, dependencies first.
+
+        Raises:
+            LoweringError: an unknown module, an import cycle (at the ``#import`` line).
+        """
+        live = self._live()
+        if live._imports is None:
+            given = ", ".join(sorted(live._modules))
+            live._imports = resolve_imports(
+                live._wgsl, live._wgsl_path, from_mapping(live._modules), f"the modules given: {given}" if given else "no modules were given"
+            )
+        return live._imports
+
+    def same_content(self, schema: Schema, wgsl: str, wgsl_path: str | None, modules: ModuleTexts | None = None) -> bool:
         live = self._live()
         return (
-            live._schema.text == schema.text and live._schema.path == schema.path and live._wgsl == wgsl and (wgsl_path is None or wgsl_path == live._wgsl_path)
+            live._schema.text == schema.text
+            and live._schema.path == schema.path
+            and live._wgsl == wgsl
+            and (wgsl_path is None or wgsl_path == live._wgsl_path)
+            and live._modules == _module_table(modules)
         )
 
     @property
@@ -109,21 +145,29 @@ class Program:
         """The variants made so far, by spec."""
         return dict(self._live()._variants)
 
+    def variant_key(self, spec: VariantSpec) -> str:
+        """The variant cache key of ``spec`` of this program: schema, body and every module the
+        body imports (use this, not ``variant_key(schema.text, wgsl, spec)``, wherever a key
+        of a program's variant is needed)."""
+        live = self._live()
+        return variant_key(live._schema.text, live._wgsl, spec, live.imports())
+
     def lowered(self, spec: VariantSpec) -> Lowered:
         """Lower ``spec`` (or fetch it from the store) without compiling."""
         live = self._live()
-        key = variant_key(live._schema.text, live._wgsl, spec)
+        imports = live.imports()
+        key = live.variant_key(spec)
         if live._store is not None:
             # A store that can verify what it fetches (the asset library's, with a remote tier)
             # is handed what the key was derived from.
             lookup = getattr(live._store, "lookup", None)
             if lookup is not None:
-                found = lookup(key, live._schema, live._wgsl, spec, live._wgsl_path)
+                found = lookup(key, live._schema, live._wgsl, spec, live._wgsl_path, modules={m.name: (m.path, m.text) for m in imports})
             else:
                 found = live._store.get(key)
             if found is not None:
                 return found
-        result = lower(live._schema, live._wgsl, spec, wgsl_path=live._wgsl_path)
+        result = lower(live._schema, live._wgsl, spec, wgsl_path=live._wgsl_path, modules={m.name: (m.path, m.text) for m in imports})
         _stats["lowered"] += 1
         if live._store is not None:
             live._store.put(key, result)
@@ -177,17 +221,29 @@ class Program:
         return f"Program({self.key!r}, {len(self._live()._variants)} variants)"
 
 
-def program(key: str, schema: Schema, wgsl: str, *, wgsl_path: str | None = None, device: Any = None, store: LoweredStore | None = None) -> Program:
-    """The program under ``key``: the standing one when its content is the same, else a new one."""
+def program(
+    key: str,
+    schema: Schema,
+    wgsl: str,
+    *,
+    wgsl_path: str | None = None,
+    device: Any = None,
+    store: LoweredStore | None = None,
+    modules: ModuleTexts | None = None,
+) -> Program:
+    """The program under ``key``: the standing one when its content is the same, else a new one.
+
+    ``modules``: ``{name: (path, text)}`` of the modules the body's ``#import`` lines may name.
+    """
     ctx = get_context(device)
     reg_key = (key, id(ctx))
     with _lock:
         found = _programs.get(reg_key)
-        if found is not None and found.ctx is ctx and found.same_content(schema, wgsl, wgsl_path):
+        if found is not None and found.ctx is ctx and found.same_content(schema, wgsl, wgsl_path, modules):
             if store is not None and found.store is None:
                 found.store = store
             return found
-        made = _programs[reg_key] = Program(key, schema, wgsl, wgsl_path=wgsl_path, ctx=ctx, store=store)
+        made = _programs[reg_key] = Program(key, schema, wgsl, wgsl_path=wgsl_path, ctx=ctx, store=store, modules=modules)
         return made
 
 
@@ -201,3 +257,7 @@ def adopt_program(made: Program) -> Program:
 
 def registered_program(key: str, device: Any = None) -> Program | None:
     return _programs.get((key, id(get_context(device))))
+
+
+def _module_table(modules: ModuleTexts | None) -> dict[str, tuple[str, str]]:
+    return {str(name): (str(found[0]), str(found[1])) for name, found in (modules or {}).items()}

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from engine_plugin.assets.folder import find_assets, read_asset_folder
 from engine_plugin.lowering import Lowered, Schema, VariantSpec, enumerate_variants, lower, parse
@@ -38,6 +38,7 @@ class Asset:
     yaml_text: str
     wgsl_path: str
     wgsl_text: str
+    modules: dict[str, tuple[str, str]] = field(default_factory=dict)  # what the body imports
 
     def __repr__(self) -> str:
         return f"Asset({self.id})"
@@ -52,7 +53,7 @@ class Asset:
 
     def lower(self, spec: dict[str, str] | VariantSpec | None = None) -> Lowered:
         schema = self.schema
-        return lower(schema, self.wgsl_text, spec, columns=self.columns_for(schema), wgsl_path=self.wgsl_path)
+        return lower(schema, self.wgsl_text, spec, columns=self.columns_for(schema), wgsl_path=self.wgsl_path, modules=self.modules)
 
     def variants(self) -> list[VariantSpec]:
         return enumerate_variants(self.schema)
@@ -71,6 +72,7 @@ def read_asset(folder: str, id: str | None = None) -> Asset:
         src.yaml_text,
         _rel(src.wgsl_path),
         src.wgsl_text,
+        {m.name: (_rel(m.path), m.text) for m in src.modules},
     )
 
 

@@ -1,0 +1,114 @@
+"""Hot reload follows shared modules: editing ``modules/NAME.wgsl`` reloads every loaded asset
+that imports it (directly or through another module), body-only when the plan is unchanged;
+a broken module keeps each importer's last good program and names the module's own line."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from asset_support import SCHEMA, pump, run_scale, settle, wait_watching, write
+
+pytestmark = pytest.mark.gpu
+
+# Two assets scale by a factor from a shared module; one imports it directly, the other
+# through a second module (a transitive import).
+FACTOR = "// the shared factor\nfn shared_factor() -> f32 {\n    return FACTOR;\n}\n"
+VIA = "#import factor\n\nfn via_factor() -> f32 {\n    return shared_factor();\n}\n"
+BODY = """#import {module}
+
+@compute @workgroup_size(64)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>) {{
+    let i = zero_index(gid);
+    if (i >= zero_n()) {{ return; }}
+    dst_set(i, src_get(i) * T({call}()));
+}}
+"""
+
+
+def _factor(value: str) -> str:
+    return FACTOR.replace("FACTOR", value)
+
+
+def _importers(root: str, factor: str = "2.0") -> None:
+    modules = os.path.join(root, "modules")
+    os.makedirs(modules, exist_ok=True)
+    write(os.path.join(modules, "factor.wgsl"), _factor(factor))
+    write(os.path.join(modules, "via.wgsl"), VIA)
+    for name, module, call in (("direct", "factor", "shared_factor"), ("indirect", "via", "via_factor")):
+        folder = os.path.join(root, f"{name}.computeShader")
+        os.makedirs(folder, exist_ok=True)
+        write(os.path.join(folder, "bindings.yaml"), SCHEMA)
+        write(os.path.join(folder, "kernel.wgsl"), BODY.format(module=module, call=call))
+
+
+def test_a_module_edit_hot_reloads_both_importers_body_only(asset_root, make_library):
+    _importers(asset_root)
+    lib = make_library(asset_root)
+    direct, indirect = lib.load("direct.computeShader"), lib.load("indirect.computeShader")
+    other = lib.load("k.computeShader")  # imports nothing: never reloaded by a module edit
+    assert run_scale(direct) == run_scale(indirect) == [2.0, 4.0, 6.0, 8.0]
+    run_scale(other)
+    in_use = {ref.path: ref.program().variants[next(iter(ref.program().variants))] for ref in (direct, indirect)}
+    lib.watch()
+    wait_watching(lib, os.path.join(asset_root, "modules"))
+
+    write(os.path.join(asset_root, "modules", "factor.wgsl"), _factor("3.0"))  # a real save, seen by the observer
+    results = pump(lib, lambda: direct.generation == 1 and indirect.generation == 1, what="both importers to reload")
+    results += settle(lib, 0.2)
+    events = {r.asset: r for r in results}
+    assert set(events) == {"direct.computeShader", "indirect.computeShader"}, [r.describe() for r in results]
+    for ev in events.values():
+        assert ev.ok and ev.body_only and ev.layout_changed == ()
+        assert os.path.join("modules", "factor.wgsl") in ev.files
+    assert other.generation == 0
+    assert run_scale(direct) == run_scale(indirect) == [3.0, 6.0, 9.0, 12.0]
+    for ref in (direct, indirect):  # body-only: the Variant objects (buffers, bind groups) carried over
+        assert in_use[ref.path] in ref.program().variants.values()
+
+
+def test_a_broken_module_keeps_the_importers_running_and_names_the_module_line(asset_root, make_library):
+    _importers(asset_root)
+    lib = make_library(asset_root)
+    direct, indirect = lib.load("direct.computeShader"), lib.load("indirect.computeShader")
+    run_scale(direct), run_scale(indirect)
+    module = os.path.join(asset_root, "modules", "factor.wgsl")
+    lib.service.start_worker()  # file events without an observer: notify_path is what it calls
+
+    write(module, _factor("3.0 * undefined_thing"))
+    assert lib.service.notify_path(module)  # the path a file event takes, without an observer
+    pump(lib, lambda: direct.diagnostics is not None and indirect.diagnostics is not None, what="both diagnostics")
+    for ref in (direct, indirect):
+        first = ref.diagnostics.splitlines()[0]
+        assert first.startswith(module + ":3:18:"), ref.diagnostics
+        assert "undefined_thing" in ref.diagnostics and "^" in ref.diagnostics
+        assert ref.generation == 0
+        assert run_scale(ref) == [2.0, 4.0, 6.0, 8.0]  # the last good program still runs
+
+    write(module, _factor("4.0"))
+    assert lib.service.notify_path(module)
+    pump(lib, lambda: direct.generation == 1 and indirect.generation == 1, what="the fix")
+    assert direct.diagnostics is None and indirect.diagnostics is None
+    assert run_scale(direct) == run_scale(indirect) == [4.0, 8.0, 12.0, 16.0]
+
+
+def test_an_import_of_a_missing_module_fails_until_the_module_arrives(asset_root, make_library):
+    _importers(asset_root)
+    lib = make_library(asset_root)
+    direct = lib.load("direct.computeShader")
+    run_scale(direct)
+    kernel = os.path.join(direct.folder, "kernel.wgsl")
+    write(kernel, BODY.format(module="extra", call="extra_factor"))
+    lib.request_reload(direct.path)
+    pump(lib, lambda: direct.diagnostics is not None, what="the unknown-module error")
+    first = direct.diagnostics.splitlines()[0]
+    assert first.startswith(kernel + ":1:9: '#import extra': no module extra.wgsl (searched: "), direct.diagnostics
+    assert os.path.join(asset_root, "modules") in first
+    assert run_scale(direct) == [2.0, 4.0, 6.0, 8.0]
+
+    extra = os.path.join(asset_root, "modules", "extra.wgsl")
+    write(extra, "fn extra_factor() -> f32 {\n    return 5.0;\n}\n")
+    assert lib.service.notify_path(extra)  # a failing importer retries when a module appears
+    pump(lib, lambda: direct.generation == 1, what="the reload once the module exists")
+    assert run_scale(direct) == [5.0, 10.0, 15.0, 20.0]

@@ -1,0 +1,85 @@
+"""``engine-plugin bake`` of assets that import shared modules: a plain bake succeeds, the
+keys cover every imported text (editing a module rebakes exactly the variants of the assets
+importing it), and a broken module fails the bake at the module's own file and line."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from bake_support import BROKEN_YAML, entries, explain, load_report, run_bake, write_asset
+
+pytestmark = pytest.mark.gpu
+
+# BROKEN_YAML's schema (T in f32, i32): two variants per asset.
+FACTOR = "fn shared_factor() -> f32 {\n    return 2.0;\n}\n"
+VIA = "// a module importing a module\n#import factor\n\nfn via_factor() -> f32 {\n    return shared_factor();\n}\n"
+BODY = """#import {module}
+
+@compute @workgroup_size(64)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>) {{
+    let i = zero_index(gid);
+    if (i >= zero_n()) {{ return; }}
+    dst_set(i, src_get(i) * T({call}()));
+}}
+"""
+PLAIN = BODY.replace("#import {module}\n", "// imports nothing\n").replace("{call}()", "2.0")
+
+
+def _tree(root: str) -> None:
+    assets = os.path.join(root, "assets")
+    os.makedirs(os.path.join(assets, "modules"))
+    with open(os.path.join(assets, "modules", "factor.wgsl"), "w") as f:
+        f.write(FACTOR)
+    with open(os.path.join(assets, "modules", "via.wgsl"), "w") as f:
+        f.write(VIA)
+    write_asset(os.path.join(assets, "kernels", "direct.computeShader"), BROKEN_YAML, BODY.format(module="factor", call="shared_factor"))
+    write_asset(os.path.join(assets, "kernels", "indirect.computeShader"), BROKEN_YAML, BODY.format(module="via", call="via_factor"))
+    write_asset(os.path.join(assets, "kernels", "plain.computeShader"), BROKEN_YAML, PLAIN.format())
+
+
+def _rows(report: dict) -> dict[str, dict]:
+    return {os.path.basename(r["asset"]): r for r in report["assets"]}
+
+
+def test_a_module_edit_rebakes_exactly_the_importers_and_a_broken_module_names_its_line(tmp_path):
+    root = str(tmp_path)
+    _tree(root)
+    first = run_bake(["assets", "--cache", "cache", "--jobs", "2", "--json", "first.json"], cwd=root)
+    assert first.returncode == 0, explain(first)
+    report = load_report(os.path.join(root, "first.json"))
+    assert report["totals"]["baked"] == 6 and report["totals"]["failed"] == 0
+    baked_first = set(entries(os.path.join(root, "cache")))
+
+    again = run_bake(["assets", "--cache", "cache", "--jobs", "2", "--json", "again.json"], cwd=root)
+    assert again.returncode == 0, explain(again)
+    assert load_report(os.path.join(root, "again.json"))["totals"]["skipped"] == 6  # unchanged: nothing to do
+
+    module = os.path.join(root, "assets", "modules", "factor.wgsl")
+    with open(module, "w") as f:
+        f.write(FACTOR.replace("2.0", "3.0"))
+    edited = run_bake(["assets", "--cache", "cache", "--jobs", "2", "--json", "edited.json"], cwd=root)
+    assert edited.returncode == 0, explain(edited)
+    rows = _rows(load_report(os.path.join(root, "edited.json")))
+    # Both importers (one through via.wgsl) rebake; the asset importing nothing is skipped.
+    assert (rows["direct.computeShader"]["baked"], rows["indirect.computeShader"]["baked"], rows["plain.computeShader"]["baked"]) == (2, 2, 0)
+    assert rows["plain.computeShader"]["skipped"] == 2
+    assert len(set(entries(os.path.join(root, "cache"))) - baked_first) == 4
+
+    with open(module, "w") as f:
+        f.write(FACTOR.replace("2.0", "3.0 * nope"))
+    broken = run_bake(["assets", "--cache", "cache", "--jobs", "1", "--json", "broken.json"], cwd=root)
+    assert broken.returncode == 1, explain(broken)
+    where = os.path.join("assets", "modules", "factor.wgsl")
+    assert f"engine-plugin bake: {where}:2:18: no definition in scope for identifier: `nope`" in broken.stderr, explain(broken)
+    failed = _rows(load_report(os.path.join(root, "broken.json")))
+    assert (failed["direct.computeShader"]["failed"], failed["indirect.computeShader"]["failed"], failed["plain.computeShader"]["skipped"]) == (2, 2, 2)
+
+
+def test_an_asset_baked_on_its_own_finds_the_modules_above_it(tmp_path):
+    root = str(tmp_path)
+    _tree(root)
+    proc = run_bake([os.path.join("assets", "kernels", "indirect.computeShader"), "--cache", "cache", "--jobs", "1"], cwd=root)
+    assert proc.returncode == 0, explain(proc)
+    assert len(entries(os.path.join(root, "cache"))) == 2
