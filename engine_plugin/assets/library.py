@@ -68,6 +68,12 @@ class allow_network:
 LOCAL, REMOTE, LOWERED = "local", "remote", "lowered"
 
 
+def _derived_from(lowered: Lowered, schema_text: str, wgsl: str, spec: VariantSpec) -> bool:
+    """Whether ``lowered`` says it was lowered from these texts and this spec."""
+    texts = lowered.source_map.texts
+    return lowered.spec == spec and len(texts) >= 2 and texts[0] == schema_text and texts[1] == wgsl.replace("\r\n", "\n")
+
+
 class _AssetStore:
     """The ``LoweredStore`` an asset's programs use: a small memory front over the shared
     variant cache (and the remote tier behind it), entries rebased onto this asset's own
@@ -93,6 +99,7 @@ class _AssetStore:
         self._lock = threading.Lock()
         self._local = threading.local()
         self.memory_hits = 0
+        self.foreign_entries = 0  # local entries refused: not lowered from this asset's text
 
     def _rebase(self, lowered: Lowered) -> Lowered:
         # Entries are content-addressed, so one baked elsewhere names another checkout's files
@@ -130,8 +137,14 @@ class _AssetStore:
         with self._lock:
             return key in self._memory
 
-    def remembered(self, key: str) -> Lowered | None:
-        """Memory, then the local cache (no usage recorded, no network)."""
+    def remembered(self, key: str, derived_from: tuple | None = None) -> Lowered | None:
+        """Memory, then the local cache (no usage recorded, no network).
+
+        ``derived_from`` is (schema text, WGSL text, spec) when the caller has them: a cache
+        entry that was not lowered from exactly those (one copied under another key, or a
+        forged one with its checksum recomputed) is refused as a miss, counted and logged, and
+        the variant is lowered again, which overwrites it. Cheap: no re-lowering.
+        """
         with self._lock:
             found = self._memory.get(key)
             if found is not None:
@@ -139,6 +152,10 @@ class _AssetStore:
                 return found
         if self.cache is not None:
             found = self.cache.get(key)
+            if found is not None and derived_from is not None and not _derived_from(found, *derived_from):
+                self.foreign_entries += 1
+                log.warning("%s: the cache entry %s... was not lowered from this asset's text and spec; refused, lowering again", self.rel, key[:16])
+                return None
             if found is not None:
                 found = self._rebase(found)
                 self._remember(key, found, LOCAL)
@@ -167,7 +184,7 @@ class _AssetStore:
         self, key: str, schema: Schema, wgsl: str, spec: VariantSpec, wgsl_path: str | None, modules: Mapping[str, tuple[str, str]] | None = None
     ) -> Lowered | None:
         """:meth:`get`, then (on a thread allowed the network) the remote tier, verified."""
-        found = self.remembered(key)
+        found = self.remembered(key, (schema.text, wgsl, spec))
         if found is None and self.remote is not None and (self.on_demand or getattr(_NET, "allowed", False)):
             fetched = self.remote.fetch(key, schema=schema, wgsl=wgsl, spec=spec, wgsl_path=wgsl_path, modules=modules)
             if fetched is not None:

@@ -305,3 +305,31 @@ def test_after_a_body_only_reload_an_old_program_object_answers_as_the_new_one(a
     _save(lib, ref, ref.folder, "kernel.wgsl", kernel(7.0))
     pump(lib, lambda: ref.generation == 2)
     assert run_scale(held, T="u32") == [7, 14, 21, 28]
+
+
+def test_a_forged_local_entry_is_refused_and_the_variant_lowered_again(asset_root, make_library, tmp_path):
+    """A cache entry re-encoded under another variant's key (its checksum recomputed, so it
+    decodes) is not served: it was not lowered from this asset's text and spec."""
+    import shutil
+
+    from engine_plugin.cache import VariantCache
+
+    lib = make_library(asset_root)
+    ref = lib.load("k.computeShader")
+    f32 = ref.program().variant({"T": "f32"})
+    i32_key = ref.program().variant_key(ref.program().variant({"T": "i32"}).spec)
+    cache = VariantCache(str(tmp_path / "cache"))
+    cache.put(i32_key, f32.lowered)  # forged: the f32 program under the i32 variant's key
+    # Another asset path over the same texts: a new Program asks the store (the same key).
+    shutil.copytree(os.path.join(asset_root, "k.computeShader"), os.path.join(asset_root, "k2.computeShader"))
+    other = make_library(asset_root).load("k2.computeShader")
+    import numpy as np
+
+    from engine_plugin import abi
+
+    variant = other.program().variant({"T": "i32"})
+    assert variant.lowered.spec.as_dict() == {"T": "i32"}  # not the forged f32 program
+    out = abi.read(variant.run(n=4, inputs={"src": np.arange(1, 5, dtype=np.int32)}).outputs["dst"])
+    assert out.dtype == np.int32 and out.tolist() == [2, 4, 6, 8]
+    assert other._store.foreign_entries == 1
+    assert VariantCache(str(tmp_path / "cache")).get(i32_key).spec.as_dict() == {"T": "i32"}  # overwritten by the honest lowering
