@@ -47,10 +47,6 @@ class GpuProduct:
         self.items_buffer: Any = None
         self.params_buffer: Any = None
         self.output_buffer: Any = None
-        lowered = variant.lowered
-        wx, wy, wz = lowered.workgroup
-        self._wx, self._wy = wx, wy
-        self._invocations = wx * wy * wz
         self._base = np.zeros(0, np.uint32)
         self._offsets: dict[str, int] = {}
         self._limit = 65_535

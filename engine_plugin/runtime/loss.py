@@ -14,7 +14,7 @@ from typing import Iterator
 
 from ..errors import DeviceLostError
 from ..gpu.device import DeviceContext
-from ..gpu.loss import DeviceFault, classify
+from ..gpu.loss import DeviceFault, classify, is_poll_thread_stopped
 
 __all__ = ["device_guard", "mark_lost", "LOST_HINT"]
 
@@ -38,7 +38,7 @@ def device_guard(ctx: DeviceContext) -> Iterator[None]:
     except DeviceLostError:
         raise
     except Exception as exc:
-        lost = classify(exc) == DeviceFault.LOST or (isinstance(exc, (RuntimeError, AttributeError)) and "PollThread" in str(exc))
+        lost = classify(exc) == DeviceFault.LOST or is_poll_thread_stopped(exc)
         if not lost:
             raise
         mark_lost(ctx)

@@ -18,7 +18,7 @@ import wgpu
 
 from ..errors import DispatchError
 from ..gpu.device import DeviceContext
-from ..lowering.textures import format_channels, format_numpy, format_sample, upload_format
+from ..lowering.textures import format_channels, format_numpy, upload_format
 
 __all__ = ["TextureOutput", "upload_texture", "output_texture", "sampler_for", "read_texture", "view_of", "VIEW_DIMENSION"]
 
@@ -124,7 +124,3 @@ def read_texture(ctx: DeviceContext, out: TextureOutput, read_words: Any) -> np.
     raw = np.frombuffer(read_words(staging), dtype=np.uint8).reshape(d, h, pitch)[:, :, : w * texel]
     texels = np.ascontiguousarray(raw).view(np.dtype(format_numpy(out.format))).reshape(d, h, w, format_channels(out.format))
     return texels[0] if out.dim == "2d" else texels
-
-
-def texture_sample_type(fmt: str) -> str:
-    return format_sample(fmt)

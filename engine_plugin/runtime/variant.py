@@ -29,6 +29,7 @@ from ..lowering.expressions import parse_expression
 from ..lowering.geometry import Domain, as_domain, dispatch_fields
 from ..lowering.lowered import HostSlot, Lowered
 from ..lowering.structs import StructType
+from ..lowering.textures import format_sample
 from .batch import current_batch, submit_records
 from .buffers import STORAGE_USAGE, pool_for, prepare_array
 from .compile import CompiledVariant
@@ -37,7 +38,7 @@ from .loss import device_guard
 from .output import Output, disown_buffer, on_release, own_buffer
 from .params import ParamsPacker, exact_fingerprint
 from .table import Table
-from .textures import TextureOutput, output_texture, sampler_for, texture_sample_type, upload_texture, view_of
+from .textures import TextureOutput, output_texture, sampler_for, upload_texture, view_of
 
 __all__ = ["Variant", "Run"]
 
@@ -149,7 +150,6 @@ class Variant:
         self._repeatable = not lowered.columns and all(s.role in ("input", "output", "append", "table", "inout") for s in lowered.host_slots)
         self._max_binding = self.ctx.limit("max-storage-buffer-binding-size")
         self._max_groups = self.ctx.limit("max-compute-workgroups-per-dimension")
-        self._invocations = lowered.workgroup[0] * lowered.workgroup[1] * lowered.workgroup[2]
         self.runs = 0
 
     @property
@@ -269,7 +269,7 @@ class Variant:
     def _resolve_texture(self, slot: HostSlot, value: Any) -> _Bound:
         dim, sample, filterable = slot.texture
         texture, fmt = self._texture_of(slot, value)
-        have = texture_sample_type(fmt)
+        have = format_sample(fmt)
         if have != sample:
             raise self._slot_error(slot, f"texture {slot.name!r} samples {sample} texels, but a {fmt} texture holds {have} ones")
         if filterable and fmt.endswith("32float") and "float32-filterable" not in self.ctx.device.features:
