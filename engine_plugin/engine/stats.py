@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 
 __all__ = ["FrameStats"]
 
@@ -33,6 +33,15 @@ class FrameStats:
     gpu_active: bool = False
     gpu_lost: bool = False
     time: float = 0.0
+    # Back-pressure (SPEC section 4, "never waits for the GPU"): dispatches put off to a later
+    # frame because too many frames of GPU work were still in flight.
+    deferred: int = 0
+    frames_in_flight: int = 0
+    # Product key -> GPU milliseconds of its dispatches in the frame the times were measured
+    # (timestamp queries arrive a frame or more late; ``gpu_timing`` says how they were taken:
+    # "timestamps", "wall" where the adapter has no timestamp-query, "" before any arrived).
+    product_gpu_ms: dict[str, float] = field(default_factory=dict)
+    gpu_timing: str = ""
 
     @property
     def bytes(self) -> int:
@@ -48,6 +57,11 @@ class FrameStats:
                 self.gpu_active = other.gpu_active
             elif f.name == "gpu_lost":
                 self.gpu_lost = self.gpu_lost or other.gpu_lost
+            elif f.name in ("frames_in_flight", "gpu_timing"):
+                setattr(self, f.name, getattr(other, f.name))
+            elif f.name == "product_gpu_ms":
+                for key, ms in other.product_gpu_ms.items():
+                    self.product_gpu_ms[key] = self.product_gpu_ms.get(key, 0.0) + ms
             else:
                 setattr(self, f.name, getattr(self, f.name) + getattr(other, f.name))
 
