@@ -13,7 +13,7 @@ ALLOWED = {
     "cache": ({"lowering"}, False),
     "world": ({"gpu.formats"}, False),
     "substrate": ({"lowering", "gpu.device", "arrays"}, True),
-    "runtime": ({"lowering", "gpu.device", "gpu.mapping", "gpu.loss", "gpu.guard", "substrate", "arrays"}, True),
+    "runtime": ({"lowering", "gpu.device", "gpu.mapping", "gpu.loss", "gpu.guard", "gpu.flags", "gpu.readback", "substrate", "arrays"}, True),
     "assets": ({"lowering", "cache", "runtime", "gpu.device"}, True),
     "bake": ({"lowering", "cache", "assets", "runtime", "gpu.device"}, False),
 }
