@@ -33,7 +33,7 @@ from .descriptors import (
     take_dirty_uploads,
     upload_desc,
 )
-from .formats import GpuFieldFormat, UnsupportedFieldTypeError
+from ..formats import GpuFieldFormat, UnsupportedFieldTypeError
 from .handles import GpuProductHandle
 from .wgpu_backend import WgpuBackend
 

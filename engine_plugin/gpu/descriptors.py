@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..errors import PluginError, StaleSpanError
-from .formats import GpuFieldFormat
+from ..formats import GpuFieldFormat
 from .handles import GpuProductHandle
 
 if TYPE_CHECKING:
