@@ -30,6 +30,7 @@ import wgpu
 
 from .. import abi
 from ..gpu.device import get_context
+from ..lowering import geometry
 from ..lowering.geometry import fold_groups
 from .gpu_timing import PassTimer
 from .harness import Result, case
@@ -216,6 +217,24 @@ def _check_small(ctx: Any, simple: Any, fast: Any, fast64: Any) -> None:
         assert np.array_equal(np.asarray(got).ravel(), want), "plugin axpy is wrong"
 
 
+def _with_budget(ctx: Any, budget: int | None, many: Callable[[int], None]) -> Callable[[int], None]:
+    """``many`` run with the launch cap's GPU/CPU budget set to ``budget`` invocations."""
+
+    def run(reps: int) -> None:
+        if budget is None:
+            return many(reps)
+        saved = dict(geometry.INVOCATION_BUDGET)
+        geometry.INVOCATION_BUDGET.update(gpu=budget, cpu=budget)
+        ctx.cache("group_cap").clear()
+        try:
+            many(reps)
+        finally:
+            geometry.INVOCATION_BUDGET.update(saved)
+            ctx.cache("group_cap").clear()
+
+    return run
+
+
 def _sizes(opts: dict, software: bool) -> list[int]:
     if opts.get("sizes"):
         return [int(s) for s in opts["sizes"]]
@@ -252,6 +271,8 @@ def bench_kernels_bandwidth(opts) -> list[Result]:
             "simplest": measure(_plugin_many(simple, n1, x, y)),
             "vec4 wg64": measure(_plugin_many(fast64, n4, x, y)),
         }
+        default = geometry.INVOCATION_BUDGET["cpu" if software else "gpu"]
+        budgets = {b: measure(_with_budget(ctx, b, _plugin_many(fast, n4, x, y))) for b in (1 << 21, 1 << 22, 1 << 23, 1 << 24) if b != default}
         key = "gpu" if all(m["gpu"] for m in timed.values()) else "wall"
         best_name = max(timed, key=lambda k: timed[k][key]["median"])
         best = timed[best_name]
@@ -272,6 +293,8 @@ def bench_kernels_bandwidth(opts) -> list[Result]:
         results.append(row("simplest idiom (README body: f32, workgroup 64)", plugin["simplest"], best, best_name, ">= 0.5x"))
         results.append(row("extra: vec4, workgroup 64, same simple body", plugin["vec4 wg64"], best, best_name))
         results.append(row("yardstick: best raw kernel vs raw vec4 copy kernel", best, copy, "raw vec4 copy kernel, wg256 x8192"))
+        for b, m in budgets.items():
+            results.append(row(f"extra: fast idiom with the launch cap at 2^{b.bit_length() - 1} invocations (default 2^{default.bit_length() - 1})", m, best, best_name))
         for name, m in timed.items():
             if name != best_name:
                 results.append(row(f"raw: {name} vs best raw", m, best, best_name))

@@ -75,12 +75,14 @@ def fold_groups(total: int, max_groups: int) -> tuple[int, int, int] | None:
     return (px, py, pz)
 
 
-# Invocations launched at most per dispatch, by adapter kind. A GPU: 2**21 invocations, about
-# 8 waves of a 132-SM H200 at full occupancy (2,048 resident invocations an SM) and 64
-# workgroups of 256 an SM, the grid-stride shape that reaches the card's copy bandwidth
-# (../shared/WGPU_NOTES.md); smaller GPUs get more waves. A CPU adapter (lavapipe) runs a few
-# threads: 2**14 invocations keep every core busy. Tests lower these to force the loop.
-INVOCATION_BUDGET = {"gpu": 1 << 21, "cpu": 1 << 14}
+# Invocations launched at most per dispatch, by adapter kind. A GPU: 2**23 invocations, about
+# 31 waves of a 132-SM H200 at full occupancy (2,048 resident invocations an SM), 248
+# workgroups of 256 an SM: on the H200 a vec4 grid-stride axpy reached 4,191 GB/s with 32,768
+# groups of 256 against 4,056 with 8,192 (tools/bench/results/h200_2026-11-30_kernels_run1),
+# while launching 32,768 groups costs ~20 us at ~1.66 G workgroups/s, overlapped with the
+# work. Smaller GPUs get more waves. A CPU adapter (lavapipe) runs a few threads: 2**14
+# invocations keep every core busy. Tests lower these to force the loop.
+INVOCATION_BUDGET = {"gpu": 1 << 23, "cpu": 1 << 14}
 
 
 def group_cap(workgroup: tuple[int, int, int], adapter: str = "") -> int:

@@ -105,7 +105,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(workgroup_id) wi
 
 @pytest.fixture
 def few_groups(monkeypatch, gpu):
-    """Launch at most ``k`` workgroups a dispatch (the cap a big GPU reaches at 2**21)."""
+    """Launch at most ``k`` workgroups a dispatch (what a big GPU caps far larger domains at)."""
 
     def set_cap(k: int, wg: int) -> None:
         monkeypatch.setitem(geometry.INVOCATION_BUDGET, "cpu", k * wg)
