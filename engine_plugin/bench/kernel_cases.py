@@ -294,7 +294,9 @@ def bench_kernels_bandwidth(opts) -> list[Result]:
         results.append(row("extra: vec4, workgroup 64, same simple body", plugin["vec4 wg64"], best, best_name))
         results.append(row("yardstick: best raw kernel vs raw vec4 copy kernel", best, copy, "raw vec4 copy kernel, wg256 x8192"))
         for b, m in budgets.items():
-            results.append(row(f"extra: fast idiom with the launch cap at 2^{b.bit_length() - 1} invocations (default 2^{default.bit_length() - 1})", m, best, best_name))
+            results.append(
+                row(f"extra: fast idiom with the launch cap at 2^{b.bit_length() - 1} invocations (default 2^{default.bit_length() - 1})", m, best, best_name)
+            )
         for name, m in timed.items():
             if name != best_name:
                 results.append(row(f"raw: {name} vs best raw", m, best, best_name))
