@@ -613,7 +613,7 @@ def test_the_source_map_sends_body_lines_to_the_users_file_and_generated_lines_t
     yaml_line = user_line(asset.yaml_text, "name: src,")
     for text in (
         "@group(0) @binding(1) var<storage, read> src: array<f32>;",
-        "fn src_get(zero_i: u32) -> f32 { let zero_b = zero_i; return src[zero_b]; }",
+        "fn src_get(zero_i: u32) -> f32 { return src[zero_i]; }",
         "    zero_len_src: u32,",
     ):
         span = smap.locate(lowered_line(lowered, text))
