@@ -26,7 +26,7 @@ def want_timestamps() -> None:
     from ..gpu import device
 
     if "timestamp-query" not in device._WANTED_FEATURES:
-        device._WANTED_FEATURES = (*device._WANTED_FEATURES, "timestamp-query")
+        setattr(device, "_WANTED_FEATURES", (*device._WANTED_FEATURES, "timestamp-query"))
 
 
 class PassTimer:
