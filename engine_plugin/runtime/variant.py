@@ -26,7 +26,7 @@ import wgpu
 
 from ..errors import DispatchError, ExpressionError, Span
 from ..lowering.expressions import parse_expression
-from ..lowering.geometry import Domain, as_domain, dispatch_fields
+from ..lowering.geometry import Domain, as_domain, dispatch_fields, group_cap
 from ..lowering.lowered import HostSlot, Lowered
 from ..lowering.structs import StructType
 from ..lowering.textures import format_sample
@@ -435,7 +435,12 @@ class Variant:
 
     def _geometry(self, domain: Domain) -> tuple[dict[str, int], tuple[int, int, int]]:
         """The entry point's geometry params and the physical workgroups for ``domain``."""
-        found = dispatch_fields(domain, self.lowered.workgroup, self._max_groups)
+        # At most a bounded multiple of what fills this adapter; the entry point grid-strides the rest.
+        caps = self.ctx.cache("group_cap")
+        cap = caps.get(self.lowered.workgroup)
+        if cap is None:
+            cap = caps[self.lowered.workgroup] = group_cap(self.lowered.workgroup, self.ctx.adapter_name)
+        found = dispatch_fields(domain, self.lowered.workgroup, self._max_groups, cap)
         if found is None:
             raise DispatchError(f"a domain of {domain.extent} needs more workgroups than this device can dispatch", Span(self.yaml_path))
         return found
@@ -784,7 +789,9 @@ class Variant:
                 entries.append({"binding": i, "resource": b.resource})
                 continue
             res: dict[str, Any] = {"buffer": b.buffer, "offset": b.offset}
-            res["size"] = b.size if b.size is not None else b.buffer.size - b.offset
+            size = b.size if b.size is not None else b.buffer.size - b.offset
+            # An empty vec2/vec4 binding still covers one element (WebGPU binds no less); NAME_len() stays 0.
+            res["size"] = max(size, min(self.lowered.bindings[i].min_binding_size, b.buffer.size - b.offset))
             entries.append({"binding": i, "resource": res})
         entries.append({"binding": self.lowered.params.binding, "resource": {"buffer": self._ring.buffer, "offset": 0, "size": self._ring.struct_size}})
         group = self.ctx.device.create_bind_group(layout=self.compiled.bind_group_layout, entries=entries)
