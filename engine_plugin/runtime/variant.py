@@ -516,7 +516,7 @@ class Variant:
         for slot, key, text in self._output_slots:
             size = self._size(slot, key, text, env, sizes)
             sizes[slot.name] = size
-            area.take(_binding_size(size * slot.value_type.bytes))
+            area.take(max(_binding_size(size * slot.value_type.bytes), self.lowered.bindings[slot.binding].min_binding_size))
             if slot.role == "append":
                 area.take(4)
         return max(area.end, 4)
@@ -717,7 +717,8 @@ class Variant:
     def _place(self, slot: HostSlot, size: int, area: _Placement, n: int, work: _Work, bound: dict) -> Placed:
         """An output placed in the caller's results area, zeroed in place (``clear: false``
         keeps what the area held), an append's counter reset."""
-        nbytes = _binding_size(size * slot.value_type.bytes)
+        # At least one element: an empty vec4 binding still covers 16 bytes, which must be its own.
+        nbytes = max(_binding_size(size * slot.value_type.bytes), self.lowered.bindings[slot.binding].min_binding_size)
         offset = area.take(nbytes)
         if slot.clear:
             work.ops.append(("zero", area.buffer, offset, nbytes))
