@@ -33,6 +33,8 @@ class WgpuBackendConfig:
             still running on the GPU before releasing their staging without destroying it.
         warm_up: do one tiny readback when the backend is made, so the first frame does not
             pay wgpu-py's one-time setup of the map path (tens of ms).
+        reuse_staging: keep idle MAP_READ staging buffers (power-of-two sizes, within the
+            readback budgets) for later readbacks instead of destroying each after delivery.
     """
 
     enabled: bool = True
@@ -47,6 +49,7 @@ class WgpuBackendConfig:
     waiter_slice_s: float = 0.05
     close_wait_s: float = 0.5
     warm_up: bool = True
+    reuse_staging: bool = True
 
     def __post_init__(self) -> None:
         for f in fields(self):
