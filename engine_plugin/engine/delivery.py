@@ -36,7 +36,6 @@ class Delivery:
     _errors: list[BaseException]
     _engine_params: dict[str, Any]
     _frame_readbacks: dict[int, int]
-    gpu_active: bool
     _release_gpu: Any
 
     def _on_readback(self, result: ReadbackResult) -> None:
@@ -79,7 +78,7 @@ class Delivery:
             st.readbacks_failed += 1
             if registered:
                 product.reowe(self.world, work.keys, failed=work)
-                if live and self.gpu_active:
+                if live and getattr(self.backend, "healthy", False):  # not a loss: that fails everything
                     self._note_failure(product, st)
             return
         if live:
@@ -119,9 +118,7 @@ class Delivery:
         product.gave_up = True
         self._release_gpu(product)
         st.readback_fallbacks += 1
-        log.warning(
-            "product %r: %d readbacks failed in a row; it runs on its CPU fallback until engine.recover_gpu()", product.key, product.readback_failures
-        )
+        log.warning("product %r: %d readbacks failed in a row; it runs on its CPU fallback until engine.recover_gpu()", product.key, product.readback_failures)
 
     def _changes_of(self, name: str) -> np.ndarray:
         """When field ``name`` of each slot last changed, as far as this engine knows. A field
