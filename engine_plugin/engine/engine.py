@@ -21,6 +21,21 @@ authoritative world.
 A product owes results for a chunk from the moment one of its input fields changes (or it
 is added, or the product's program changes) until results computed from that content are
 applied. Stale results re-owe their chunk, so nothing is lost and nothing stale is applied.
+
+Delivery rules (issue 14), each held by a test and by the model-based fuzzer:
+
+* a result is applied at most once per (product generation, chunk, content version): a
+  content version already computed is not owed again (an ``apply`` that edits the world);
+* nothing owed is lost without a report: results discarded because their registration went
+  away under them (a refused upload, a reload) owe their chunks again; a product whose
+  chunks stop changing gets a current result within a bounded number of frames, or shows why
+  not (``engine.idle`` false, ``product.error``);
+* work past ``max_chunks_per_dispatch`` or the readback byte budget is split across
+  dispatches and frames; a refused upload takes a product off the GPU for one frame only;
+* a failing readback is retried ``max_readback_failures`` times, then the CPU serves the
+  product (logged once, ``FrameStats.readback_fallbacks``);
+* pacing: at most ``max_frames_in_flight`` frames of GPU work are outstanding; further owed
+  work waits (``FrameStats.deferred``), so ``frame()`` never waits for the GPU.
 """
 
 from __future__ import annotations

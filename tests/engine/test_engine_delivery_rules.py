@@ -258,3 +258,29 @@ def test_a_readback_that_keeps_failing_moves_the_product_to_the_cpu_reported_onc
     assert sum(f.readbacks_failed for f in frames) <= EngineConfig().max_readback_failures
     assert sum(f.readback_fallbacks for f in frames) == 1
     assert caplog.text.count("readbacks failed") == 1
+
+
+def test_a_refused_upload_re_owes_what_was_in_flight_and_the_product_returns_to_the_gpu(make_engine):
+    world = make_world(n=8)
+    engine = make_engine(world)
+    applied = Applied(world)
+    h = summary_product(engine, "height", applied)
+    run_until_idle(engine)
+    first = engine.generation(h)
+    backend = engine.backend
+    with held_deliveries(engine):
+        for k in range(8):
+            world.set_tile(k, "height", (0, 0), float(k))
+        engine.frame()  # eight chunks in flight
+        backend.upload = lambda desc: False  # one refusal (lavapipe refuses nothing on purpose)
+        world.set_tile(3, "height", (1, 1), 9.0)
+        st = engine.frame()
+        del backend.upload
+        assert st.cpu_fallbacks == 1 and engine.generation(h) == 0
+    run_until_idle(engine)
+    assert engine.generation(h) not in (0, first)  # back on the GPU under a new generation
+    for k in world.keys():
+        assert same_bits(applied.latest[k], cpu_summary(world, "height", k)), k
+    world.write(5, "height", 4.0)
+    run_until_idle(engine)
+    assert applied.results[-1].source == "gpu" and _duplicates(applied) == []
