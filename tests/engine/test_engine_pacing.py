@@ -65,3 +65,53 @@ def test_staging_buffers_are_reused_across_frames_not_made_per_readback(gpu):
     finally:
         engine.close()
     assert engine.backend.pooled_staging_buffers == 0  # destroyed at close
+
+
+def test_a_hot_reload_mid_run_never_compiles_on_the_game_thread(tmp_path, gpu, monkeypatch):
+    import os
+    import shutil
+    import threading
+
+    from engine_plugin.assets import AssetLibrary
+    from engine_plugin.engine import Engine, fallbacks, kernel_folder
+
+    from engine_support import Applied, make_world
+
+    root = tmp_path / "assets"
+    shutil.copytree(kernel_folder("summary"), root / "engine" / "summary.computeShader")
+    lib = AssetLibrary(str(root), cache=str(tmp_path / "cache"), device=gpu)
+    world = make_world(n=16)
+    engine = Engine(world, lib, device=gpu)
+    try:
+        applied = Applied(world)
+        engine.register_product("engine/summary.computeShader", spec={"T": "f32"}, fields={"src": "height"}, apply=applied,
+                                cpu_fallback=fallbacks.summary)
+        for _ in range(5):
+            engine.frame()
+        calls = []
+        cls = type(gpu.device)
+        for name in ("create_shader_module", "create_compute_pipeline"):
+            original = getattr(cls, name)
+
+            def spy(self, *args, _original=original, **kwargs):
+                calls.append(threading.get_ident())
+                return _original(self, *args, **kwargs)
+
+            monkeypatch.setattr(cls, name, spy)
+        kernel = os.path.join(root, "engine", "summary.computeShader", "kernel.wgsl")
+        text = open(kernel).read()
+        with open(kernel, "w") as f:
+            f.write(text.replace("sum * params.inv_tile_count, sum)", "sum * params.inv_tile_count + 2.0, sum)"))
+        lib.request_reload("engine/summary.computeShader")
+        reloaded = 0
+        for f in range(400):  # frames go on while the worker compiles; the swap lands in one of them
+            world.set_tile(f % 16, "height", (0, 0), float(f))
+            reloaded += engine.frame().reregistered
+            if reloaded:
+                break
+            time.sleep(0.002)
+        assert reloaded == 1
+        assert calls and threading.get_ident() not in calls  # compiled on the reload worker only
+    finally:
+        engine.close()
+        lib.close()
