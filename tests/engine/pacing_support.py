@@ -16,26 +16,28 @@ HEAVY_YAML = """
 bindings:
   - { name: chunks, kind: buffer, access: read, element: u32 }
   - { name: src, kind: buffer, access: read, element: f32 }
-  - { name: out, kind: buffer, access: read_write, element: f32, count: "n" }
+  - { name: out, kind: buffer, access: read_write, element: u32, count: "n" }
 params:
   - { name: tile_count, type: u32 }
   - { name: reps, type: u32 }
 """
 
-# One invocation a chunk walks its tiles ``reps`` times: GPU time grows with reps, host time not.
+# One invocation a chunk hashes its tiles ``reps`` times: GPU time grows with reps, host time
+# not. A serial integer hash, so no compiler can fold the loop away.
 HEAVY_WGSL = """
 @compute @workgroup_size(64)
 fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
     let i = zero_index(gid);
     if (i >= zero_n()) { return; }
     let base = chunks_get(i) * params.tile_count;
-    var acc = 0.0;
+    var h = 2166136261u;
     for (var r = 0u; r < params.reps; r = r + 1u) {
         for (var t = 0u; t < params.tile_count; t = t + 1u) {
-            acc = acc + src_get(base + t) * f32(r + 1u);
+            h = (h ^ bitcast<u32>(src_get(base + t))) * 16777619u;
+            h = h ^ (h >> 13u);
         }
     }
-    out_set(i, acc);
+    out_set(i, h);
 }
 """
 
@@ -93,7 +95,7 @@ def frame_times(world, engine, frames: int = 60) -> list[float]:
 if __name__ == "__main__":
     import sys
 
-    reps = int(sys.argv[1]) if len(sys.argv) > 1 else 200
+    reps = int(sys.argv[1]) if len(sys.argv) > 1 else 150
     world, engine, applied = make(reps=reps)
     engine.invalidate()
     work = gpu_work_seconds(world, engine, applied)

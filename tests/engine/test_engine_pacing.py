@@ -14,12 +14,12 @@ import pacing_support as ps
 
 
 def test_frame_host_time_stays_far_below_the_gpu_work_it_outlasts(gpu):
-    world, engine, applied = ps.make(device=gpu, reps=1000)
+    world, engine, applied = ps.make(device=gpu, reps=150)
     try:
         engine.invalidate()
-        work, reps = ps.gpu_work_seconds(world, engine, applied), 1000
-        while work < 3 * ps.PERIOD and reps < 64_000:  # a faster machine: more work until it outlasts frames
-            reps *= 4
+        work, reps = ps.gpu_work_seconds(world, engine, applied), 150
+        while work < 3 * ps.PERIOD and reps < 10_000:  # a faster machine: more work until it outlasts frames
+            reps *= 2
             engine.set_params(engine.products()[0], {"reps": reps})
             work = ps.gpu_work_seconds(world, engine, applied)
         totals_before = engine.totals.deferred
