@@ -4,12 +4,16 @@
     blur = lib.load("kernels/blur.computeShader")
     lib.watch()                      # watchdog observer + reload worker
     while running:                   # the engine thread
-        lib.poll()                   # apply finished reloads between frames (compiles happen here)
+        lib.poll()                   # apply finished reloads between frames (pipelines compiled off-thread)
         blur.program().variant(specialize={"T": "f32"}).run(n, inputs=...)
 
 Threads: the observer and the reload worker read files, parse and lower (pure Python,
-through the variant cache); every wgpu call (shader module, pipeline) happens in
-:meth:`AssetLibrary.poll` or on first use of a variant, on the engine thread. A reload that
+through the variant cache); the reload worker then compiles the reload's variants on the
+library's device (pipeline creation, the costly part, off the engine thread; it fills the
+device's compile cache), and :meth:`AssetLibrary.poll` swaps them in on the engine thread.
+Other wgpu calls happen in ``poll`` or on first use of a variant, on the engine thread. A
+reload interrupted by a device loss is no error of the asset: it is retried on a later
+``poll``, on the device that replaces the lost one. A reload that
 fails keeps the last good program live and sets ``ref.diagnostics``; the next good save
 clears them.
 """
@@ -27,7 +31,7 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from ..cache import DEFAULT_MAX_BYTES, USAGE_FILE, UsageLog, VariantCache
 from ..cache.remote import DEFAULT_TIMEOUT, RemoteCache, remote_from
-from ..errors import AssetError, CacheError, PluginError, Span, bug
+from ..errors import AssetError, CacheError, DeviceLostError, PluginError, Span, bug
 from ..gpu.device import get_context
 from ..lowering import Lowered, Schema, VariantSpec, parse
 from ..runtime.compile import compile_lowered
@@ -383,6 +387,7 @@ class AssetLibrary:
         self._by_folder: dict[str, ComputeShaderRef] = {}
         self._ready: deque[Prepared] = deque()
         self._ready_lock = threading.Lock()
+        self._retry: list[Prepared] = []  # reloads a device loss interrupted: back in _ready after poll
         self.service = ReloadService(
             self._root_abs,
             self._job_for,
@@ -499,6 +504,12 @@ class AssetLibrary:
             # The context load() made on the engine thread: the worker must never create a device
             # (after a loss, poll() on the engine thread picks up the new one).
             ctx = self._ctx if self._ctx is not None else self._context()
+            prepared = prepare_on_worker(seq, first_event)
+            _precompile(prepared, ctx, ref.path)
+            return prepared
+
+        def prepare_on_worker(seq: int, first_event: float) -> Prepared:
+            ctx = self._ctx if self._ctx is not None else self._context()
 
             def make_program(schema, src):
                 ref._store.paths = _store_paths(src)
@@ -594,6 +605,11 @@ class AssetLibrary:
                 result = self._fail(ref, bug(f"applying a reload raised {type(exc).__name__}: {exc}"), prepared)
             if result is not None:
                 out.append(result)
+        retry, self._retry = self._retry, []
+        with self._ready_lock:
+            for prepared in reversed(retry):  # unless a newer read of the asset superseded it
+                if not any(p.rel == prepared.rel for p in self._ready):
+                    self._ready.appendleft(prepared)
         return out
 
     def _fail(self, ref: ComputeShaderRef, error: PluginError, prepared: Prepared) -> ReloadFailure:
@@ -636,6 +652,13 @@ class AssetLibrary:
             for new_spec in dict.fromkeys(carried.values()):
                 new.variant(new_spec)  # type: ignore[arg-type]  # a VariantSpec passes through resolve_spec
                 recompiled.append(new_spec)
+        except DeviceLostError as exc:
+            # The device died under the compile (perhaps unnoticed till now): not the asset's
+            # fault. compile_lowered marked the context lost, so the retry compiles on the
+            # device that replaces it.
+            log.info("reload of %s waits for a new device (%s); retried on the next poll", ref.path, exc)
+            self._retry.append(prepared)
+            return None
         except PluginError as exc:
             return self._fail(ref, exc, prepared)
         adopt_program(new)
@@ -655,9 +678,11 @@ class AssetLibrary:
         if fresh and old is not None:
             # Body-only variants keep their Variant objects (pooled outputs, params ring, bind
             # groups): the new pipeline is swapped into them, and they stand in the new program.
+            # A variant of a device lost meanwhile is not carried: the new program's own, on
+            # the new device, stands (holders of the old one get DeviceLostError and ask again).
             for s, variant in old_variants.items():
-                if s not in layout_changed:
-                    replacement = new_variants[carried[s]]
+                replacement = new_variants[carried[s]]
+                if s not in layout_changed and variant.ctx is replacement.ctx:
                     variant.swap_compiled(new, replacement.lowered, replacement.compiled)
                     new.adopt(carried[s], variant)
         files = []
@@ -762,6 +787,21 @@ class AssetLibrary:
 
     def __repr__(self) -> str:
         return f"AssetLibrary({self.root!r}, {len(self._refs)} assets, watching={self.service.watching})"
+
+
+def _precompile(prepared: Prepared, ctx: Any, path: str) -> None:
+    """Compile the reload's variants on the reload worker, off the engine thread: pipeline
+    creation is the costly part of a swap (tens to hundreds of ms) and releases the GIL. The
+    pipelines land in the device's compile cache, so :meth:`AssetLibrary.poll` swaps them in
+    at once; until then the old kernel keeps running. A failure here is left for ``poll`` to
+    meet again and report on the engine thread (its message is the same)."""
+    if prepared.error is not None or ctx is None or ctx.lost:
+        return
+    for spec, lowered in prepared.lowered.items():
+        try:
+            compile_lowered(lowered, label=f"{path} {spec.label()}", device=ctx)
+        except Exception:
+            return
 
 
 def _store_paths(src: AssetSource) -> tuple[str, ...]:

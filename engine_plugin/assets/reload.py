@@ -3,8 +3,9 @@ the body-only / layout classification.
 
 A reload is prepared on the reload worker (read both files, parse, lower the variants in use
 through the variant cache: no wgpu) and applied by :meth:`AssetLibrary.poll` on the engine
-thread (compile, swap, tell the listeners). Preparation never touches the GPU, so the only
-thread that ever calls wgpu is the one that owns the device.
+thread (compile, swap, tell the listeners). Preparation itself never touches the GPU; the
+library's worker then compiles the prepared variants (``AssetLibrary``'s ``_precompile``) so
+that the engine thread's compile in ``poll`` is a cache hit.
 """
 
 from __future__ import annotations

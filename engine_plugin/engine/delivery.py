@@ -36,11 +36,18 @@ class Delivery:
     _completed: list
     _errors: list[BaseException]
     _engine_params: dict[str, Any]
+    _frame_readbacks: dict[int, int]
+    _release_gpu: Any
 
     def _on_readback(self, result: ReadbackResult) -> None:
         """The backend's callback (inside ``backend.poll``): keep a copy, decide later."""
+        inflight: InFlight = result.desc.user
+        left = self._frame_readbacks.get(inflight.frame, 0) - 1  # pacing: that frame's work is over
+        if left > 0:
+            self._frame_readbacks[inflight.frame] = left
+        else:
+            self._frame_readbacks.pop(inflight.frame, None)
         if result.ok:
-            inflight: InFlight = result.desc.user
             # The plan of the request, not the product's now: a reload may have changed it.
             items = int(inflight.work.items.size)
             self._completed.append((result, decode_outputs(inflight.plan, inflight.layout, result.data, items)))  # type: ignore[arg-type]
@@ -61,20 +68,28 @@ class Delivery:
         inflight: InFlight = result.desc.user
         product, work = inflight.product, inflight.work
         product.inflight = max(0, product.inflight - 1)
+        registered = self._products.get(product.handle) is product  # type: ignore[arg-type]
         live = (
-            self._products.get(product.handle) is product
-            and product.gpu is not None  # type: ignore[arg-type]
+            registered
+            and product.gpu is not None
             and product.gpu.handle == inflight.gpu_handle
             and self.backend.is_live(inflight.gpu_handle)
+            and inflight.epoch == product.epoch  # a result of an older selection is void
         )
         if records is None:
             st.readbacks_failed += 1
-            if self._products.get(product.handle) is product:  # type: ignore[arg-type]
+            if registered:
                 product.reowe(self.world, work.keys, failed=work)
+                if live and getattr(self.backend, "healthy", False):  # not a loss: that fails everything
+                    self._note_failure(product, st)
             return
-        if not live:
+        if live:
+            product.readback_failures = 0
+        else:
             st.readbacks_stale += 1
             st.chunks_stale += len(work.keys)
+            if registered:  # released under it (a refused upload, a reload): owed, never lost
+                product.reowe(self.world, work.keys, failed=work)
             return
         made, applied, stale = split_current(
             product,
@@ -99,14 +114,42 @@ class Delivery:
         st.chunks_applied += len(applied)
         self._call_apply(product, made)
 
+    def _note_failure(self, product: Product, st: FrameStats) -> None:
+        """A readback of a healthy backend failed: after ``max_readback_failures`` in a row the
+        product leaves the GPU for its CPU fallback, reported once (log and FrameStats)."""
+        product.readback_failures += 1
+        if product.readback_failures < self.config.max_readback_failures:
+            return
+        product.gave_up = True
+        self._release_gpu(product)
+        st.readback_fallbacks += 1
+        log.warning("product %r: %d readbacks failed in a row; it runs on its CPU fallback until engine.recover_gpu()", product.key, product.readback_failures)
+
+    def _changes_of(self, name: str) -> np.ndarray:
+        """When field ``name`` of each slot last changed, as far as this engine knows. A field
+        first seen here (another engine may have consumed its dirty flags) starts at each
+        chunk's current content version: older results count as changed, never as current."""
+        at = self._changed_at.get(name)
+        if at is None:
+            versions = getattr(self.world, "slot_versions", None)
+            if versions is not None:
+                at = np.asarray(versions(np.arange(self.world.max_chunks)), dtype=np.int64).copy()
+            else:
+                at = np.zeros(self.world.max_chunks, dtype=np.int64)
+                for k in self.world.keys():
+                    at[self.world.slot(k)] = self.world.version(k)
+            self._changed_at[name] = at
+        return at
+
     def _revalidator(self, product: Product) -> Any:
         """``is_current(key, version)`` for ``product``'s results: the chunk's content version
         (``revalidate="chunk"``, SPEC section 4), or, with ``revalidate="fields"``, that none of
         the fields the product reads changed since ``version`` (other fields may have)."""
         if self.config.revalidate != "fields":
             return None
-        world, changed = self.world, self._changed_at
+        world = self.world
         names = product.field_names
+        changed = {f: self._changes_of(f) for f in names}
 
         def fields_current(key: int, version: int) -> bool:
             if key not in world:
@@ -118,9 +161,7 @@ class Delivery:
 
     def _note_changes(self, name: str, keys: list[int], index: Any) -> None:
         """Remember when field ``name`` of ``keys`` last changed (``revalidate="fields"``)."""
-        at = self._changed_at.get(name)
-        if at is None:
-            at = self._changed_at[name] = np.zeros(self.world.max_chunks, dtype=np.int64)
+        at = self._changes_of(name)
         meta = index.get if index is not None else (lambda k: (self.world.slot(k), self.world.version(k)))
         for k in keys:
             m = meta(k)
@@ -146,6 +187,11 @@ class Delivery:
         work = product.work(self.world)
         if not work:
             return
+        fresh = product.skip_computed(work)
+        if len(fresh) != len(work.keys):
+            if not fresh or product.policy is ReadbackPolicy.SELECTED_PATH:
+                return
+            work = product.work(self.world, keys=set(fresh))
         plan = product.plan
         job = ProductWork(
             policy=product.policy,
@@ -164,6 +210,7 @@ class Delivery:
             return
         st.cpu_fallbacks += 1
         product.done(work)
+        product.cpu_done.update(zip(work.keys, work.versions))
         values: Any
         if plan is not None and plan.readback:
             try:

@@ -21,6 +21,21 @@ authoritative world.
 A product owes results for a chunk from the moment one of its input fields changes (or it
 is added, or the product's program changes) until results computed from that content are
 applied. Stale results re-owe their chunk, so nothing is lost and nothing stale is applied.
+
+Delivery rules (issue 14), each held by a test and by the model-based fuzzer:
+
+* a result is applied at most once per (product generation, chunk, content version): a
+  content version already computed is not owed again (an ``apply`` that edits the world);
+* nothing owed is lost without a report: results discarded because their registration went
+  away under them (a refused upload, a reload) owe their chunks again; a product whose
+  chunks stop changing gets a current result within a bounded number of frames, or shows why
+  not (``engine.idle`` false, ``product.error``);
+* work past ``max_chunks_per_dispatch`` or the readback byte budget is split across
+  dispatches and frames; a refused upload takes a product off the GPU for one frame only;
+* a failing readback is retried ``max_readback_failures`` times, then the CPU serves the
+  product (logged once, ``FrameStats.readback_fallbacks``);
+* pacing: at most ``max_frames_in_flight`` frames of GPU work are outstanding; further owed
+  work waits (``FrameStats.deferred``), so ``frame()`` never waits for the GPU.
 """
 
 from __future__ import annotations
@@ -72,6 +87,16 @@ class EngineConfig:
             the fields the product reads changed since; a game rewriting another field of the
             chunk every frame then does not starve the product. Equally safe: the result is
             derived from exactly those fields.
+        max_frames_in_flight: frames whose GPU readbacks are still outstanding before the next
+            frame's dispatches are deferred (counted in ``FrameStats.deferred``), so ``frame()``
+            never waits for the GPU. A backend whose ``queue.submit`` waits for the previous
+            submission (``serial_submits``: lavapipe) is held to 1.
+        max_dispatches_per_product: dispatches one product may make in one frame when its work
+            is split (work past ``max_chunks_per_dispatch`` or the readback byte budget is split
+            into bounded dispatches across frames, never refused whole).
+        max_readback_failures: failed readbacks in a row after which a product leaves the GPU
+            for its CPU fallback (logged once, counted in ``FrameStats.readback_fallbacks``)
+            until :meth:`Engine.recover_gpu`.
     """
 
     backend: WgpuBackendConfig | None = None
@@ -79,10 +104,17 @@ class EngineConfig:
     min_selection_capacity: int = 64
     upload_gap_bytes: int = 64 * 1024
     revalidate: str = "chunk"
+    max_frames_in_flight: int = 2
+    max_dispatches_per_product: int = 4
+    max_readback_failures: int = 3
 
     def __post_init__(self) -> None:
         if self.revalidate not in ("chunk", "fields"):
             raise ProductError(f"EngineConfig.revalidate is 'chunk' or 'fields', not {self.revalidate!r}")
+        for name in ("max_frames_in_flight", "max_dispatches_per_product", "max_readback_failures"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+                raise ProductError(f"EngineConfig.{name} must be a positive int, not {v!r}")
 
 
 class Engine(GpuSide, Delivery):
@@ -113,7 +145,11 @@ class Engine(GpuSide, Delivery):
         self._products: SlotTable[Product] = SlotTable(self.config.max_products)
         self._order: list[Product] = []
         self._mirrored: set[str] = set()
-        self._kept: set[str] = set()  # fields mirrored on request (field_buffer), product or not
+        # Fields mirrored on request (field_buffer), product or not: a dict, so uploads go in the
+        # order of the requests whatever PYTHONHASHSEED is (a set iterates in hash order).
+        self._kept: dict[str, None] = {}
+        self._kernel_written: set[str] = set()  # kept fields never gap-coalesced (field_buffer(kernel_writes=True))
+        self._frame_readbacks: dict[int, int] = {}  # frame -> its readbacks not delivered yet (pacing)
         self._changed_at: dict[str, np.ndarray] = {}  # field -> world version of its last change, by slot
         self._completed: list[tuple[ReadbackResult, np.ndarray | None]] = []
         self._errors: list[BaseException] = []
@@ -322,15 +358,32 @@ class Engine(GpuSide, Delivery):
         product = self.product(handle)
         self._check_params(product, params=params)
         product.params = dict(params)
+        product.cpu_done.clear()
         self._reregister(product)
+        product.owe_everything(self.world)  # the fallback's results depend on the params too
 
-    def field_buffer(self, name: str) -> Any | None:
+    def field_buffer(self, name: str, *, kernel_writes: bool = False) -> Any | None:
         """The GPU mirror of world field ``name`` (slot-major, what product kernels read), kept
         in sync with the world by every frame's uploads from now on; None while the engine
-        runs on the CPU. Kernels of the caller's own may read it (or write derived state into
-        it: the next upload of a chunk puts the world's bytes back)."""
+        runs on the CPU.
+
+        Each slot of the mirror starts at a multiple of 4 bytes: a chunk of ``tile_count``
+        values of ``b`` bytes takes ``ceil(tile_count * b / 4)`` words (bool and 8/16-bit
+        fields are padded), so no upload is ever refused for alignment.
+
+        Args:
+            kernel_writes: the caller's kernels write state into this mirror. Then only the
+                chunks that changed in the world are uploaded (each overwrites its own slot
+                with the world's bytes: the world is authoritative), never the clean chunks
+                between them that gap-coalescing (``EngineConfig.upload_gap_bytes``) would
+                otherwise re-send. Without it, a kernel's writes into a clean chunk's slot may
+                be overwritten by any frame's uploads. The rule holds for the field as long as
+                the engine lives, for every reader.
+        """
         self.world.field(name)  # an unknown field raises WorldError naming the declared ones
-        self._kept.add(name)
+        self._kept.setdefault(name, None)
+        if kernel_writes:
+            self._kernel_written.add(name)
         if not self.gpu_active or not self._mirror(name):
             return None
         return self.backend.field_buffer(name)
@@ -354,21 +407,24 @@ class Engine(GpuSide, Delivery):
         self._frame += 1
         self._check_gpu(st)
         self._apply_reloads(st)  # 1
+        self._reattach(st)
         index = ChunkIndex(self.world)  # the world holds still until step 5
         self.upload(st, index)  # 2
         wall: dict[str, float] = {}
-        with self._submission():  # 3, 4: one submission for the frame
-            for product in self._order:
-                if product.pending:
-                    t = time.perf_counter()
-                    self._dispatch(product, st, index)
-                    wall[str(product.key)] = (time.perf_counter() - t) * 1e3
+        if self._paced(st):
+            with self._submission():  # 3, 4: one submission for the frame
+                for product in self._order:
+                    if product.pending:
+                        t = time.perf_counter()
+                        self._dispatch(product, st, index)
+                        wall[str(product.key)] = (time.perf_counter() - t) * 1e3
         self._collect(st)  # 5
         self._note_gpu_times(st, wall)
         self._check_gpu(st)
         for product in self._order:  # 6
             if product.pending and (product.force_cpu or not self._serves(product)):
                 self._fallback(product, st)
+        st.frames_in_flight = len(self._frame_readbacks)
         st.gpu_active = self.gpu_active
         st.time = time.perf_counter() - t0
         self.totals.add(st)
@@ -391,6 +447,34 @@ class Engine(GpuSide, Delivery):
                 self._gpu_ms, self._gpu_timing = landed[-1], "timestamps"
         st.product_gpu_ms = dict(self._gpu_ms)
         st.gpu_timing = self._gpu_timing
+
+    def _paced(self, st: FrameStats) -> bool:
+        """Whether this frame may dispatch: fewer than ``max_frames_in_flight`` frames of GPU
+        work are outstanding (a finished readback marks its frame's work done). Otherwise the
+        owed work waits for a later frame (counted in ``deferred``): ``frame()`` never blocks
+        on a busy GPU, whose ``queue.submit`` would wait for the work before it."""
+        if not self.gpu_active:
+            return True
+        try:
+            self.backend.poll()  # completions only: applied in step 5
+        except Exception as exc:
+            self._errors.append(exc)
+        limit = 1 if getattr(self.backend, "serial_submits", False) else self.config.max_frames_in_flight
+        if len(self._frame_readbacks) < limit:
+            return True
+        st.deferred += sum(1 for p in self._order if p.pending and self._serves(p))
+        return False
+
+    def _reattach(self, st: FrameStats) -> None:
+        """Products a refused upload took off the GPU come back (a new generation, their
+        mirrors uploaded afresh): one refusal never moves a product to the CPU for good."""
+        if not self.gpu_active:
+            return
+        for product in self._order:
+            if product.detached and product.gpu is None and not product.gave_up:
+                product.detached = False
+                self._reregister(product)
+                st.reregistered += product.gpu is not None
 
     def _submission(self) -> Any:
         batch = getattr(self.backend, "batch", None) if self.gpu_active else None
@@ -439,16 +523,17 @@ class Engine(GpuSide, Delivery):
             for name in product.field_names:
                 readers.setdefault(name, []).append(product)
         gpu = self.gpu_active
+        meta = index.get if index is not None else ChunkIndex(self.world).get
         for name, products in readers.items():
             send = gpu and name in self._mirrored
-            gap = self.config.upload_gap_bytes // self.world.chunk_nbytes(name)
-            changed, spans = take_dirty_uploads(self.world, name, gap, spans=send, meta=index.get if index is not None else None)
+            gap = 0 if name in self._kernel_written else self.config.upload_gap_bytes // self.world.chunk_nbytes(name)
+            changed, spans = take_dirty_uploads(self.world, name, gap, spans=send, meta=meta)
             if not changed:
                 continue
             if self.config.revalidate == "fields":
                 self._note_changes(name, changed, index)
             for product in products:
-                product.pending.update(changed)
+                product.owe_changed(changed, meta)
             if send:
                 for desc in spans:
                     if not self.backend.upload(desc):
@@ -462,32 +547,61 @@ class Engine(GpuSide, Delivery):
         return st
 
     def _dispatch(self, product: Product, st: FrameStats, index: ChunkIndex) -> None:
-        """Steps 3 and 4 for one product: dispatch its owed work, request the readback."""
+        """Steps 3 and 4 for one product: dispatch its owed work, request the readback.
+
+        Work past a bound (``max_chunks_per_dispatch``, the readback byte budget) is split into
+        bounded dispatches, up to ``max_dispatches_per_product`` this frame; the rest stays
+        owed for the next frames. Nothing is refused for its size alone."""
+        for _ in range(self.config.max_dispatches_per_product):
+            if not product.pending or not self._dispatch_once(product, st, index):
+                return
+
+    def _chunk_budget(self, product: Product, work: Any) -> tuple[int, int]:
+        """(chunks one dispatch may take now, chunks it may take at most): the backend's
+        ``max_chunks_per_dispatch`` and the readback bytes budget (free now, and in all)."""
+        cfg = getattr(self.backend, "config", None)
+        most = int(getattr(cfg, "max_chunks_per_dispatch", len(work.keys)) or len(work.keys))
+        if product.policy is ReadbackPolicy.NONE or cfg is None:
+            return most, most
+        per_chunk = max(1, -(-product.gpu.readback_bytes(int(work.items.size)) // len(work.keys)))
+        budget = int(getattr(cfg, "max_inflight_readback_bytes", 0))
+        free = budget - int(getattr(self.backend, "inflight_readback_bytes", 0))
+        return min(most, max(0, free) // per_chunk), min(most, budget // per_chunk)
+
+    def _dispatch_once(self, product: Product, st: FrameStats, index: ChunkIndex) -> bool:
+        """One bounded dispatch of ``product``'s owed work; answers whether to go on."""
         if not self._serves(product):
-            return
+            return False
         gpu = product.gpu
         work = product.work(self.world, index=index)
         if not work:
-            return  # only evicted chunks were owed (dropped), or a path waits for its chunks
+            return False  # only evicted chunks were owed (dropped), or a path waits for its chunks
         if work.items.size > gpu.capacity:
             self._reregister(product)  # outgrown (a selection): bigger buffers next frame
-            return
+            return False
+        now, most = self._chunk_budget(product, work)
+        splittable = product.policy is not ReadbackPolicy.SELECTED_PATH  # a path is all or nothing
+        if len(work.keys) > now and most >= 1 and (splittable or len(work.keys) <= most):
+            if now < 1 or not splittable:
+                st.deferred += 1  # the readback budget is taken by work in flight: next frame
+                return False
+            work = product.work(self.world, keys=set(work.keys[:now]), index=index)
         try:
             desc = gpu.dispatch_desc(work.items, len(work.keys))
         except PluginError as exc:  # the run does not check (or the device went away meanwhile)
             product.error = str(exc)
             st.refused += 1
             product.force_cpu = True
-            return
+            return False
         if not self.backend.dispatch(desc):
             desc.prepared.submitted()  # refused: nothing of it will run
             st.refused += 1
             product.force_cpu = True
-            return
+            return False
         st.dispatches += 1
         if product.policy is ReadbackPolicy.NONE:
             product.done(work)
-            return
+            return True
         prepared = desc.prepared
         size = readback_extent(product.plan, prepared.layout)  # type: ignore[arg-type]
         readback = ReadbackDesc(
@@ -499,15 +613,17 @@ class Engine(GpuSide, Delivery):
             versions=work.versions,
             tiles=tuple((k, *t) for k, t in work.tiles) if product.policy is ReadbackPolicy.SELECTED_TILES else (),
             path=tuple((k, *t) for k, t in work.tiles) if product.policy is ReadbackPolicy.SELECTED_PATH else (),
-            user=InFlight(product, gpu.handle, work, st.frame, product.plan, prepared.layout),  # type: ignore[arg-type]  # registered products have a plan
+            user=InFlight(product, gpu.handle, work, st.frame, product.plan, prepared.layout, product.epoch),  # type: ignore[arg-type]  # registered products have a plan
         )
         if not self.backend.readback(readback):
             st.refused += 1
             product.force_cpu = True  # dispatched, but its results cannot come back: the CPU serves it
-            return
+            return False
         st.readbacks_requested += 1
         product.inflight += 1
+        self._frame_readbacks[st.frame] = self._frame_readbacks.get(st.frame, 0) + 1
         product.done(work)
+        return True
 
     def close(self) -> None:
         """Unregister every product; close the backend when the engine made it."""

@@ -49,6 +49,7 @@ class GpuProduct:
         self.handle: GpuProductHandle | None = None
         self.results: Any = None
         self._inputs: dict[str, Any] = dict(inputs)
+        self._lengths: dict[str, int] = {}  # field binding -> mirror elements (count expressions read them)
 
     @classmethod
     def create(
@@ -71,9 +72,8 @@ class GpuProduct:
         made = cls(backend, variant, plan, capacity, params, inputs or {})
         for f in plan.fields:
             made._inputs[f.binding] = backend.field_buffer(f.field)
-        lengths = {f.binding: int(made._inputs[f.binding].size) // f.element_bytes for f in plan.fields}
-        lengths[plan.items] = capacity
-        need = variant.results_bytes(capacity, params, lengths)  # raises a DispatchError naming the binding
+        made._lengths = {f.binding: int(made._inputs[f.binding].size) // f.element_bytes for f in plan.fields}
+        need = made.readback_bytes(capacity)  # raises a DispatchError naming the binding
         desc = backend.guarded(f"creating the resources of product {key!r}", lambda: made._resources(need, callback, policy))
         if desc is None:
             return None
@@ -91,6 +91,11 @@ class GpuProduct:
             callback=callback if reads_back else None,
             fields=self.plan.field_names,
         )
+
+    def readback_bytes(self, n: int) -> int:
+        """Bytes of the results area a dispatch over ``n`` items uses (what its readback
+        copies at most: the engine's unit for the readback byte budget)."""
+        return int(self.variant.results_bytes(n, self.params, {**self._lengths, self.plan.items: n}))
 
     def dispatch_desc(self, items: np.ndarray, chunk_count: int) -> DispatchDesc:
         """The dispatch of one work list (u32 items), prepared by the runtime.

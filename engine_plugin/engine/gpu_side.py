@@ -38,6 +38,7 @@ class GpuSide:
     _completed: list
     _engine_params: dict[str, Any]
     _owns_backend: bool
+    _frame_readbacks: dict[int, int]
 
     # ---- backend -----------------------------------------------------------------------
 
@@ -88,6 +89,8 @@ class GpuSide:
         """Mirror the product's fields, compile its variant on this device, register it."""
         from .gpu_product import GpuProduct
 
+        if product.gave_up:
+            return False  # its readbacks kept failing: the CPU serves it until recover_gpu()
         for name in product.field_names:
             if not self._mirror(name):
                 return False
@@ -149,8 +152,9 @@ class GpuSide:
             self.backend.unregister_field(name)
         log.warning("an upload of field %r was refused (%s); its products run on the CPU", name, getattr(self.backend, "last_refusal", "refused"))
         for product in self._order:
-            if name in product.field_names:
+            if name in product.field_names and product.gpu is not None:
                 self._release_gpu(product)
+                product.detached = True  # back on the GPU next frame (Engine._reattach)
 
     def _release_gpu(self, product: Product) -> None:
         if product.gpu is not None:
@@ -162,14 +166,19 @@ class GpuSide:
 
         A kernel that fails to compile here leaves the product on its CPU fallback (logged).
         """
+        was_gpu = product.gpu is not None
         self._release_gpu(product)
-        product.owe_everything(self.world)
         if product.program is not None and self.gpu_active:
             try:
                 self._register_gpu(product)
             except PluginError as exc:
                 product.error = str(exc)
                 log.warning("product %r runs on the CPU: re-registering it failed:\n%s", product.key, exc)
+        if was_gpu or product.gpu is not None or product.program is None:
+            # New kernel, params or buffers: everything is recomputed. A product served by its
+            # CPU fallback before and after is not: the fallback's results do not depend on the
+            # kernel's text, and computing the same content again would apply it twice.
+            product.owe_everything(self.world)
 
     def _check_gpu(self, st: FrameStats) -> None:
         """Report a lost or disabled GPU once; its products continue on their fallbacks."""
@@ -194,15 +203,23 @@ class GpuSide:
         Returns:
             whether products run on the GPU again.
         """
-        from ..gpu.device import get_context
+        from ..gpu.device import fresh_context, get_context
         from ..gpu.wgpu_backend import WgpuBackend
 
         old = self.backend
+        # A faulted backend's device is never used again: after notify_device_error it may look
+        # healthy (not lost) while the application knows it is not.
+        faulted = self._resource_backend and (not getattr(old, "healthy", True) or getattr(old, "lost", False))
+        dead = getattr(old, "device", None) if faulted else None
         try:
             ctx = get_context(device) if device is not None else None
+            if ctx is not None and (ctx.lost or (dead is not None and ctx.device is dead)):
+                log.warning("recover_gpu: the device offered is the faulted one; acquiring another")
+                ctx = None
             if ctx is None:
                 current = self._ctx
-                ctx = current if current is not None and not current.lost and not getattr(old, "lost", False) else get_context()
+                healthy = current is not None and not current.lost and not faulted
+                ctx = current if healthy else fresh_context(avoid=dead)
             backend = WgpuBackend(ctx, self.config.backend)
         except (NoAdapterError, ImportError) as exc:
             log.warning("recover_gpu: no device (%s); products stay on the CPU", exc)
@@ -227,8 +244,11 @@ class GpuSide:
         self._mirrored.clear()
         self._adopt_backend()
         self.gpu_fault = None
+        self._frame_readbacks.clear()  # the old backend's readbacks were all failed above
         for product in self._order:
             product.inflight = 0
+            product.gave_up = product.detached = False
+            product.readback_failures = 0
             if product.program is not None:
                 try:
                     self._register_gpu(product)

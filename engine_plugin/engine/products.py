@@ -8,6 +8,7 @@ readback or CPU fallback) :func:`split_current` keeps what is still true of the 
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -71,6 +72,7 @@ class Work:
     versions: tuple[int, ...]
     items: np.ndarray  # u32: chunk slots, or global tile indices
     tiles: tuple[Tile, ...] = ()  # selections: (key, tile) per item
+    serial: int = 0  # set when the work is sent (Product.done): tells a late failure from newer work
 
     def __bool__(self) -> bool:
         return bool(self.keys)
@@ -86,6 +88,7 @@ class InFlight:
     frame: int
     plan: ProductPlan
     layout: Mapping[str, Any] = field(default_factory=dict)  # output -> runtime Placed
+    epoch: int = 0  # the product's selection epoch at dispatch (select_tiles makes older results void)
 
 
 class Product:
@@ -124,7 +127,18 @@ class Product:
         self.spec_values: dict[str, str] = {}
         self.gpu: Any = None  # GpuProduct on the current backend, or None
         self.pending: set[int] = set()
-        self.sent: dict[int, int] = {}  # chunk -> the content version last computed (or on its way)
+        # chunk -> (content version, work serial) last computed or on its way: a content version
+        # is computed once (rule: applied at most once per generation, chunk, version), and only
+        # the failure of that very work owes it again.
+        self.sent: dict[int, tuple[int, int]] = {}
+        self._serials = itertools.count(1)
+        self.epoch = 0  # bumped by every new selection
+        # chunk -> content version its CPU fallback last computed: the fallback does not depend
+        # on the kernel, so a new GPU generation served by the CPU does not compute it again.
+        self.cpu_done: dict[int, int] = {}
+        self.readback_failures = 0  # failed readbacks in a row (reset by a delivered one)
+        self.gave_up = False  # moved to the CPU after repeated readback failures (until recover_gpu)
+        self.detached = False  # released by a refused upload: re-registered on the GPU next frame
         self.force_cpu = False  # the backend refused this frame's work: run the fallback now
         self.selection: tuple[Tile, ...] = ()
         self.selection_keys: frozenset[int] = frozenset()
@@ -164,6 +178,8 @@ class Product:
         self.selection_keys = frozenset(k for k, _ in tiles)
         self._linear = tuple(linear_index(t, shape) for _, t in tiles)
         self.pending = set(self.selection_keys)
+        self.epoch += 1  # results of the previous selection in flight are void
+        self.cpu_done.clear()
 
     def owe_everything(self, world: Any) -> None:
         """Owe results for every chunk this product covers (new registration, new program)."""
@@ -227,18 +243,42 @@ class Product:
     def done(self, work: Work) -> None:
         """The work's chunks are served (results applied, or on their way)."""
         self.pending.difference_update(work.keys)
-        self.sent.update(zip(work.keys, work.versions))
+        work.serial = next(self._serials)
+        self.sent.update((k, (v, work.serial)) for k, v in zip(work.keys, work.versions))
+
+    def skip_computed(self, work: Work) -> list[int]:
+        """Drop from the owed work the chunks whose current content the CPU fallback computed
+        already (answers the chunks still to compute)."""
+        done = self.cpu_done
+        skip = [k for k, v in zip(work.keys, work.versions) if done.get(k) == v]
+        if skip:
+            self.pending.difference_update(skip)
+        return [k for k, v in zip(work.keys, work.versions) if done.get(k) != v]
+
+    def owe_changed(self, keys: Any, meta: Callable[[int], tuple[int, int] | None]) -> None:
+        """Owe the changed chunks ``keys`` unless their current content was computed already
+        (an ``apply`` that edits the world is followed, in the same frame, by fallbacks that
+        compute the new content: owing it again would apply the same result twice)."""
+        sent = self.sent
+        for k in keys:
+            done = sent.get(k)
+            if done is None:
+                self.pending.add(k)
+                continue
+            m = meta(k)
+            if m is None or m[1] != done[0]:
+                self.pending.add(k)
 
     def reowe(self, world: Any, keys: Any, failed: Work | None = None) -> None:
         """Owe ``keys`` again after their results were discarded (or ``failed``), unless
         work for their current content is already on its way. Evicted keys are forgotten."""
-        failed_versions = dict(zip(failed.keys, failed.versions)) if failed is not None else {}
+        failed_sent = {k: (v, failed.serial) for k, v in zip(failed.keys, failed.versions)} if failed is not None else {}
         for k in keys:
             if k not in world:
                 self.sent.pop(k, None)
                 continue
             sent = self.sent.get(k)
-            if sent != world.version(k) or failed_versions.get(k) == sent:
+            if sent is None or sent[0] != world.version(k) or failed_sent.get(k) == sent:
                 self.pending.add(k)
 
 

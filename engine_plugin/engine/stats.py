@@ -37,6 +37,8 @@ class FrameStats:
     # frame because too many frames of GPU work were still in flight.
     deferred: int = 0
     frames_in_flight: int = 0
+    # Products moved to their CPU fallback after repeated readback failures (reported once).
+    readback_fallbacks: int = 0
     # Product key -> GPU milliseconds of its dispatches in the frame the times were measured
     # (timestamp queries arrive a frame or more late; ``gpu_timing`` says how they were taken:
     # "timestamps", "wall" where the adapter has no timestamp-query, "" before any arrived).

@@ -35,6 +35,8 @@ class WgpuBackendConfig:
             pay wgpu-py's one-time setup of the map path (tens of ms).
         gpu_timing: time each batched dispatch with timestamp queries where the adapter has
             them (:meth:`WgpuBackend.gpu_times`; the engine's ``FrameStats.product_gpu_ms``).
+        reuse_staging: keep idle MAP_READ staging buffers (power-of-two sizes, within the
+            readback budgets) for later readbacks instead of destroying each after delivery.
     """
 
     enabled: bool = True
@@ -50,6 +52,7 @@ class WgpuBackendConfig:
     close_wait_s: float = 0.5
     warm_up: bool = True
     gpu_timing: bool = True
+    reuse_staging: bool = True
 
     def __post_init__(self) -> None:
         for f in fields(self):

@@ -38,6 +38,15 @@ __all__ = [
 # Byte counts travel to wgpu-native as u64 and through numpy as intp: refuse what neither holds.
 MAX_BYTES = 2**63 - 1
 
+# WebGPU writes and copies whole 4-byte words: every mirror slot starts on one.
+SLOT_ALIGN = 4
+
+
+def slot_stride(chunk_nbytes: int) -> int:
+    """Bytes one chunk slot takes in a mirror: its bytes rounded up to whole 4-byte words, so
+    any run of slots is an aligned write (a bool field of 3x3 chunks: 9 bytes -> 12)."""
+    return -(-chunk_nbytes // SLOT_ALIGN) * SLOT_ALIGN
+
 
 class GpuDescriptorError(PluginError, ValueError):
     """A descriptor or backend configuration that can never be valid (e.g. an overflowing mirror)."""
@@ -47,7 +56,9 @@ class GpuDescriptorError(PluginError, ValueError):
 class FieldMirrorDesc:
     """One world field mirrored densely to one GPU buffer, chunk-slot-major.
 
-    Slot ``s`` of the world lives at byte ``s * bytes_per_chunk`` of the mirror.
+    Slot ``s`` of the world lives at byte ``s * slot_stride`` of the mirror, where
+    ``slot_stride`` is ``bytes_per_chunk`` rounded up to a multiple of 4 (the padding bytes
+    are zero): narrow fields (bool, 8/16-bit) of odd chunk sizes stay uploadable slot by slot.
 
     Raises:
         GpuDescriptorError: inconsistent sizes, or a total that overflows 63 bits.
@@ -70,19 +81,24 @@ class FieldMirrorDesc:
             raise GpuDescriptorError(f"{self.format.name} values take {self.format.value_bytes} bytes, not {self.value_bytes}")
         if self.bytes_per_chunk != self.value_bytes * self.tiles_per_chunk:
             raise GpuDescriptorError(f"bytes_per_chunk {self.bytes_per_chunk} != {self.value_bytes} x {self.tiles_per_chunk} tiles")
-        if self.bytes_per_chunk * self.chunk_count > MAX_BYTES:
+        if self.slot_stride * self.chunk_count > MAX_BYTES:
             raise GpuDescriptorError(
                 f"mirror of field {self.tag!r} would take {self.bytes_per_chunk} x {self.chunk_count} bytes, "
                 "more than any buffer can address; use fewer or smaller chunks"
             )
 
+    @property
+    def slot_stride(self) -> int:
+        """Bytes from one slot to the next in the mirror (``bytes_per_chunk``, padded to 4)."""
+        return slot_stride(self.bytes_per_chunk)
+
     def total_bytes(self) -> int:
         """Size of the whole mirror buffer in bytes."""
-        return self.bytes_per_chunk * self.chunk_count
+        return self.slot_stride * self.chunk_count
 
     def chunk_offset(self, slot: int) -> int:
         """Byte offset of world slot ``slot`` in the mirror."""
-        return slot * self.bytes_per_chunk
+        return slot * self.slot_stride
 
 
 def field_mirror_desc(world: World, tag: str) -> FieldMirrorDesc:
@@ -121,6 +137,7 @@ class UploadDesc:
     world: World = _field(repr=False, compare=False)
     span_slots: int = 0
     key_slots: Any = _field(default=None, repr=False, compare=False)  # slots of chunk_keys (vector check)
+    padded: bool = False  # mirror slots are wider than the world's (see slot_stride): data() pads
 
     @property
     def chunk_key(self) -> int:
@@ -145,7 +162,7 @@ class UploadDesc:
             StaleSpanError: a covered chunk was mutated or evicted after the span was taken.
         """
         if self.key_slots is not None and np.array_equal(self.world.slot_versions(self.key_slots), self.versions):
-            return self.world.slab(self.tag, self.first_slot, self.slot_count)  # every chunk current, checked at once
+            return self._bytes()  # every chunk current, checked at once
         is_current = self.world.is_current
         for key, version in zip(self.chunk_keys, self.versions, strict=True):
             if not is_current(key, version):
@@ -154,14 +171,25 @@ class UploadDesc:
                     f"upload span of field {self.tag!r} over chunk {key} was taken at version {version}; "
                     f"the chunk {now}. Take a new upload_desc after mutating the world"
                 )
-        return self.world.slab(self.tag, self.first_slot, self.slot_count)
+        return self._bytes()
+
+    def _bytes(self) -> np.ndarray:
+        slab = self.world.slab(self.tag, self.first_slot, self.slot_count)
+        if not self.padded:
+            return slab
+        count = self.slot_count
+        raw = np.ascontiguousarray(slab).reshape(count, -1).view(np.uint8)
+        out = np.zeros((count, self.nbytes // count), np.uint8)  # zero padding after each slot
+        out[:, : raw.shape[1]] = raw
+        return out
 
 
 def upload_desc(world: World, tag: str, chunk_key: int) -> UploadDesc:
     """The upload span of field ``tag`` of one live chunk (valid until that chunk changes)."""
     slot = world.slot(chunk_key)
     nbytes = world.chunk_nbytes(tag)
-    return UploadDesc(tag, (chunk_key,), (world.version(chunk_key),), slot, slot * nbytes, nbytes, world)
+    stride = slot_stride(nbytes)
+    return UploadDesc(tag, (chunk_key,), (world.version(chunk_key),), slot, slot * stride, stride, world, padded=stride != nbytes)
 
 
 def coalesce_uploads(
@@ -194,13 +222,24 @@ def coalesce_uploads(
     # A run ends where the next slot is more than max_gap + 1 away.
     ends = (np.flatnonzero(np.diff(slots) > max_gap + 1) + 1).tolist()
     nbytes = world.chunk_nbytes(tag)
+    stride = slot_stride(nbytes)
     out: list[UploadDesc] = []
     start = 0
     for end in [*ends, len(keys)]:
         first, last = int(slots[start]), int(slots[end - 1])
         span = last - first + 1
         out.append(
-            UploadDesc(tag, tuple(keys[start:end]), tuple(versions[start:end]), first, first * nbytes, nbytes * span, world, span if span != end - start else 0)
+            UploadDesc(
+                tag,
+                tuple(keys[start:end]),
+                tuple(versions[start:end]),
+                first,
+                first * stride,
+                stride * span,
+                world,
+                span if span != end - start else 0,
+                padded=stride != nbytes,
+            )
         )
         start = end
     return out
@@ -227,6 +266,7 @@ def take_dirty_uploads(
         return keys, []
     versions = np.asarray(world.slot_versions(slots))
     nbytes = world.chunk_nbytes(tag)
+    stride = slot_stride(nbytes)
     out = []
     start = 0
     for end in [*(np.flatnonzero(np.diff(slots) > max_gap + 1) + 1).tolist(), len(keys)]:
@@ -238,11 +278,12 @@ def take_dirty_uploads(
                 tuple(keys[start:end]),
                 tuple(versions[start:end].tolist()),
                 first,
-                first * nbytes,
-                nbytes * span,
+                first * stride,
+                stride * span,
                 world,
                 span if span != end - start else 0,
                 slots[start:end],
+                stride != nbytes,
             )
         )
         start = end

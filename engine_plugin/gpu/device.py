@@ -27,7 +27,7 @@ import wgpu
 from ..errors import NoAdapterError
 from .guard import SubmissionGuard, guard_for
 
-__all__ = ["DeviceContext", "adapter_summary", "get_context", "reset_default_context"]
+__all__ = ["DeviceContext", "adapter_summary", "fresh_context", "get_context", "reset_default_context"]
 
 log = logging.getLogger("engine_plugin.gpu")
 
@@ -149,18 +149,49 @@ def get_context(device: Any | None = None) -> DeviceContext:
             _contexts.pop(id(_default.device), None)
             _default = None
         if _default is None:
-            adapter = _pick_adapter()
-            limits = {}
-            for name in _RAISED_LIMITS:
-                if name in adapter.limits:
-                    limits[name] = adapter.limits[name]
-            # Linear sampling of 32-bit float textures (lavapipe and desktop GPUs have it).
-            features = [f for f in _WANTED_FEATURES if f in adapter.features]
-            dev = adapter.request_device_sync(required_features=features, required_limits=limits, label="engine_plugin")
-            _default = DeviceContext(dev, adapter)
-            _contexts[id(dev)] = _default
-            log.info("engine_plugin device: %s", adapter_summary(adapter))
+            _default = _new_context()
+            log.info("engine_plugin device: %s", _default.adapter_name)
         return _default
+
+
+def _new_context(adapter: Any = None) -> DeviceContext:
+    """A new device (on ``adapter``, default: the one :func:`_pick_adapter` chooses), registered."""
+    adapter = adapter if adapter is not None else _pick_adapter()
+    limits = {}
+    for name in _RAISED_LIMITS:
+        if name in adapter.limits:
+            limits[name] = adapter.limits[name]
+    # Linear sampling of 32-bit float textures (lavapipe and desktop GPUs have it).
+    features = [f for f in _WANTED_FEATURES if f in adapter.features]
+    dev = adapter.request_device_sync(required_features=features, required_limits=limits, label="engine_plugin")
+    ctx = DeviceContext(dev, adapter)
+    _contexts[id(dev)] = ctx
+    return ctx
+
+
+def fresh_context(avoid: Any = None) -> DeviceContext:
+    """A context on a healthy device other than ``avoid`` (a device or DeviceContext that
+    faulted): the default one when it is neither lost nor ``avoid``, else a new private device
+    (the default stays what it is for its other users; a lost default is replaced).
+
+    Raises:
+        NoAdapterError: no adapter exists.
+    """
+    bad = getattr(avoid, "device", avoid)
+    ctx = get_context()
+    if ctx.device is not bad and not ctx.lost:
+        return ctx
+    with _lock:
+        for spare in _spares:  # one made earlier for the same reason, healthy: no device pile-up
+            if spare.device is not bad and not spare.guard.check():
+                return spare
+        made = _new_context(ctx.adapter)
+        _spares[:] = [s for s in _spares if not s.lost][-1:] + [made]
+    log.info("engine_plugin: a new device on %s (the previous one faulted)", made.adapter_name)
+    return made
+
+
+_spares: list[DeviceContext] = []  # private devices fresh_context made (at most two kept)
 
 
 def reset_default_context() -> None:

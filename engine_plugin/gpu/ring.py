@@ -2,10 +2,17 @@
 
 Every accepted request owns one MAP_READ staging buffer from acceptance until it is released,
 on every path: delivered READY, delivered FAILED (map error, device error or loss, backend
-closed). A buffer is destroyed only once its copy is known to be over (its map settled) or its
+closed). A buffer is released only once its copy is known to be over (its map settled) or its
 device is lost: a request failed by a device error keeps its buffer until then, and one whose
 copy still runs when the backend closes is released (last reference dropped) for wgpu-core to
 free when the copy completes.
+
+Staging buffers are persistent: a released buffer whose copy is over is unmapped and kept in
+a pool (by power-of-two size class, bounded by the readback budgets) for the next request, so
+a frame neither creates nor destroys a MAP_READ buffer per readback (``destroy()`` of a mapped
+buffer costs milliseconds on lavapipe). Only an idle buffer enters the pool: nothing recorded
+or in flight uses it. The pool is emptied (its buffers destroyed, safe: they are idle) when
+the device faults or is lost, and when the backend closes.
 
 Memory safety beats prompt release in one case: a callback that keeps a numpy array or
 memoryview derived from its data past its return would be left pointing at unmapped memory,
@@ -41,8 +48,12 @@ log = logging.getLogger("engine_plugin.gpu")
 class ReadbackRing:
     """Budgets (count, bytes), the waiter thread, delivery and release of staging buffers."""
 
-    def __init__(self, max_count: int, max_bytes: int, slice_s: float):
+    def __init__(self, max_count: int, max_bytes: int, slice_s: float, reuse: bool = True):
         self.tracker = ReadbackTracker(max_count, max_bytes)
+        self.reuse = reuse  # keep idle staging buffers for the next request (off once faulted)
+        self._pool: dict[int, list[Any]] = {}  # size class -> idle, unmapped staging buffers
+        self._pool_bytes = 0
+        self.reused = 0
         self.waiter = PromiseWaiter(slice_s)
         self.quarantine: list[ReadbackRequest] = []
         self.created = 0
@@ -53,15 +64,62 @@ class ReadbackRing:
 
     @property
     def live_staging(self) -> int:
-        """Staging buffers this ring still holds (created, neither destroyed nor released)."""
-        return self.created - self.destroyed - self.abandoned
+        """Staging buffers owned by requests (created, neither pooled, destroyed nor released)."""
+        return self.created - self.destroyed - self.abandoned - self.pooled
+
+    @property
+    def pooled(self) -> int:
+        """Idle staging buffers kept for reuse."""
+        return sum(len(v) for v in self._pool.values())
+
+    @staticmethod
+    def _size_class(size: int) -> int:
+        return max(256, 1 << (max(1, size) - 1).bit_length())
 
     def create_staging(self, device: Any, size: int, usage: int) -> Any:
+        """A staging buffer of at least ``size`` bytes: an idle pooled one, else a new one."""
+        if self.reuse and not self.device_lost:
+            cls = self._size_class(size)
+            idle = self._pool.get(cls)
+            if idle:
+                self._pool_bytes -= cls
+                self.reused += 1
+                return idle.pop()
+            size = cls
         staging = device.create_buffer(size=size, usage=usage, label="engine_plugin.readback_staging")
         self.created += 1
         return staging
 
     def destroy_staging(self, staging: Any) -> None:
+        """Release a staging buffer whose copy is over (or whose device is lost): into the
+        pool while it has room and the device is healthy, else destroyed."""
+        if self.reuse and not self.device_lost and self._pool_staging(staging):
+            return
+        self._destroy(staging)
+
+    def _pool_staging(self, staging: Any) -> bool:
+        size = int(getattr(staging, "size", 0))
+        if size != self._size_class(size) or self.pooled >= self.tracker.max_count or self._pool_bytes + size > self.tracker.max_bytes:
+            return False
+        try:
+            if getattr(staging, "map_state", "unmapped") != "unmapped":
+                staging.unmap()
+        except Exception as exc:  # an unmap that fails (a lost device): destroy it instead
+            log.debug("unmapping a staging buffer failed: %s", exc)
+            return False
+        self._pool.setdefault(size, []).append(staging)
+        self._pool_bytes += size
+        return True
+
+    def drop_pool(self) -> None:
+        """Stop reusing staging buffers and destroy the idle ones (a fault, or closing)."""
+        self.reuse = False
+        pool, self._pool, self._pool_bytes = self._pool, {}, 0
+        for idle in pool.values():
+            for staging in idle:
+                self._destroy(staging)
+
+    def _destroy(self, staging: Any) -> None:
         try:
             # destroy() unmaps a mapped buffer. Callers only get here once the buffer's copy
             # is over or its device is lost, so no in-flight work uses it.
@@ -219,6 +277,7 @@ class ReadbackRing:
         self.tracker.fail_all(message)
         self.collect(errors)
         self.waiter.stop()
+        self.drop_pool()
         deadline = time.perf_counter() + wait_s
         for req in self.tracker.requests():
             if not self._deferred(req):
@@ -229,6 +288,7 @@ class ReadbackRing:
                 self._forget(req)
                 self.abandoned += 1
         self.retry_quarantine()
+        self.drop_pool()  # buffers released just above may have been pooled
         for req in self.quarantine:
             log.warning(
                 "backend closed while readback %d's data is still referenced by a callback's array; its staging buffer stays mapped until that array dies",

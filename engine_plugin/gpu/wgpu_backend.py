@@ -3,9 +3,12 @@ bounded asynchronous readback, and fail-closed device-error handling.
 
 Ownership rules, each because the alternative aborts the process or leaks:
 
-* A staging buffer belongs to exactly one accepted readback and is destroyed on every path
-  (delivered, failed, backend closed first). Destroying it after its copy was *submitted* is
-  safe (wgpu-core defers the free); only submitting work that uses a destroyed buffer aborts.
+* A staging buffer belongs to exactly one accepted readback at a time and is released on
+  every path (delivered, failed, backend closed first): into the ring's pool of idle buffers
+  when its copy is over and the device is healthy (the next readback reuses it), else
+  destroyed. Destroying it after its copy was *submitted* is safe (wgpu-core defers the free);
+  only submitting work that uses a destroyed buffer aborts, and a pooled buffer is idle (its
+  copy over, unmapped). The pool is destroyed on a fault or loss and at close.
 * Field mirrors, pipelines and bind groups are never destroyed, only released: a product's
   bind group may still reference a field buffer.
 * Command buffers are finished immediately before submission and never kept: submitting one
@@ -88,9 +91,16 @@ class WgpuBackend(Batching):
         self.device = device
         self.queue = device.queue
         self._limits = dict(device.limits)
+        # lavapipe (a CPU adapter): queue.submit waits for the previous submission to finish,
+        # so a frame loop must not submit while work is in flight (the engine paces on it).
+        adapter = getattr(self._context, "adapter", None)
+        info = getattr(adapter, "info", None) or {}
+        self.serial_submits = str(info.get("adapter_type", "")).lower() == "cpu"
         self._fields: dict[str, _Field] = {}
         self._products: SlotTable[_Product] = SlotTable(self.config.max_products)
-        self._ring = ReadbackRing(self.config.max_inflight_readbacks, self.config.max_inflight_readback_bytes, self.config.waiter_slice_s)
+        self._ring = ReadbackRing(
+            self.config.max_inflight_readbacks, self.config.max_inflight_readback_bytes, self.config.waiter_slice_s, self.config.reuse_staging
+        )
         self._faults = FaultState()
         self._faults.queue = self.queue
         self._closed = False
@@ -170,6 +180,11 @@ class WgpuBackend(Batching):
         return self._ring.live_staging
 
     @property
+    def pooled_staging_buffers(self) -> int:
+        """Idle staging buffers kept for reuse by later readbacks (destroyed at close)."""
+        return self._ring.pooled
+
+    @property
     def delivered_readbacks(self) -> int:
         """Callbacks run so far (READY and FAILED)."""
         return self._ring.delivered
@@ -197,6 +212,7 @@ class WgpuBackend(Batching):
 
     def _set_fault(self, message: str, *, lost: bool) -> None:
         first = self._faults.set(message, lost=lost)
+        self._ring.drop_pool()  # idle buffers only; a faulted backend reuses nothing
         if lost:
             self._ring.device_lost = True
             if self._context is not None:
@@ -422,7 +438,8 @@ class WgpuBackend(Batching):
     # ---- readback --------------------------------------------------------------------
 
     def readback(self, desc: ReadbackDesc) -> bool:
-        """Copy the requested range into a new MAP_READ staging buffer and start mapping it.
+        """Copy the requested range into a MAP_READ staging buffer (an idle pooled one, or a
+        new one) and start mapping it.
 
         Accepted requests complete through the product's callback from a later :meth:`poll`,
         exactly once, READY or FAILED. Refused: stale product, NONE policy, FULL_FIELD unless

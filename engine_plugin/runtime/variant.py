@@ -24,7 +24,7 @@ from typing import Any, Mapping
 import numpy as np
 import wgpu
 
-from ..errors import DispatchError, ExpressionError, Span
+from ..errors import DispatchError, ExpressionError, Span, bug
 from ..lowering.expressions import parse_expression
 from ..lowering.geometry import Domain, as_domain, dispatch_fields, group_cap
 from ..lowering.lowered import HostSlot, Lowered
@@ -227,6 +227,8 @@ class Variant:
         group layouts made from equal entries as the same, so the old groups fit the new
         pipeline. Only what reads the source lines (params error lines) is rebuilt.
         """
+        if compiled.ctx is not self.ctx:
+            raise bug(f"a pipeline of another device swapped into {self!r}: its buffers and bind groups are this device's")
         self.program = program
         self.lowered = lowered
         self.compiled = compiled

@@ -48,6 +48,7 @@ def make_backend() -> Iterator[Callable[..., WgpuBackend]]:
         if isinstance(device, FakeDevice):
             config.setdefault("warm_up", False)
             config.setdefault("close_wait_s", 0.01)  # the fake's copies finish only when told
+            config.setdefault("reuse_staging", False)  # the fake tests count each buffer's life
         backend = WgpuBackend(device, WgpuBackendConfig(**config))
         made.append((backend, device))
         return backend

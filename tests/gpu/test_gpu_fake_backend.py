@@ -96,12 +96,18 @@ def test_upload_writes_the_span_bytes_at_the_slot_offset_of_the_mirror(fake, mak
 
 
 def test_misaligned_upload_is_refused_before_reaching_the_device(fake, make_backend):
+    import dataclasses
+
     w = World((3, 3), {"m": np.uint8}, max_chunks=4)
     w.add(0)
+    w.add(1)
     be = make_backend(fake)
     be.register_field(field_mirror_desc(w, "m"))
-    assert not be.upload(upload_desc(w, "m", 0))
-    assert "aligned" in be.last_refusal and fake.writes == [] and be.healthy
+    assert be.upload(upload_desc(w, "m", 1))  # 9-byte chunks sit in 12-byte slots: aligned
+    assert fake.writes[-1][1:] == (12, 12)
+    odd = dataclasses.replace(upload_desc(w, "m", 1), dst_offset=9, nbytes=9, padded=False)  # a hand-made span
+    assert not be.upload(odd)
+    assert "aligned" in be.last_refusal and len(fake.writes) == 1 and be.healthy
 
 
 def test_upload_of_a_stale_span_raises_and_writes_nothing(fake, make_backend):
