@@ -1,0 +1,167 @@
+"""What the overlay shows, as data: one :class:`Figures` per demo, updated once a frame.
+
+The window's overlay draws these figures and the headless run writes them to a JSON-lines
+log (:meth:`Figures.record`), so both show the same numbers. Nothing here imports imgui or
+glfw: the figures are plain Python, testable without a window.
+
+* frame time and FPS (a rolling history for the graph);
+* per-product GPU milliseconds from ``FrameStats.product_gpu_ms`` (filled by the engine;
+  latched, since timestamp queries arrive a frame or more late; empty means "n/a");
+* uploads, readbacks in flight, stale results discarded per second;
+* a reload log (asset, body or layout, variants recompiled, milliseconds);
+* diagnostics: one per broken asset, ``file:line:col``, the source line and a caret, kept
+  until the asset's file is fixed (they are read from the references every frame).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from ..engine import FrameStats
+
+__all__ = ["Diagnostic", "Figures", "ReloadEntry"]
+
+HISTORY = 120  # frames in the rolling graph
+RELOADS_KEPT = 8
+
+
+@dataclass(frozen=True)
+class ReloadEntry:
+    """One line of the reload log."""
+
+    frame: int
+    asset: str
+    kind: str  # "body", "layout", "failed" or "requested" (a forced reload of every asset)
+    recompiled: int
+    ms: float
+    generation: int
+
+    def text(self) -> str:
+        if self.kind == "requested":
+            return f"#{self.frame} forced reload of {self.recompiled} asset(s)"
+        if self.kind == "failed":
+            return f"#{self.frame} {self.asset}: failed, generation {self.generation} stays ({self.ms:.0f} ms)"
+        return f"#{self.frame} {self.asset}: {self.kind}, {self.recompiled} variant(s) recompiled, gen {self.generation}, {self.ms:.0f} ms"
+
+
+@dataclass(frozen=True)
+class Diagnostic:
+    """One error of one asset, split for display: ``location`` is ``file:line:col``."""
+
+    asset: str
+    location: str
+    message: str
+    source: str = ""  # the offending line ('' when unknown)
+    caret: str = ""  # spaces and a '^' under the column
+
+    @classmethod
+    def from_error(cls, asset: str, error: Any) -> Diagnostic:
+        """From a PluginError (its span) or, failing that, from its rendered text."""
+        span = getattr(error, "span", None)
+        if span is not None and span.line is not None:
+            source = (span.text or "").rstrip("\n").expandtabs(4)
+            caret = " " * (max(1, span.col or 1) - 1) + "^" if source else ""
+            return cls(asset, span.prefix(), getattr(error, "message", str(error)), source, caret)
+        # Rendered text: "path:line:col: message", then "    source", then "    ^".
+        lines = str(error).splitlines() or [""]
+        head = lines[0]
+        location, _, message = head.partition(": ")
+        if not message:
+            location, message = asset, head
+        body = [ln[4:] if ln.startswith("    ") else ln for ln in lines[1:3]]
+        source = body[0] if body else ""
+        caret = body[1] if len(body) > 1 and body[1].strip() == "^" else ""
+        return cls(asset, location, message, source, caret)
+
+    def lines(self) -> list[str]:
+        """The text the error panel draws, in order."""
+        out = [f"{self.location}: {self.message}"]
+        if self.source:
+            out.append("    " + self.source)
+            if self.caret:
+                out.append("    " + self.caret)
+        return out
+
+
+@dataclass
+class Figures:
+    """The overlay's figures, updated by :meth:`frame` once a frame."""
+
+    frame: int = 0
+    frame_ms: float = 0.0  # time between the last two frames (what the eye sees)
+    step_ms: float = 0.0  # the demo's own work in the last frame (game logic, engine, kernels)
+    fps: float = 0.0
+    uploads: int = 0
+    upload_bytes: int = 0
+    readbacks_in_flight: int = 0
+    stale_per_s: float = 0.0
+    gpu_ms: dict[str, float] = field(default_factory=dict)
+    gpu_timing: str = ""
+    products: tuple[str, ...] = ()
+    paused: bool = False
+    heat: dict[str, Any] = field(default_factory=dict)
+    history: deque = field(default_factory=lambda: deque(maxlen=HISTORY), repr=False)
+    reloads: deque = field(default_factory=lambda: deque(maxlen=RELOADS_KEPT))
+    diagnostics: list[Diagnostic] = field(default_factory=list)
+    _stamps: deque = field(default_factory=lambda: deque(maxlen=HISTORY), repr=False)
+    _stale: deque = field(default_factory=deque, repr=False)
+
+    def frame_done(self, stats: FrameStats, step_s: float, inflight: int, now: float | None = None) -> None:
+        """Take one frame's engine statistics (``step_s``: the demo's own time for it)."""
+        now = time.perf_counter() if now is None else now
+        self.frame = stats.frame
+        self.step_ms = step_s * 1e3
+        if self._stamps:
+            self.frame_ms = (now - self._stamps[-1]) * 1e3
+            self.history.append(self.frame_ms)
+        self._stamps.append(now)
+        window = [t for t in self._stamps if now - t <= 1.0]
+        if len(window) > 1:
+            self.fps = (len(window) - 1) / max(window[-1] - window[0], 1e-9)
+        self.uploads, self.upload_bytes = stats.uploads, stats.upload_bytes
+        self.readbacks_in_flight = inflight
+        self._stale.append((now, stats.readbacks_stale))
+        while self._stale and now - self._stale[0][0] > 1.0:
+            self._stale.popleft()
+        self.stale_per_s = float(sum(n for _, n in self._stale))
+        if stats.product_gpu_ms:  # latched: measured frames are a frame or more behind
+            self.gpu_ms = dict(stats.product_gpu_ms)
+            self.gpu_timing = stats.gpu_timing
+
+    def gpu_text(self, product: str) -> str:
+        """``'0.123 ms'`` or ``'n/a'`` while the engine has no time for ``product``."""
+        ms = self.gpu_ms.get(product)
+        return "n/a" if ms is None else f"{ms:.3f} ms"
+
+    def note_reload(self, event: Any) -> None:
+        """A ReloadEvent or ReloadFailure from an asset reference."""
+        if getattr(event, "ok", False):
+            entry = ReloadEntry(self.frame, event.asset, event.kind, len(event.recompiled), event.latency * 1e3, event.generation)
+        else:
+            entry = ReloadEntry(self.frame, event.asset, "failed", 0, event.latency * 1e3, event.generation)
+        self.reloads.append(entry)
+
+    def note_forced_reload(self, assets: int) -> None:
+        self.reloads.append(ReloadEntry(self.frame, "*", "requested", assets, 0.0, 0))
+
+    def record(self) -> dict[str, Any]:
+        """One JSON-lines object: the figures of the last frame."""
+        return {
+            "frame": self.frame,
+            "frame_ms": round(self.frame_ms, 3),
+            "step_ms": round(self.step_ms, 3),
+            "fps": round(self.fps, 2),
+            "gpu_ms": {p: (round(self.gpu_ms[p], 4) if p in self.gpu_ms else None) for p in self.products or tuple(self.gpu_ms)},
+            "gpu_timing": self.gpu_timing or None,
+            "uploads": self.uploads,
+            "upload_bytes": self.upload_bytes,
+            "readbacks_in_flight": self.readbacks_in_flight,
+            "stale_per_s": self.stale_per_s,
+            "paused": self.paused,
+            "heat": self.heat,
+            "reloads": [asdict(r) for r in self.reloads],
+            "errors": [asdict(d) for d in self.diagnostics],
+        }
