@@ -15,6 +15,7 @@ glfw: the figures are plain Python, testable without a window.
 
 from __future__ import annotations
 
+import os
 import time
 from collections import deque
 from dataclasses import asdict, dataclass, field
@@ -58,13 +59,19 @@ class Diagnostic:
     caret: str = ""  # spaces and a '^' under the column
 
     @classmethod
-    def from_error(cls, asset: str, error: Any) -> Diagnostic:
-        """From a PluginError (its span) or, failing that, from its rendered text."""
+    def from_error(cls, asset: str, error: Any, root: str | None = None) -> Diagnostic:
+        """From a PluginError (its span) or, failing that, from its rendered text. Paths under
+        ``root`` (the asset folder) are shown relative to it: short enough to read on screen."""
         span = getattr(error, "span", None)
         if span is not None and span.line is not None:
             source = (span.text or "").rstrip("\n").expandtabs(4)
             caret = " " * (max(1, span.col or 1) - 1) + "^" if source else ""
-            return cls(asset, span.prefix(), getattr(error, "message", str(error)), source, caret)
+            location = span.prefix()
+            if root and span.path and os.path.isabs(span.path):
+                rel = os.path.relpath(span.path, root)
+                if not rel.startswith(".."):
+                    location = rel + location[len(span.path) :]
+            return cls(asset, location, getattr(error, "message", str(error)), source, caret)
         # Rendered text: "path:line:col: message", then "    source", then "    ^".
         lines = str(error).splitlines() or [""]
         head = lines[0]
@@ -105,6 +112,7 @@ class Figures:
     heat: dict[str, Any] = field(default_factory=dict)
     history: deque = field(default_factory=lambda: deque(maxlen=HISTORY), repr=False)
     reloads: deque = field(default_factory=lambda: deque(maxlen=RELOADS_KEPT))
+    reload_count: int = 0  # entries ever added to the reload log
     diagnostics: list[Diagnostic] = field(default_factory=list)
     _stamps: deque = field(default_factory=lambda: deque(maxlen=HISTORY), repr=False)
     _stale: deque = field(default_factory=deque, repr=False)
@@ -143,12 +151,17 @@ class Figures:
         else:
             entry = ReloadEntry(self.frame, event.asset, "failed", 0, event.latency * 1e3, event.generation)
         self.reloads.append(entry)
+        self.reload_count += 1
 
     def note_forced_reload(self, assets: int) -> None:
         self.reloads.append(ReloadEntry(self.frame, "*", "requested", assets, 0.0, 0))
+        self.reload_count += 1
 
-    def record(self) -> dict[str, Any]:
-        """One JSON-lines object: the figures of the last frame."""
+    def record(self, reloads_since: int | None = None) -> dict[str, Any]:
+        """One JSON-lines object: the figures of the last frame. ``reloads_since``: list only the
+        reload-log entries added after ``reload_count`` was that (default: the whole recent log)."""
+        new = len(self.reloads) if reloads_since is None else min(len(self.reloads), self.reload_count - reloads_since)
+        reloads = list(self.reloads)[len(self.reloads) - new :] if new > 0 else []
         return {
             "frame": self.frame,
             "frame_ms": round(self.frame_ms, 3),
@@ -162,6 +175,6 @@ class Figures:
             "stale_per_s": self.stale_per_s,
             "paused": self.paused,
             "heat": self.heat,
-            "reloads": [asdict(r) for r in self.reloads],
+            "reloads": [asdict(r) for r in reloads],
             "errors": [asdict(d) for d in self.diagnostics],
         }

@@ -189,11 +189,11 @@ class HeatDemo:
 
     def _diagnostics(self) -> list[Diagnostic]:
         """Every broken asset's error, and every product kept on its old kernel, right now."""
-        out = [Diagnostic.from_error(name, ref.error) for name, ref in self.refs.items() if ref.error is not None]
+        out = [Diagnostic.from_error(name, ref.error, self.library.root) for name, ref in self.refs.items() if ref.error is not None]
         for name, handle in self.products.items():
             error = self.engine.product(handle).error
             if error and self.refs[name].error is None:
-                out.append(Diagnostic.from_error(name, error))
+                out.append(Diagnostic.from_error(name, error, self.library.root))
         return out
 
     # -- one frame ----------------------------------------------------------------------------
