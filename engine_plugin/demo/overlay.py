@@ -145,4 +145,5 @@ class Overlay:
         finally:
             imgui.end()
             imgui.pop_style_color()
-        self.error_rect = (0, int((h - panel_h) * ratio), int(w * ratio), int(panel_h * ratio))
+        top = round((h - panel_h) * ratio)
+        self.error_rect = (0, top, round(w * ratio), round(h * ratio) - top)

@@ -123,7 +123,7 @@ class DemoWindow:
             color_attachments=[{"view": target.create_view(), "clear_value": BAR_COLOR, "load_op": "clear", "store_op": "store"}]
         )
         self.viewport = self.presenter.draw(render_pass, demo.pixels, size)
-        notice = f"screenshot: {self.last_screenshot}" if self.last_screenshot else ""
+        notice = f"screenshot: {os.path.basename(self.last_screenshot)}" if self.last_screenshot else ""
         self.overlay.render(render_pass, demo.figures, size, notice)
         render_pass.end()
         encoder.copy_texture_to_texture({"texture": target}, {"texture": surface}, (size[0], size[1], 1))
