@@ -66,22 +66,21 @@ class Diagnostic:
         if span is not None and span.line is not None:
             source = (span.text or "").rstrip("\n").expandtabs(4)
             caret = " " * (max(1, span.col or 1) - 1) + "^" if source else ""
-            location = span.prefix()
-            if root and span.path and os.path.isabs(span.path):
-                rel = os.path.relpath(span.path, root)
-                if not rel.startswith(".."):
-                    location = rel + location[len(span.path) :]
-            return cls(asset, location, getattr(error, "message", str(error)), source, caret)
-        # Rendered text: "path:line:col: message", then "    source", then "    ^".
+            return cls(asset, _relative(span.prefix(), span.path, root), getattr(error, "message", str(error)), source, caret)
+        # Rendered text: "path:line[:col]: message", then "    source", then "    ^".
         lines = str(error).splitlines() or [""]
-        head = lines[0]
-        location, _, message = head.partition(": ")
+        location, _, message = lines[0].partition(": ")
         if not message:
-            location, message = asset, head
+            location, message = asset, lines[0]
         body = [ln[4:] if ln.startswith("    ") else ln for ln in lines[1:3]]
         source = body[0] if body else ""
         caret = body[1] if len(body) > 1 and body[1].strip() == "^" else ""
-        return cls(asset, location, message, source, caret)
+        path, line = _path_line(location)
+        if path is not None and not source:
+            # e.g. the engine's product-contract errors name a line but do not quote it
+            source = _read_line(path, line)
+            caret = " " * (len(source) - len(source.lstrip())) + "^" if source else ""
+        return cls(asset, _relative(location, path, root), message, source, caret)
 
     def lines(self) -> list[str]:
         """The text the error panel draws, in order."""
@@ -91,6 +90,35 @@ class Diagnostic:
             if self.caret:
                 out.append("    " + self.caret)
         return out
+
+
+def _relative(location: str, path: str | None, root: str | None) -> str:
+    """``location`` with ``path`` shown relative to ``root`` when it lies under it."""
+    if root and path and os.path.isabs(path) and location.startswith(path):
+        rel = os.path.relpath(path, os.path.abspath(root))
+        if not rel.startswith(".."):
+            return rel + location[len(path) :]
+    return location
+
+
+def _path_line(location: str) -> tuple[str | None, int]:
+    """``("path", line)`` of ``"path:line[:col]"``, or ``(None, 0)``."""
+    parts = location.split(":")
+    for n in (3, 2):  # path:line:col, path:line
+        if len(parts) >= n and all(p.isdigit() for p in parts[-(n - 1) :]):
+            return ":".join(parts[: -(n - 1)]), int(parts[-(n - 1)])
+    return None, 0
+
+
+def _read_line(path: str, line: int) -> str:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            for i, text in enumerate(f, 1):
+                if i == line:
+                    return text.rstrip("\n").expandtabs(4)
+    except OSError:
+        pass
+    return ""
 
 
 @dataclass

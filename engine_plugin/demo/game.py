@@ -149,6 +149,7 @@ class HeatDemo:
         self.frame_index = 0
         self.paused = False
         self._step_once = False
+        self._diagnostic_cache: dict[tuple[str, Any], Diagnostic] = {}
         if watch:
             self.library.watch()
         self.reset()
@@ -189,12 +190,15 @@ class HeatDemo:
 
     def _diagnostics(self) -> list[Diagnostic]:
         """Every broken asset's error, and every product kept on its old kernel, right now."""
-        out = [Diagnostic.from_error(name, ref.error, self.library.root) for name, ref in self.refs.items() if ref.error is not None]
+        errors: list[tuple[str, Any]] = [(name, ref.error) for name, ref in self.refs.items() if ref.error is not None]
         for name, handle in self.products.items():
-            error = self.engine.product(handle).error
+            error = self.engine.product(handle).error  # a reloaded kernel outside the product contract
             if error and self.refs[name].error is None:
-                out.append(Diagnostic.from_error(name, error, self.library.root))
-        return out
+                errors.append((name, error))
+        # Built once per error (a product error quotes its line from disk), not every frame.
+        cache = {(name, error): self._diagnostic_cache.get((name, error)) or Diagnostic.from_error(name, error, self.library.root) for name, error in errors}
+        self._diagnostic_cache = cache
+        return list(cache.values())
 
     # -- one frame ----------------------------------------------------------------------------
     def step(self) -> Hud:

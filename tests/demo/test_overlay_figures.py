@@ -4,6 +4,7 @@ demo's two engine products, the key table and the letterbox arithmetic."""
 import json
 import os
 import shutil
+import time
 
 import numpy as np
 import pytest
@@ -78,11 +79,13 @@ def _records(engine: Engine) -> dict:
             f"{name}.computeShader", key=name, fields={"heat": "heat"}, policy=ReadbackPolicy.SUMMARY,
             apply=lambda r, n=name: got[n].update(r.by_chunk()), cpu_fallback=fallback, params=params,
         )
-    for _ in range(200):
+    deadline = time.monotonic() + 30
+    while True:  # until nothing is owed or in flight (the backend's readbacks too)
         engine.frame()
-        if engine.idle:
-            break
-    return got
+        if engine.idle and getattr(engine.backend, "inflight_readbacks", 0) == 0:
+            return got
+        assert time.monotonic() < deadline, f"not idle after 30 s: {engine!r}"
+        time.sleep(0.001)
 
 
 def test_demo_products_follow_the_product_contract_and_equal_their_cpu_fallbacks_bit_for_bit(gpu, tmp_path):
@@ -137,3 +140,53 @@ def test_keys_cover_every_action_and_the_overlay_lists_them():
 )
 def test_the_picture_fits_the_window_with_its_aspect_and_centred_bars(target, want):
     assert fit_viewport((512, 512), target) == want
+
+
+def _edit(path: str, old: str, new: str) -> None:
+    text = open(path).read()
+    assert old in text, f"{old!r} not in {path}"
+    with open(path, "w") as f:
+        f.write(text.replace(old, new, 1))
+
+
+def _frames_until(demo: HeatDemo, done, what: str, frames: int = 300):
+    for _ in range(frames):
+        demo.step()
+        if done():
+            return
+    raise AssertionError(f"{what} did not happen within {frames} frames")
+
+
+def test_the_readme_layout_edit_widens_the_summary_record_and_a_second_output_is_refused_at_its_line(assets_copy, tmp_path):
+    """README, "a layout edit": summary's record grows from vec2 to vec4 (coldest tile, spread);
+    the product re-registers and the overlay shows the new lanes. A kernel outside the product
+    contract keeps the old one running and shows the contract error at its bindings.yaml line."""
+    demo = HeatDemo(assets_copy, str(tmp_path / "cache"))
+    try:
+        _frames_until(demo, lambda: demo.figures.heat.get("heat_max", 0) > 0, "a first summary")
+        folder = os.path.join(assets_copy, "summary.computeShader")
+        yaml_path, wgsl = os.path.join(folder, "bindings.yaml"), os.path.join(folder, "summary.wgsl")
+        _edit(yaml_path, "element: vec2<f32>", "element: vec4<f32>")
+        _edit(wgsl, "var hottest = heat_get(base);", "var hottest = heat_get(base);\n    var coldest = hottest;")
+        _edit(wgsl, "hottest = max(hottest, v);", "hottest = max(hottest, v);\n        coldest = min(coldest, v);")
+        _edit(wgsl, "vec2<f32>(hottest, sum * params.inv_tile_count)", "vec4<f32>(hottest, sum * params.inv_tile_count, coldest, hottest - coldest)")
+        demo.library.request_reload("summary.computeShader")
+        _frames_until(demo, lambda: "summary_extra" in demo.figures.heat, "the widened record")
+        (entry,) = [r for r in demo.figures.reloads if r.asset == "summary.computeShader"]
+        assert (entry.kind, entry.recompiled, entry.generation) == ("layout", 1, 1) and entry.ms > 0
+        coldest, spread = demo.figures.heat["summary_extra"]
+        assert 0.0 <= coldest < spread <= demo.figures.heat["heat_max"] + 1e-6
+        assert demo.figures.diagnostics == []
+
+        _edit(yaml_path, '{ name: stats,  kind: buffer, access: read_write, element: vec4<f32>, count: "n" }',
+              '{ name: stats,  kind: buffer, access: read_write, element: vec4<f32>, count: "n" }\n'
+              '  - { name: extra,  kind: buffer, access: read_write, element: f32, count: "n" }')
+        demo.library.request_reload("summary.computeShader")
+        _frames_until(demo, lambda: demo.figures.diagnostics, "the contract error")
+        (diag,) = demo.figures.diagnostics
+        assert diag.asset == "summary" and diag.location == "summary.computeShader/bindings.yaml:8"
+        assert "exactly one output" in diag.message and diag.source.strip().startswith("- { name: extra")
+        assert diag.caret == " " * diag.source.index("-") + "^"
+        assert "summary_extra" in demo.figures.heat  # the previous kernel keeps running
+    finally:
+        demo.close()
