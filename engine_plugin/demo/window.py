@@ -149,9 +149,7 @@ class DemoWindow:
         return path
 
 
-def run_window(
-    demo_factory: Any, frames: int | None = None, *, size: tuple[int, int] = (512, 512), on_frame: Any = None, screenshots: str = "out"
-) -> int:
+def run_window(demo_factory: Any, frames: int | None = None, *, size: tuple[int, int] = (512, 512), on_frame: Any = None, screenshots: str = "out") -> int:
     """Open a window and run the demo until Esc (or ``frames`` frames); answers frames shown.
 
     ``on_frame(window, shown)`` runs after each frame (tests drive the window through it)."""
@@ -185,4 +183,3 @@ def _format(context: Any, adapter: Any = None) -> str:
     from ..gpu.device import get_context
 
     return context.get_preferred_format(adapter or get_context().adapter)
-

@@ -6,11 +6,10 @@ import subprocess
 
 import numpy as np
 from PIL import Image
+from window_support import PAUSE_AT  # the windowed demo pauses there (conftest's demo_window)
 
 from engine_plugin.demo.game import HeatDemo
 from engine_plugin.demo.headless import run_headless
-
-from window_support import PAUSE_AT  # the windowed demo pauses there (conftest's demo_window)
 
 
 def headless_pixels(assets: str, cache: str, frames: int, order: str = "rgba") -> np.ndarray:
