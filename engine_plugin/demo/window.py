@@ -110,6 +110,12 @@ class DemoWindow:
             )
         return t
 
+    @property
+    def frame_size(self) -> tuple[int, int]:
+        """The size in pixels of the last frame drawn (the surface's), (0, 0) before the first."""
+        t = self._frame_target
+        return (int(t.size[0]), int(t.size[1])) if t is not None else (0, 0)
+
     def draw(self) -> Any:
         """One frame: the demo's step, the picture and the overlay, the copy to the surface."""
         demo = self.demo

@@ -54,7 +54,7 @@ def on_frame(window, shown):
         "overlay_visible": window.overlay.visible,
         "error_rect": window.overlay.error_rect,
         "viewport": window.viewport,
-        "size": list(window._frame_target.size[:2]),
+        "size": list(window.frame_size),
         "screenshot": window.last_screenshot,
         "commands": done_commands[0],
         "shown": shown,
