@@ -167,6 +167,10 @@ class Figures:
             self.gpu_ms = dict(stats.product_gpu_ms)
             self.gpu_timing = stats.gpu_timing
 
+    def product_names(self) -> tuple[str, ...]:
+        """The products to list: the demo's own, then any other the engine timed."""
+        return self.products + tuple(sorted(k for k in self.gpu_ms if k not in self.products))
+
     def gpu_text(self, product: str) -> str:
         """``'0.123 ms'`` or ``'n/a'`` while the engine has no time for ``product``."""
         ms = self.gpu_ms.get(product)
@@ -195,7 +199,7 @@ class Figures:
             "frame_ms": round(self.frame_ms, 3),
             "step_ms": round(self.step_ms, 3),
             "fps": round(self.fps, 2),
-            "gpu_ms": {p: (round(self.gpu_ms[p], 4) if p in self.gpu_ms else None) for p in self.products or tuple(self.gpu_ms)},
+            "gpu_ms": {p: (round(self.gpu_ms[p], 4) if p in self.gpu_ms else None) for p in self.product_names()},
             "gpu_timing": self.gpu_timing or None,
             "uploads": self.uploads,
             "upload_bytes": self.upload_bytes,

@@ -105,7 +105,7 @@ class Overlay:
             imgui.separator()
             timing = fig.gpu_timing or "n/a"
             self._text(f"GPU time per product ({timing})")
-            for product in fig.products or tuple(fig.gpu_ms):
+            for product in fig.product_names():
                 self._text(f"  {product:<10} {fig.gpu_text(product)}")
             self._text(f"uploads {fig.uploads} ({fig.upload_bytes / 1024:.0f} KiB)  readbacks in flight {fig.readbacks_in_flight}")
             self._text(f"stale results discarded {fig.stale_per_s:.0f}/s")

@@ -115,8 +115,11 @@ def test_gpu_time_shows_na_until_the_engine_reports_it_then_stays_latched():
     fig.frame_done(FrameStats(frame=3, readbacks_stale=1), 0.001, inflight=0, now=10.75)  # no new times this frame
     assert fig.gpu_text("summary") == "0.250 ms" and fig.gpu_text("hotspots") == "n/a" and fig.gpu_timing == "timestamps"
     assert fig.stale_per_s == 3.0 and fig.readbacks_in_flight == 0  # 2 + 1 within the last second
+    fig.frame_done(FrameStats(frame=3, product_gpu_ms={"summary": 0.25, "heat_step": 1.5}), 0.001, inflight=0, now=10.8)
+    assert fig.product_names() == ("summary", "hotspots", "heat_step")  # a product the demo does not name is listed too
+    assert fig.record()["gpu_ms"] == {"summary": 0.25, "hotspots": None, "heat_step": 1.5}
     fig.frame_done(FrameStats(frame=4), 0.001, inflight=0, now=11.6)  # 10.0 and 10.5 fall out of the last second
-    assert fig.stale_per_s == 1.0 and fig.fps == pytest.approx(1 / 0.85) and fig.frame_ms == pytest.approx(850.0)
+    assert fig.stale_per_s == 1.0 and fig.fps == pytest.approx(2 / 0.85) and fig.frame_ms == pytest.approx(800.0)
 
 
 def test_diagnostic_splits_a_rendered_error_into_location_source_line_and_caret():
