@@ -11,9 +11,9 @@ PKG = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), 
 ALLOWED = {
     "lowering": (set(), False),
     "cache": ({"lowering"}, False),
-    "world": ({"gpu.formats"}, False),
+    "world": ({"formats"}, False),
     "substrate": ({"lowering", "gpu.device", "arrays"}, True),
-    "runtime": ({"lowering", "gpu.device", "gpu.mapping", "gpu.loss", "gpu.guard", "substrate", "arrays"}, True),
+    "runtime": ({"lowering", "gpu.device", "gpu.mapping", "gpu.loss", "gpu.guard", "gpu.flags", "gpu.readback", "substrate", "arrays"}, True),
     "assets": ({"lowering", "cache", "runtime", "gpu.device"}, True),
     "bake": ({"lowering", "cache", "assets", "runtime", "gpu.device"}, False),
 }

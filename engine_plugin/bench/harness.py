@@ -40,7 +40,7 @@ class Result:
         return self.plugin / self.raw
 
 
-CASES: dict[str, Callable[[dict], Result]] = {}
+CASES: dict[str, Callable[[dict], "Result | list[Result]"]] = {}
 
 
 def case(name: str):
@@ -70,13 +70,18 @@ def median_time(fn: Callable[[], object], repeat: int, warmup: int = 3, inner: i
     return statistics.median(samples)
 
 
-def run_cases(names: Sequence[str] | None = None, quick: bool = False) -> list[Result]:
+def run_cases(names: Sequence[str] | None = None, quick: bool = False, **options: object) -> list[Result]:
+    """Run cases by name (default: all); a case answers one Result or a list of them."""
+    from .gpu_timing import want_timestamps
+
+    want_timestamps()
     from . import cases  # noqa: F401  (registers the cases)
 
-    opts = {"quick": quick}
-    out = []
+    opts = {"quick": quick, **options}
+    out: list[Result] = []
     for name in names or list(CASES):
-        out.append(CASES[name](opts))
+        found = CASES[name](opts)
+        out.extend(found if isinstance(found, list) else [found])
     return out
 
 
@@ -102,7 +107,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("cases", nargs="*", help="case names (default: all)")
     parser.add_argument("--json", metavar="PATH", help="write the results as JSON ('-': stdout, the table then goes to stderr)")
     parser.add_argument("--quick", action="store_true", help="fewer repeats (smoke run)")
+    parser.add_argument("--sizes", metavar="MIB,...", help="kernel cases: array sizes in MiB (default 256,1024 on a GPU, 8 on a CPU adapter)")
+    parser.add_argument("--reps", type=int, metavar="N", help="kernel cases: dispatches per timed submission")
+    parser.add_argument("--runs", type=int, metavar="N", help="kernel cases: timed runs per figure (at least 3)")
     args = parser.parse_args(argv)
+    from .gpu_timing import want_timestamps
+
+    want_timestamps()  # GPU figures from timestamp queries where the adapter has them
     from . import cases  # noqa: F401
 
     unknown = [c for c in args.cases if c not in CASES]
@@ -117,17 +128,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     table = Table(title="engine_plugin vs raw wgpu-py (medians, same run)")
     for col in ("case", "plugin", "raw", "ratio", "target", "note"):
         table.add_column(col)
+    opts = {"quick": args.quick, "sizes": args.sizes.split(",") if args.sizes else None, "reps": args.reps, "runs": args.runs}
     for name in args.cases or list(CASES):
-        r = CASES[name]({"quick": args.quick})
-        results.append(r)
-        ratio = f"{r.ratio:.2f}x" if r.ratio is not None else "-"
-        table.add_row(r.name, _fmt(r.plugin, r.unit), _fmt(r.raw, r.unit), ratio, r.target, r.note)
-        console.print(f"  {r.name}: plugin {_fmt(r.plugin, r.unit)}, raw {_fmt(r.raw, r.unit)}, ratio {ratio}")
+        found = CASES[name](opts)
+        for r in found if isinstance(found, list) else [found]:
+            results.append(r)
+            ratio = f"{r.ratio:.2f}x" if r.ratio is not None else "-"
+            table.add_row(r.name, _fmt(r.plugin, r.unit), _fmt(r.raw, r.unit), ratio, r.target, r.note)
+            console.print(f"  {r.name}: plugin {_fmt(r.plugin, r.unit)}, raw {_fmt(r.raw, r.unit)}, ratio {ratio}  ({r.note})")
     console.print(table)
     if args.json:
         report = {
             "adapter": ctx.adapter_name,
-            "date": time.strftime("%Y-%m-%d %H:%M:%S"),
+            "adapter_info": {k: str(v) for k, v in dict(ctx.adapter.info).items()} if ctx.adapter is not None else {},
+            "features": sorted(ctx.device.features),
+            "command": " ".join(["engine-plugin", "bench", *(argv if argv is not None else sys.argv[1:])]),
+            "date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
             "python": platform.python_version(),
             "results": [dict(asdict(r), ratio=r.ratio) for r in results],
         }

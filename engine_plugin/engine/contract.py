@@ -1,25 +1,34 @@
 """The product contract: how a compiled variant's bindings meet the world and the engine.
 
-A product kernel is an ordinary ``.computeShader`` whose bindings follow four rules:
+A product is any variant of any asset. The engine binds its bindings by name:
 
 * **a work list** the engine fills each dispatch: ``chunks`` (u32 mirror slots, one work item
   a chunk) for ``SUMMARY`` / ``NONE`` products, or ``tiles`` (u32 global tile indices,
   ``slot * tile_count + tile``, one work item a tile) for ``SELECTED_TILES``,
-  ``SELECTED_PATH`` and ``FULL_FIELD`` products. ``zero_n()`` is the item count.
+  ``SELECTED_PATH`` and ``FULL_FIELD`` products. ``zero_n()`` is the item count, and a
+  ``domain_count`` binding holds it too (so ``live`` outputs report it).
 * **field inputs**: every other ``access: read`` buffer is bound to a world field's whole
-  GPU mirror (slot-major, ``tile_count`` values a slot), by ``fields=``.
-* **one output**: a ``read_write`` buffer with a ``count``, written one element (the
-  *record*) per work item, at the item's index; the engine owns it and reads records back.
+  GPU mirror (slot-major, ``tile_count`` values a slot), by ``fields=``; a ``read_write``
+  buffer without a count bound to a field writes that field's mirror (derived GPU state).
+* **inputs the caller supplies once** (``inputs=``): tables, pages and their columns,
+  textures, storage textures, constant buffers. An unbound ``columns`` table is empty.
+* **outputs**, any number, in the engine's own results area (zeroed before each dispatch):
+  a ``read_write`` buffer whose ``count`` is ``k * n`` holds ``k`` records per work item
+  (revalidated and applied per chunk); any other count, and every ``append`` (with its
+  count), is a whole-dispatch output, applied only when every chunk it covers is current.
+  ``readback=`` picks the outputs read back (default all; ``NONE`` reads none).
 * **params** the engine fills when the schema declares them: ``tile_count`` (u32),
   ``inv_tile_count`` (f32, rounded once on the host), ``chunk_width``, ``chunk_height``,
   ``slot_count`` (u32). Other params are the product's own (``params=``).
 
-Appends, tables, pages/columns and domain counts are not part of the contract (yet): a
-variant that declares them is refused with a :class:`ProductError` naming the binding.
+The *primary* output (the first per-item output read back) gives ``ProductResult.values``
+and the record shape a CPU fallback answers; ``ProductResult.outputs`` has every output read
+back, by name.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -29,6 +38,7 @@ import numpy as np
 from ..errors import PluginError, Span
 from ..gpu.descriptors import ReadbackPolicy
 from ..gpu.handles import GpuProductHandle
+from ..lowering.expressions import parse_expression
 
 __all__ = [
     "ENGINE_PARAMS",
@@ -66,6 +76,26 @@ class FieldBinding:
     field: str
     index: int
     element_bytes: int  # bytes of one element of the binding (the mirror holds size // this)
+    writes: bool = False  # a read_write binding: the kernel writes the field's mirror
+
+
+@dataclass(frozen=True)
+class OutputPlan:
+    """One output of a product: ``per_item`` records per work item (0: a whole-dispatch
+    output, such as an append or a fixed-size histogram), each of ``lanes`` values."""
+
+    name: str
+    binding: int
+    role: str  # "output" or "append"
+    dtype: np.dtype
+    lanes: int
+    per_item: int
+
+    @property
+    def record_shape(self) -> tuple[int, ...]:
+        """The shape of one work item's records (``per_item`` > 1 adds a leading axis)."""
+        lanes = (self.lanes,) if self.lanes > 1 else ()
+        return ((self.per_item,) if self.per_item > 1 else ()) + lanes
 
 
 @dataclass(frozen=True)
@@ -84,6 +114,10 @@ class ProductPlan:
     engine_params: tuple[str, ...]
     user_params: tuple[str, ...]
     lanes: int
+    outputs: tuple[OutputPlan, ...] = ()
+    readback: tuple[str, ...] = ()  # the outputs read back, in order
+    inputs: tuple[str, ...] = ()  # bindings the caller supplies at registration (inputs=)
+    domain_count: bool = False  # the kernel has a domain_count binding: the item count
 
     @property
     def field_names(self) -> tuple[str, ...]:
@@ -94,7 +128,17 @@ def _error(message: str, where: str | None, line: int | None = None) -> ProductE
     return ProductError(message, Span(where, line or None) if where else None)
 
 
-def plan_product(lowered: Any, world: Any, fields: Mapping[str, str] | Sequence[str] | None, policy: ReadbackPolicy, where: str | None = None) -> ProductPlan:
+def plan_product(
+    lowered: Any,
+    world: Any,
+    fields: Mapping[str, str] | Sequence[str] | None,
+    policy: ReadbackPolicy,
+    where: str | None = None,
+    *,
+    params: Mapping[str, Any] | None = None,
+    inputs: Mapping[str, Any] | None = None,
+    readback: Sequence[str] | None = None,
+) -> ProductPlan:
     """Check a lowered variant against the product contract and ``world``; answer its plan.
 
     Args:
@@ -102,38 +146,43 @@ def plan_product(lowered: Any, world: Any, fields: Mapping[str, str] | Sequence[
         fields: binding name -> world field, or a list of world fields taken by the field
             inputs in binding order, or None (each field input names a world field).
         where: the asset's bindings.yaml path, for error locations.
+        params: the product's own param values (output counts may read them).
+        inputs: bindings the caller supplies once (tables, pages, columns, textures, buffers).
+        readback: the outputs read back (default: every output; none for ``NONE``).
     Raises:
         ProductError: naming the binding (and its bindings.yaml line) that breaks the contract.
     """
     variant = where
-    if lowered.columns:
-        c = lowered.columns[0]
-        raise _error(f"column {c.name!r}: page/column bindings are not part of the product contract", variant, c.line)
+    given = dict(inputs or {})
+    for c in lowered.columns:
+        if c.name not in given:
+            raise _error(f"column {c.name!r} (a run of page {c.page!r}) is bound to nothing; pass it in inputs=", variant, c.line)
     items = None
-    inputs, outputs = [], []
+    reads, outputs = [], []
+    domain_count = False
+    slots = {s.name: s for s in lowered.host_slots}
+    unknown = sorted(n for n in given if n not in slots and n not in {c.name for c in lowered.columns})
+    if unknown:
+        raise _error(f"inputs= names {unknown[0]!r}, which is not a binding of this kernel", variant)
     for slot in lowered.host_slots:
-        if slot.role == "input":
-            if slot.name in (CHUNK_ITEMS, TILE_ITEMS):
-                if items is not None:
-                    raise _error(f"binding {slot.name!r}: a product has one work list, {items.name!r} or {slot.name!r}, not both", variant, slot.line)
-                items = slot
-            else:
-                inputs.append(slot)
-        elif slot.role == "output":
+        if slot.name in given:
+            if slot.role in ("output", "append", "domain_count") or slot.name in (CHUNK_ITEMS, TILE_ITEMS):
+                raise _error(f"binding {slot.name!r} is filled by the engine; leave it out of inputs=", variant, slot.line)
+            continue
+        if slot.role == "input" and slot.name in (CHUNK_ITEMS, TILE_ITEMS):
+            if items is not None:
+                raise _error(f"binding {slot.name!r}: a product has one work list, {items.name!r} or {slot.name!r}, not both", variant, slot.line)
+            items = slot
+        elif slot.role in ("input", "inout"):
+            reads.append(slot)  # a world field (inout: the kernel writes the field's mirror)
+        elif slot.role in ("output", "append"):
             outputs.append(slot)
+        elif slot.role == "domain_count":
+            domain_count = True  # the engine passes the work item count
+        elif slot.role in ("table", "sampler"):
+            pass  # an unbound table is empty (the seed); a sampler is made from the schema
         else:
-            what = {
-                "append": "append outputs",
-                "table": "columns tables",
-                "page": "pages",
-                "domain_count": "domain counts",
-                "inout": "read_write inputs without a count",
-            }.get(slot.role, slot.role)
-            raise _error(
-                f"binding {slot.name!r}: {what} are not part of the product contract; a product reads a work list and world fields and writes one output",
-                variant,
-                slot.line,
-            )
+            raise _error(f"binding {slot.name!r} ({slot.role}) is bound to nothing; pass it in inputs=", variant, slot.line)
     if items is None:
         raise _error(
             "a product kernel declares its work list: "
@@ -153,15 +202,7 @@ def plan_product(lowered: Any, world: Any, fields: Mapping[str, str] | Sequence[
             variant,
             items.line,
         )
-    if len(outputs) != 1:
-        names = ", ".join(repr(s.name) for s in outputs) or "none"
-        raise _error(
-            f"a product kernel writes exactly one output (read_write buffer with a count); this one has {names}",
-            variant,
-            outputs[1].line if len(outputs) > 1 else None,
-        )
-    out = outputs[0]
-    field_bindings = _bind_fields(variant, world, inputs, fields)
+    field_bindings = _bind_fields(variant, world, reads, fields)
 
     declared = {f.name: f for f in lowered.params.fields if f.origin == "user"}
     engine_params = []
@@ -173,22 +214,66 @@ def plan_product(lowered: Any, world: Any, fields: Mapping[str, str] | Sequence[
             raise _error(f"param {name!r} is filled by the engine as {wgsl}; declare it as type: {wgsl}, not {f.type}", variant)
         engine_params.append(name)
     user_params = tuple(n for n in declared if n not in ENGINE_PARAMS)
-    dtype = _SCALAR_DTYPES[out.scalar]
-    shape = (out.lanes,) if out.lanes > 1 else ()
+
+    env: dict[str, Any] = {**engine_param_values(world), **{k: v for k, v in (params or {}).items() if isinstance(v, (int, float)) and not isinstance(v, bool)}}
+    planned = tuple(_plan_output(slot, env, variant) for slot in outputs)
+    names = [o.name for o in planned]
+    if policy is ReadbackPolicy.NONE:
+        if readback:
+            raise _error(f"policy NONE reads nothing back; readback={list(readback)} needs another policy", variant)
+        chosen: tuple[str, ...] = ()
+    elif readback is None:
+        chosen = tuple(names)
+    else:
+        chosen = tuple(readback)
+        bad = [n for n in chosen if n not in names]
+        if bad:
+            raise _error(f"readback names {bad[0]!r}, which is not an output of this kernel; its outputs: {', '.join(names) or 'none'}", variant)
+    if policy is not ReadbackPolicy.NONE and not chosen:
+        raise _error(f"policy {policy.name} reads results back, but this kernel declares no output (a read_write buffer with a count, or an append)", variant)
+    by_name = {o.name: o for o in planned}
+    primary = next((by_name[n] for n in chosen if by_name[n].per_item), by_name[chosen[0]] if chosen else (planned[0] if planned else None))
+    shape: tuple[int, ...] = ()
+    if primary is None:
+        dtype, lanes, out_name, out_index = np.dtype("<u4"), 1, "", -1
+    else:
+        dtype, lanes, out_name, out_index = primary.dtype, primary.lanes, primary.name, primary.binding
+        shape = primary.record_shape if primary.per_item else (0,)  # whole outputs only: no per-item values
     return ProductPlan(
         items=items.name,
         items_index=items.binding,
         fields=field_bindings,
-        output=out.name,
-        output_index=out.binding,
+        output=out_name,
+        output_index=out_index,
         params_index=lowered.params.binding,
         record_dtype=dtype,
         record_shape=shape,
-        record_bytes=dtype.itemsize * out.lanes,
+        record_bytes=dtype.itemsize * int(np.prod(shape, dtype=np.int64)) if primary is not None and primary.per_item else 0,
         engine_params=tuple(engine_params),
         user_params=user_params,
-        lanes=out.lanes,
+        lanes=lanes,
+        outputs=planned,
+        readback=chosen,
+        inputs=tuple(given),
+        domain_count=domain_count,
     )
+
+
+def _plan_output(slot: Any, env: Mapping[str, Any], where: str | None) -> OutputPlan:
+    """An output's records: ``per_item`` when its count is k * n (k records per work item,
+    split by chunk when revalidated), else a whole-dispatch output (appends, fixed sizes)."""
+    if slot.struct_fields or slot.scalar not in _SCALAR_DTYPES:
+        raise _error(f"output {slot.name!r} is {slot.element}; a product reads back f32/i32/u32 scalars and vectors", where, slot.line)
+    per_item = 0
+    if slot.role == "output" and slot.count is not None:
+        expr = parse_expression(slot.count)
+        try:
+            at = [math.ceil(expr.evaluate({**env, "n": n}, {})) for n in (0, 1, 2, 3)]
+        except Exception:  # reads an input's length: not a multiple of n we can know
+            at = []
+        if at and at[0] == 0 and at[1] > 0 and at[2] == 2 * at[1] and at[3] == 3 * at[1]:
+            per_item = at[1]
+    return OutputPlan(slot.name, slot.binding, slot.role, _SCALAR_DTYPES[slot.scalar], slot.lanes, per_item)
 
 
 def _bind_fields(variant: str | None, world: Any, inputs: list, fields: Any) -> tuple[FieldBinding, ...]:
@@ -236,7 +321,7 @@ def _bind_fields(variant: str | None, world: Any, inputs: list, fields: Any) -> 
             if want != slot.scalar or slot.lanes != 1:
                 hint = f"element: {want}" if want else "element: u32 with bits: true (and unpack the values)"
                 raise _error(f"field input {slot.name!r} is {slot.element} but field {name!r} holds {spec.format.name}; declare {hint}", variant, slot.line)
-        out.append(FieldBinding(slot.name, name, slot.binding, 4 * slot.lanes))
+        out.append(FieldBinding(slot.name, name, slot.binding, 4 * slot.lanes, slot.role == "inout"))
     return tuple(out)
 
 
@@ -304,6 +389,9 @@ class ProductResult:
         tiles: ``(key, tile)`` per value for the selection policies.
         frame: the frame the work was dispatched (or computed) in.
         record_shape: the shape of one record (``()`` for a scalar element, ``(4,)`` for vec4).
+        outputs: every output read back, by name (``values`` is the primary one's): per-item
+            outputs cut to the applied chunks like ``values``, whole-dispatch outputs (appends
+            with their count, fixed sizes) as they came.
     """
 
     handle: GpuProductHandle
@@ -316,6 +404,7 @@ class ProductResult:
     tiles: tuple[tuple[int, tuple[int, ...]], ...] = ()
     frame: int = 0
     record_shape: tuple[int, ...] = ()
+    outputs: Mapping[str, np.ndarray] = field(default_factory=dict, repr=False)
 
     @property
     def records(self) -> np.ndarray:

@@ -17,6 +17,7 @@ from ..gpu.backend import ReadbackResult
 from ..gpu.descriptors import ReadbackPolicy
 from .contract import ProductError, ProductResult, ProductWork
 from .products import InFlight, Product, split_current
+from .records import decode_outputs, fallback_outputs
 from .stats import FrameStats
 
 __all__ = ["Delivery"]
@@ -41,7 +42,8 @@ class Delivery:
         if result.ok:
             inflight: InFlight = result.desc.user
             # The plan of the request, not the product's now: a reload may have changed it.
-            self._completed.append((result, np.frombuffer(result.data, dtype=inflight.plan.record_dtype).copy()))  # type: ignore[arg-type]
+            items = int(inflight.work.items.size)
+            self._completed.append((result, decode_outputs(inflight.plan, inflight.layout, result.data, items)))  # type: ignore[arg-type]
         else:
             self._completed.append((result, None))
 
@@ -86,7 +88,10 @@ class Delivery:
             self._revalidator(product),
         )
         st.chunks_stale += len(stale)
-        product.reowe(self.world, stale)  # recomputed from their new content (once)
+        # A whole-dispatch output discarded for one changed chunk discards the others' results
+        # too: they are owed again (a path's work always covers the whole path anyway).
+        whole = made is None and product.policy is not ReadbackPolicy.SELECTED_PATH and len(stale) == len(work.keys)
+        product.reowe(self.world, stale, failed=work if whole else None)  # recomputed from their new content (once)
         if made is None:
             st.readbacks_stale += 1
             return
@@ -153,23 +158,23 @@ class Delivery:
             record_shape=plan.record_shape if plan is not None else (),
         )
         try:
-            values = np.asarray(product.cpu_fallback(self.world, job))
+            answer = product.cpu_fallback(self.world, job)
         except Exception as exc:
             self._errors.append(exc)
             return
         st.cpu_fallbacks += 1
         product.done(work)
-        if plan is not None:
-            want = job.items * int(np.prod(plan.record_shape, dtype=np.int64))
-            if values.size != want:
-                self._errors.append(
-                    ProductError(
-                        f"the CPU fallback of {product.key!r} answered {values.size} values for {job.items} items "
-                        f"of {plan.record_shape or 'one'} value(s); it follows the kernel's contract"
-                    )
-                )
+        values: Any
+        if plan is not None and plan.readback:
+            try:
+                values = fallback_outputs(plan, answer, job.items, product.key)
+            except ProductError as exc:
+                self._errors.append(exc)
                 return
-            values = values.astype(plan.record_dtype, copy=False)
+        elif plan is not None:
+            return  # NONE: nothing to apply
+        else:
+            values = np.asarray(answer)
         made, _, _ = split_current(product, self.world, work, values, product.handle, 0, "cpu", st.frame)  # type: ignore[arg-type]
         if made is not None and product.policy is not ReadbackPolicy.NONE:
             self._call_apply(product, made)

@@ -44,6 +44,7 @@ from .contract import ENGINE_PARAMS, ProductError, ProductResult, ProductWork, e
 from .delivery import Delivery
 from .gpu_side import GpuSide
 from .products import ChunkIndex, InFlight, Product
+from .records import readback_extent
 from .selection import normalize_tiles, path_tiles
 from .stats import FrameStats
 
@@ -120,6 +121,8 @@ class Engine(GpuSide, Delivery):
         self._engine_params = engine_param_values(world)
         self.gpu_fault: str | None = None
         self.totals = FrameStats()
+        self._gpu_ms: dict[str, float] = {}
+        self._gpu_timing = ""
         self._adopt_backend()
 
     @property
@@ -153,6 +156,8 @@ class Engine(GpuSide, Delivery):
         params: Mapping[str, Any] | None = None,
         tiles: Iterable[Any] | None = None,
         path: Sequence[Any] | None = None,
+        inputs: Mapping[str, Any] | None = None,
+        readback: Sequence[str] | None = None,
     ) -> GpuProductHandle:
         """Register a product; it owes results for every chunk from the next frame on.
 
@@ -168,6 +173,9 @@ class Engine(GpuSide, Delivery):
             cpu_fallback: ``fn(world, work) -> records``, the same contract as the kernel.
             params: the kernel's own params (the engine fills ``tile_count`` and friends).
             tiles, path: the selection of a ``SELECTED_TILES`` / ``SELECTED_PATH`` product.
+            inputs: bindings supplied once, by name (tables, pages and columns, textures,
+                constant buffers; see :mod:`~engine_plugin.engine.contract`).
+            readback: the outputs read back (default: every output).
         Raises:
             ProductError: the kernel breaks the product contract, a field or param is wrong.
             SpecializationError, CompileError: from the variant.
@@ -198,6 +206,8 @@ class Engine(GpuSide, Delivery):
             program=program,
             spec=spec,
             columns=columns,
+            inputs=inputs,
+            readback=readback,
         )
         if program is not None:
             self._plan(product, program)  # raises: a broken registration registers nothing
@@ -243,7 +253,9 @@ class Engine(GpuSide, Delivery):
         """Plan ``product`` over ``program``; nothing changes when it does not fit (raises)."""
         vspec = resolve_spec(program.schema, product.spec, product.columns)
         lowered = program.lowered(vspec)
-        plan = plan_product(lowered, self.world, product.fields_arg, product.policy, program.yaml_path)
+        plan = plan_product(
+            lowered, self.world, product.fields_arg, product.policy, program.yaml_path, params=product.params, inputs=product.inputs, readback=product.readback
+        )
         self._check_params(product, plan)
         product.plan, product.spec_values, product.program = plan, vspec.as_dict(), program
 
@@ -344,11 +356,15 @@ class Engine(GpuSide, Delivery):
         self._apply_reloads(st)  # 1
         index = ChunkIndex(self.world)  # the world holds still until step 5
         self.upload(st, index)  # 2
+        wall: dict[str, float] = {}
         with self._submission():  # 3, 4: one submission for the frame
             for product in self._order:
                 if product.pending:
+                    t = time.perf_counter()
                     self._dispatch(product, st, index)
+                    wall[str(product.key)] = (time.perf_counter() - t) * 1e3
         self._collect(st)  # 5
+        self._note_gpu_times(st, wall)
         self._check_gpu(st)
         for product in self._order:  # 6
             if product.pending and (product.force_cpu or not self._serves(product)):
@@ -360,6 +376,21 @@ class Engine(GpuSide, Delivery):
             error, self._errors = self._errors[0], []
             raise error
         return st
+
+    def _note_gpu_times(self, st: FrameStats, wall: dict[str, float]) -> None:
+        """``FrameStats.product_gpu_ms``: the latest GPU timestamps that landed (a frame or
+        more late), or, on an adapter without timestamp queries, this frame's host time of
+        each product's dispatch."""
+        timed = getattr(self.backend, "timestamps", False) and self.gpu_active
+        if not timed:
+            if wall:
+                self._gpu_ms, self._gpu_timing = wall, "wall"
+        else:
+            landed = self.backend.gpu_times()
+            if landed:
+                self._gpu_ms, self._gpu_timing = landed[-1], "timestamps"
+        st.product_gpu_ms = dict(self._gpu_ms)
+        st.gpu_timing = self._gpu_timing
 
     def _submission(self) -> Any:
         batch = getattr(self.backend, "batch", None) if self.gpu_active else None
@@ -441,7 +472,15 @@ class Engine(GpuSide, Delivery):
         if work.items.size > gpu.capacity:
             self._reregister(product)  # outgrown (a selection): bigger buffers next frame
             return
-        if not self.backend.dispatch(gpu.dispatch_desc(work.items, len(work.keys))):
+        try:
+            desc = gpu.dispatch_desc(work.items, len(work.keys))
+        except PluginError as exc:  # the run does not check (or the device went away meanwhile)
+            product.error = str(exc)
+            st.refused += 1
+            product.force_cpu = True
+            return
+        if not self.backend.dispatch(desc):
+            desc.prepared.submitted()  # refused: nothing of it will run
             st.refused += 1
             product.force_cpu = True
             return
@@ -449,8 +488,9 @@ class Engine(GpuSide, Delivery):
         if product.policy is ReadbackPolicy.NONE:
             product.done(work)
             return
-        size = int(work.items.size) * product.plan.record_bytes  # type: ignore[union-attr]
-        desc = ReadbackDesc(
+        prepared = desc.prepared
+        size = readback_extent(product.plan, prepared.layout)  # type: ignore[arg-type]
+        readback = ReadbackDesc(
             gpu.handle,
             product.policy,
             0,
@@ -459,9 +499,9 @@ class Engine(GpuSide, Delivery):
             versions=work.versions,
             tiles=tuple((k, *t) for k, t in work.tiles) if product.policy is ReadbackPolicy.SELECTED_TILES else (),
             path=tuple((k, *t) for k, t in work.tiles) if product.policy is ReadbackPolicy.SELECTED_PATH else (),
-            user=InFlight(product, gpu.handle, work, st.frame, product.plan),  # type: ignore[arg-type]  # registered products have a plan
+            user=InFlight(product, gpu.handle, work, st.frame, product.plan, prepared.layout),  # type: ignore[arg-type]  # registered products have a plan
         )
-        if not self.backend.readback(desc):
+        if not self.backend.readback(readback):
             st.refused += 1
             product.force_cpu = True  # dispatched, but its results cannot come back: the CPU serves it
             return

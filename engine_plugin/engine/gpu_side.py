@@ -103,6 +103,7 @@ class GpuSide:
             {**self._engine_params_for(product), **product.params},
             self._on_readback,
             product.policy,
+            product.inputs,
         )
         if gpu is None:
             log.warning("product %r runs on the CPU: the backend refused it (%s)", product.key, getattr(self.backend, "last_refusal", "refused"))

@@ -9,7 +9,7 @@ readback or CPU fallback) :func:`split_current` keeps what is still true of the 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -17,6 +17,7 @@ import numpy as np
 from ..gpu.descriptors import ReadbackPolicy
 from ..gpu.handles import GpuProductHandle
 from .contract import CHUNK_POLICIES, ProductPlan, ProductResult
+from .records import has_whole_outputs, select_items
 from .selection import Tile, linear_index
 
 __all__ = ["ChunkIndex", "InFlight", "Product", "Work", "split_current"]
@@ -84,6 +85,7 @@ class InFlight:
     work: Work
     frame: int
     plan: ProductPlan
+    layout: Mapping[str, Any] = field(default_factory=dict)  # output -> runtime Placed
 
 
 class Product:
@@ -102,6 +104,8 @@ class Product:
         program: Any,
         spec: Mapping[str, str] | None,
         columns: Any,
+        inputs: Mapping[str, Any] | None = None,
+        readback: Any = None,
     ) -> None:
         self.key = key
         self.handle: GpuProductHandle | None = None  # the engine handle (set on insertion)
@@ -114,6 +118,8 @@ class Product:
         self.program = program
         self.spec = dict(spec) if spec else None
         self.columns = columns
+        self.inputs = dict(inputs or {})  # bindings the caller supplies once
+        self.readback = tuple(readback) if readback is not None else None
         self.plan: ProductPlan | None = None
         self.spec_values: dict[str, str] = {}
         self.gpu: Any = None  # GpuProduct on the current backend, or None
@@ -237,41 +243,64 @@ class Product:
 
 
 def split_current(
-    product: Product, world: Any, work: Work, records: np.ndarray, handle: GpuProductHandle, generation: int, source: str, frame: int, is_current: Any = None
+    product: Product, world: Any, work: Work, records: Any, handle: GpuProductHandle, generation: int, source: str, frame: int, is_current: Any = None
 ) -> tuple[ProductResult | None, list[int], list[int]]:
     """Keep the records whose chunks still have the versions they were computed at
     (``is_current(key, version)``; default the world's: the chunk's content version).
 
-    Answers ``(result or None, applied keys, stale keys)``. ``SELECTED_PATH`` is all or
-    nothing: one changed chunk on the path makes the whole path stale.
+    ``records``: output name -> array (:mod:`.records`), or one array (a CPU-only product).
+    Answers ``(result or None, applied keys, stale keys)``. ``SELECTED_PATH``, and a product
+    reading back a whole-dispatch output, is all or nothing: one changed chunk makes every
+    chunk of the work stale.
     """
     is_current = is_current or world.is_current
     current = [is_current(k, v) for k, v in zip(work.keys, work.versions)]
     policy = product.policy
-    if policy is ReadbackPolicy.SELECTED_PATH and not all(current):
+    plan = product.plan
+    if (policy is ReadbackPolicy.SELECTED_PATH or (plan is not None and has_whole_outputs(plan))) and not all(current):
         return None, [], list(work.keys)
     applied = [k for k, ok in zip(work.keys, current) if ok]
     stale = [k for k, ok in zip(work.keys, current) if not ok]
     if not applied:
         return None, [], stale
-    plan = product.plan
-    shape = plan.record_shape if plan is not None else records.shape[1:]
     everything = not stale
+    if plan is None:  # a CPU-only product: one array of records, one a chunk or tile
+        arr = np.asarray(records)
+        n_items = len(work.tiles) if work.tiles else len(work.keys)
+        shape: tuple[int, ...] = tuple(arr.shape[1:]) if arr.ndim > 1 and arr.shape[0] == n_items else ()
+        outputs = {"": arr.reshape(n_items, *shape) if arr.size else arr}
+        primary = ""
+        plan_for = None
+    else:
+        outputs = dict(records)
+        primary = plan.output
+        shape = plan.record_shape
+        plan_for = plan
+    tiles: tuple = ()
+    keep = None
+    by_chunk = None
     if work.tiles:
-        recs = records.reshape(len(work.tiles), *shape)
         if everything:
-            values, tiles = recs, work.tiles
+            tiles = work.tiles
         else:
-            keep = set(applied)
-            mask = np.fromiter((k in keep for k, _ in work.tiles), dtype=bool, count=len(work.tiles))
-            values, tiles = recs[mask], tuple(t for t, m in zip(work.tiles, mask) if m)
+            kept = set(applied)
+            keep = np.fromiter((k in kept for k, _ in work.tiles), dtype=bool, count=len(work.tiles))
+            tiles = tuple(t for t, m in zip(work.tiles, keep) if m)
     else:
         if policy is ReadbackPolicy.FULL_FIELD:
-            recs = records.reshape(len(work.keys), *world.chunk_shape, *shape)
-        else:
-            recs = records.reshape(len(work.keys), *shape)
-        values = recs if everything else recs[np.array(current, dtype=bool)]
-        tiles = ()
+            by_chunk = (len(work.keys), *world.chunk_shape)
+        keep = None if everything else np.array(current, dtype=bool)
+    if plan_for is not None:
+        outputs = select_items(plan_for, outputs, keep, by_chunk)
+    else:
+        values = outputs[""]
+        if by_chunk is not None:
+            values = values.reshape(*by_chunk, *shape)
+        outputs = {"": values if keep is None else values[keep]}
+    if plan_for is None or any(o.name == primary and o.per_item for o in plan_for.outputs):
+        values = outputs[primary]
+    else:  # only whole-dispatch outputs: no per-item records (they are in ``outputs``)
+        values = np.zeros((len(applied), 0), dtype=plan_for.record_dtype)
     versions = work.versions if everything else tuple(v for v, ok in zip(work.versions, current) if ok)
     result = ProductResult(
         handle=handle,
@@ -284,5 +313,6 @@ def split_current(
         tiles=tiles,
         frame=frame,
         record_shape=tuple(shape),
+        outputs={k: v for k, v in outputs.items() if k},
     )
     return result, applied, stale

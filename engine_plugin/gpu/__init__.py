@@ -18,6 +18,7 @@ detection), ``device`` (device acquisition).
 
 from typing import Any
 
+from ..formats import GpuFieldFormat, UnsupportedFieldTypeError
 from .backend import GpuBackend, NoGpuBackend, ReadbackCallback, ReadbackResult, ReadbackStatus
 from .config import WgpuBackendConfig, WgpuProductDesc
 from .descriptors import (
@@ -33,7 +34,6 @@ from .descriptors import (
     take_dirty_uploads,
     upload_desc,
 )
-from .formats import GpuFieldFormat, UnsupportedFieldTypeError
 from .handles import GpuProductHandle
 from .wgpu_backend import WgpuBackend
 

@@ -34,35 +34,18 @@ _STAGING_USAGE = MAP_READ | COPY_DST
 
 
 class SubmissionBatch:
-    """The open encoder of a batch, its compute pass, and what it has recorded."""
+    """What an open batch recorded: a :class:`~engine_plugin.runtime.submission.Submission`
+    (dispatches and readback copies in order), the buffers written for it, its readbacks (mapped
+    after the submit) and the prepared runs whose pooled buffers go back after it."""
 
-    def __init__(self, device: Any) -> None:
-        self.device = device
-        self.encoder: Any = None
-        self.cpass: Any = None
+    def __init__(self) -> None:
+        # Imported here: the runtime package loads wgpu, and importing engine_plugin.gpu must not.
+        from ..runtime.submission import Submission
+
+        self.submission = Submission()
         self.written: set[int] = set()
         self.readbacks: list[Any] = []  # ReadbackRequests reserved, mapped after the submit
-        self.commands = 0
-
-    def _encoder(self) -> Any:
-        if self.encoder is None:
-            self.encoder = self.device.create_command_encoder(label="engine_plugin.batch")
-        return self.encoder
-
-    def compute_pass(self) -> Any:
-        """The open compute pass (consecutive dispatches share one)."""
-        if self.cpass is None:
-            self.cpass = self._encoder().begin_compute_pass()
-        self.commands += 1
-        return self.cpass
-
-    def copy_encoder(self) -> Any:
-        """The encoder, with any compute pass ended (copies cannot sit inside one)."""
-        if self.cpass is not None:
-            self.cpass.end()
-            self.cpass = None
-        self.commands += 1
-        return self._encoder()
+        self.prepared: list[Any] = []  # PreparedRuns (engine products), released after the submit
 
     def conflicts(self, buffers: list[Any]) -> bool:
         """Whether writing ``buffers`` now would overwrite a write this batch still needs."""
@@ -74,16 +57,7 @@ class SubmissionBatch:
     @property
     def recorded(self) -> bool:
         """Whether anything was recorded (an empty batch submits nothing)."""
-        return self.encoder is not None and self.commands > 0
-
-    def finish(self) -> Any | None:
-        """The command buffer to submit (None when nothing was recorded)."""
-        if self.cpass is not None:
-            self.cpass.end()
-            self.cpass = None
-        command = self.encoder.finish() if self.encoder is not None and self.commands else None
-        self.encoder = None
-        return command
+        return not self.submission.empty
 
 
 class _Disabled(Exception):
@@ -105,7 +79,8 @@ class Batching:
     healthy: Any
     fault: Any
     _refuse: Any
-    _encode_dispatch: Any
+    _dispatch_records: Any
+    _timer: Any
     _device_exception: Any
     _fault: Any
 
@@ -120,9 +95,15 @@ class Batching:
         try:
             for buffer, offset, data in writes:
                 self.queue.write_buffer(buffer, offset, data)
-            self._encode_dispatch(batch.compute_pass(), product, desc.workgroups)  # type: ignore[union-attr]
         except Exception as exc:
             return self._device_exception(f"dispatch({desc.product})", exc)
+        records = self._dispatch_records(desc, product)
+        submission = batch.submission  # type: ignore[union-attr]
+        for record in records[:-1]:
+            submission.add(record)
+        submission.add(records[-1], timing_key=str(desc.product.key) if self._timer is not None else None)
+        if desc.prepared is not None:
+            batch.prepared.append(desc.prepared)  # type: ignore[union-attr]
         batch.note_writes(buffers)  # type: ignore[union-attr]
         self.stats["dispatches"] += 1
         return True
@@ -142,7 +123,7 @@ class Batching:
         if self._batch is not None:
             yield
             return
-        self._batch = SubmissionBatch(self.device)
+        self._batch = SubmissionBatch()
         try:
             yield
         finally:
@@ -152,18 +133,18 @@ class Batching:
     def _flush_batch(self) -> None:
         """Submit what the open batch recorded and keep recording into a fresh one."""
         batch = self._batch
-        self._batch = SubmissionBatch(self.device)
+        self._batch = SubmissionBatch()
         self._submit_batch(batch)  # type: ignore[arg-type]
 
     def _submit_batch(self, batch: SubmissionBatch) -> None:
         reqs, batch.readbacks = batch.readbacks, []
+        prepared, batch.prepared = batch.prepared, []
         try:
             if batch.recorded:
                 if not self.healthy:
                     raise _Disabled(self.fault or "disabled")
-                with self._guard.submitting("submitting a batch"):
-                    # finish() raises on a lost device: right before the submit, under the lock.
-                    self.queue.submit([batch.finish()])
+                # finish() (which raises on a lost device) and the submit, under the submit lock.
+                batch.submission.submit(self.device, self.queue, self._guard, "batch", self._timer)
         except Exception as exc:
             for req in reqs:
                 req.settled = True  # none of their copies will run: their staging may go
@@ -172,6 +153,9 @@ class Batching:
             elif not self._closed:
                 self._device_exception("submitting a batch", exc)
             return
+        finally:
+            for run in prepared:  # submitted, or never to run: their pooled buffers are free
+                run.submitted()
         for i, req in enumerate(reqs):
             try:
                 with self._guard.submitting("mapping a batched readback"):  # map_async may submit
@@ -191,7 +175,7 @@ class Batching:
         staging = None
         try:
             staging = self._ring.create_staging(self.device, size, _STAGING_USAGE)
-            self._batch.copy_encoder().copy_buffer_to_buffer(source, base, staging, 0, size)  # type: ignore[union-attr]
+            self._batch.submission.add((None, None, None, (0, 0, 0), [("copy", source, base, staging, 0, size)]))  # type: ignore[union-attr]
         except Exception as exc:
             if staging is not None:  # never submitted: destroying is safe
                 self._ring.destroy_staging(staging)

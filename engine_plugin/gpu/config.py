@@ -33,6 +33,8 @@ class WgpuBackendConfig:
             still running on the GPU before releasing their staging without destroying it.
         warm_up: do one tiny readback when the backend is made, so the first frame does not
             pay wgpu-py's one-time setup of the map path (tens of ms).
+        gpu_timing: time each batched dispatch with timestamp queries where the adapter has
+            them (:meth:`WgpuBackend.gpu_times`; the engine's ``FrameStats.product_gpu_ms``).
     """
 
     enabled: bool = True
@@ -47,6 +49,7 @@ class WgpuBackendConfig:
     waiter_slice_s: float = 0.05
     close_wait_s: float = 0.5
     warm_up: bool = True
+    gpu_timing: bool = True
 
     def __post_init__(self) -> None:
         for f in fields(self):

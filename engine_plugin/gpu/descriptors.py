@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..errors import PluginError, StaleSpanError
-from .formats import GpuFieldFormat
+from ..formats import GpuFieldFormat
 from .handles import GpuProductHandle
 
 if TYPE_CHECKING:
@@ -266,6 +266,9 @@ class DispatchDesc:
     chunk_count: int
     workgroups: tuple[int, int, int] | int = (1, 1, 1)
     writes: tuple[tuple[Any, int, Any], ...] = _field(default=(), compare=False, repr=False)
+    # A run of the product's variant checked and bound by the ABI runtime (the engine's
+    # products): its records are dispatched in place of the registered bind groups.
+    prepared: Any = _field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         wg = self.workgroups

@@ -32,7 +32,7 @@ __all__ = ["DeviceContext", "adapter_summary", "get_context", "reset_default_con
 log = logging.getLogger("engine_plugin.gpu")
 
 # Limits worth raising to the adapter's maximum; anything else keeps wgpu's defaults.
-_WANTED_FEATURES = ("float32-filterable", "bgra8unorm-storage")
+_WANTED_FEATURES = ("float32-filterable", "bgra8unorm-storage", "timestamp-query")
 _RAISED_LIMITS = (
     "max-buffer-size",
     "max-storage-buffer-binding-size",

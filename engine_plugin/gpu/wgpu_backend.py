@@ -97,6 +97,7 @@ class WgpuBackend(Batching):
         self._batch: SubmissionBatch | None = None
         self.last_refusal = ""
         self.stats = {"uploads": 0, "upload_bytes": 0, "dispatches": 0, "readbacks": 0, "refusals": 0}
+        self._timer: Any = None  # a runtime.timing.GpuTimer when the adapter has timestamps
         loss_reports.acquire_user()
         if not self.config.enabled:
             self._faults.set("disabled by configuration", lost=False)
@@ -105,6 +106,11 @@ class WgpuBackend(Batching):
             self._faults.probe = device.create_buffer(size=_ALIGN, usage=_COPY_DST | _COPY_SRC, label="engine_plugin.probe")
             if self.config.warm_up:
                 self._ring.warm_up(self.device, self._faults.probe)
+            if self.config.gpu_timing:
+                from ..runtime.timing import GpuTimer  # here: engine_plugin.gpu imports no wgpu
+
+                timer = GpuTimer(device)
+                self._timer = timer if timer.available else None
         except Exception as exc:
             self._device_exception("warming up the readback path", exc)
 
@@ -309,7 +315,7 @@ class WgpuBackend(Batching):
         data = desc.data()  # StaleSpanError before anything reaches the device
         if data.nbytes != desc.nbytes:
             raise bug(f"upload span of {desc.tag!r} has {data.nbytes} B, its descriptor says {desc.nbytes}")
-        if self._batch is not None and self._batch.commands:
+        if self._batch is not None and self._batch.recorded:
             self._flush_batch()  # encoded dispatches must not see bytes written after them
             if not self.healthy:
                 return self._refuse(f"upload({desc.tag!r}): the backend failed submitting its batch ({self.fault})")
@@ -344,6 +350,10 @@ class WgpuBackend(Batching):
             return self._refuse(f"dispatch: {x} workgroups in X exceed the limit {min(self.config.max_workgroups_x, per_dim)}")
         if max(y, z) > per_dim:
             return self._refuse(f"dispatch: workgroups {desc.workgroups} exceed the device's {per_dim} a dimension")
+        if desc.prepared is not None:
+            records = desc.prepared.records
+            if not records or records[-1][0] is not product.desc.pipeline or tuple(records[-1][3]) != groups:
+                return self._refuse(f"dispatch of {desc.product}: the prepared run is not of the product's pipeline and workgroups")
         writes = self._dispatch_writes(desc, product)
         if isinstance(writes, str):
             return self._refuse(f"dispatch of {desc.product}: {writes}")
@@ -352,32 +362,40 @@ class WgpuBackend(Batching):
         try:
             for buffer, offset, data in writes:
                 self.queue.write_buffer(buffer, offset, data)
-            encoder = self.device.create_command_encoder(label=f"engine_plugin.dispatch.{desc.product.key}")
-            cpass = encoder.begin_compute_pass()
-            self._encode_dispatch(cpass, product, groups)
-            cpass.end()
-            if not self.healthy:  # a notify from another thread landed while encoding
+            if not self.healthy:  # a notify from another thread landed meanwhile
                 return self._refuse(f"dispatch: the backend was disabled while encoding ({self.fault})")
-            # Under the submit lock: a destroy() can no longer land before the submit, and
-            # finish() (which raises on a lost device) comes right before it.
-            with self._guard.submitting("dispatch"):
-                self.queue.submit([encoder.finish()])
+            from ..runtime.submission import submit_records  # here: engine_plugin.gpu imports no wgpu
+
+            submit_records(self.device, self.queue, self._guard, self._dispatch_records(desc, product), f"dispatch.{desc.product.key}")
         except Exception as exc:
             return self._device_exception(f"dispatch({desc.product})", exc)
+        finally:
+            if desc.prepared is not None:
+                desc.prepared.submitted()
         self.stats["dispatches"] += 1
         return True
 
     @staticmethod
-    def _encode_dispatch(cpass: Any, product: _Product, groups: tuple[int, int, int]) -> None:
+    def _dispatch_records(desc: DispatchDesc, product: _Product) -> list:
+        """The submission records of one accepted dispatch: a prepared run's own (bound by the
+        ABI runtime), or the registered pipeline and bind groups (see runtime.submission)."""
+        if desc.prepared is not None:
+            return desc.prepared.records
         offsets = product.desc.dynamic_offsets
-        cpass.set_pipeline(product.desc.pipeline)
-        for index, group in enumerate(product.desc.bind_groups):
-            if group is not None:
-                if index < len(offsets) and offsets[index]:
-                    cpass.set_bind_group(index, group, list(offsets[index]))
-                else:
-                    cpass.set_bind_group(index, group)
-        cpass.dispatch_workgroups(*groups)
+        groups = tuple((group, list(offsets[i]) if i < len(offsets) and offsets[i] else None) for i, group in enumerate(product.desc.bind_groups))
+        return [(product.desc.pipeline, groups, None, desc.workgroups, [])]
+
+    def gpu_times(self) -> list[dict[str, float]]:
+        """GPU milliseconds per product key of each batch whose timestamps have landed since
+        the last call (oldest first); empty without ``timestamp-query``. Never blocks."""
+        if self._timer is None or self._closed:
+            return []
+        return self._timer.poll()
+
+    @property
+    def timestamps(self) -> bool:
+        """Whether batched dispatches are timed on the GPU (the adapter has timestamp queries)."""
+        return self._timer is not None
 
     @staticmethod
     def _dispatch_writes(desc: DispatchDesc, product: _Product) -> list[tuple[Any, int, Any]] | str:

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from .structs import StructType
 from .types import ValueType
 
-__all__ = ["Emitter", "GeneratedNameClash", "from_word", "to_word"]
+__all__ = ["Emitter", "GeneratedNameClash", "from_word", "natural_element", "to_word"]
 
 
 class GeneratedNameClash(Exception):
@@ -34,6 +34,17 @@ def from_word(expr: str, scalar: str) -> str:
 def to_word(expr: str, scalar: str) -> str:
     """A ``scalar`` expression reinterpreted as a u32 word."""
     return expr if scalar == "u32" else f"bitcast<u32>({expr})"
+
+
+def natural_element(vt: ValueType) -> str:
+    """The WGSL element type a buffer of ``vt`` is declared with (not bits, not atomic).
+
+    Scalars, ``vec2`` and ``vec4`` are declared as themselves (``array<vec4<f32>>``): their
+    storage stride (4, 8, 16 bytes) equals the flat host layout, and a ``vec4`` is then one
+    16-byte access instead of four scalar ones. A ``vec3`` would take a 16-byte stride in WGSL
+    storage, so it stays flat words (12 bytes an element, the seed's layout).
+    """
+    return vt.scalar if vt.lanes == 3 else vt.wgsl
 
 
 @dataclass
@@ -119,10 +130,19 @@ class Emitter:
 
     # -- binding kinds --------------------------------------------------------------------------
     def buffer(self, name: str, vt: ValueType, access: str, bits: bool, atomic: bool, origin: int) -> None:
-        """A scalar/vector buffer stored flat: ``NAME_get``, ``NAME_len``, ``NAME_set``."""
+        """A scalar/vector buffer: ``NAME_get``, ``NAME_len``, ``NAME_set``.
+
+        Declared with its natural element (see :func:`natural_element`), an element is one
+        access; ``vec3``, ``bits`` and ``atomic`` buffers are flat u32/scalar words, N a vector.
+        """
         what = f"binding '{name}'"
         L = vt.lanes
         self.fn(f"{name}_len", "() -> u32", f"return params.zero_len_{name};", origin, what)
+        if not (atomic or bits) and natural_element(vt) == vt.wgsl:
+            self.fn(f"{name}_get", f"(zero_i: u32) -> {vt.wgsl}", f"return {name}[zero_i];", origin, what)
+            if access == "read_write":
+                self.fn(f"{name}_set", f"(zero_i: u32, zero_v: {vt.wgsl})", f"{name}[zero_i] = zero_v;", origin, what)
+            return
         idx = "let zero_b = zero_i;" if L == 1 else f"let zero_b = zero_i * {L}u;"
         at = lambda k: "zero_b" if k == 0 else f"zero_b + {k}u"
         if atomic:

@@ -9,8 +9,17 @@ its domain's coordinates whatever the fold, the lowering turns the user's
 into ``fn zero_user_main(gid: vec3<u32>) { ... }`` (attributes blanked with spaces, so every
 line and column of the body stays where the user wrote it; the renamed identifier is
 recorded as a splice) and appends a ``main`` that unfolds the physical workgroup id into the
-logical one, returns from padding workgroups (whole workgroups: barriers stay uniform),
-zeroes workgroup memory, and calls the user's function with the builtins it declared:
+logical one, skips padding workgroups (whole workgroups: barriers stay uniform), zeroes
+workgroup memory, and calls the user's function with the builtins it declared.
+
+The entry point is a *grid-stride loop over logical workgroups*: physical workgroup ``p`` of
+``P`` launched runs logical workgroups ``p, p + P, p + 2P, ...`` until the domain's are done.
+When the host launches every logical workgroup (``P >= total``) that is one call, as before;
+when it launches fewer (``geometry.group_cap``: a bounded multiple of what fills the device),
+each workgroup serves several, so even a one-element-per-invocation body is not bound by the
+chip's workgroup launch rate. Each logical workgroup still starts with zeroed workgroup
+memory (a barrier, then the initialiser, per iteration), and the loop's bounds are uniform
+(workgroup id, workgroup count, params), so the body's barriers stay in uniform control flow.
 
 | builtin                  | what the body receives                                      |
 |--------------------------|-------------------------------------------------------------|
@@ -152,18 +161,28 @@ def wrap_entry(lines: tuple[str, ...], splices: tuple, workgroup: tuple[int, int
     spl.append((row, col, len(USER_MAIN), user_col, len("main")))
     spl.sort(key=lambda s: (s[0], s[1]))
     wx, wy, wz = workgroup
+    init = [f"        if (zero_l >= zero_step) {{ workgroupBarrier(); }} {init_call}"] if init_call else []
     wrapper = "\n".join(
         [
             f"@compute @workgroup_size({wx}, {wy}, {wz})",
-            "fn main(@builtin(workgroup_id) zero_wid: vec3<u32>, @builtin(local_invocation_id) zero_lid: vec3<u32>, "
-            "@builtin(local_invocation_index) zero_lii: u32) {",
+            "fn main(@builtin(workgroup_id) zero_wid: vec3<u32>, @builtin(num_workgroups) zero_nwg: vec3<u32>, "
+            "@builtin(local_invocation_id) zero_lid: vec3<u32>, @builtin(local_invocation_index) zero_lii: u32) {",
             "    let zero_gc = vec3<u32>(params.zero_gx, params.zero_gy, params.zero_gz);",
-            "    let zero_l = zero_wid.x + params.zero_px * (zero_wid.y + params.zero_py * zero_wid.z);",
-            "    if (zero_l >= zero_gc.x * zero_gc.y * zero_gc.z) { return; }",
-            *([f"    {init_call}"] if init_call else []),
-            "    let zero_w = vec3<u32>(zero_l % zero_gc.x, (zero_l / zero_gc.x) % zero_gc.y, zero_l / (zero_gc.x * zero_gc.y));",
-            f"    let zero_g = zero_w * vec3<u32>({wx}u, {wy}u, {wz}u) + zero_lid;",
-            f"    {USER_MAIN}({', '.join(args)});",
+            "    let zero_total = zero_gc.x * zero_gc.y * zero_gc.z;",
+            "    let zero_step = zero_nwg.x * zero_nwg.y * zero_nwg.z;",
+            "    var zero_l = zero_wid.x + zero_nwg.x * (zero_wid.y + zero_nwg.y * zero_wid.z);",
+            "    loop {",
+            "        if (zero_l >= zero_total) { break; }",
+            *init,
+            "        var zero_w = vec3<u32>(zero_l, 0u, 0u);",
+            "        if (zero_gc.y * zero_gc.z != 1u) {",
+            "            zero_w = vec3<u32>(zero_l % zero_gc.x, (zero_l / zero_gc.x) % zero_gc.y, zero_l / (zero_gc.x * zero_gc.y));",
+            "        }",
+            f"        let zero_g = zero_w * vec3<u32>({wx}u, {wy}u, {wz}u) + zero_lid;",
+            f"        {USER_MAIN}({', '.join(args)});",
+            "        if (zero_total - zero_l <= zero_step) { break; }",
+            "        zero_l += zero_step;",
+            "    }",
             "}",
         ]
     )

@@ -3,18 +3,23 @@ them into what the device can launch. Pure Python; the one place that knows the 
 generated entry point reads (every caller -- variant.run, abi.batch, the engine -- packs
 :func:`dispatch_fields`, nothing else names them).
 
-The host launches ``T`` = the domain's workgroup count as a tight fold ``(px, py, pz)`` of
-at most ``max_groups`` a dimension (wasting less than one row of groups, never the 6-100%
-of a ``gx = 65535`` fold). The generated entry point turns the physical workgroup id back
-into the logical one, so ``global_invocation_id``, ``workgroup_id`` and ``num_workgroups``
-mean the domain's coordinates whatever the fold; padding workgroups return at once.
+The host launches ``P = min(T, cap)`` of the domain's ``T`` workgroups as a tight fold
+``(px, py, pz)`` of at most ``max_groups`` a dimension (``px * py * pz - P`` is less than one
+row of ``px`` groups, never the 6-100% of a ``gx = 65535`` fold). The generated entry point
+(:mod:`.entry`) is a grid-stride loop over logical workgroups: physical workgroup ``p``
+serves ``p, p + P, ...``, so ``global_invocation_id``, ``workgroup_id`` and ``num_workgroups``
+mean the domain's coordinates whatever the fold and the cap; padding workgroups do nothing.
+
+``cap`` (:func:`group_cap`) is a bounded multiple of what fills the device: past it, more
+workgroups only cost launches (a chip launches ~1.66 G workgroups/s, which caps a
+64-invocation, one-f32-per-invocation kernel near 850 GB/s whatever its memory does).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["Domain", "as_domain", "fold_groups", "dispatch_fields", "GEOMETRY_FIELDS"]
+__all__ = ["Domain", "as_domain", "fold_groups", "dispatch_fields", "group_cap", "GEOMETRY_FIELDS", "INVOCATION_BUDGET"]
 
 # Params the entry point reads, in layout order (all u32).
 GEOMETRY_FIELDS = ("zero_nx", "zero_ny", "zero_nz", "zero_gx", "zero_gy", "zero_gz", "zero_px", "zero_py")
@@ -70,11 +75,34 @@ def fold_groups(total: int, max_groups: int) -> tuple[int, int, int] | None:
     return (px, py, pz)
 
 
-def dispatch_fields(domain: Domain, workgroup: tuple[int, int, int], max_groups: int) -> tuple[dict[str, int], tuple[int, int, int]] | None:
+# Invocations launched at most per dispatch, by adapter kind. A GPU: 2**23 invocations, about
+# 31 waves of a 132-SM H200 at full occupancy (2,048 resident invocations an SM), 248
+# workgroups of 256 an SM: on the H200 a vec4 grid-stride axpy reached 4,191 GB/s with 32,768
+# groups of 256 against 4,056 with 8,192 (tools/bench/results/h200_2026-11-30_kernels_run1),
+# while launching 32,768 groups costs ~20 us at ~1.66 G workgroups/s, overlapped with the
+# work. Smaller GPUs get more waves. A CPU adapter (lavapipe) runs a few threads: 2**14
+# invocations keep every core busy. Tests lower these to force the loop.
+INVOCATION_BUDGET = {"gpu": 1 << 23, "cpu": 1 << 14}
+
+
+def group_cap(workgroup: tuple[int, int, int], adapter: str = "") -> int:
+    """The most workgroups worth launching for one dispatch of ``workgroup``-sized groups on
+    ``adapter`` (its summary, e.g. ``"NVIDIA H200 (DiscreteGPU, Vulkan)"``; a ``CPU`` adapter
+    gets the CPU budget). Past it the generated grid-stride loop gives each workgroup more."""
+    budget = INVOCATION_BUDGET["cpu" if "CPU" in adapter else "gpu"]
+    invocations = max(1, workgroup[0] * workgroup[1] * workgroup[2])
+    return max(1, budget // invocations)
+
+
+def dispatch_fields(
+    domain: Domain, workgroup: tuple[int, int, int], max_groups: int, cap: int | None = None
+) -> tuple[dict[str, int], tuple[int, int, int]] | None:
     """(params fields for the entry point, the physical workgroups to dispatch), or None when
-    the device cannot launch that many workgroups."""
+    the device cannot launch that many workgroups. ``cap``: launch at most this many
+    workgroups (the entry point loops over the rest); None launches one per logical group."""
     gx, gy, gz = logical_groups(domain, workgroup)
-    physical = fold_groups(gx * gy * gz, max_groups)
+    total = gx * gy * gz
+    physical = fold_groups(total if cap is None else min(total, max(1, cap)), max_groups)
     if physical is None:
         return None
     nx, ny, nz = domain.extent

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Mapping
 
 from ..errors import LoweringError, Span
-from .emit import Emitter, GeneratedNameClash
+from .emit import Emitter, GeneratedNameClash, natural_element
 from .entry import USER_MAIN, EntryError, wrap_entry
 from .geometry import GEOMETRY_FIELDS
 from .lowered import ColumnSlot, HostSlot, Lowered, LoweredBinding, ParamField, ParamsLayout, SourceMap
@@ -29,7 +29,7 @@ from .workgroup_init import INIT_FN, workgroup_init_function
 __all__ = ["lower", "LOWERING_VERSION"]
 
 # Bump whenever the generated code or plan changes: it is part of every cache key.
-LOWERING_VERSION = 3
+LOWERING_VERSION = 4
 _YAML = 0  # source-map file index of bindings.yaml
 _BODY = 1  # and of the WGSL body; imported modules follow, in inclusion order
 
@@ -199,7 +199,7 @@ class _Lowerer:
                 if isinstance(vt, StructType):
                     storage = f"array<{vt.name}>"
                 else:
-                    storage = "array<atomic<u32>>" if b.atomic else f"array<{'u32' if raw else vt.scalar}>"
+                    storage = "array<atomic<u32>>" if b.atomic else f"array<{'u32' if raw else natural_element(vt)}>"
                 plan.append(LoweredBinding(n, b.name, "buffer", storage, b.access, "u32" if raw else vt.scalar, vt.lanes, b.line))
                 role = "append" if b.append else "output" if b.count is not None else ("inout" if b.access == "read_write" else "input")
                 counter = -1

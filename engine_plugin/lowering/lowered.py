@@ -43,6 +43,16 @@ class LoweredBinding:
     texture: tuple = ()  # texture: (dim, sample, "filterable"|""); storage_texture: (dim, format, access); sampler: (filter, address)
 
     @property
+    def min_binding_size(self) -> int:
+        """Bytes a storage binding of this plan must cover even when empty: one element of a
+        natural ``vec2``/``vec4`` array (WebGPU binds no less than one), else one word."""
+        if self.storage_type.startswith("array<vec4<"):
+            return 16
+        if self.storage_type.startswith("array<vec2<"):
+            return 8
+        return 4
+
+    @property
     def buffer_type(self) -> str:
         """wgpu buffer binding type: 'uniform', 'storage' or 'read-only-storage'."""
         if self.access == "uniform":

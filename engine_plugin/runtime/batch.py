@@ -1,10 +1,5 @@
-"""Submitting runs: one command buffer per run by default, or many runs in one (``abi.batch()``).
-
-A record is (pipeline, bind group, params offset or None, workgroups, ops before it). The ops
-are what the run needs done on the queue before its dispatch: ``("clear", buffer, offset,
-size)`` zeroes an output (defined contents), ``("copy", src, src_offset, dst, dst_offset,
-size)`` snapshots a counter. Consecutive records without ops share one compute pass; a record
-with ops closes the pass first, because copies and clears cannot sit inside one.
+"""Many runs in one submission (``abi.batch()``); the records and their encoding are
+:mod:`engine_plugin.runtime.submission`'s.
 
 Buffer lifetime: outside a batch a run is submitted at once, so a buffer its outputs release
 later is reused only by work queued after it (WebGPU's queue order). Inside a batch nothing is
@@ -21,56 +16,14 @@ from contextlib import contextmanager
 from typing import Any, Iterator
 
 from ..gpu.device import DeviceContext
+from .submission import submit_records
 
-__all__ = ["Batch", "batch", "current_batch", "submit_records", "encode_records", "flush_current_batch", "held_by_open_batch", "flush_epoch"]
+__all__ = ["Batch", "batch", "current_batch", "flush_current_batch", "held_by_open_batch", "flush_epoch"]
 
 _local = threading.local()
 _open_lock = threading.Lock()
 _open: list["Batch"] = []  # every open batch, all threads: a release may come from any thread (GC)
 _epoch = [0]
-
-
-def encode_records(encoder: Any, records: list) -> None:
-    """Encode ``records`` in order into ``encoder``.
-
-    Clears all go first, before any dispatch: a cleared buffer is one the pool just handed
-    out, which no earlier record of this submission can touch (the batch holds those), so
-    they need not break the compute pass run by run. Copies stay in order.
-    """
-    for record in records:
-        for op in record[4]:
-            if op[0] == "clear":
-                encoder.clear_buffer(op[1], op[2], op[3])
-    cpass = None
-    for pipeline, bind_group, offset, groups, ops in records:
-        copies = [op for op in ops if op[0] == "copy"] if ops else ()
-        if copies:
-            if cpass is not None:
-                cpass.end()
-                cpass = None
-            for op in copies:
-                encoder.copy_buffer_to_buffer(op[1], op[2], op[3], op[4], op[5])
-        if groups[0] == 0:
-            continue
-        if cpass is None:
-            cpass = encoder.begin_compute_pass()
-        cpass.set_pipeline(pipeline)
-        if offset is None:
-            cpass.set_bind_group(0, bind_group)
-        else:
-            cpass.set_bind_group(0, bind_group, [offset])
-        cpass.dispatch_workgroups(*groups)
-    if cpass is not None:
-        cpass.end()
-
-
-def submit_records(ctx: DeviceContext, records: list) -> None:
-    """Encode ``records`` in order into one command buffer and submit it."""
-    encoder = ctx.device.create_command_encoder()
-    encode_records(encoder, records)
-    # finish() and submit under the device's submit lock: a loss can't land in between (it aborts there).
-    with ctx.guard.submitting("a run"):
-        ctx.queue.submit([encoder.finish()])
 
 
 class Batch:
@@ -131,7 +84,7 @@ class Batch:
                     start = prev = off
         for ctx, records in self.records.values():
             if records:
-                submit_records(ctx, records)
+                submit_records(ctx.device, ctx.queue, ctx.guard, records, "a batch")
         for variant, buf in self.temps:
             variant._pool.give(buf)
         self._held = set()

@@ -19,7 +19,6 @@ from .variant import Variant
 
 __all__ = ["Program", "program", "adopt_program", "LoweredStore", "lowering_count", "registered_program"]
 
-_programs: dict[tuple[str, int], "Program"] = {}
 _lock = threading.RLock()
 _stats = {"lowered": 0}
 
@@ -236,27 +235,33 @@ def program(
     ``modules``: ``{name: (path, text)}`` of the modules the body's ``#import`` lines may name.
     """
     ctx = get_context(device)
-    reg_key = (key, id(ctx))
     with _lock:
-        found = _programs.get(reg_key)
-        if found is not None and found.ctx is ctx and found.same_content(schema, wgsl, wgsl_path, modules):
+        programs = _registry(ctx)
+        found = programs.get(key)
+        if found is not None and found.same_content(schema, wgsl, wgsl_path, modules):
             if store is not None and found.store is None:
                 found.store = store
             return found
-        made = _programs[reg_key] = Program(key, schema, wgsl, wgsl_path=wgsl_path, ctx=ctx, store=store, modules=modules)
+        made = programs[key] = Program(key, schema, wgsl, wgsl_path=wgsl_path, ctx=ctx, store=store, modules=modules)
         return made
+
+
+def _registry(ctx: DeviceContext) -> dict[str, Program]:
+    """The programs standing on ``ctx``, by key: owned by the device context, so a lost
+    device's programs go with its other caches in one step."""
+    return ctx.cache("programs")
 
 
 def adopt_program(made: Program) -> Program:
     """Stand ``made`` (built privately, e.g. by a reload that compiled every variant first)
     under its key, replacing whatever stood there."""
     with _lock:
-        _programs[(made.key, id(made.ctx))] = made
+        _registry(made.ctx)[made.key] = made
     return made
 
 
 def registered_program(key: str, device: Any = None) -> Program | None:
-    return _programs.get((key, id(get_context(device))))
+    return _registry(get_context(device)).get(key)
 
 
 def _module_table(modules: ModuleTexts | None) -> dict[str, tuple[str, str]]:

@@ -26,21 +26,22 @@ import wgpu
 
 from ..errors import DispatchError, ExpressionError, Span
 from ..lowering.expressions import parse_expression
-from ..lowering.geometry import Domain, as_domain, dispatch_fields
+from ..lowering.geometry import Domain, as_domain, dispatch_fields, group_cap
 from ..lowering.lowered import HostSlot, Lowered
 from ..lowering.structs import StructType
 from ..lowering.textures import format_sample
-from .batch import current_batch, submit_records
+from .batch import current_batch
 from .buffers import STORAGE_USAGE, pool_for, prepare_array
 from .compile import CompiledVariant
 from .convert import conversion_record
 from .loss import device_guard
 from .output import Output, disown_buffer, on_release, own_buffer
 from .params import ParamsPacker, exact_fingerprint
+from .submission import submit_records
 from .table import Table
 from .textures import TextureOutput, output_texture, sampler_for, upload_texture, view_of
 
-__all__ = ["Variant", "Run"]
+__all__ = ["Variant", "Run", "PreparedRun", "Placed"]
 
 _RING_SLOTS = 256
 _BIND_GROUP_CACHE = 256
@@ -98,6 +99,66 @@ class _CounterHolder:
         self.buffer = buffer
 
 
+class _Placement:
+    """Outputs placed one after another in a caller's buffer (an engine product's results
+    area), each at the device's storage offset alignment, so one copy reads them all back.
+    ``buffer`` None only measures."""
+
+    __slots__ = ("buffer", "align", "end", "layout")
+
+    def __init__(self, buffer: Any, align: int):
+        self.buffer = buffer
+        self.align = align
+        self.end = 0
+        self.layout: dict[str, Placed] = {}
+
+    def take(self, nbytes: int) -> int:
+        offset = -(-self.end // self.align) * self.align
+        self.end = offset + nbytes
+        if self.buffer is not None and self.end > self.buffer.size:
+            raise DispatchError(f"the outputs need {self.end} bytes of results area; it holds {self.buffer.size}")
+        return offset
+
+
+@dataclass(frozen=True)
+class Placed:
+    """Where a placed output's elements are: ``offset`` (bytes) in the results area,
+    ``capacity`` elements bound, ``count`` live elements known on the host (appends: read the
+    u32 counter at ``counter_offset``)."""
+
+    offset: int
+    capacity: int
+    count: int
+    counter_offset: int | None = None
+
+
+@dataclass
+class PreparedRun:
+    """A checked run that is not on the queue yet, for a caller that owns the submission (the
+    engine backend): its records (conversions first, then the dispatch), the placed outputs,
+    and the pooled buffers to give back once the submission carrying it is submitted.
+
+    Its params are written already; call :meth:`submitted` after the submit (or when the
+    records are dropped: nothing of them ran then, so the buffers are free as well).
+    """
+
+    variant: "Variant"
+    records: list
+    run: Run
+    temps: list
+    layout: dict[str, Placed]
+    end: int
+    _done: bool = False
+
+    def submitted(self) -> None:
+        if self._done:
+            return
+        self._done = True
+        self.variant._unsubmitted -= 1
+        for buf in self.temps:
+            self.variant._pool.give(buf)
+
+
 class _ParamsRing:
     """Params of successive runs at successive aligned offsets of one uniform buffer.
 
@@ -150,6 +211,8 @@ class Variant:
         self._repeatable = not lowered.columns and all(s.role in ("input", "output", "append", "table", "inout") for s in lowered.host_slots)
         self._max_binding = self.ctx.limit("max-storage-buffer-binding-size")
         self._max_groups = self.ctx.limit("max-compute-workgroups-per-dimension")
+        self._storage_align = self.ctx.limit("min-storage-buffer-offset-alignment")
+        self._unsubmitted = 0  # prepared runs whose params slots a later take() must not reuse yet
         self.runs = 0
 
     @property
@@ -372,7 +435,12 @@ class Variant:
 
     def _geometry(self, domain: Domain) -> tuple[dict[str, int], tuple[int, int, int]]:
         """The entry point's geometry params and the physical workgroups for ``domain``."""
-        found = dispatch_fields(domain, self.lowered.workgroup, self._max_groups)
+        # At most a bounded multiple of what fills this adapter; the entry point grid-strides the rest.
+        caps = self.ctx.cache("group_cap")
+        cap = caps.get(self.lowered.workgroup)
+        if cap is None:
+            cap = caps[self.lowered.workgroup] = group_cap(self.lowered.workgroup, self.ctx.adapter_name)
+        found = dispatch_fields(domain, self.lowered.workgroup, self._max_groups, cap)
         if found is None:
             raise DispatchError(f"a domain of {domain.extent} needs more workgroups than this device can dispatch", Span(self.yaml_path))
         return found
@@ -410,6 +478,52 @@ class Variant:
             done = self._run_repeat(n, inputs, params)
             if done is not None:
                 return done
+        result, shape, data, bind_group, groups, work, bound = self._prepare(n, inputs, params, outputs, domain_count, None)
+        if self._repeatable and not outputs and domain_count is None and not work.temps:
+            self._remember(shape, inputs or {}, params, bound, result, data, groups)
+        return self._submit(result, shape, data, bind_group, groups, work, bound)
+
+    def prepare(
+        self, n: Any, inputs: Mapping[str, Any] | None = None, params: Mapping[str, Any] | None = None, domain_count: Any = None, *, results: Any
+    ) -> PreparedRun:
+        """Check and bind a run whose outputs are placed in ``results`` (one buffer with
+        STORAGE | COPY_SRC | COPY_DST usage, see :class:`Placed`), for a caller that submits
+        it itself (the engine backend). The same checks, bindings, params and clears as
+        :meth:`run`; placed outputs are zeroed in place, in the submission's order.
+
+        Raises:
+            DispatchError: as :meth:`run`, and when the outputs do not fit ``results``.
+        """
+        with device_guard(self.ctx):
+            if self._unsubmitted >= self._ring.slots - 1:
+                raise DispatchError(f"{self._ring.slots - 1} prepared runs of this variant are not submitted yet", Span(self.yaml_path))
+            area = _Placement(results, self._storage_align)
+            result, shape, data, bind_group, groups, work, _ = self._prepare(n, inputs, params, None, domain_count, area)
+            offset = self._ring.take()
+            self.ctx.queue.write_buffer(self._ring.buffer, offset, data)
+            self._unsubmitted += 1
+            self.runs += 1
+            record = (self.compiled.pipeline, bind_group, offset, groups, work.ops)
+            return PreparedRun(self, work.extra + [record], Run(result, shape, groups, self), work.temps, area.layout, area.end)
+
+    def results_bytes(self, n: int, params: Mapping[str, Any] | None = None, lengths: Mapping[str, int] | None = None) -> int:
+        """Bytes a results area needs for a run over ``n`` items (``lengths``: element counts
+        of the inputs the count expressions read)."""
+        user = self._packer.check(params)
+        env = {"n": n, **self._packer.scalars(user)} if self._packer.user else {"n": n}
+        sizes = dict(lengths or {})
+        area = _Placement(None, self._storage_align)
+        for slot, key, text in self._output_slots:
+            size = self._size(slot, key, text, env, sizes)
+            sizes[slot.name] = size
+            area.take(max(_binding_size(size * slot.value_type.bytes), self.lowered.bindings[slot.binding].min_binding_size))
+            if slot.role == "append":
+                area.take(4)
+        return max(area.end, 4)
+
+    def _prepare(self, n: Any, inputs: Any, params: Any, outputs: Any, domain_count: Any, area: _Placement | None) -> tuple:
+        """Validate and bind one run: (outputs, domain as given, params bytes, bind group,
+        workgroups, work, bound). Nothing is submitted."""
         inputs = inputs if inputs is not None else {}
         outputs = outputs if outputs is not None else {}
         self._last_pages = None  # page placement is resolved afresh each run
@@ -482,7 +596,10 @@ class Variant:
         result: dict[str, Any] = {}  # Output, or TextureOutput for output textures
         for slot, key, text in self._output_slots:
             size = self._size(slot, key, text, env, lengths)
-            result[slot.name] = self._allocate(slot, size, outputs.get(slot.name) if outputs else None, n, work, bound)
+            if area is not None:
+                result[slot.name] = self._place(slot, size, area, n, work, bound)
+            else:
+                result[slot.name] = self._allocate(slot, size, outputs.get(slot.name) if outputs else None, n, work, bound)
             lengths[slot.name] = size
         self._inout_outputs(bound, result)
         if self._texture_outputs:
@@ -504,9 +621,7 @@ class Variant:
             fixed[field_name] = lengths[name]
         data = self._packer.pack(user_params, fixed)
         bind_group = self._bind_group(bound)
-        if self._repeatable and not outputs and domain_count is None and not work.temps:
-            self._remember(shape or n, inputs, params, bound, result, data, groups)
-        return self._submit(result, shape or n, data, bind_group, groups, work, bound)
+        return result, shape or n, data, bind_group, groups, work, bound
 
     def _submit(self, result: dict, n: Any, data: bytes, bind_group: Any, groups: tuple, work: _Work, bound: dict) -> Run:
         """Send one checked run: into the open ``abi.batch()``, or now in its own submission."""
@@ -517,7 +632,7 @@ class Variant:
         else:
             offset = self._ring.take()
             self.ctx.queue.write_buffer(self._ring.buffer, offset, data)
-            submit_records(self.ctx, work.extra + [(self.compiled.pipeline, bind_group, offset, groups, work.ops)])
+            submit_records(self.ctx.device, self.ctx.queue, self.ctx.guard, work.extra + [(self.compiled.pipeline, bind_group, offset, groups, work.ops)])
             for buf in work.temps:
                 self._pool.give(buf)
         self.runs += 1
@@ -599,6 +714,25 @@ class Variant:
         self._last_pages = (cache_key, result, cols)  # cols kept alive so the ids stay theirs
         return result
 
+    def _place(self, slot: HostSlot, size: int, area: _Placement, n: int, work: _Work, bound: dict) -> Placed:
+        """An output placed in the caller's results area, zeroed in place (``clear: false``
+        keeps what the area held), an append's counter reset."""
+        # At least one element: an empty vec4 binding still covers 16 bytes, which must be its own.
+        nbytes = max(_binding_size(size * slot.value_type.bytes), self.lowered.bindings[slot.binding].min_binding_size)
+        offset = area.take(nbytes)
+        if slot.clear:
+            work.ops.append(("zero", area.buffer, offset, nbytes))
+        bound[slot.binding] = _Bound(area.buffer, size, offset, nbytes)
+        counter_offset = None
+        if slot.role == "append":
+            counter_offset = area.take(4)
+            work.ops.append(("zero", area.buffer, counter_offset, 4))
+            bound[slot.counter_binding] = _Bound(area.buffer, 1, counter_offset, 4)
+        count = min(work.live_count, n) if slot.live and work.live_count is not None else size
+        placed = Placed(offset, size, count, counter_offset)
+        area.layout[slot.name] = placed
+        return placed
+
     def _allocate(self, slot: HostSlot, size: int, given: Any, n: int, work: _Work, bound: dict) -> Output:
         """An output's buffer (pooled, or the caller's), bound over exactly its elements; a
         pooled one is cleared in the run's submission unless the binding opts out."""
@@ -656,7 +790,9 @@ class Variant:
                 entries.append({"binding": i, "resource": b.resource})
                 continue
             res: dict[str, Any] = {"buffer": b.buffer, "offset": b.offset}
-            res["size"] = b.size if b.size is not None else b.buffer.size - b.offset
+            size = b.size if b.size is not None else b.buffer.size - b.offset
+            # An empty vec2/vec4 binding still covers one element (WebGPU binds no less); NAME_len() stays 0.
+            res["size"] = max(size, min(self.lowered.bindings[i].min_binding_size, b.buffer.size - b.offset))
             entries.append({"binding": i, "resource": res})
         entries.append({"binding": self.lowered.params.binding, "resource": {"buffer": self._ring.buffer, "offset": 0, "size": self._ring.struct_size}})
         group = self.ctx.device.create_bind_group(layout=self.compiled.bind_group_layout, entries=entries)

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from ..gpu.formats import GpuFieldFormat
+from ..formats import GpuFieldFormat
 from .errors import WorldError
 
 __all__ = ["FieldSpec", "declare_fields", "check_chunk_shape"]

@@ -160,10 +160,11 @@ def _frames_until(demo: HeatDemo, done, what: str, frames: int = 300):
     raise AssertionError(f"{what} did not happen within {frames} frames")
 
 
-def test_the_readme_layout_edit_widens_the_summary_record_and_a_second_output_is_refused_at_its_line(assets_copy, tmp_path):
+def test_the_readme_layout_edit_widens_the_summary_record_and_an_unbound_field_input_is_refused_at_its_line(assets_copy, tmp_path):
     """README, "a layout edit": summary's record grows from vec2 to vec4 (coldest tile, spread);
-    the product re-registers and the overlay shows the new lanes. A kernel outside the product
-    contract keeps the old one running and shows the contract error at its bindings.yaml line."""
+    the product re-registers and the overlay shows the new lanes. A kernel the engine cannot
+    bind (a field input the demo binds to no world field) keeps the old one running and shows
+    the product error at its bindings.yaml line."""
     demo = HeatDemo(assets_copy, str(tmp_path / "cache"))
     try:
         _frames_until(demo, lambda: demo.figures.heat.get("heat_max", 0) > 0, "a first summary")
@@ -181,14 +182,14 @@ def test_the_readme_layout_edit_widens_the_summary_record_and_a_second_output_is
         assert 0.0 <= coldest < spread <= demo.figures.heat["heat_max"] + 1e-6
         assert demo.figures.diagnostics == []
 
-        _edit(yaml_path, '{ name: stats,  kind: buffer, access: read_write, element: vec4<f32>, count: "n" }',
-              '{ name: stats,  kind: buffer, access: read_write, element: vec4<f32>, count: "n" }\n'
-              '  - { name: extra,  kind: buffer, access: read_write, element: f32, count: "n" }')
+        _edit(yaml_path, "  - { name: heat,   kind: buffer, access: read, element: f32 }",
+              "  - { name: heat,   kind: buffer, access: read, element: f32 }\n"
+              "  - { name: moisture, kind: buffer, access: read, element: f32 }")
         demo.library.request_reload("summary.computeShader")
         _frames_until(demo, lambda: demo.figures.diagnostics, "the contract error")
         (diag,) = demo.figures.diagnostics
-        assert diag.asset == "summary" and diag.location == "summary.computeShader/bindings.yaml:8"
-        assert "exactly one output" in diag.message and diag.source.strip().startswith("- { name: extra")
+        assert diag.asset == "summary" and diag.location == "summary.computeShader/bindings.yaml:7"
+        assert "'moisture' is bound to no world field" in diag.message and diag.source.strip().startswith("- { name: moisture")
         assert diag.caret == " " * diag.source.index("-") + "^"
         assert "summary_extra" in demo.figures.heat  # the previous kernel keeps running
     finally:

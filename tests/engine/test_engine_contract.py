@@ -74,15 +74,17 @@ def test_policy_and_work_list_must_agree(cpu_engine):
         cpu_engine.register_product(kernel_program("summary"), fields=["height"], tiles=[(0, (0, 0))])
 
 
-def test_appends_and_second_outputs_are_outside_the_contract(cpu_engine):
-    p = _program("contract/append", """
+def test_bindings_outside_fields_outputs_and_the_work_list_are_named(cpu_engine):
+    p = _program("contract/texture", """
 bindings:
   - { name: chunks, kind: buffer, access: read, element: u32 }
   - { name: src, kind: buffer, access: read, element: f32 }
-  - { name: hits, kind: buffer, access: read_write, element: f32, capacity: "n", append: true }
+  - { name: img, kind: storage_texture, format: rgba8unorm, access: write, dim: 2d }
 """)
-    with pytest.raises(ProductError, match="append outputs are not part of the product contract"):
-        cpu_engine.register_product(p, fields=["height"])
+    with pytest.raises(ProductError, match="'img' .*bound to nothing; pass it in inputs="):
+        cpu_engine.register_product(p, fields=["height"], policy=ReadbackPolicy.NONE)
+    with pytest.raises(ProductError, match="inputs= names 'nope'"):
+        cpu_engine.register_product(p, fields=["height"], policy=ReadbackPolicy.NONE, inputs={"nope": 1})
     p2 = _program("contract/two", """
 bindings:
   - { name: chunks, kind: buffer, access: read, element: u32 }
@@ -90,8 +92,13 @@ bindings:
   - { name: a, kind: buffer, access: read_write, element: f32, count: "n" }
   - { name: b, kind: buffer, access: read_write, element: f32, count: "n" }
 """)
-    with pytest.raises(ProductError, match="exactly one output"):
-        cpu_engine.register_product(p2, fields=["height"])
+    with pytest.raises(ProductError, match="readback names 'c'"):
+        cpu_engine.register_product(p2, fields=["height"], readback=["c"])
+    with pytest.raises(ProductError, match="policy NONE reads nothing back"):
+        cpu_engine.register_product(p2, fields=["height"], policy=ReadbackPolicy.NONE, readback=["a"])
+    h = cpu_engine.register_product(p2, fields=["height"], readback=["b"], cpu_fallback=lambda w, job: {"b": np.zeros(job.items)})
+    plan = cpu_engine.product(h).plan
+    assert plan.output == "b" and plan.readback == ("b",) and [o.per_item for o in plan.outputs] == [1, 1]
 
 
 def test_params_are_checked_and_engine_params_are_the_engines(cpu_engine):

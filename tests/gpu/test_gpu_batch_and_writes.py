@@ -181,6 +181,5 @@ def test_the_usage_flag_numbers_of_batches_and_engine_products_are_wgpus():
     from engine_plugin.gpu import batch, mapping
 
     assert batch._STAGING_USAGE == U.MAP_READ | U.COPY_DST
-    assert (gpu_product._COPY_SRC, gpu_product._COPY_DST, gpu_product._UNIFORM, gpu_product._STORAGE) == (
-        U.COPY_SRC, U.COPY_DST, U.UNIFORM, U.STORAGE)
+    assert (gpu_product._COPY_SRC, gpu_product._COPY_DST, gpu_product._STORAGE) == (U.COPY_SRC, U.COPY_DST, U.STORAGE)
     assert mapping._MAP_MODE_READ_SUBMITTED == "READ_NOSYNC"  # wgpu-py's own read_buffer mode

@@ -9,6 +9,7 @@ import pytest
 
 from engine_plugin import abi
 from engine_plugin.errors import DispatchError
+from engine_plugin.lowering import geometry
 
 pytestmark = pytest.mark.gpu
 
@@ -84,7 +85,12 @@ def test_builtins_of_a_3d_domain_are_logical_in_any_parameter_order():
     assert (got[..., 2, :3] == np.array([2, 2, 3])).all()
 
 
-def test_a_1d_kernel_sees_its_linear_index_as_gid_x_past_the_fold(gpu):
+def test_a_1d_kernel_sees_its_linear_index_as_gid_x_past_the_fold(gpu, monkeypatch):
+    # launch every logical group (no grid-stride cap), so the fold itself is what runs
+    monkeypatch.setitem(geometry.INVOCATION_BUDGET, "cpu", 1 << 40)
+    monkeypatch.setitem(geometry.INVOCATION_BUDGET, "gpu", 1 << 40)
+    gpu.cache("group_cap")
+    monkeypatch.setitem(gpu._caches, "group_cap", {})  # caps computed from the budget above, for this test only
     yaml = "bindings:\n  - { name: dst, kind: buffer, access: read_write, element: u32, count: 'n' }\nworkgroup: 1\n"
     wgsl = "@compute @workgroup_size(1)\nfn main(@builtin(global_invocation_id) gid: vec3<u32>) {\n    if (gid.x >= zero_n()) { return; }\n    dst_set(gid.x, gid.x + 1000u * gid.y);\n}\n"
     v = abi.program(key="t17/gidx", schema=abi.parse(yaml), wgsl=wgsl).variant()

@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 from engine_plugin import abi
+from engine_plugin.lowering import geometry
 from engine_plugin.runtime.buffers import pool_for
 
 from runtime_kernels import DOUBLE_LIVE_WGSL, DOUBLE_LIVE_YAML, FILTER_WGSL, FILTER_YAML, INDEX_WGSL, INDEX_YAML, make
@@ -148,7 +149,12 @@ def test_bits_binding_passes_raw_words_and_a_plain_binding_casts_by_value():
     np.testing.assert_array_equal(abi.read(run.outputs["out_val"]), ints.astype(np.float32))
 
 
-def test_dispatch_folds_into_y_past_the_per_dimension_limit(gpu):
+def test_dispatch_folds_into_y_past_the_per_dimension_limit(gpu, monkeypatch):
+    # launch every logical group (no grid-stride cap), so the fold itself is what runs
+    monkeypatch.setitem(geometry.INVOCATION_BUDGET, "cpu", 1 << 40)
+    monkeypatch.setitem(geometry.INVOCATION_BUDGET, "gpu", 1 << 40)
+    gpu.cache("group_cap")
+    monkeypatch.setitem(gpu._caches, "group_cap", {})  # caps computed from the budget above, for this test only
     variant = make("t/index", INDEX_YAML, INDEX_WGSL)
     limit = gpu.limit("max-compute-workgroups-per-dimension")
     n = limit + 1000

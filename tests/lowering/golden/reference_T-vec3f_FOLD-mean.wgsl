@@ -23,7 +23,7 @@ struct ZeroParams {
 @group(0) @binding(0) var<storage, read> cols: array<u32>;
 @group(0) @binding(1) var<storage, read> src: array<f32>;
 @group(0) @binding(2) var<storage, read_write> dst: array<f32>;
-@group(0) @binding(3) var<storage, read_write> hits: array<f32>;
+@group(0) @binding(3) var<storage, read_write> hits: array<vec4<f32>>;
 @group(0) @binding(4) var<storage, read_write> hits_count: array<atomic<u32>>;
 @group(0) @binding(5) var<uniform> params: ZeroParams;
 fn zero_n() -> u32 { return params.n; }
@@ -60,8 +60,8 @@ fn dst_len() -> u32 { return params.zero_len_dst; }
 fn dst_get(zero_i: u32) -> vec3<f32> { let zero_b = zero_i * 3u; return vec3<f32>(dst[zero_b], dst[zero_b + 1u], dst[zero_b + 2u]); }
 fn dst_set(zero_i: u32, zero_v: vec3<f32>) { let zero_b = zero_i * 3u; dst[zero_b] = zero_v.x; dst[zero_b + 1u] = zero_v.y; dst[zero_b + 2u] = zero_v.z; }
 fn hits_len() -> u32 { return params.zero_len_hits; }
-fn hits_get(zero_i: u32) -> vec4<f32> { let zero_b = zero_i * 4u; return vec4<f32>(hits[zero_b], hits[zero_b + 1u], hits[zero_b + 2u], hits[zero_b + 3u]); }
-fn hits_set(zero_i: u32, zero_v: vec4<f32>) { let zero_b = zero_i * 4u; hits[zero_b] = zero_v.x; hits[zero_b + 1u] = zero_v.y; hits[zero_b + 2u] = zero_v.z; hits[zero_b + 3u] = zero_v.w; }
+fn hits_get(zero_i: u32) -> vec4<f32> { return hits[zero_i]; }
+fn hits_set(zero_i: u32, zero_v: vec4<f32>) { hits[zero_i] = zero_v; }
 fn hits_capacity() -> u32 { return params.zero_len_hits; }
 fn hits_store(zero_slot: u32, zero_v: vec4<f32>) { if (zero_slot < hits_capacity()) { hits_set(zero_slot, zero_v); } }
 fn hits_set_count(zero_c: u32) { atomicStore(&hits_count[0], zero_c); }
@@ -106,11 +106,20 @@ fn zero_user_main(                               gid: vec3<u32>) {
 
 // ---- generated entry point ----
 @compute @workgroup_size(64, 1, 1)
-fn main(@builtin(workgroup_id) zero_wid: vec3<u32>, @builtin(local_invocation_id) zero_lid: vec3<u32>, @builtin(local_invocation_index) zero_lii: u32) {
+fn main(@builtin(workgroup_id) zero_wid: vec3<u32>, @builtin(num_workgroups) zero_nwg: vec3<u32>, @builtin(local_invocation_id) zero_lid: vec3<u32>, @builtin(local_invocation_index) zero_lii: u32) {
     let zero_gc = vec3<u32>(params.zero_gx, params.zero_gy, params.zero_gz);
-    let zero_l = zero_wid.x + params.zero_px * (zero_wid.y + params.zero_py * zero_wid.z);
-    if (zero_l >= zero_gc.x * zero_gc.y * zero_gc.z) { return; }
-    let zero_w = vec3<u32>(zero_l % zero_gc.x, (zero_l / zero_gc.x) % zero_gc.y, zero_l / (zero_gc.x * zero_gc.y));
-    let zero_g = zero_w * vec3<u32>(64u, 1u, 1u) + zero_lid;
-    zero_user_main(zero_g);
+    let zero_total = zero_gc.x * zero_gc.y * zero_gc.z;
+    let zero_step = zero_nwg.x * zero_nwg.y * zero_nwg.z;
+    var zero_l = zero_wid.x + zero_nwg.x * (zero_wid.y + zero_nwg.y * zero_wid.z);
+    loop {
+        if (zero_l >= zero_total) { break; }
+        var zero_w = vec3<u32>(zero_l, 0u, 0u);
+        if (zero_gc.y * zero_gc.z != 1u) {
+            zero_w = vec3<u32>(zero_l % zero_gc.x, (zero_l / zero_gc.x) % zero_gc.y, zero_l / (zero_gc.x * zero_gc.y));
+        }
+        let zero_g = zero_w * vec3<u32>(64u, 1u, 1u) + zero_lid;
+        zero_user_main(zero_g);
+        if (zero_total - zero_l <= zero_step) { break; }
+        zero_l += zero_step;
+    }
 }

@@ -109,11 +109,20 @@ fn zero_user_main(                               gid: vec3<u32>) {
 
 // ---- generated entry point ----
 @compute @workgroup_size(32, 1, 1)
-fn main(@builtin(workgroup_id) zero_wid: vec3<u32>, @builtin(local_invocation_id) zero_lid: vec3<u32>, @builtin(local_invocation_index) zero_lii: u32) {
+fn main(@builtin(workgroup_id) zero_wid: vec3<u32>, @builtin(num_workgroups) zero_nwg: vec3<u32>, @builtin(local_invocation_id) zero_lid: vec3<u32>, @builtin(local_invocation_index) zero_lii: u32) {
     let zero_gc = vec3<u32>(params.zero_gx, params.zero_gy, params.zero_gz);
-    let zero_l = zero_wid.x + params.zero_px * (zero_wid.y + params.zero_py * zero_wid.z);
-    if (zero_l >= zero_gc.x * zero_gc.y * zero_gc.z) { return; }
-    let zero_w = vec3<u32>(zero_l % zero_gc.x, (zero_l / zero_gc.x) % zero_gc.y, zero_l / (zero_gc.x * zero_gc.y));
-    let zero_g = zero_w * vec3<u32>(32u, 1u, 1u) + zero_lid;
-    zero_user_main(zero_g);
+    let zero_total = zero_gc.x * zero_gc.y * zero_gc.z;
+    let zero_step = zero_nwg.x * zero_nwg.y * zero_nwg.z;
+    var zero_l = zero_wid.x + zero_nwg.x * (zero_wid.y + zero_nwg.y * zero_wid.z);
+    loop {
+        if (zero_l >= zero_total) { break; }
+        var zero_w = vec3<u32>(zero_l, 0u, 0u);
+        if (zero_gc.y * zero_gc.z != 1u) {
+            zero_w = vec3<u32>(zero_l % zero_gc.x, (zero_l / zero_gc.x) % zero_gc.y, zero_l / (zero_gc.x * zero_gc.y));
+        }
+        let zero_g = zero_w * vec3<u32>(32u, 1u, 1u) + zero_lid;
+        zero_user_main(zero_g);
+        if (zero_total - zero_l <= zero_step) { break; }
+        zero_l += zero_step;
+    }
 }

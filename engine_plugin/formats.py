@@ -1,4 +1,5 @@
-"""Storage formats of world fields mirrored to the GPU.
+"""Storage formats of world fields mirrored to the GPU: the ground-floor vocabulary the world
+and the backend layer share.
 
 numpy only: :mod:`engine_plugin.world` validates its field declarations through this module,
 and the world must not import wgpu.
@@ -11,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import PluginError
+from .errors import PluginError
 
 __all__ = ["GpuFieldFormat", "UnsupportedFieldTypeError"]
 

@@ -1,0 +1,155 @@
+"""The one way work reaches the queue: ordered records encoded into one command buffer.
+
+Every GPU path of the package goes through here: ``variant.run`` (one record, submitted at
+once), ``abi.batch()`` (many records, one submission) and the engine backend's frame (product
+dispatches, ordered clears, readback copies, with its maps armed after the submit).
+
+A record is ``(pipeline, bind_group, offsets, groups, ops)``:
+
+* ``pipeline`` None: no dispatch, only the ops (a readback copy, a clear);
+* ``bind_group``: a GPUBindGroup set at index 0 with the dynamic ``offsets`` (a list, an int
+  for the ABI runtime's one params offset, or None); or a tuple of ``(group, offsets)`` set at
+  indices 0, 1, ... (None skips an index) for caller-made layouts;
+* ``groups``: the workgroups; a zero X dispatches nothing (an empty domain);
+* ``ops``: what the queue does before the dispatch, in order:
+  ``("clear", buffer, offset, size)`` zeroes a buffer the pool just handed out: no earlier
+  record of the submission can touch it, so every such clear is hoisted to the front and the
+  compute pass is not broken run by run; ``("zero", buffer, offset, size)`` zeroes a buffer
+  earlier records may use (an engine product's persistent outputs): it stays in its place;
+  ``("copy", src, src_offset, dst, dst_offset, size)`` stays in its place.
+
+Consecutive dispatches without in-place ops share one compute pass. Timed records (see
+:class:`Submission`) get a pass of their own with timestamp writes around it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+__all__ = ["Submission", "encode_records", "submit_records"]
+
+
+def _set_groups(cpass: Any, bind_group: Any, offsets: Any) -> None:
+    if isinstance(bind_group, tuple):
+        for index, (group, dyn) in enumerate(bind_group):
+            if group is None:
+                continue
+            if dyn:
+                cpass.set_bind_group(index, group, list(dyn))
+            else:
+                cpass.set_bind_group(index, group)
+    elif offsets is None:
+        cpass.set_bind_group(0, bind_group)
+    elif isinstance(offsets, int):
+        cpass.set_bind_group(0, bind_group, [offsets])
+    else:
+        cpass.set_bind_group(0, bind_group, list(offsets))
+
+
+def encode_records(encoder: Any, records: list, timings: dict[int, tuple[Any, int]] | None = None) -> None:
+    """Encode ``records`` in order into ``encoder`` (see the module docstring).
+
+    ``timings`` maps a record's index to ``(query_set, first_index)``: that dispatch runs in a
+    compute pass of its own whose beginning and end write those two timestamps.
+    """
+    for record in records:
+        for op in record[4]:
+            if op[0] == "clear":
+                encoder.clear_buffer(op[1], op[2], op[3])
+    cpass = None
+    for i, (pipeline, bind_group, offsets, groups, ops) in enumerate(records):
+        in_place = [op for op in ops if op[0] != "clear"] if ops else ()
+        if in_place:
+            if cpass is not None:
+                cpass.end()
+                cpass = None
+            for op in in_place:
+                if op[0] == "copy":
+                    encoder.copy_buffer_to_buffer(op[1], op[2], op[3], op[4], op[5])
+                else:  # "zero"
+                    encoder.clear_buffer(op[1], op[2], op[3])
+        if pipeline is None or groups[0] == 0:
+            continue
+        timed = timings.get(i) if timings else None
+        if timed is not None:
+            if cpass is not None:
+                cpass.end()
+                cpass = None
+            query_set, first = timed
+            own = encoder.begin_compute_pass(
+                timestamp_writes={"query_set": query_set, "beginning_of_pass_write_index": first, "end_of_pass_write_index": first + 1}
+            )
+            own.set_pipeline(pipeline)
+            _set_groups(own, bind_group, offsets)
+            own.dispatch_workgroups(*groups)
+            own.end()
+            continue
+        if cpass is None:
+            cpass = encoder.begin_compute_pass()
+        cpass.set_pipeline(pipeline)
+        _set_groups(cpass, bind_group, offsets)
+        cpass.dispatch_workgroups(*groups)
+    if cpass is not None:
+        cpass.end()
+
+
+def submit_records(device: Any, queue: Any, guard: Any, records: list, label: str = "a run") -> None:
+    """Encode ``records`` in order into one command buffer and submit it.
+
+    ``finish()`` and the submit happen under the device's submit lock: a loss cannot land in
+    between (submitting a command buffer finished before a loss aborts the process).
+    """
+    encoder = device.create_command_encoder(label=f"engine_plugin.{label}")
+    encode_records(encoder, records)
+    with guard.submitting(label):
+        queue.submit([encoder.finish()])
+
+
+class Submission:
+    """Records gathered for one command buffer, and what runs once it is submitted.
+
+    ``after_submit`` callbacks run in order after a successful submit (a readback's
+    ``map_async`` must come after the submit that carries its copy). ``time(key)`` marks the
+    next record as timed under ``key``; :meth:`submit` then resolves the timestamps into
+    ``timer`` (a :class:`~engine_plugin.runtime.timing.GpuTimer`).
+    """
+
+    __slots__ = ("records", "after", "timed")
+
+    def __init__(self) -> None:
+        self.records: list = []
+        self.after: list[Callable[[], None]] = []
+        self.timed: list[tuple[int, str]] = []  # (record index, key)
+
+    def add(self, record: tuple, timing_key: str | None = None) -> None:
+        if timing_key is not None:
+            self.timed.append((len(self.records), timing_key))
+        self.records.append(record)
+
+    def after_submit(self, fn: Callable[[], None]) -> None:
+        self.after.append(fn)
+
+    @property
+    def empty(self) -> bool:
+        return not self.records
+
+    def submit(self, device: Any, queue: Any, guard: Any, label: str, timer: Any = None) -> None:
+        """Encode and submit the records (nothing when there are none), then run the
+        ``after_submit`` callbacks. Raises what the device raises; the callbacks then never run."""
+        records, self.records = self.records, []
+        after, self.after = self.after, []
+        timed, self.timed = self.timed, []
+        if records:
+            encoder = device.create_command_encoder(label=f"engine_plugin.{label}")
+            window = timer.open(encoder, [key for _, key in timed]) if timer is not None and timed else None
+            timings = {index: window.slot(j) for j, (index, _) in enumerate(timed[: window.count])} if window is not None else None
+            encode_records(encoder, records, timings)
+            if window is not None:
+                window.resolve(encoder)
+            with guard.submitting(label):
+                queue.submit([encoder.finish()])
+            if window is not None:
+                window.submitted()
+        for fn in after:
+            fn()

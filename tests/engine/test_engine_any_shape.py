@@ -1,0 +1,284 @@
+"""Products of any shape (issue 14): several outputs, many records per work item, appends with
+their counts, ``live`` outputs over a domain count, constant inputs and tables bound by name,
+kernels writing a field mirror; each checked against numpy on the GPU and through its CPU
+fallback, and revalidated per chunk (or whole) like the simple products."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from engine_plugin import abi
+from engine_plugin.engine import Engine, ProductError
+from engine_plugin.gpu import NoGpuBackend, ReadbackPolicy
+from engine_plugin.world import World
+
+from engine_support import Applied, held_deliveries, run_until_idle
+
+SHAPE = (8, 8)
+BINS = 16
+
+
+def _world(n: int = 12, seed: int = 1) -> World:
+    world = World(SHAPE, {"height": np.float32, "kind": np.uint32}, max_chunks=n + 4)
+    rng = np.random.default_rng(seed)
+    for k in range(n):
+        world.add(k, {"height": rng.standard_normal(SHAPE, dtype=np.float32) * 10, "kind": rng.integers(0, BINS, SHAPE, dtype=np.uint32)})
+    return world
+
+
+def _program(key: str, yaml: str, wgsl: str):
+    return abi.program(key=key, schema=abi.parse(yaml, f"{key}/bindings.yaml"), wgsl=wgsl, wgsl_path=f"{key}/kernel.wgsl")
+
+
+# A per-chunk histogram (16 records per work item) and a second output (one per item).
+HIST_YAML = f"""\
+bindings:
+  - {{ name: chunks, kind: buffer, access: read, element: u32 }}
+  - {{ name: kind, kind: buffer, access: read, element: u32 }}
+  - {{ name: hist, kind: buffer, access: read_write, element: u32, count: "n * {BINS}" }}
+  - {{ name: nonzero, kind: buffer, access: read_write, element: u32, count: "n" }}
+params:
+  - {{ name: tile_count, type: u32 }}
+"""
+HIST_WGSL = f"""\
+@compute @workgroup_size(64)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>) {{
+    let i = zero_index(gid);
+    if (i >= zero_n()) {{ return; }}
+    let base = chunks_get(i) * params.tile_count;
+    for (var t = 0u; t < params.tile_count; t = t + 1u) {{
+        let b = i * {BINS}u + kind_get(base + t);
+        hist_set(b, hist_get(b) + 1u);
+    }}
+    var used = 0u;
+    for (var b = 0u; b < {BINS}u; b = b + 1u) {{
+        if (hist_get(i * {BINS}u + b) > 0u) {{ used = used + 1u; }}
+    }}
+    nonzero_set(i, used);
+}}
+"""
+
+
+def _hist(world: World, key: int) -> np.ndarray:
+    return np.bincount(world.read(key, "kind").reshape(-1), minlength=BINS).astype(np.uint32)
+
+
+def _hist_fallback(world, job):
+    hist = np.stack([_hist(world, k) for k in job.keys])
+    return {"hist": hist, "nonzero": (hist > 0).sum(axis=1)}
+
+
+# Culling: an append of the work items whose chunk has a tile above a threshold.
+CULL_YAML = """\
+bindings:
+  - { name: chunks, kind: buffer, access: read, element: u32 }
+  - { name: height, kind: buffer, access: read, element: f32 }
+  - { name: hot, kind: buffer, access: read_write, element: u32, capacity: "n", append: true }
+params:
+  - { name: tile_count, type: u32 }
+  - { name: threshold, type: f32 }
+determinism: float_order
+"""
+CULL_WGSL = """\
+@compute @workgroup_size(64)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
+    let i = zero_index(gid);
+    if (i >= zero_n()) { return; }
+    let base = chunks_get(i) * params.tile_count;
+    var top = height_get(base);
+    for (var t = 1u; t < params.tile_count; t = t + 1u) { top = max(top, height_get(base + t)); }
+    if (top > params.threshold) { hot_append(i); }
+}
+"""
+
+# A live output over the domain count, scaled by a constant input (a lookup buffer).
+LIVE_YAML = """\
+bindings:
+  - { name: chunks, kind: buffer, access: read, element: u32 }
+  - { name: height, kind: buffer, access: read, element: f32 }
+  - { name: scale, kind: buffer, access: read, element: f32 }
+  - { name: live, kind: domain_count }
+  - { name: first, kind: buffer, access: read_write, element: vec2<f32>, count: "n", live: true }
+params:
+  - { name: tile_count, type: u32 }
+"""
+LIVE_WGSL = """\
+@compute @workgroup_size(64)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
+    let i = zero_index(gid);
+    if (i >= zero_n()) { return; }
+    let base = chunks_get(i) * params.tile_count;
+    first_set(i, vec2<f32>(height_get(base) * scale_get(0u), f32(zero_n())));
+}
+"""
+
+
+@pytest.fixture(params=["gpu", "cpu"])
+def engine_on(request, make_engine):
+    """An engine on the real device, or on the CPU (the fallbacks serve every product)."""
+
+    def make(world):
+        if request.param == "gpu":
+            return make_engine(world)
+        engine = Engine(world, backend=NoGpuBackend())
+        return engine
+
+    make.on = request.param
+    return make
+
+
+def test_a_histogram_product_returns_many_records_per_chunk_and_a_second_output(engine_on):
+    world = _world()
+    engine = engine_on(world)
+    applied = Applied(world)
+    prog = _program("shape/hist", HIST_YAML, HIST_WGSL)
+    h = engine.register_product(prog, fields={"kind": "kind"}, apply=applied, cpu_fallback=_hist_fallback)
+    run_until_idle(engine)
+    assert engine.product(h).gpu is not None or engine_on.on == "cpu"
+    assert {r.source for r in applied.results} == {engine_on.on}
+    seen = {}
+    for r in applied.results:
+        assert r.values.shape == (len(r.keys), BINS) and r.record_shape == (BINS,)
+        for k, hist, used in zip(r.keys, r.outputs["hist"], r.outputs["nonzero"]):
+            seen[k] = (hist, used)
+    assert sorted(seen) == list(world.keys())
+    for k, (hist, used) in seen.items():
+        assert np.array_equal(hist, _hist(world, k)) and used == (_hist(world, k) > 0).sum()
+    assert not applied.not_current
+
+
+def test_per_item_outputs_apply_per_chunk_when_one_chunk_changes_in_flight(make_engine):
+    world = _world()
+    engine = make_engine(world)
+    applied = Applied(world)
+    engine.register_product(_program("shape/hist", HIST_YAML, HIST_WGSL), fields={"kind": "kind"}, apply=applied, cpu_fallback=_hist_fallback)
+    with held_deliveries(engine):
+        engine.frame()
+        world.set_tile(3, "kind", (0, 0), 0)
+    totals = run_until_idle(engine)
+    assert totals.chunks_stale == 1 and not applied.not_current
+    first, second = applied.results[0], applied.results[-1]
+    assert 3 not in first.keys and len(first.keys) == len(world) - 1 and second.keys == (3,)
+    assert np.array_equal(second.outputs["hist"][0], _hist(world, 3))
+
+
+def _cull_fallback(threshold):
+    def fallback(world, job):
+        tops = [world.read(k, "height").max() for k in job.keys]
+        return {"hot": np.array([i for i, t in enumerate(tops) if t > threshold], dtype=np.uint32)}
+
+    return fallback
+
+
+def test_an_append_product_returns_its_count_and_applies_whole(engine_on):
+    world = _world()
+    engine = engine_on(world)
+    applied = Applied(world)
+    threshold = 20.0
+    engine.register_product(
+        _program("shape/cull", CULL_YAML, CULL_WGSL), fields={"height": "height"}, params={"threshold": threshold}, apply=applied, cpu_fallback=_cull_fallback(threshold)
+    )
+    run_until_idle(engine)
+    assert len(applied.results) == 1
+    r = applied.results[0]
+    hot = sorted(r.keys[i] for i in r.outputs["hot"])
+    want = sorted(k for k in world.keys() if world.read(k, "height").max() > threshold)
+    assert hot == want and 0 < len(want) < len(world)
+
+
+def test_a_whole_output_is_discarded_whole_when_one_chunk_changes_and_recomputed(make_engine):
+    world = _world()
+    engine = make_engine(world)
+    applied = Applied(world)
+    threshold = 20.0
+    engine.register_product(
+        _program("shape/cull", CULL_YAML, CULL_WGSL), fields={"height": "height"}, params={"threshold": threshold}, apply=applied, cpu_fallback=_cull_fallback(threshold)
+    )
+    with held_deliveries(engine):
+        engine.frame()
+        world.set_tile(5, "height", (1, 1), 99.0)  # chunk 5 is hot now
+    totals = run_until_idle(engine)
+    assert totals.readbacks_stale == 1 and totals.chunks_stale == len(world)
+    assert not applied.not_current
+    # Every chunk is recomputed (not just the changed one) and applied exactly once, each
+    # whole output with the chunks its dispatch covered.
+    assert sorted(applied.keys_applied) == sorted(world.keys())
+    hot = {r.keys[i] for r in applied.results for i in r.outputs["hot"]}
+    assert hot == {k for k in world.keys() if world.read(k, "height").max() > threshold} and 5 in hot
+
+
+def test_a_live_output_over_the_domain_count_with_a_constant_input(engine_on):
+    world = _world()
+    engine = engine_on(world)
+    applied = Applied(world)
+    scale = np.array([0.5], dtype=np.float32)
+
+    def fallback(world, job):
+        return {"first": np.array([(world.read(k, "height").reshape(-1)[0] * 0.5, len(job.keys)) for k in job.keys], dtype=np.float32)}
+
+    engine.register_product(_program("shape/live", LIVE_YAML, LIVE_WGSL), fields={"height": "height"}, inputs={"scale": scale}, apply=applied, cpu_fallback=fallback)
+    run_until_idle(engine)
+    (r,) = applied.results
+    assert r.values.shape == (len(world), 2)
+    for k, (v, live) in zip(r.keys, r.values):
+        assert v == np.float32(world.read(k, "height").reshape(-1)[0] * np.float32(0.5))
+        assert live == len(world)
+
+
+# A kernel writing a field's mirror (derived GPU state): read it back through field_buffer.
+WRITE_YAML = """\
+bindings:
+  - { name: chunks, kind: buffer, access: read, element: u32 }
+  - { name: height, kind: buffer, access: read_write, element: f32 }
+params:
+  - { name: tile_count, type: u32 }
+"""
+WRITE_WGSL = """\
+@compute @workgroup_size(64)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
+    let i = zero_index(gid);
+    if (i >= zero_n()) { return; }
+    let base = chunks_get(i) * params.tile_count;
+    for (var t = 0u; t < params.tile_count; t = t + 1u) { height_set(base + t, height_get(base + t) * 2.0); }
+}
+"""
+
+
+def test_a_none_product_writes_the_field_mirror_it_is_bound_to(make_engine):
+    world = _world()
+    engine = make_engine(world)
+    engine.register_product(_program("shape/write", WRITE_YAML, WRITE_WGSL), fields={"height": "height"}, policy=ReadbackPolicy.NONE, cpu_fallback=lambda w, j: None)
+    run_until_idle(engine)
+    mirror = engine.field_buffer("height")
+    got = np.frombuffer(abi.read(mirror), dtype=np.float32).reshape(-1, *SHAPE)
+    for k in world.keys():
+        assert np.array_equal(got[world.slot(k)], world.read(k, "height") * 2)
+
+
+def test_the_fallback_must_answer_every_output_read_back(make_engine):
+    world = _world(n=2)
+    engine = Engine(world, backend=NoGpuBackend())
+    engine.register_product(_program("shape/hist", HIST_YAML, HIST_WGSL), fields={"kind": "kind"}, cpu_fallback=lambda w, job: {"hist": np.zeros((len(job.keys), BINS))})
+    with pytest.raises(ProductError, match="answered no 'nonzero'"):
+        engine.frame()
+
+
+def test_frame_stats_carry_each_products_gpu_time_from_timestamps(make_engine):
+    world = _world()
+    engine = make_engine(world)
+    engine.register_product(_program("shape/hist", HIST_YAML, HIST_WGSL), key="hist", fields={"kind": "kind"}, cpu_fallback=_hist_fallback)
+    engine.register_product(_program("shape/write", WRITE_YAML, WRITE_WGSL), key="double", fields={"height": "height"}, policy=ReadbackPolicy.NONE)
+    assert engine.backend.timestamps  # lavapipe has timestamp-query; the engine asks for it
+    seen = {}
+    for _ in range(200):
+        for k in world.keys():
+            world.set_tile(k, "kind", (0, 0), 1)
+            world.set_tile(k, "height", (0, 0), 1.0)
+        st = engine.frame()
+        seen.update(st.product_gpu_ms)
+        if {"hist", "double"} <= set(seen) and st.gpu_timing == "timestamps":
+            break
+    assert st.gpu_timing == "timestamps" and {"hist", "double"} <= set(seen)
+    assert all(ms > 0 for ms in seen.values())
+    assert engine.totals.product_gpu_ms["hist"] >= seen["hist"]
