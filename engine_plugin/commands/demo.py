@@ -29,7 +29,7 @@ def cmd_demo(args: argparse.Namespace, rep: Reporter) -> int:
         if problem is None:
             from ..demo.window import run_window
 
-            shown = run_window(make, frames=args.frames)
+            shown = run_window(make, frames=args.frames, screenshots=args.screenshots)
             rep.say(f"demo: window closed after {shown} frames")
             return EXIT_OK
         if os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY"):
@@ -44,10 +44,13 @@ def cmd_demo(args: argparse.Namespace, rep: Reporter) -> int:
 
     demo = make()
     try:
-        run_headless(demo, args.frames or 300, snapshot, out=open(os.devnull, "w") if rep.quiet else None)
+        quiet = open(os.devnull, "w") if rep.quiet else None
+        run_headless(demo, args.frames or 300, snapshot, out=quiet, log=args.log or None, log_every=args.log_every)
     finally:
         demo.close()
     where = f"snapshot {os.path.abspath(snapshot)}; " if snapshot else ""
+    if args.log:
+        where += f"figures log {os.path.abspath(args.log)}; "
     rep.say(f"demo: {where}variant cache {os.path.abspath(args.cache)}")
     return EXIT_OK
 
@@ -57,12 +60,17 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
         "demo",
         parents=[common],
         help="run the live-edit demo (a window when a display can be opened, else headless)",
-        description="The live-edit demo. With a display it opens a glfw window (space pauses, R resets, Esc quits); "
-        "without one, or when the display cannot be opened (said on one line), it runs headless frames and writes a PNG snapshot.",
+        description="The live-edit demo. With a display it opens a glfw window with an overlay of timings, reloads and errors "
+        "(O overlay, Space pause, N step, R reset, F5 reload every asset, F12 screenshot, Esc quit); "
+        "without one, or when the display cannot be opened (said on one line), it runs headless frames and writes a PNG snapshot "
+        "and a JSON-lines log of the overlay's figures.",
     )
     p.add_argument("--frames", type=int, default=None, help="frames to run (default: until Esc; 300 headless)")
     p.add_argument("--headless", action="store_true", help="no window, even with a display")
     p.add_argument("--snapshot", default="out/demo.png", help="PNG written at the end of a headless run (its folder is created; '' for none)")
+    p.add_argument("--log", default="out/demo.jsonl", metavar="FILE", help="headless: JSON-lines log of the overlay's figures ('' for none)")
+    p.add_argument("--log-every", type=int, default=10, metavar="N", help="headless: one log line every N frames (default 10)")
+    p.add_argument("--screenshots", default="out", metavar="DIR", help="window: the folder the screenshot key (F12) writes PNGs to")
     p.add_argument("--assets", default=None, metavar="DIR", help="the demo's kernels (default: the packaged ones; pass a copy to edit them live)")
     p.add_argument("--cache", default="cache", metavar="DIR", help="the variant cache folder (default: cache)")
     p.set_defaults(func=cmd_demo)

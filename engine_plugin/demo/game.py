@@ -32,10 +32,11 @@ import wgpu
 from .. import abi
 from ..assets import AssetLibrary
 from ..assets.builtin import resource_folder
-from ..engine import Engine, EngineConfig, fallbacks
-from ..gpu.descriptors import ReadbackPolicy
+from ..engine import Engine, EngineConfig
 from ..gpu.device import get_context
 from ..world import World
+from .figures import Diagnostic, Figures
+from .products import HeatFigures, register_products
 
 __all__ = ["HeatDemo", "Hud", "GRID", "CHUNK", "demo_assets"]
 
@@ -56,7 +57,7 @@ PALETTE = np.array(  # colour stops, evenly spaced over [0, 1] (an inferno-like 
 
 
 def demo_assets() -> str:
-    """The folder of the demo's own kernels (package data): heat_step, colorize, hotspots."""
+    """The folder of the demo's own kernels (package data): heat_step, colorize, summary, hotspots."""
     return resource_folder("engine_plugin.demo", "assets")
 
 
@@ -69,7 +70,6 @@ class Hud:
     frame_ms: float = 0.0
     generation: int = 0
     diagnostics: str | None = None
-    heat_min: float = 0.0
     heat_max: float = 0.0
     heat_mean: float = 0.0
     summaries_applied: int = 0
@@ -82,7 +82,7 @@ class Hud:
     def title(self) -> str:
         text = (
             f"engine_plugin demo  {self.fps:5.1f} fps  {self.frame_ms:5.2f} ms  gen {self.generation}  "
-            f"heat {self.heat_min:.2f}..{self.heat_max:.2f} mean {self.heat_mean:.3f}  hot {self.hotspots}"
+            f"heat max {self.heat_max:.2f} mean {self.heat_mean:.3f}  hot {self.hotspots}"
         )
         if self.paused:
             text += "  [paused]"
@@ -119,18 +119,21 @@ class HeatDemo:
         # only `source` changed under it.
         self.engine = Engine(self.world, self.library, config=EngineConfig(revalidate="fields"))
         self.hud = Hud()
-        self._summary = self.engine.register_product(
-            "engine/summary.computeShader",
-            spec={"T": "f32"},
-            fields={"src": "heat"},
-            policy=ReadbackPolicy.SUMMARY,
-            apply=self._apply_summary,
-            cpu_fallback=fallbacks.summary,
-        )
-        self._chunk_stats: dict[int, np.ndarray] = {}
+        self.figures = Figures(products=("summary", "hotspots"))
+        self.heat_figures = HeatFigures()
+        self.products = register_products(self.engine, self.heat_figures)
         self.step_ref = self.library.load("heat_step.computeShader")
         self.color_ref = self.library.load("colorize.computeShader")
-        self.hot_ref = self.library.load("hotspots.computeShader")
+        # Every editable kernel, by name: the overlay's reload log and error panel follow them.
+        self.refs = {
+            "heat_step": self.step_ref,
+            "colorize": self.color_ref,
+            "summary": self.library.load("summary.computeShader"),
+            "hotspots": self.library.load("hotspots.computeShader"),
+        }
+        for ref in self.refs.values():
+            ref.on_reload(self.figures.note_reload)
+            ref.on_error(self.figures.note_reload)
         self.palette = abi.table({"color": PALETTE}, device=self.ctx)
         tiles = GRID[0] * GRID[1] * CHUNK[0] * CHUNK[1]
         usage = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC | wgpu.BufferUsage.COPY_DST
@@ -143,9 +146,10 @@ class HeatDemo:
             usage=wgpu.TextureUsage.STORAGE_BINDING | wgpu.TextureUsage.COPY_SRC | wgpu.TextureUsage.TEXTURE_BINDING,
             label="pixels",
         )
-        self._hot_output = None
         self.frame_index = 0
         self.paused = False
+        self._step_once = False
+        self._diagnostic_cache: dict[tuple[str, Any], Diagnostic] = {}
         if watch:
             self.library.watch()
         self.reset()
@@ -175,32 +179,45 @@ class HeatDemo:
                 block = field_[cy_ * CHUNK[1] : (cy_ + 1) * CHUNK[1], cx_ * CHUNK[0] : (cx_ + 1) * CHUNK[0]]
                 self.world.write(cy_ * GRID[0] + cx_, "source", block)
 
-    def _apply_summary(self, result: Any) -> None:
-        for key, record in zip(result.keys, np.asarray(result.records)):
-            self._chunk_stats[key] = np.array(record, dtype=np.float32)
-        if self._chunk_stats:
-            stats = np.stack(list(self._chunk_stats.values()))
-            self.hud.heat_min = float(stats[:, 0].min())
-            self.hud.heat_max = float(stats[:, 1].max())
-            self.hud.heat_mean = float(stats[:, 2].mean())
+    def step_once(self) -> None:
+        """While paused: advance the simulation by exactly one frame (on the next ``step()``)."""
+        self._step_once = True
+
+    def reload_all(self) -> None:
+        """Re-read every loaded asset as if saved (applied by the engine's next frame)."""
+        self.library.request_reload()
+        self.figures.note_forced_reload(len(self.library.refs()))
+
+    def _diagnostics(self) -> list[Diagnostic]:
+        """Every broken asset's error, and every product kept on its old kernel, right now."""
+        errors: list[tuple[str, Any]] = [(name, ref.error) for name, ref in self.refs.items() if ref.error is not None]
+        for name, handle in self.products.items():
+            error = self.engine.product(handle).error  # a reloaded kernel outside the product contract
+            if error and self.refs[name].error is None:
+                errors.append((name, error))
+        # Built once per error (a product error quotes its line from disk), not every frame.
+        cache = {(name, error): self._diagnostic_cache.get((name, error)) or Diagnostic.from_error(name, error, self.library.root) for name, error in errors}
+        self._diagnostic_cache = cache
+        return list(cache.values())
 
     # -- one frame ----------------------------------------------------------------------------
     def step(self) -> Hud:
         """Game logic, ``engine.frame()``, then the GPU heat step and colouring."""
         t0 = time.perf_counter()
-        if not self.paused:
+        running = not self.paused or self._step_once
+        self._step_once = False
+        if running:
             self._place_heaters()
         stats = self.engine.frame()
         heat = self.engine.field_buffer("heat")
         source = self.engine.field_buffer("source")
         if heat is not None and source is not None:
-            if not self.paused:
+            if running:
                 self._heat_step(heat, source)
-                self.engine.invalidate(self._summary)  # heat changed on the GPU: summarise again
+                for handle in self.products.values():
+                    self.engine.invalidate(handle)  # heat changed on the GPU: summarise again
             self._colorize(heat)
-            if self.frame_index % 15 == 0:
-                self._hotspots(heat)
-        if not self.paused:
+        if running:
             self.frame_index += 1
         hud = self.hud
         hud.frame = self.frame_index
@@ -209,8 +226,14 @@ class HeatDemo:
         hud.summaries_stale += stats.readbacks_stale
         hud.cpu_fallbacks += stats.cpu_fallbacks
         hud.generation = self.color_ref.generation
-        hud.diagnostics = self.color_ref.diagnostics or self.step_ref.diagnostics
+        heat_figures = self.heat_figures.figures()
+        hud.heat_max, hud.heat_mean, hud.hotspots = heat_figures["heat_max"], heat_figures["heat_mean"], heat_figures["hot_tiles"]
+        diagnostics = self._diagnostics()
+        hud.diagnostics = "\n".join(diagnostics[0].lines()) if diagnostics else None
         dt = time.perf_counter() - t0
+        fig = self.figures
+        fig.frame_done(stats, dt, self.engine.inflight)
+        fig.frame, fig.paused, fig.heat, fig.diagnostics = self.frame_index, self.paused, heat_figures, diagnostics
         hud._times.append(time.perf_counter())
         hud._times[:] = hud._times[-30:]
         if len(hud._times) > 1:
@@ -242,13 +265,6 @@ class HeatDemo:
             outputs={"pixels": self.pixels},
             params={**self._grid_params(), "out_w": self.out_w, "out_h": self.out_h, "lo": 0.0, "hi": 1.0},
         )
-
-    def _hotspots(self, heat: Any) -> None:
-        if self._hot_output is not None:
-            # Last round's counter: 15 frames old and long finished, so this read does not stall.
-            self.hud.hotspots = self._hot_output.count
-        variant = self.hot_ref.program().variant()
-        self._hot_output = variant.run(heat.size // 4, inputs={"heat": heat}, params={"threshold": 0.6}).outputs["hot"]
 
     # -- output -------------------------------------------------------------------------------
     def read_pixels(self) -> np.ndarray:

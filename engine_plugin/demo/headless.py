@@ -1,7 +1,11 @@
-"""The headless demo: N frames, frame statistics (a live line on a terminal), a PNG snapshot."""
+"""The headless demo: N frames, frame statistics (a live line on a terminal), a PNG snapshot,
+and a JSON-lines log of the overlay's figures (:meth:`~.figures.Figures.record`: frame time,
+fps, per-product GPU ms, uploads, readbacks in flight, stale/s, reloads, errors)."""
 
 from __future__ import annotations
 
+import json
+import os
 import statistics
 import sys
 import time
@@ -10,23 +14,37 @@ from typing import Any
 __all__ = ["run_headless"]
 
 
-def run_headless(demo: Any, frames: int, snapshot: str | None = None, *, out: Any = None) -> dict:
-    """Run ``frames`` frames of ``demo``; answers a summary dict (and writes the snapshot)."""
+def run_headless(demo: Any, frames: int, snapshot: str | None = None, *, out: Any = None, log: str | None = None, log_every: int = 1) -> dict:
+    """Run ``frames`` frames of ``demo``; answers a summary dict (and writes the snapshot).
+
+    Args:
+        log: a JSON-lines file (its folder is created) that gets one object of the overlay's
+            figures every ``log_every`` frames, and after the last frame.
+    """
     from rich.console import Console
 
     console = Console(file=out or sys.stdout)
     times = []
     live = console.is_terminal
+    log_file = None
+    if log:
+        os.makedirs(os.path.dirname(os.path.abspath(log)), exist_ok=True)
+        log_file = open(log, "w")
+    reloads_logged = 0
     t_start = time.perf_counter()
-    for i in range(frames):
-        t0 = time.perf_counter()
-        hud = demo.step()
-        times.append(time.perf_counter() - t0)
-        time.sleep(0)  # let wgpu's poll thread deliver readbacks (WGPU_NOTES: GIL)
-        if live:
-            console.print(f"\r{hud.title()}", end="", soft_wrap=True, highlight=False)
-        elif (i + 1) % 100 == 0 or i + 1 == frames:
-            console.print(f"frame {i + 1}/{frames}: {hud.title()}", highlight=False, soft_wrap=True)
+    try:
+        for i in range(frames):
+            t0 = time.perf_counter()
+            hud = demo.step()
+            times.append(time.perf_counter() - t0)
+            time.sleep(0)  # let wgpu's poll thread deliver readbacks (WGPU_NOTES: GIL)
+            if log_file is not None and ((i + 1) % max(1, log_every) == 0 or i + 1 == frames):
+                log_file.write(json.dumps(demo.figures.record(reloads_since=reloads_logged)) + "\n")
+                reloads_logged = demo.figures.reload_count
+            _progress(console, live, hud, i, frames)
+    finally:
+        if log_file is not None:
+            log_file.close()
     if live:
         console.print()
     wall = time.perf_counter() - t_start
@@ -40,9 +58,11 @@ def run_headless(demo: Any, frames: int, snapshot: str | None = None, *, out: An
         "summaries_applied": demo.hud.summaries_applied,
         "summaries_stale": demo.hud.summaries_stale,
         "cpu_fallbacks": demo.hud.cpu_fallbacks,
-        "heat": (demo.hud.heat_min, demo.hud.heat_max, demo.hud.heat_mean),
+        "heat": (demo.hud.heat_max, demo.hud.heat_mean),
         "hotspots": demo.hud.hotspots,
     }
+    if log:
+        summary["log"] = log
     if snapshot:
         demo.snapshot(snapshot)
         summary["snapshot"] = snapshot
@@ -54,3 +74,11 @@ def run_headless(demo: Any, frames: int, snapshot: str | None = None, *, out: An
         soft_wrap=True,
     )
     return summary
+
+
+def _progress(console: Any, live: bool, hud: Any, i: int, frames: int) -> None:
+    """A live line on a terminal; one line every 100 frames elsewhere."""
+    if live:
+        console.print(f"\r{hud.title()}", end="", soft_wrap=True, highlight=False)
+    elif (i + 1) % 100 == 0 or i + 1 == frames:
+        console.print(f"frame {i + 1}/{frames}: {hud.title()}", highlight=False, soft_wrap=True)

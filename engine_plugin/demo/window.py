@@ -1,18 +1,23 @@
-"""The windowed demo: a glfw window (rendercanvas) presenting the coloured field every frame.
+"""The windowed demo: a glfw window (rendercanvas) showing the coloured field and the overlay.
 
-The only module that imports glfw. Pixels reach the window by a buffer-to-texture copy into
-the surface texture: no render pipeline, and the window shows exactly the bytes a headless
-snapshot writes. Keys: space pauses, R resets the world, Esc quits.
+The only module that imports glfw. Each frame is drawn into a window-sized texture of the
+surface's format (the picture letterboxed by :class:`~.present.Presenter`, then the
+:class:`~.overlay.Overlay`), which is copied to the surface; the screenshot key saves that
+same texture, so a screenshot is exactly what the window showed. Keys: see :mod:`.keys`.
 """
 
 from __future__ import annotations
 
+import os
 import time
 from typing import Any
 
+import numpy as np
 import wgpu
 
-__all__ = ["display_problem", "run_window"]
+from .present import BAR_COLOR
+
+__all__ = ["DemoWindow", "display_problem", "run_window"]
 
 
 def display_problem() -> str | None:
@@ -21,12 +26,11 @@ def display_problem() -> str | None:
     Probed before any window is made: with a display that cannot be opened glfw's own window
     calls abort the process (an assertion), so the demo must fall back before reaching them.
     """
-    import os
-
     if not (os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")):
         return "no display (DISPLAY is not set)"
     try:
         import glfw
+        import imgui_bundle  # noqa: F401
         import rendercanvas.glfw  # noqa: F401
     except ImportError as exc:
         return f"the window needs the optional 'demo' extra ({exc}); install it with: pip install 'engine_plugin[demo]'"
@@ -40,51 +44,145 @@ def display_problem() -> str | None:
     return None
 
 
-def run_window(demo_factory: Any, frames: int | None = None, *, size: tuple[int, int] = (512, 512), on_frame: Any = None) -> int:
-    """Open a window and run the demo until Esc (or ``frames`` frames); answers frames shown."""
+class DemoWindow:
+    """A demo in a window: the frame, the keys, the screenshots.
+
+    Args:
+        canvas: a rendercanvas canvas whose wgpu context is not configured yet.
+        demo_factory: ``fn(pixel_order=...) -> HeatDemo``.
+        screenshots: the folder the screenshot key writes to.
+    """
+
+    def __init__(self, canvas: Any, demo_factory: Any, *, screenshots: str = "out") -> None:
+        from .overlay import Overlay
+        from .present import Presenter
+
+        self.canvas = canvas
+        self.context = canvas.get_context("wgpu")
+        self.demo = demo_factory(pixel_order="bgra" if "bgra" in _format(self.context) else "rgba")
+        device = self.demo.ctx.device
+        # The non-sRGB twin of the preferred format: the picture's bytes are already display
+        # colours (a headless snapshot writes them as they are), and imgui's colours are too.
+        self.format = _format(self.context, self.demo.ctx.adapter).removesuffix("-srgb")
+        self.context.configure(device=device, format=self.format, usage=wgpu.TextureUsage.RENDER_ATTACHMENT | wgpu.TextureUsage.COPY_DST)
+        self.presenter = Presenter(device, self.format)
+        self.overlay = Overlay(device, canvas, self.format)
+        self.screenshots = screenshots
+        self.last_screenshot: str | None = None
+        self.viewport: tuple[int, int, int, int] = (0, 0, 0, 0)
+        self._frame_target: Any = None
+        self._want_screenshot = False
+        self.shown = 0
+
+    # -- keys ----------------------------------------------------------------------------------
+    def on_key(self, event: dict) -> None:
+        """rendercanvas ``key_down`` handler: performs the key's action (:mod:`.keys`)."""
+        from .keys import action_for
+
+        action = action_for(event)
+        demo = self.demo
+        if action == "toggle_overlay":
+            self.overlay.visible = not self.overlay.visible
+        elif action == "pause":
+            demo.paused = not demo.paused
+        elif action == "step":
+            demo.paused = True
+            demo.step_once()
+        elif action == "reset":
+            demo.reset()
+        elif action == "reload":
+            demo.reload_all()
+        elif action == "screenshot":
+            self._want_screenshot = True  # taken after the next frame is drawn
+        elif action == "quit":
+            self.canvas.close()
+
+    # -- a frame -------------------------------------------------------------------------------
+    def _target(self, size: tuple[int, int]) -> Any:
+        t = self._frame_target
+        if t is None or tuple(t.size[:2]) != size:
+            # The old one is dropped, never destroyed: work already submitted may still use it.
+            t = self._frame_target = self.demo.ctx.device.create_texture(
+                size=(size[0], size[1], 1),
+                format=self.format,
+                usage=wgpu.TextureUsage.RENDER_ATTACHMENT | wgpu.TextureUsage.COPY_SRC,
+                label="demo frame",
+            )
+        return t
+
+    @property
+    def frame_size(self) -> tuple[int, int]:
+        """The size in pixels of the last frame drawn (the surface's), (0, 0) before the first."""
+        t = self._frame_target
+        return (int(t.size[0]), int(t.size[1])) if t is not None else (0, 0)
+
+    def draw(self) -> Any:
+        """One frame: the demo's step, the picture and the overlay, the copy to the surface."""
+        demo = self.demo
+        hud = demo.step()
+        surface = self.context.get_current_texture()
+        size = (int(surface.size[0]), int(surface.size[1]))
+        target = self._target(size)
+        device = demo.ctx.device
+        encoder = device.create_command_encoder()
+        render_pass = encoder.begin_render_pass(
+            color_attachments=[{"view": target.create_view(), "clear_value": BAR_COLOR, "load_op": "clear", "store_op": "store"}]
+        )
+        self.viewport = self.presenter.draw(render_pass, demo.pixels, size)
+        notice = f"screenshot: {os.path.basename(self.last_screenshot)}" if self.last_screenshot else ""
+        self.overlay.render(render_pass, demo.figures, size, notice)
+        render_pass.end()
+        encoder.copy_texture_to_texture({"texture": target}, {"texture": surface}, (size[0], size[1], 1))
+        device.queue.submit([encoder.finish()])
+        if self._want_screenshot:
+            self._want_screenshot = False
+            self.last_screenshot = self.save_screenshot(target)
+        self.shown += 1
+        return hud
+
+    def save_screenshot(self, texture: Any) -> str:
+        """Write ``texture`` (the frame just drawn) as a PNG in the screenshots folder."""
+        from PIL import Image
+
+        from .. import abi
+
+        os.makedirs(self.screenshots, exist_ok=True)
+        img = abi.read(texture)
+        if "bgra" in self.format:
+            img = img[..., [2, 1, 0, 3]]
+        path = os.path.join(self.screenshots, f"demo-{time.strftime('%Y%m%d-%H%M%S')}-{self.shown:06d}.png")
+        Image.fromarray(np.ascontiguousarray(img), "RGBA").save(path)
+        return path
+
+
+def run_window(demo_factory: Any, frames: int | None = None, *, size: tuple[int, int] = (512, 512), on_frame: Any = None, screenshots: str = "out") -> int:
+    """Open a window and run the demo until Esc (or ``frames`` frames); answers frames shown.
+
+    ``on_frame(window, shown)`` runs after each frame (tests drive the window through it)."""
     from rendercanvas.glfw import RenderCanvas, loop
 
     canvas = RenderCanvas(size=size, title="engine_plugin demo", update_mode="continuous", max_fps=240, vsync=False)
-    context = canvas.get_context("wgpu")
-    demo = demo_factory(pixel_order="bgra" if "bgra" in _format(context) else "rgba")
-    fmt = _format(context, demo.ctx.adapter)
-    context.configure(device=demo.ctx.device, format=fmt, usage=wgpu.TextureUsage.RENDER_ATTACHMENT | wgpu.TextureUsage.COPY_DST)
-    shown = [0]
+    window = DemoWindow(canvas, demo_factory, screenshots=screenshots)
+    canvas.add_event_handler(window.on_key, "key_down")
     last_title = [0.0]
 
-    @canvas.add_event_handler("key_down")
-    def on_key(event: dict) -> None:
-        key = str(event.get("key", "")).lower()
-        if key == " ":
-            demo.paused = not demo.paused
-        elif key == "r":
-            demo.reset()
-        elif key == "escape":
-            canvas.close()
-
     def draw() -> None:
-        hud = demo.step()
-        texture = context.get_current_texture()
-        w, h = min(texture.size[0], demo.out_w), min(texture.size[1], demo.out_h)
-        encoder = demo.ctx.device.create_command_encoder()
-        encoder.copy_texture_to_texture({"texture": demo.pixels}, {"texture": texture}, (w, h, 1))
-        demo.ctx.queue.submit([encoder.finish()])
-        shown[0] += 1
+        hud = window.draw()
         now = time.perf_counter()
         if now - last_title[0] > 0.1 or hud.diagnostics:
             canvas.set_title(hud.title())
             last_title[0] = now
         if on_frame is not None:
-            on_frame(demo, shown[0])
-        if frames is not None and shown[0] >= frames:
+            on_frame(window, window.shown)
+        if frames is not None and window.shown >= frames:
             canvas.close()
 
     canvas.request_draw(draw)
     try:
         loop.run()
     finally:
-        demo.close()
-    return shown[0]
+        window.demo.close()
+    return window.shown
 
 
 def _format(context: Any, adapter: Any = None) -> str:

@@ -39,3 +39,33 @@ def xvfb():
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+@pytest.fixture(scope="session")
+def demo_cache(tmp_path_factory):
+    """One variant cache for every demo test: a window test starts from warm lowerings."""
+    return str(tmp_path_factory.mktemp("demo-cache"))
+
+
+@pytest.fixture()
+def assets_copy(tmp_path):
+    """The demo's own kernels (package data) copied, so a test can edit them."""
+    from engine_plugin.demo.game import demo_assets
+
+    root = tmp_path / "assets"
+    shutil.copytree(demo_assets(), root)
+    return str(root)
+
+
+@pytest.fixture()
+def demo_window(xvfb, assets_copy, demo_cache, tmp_path):
+    """The windowed demo under Xvfb, paused at frame PAUSE_AT (see window_script.py): enough
+    frames for the heaters to draw a picture, few enough to start in seconds."""
+    from window_support import PAUSE_AT, DemoWindowRun
+
+    run = DemoWindowRun(xvfb, assets_copy, demo_cache, str(tmp_path), pause_at=PAUSE_AT)
+    try:
+        run.wait(lambda s: s["paused"], f"the demo to pause at frame {PAUSE_AT}", timeout=120)
+        yield run
+    finally:
+        run.close()

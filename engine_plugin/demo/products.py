@@ -1,0 +1,131 @@
+"""The demo's engine products: ``summary`` and ``hotspots`` (kernels in ``demo/assets``).
+
+Both follow the engine's product contract (``engine/contract.py``): a ``chunks`` work list,
+the ``heat`` field as input, one record per chunk, ``ReadbackPolicy.SUMMARY``. They are
+ordinary assets, so editing them live re-registers the product under a new generation.
+The CPU fallbacks reproduce the kernels bit for bit (same f32 operations, same order).
+
+:class:`HeatFigures` keeps the latest record of every chunk and reduces them to the numbers
+the overlay shows. It reads records by lane and tolerates any record width, so a layout edit
+that widens a record (README: "a layout edit") keeps working and shows the new lanes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ..engine import ProductWork
+from ..gpu.descriptors import ReadbackPolicy
+
+__all__ = ["HOT_THRESHOLD", "HeatFigures", "hotspots_fallback", "register_products", "summary_fallback"]
+
+HOT_THRESHOLD = 0.6  # heat above which a tile counts as a hotspot
+
+
+def _chunks(world: Any, field_name: str, keys: tuple[int, ...]) -> np.ndarray:
+    """(len(keys), tiles) f32 values of ``field_name`` for ``keys``, in work-list order."""
+    slots = np.fromiter((world.slot(k) for k in keys), dtype=np.intp, count=len(keys))
+    return world.mirror(field_name).reshape(world.max_chunks, -1)[slots].astype(np.float32)
+
+
+def summary_fallback(world: Any, work: ProductWork) -> np.ndarray:
+    """``summary.computeShader`` on the CPU: (max, mean) f32 per chunk."""
+    out = np.zeros((len(work.keys), 2), np.float32)
+    if work.keys:
+        values = _chunks(world, work.field("heat"), work.keys)
+        total = np.cumsum(values, axis=1, dtype=np.float32)[:, -1]  # sequential f32 adds, like the loop
+        out[:, 0] = values.max(axis=1)
+        out[:, 1] = total * np.float32(work.params["inv_tile_count"])
+    return out
+
+
+def hotspots_fallback(world: Any, work: ProductWork) -> np.ndarray:
+    """``hotspots.computeShader`` on the CPU: (tiles above threshold, hottest tile) u32 per chunk."""
+    out = np.zeros((len(work.keys), 2), np.uint32)
+    if work.keys:
+        values = _chunks(world, work.field("heat"), work.keys)
+        out[:, 0] = (values > np.float32(work.params["threshold"])).sum(axis=1)
+        out[:, 1] = values.argmax(axis=1)  # first maximum, as the kernel's strict '>' keeps it
+    return out
+
+
+@dataclass
+class HeatFigures:
+    """The latest per-chunk records of both products, and what the overlay shows of them."""
+
+    summary: dict[int, np.ndarray] = field(default_factory=dict)
+    hotspots: dict[int, np.ndarray] = field(default_factory=dict)
+    applied: int = 0
+
+    def apply_summary(self, result: Any) -> None:
+        for key, record in zip(result.keys, np.asarray(result.records)):
+            self.summary[key] = np.atleast_1d(np.array(record, dtype=np.float32))
+        self.applied += 1
+
+    def apply_hotspots(self, result: Any) -> None:
+        for key, record in zip(result.keys, np.asarray(result.records)):
+            self.hotspots[key] = np.atleast_1d(np.array(record))
+        self.applied += 1
+
+    def _lanes(self, records: dict[int, np.ndarray]) -> np.ndarray:
+        """(chunks, lanes) of the records (a layout edit may change the width mid-run: the
+        narrowest common width is used until every chunk has the new one)."""
+        if not records:
+            return np.zeros((0, 0))
+        width = min(r.size for r in records.values())
+        return np.stack([r[:width] for r in records.values()])
+
+    @property
+    def heat_max(self) -> float:
+        s = self._lanes(self.summary)
+        return float(s[:, 0].max()) if s.size else 0.0
+
+    @property
+    def heat_mean(self) -> float:
+        s = self._lanes(self.summary)
+        return float(s[:, 1].mean()) if s.shape[1:] and s.shape[1] > 1 else 0.0
+
+    @property
+    def hot_tiles(self) -> int:
+        h = self._lanes(self.hotspots)
+        return int(h[:, 0].sum()) if h.size else 0
+
+    @property
+    def hottest_chunk(self) -> int | None:
+        """The chunk with the hottest tile (from ``summary``), or None before any record."""
+        if not self.summary:
+            return None
+        return max(self.summary, key=lambda k: float(self.summary[k][0]))
+
+    def figures(self) -> dict[str, Any]:
+        """What the overlay and the JSON-lines log show."""
+        s = self._lanes(self.summary)
+        out: dict[str, Any] = {"heat_max": self.heat_max, "heat_mean": self.heat_mean, "hot_tiles": self.hot_tiles, "hottest_chunk": self.hottest_chunk}
+        if s.ndim == 2 and s.shape[1] > 2:  # lanes a layout edit added, shown as they are
+            out["summary_extra"] = [float(x) for x in s[:, 2:].max(axis=0)]
+        return out
+
+
+def register_products(engine: Any, figures: HeatFigures) -> dict[str, Any]:
+    """Register ``summary`` and ``hotspots`` over the world's ``heat`` field; answers key -> handle."""
+    summary = engine.register_product(
+        "summary.computeShader",
+        key="summary",
+        fields={"heat": "heat"},
+        policy=ReadbackPolicy.SUMMARY,
+        apply=figures.apply_summary,
+        cpu_fallback=summary_fallback,
+    )
+    hotspots = engine.register_product(
+        "hotspots.computeShader",
+        key="hotspots",
+        fields={"heat": "heat"},
+        policy=ReadbackPolicy.SUMMARY,
+        apply=figures.apply_hotspots,
+        cpu_fallback=hotspots_fallback,
+        params={"threshold": HOT_THRESHOLD},
+    )
+    return {"summary": summary, "hotspots": hotspots}
