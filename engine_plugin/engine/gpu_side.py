@@ -12,7 +12,7 @@ import logging
 from typing import Any
 
 from ..errors import NoAdapterError, PluginError
-from ..gpu.backend import NoGpuBackend
+from ..gpu.backend import NoGpuBackend, ResourceBackend
 from ..gpu.descriptors import ReadbackPolicy, coalesce_uploads, field_mirror_desc
 from .products import InFlight, Product
 from .stats import FrameStats
@@ -63,8 +63,9 @@ class GpuSide:
 
     @property
     def _resource_backend(self) -> bool:
-        """Whether the backend takes engine-made wgpu resources (a WgpuBackend or look-alike)."""
-        return hasattr(self.backend, "device") and hasattr(self.backend, "field_buffer")
+        """Whether the backend takes engine-made wgpu resources: a WgpuBackend or anything that
+        implements the whole :class:`~engine_plugin.gpu.backend.ResourceBackend` boundary."""
+        return isinstance(self.backend, ResourceBackend)
 
     @property
     def gpu_active(self) -> bool:

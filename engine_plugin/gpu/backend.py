@@ -17,7 +17,7 @@ import numpy as np
 from .descriptors import DispatchDesc, FieldMirrorDesc, GpuCapabilities, ReadbackDesc, UploadDesc
 from .handles import GpuProductHandle
 
-__all__ = ["GpuBackend", "NoGpuBackend", "ReadbackCallback", "ReadbackResult", "ReadbackStatus"]
+__all__ = ["GpuBackend", "NoGpuBackend", "ReadbackCallback", "ReadbackResult", "ReadbackStatus", "ResourceBackend"]
 
 
 class ReadbackStatus(enum.Enum):
@@ -114,6 +114,72 @@ class GpuBackend(Protocol):
 
     def close(self) -> None:
         """Fail what is pending, release every resource; later calls are refused."""
+        ...
+
+
+@runtime_checkable
+class ResourceBackend(GpuBackend, Protocol):
+    """A backend the engine hands its own wgpu resources (``WgpuBackend`` and look-alikes):
+    every member the engine calls beyond :class:`GpuBackend`. A fake implementing this is a
+    complete stand-in at the engine's boundary."""
+
+    device: Any  # the wgpu device the engine makes product resources on
+    config: Any  # the backend's budgets (WgpuBackendConfig)
+    last_refusal: str  # why the last refused call was refused
+
+    @property
+    def context(self) -> Any:
+        """The DeviceContext the backend was made with (None for a bare device)."""
+        ...
+
+    @property
+    def healthy(self) -> bool:
+        """Whether work can be accepted (not closed, not disabled, no device error or loss)."""
+        ...
+
+    @property
+    def fault(self) -> str | None:
+        """Why the backend is disabled, or None while healthy."""
+        ...
+
+    @property
+    def lost(self) -> bool:
+        """Whether the device was lost (as opposed to a reported error)."""
+        ...
+
+    @property
+    def inflight_readback_bytes(self) -> int:
+        """Staging bytes of accepted readbacks not yet released (the byte budget's use)."""
+        ...
+
+    @property
+    def serial_submits(self) -> bool:
+        """Whether a submit waits for the previous submission (lavapipe): one frame in flight."""
+        ...
+
+    @property
+    def timestamps(self) -> bool:
+        """Whether batched dispatches are timed with timestamp queries."""
+        ...
+
+    def field_buffer(self, tag: str) -> Any | None:
+        """The mirror buffer of a registered field, or None."""
+        ...
+
+    def unregister_field(self, tag: str) -> bool:
+        """Forget a field (its buffer is released, never destroyed)."""
+        ...
+
+    def guarded(self, what: str, fn: Callable[[], Any]) -> Any | None:
+        """Run ``fn`` (the caller's resource creation) fail-closed; None when disabled or failed."""
+        ...
+
+    def batch(self) -> Any:
+        """A context manager recording dispatches and readbacks into one submission."""
+        ...
+
+    def gpu_times(self) -> list[dict[str, float]]:
+        """GPU milliseconds per product key of each timed batch landed since the last call."""
         ...
 
 

@@ -617,3 +617,17 @@ def test_backend_warnings_go_to_the_engine_plugin_logger(fake, make_backend, cap
     with caplog.at_level(logging.WARNING, logger="engine_plugin.gpu"):
         be.notify_device_error("boom")
     assert any("boom" in r.getMessage() for r in caplog.records)
+
+
+def test_the_wgpu_backend_implements_the_whole_resource_boundary_the_engine_calls(gpu):
+    """The engine reaches a resource backend only through ResourceBackend's members: the real
+    one implements them all, and a backend missing one is not taken for a resource backend."""
+    from engine_plugin.gpu import WgpuBackend
+    from engine_plugin.gpu.backend import GpuBackend, NoGpuBackend, ResourceBackend
+
+    backend = WgpuBackend(gpu)
+    try:
+        assert isinstance(backend, ResourceBackend) and isinstance(backend, GpuBackend)
+    finally:
+        backend.close()
+    assert isinstance(NoGpuBackend(), GpuBackend) and not isinstance(NoGpuBackend(), ResourceBackend)
