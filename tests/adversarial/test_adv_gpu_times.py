@@ -1,0 +1,60 @@
+"""FrameStats.product_gpu_ms and Engine.totals: a GPU time sample is measured once; idle
+frames (no dispatch, no new timestamps) must not add it to the totals again."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from engine_support import make_world, run_until_idle, summary_product
+
+
+def _first_sample(engine, key):
+    for _ in range(400):
+        st = engine.frame()
+        if st.gpu_timing == "timestamps" and key in st.product_gpu_ms:
+            return st
+        time.sleep(0.002)
+    raise AssertionError("no timestamp sample landed")
+
+
+def test_a_frames_gpu_times_are_positive_and_keyed_by_product(make_engine):
+    world = make_world(n=8)
+    engine = make_engine(world)
+    summary_product(engine, "height", key="a")
+    summary_product(engine, "moisture", key="b")
+    assert engine.backend.timestamps
+    seen = {}
+    for _ in range(400):
+        st = engine.frame()
+        if st.gpu_timing == "timestamps":
+            seen.update(st.product_gpu_ms)
+        if {"a", "b"} <= set(seen):
+            break
+        time.sleep(0.002)
+    assert set(seen) == {"a", "b"} and all(0 < ms < 10_000 for ms in seen.values())
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason=(
+        "Engine._note_gpu_times copies the latest landed sample into every frame's FrameStats.product_gpu_ms "
+        "(engine.py st.product_gpu_ms = dict(self._gpu_ms)), and FrameStats.add sums product_gpu_ms: each idle "
+        "frame adds the same old sample to engine.totals again, so totals grow without any GPU work"
+    ),
+)
+def test_idle_frames_do_not_add_an_old_gpu_time_sample_to_the_totals(make_engine):
+    world = make_world(n=8)
+    engine = make_engine(world)
+    summary_product(engine, "height", key="a")
+    _first_sample(engine, "a")
+    run_until_idle(engine)
+    for _ in range(10):  # any late window lands
+        engine.frame()
+        time.sleep(0.002)
+    before = engine.totals.product_gpu_ms["a"]
+    for _ in range(20):
+        st = engine.frame()
+        assert st.dispatches == 0
+    assert engine.totals.product_gpu_ms["a"] == before
