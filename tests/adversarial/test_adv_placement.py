@@ -68,3 +68,44 @@ def test_packed_outputs_of_odd_sizes_and_an_overflowing_append_keep_to_their_own
     assert o["e5"].shape == (n, 2, 2)
     for i, s in enumerate(slots):
         assert o["e5"][i].tolist() == [[s, 0.5], [-s, 0.25]]
+
+
+VEC3_YAML = """\
+bindings:
+  - { name: chunks, kind: buffer, access: read, element: u32 }
+  - { name: height, kind: buffer, access: read, element: f32 }
+  - { name: v3, kind: buffer, access: read_write, element: vec3<u32>, count: "3 * n" }
+  - { name: one, kind: buffer, access: read_write, element: vec3<f32>, count: "1" }
+  - { name: tail, kind: buffer, access: read_write, element: u32, count: "n" }
+params:
+  - { name: tile_count, type: u32 }
+"""
+VEC3_WGSL = """\
+@compute @workgroup_size(64)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
+    let i = zero_index(gid);
+    if (i >= zero_n()) { return; }
+    let slot = chunks_get(i);
+    for (var j = 0u; j < 3u; j = j + 1u) { v3_set(3u * i + j, vec3<u32>(slot, j, 0x33u)); }
+    if (i == 0u) { one_set(0u, vec3<f32>(1.5, -2.5, 3.5)); }
+    tail_set(i, 0x7A000000u + slot);
+}
+"""
+
+
+def test_vec3_outputs_packed_between_neighbours(make_engine):
+    n = 5
+    world = World(SHAPE, {"height": np.float32}, max_chunks=n)
+    for k in range(n):
+        world.add(k, {"height": np.zeros(SHAPE, np.float32)})
+    engine = make_engine(world)
+    applied = Applied(world)
+    prog = abi.program(key="adv/vec3", schema=abi.parse(VEC3_YAML, "adv/vec3/bindings.yaml"), wgsl=VEC3_WGSL, wgsl_path="adv/vec3/kernel.wgsl")
+    engine.register_product(prog, fields={"height": "height"}, apply=applied)
+    run_until_idle(engine)
+    (r,) = applied.results
+    slots = [world.slot(k) for k in r.keys]
+    assert r.record_shape == (3, 3) and r.values.shape == (n, 3, 3)
+    assert r.values.tolist() == [[[s, j, 0x33] for j in range(3)] for s in slots]
+    assert r.outputs["one"].tolist() == [[1.5, -2.5, 3.5]]
+    assert r.outputs["tail"].tolist() == [0x7A000000 + s for s in slots]
