@@ -142,3 +142,36 @@ def test_a_fallback_answering_the_wrong_count_of_a_per_item_output_is_an_error()
     engine.register_product(_program("chunks"), fields={"height": "height"}, cpu_fallback=short)
     with pytest.raises(ProductError, match="answered .* values of 'b'"):
         engine.frame()
+
+
+def test_a_cpu_only_product_answering_records_of_three_values():
+    world = _world()
+    engine = Engine(world, backend=NoGpuBackend())
+    applied = Applied(world)
+    engine.register_product(None, key="cpu", fields=["height"], apply=applied,
+                            cpu_fallback=lambda w, job: np.array([[w.slot(k), k, 7] for k in job.keys], np.float32))
+    engine.frame()
+    (r,) = applied.results
+    assert r.record_shape == (3,) and {k: v.tolist() for k, v in r.by_chunk().items()} == {k: [world.slot(k), k, 7] for k in world.keys()}
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason=(
+        "a CPU-only product (source=None) whose fallback answers {output: values} as kernels' fallbacks do "
+        "crashes engine.frame() with numpy's 'ValueError: cannot reshape array of size 1 into shape (6,)' "
+        "(products.split_current: np.asarray(dict) for plan None) instead of outputs by name or a ProductError"
+    ),
+)
+def test_a_cpu_only_product_answering_a_mapping():
+    world = _world()
+    engine = Engine(world, backend=NoGpuBackend())
+    applied = Applied(world)
+    engine.register_product(None, key="cpu", fields=["height"], apply=applied,
+                            cpu_fallback=lambda w, job: {"x": np.arange(len(job.keys), dtype=np.float32)})
+    try:
+        engine.frame()
+    except ProductError:
+        return  # refused with the product's name: fine
+    (r,) = applied.results
+    assert r.outputs["x"].tolist() == list(range(len(world)))
