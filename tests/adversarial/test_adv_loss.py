@@ -65,3 +65,22 @@ def test_a_device_error_between_prepare_and_submit_then_recover(make_engine):
         _check_latest(engine, a, world)
         assert not a.not_current and _dupes(a) == []
     assert st is not None
+
+
+def test_recover_gpu_with_multi_output_readbacks_in_flight(make_engine):
+    from engine_support import held_deliveries
+
+    world = _world(n=8)
+    engine = make_engine(world)
+    applied = Applied(world)
+    engine.register_product(_program("chunks"), key="a", fields={"height": "height"}, apply=applied, cpu_fallback=_fallback)
+    with held_deliveries(engine):
+        engine.frame()
+        assert engine.inflight == 1
+        engine.backend.notify_device_error("adversarial: in flight")
+        world.set_tile(3, "height", (1, 1), 7.0)
+        assert engine.recover_gpu()
+    run_until_idle(engine)
+    assert sorted(set(applied.keys_applied)) == sorted(world.keys())
+    assert {r.source for r in applied.results} == {"gpu"} and not applied.not_current and _dupes(applied) == []
+    _check_latest(engine, applied, world)
