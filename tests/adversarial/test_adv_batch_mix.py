@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from engine_support import Applied, run_until_idle
 
 from engine_plugin import abi
 from engine_plugin.world import World
-
-from engine_support import Applied, run_until_idle
 
 SHAPE = (4, 4)
 TC = 16
@@ -101,7 +100,9 @@ def test_variant_run_of_a_products_variant_in_the_same_frame(make_engine):
         applied(result)
         # the game runs the same kernel itself, over its own chunk list, inside the frame
         items = np.array([world.slot(k) for k in result.keys][::-1], np.uint32)
-        run = variant.run(items.size, inputs={"chunks": items, "height": engine.field_buffer("height"), "state": engine.field_buffer("state")}, params={"tile_count": TC})
+        run = variant.run(
+            items.size, inputs={"chunks": items, "height": engine.field_buffer("height"), "state": engine.field_buffer("state")}, params={"tile_count": TC}
+        )
         side.append((result.keys[::-1], run))
 
     engine.product(h).apply = apply_and_run

@@ -6,14 +6,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from engine_support import Applied, run_until_idle, same_bits
+from test_adv_multi_outputs import SEL, _fallback, _program, _world
 
 from engine_plugin import abi
 from engine_plugin.engine import Engine, ProductError
 from engine_plugin.gpu import NoGpuBackend, ReadbackPolicy
 from engine_plugin.world import World
-
-from engine_support import Applied, run_until_idle, same_bits
-from test_adv_multi_outputs import SEL, _fallback, _program, _world
 
 CULL_YAML = """\
 bindings:
@@ -148,8 +147,9 @@ def test_a_cpu_only_product_answering_records_of_three_values():
     world = _world()
     engine = Engine(world, backend=NoGpuBackend())
     applied = Applied(world)
-    engine.register_product(None, key="cpu", fields=["height"], apply=applied,
-                            cpu_fallback=lambda w, job: np.array([[w.slot(k), k, 7] for k in job.keys], np.float32))
+    engine.register_product(
+        None, key="cpu", fields=["height"], apply=applied, cpu_fallback=lambda w, job: np.array([[w.slot(k), k, 7] for k in job.keys], np.float32)
+    )
     engine.frame()
     (r,) = applied.results
     assert r.record_shape == (3,) and {k: v.tolist() for k, v in r.by_chunk().items()} == {k: [world.slot(k), k, 7] for k in world.keys()}
@@ -167,8 +167,7 @@ def test_a_cpu_only_product_answering_a_mapping():
     world = _world()
     engine = Engine(world, backend=NoGpuBackend())
     applied = Applied(world)
-    engine.register_product(None, key="cpu", fields=["height"], apply=applied,
-                            cpu_fallback=lambda w, job: {"x": np.arange(len(job.keys), dtype=np.float32)})
+    engine.register_product(None, key="cpu", fields=["height"], apply=applied, cpu_fallback=lambda w, job: {"x": np.arange(len(job.keys), dtype=np.float32)})
     try:
         engine.frame()
     except ProductError:

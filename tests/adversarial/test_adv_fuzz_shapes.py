@@ -7,13 +7,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
-from engine_plugin.engine import EngineConfig
-from engine_plugin.gpu import ReadbackPolicy, WgpuBackendConfig
-
 from engine_support import Applied, held_deliveries, run_until_idle
 from test_adv_multi_outputs import SHAPE, TC, _fallback, _model, _program, _world
 from test_adv_zeroing import _prog as _acc_prog
+
+from engine_plugin.engine import EngineConfig
+from engine_plugin.gpu import ReadbackPolicy, WgpuBackendConfig
 
 
 class WholeChecked(Applied):
@@ -29,9 +28,12 @@ class WholeChecked(Applied):
         want = np.zeros(self.world.max_chunks, np.uint32)
         want[slots] = 1
         o = result.outputs
-        if not (np.array_equal(o["perslot"], want) and o["tot"].tolist() == list(range(1, 17))
-                and sorted(o["odd"].tolist()) == sorted(s for s in slots if s & 1)
-                and o["acc"].tolist() == [[1, s] for s in slots]):
+        if not (
+            np.array_equal(o["perslot"], want)
+            and o["tot"].tolist() == list(range(1, 17))
+            and sorted(o["odd"].tolist()) == sorted(s for s in slots if s & 1)
+            and o["acc"].tolist() == [[1, s] for s in slots]
+        ):
             self.bad.append(result)
 
 
@@ -44,8 +46,9 @@ def test_fuzz_multi_output_products(make_engine, seed):
     per_chunk, tiles, full = Applied(world), Applied(world), Applied(world)
     whole = WholeChecked(world)
     engine.register_product(_program("chunks"), key="chunks", fields={"height": "height"}, apply=per_chunk, cpu_fallback=_fallback)
-    sel = engine.register_product(_program(), key="tiles", fields={"height": "height"}, policy=ReadbackPolicy.SELECTED_TILES,
-                                  tiles=[(0, (1, 1))], apply=tiles, cpu_fallback=_fallback)
+    sel = engine.register_product(
+        _program(), key="tiles", fields={"height": "height"}, policy=ReadbackPolicy.SELECTED_TILES, tiles=[(0, (1, 1))], apply=tiles, cpu_fallback=_fallback
+    )
     engine.register_product(_program(), key="full", fields={"height": "height"}, policy=ReadbackPolicy.FULL_FIELD, apply=full, cpu_fallback=_fallback)
     engine.register_product(_acc_prog(), key="whole", fields={"height": "height"}, apply=whole)
     next_key = 100

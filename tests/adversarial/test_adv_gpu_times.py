@@ -6,7 +6,6 @@ from __future__ import annotations
 import time
 
 import pytest
-
 from engine_support import make_world, run_until_idle, summary_product
 
 

@@ -4,11 +4,10 @@ next frame", whichever side serves the product."""
 from __future__ import annotations
 
 import pytest
+from engine_support import Applied, make_world, run_until_idle, summary_product
 
 from engine_plugin.engine import Engine
 from engine_plugin.gpu import NoGpuBackend
-
-from engine_support import Applied, make_world, run_until_idle, summary_product
 
 
 def test_invalidate_recomputes_a_gpu_product(make_engine):

@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from engine_support import Applied, run_until_idle
 
 from engine_plugin import abi
 from engine_plugin.world import World
-
-from engine_support import Applied, run_until_idle
 
 YAML = """\
 bindings:

@@ -6,7 +6,6 @@ applied twice, nothing stale."""
 from __future__ import annotations
 
 import numpy as np
-
 from engine_support import Applied, run_until_idle
 from test_adv_multi_outputs import _fallback, _model, _program, _world
 

@@ -7,13 +7,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from engine_support import run_until_idle
 
 from engine_plugin import abi
 from engine_plugin.engine import EngineConfig
 from engine_plugin.gpu import ReadbackPolicy
 from engine_plugin.world import World
-
-from engine_support import run_until_idle
 
 SHAPE = (8, 8)
 

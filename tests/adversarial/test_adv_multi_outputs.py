@@ -6,13 +6,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from engine_support import Applied, held_deliveries, run_until_idle
 
 from engine_plugin import abi
 from engine_plugin.engine import EngineConfig
 from engine_plugin.gpu import ReadbackPolicy, WgpuBackendConfig
 from engine_plugin.world import World
-
-from engine_support import Applied, held_deliveries, run_until_idle
 
 SHAPE = (8, 8)
 TC = SHAPE[0] * SHAPE[1]

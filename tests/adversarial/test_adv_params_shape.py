@@ -6,13 +6,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from engine_support import Applied, run_until_idle
 
 from engine_plugin import abi
 from engine_plugin.engine import Engine
 from engine_plugin.gpu import NoGpuBackend
 from engine_plugin.world import World
-
-from engine_support import Applied, run_until_idle
 
 SHAPE = (4, 4)
 

@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from engine_support import Applied
+from test_adv_multi_outputs import SHAPE, _fallback, _model, _program, _world
 
 from engine_plugin.engine import Engine
 from engine_plugin.gpu import NoGpuBackend, ReadbackPolicy
-
-from engine_support import Applied
-from test_adv_multi_outputs import SHAPE, _fallback, _model, _program, _world
 
 PATH = [(0, (0, 0)), (0, (0, 3)), (1, (2, 2)), (2, (7, 7))]
 

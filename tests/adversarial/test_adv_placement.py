@@ -5,11 +5,10 @@ exactly its own sentinel pattern (no overlap, no write into a neighbour, nothing
 from __future__ import annotations
 
 import numpy as np
+from engine_support import Applied, run_until_idle
 
 from engine_plugin import abi
 from engine_plugin.world import World
-
-from engine_support import Applied, run_until_idle
 
 SHAPE = (2, 2)
 

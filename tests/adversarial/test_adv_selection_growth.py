@@ -5,19 +5,19 @@ selection arrives while the old one's readback is in flight."""
 from __future__ import annotations
 
 import numpy as np
-
-from engine_plugin.gpu import ReadbackPolicy
-
 from engine_support import Applied, held_deliveries, run_until_idle
 from test_adv_multi_outputs import SHAPE, _check_tiles, _fallback, _program, _world
+
+from engine_plugin.gpu import ReadbackPolicy
 
 
 def test_a_selection_outgrowing_its_buffers_mid_flight(make_engine):
     world = _world(n=6)
     engine = make_engine(world)
     applied = Applied(world)
-    h = engine.register_product(_program(), fields={"height": "height"}, policy=ReadbackPolicy.SELECTED_TILES,
-                                tiles=[(0, (0, 0)), (1, (1, 1))], apply=applied, cpu_fallback=_fallback)
+    h = engine.register_product(
+        _program(), fields={"height": "height"}, policy=ReadbackPolicy.SELECTED_TILES, tiles=[(0, (0, 0)), (1, (1, 1))], apply=applied, cpu_fallback=_fallback
+    )
     assert engine.product(h).gpu.capacity == 64
     rng = np.random.default_rng(5)
     big = [(int(k), (int(r), int(c))) for k, r, c in zip(rng.integers(0, 6, 150), rng.integers(0, SHAPE[0], 150), rng.integers(0, SHAPE[1], 150))]

@@ -8,13 +8,12 @@ import time
 
 import numpy as np
 import pytest
+from engine_support import Applied
 
 from engine_plugin import abi
 from engine_plugin.engine import EngineConfig
 from engine_plugin.gpu import WgpuBackendConfig
 from engine_plugin.world import World
-
-from engine_support import Applied
 
 SHAPE = (2, 2)
 

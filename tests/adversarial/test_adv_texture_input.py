@@ -4,13 +4,12 @@ dispatch (several in one frame when split) reads them by name, next to a field."
 from __future__ import annotations
 
 import numpy as np
+from engine_support import Applied, run_until_idle
 
 from engine_plugin import abi
 from engine_plugin.engine import EngineConfig
 from engine_plugin.gpu import WgpuBackendConfig
 from engine_plugin.world import World
-
-from engine_support import Applied, run_until_idle
 
 YAML = """\
 bindings:

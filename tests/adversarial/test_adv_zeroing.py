@@ -7,13 +7,12 @@ come once per dispatch, with their own count."""
 from __future__ import annotations
 
 import numpy as np
+from engine_support import Applied, run_until_idle
 
 from engine_plugin import abi
 from engine_plugin.engine import EngineConfig
 from engine_plugin.gpu import WgpuBackendConfig
 from engine_plugin.world import World
-
-from engine_support import Applied, run_until_idle
 
 SHAPE = (4, 4)
 BINS = 16
