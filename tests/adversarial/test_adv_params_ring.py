@@ -1,0 +1,107 @@
+"""The params ring (256 slots a variant) shared by prepared runs (the engine's), immediate
+``variant.run`` and ``abi.batch()``: a prepared run's params slot must not be reused by any
+other run of the variant before the prepared run is submitted (variant.py ``_unsubmitted``)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import wgpu
+
+from engine_plugin import abi
+from engine_plugin.runtime.submission import Submission
+
+YAML = """\
+bindings:
+  - { name: out, kind: buffer, access: read_write, element: u32, count: "n" }
+params:
+  - { name: v, type: u32 }
+"""
+WGSL = """\
+@compute @workgroup_size(64)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
+    let i = zero_index(gid);
+    if (i >= zero_n()) { return; }
+    out_set(i, params.v + i);
+}
+"""
+
+
+def _variant(key):
+    return abi.program(key=key, schema=abi.parse(YAML, f"{key}/bindings.yaml"), wgsl=WGSL, wgsl_path=f"{key}/kernel.wgsl").variant()
+
+
+def _prepared(gpu, variant, v):
+    results = gpu.device.create_buffer(size=256, usage=wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC | wgpu.BufferUsage.COPY_DST)
+    return results, variant.prepare(4, params={"v": v}, results=results)
+
+
+def _submit(gpu, prepared):
+    sub = Submission()
+    for record in prepared.records:
+        sub.add(record)
+    sub.submit(gpu.device, gpu.queue, gpu.guard, "adv")
+    prepared.submitted()
+
+
+def _read(gpu, results, prepared):
+    placed = prepared.layout["out"]
+    return np.frombuffer(gpu.queue.read_buffer(results), dtype="<u4")[placed.offset // 4 : placed.offset // 4 + 4].tolist()
+
+
+def test_many_runs_in_one_batch_wrap_the_ring_with_every_params_intact():
+    variant = _variant("adv/ring_batch")
+    with abi.batch():
+        runs = [variant.run(4, params={"v": 1000 * j}) for j in range(600)]
+    for j, run in enumerate(runs):
+        assert abi.read(run.outputs["out"]).tolist() == [1000 * j + i for i in range(4)], j
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason=(
+        "only Variant.prepare checks _unsubmitted; immediate variant.run takes ring slots without it "
+        "(variant.py _submit -> self._ring.take()), so 256 runs of the variant between a prepare and its "
+        "submit overwrite the prepared run's params slot: it runs with another run's params"
+    ),
+)
+def test_immediate_runs_never_reuse_a_prepared_runs_params_slot(gpu):
+    variant = _variant("adv/ring_run")
+    results, prepared = _prepared(gpu, variant, 7)
+    for j in range(256):
+        variant.run(4, params={"v": 100_000 + j})
+    _submit(gpu, prepared)
+    assert _read(gpu, results, prepared) == [7, 8, 9, 10]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason=(
+        "Batch.add (runtime/batch.py) bounds only the batch's own staged slots, not the variant's "
+        "prepared-but-unsubmitted runs: 256 batched runs wrap onto the prepared run's params slot and "
+        "the batch's flush overwrites it before the prepared run is submitted"
+    ),
+)
+def test_batched_runs_never_reuse_a_prepared_runs_params_slot(gpu):
+    variant = _variant("adv/ring_batch_prep")
+    results, prepared = _prepared(gpu, variant, 7)
+    with abi.batch():
+        for j in range(256):
+            variant.run(4, params={"v": 100_000 + j})
+    _submit(gpu, prepared)
+    assert _read(gpu, results, prepared) == [7, 8, 9, 10]
+
+
+def test_prepared_runs_past_the_ring_are_refused_not_overwritten(gpu):
+    from engine_plugin.errors import DispatchError
+
+    variant = _variant("adv/ring_prep")
+    made = []
+    with pytest.raises(DispatchError, match="not submitted yet"):
+        for j in range(300):
+            made.append(_prepared(gpu, variant, 10 * j))
+    assert len(made) == 255
+    for results, prepared in made:
+        _submit(gpu, prepared)
+    for j, (results, prepared) in enumerate(made):
+        assert _read(gpu, results, prepared) == [10 * j + i for i in range(4)], j
