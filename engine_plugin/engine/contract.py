@@ -267,11 +267,14 @@ def _plan_output(slot: Any, env: Mapping[str, Any], where: str | None) -> Output
     per_item = 0
     if slot.role == "output" and slot.count is not None:
         expr = parse_expression(slot.count)
+        # k * n over every n a dispatch can have is what makes records per item; sampled here
+        # (a cap such as min(n, 4) shows past its knee), and checked again on every dispatch.
+        samples = (0, 1, 2, 3, 5, 17, 64, 257, 4099, 65_537, 1_048_583)
         try:
-            at = [math.ceil(expr.evaluate({**env, "n": n}, {})) for n in (0, 1, 2, 3)]
+            at = [math.ceil(expr.evaluate({**env, "n": n}, {})) for n in samples]
         except Exception:  # reads an input's length: not a multiple of n we can know
             at = []
-        if at and at[0] == 0 and at[1] > 0 and at[2] == 2 * at[1] and at[3] == 3 * at[1]:
+        if at and at[1] > 0 and all(a == n * at[1] for n, a in zip(samples, at)):
             per_item = at[1]
     return OutputPlan(slot.name, slot.binding, slot.role, _SCALAR_DTYPES[slot.scalar], slot.lanes, per_item)
 
@@ -410,6 +413,8 @@ class ProductResult:
     def records(self) -> np.ndarray:
         """The values as the kernel wrote them: one record per work item, ``(items, *record)``
         (``values`` differs only for ``FULL_FIELD``, where it is shaped by chunk)."""
+        if 0 in self.record_shape:  # only whole-dispatch outputs: no per-item records
+            return self.values.reshape(self.values.shape[0] if self.values.ndim else 0, *self.record_shape)
         return self.values.reshape(-1, *self.record_shape)
 
     def by_chunk(self) -> dict[int, np.ndarray]:

@@ -9,6 +9,7 @@ A mixin of ``Engine`` (it uses the engine's ``world``, ``backend`` and products)
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -189,9 +190,10 @@ class Delivery:
             return
         fresh = product.skip_computed(work)
         if len(fresh) != len(work.keys):
-            if not fresh or product.policy is ReadbackPolicy.SELECTED_PATH:
+            if not fresh:
                 return
-            work = product.work(self.world, keys=set(fresh))
+            if product.policy is not ReadbackPolicy.SELECTED_PATH:  # a path is computed whole
+                work = product.work(self.world, keys=set(fresh))
         plan = product.plan
         job = ProductWork(
             policy=product.policy,
@@ -221,7 +223,11 @@ class Delivery:
         elif plan is not None:
             return  # NONE: nothing to apply
         else:
-            values = np.asarray(answer)
-        made, _, _ = split_current(product, self.world, work, values, product.handle, 0, "cpu", st.frame)  # type: ignore[arg-type]
+            values = answer if isinstance(answer, Mapping) else np.asarray(answer)
+        try:
+            made, _, _ = split_current(product, self.world, work, values, product.handle, 0, "cpu", st.frame)  # type: ignore[arg-type]
+        except ProductError as exc:
+            self._errors.append(exc)
+            return
         if made is not None and product.policy is not ReadbackPolicy.NONE:
             self._call_apply(product, made)

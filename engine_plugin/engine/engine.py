@@ -55,6 +55,7 @@ from ..gpu.config import WgpuBackendConfig
 from ..gpu.descriptors import ReadbackDesc, ReadbackPolicy, take_dirty_uploads
 from ..gpu.handles import GpuProductHandle, SlotTable
 from ..lowering import resolve_spec
+from ..runtime.batch import flush_current_batch
 from .contract import ENGINE_PARAMS, ProductError, ProductResult, ProductWork, engine_param_values, plan_product
 from .delivery import Delivery
 from .gpu_side import GpuSide
@@ -294,6 +295,8 @@ class Engine(GpuSide, Delivery):
         )
         self._check_params(product, plan)
         product.plan, product.spec_values, product.program = plan, vspec.as_dict(), program
+        # A read_write binding bound to a field writes its mirror: never gap-coalesce over it.
+        self._kernel_written.update(f.field for f in plan.fields if f.writes)
 
     def _check_params(self, product: Product, plan: Any = None, params: Mapping[str, Any] | None = None) -> None:
         plan = plan if plan is not None else product.plan
@@ -357,7 +360,14 @@ class Engine(GpuSide, Delivery):
         """New values of a product's params: a new GPU generation, every chunk recomputed."""
         product = self.product(handle)
         self._check_params(product, params=params)
+        old = product.params
         product.params = dict(params)
+        if product.program is not None:
+            try:  # output counts may read params (k records per item): plan them anew
+                self._plan(product, product.program)
+            except PluginError:
+                product.params = old
+                raise
         product.cpu_done.clear()
         self._reregister(product)
         product.owe_everything(self.world)  # the fallback's results depend on the params too
@@ -391,6 +401,7 @@ class Engine(GpuSide, Delivery):
     def invalidate(self, handle: GpuProductHandle | None = None) -> None:
         """Recompute every chunk of one product (all products when None) from the next frame."""
         for product in [self.product(handle)] if handle is not None else self._order:
+            product.cpu_done.clear()  # recomputed on the CPU too, not skipped as computed
             product.owe_everything(self.world)
 
     # ---- the frame ---------------------------------------------------------------------
@@ -403,6 +414,8 @@ class Engine(GpuSide, Delivery):
             frame is complete (the other callbacks still ran).
         """
         t0 = time.perf_counter()
+        # Runs recorded in an open abi.batch() come first: this frame's submission follows them.
+        flush_current_batch()
         st = FrameStats(frame=self._frame)
         self._frame += 1
         self._check_gpu(st)
@@ -415,9 +428,10 @@ class Engine(GpuSide, Delivery):
             with self._submission():  # 3, 4: one submission for the frame
                 for product in self._order:
                     if product.pending:
-                        t = time.perf_counter()
+                        t, before = time.perf_counter(), st.dispatches
                         self._dispatch(product, st, index)
-                        wall[str(product.key)] = (time.perf_counter() - t) * 1e3
+                        if st.dispatches > before:  # timed only when it ran on the GPU
+                            wall[str(product.key)] = (time.perf_counter() - t) * 1e3
         self._collect(st)  # 5
         self._note_gpu_times(st, wall)
         self._check_gpu(st)
@@ -434,19 +448,21 @@ class Engine(GpuSide, Delivery):
         return st
 
     def _note_gpu_times(self, st: FrameStats, wall: dict[str, float]) -> None:
-        """``FrameStats.product_gpu_ms``: the latest GPU timestamps that landed (a frame or
-        more late), or, on an adapter without timestamp queries, this frame's host time of
-        each product's dispatch."""
-        timed = getattr(self.backend, "timestamps", False) and self.gpu_active
-        if not timed:
-            if wall:
-                self._gpu_ms, self._gpu_timing = wall, "wall"
-        else:
+        """``FrameStats.product_gpu_ms``: the GPU times whose timestamps landed during this
+        frame (a frame or more after their dispatch; summed when several batches landed), or,
+        on an adapter without timestamp queries, this frame's host time of each product that
+        dispatched on the GPU. Empty when nothing new was measured: totals count each sample
+        once."""
+        if getattr(self.backend, "timestamps", False) and self.gpu_active:
             landed = self.backend.gpu_times()
             if landed:
-                self._gpu_ms, self._gpu_timing = landed[-1], "timestamps"
-        st.product_gpu_ms = dict(self._gpu_ms)
-        st.gpu_timing = self._gpu_timing
+                times: dict[str, float] = {}
+                for sample in landed:
+                    for key, ms in sample.items():
+                        times[key] = times.get(key, 0.0) + ms
+                st.product_gpu_ms, st.gpu_timing = times, "timestamps"
+        elif wall:
+            st.product_gpu_ms, st.gpu_timing = wall, "wall"
 
     def _paced(self, st: FrameStats) -> bool:
         """Whether this frame may dispatch: fewer than ``max_frames_in_flight`` frames of GPU
@@ -563,10 +579,13 @@ class Engine(GpuSide, Delivery):
         most = int(getattr(cfg, "max_chunks_per_dispatch", len(work.keys)) or len(work.keys))
         if product.policy is ReadbackPolicy.NONE or cfg is None:
             return most, most
-        per_chunk = max(1, -(-product.gpu.readback_bytes(int(work.items.size)) // len(work.keys)))
-        budget = int(getattr(cfg, "max_inflight_readback_bytes", 0))
+        # A readback is fixed bytes (whole-dispatch outputs of a constant size, alignment) plus
+        # bytes that grow with the chunks: only the latter shrink when the work is split.
+        fixed = product.gpu.readback_bytes(0)
+        per_chunk = max(1, -(-(product.gpu.readback_bytes(int(work.items.size)) - fixed) // len(work.keys)))
+        budget = int(getattr(cfg, "max_inflight_readback_bytes", 0)) - fixed
         free = budget - int(getattr(self.backend, "inflight_readback_bytes", 0))
-        return min(most, max(0, free) // per_chunk), min(most, budget // per_chunk)
+        return min(most, max(0, free) // per_chunk), min(most, max(0, budget) // per_chunk)
 
     def _dispatch_once(self, product: Product, st: FrameStats, index: ChunkIndex) -> bool:
         """One bounded dispatch of ``product``'s owed work; answers whether to go on."""
@@ -588,8 +607,13 @@ class Engine(GpuSide, Delivery):
             work = product.work(self.world, keys=set(work.keys[:now]), index=index)
         try:
             desc = gpu.dispatch_desc(work.items, len(work.keys))
-        except PluginError as exc:  # the run does not check (or the device went away meanwhile)
+        except Exception as exc:
+            # The run does not check (a DispatchError), the device went away meanwhile, or the
+            # product's inputs= are not this device's (after recover_gpu): its fallback serves
+            # it until it is registered again (set_params, a reload, recover_gpu).
             product.error = str(exc)
+            log.warning("product %r leaves the GPU: its dispatch cannot be prepared:\n%s", product.key, exc)
+            self._release_gpu(product)
             st.refused += 1
             product.force_cpu = True
             return False

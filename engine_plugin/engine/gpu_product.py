@@ -23,13 +23,14 @@ from typing import Any
 
 import numpy as np
 
+from ..errors import Span
 from ..gpu.config import WgpuProductDesc
 from ..gpu.descriptors import DispatchDesc, ReadbackPolicy
 from ..gpu.flags import COPY_DST as _COPY_DST  # WebGPU usage flags as numbers: no wgpu import here
 from ..gpu.flags import COPY_SRC as _COPY_SRC
 from ..gpu.flags import STORAGE as _STORAGE
 from ..gpu.handles import GpuProductHandle
-from .contract import ProductPlan
+from .contract import ProductError, ProductPlan
 
 __all__ = ["GpuProduct"]
 
@@ -73,6 +74,10 @@ class GpuProduct:
         for f in plan.fields:
             made._inputs[f.binding] = backend.field_buffer(f.field)
         made._lengths = {f.binding: int(made._inputs[f.binding].size) // f.element_bytes for f in plan.fields}
+        for name, value in made._inputs.items():  # count expressions may read inputs= lengths too
+            length = variant.length_of(name, value)
+            if length is not None and name not in made._lengths:
+                made._lengths[name] = length
         need = made.readback_bytes(capacity)  # raises a DispatchError naming the binding
         desc = backend.guarded(f"creating the resources of product {key!r}", lambda: made._resources(need, callback, policy))
         if desc is None:
@@ -108,6 +113,14 @@ class GpuProduct:
         inputs = dict(self._inputs)
         inputs[self.plan.items] = items
         prepared = self.variant.prepare(n, inputs, self.params, n if self.plan.domain_count else None, results=self.results)
+        for o in self.plan.outputs:
+            if o.per_item and prepared.layout[o.name].capacity != o.per_item * n:
+                prepared.submitted()  # never submitted: its buffers are free
+                raise ProductError(
+                    f"output {o.name!r} holds {prepared.layout[o.name].capacity} records for {n} work items, not {o.per_item} each as planned; "
+                    "a count that is not k * n for every n is a whole-dispatch output",
+                    Span(self.variant.yaml_path),
+                )
         return DispatchDesc(self.handle, self.plan.fields[0].field, max(1, chunk_count), prepared.run.groups, prepared=prepared)
 
     def release(self) -> None:

@@ -17,7 +17,7 @@ import numpy as np
 
 from ..gpu.descriptors import ReadbackPolicy
 from ..gpu.handles import GpuProductHandle
-from .contract import CHUNK_POLICIES, ProductPlan, ProductResult
+from .contract import CHUNK_POLICIES, ProductError, ProductPlan, ProductResult
 from .records import has_whole_outputs, select_items
 from .selection import Tile, linear_index
 
@@ -305,6 +305,8 @@ def split_current(
         return None, [], stale
     everything = not stale
     if plan is None:  # a CPU-only product: one array of records, one a chunk or tile
+        if isinstance(records, Mapping):
+            raise ProductError(f"the CPU fallback of the CPU-only product {product.key!r} answered a mapping; it answers one array of records, one a work item")
         arr = np.asarray(records)
         n_items = len(work.tiles) if work.tiles else len(work.keys)
         shape: tuple[int, ...] = tuple(arr.shape[1:]) if arr.ndim > 1 and arr.shape[0] == n_items else ()

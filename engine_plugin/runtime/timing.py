@@ -28,7 +28,8 @@ __all__ = ["GpuTimer"]
 log = logging.getLogger("engine_plugin.runtime")
 
 _WINDOWS = 4
-_KEYS_PER_WINDOW = 64
+_KEYS_PER_WINDOW = 64  # the smallest window; a submission with more timed records gets a bigger one
+_MAX_KEYS = 2048  # WebGPU allows 4,096 queries a set: two a timed dispatch
 
 
 class _Window:
@@ -69,11 +70,20 @@ class GpuTimer:
         or None when timing is off or every window is still in flight."""
         if not self.available or not keys:
             return None
-        if self._free:
-            window = self._free.pop()
-        elif self._made < _WINDOWS:
+        need = min(len(keys), _MAX_KEYS)
+        fits = [w for w in self._free if w.capacity >= need]
+        if fits:
+            window = min(fits, key=lambda w: w.capacity)
+            self._free.remove(window)
+        elif self._made < _WINDOWS or self._free:
+            if self._free:  # too small for this submission: replace the smallest
+                self._free.remove(min(self._free, key=lambda w: w.capacity))
+                self._made -= 1
+            capacity = _KEYS_PER_WINDOW
+            while capacity < need:
+                capacity *= 2
             try:
-                window = _Window(self.device, _KEYS_PER_WINDOW)
+                window = _Window(self.device, capacity)
             except Exception as exc:  # no query sets after all: time by wall clock
                 log.info("timestamp queries unavailable (%s); GPU times fall back to wall time", exc)
                 self.available = False

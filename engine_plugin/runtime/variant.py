@@ -85,6 +85,7 @@ class _Work:
     ops: list = field(default_factory=list)
     extra: list = field(default_factory=list)
     temps: list = field(default_factory=list)
+    read: list = field(default_factory=list)  # buffers the extra records read (conversion sources)
     live_count: int | None = None  # known on the host (an int domain count, or none given)
     live_counter: Any = None  # else a snapshot counter on the GPU...
     live_holder: Any = None  # ... owned by this holder, which the live outputs keep alive
@@ -148,6 +149,7 @@ class PreparedRun:
     temps: list
     layout: dict[str, Placed]
     end: int
+    params_offset: int = 0
     _done: bool = False
 
     def submitted(self) -> None:
@@ -155,6 +157,7 @@ class PreparedRun:
             return
         self._done = True
         self.variant._unsubmitted -= 1
+        self.variant._ring.reserved.discard(self.params_offset)
         for buf in self.temps:
             self.variant._pool.give(buf)
 
@@ -174,11 +177,17 @@ class _ParamsRing:
         self.struct_size = struct_size
         self.buffer = device.create_buffer(size=self.stride * _RING_SLOTS, usage=wgpu.BufferUsage.UNIFORM | wgpu.BufferUsage.COPY_DST, label="params ring")
         self.next = 0
+        self.reserved: set[int] = set()  # offsets of prepared runs' params, until submitted
 
     def take(self) -> int:
-        slot = self.next
-        self.next = (slot + 1) % _RING_SLOTS
-        return slot * self.stride
+        """The next free slot's byte offset. Slots of prepared runs not yet submitted
+        (``reserved``) are skipped: no later run may overwrite the params they will read."""
+        for _ in range(_RING_SLOTS):
+            slot = self.next
+            self.next = (slot + 1) % _RING_SLOTS
+            if slot * self.stride not in self.reserved:
+                return slot * self.stride
+        raise DispatchError(f"all {_RING_SLOTS} params slots of this variant are held by prepared runs not submitted yet")
 
 
 class Variant:
@@ -247,6 +256,24 @@ class Variant:
         return DispatchError(message, Span(self.yaml_path, line))
 
     # -- inputs ----------------------------------------------------------------------------
+    def length_of(self, name: str, value: Any) -> int | None:
+        """The element count binding ``name`` sees for ``value`` (what ``len(name)`` reads in a
+        count expression), or None when it cannot be told without a run (a chained output's
+        GPU count, a non-buffer binding)."""
+        slot = self._slots.get(name)
+        if slot is None or slot.role not in ("input", "inout", "table"):
+            return None
+        if isinstance(value, Table):
+            return len(value.names)
+        if isinstance(value, wgpu.GPUBuffer):
+            return int(value.size) // (4 if slot.role == "table" else slot.value_type.bytes)
+        if isinstance(value, Output):
+            return value.count if value.count_known else None
+        if slot.role == "table":
+            return None
+        arr, info = prepare_array(value, slot.value_type, slot.bits or slot.atomic)
+        return int(info) if arr is not None else None
+
     def _upload(self, slot: HostSlot, value: Any, temps: list) -> _Bound:
         vt = slot.value_type
         arr, info = prepare_array(value, vt, slot.bits or slot.atomic)
@@ -297,6 +324,7 @@ class Variant:
         work.temps.append(converted)
         if words:
             work.extra.append(conversion_record(self.ctx, value.buffer, converted, words, value.element.scalar, vt.scalar))
+            work.read.append(value.buffer)  # held by an open batch until the conversion ran
         return _Bound(converted, words // vt.lanes, 0, _binding_size(words * 4))
 
     def _resolve_table(self, slot: HostSlot, value: Any) -> _Bound:
@@ -503,10 +531,11 @@ class Variant:
             result, shape, data, bind_group, groups, work, _ = self._prepare(n, inputs, params, None, domain_count, area)
             offset = self._ring.take()
             self.ctx.queue.write_buffer(self._ring.buffer, offset, data)
+            self._ring.reserved.add(offset)
             self._unsubmitted += 1
             self.runs += 1
             record = (self.compiled.pipeline, bind_group, offset, groups, work.ops)
-            return PreparedRun(self, work.extra + [record], Run(result, shape, groups, self), work.temps, area.layout, area.end)
+            return PreparedRun(self, work.extra + [record], Run(result, shape, groups, self), work.temps, area.layout, area.end, offset)
 
     def results_bytes(self, n: int, params: Mapping[str, Any] | None = None, lengths: Mapping[str, int] | None = None) -> int:
         """Bytes a results area needs for a run over ``n`` items (``lengths``: element counts
@@ -629,7 +658,7 @@ class Variant:
         """Send one checked run: into the open ``abi.batch()``, or now in its own submission."""
         batch = current_batch()
         if batch is not None:
-            touched = [b.buffer for b in bound.values() if b.buffer is not None] + [op[1] for op in work.ops] + work.temps
+            touched = [b.buffer for b in bound.values() if b.buffer is not None] + [op[1] for op in work.ops] + work.temps + work.read
             batch.add(self, data, bind_group, groups, work.ops, work.temps, touched, work.extra)
         else:
             offset = self._ring.take()

@@ -51,15 +51,6 @@ def test_a_converted_chained_input_in_a_batch():
     assert abi.read(b.outputs["dst"]).tolist() == [2 * (i + 1) for i in range(64)]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "Variant._submit's batch 'touched' list has the bound buffers, op targets and temps, not the source "
-        "of a conversion record (variant.py _chained -> work.extra): released inside the batch it goes back "
-        "to the pool at once, the next run of the batch takes it with a 'clear' hoisted to the front of the "
-        "submission (submission.py encode_records), and the conversion reads zeros"
-    ),
-)
 def test_a_converted_input_released_inside_the_batch_is_not_reused_before_it_is_read():
     prod = _variant("adv/conv_prod2", PRODUCER_YAML, PRODUCER_WGSL)
     cons = _variant("adv/conv_cons2", CONSUMER_YAML, CONSUMER_WGSL)

@@ -61,15 +61,6 @@ def _world(n=4):
     return world
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "engine.frame() inside an open abi.batch() submits its own Submission (Variant.prepare and the "
-        "backend's batch ignore runtime.batch.current_batch) before the abi batch's recorded runs: a product "
-        "reads a kernel-written field mirror before the write recorded ahead of the frame, and applies "
-        "the old value as current"
-    ),
-)
 def test_a_frame_inside_abi_batch_sees_the_runs_recorded_before_it(make_engine):
     world = _world()
     engine = make_engine(world)

@@ -39,15 +39,6 @@ def _fallback(world, job):
     return {"all": np.array([s + 100 for s in slots], np.uint32), "first": np.array([s + 1000 for s in slots[:4]], np.uint32)}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "contract._plan_output decides per_item by evaluating the count at n=0..3 only: 'min(n, 4)' "
-        "looks like 1 record per item, so a dispatch over 9 chunks decodes 4 values as 9 items "
-        "(records.py _shape: ValueError 'cannot reshape array of size 4 into shape (9,)' raised out of "
-        "engine.frame() from the readback callback)"
-    ),
-)
 def test_a_capped_count_is_a_whole_dispatch_output(make_engine):
     n = 9
     world = World(SHAPE, {"height": np.float32}, max_chunks=n)

@@ -93,14 +93,6 @@ def test_an_append_only_product_result(make_engine, on):
     assert r.values.shape[0] == len(r.keys) and set(r.by_chunk()) == set(world.keys())
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "a product whose outputs read back are all whole-dispatch gets ProductResult.record_shape (0,) "
-        "(contract.plan_product: shape = (0,)), so ProductResult.records does values.reshape(-1, 0) and "
-        "raises ValueError instead of answering its (items, 0) records"
-    ),
-)
 def test_records_of_an_append_only_product(make_engine):
     world = World((2, 2), {"height": np.float32}, max_chunks=4)
     for k in range(4):
@@ -155,14 +147,6 @@ def test_a_cpu_only_product_answering_records_of_three_values():
     assert r.record_shape == (3,) and {k: v.tolist() for k, v in r.by_chunk().items()} == {k: [world.slot(k), k, 7] for k in world.keys()}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "a CPU-only product (source=None) whose fallback answers {output: values} as kernels' fallbacks do "
-        "crashes engine.frame() with numpy's 'ValueError: cannot reshape array of size 1 into shape (6,)' "
-        "(products.split_current: np.asarray(dict) for plan None) instead of outputs by name or a ProductError"
-    ),
-)
 def test_a_cpu_only_product_answering_a_mapping():
     world = _world()
     engine = Engine(world, backend=NoGpuBackend())

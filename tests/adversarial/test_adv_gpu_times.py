@@ -35,14 +35,6 @@ def test_a_frames_gpu_times_are_positive_and_keyed_by_product(make_engine):
     assert set(seen) == {"a", "b"} and all(0 < ms < 10_000 for ms in seen.values())
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "Engine._note_gpu_times copies the latest landed sample into every frame's FrameStats.product_gpu_ms "
-        "(engine.py st.product_gpu_ms = dict(self._gpu_ms)), and FrameStats.add sums product_gpu_ms: each idle "
-        "frame adds the same old sample to engine.totals again, so totals grow without any GPU work"
-    ),
-)
 def test_idle_frames_do_not_add_an_old_gpu_time_sample_to_the_totals(make_engine):
     world = make_world(n=8)
     engine = make_engine(world)
@@ -59,14 +51,6 @@ def test_idle_frames_do_not_add_an_old_gpu_time_sample_to_the_totals(make_engine
     assert engine.totals.product_gpu_ms["a"] == before
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "GpuTimer windows time only the first 64 timed records of a submission (timing.py _KEYS_PER_WINDOW, "
-        "window.keys = keys[:capacity]): in a frame of more than 64 dispatches the later products get no "
-        "product_gpu_ms entry at all (and a product straddling the cut is under-reported), silently"
-    ),
-)
 def test_every_product_that_dispatched_gets_a_gpu_time_in_a_busy_frame(make_engine):
     from engine_plugin.engine import EngineConfig, kernel_program
     from engine_plugin.gpu import ReadbackPolicy, WgpuBackendConfig
@@ -91,15 +75,6 @@ def test_every_product_that_dispatched_gets_a_gpu_time_in_a_busy_frame(make_engi
     assert set(st.product_gpu_ms) == {"a", "b", "c"}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "after a device error Engine.frame still times each owed product's _dispatch call (it returns at "
-        "once: nothing is dispatched) and _note_gpu_times, seeing gpu_active False, reports that host time "
-        "as the product's GPU ms with gpu_timing 'wall' every frame, though the CPU fallback served it and "
-        "the adapter has timestamp-query"
-    ),
-)
 def test_products_served_by_the_cpu_after_a_device_error_get_no_new_gpu_time(make_engine):
     world = make_world(n=8)
     engine = make_engine(world)

@@ -22,14 +22,6 @@ def test_invalidate_recomputes_a_gpu_product(make_engine):
     assert len(applied.keys_applied) == n + 6 and applied.results[-1].source == "gpu"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "invalidate() only owes every chunk again (Product.owe_everything); Delivery._fallback then drops "
-        "every chunk whose current version is in Product.cpu_done (skip_computed), so a product served by "
-        "its CPU fallback is never recomputed: invalidate is a silent no-op there (a GPU-served product is recomputed)"
-    ),
-)
 def test_invalidate_recomputes_a_cpu_served_product():
     world = make_world(n=6)
     engine = Engine(world, backend=NoGpuBackend())

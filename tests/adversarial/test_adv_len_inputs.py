@@ -52,14 +52,6 @@ def test_a_count_reading_a_field_inputs_length(make_engine):
     assert r.outputs["lut"].tolist() == [2.0, 4.0, 6.0, 8.0, 10.0]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "GpuProduct.readback_bytes sizes the results area with the lengths of the field inputs and the work "
-        "list only (gpu_product.py _lengths): an output whose count reads len() of an inputs= constant buffer "
-        "fails registration with DispatchError \"no binding named 'scale' has a length here\""
-    ),
-)
 def test_a_count_reading_a_constant_inputs_length(make_engine):
     r = _run(make_engine, "len(scale)", "const")
     assert r.outputs["lut"].tolist() == [2.0, 4.0, 6.0, 8.0, 10.0]

@@ -42,15 +42,6 @@ def _world(n: int = 6) -> World:
     return world
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "a product's read_write field binding (FieldBinding.writes) is never used: the engine does not "
-        "treat the field as kernel-written, so gap-coalesced uploads of two dirty chunks re-send the clean "
-        "chunk between them from the world and erase the product's derived state there (mirror = world, "
-        "not world * 2), and that chunk is not owed again"
-    ),
-)
 def test_a_products_mirror_writes_survive_uploads_of_neighbouring_chunks(make_engine):
     world = _world()
     engine = make_engine(world, config=EngineConfig(upload_gap_bytes=1 << 20))

@@ -57,14 +57,6 @@ def test_many_runs_in_one_batch_wrap_the_ring_with_every_params_intact():
         assert abi.read(run.outputs["out"]).tolist() == [1000 * j + i for i in range(4)], j
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "only Variant.prepare checks _unsubmitted; immediate variant.run takes ring slots without it "
-        "(variant.py _submit -> self._ring.take()), so 256 runs of the variant between a prepare and its "
-        "submit overwrite the prepared run's params slot: it runs with another run's params"
-    ),
-)
 def test_immediate_runs_never_reuse_a_prepared_runs_params_slot(gpu):
     variant = _variant("adv/ring_run")
     results, prepared = _prepared(gpu, variant, 7)
@@ -74,14 +66,6 @@ def test_immediate_runs_never_reuse_a_prepared_runs_params_slot(gpu):
     assert _read(gpu, results, prepared) == [7, 8, 9, 10]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "Batch.add (runtime/batch.py) bounds only the batch's own staged slots, not the variant's "
-        "prepared-but-unsubmitted runs: 256 batched runs wrap onto the prepared run's params slot and "
-        "the batch's flush overwrites it before the prepared run is submitted"
-    ),
-)
 def test_batched_runs_never_reuse_a_prepared_runs_params_slot(gpu):
     variant = _variant("adv/ring_batch_prep")
     results, prepared = _prepared(gpu, variant, 7)

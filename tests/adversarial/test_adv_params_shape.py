@@ -76,7 +76,6 @@ REASON = (
 )
 
 
-@pytest.mark.xfail(strict=True, reason=REASON)
 def test_set_params_changing_records_per_item_on_the_gpu(make_engine):
     world = _world()
     engine = make_engine(world)
@@ -89,7 +88,6 @@ def test_set_params_changing_records_per_item_on_the_gpu(make_engine):
     _check(applied, world, 5)
 
 
-@pytest.mark.xfail(strict=True, reason=REASON)
 def test_set_params_changing_records_per_item_on_the_cpu():
     world = _world()
     engine = Engine(world, backend=NoGpuBackend())

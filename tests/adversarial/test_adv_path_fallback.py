@@ -14,15 +14,6 @@ from engine_plugin.gpu import NoGpuBackend, ReadbackPolicy
 PATH = [(0, (0, 0)), (0, (0, 3)), (1, (2, 2)), (2, (7, 7))]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "Delivery._fallback: Product.skip_computed drops the path's unchanged chunks (computed at their "
-        "current version), then 'if not fresh or policy is SELECTED_PATH: return' computes nothing; the "
-        "changed chunk stays pending and the same happens every frame: the path is never recomputed "
-        "(engine never idle, the stale path result stands)"
-    ),
-)
 def test_a_path_on_the_cpu_is_recomputed_when_one_of_its_chunks_changes():
     world = _world()
     engine = Engine(world, backend=NoGpuBackend())

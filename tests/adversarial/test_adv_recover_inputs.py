@@ -35,15 +35,6 @@ def _fallback(world, job):
     return np.array([world.read(k, "height")[0, 0] * 3 for k in job.keys], np.float32)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "after recover_gpu a product whose inputs= holds a GPUBuffer of the old device is re-registered on "
-        "the new one; Variant.prepare's create_bind_group raises GPUValidationError (not a PluginError), which "
-        "Engine._dispatch_once does not catch: every engine.frame() raises mid-frame (steps 5-6 skipped for "
-        "every product) instead of the product falling back to the CPU"
-    ),
-)
 def test_recover_gpu_with_an_old_device_buffer_input_does_not_break_frames(make_engine, gpu):
     world = World((2, 2), {"height": np.float32}, max_chunks=4)
     for k in range(4):

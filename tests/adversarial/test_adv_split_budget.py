@@ -38,15 +38,6 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
 """
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "Engine._chunk_budget prices a split as chunks * ceil(readback_bytes(all items) / chunks), but a "
-        "fixed-size whole output (count '256') costs the same in any split: a 50-chunk split needs 1824 B "
-        "against a 1600 B budget, its readback is refused (force_cpu), and with no fallback the same "
-        "refused split repeats every frame: the chunks are never served though 36-chunk splits fit"
-    ),
-)
 def test_a_fixed_whole_output_still_splits_within_the_readback_budget(make_engine):
     n = 64
     world = World(SHAPE, {"height": np.float32}, max_chunks=n)
