@@ -103,6 +103,8 @@ def flush_epoch() -> int:
 def held_by_open_batch(buffer: Any) -> bool:
     """Whether a run recorded in an open (not yet submitted) batch touches ``buffer``: the
     pool must not hand it to anyone before that batch is submitted."""
+    if not _open:
+        return False
     return any(b.holds(buffer) for b in tuple(_open))
 
 

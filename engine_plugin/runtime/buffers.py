@@ -48,7 +48,11 @@ class BufferPool:
         self.reused = 0
 
     def take(self, nbytes: int, usage: int = STORAGE_USAGE, label: str = "engine_plugin") -> Any:
-        size = size_class(nbytes)
+        return self.take_class(size_class(nbytes), usage, label)
+
+    def take_class(self, size: int, usage: int = STORAGE_USAGE, label: str = "engine_plugin") -> Any:
+        """A buffer of exactly ``size`` bytes, a :func:`size_class` (a run's repeat path
+        computes the class once)."""
         with self._lock:
             if self._returned or (self._parked and flush_epoch() != self._parked_epoch):
                 self._drain()

@@ -9,6 +9,7 @@ the live elements, so a reader never sees stale slots past the count.
 from __future__ import annotations
 
 import weakref
+from functools import partial
 from typing import Any, Callable
 
 import numpy as np
@@ -21,7 +22,7 @@ from .batch import flush_current_batch
 from .loss import device_guard
 from .textures import TextureOutput, read_texture
 
-__all__ = ["Output", "read", "read_words"]
+__all__ = ["Output", "read", "read_words", "own_pooled"]
 
 
 def read_words(buffer: Any, offset: int = 0, size: int | None = None, device: Any = None) -> memoryview:
@@ -215,3 +216,21 @@ def on_release(output: Output, callback: Callable[[], None]) -> None:
 
     ref = weakref.ref(output, fire)
     _release_refs[id(ref)] = ref
+
+
+def own_pooled(output: Output, pool: Any, buffers: tuple) -> None:
+    """:func:`own_buffer` and :func:`on_release` giving ``buffers`` back to ``pool``, with one
+    weakref (this runs once per output per run; a closure and a second weakref cost as much
+    as the rest of the bookkeeping)."""
+    ref = weakref.ref(output, partial(_release_pooled, pool, buffers))
+    _owners[id(buffers[0])] = ref
+    _release_refs[id(ref)] = ref
+
+
+def _release_pooled(pool: Any, buffers: tuple, ref: Any) -> None:
+    _release_refs.pop(id(ref), None)
+    key = id(buffers[0])
+    if _owners.get(key) is ref:
+        del _owners[key]
+    for buf in buffers:
+        pool.give(buf)

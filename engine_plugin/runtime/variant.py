@@ -24,20 +24,20 @@ from typing import Any, Mapping
 import numpy as np
 import wgpu
 
-from ..errors import DispatchError, ExpressionError, Span
+from ..errors import DeviceLostError, DispatchError, ExpressionError, Span
 from ..lowering.expressions import parse_expression
 from ..lowering.geometry import Domain, as_domain, dispatch_fields, group_cap
 from ..lowering.lowered import HostSlot, Lowered
 from ..lowering.structs import StructType
 from ..lowering.textures import format_sample
 from .batch import current_batch
-from .buffers import STORAGE_USAGE, pool_for, prepare_array
+from .buffers import STORAGE_USAGE, pool_for, prepare_array, size_class
 from .compile import CompiledVariant
 from .convert import conversion_record
-from .loss import device_guard
-from .output import Output, disown_buffer, on_release, own_buffer
+from .loss import LOST_HINT, device_guard, lost_error
+from .output import Output, disown_buffer, on_release, own_buffer, own_pooled
 from .params import ParamsPacker, exact_fingerprint
-from .submission import submit_records
+from .submission import encode_records, submit_encoder
 from .table import Table
 from .textures import TextureOutput, output_texture, sampler_for, upload_texture, view_of
 
@@ -64,7 +64,7 @@ class Run:
     variant: "Variant" = field(repr=False)
 
 
-@dataclass
+@dataclass(slots=True)
 class _Bound:
     """A resolved binding: the buffer, the element count it holds, the byte range bound."""
 
@@ -76,7 +76,7 @@ class _Bound:
     transient: bool = False  # a view made for this run: its bind group is not cached (it would keep the texture alive)
 
 
-@dataclass
+@dataclass(slots=True)
 class _Work:
     """What one run needs on the queue besides its dispatch: ops before it (clears, counter
     snapshots), records before it (conversions), buffers to return after its submission, and
@@ -181,6 +181,38 @@ class _ParamsRing:
         return slot * self.stride
 
 
+class _Repeat:
+    """What the last fully checked run derived, for the repeat path (see ``_remember``)."""
+
+    __slots__ = ("n", "inputs", "chained", "param_items", "fingerprint", "bound", "plan", "data", "groups")
+
+    def __init__(self, n: Any, inputs: tuple, chained: bool, param_items: tuple, fingerprint: Any, bound: dict, plan: list, data: bytes, groups: tuple):
+        self.n, self.inputs, self.chained = n, inputs, chained
+        self.param_items, self.fingerprint = param_items, fingerprint
+        self.bound, self.plan, self.data, self.groups = bound, plan, data, groups
+
+
+_SAME_IF_IDENTICAL = (float, int, bool, str)
+
+
+def _same_params(params: Any, rep: _Repeat) -> bool:
+    """Whether ``params`` are exactly the remembered ones (types, and bit for bit). The very
+    same immutable objects (a literal passed run after run) need no fingerprint; anything else
+    (numpy values can change in place) is fingerprinted as the full path does."""
+    items = rep.param_items
+    if not params:
+        return not items and rep.fingerprint == ()
+    if len(params) == len(items):
+        for k, rv in items:
+            v = params.get(k, _same_params)
+            if v is not rv or type(v) not in _SAME_IF_IDENTICAL:
+                break
+        else:
+            return True
+    fingerprint = exact_fingerprint(params)
+    return fingerprint is not None and fingerprint == rep.fingerprint
+
+
 class Variant:
     """One specialisation of a program, compiled on one device."""
 
@@ -205,7 +237,7 @@ class Variant:
         self._bind_groups: "OrderedDict[tuple, Any]" = OrderedDict()
         self._last_pages: Any = None
         self._sizes: dict[tuple, int] = {}
-        self._repeat: tuple | None = None
+        self._repeat: _Repeat | None = None
         self._repeat_group: tuple | None = None
         # Kernels whose every binding is an input, output, table or append can take the repeat path.
         self._repeatable = not lowered.columns and all(s.role in ("input", "output", "append", "table", "inout") for s in lowered.host_slots)
@@ -470,14 +502,24 @@ class Variant:
             DispatchError: before anything is submitted, naming the binding and its line.
             DeviceLostError: the device is gone; ``program.variant(...)`` compiles anew.
         """
-        with device_guard(self.ctx):
+        # device_guard, inlined: a generator context manager is a measurable share of a run.
+        ctx = self.ctx
+        if ctx.guard.lost:
+            raise DeviceLostError(LOST_HINT)
+        try:
+            rep = self._repeat
+            if rep is not None and outputs is None and domain_count is None:
+                done = self._run_repeat(rep, n, inputs, params)
+                if done is not None:
+                    return done
             return self._run(n, inputs, params, outputs, domain_count)
+        except Exception as exc:
+            lost = lost_error(ctx, exc)
+            if lost is None or lost is exc:
+                raise
+            raise lost from None
 
     def _run(self, n: Any, inputs: Any, params: Any, outputs: Any, domain_count: Any) -> Run:
-        if outputs is None and domain_count is None and self._repeat is not None:
-            done = self._run_repeat(n, inputs, params)
-            if done is not None:
-                return done
         result, shape, data, bind_group, groups, work, bound = self._prepare(n, inputs, params, outputs, domain_count, None)
         if self._repeatable and not outputs and domain_count is None and not work.temps:
             self._remember(shape, inputs or {}, params, bound, result, data, groups)
@@ -630,11 +672,17 @@ class Variant:
             touched = [b.buffer for b in bound.values() if b.buffer is not None] + [op[1] for op in work.ops] + work.temps
             batch.add(self, data, bind_group, groups, work.ops, work.temps, touched, work.extra)
         else:
-            offset = self._ring.take()
-            self.ctx.queue.write_buffer(self._ring.buffer, offset, data)
-            submit_records(self.ctx.device, self.ctx.queue, self.ctx.guard, work.extra + [(self.compiled.pipeline, bind_group, offset, groups, work.ops)])
-            for buf in work.temps:
-                self._pool.give(buf)
+            ctx = self.ctx
+            ring = self._ring
+            offset = ring.take()
+            ctx.queue.write_buffer(ring.buffer, offset, data)
+            record = (self.compiled.pipeline, bind_group, offset, groups, work.ops)
+            encoder = ctx.device.create_command_encoder(label="engine_plugin.a run")
+            encode_records(encoder, work.extra + [record] if work.extra else (record,))  # type: ignore[arg-type]
+            submit_encoder(ctx.queue, ctx.guard, encoder)
+            if work.temps:
+                for buf in work.temps:
+                    self._pool.give(buf)
         self.runs += 1
         return Run(result, n, groups, self)
 
@@ -653,39 +701,65 @@ class Variant:
     def _remember(self, n: Any, inputs: Mapping[str, Any], params: Any, bound: dict, result: dict, data: bytes, groups: tuple) -> None:
         outs = {s.binding for s in self.lowered.host_slots if s.role in ("output", "append")}
         outs |= {s.counter_binding for s in self.lowered.host_slots if s.role == "append"}
-        sizes = [(slot, result[slot.name].capacity) for slot, _, _ in self._output_slots]
+        plan = []
+        for slot, _, _ in self._output_slots:
+            size = result[slot.name].capacity
+            nbytes = _binding_size(size * slot.value_type.bytes)
+            plan.append((slot, size, nbytes, size_class(nbytes), slot.role == "output", slot.value_type))
         self._repeat_group = None
-        self._repeat = (
+        if isinstance(n, list):
+            n = tuple(n)  # a list can change in place: never the same domain by identity
+        items = tuple(inputs.items())
+        self._repeat = _Repeat(
             n,
-            tuple(inputs.items()),
+            items,
+            any(isinstance(v, Output) for _, v in items),
+            tuple(params.items()) if params else (),
             exact_fingerprint(params),
             {i: b for i, b in bound.items() if i not in outs},
-            sizes,
+            plan,
             data,
             groups,
         )
 
-    def _run_repeat(self, n: Any, inputs: Any, params: Any) -> Run | None:
-        rn, rin, rparams, rbound, sizes, data, groups = self._repeat  # type: ignore[misc]
-        if type(n) is not type(rn) or n != rn or exact_fingerprint(params) != rparams:
+    def _run_repeat(self, rep: "_Repeat", n: Any, inputs: Any, params: Any) -> Run | None:
+        rn = rep.n
+        if n is not rn and (type(n) is not type(rn) or n != rn):
             return None
-        shape, n = n, as_domain(n).count  # type: ignore[union-attr]
-        items = tuple(inputs.items()) if inputs else ()
-        if len(items) != len(rin):
+        if not _same_params(params, rep):
             return None
-        for (k, v), (rk, rv) in zip(items, rin):
-            if k != rk or v is not rv:
+        rin = rep.inputs
+        if inputs:
+            if len(inputs) != len(rin):
                 return None
-            if isinstance(v, Output) and not v.count_known:
+            for (k, v), (rk, rv) in zip(inputs.items(), rin):
+                if v is not rv or k != rk:
+                    return None
+            if rep.chained and any(isinstance(v, Output) and not v.count_known for _, v in rin):
                 return None  # a chained count read on the GPU: take the full path
-        bound = dict(rbound)
+        elif rin:
+            return None
+        bound = dict(rep.bound)
         result: dict[str, Output] = {}
         work = _Work()
+        ops = work.ops
         owned: list = []
-        for slot, size in sizes:
-            result[slot.name] = self._allocate(slot, size, None, n, work, bound)
-            owned.append(bound[slot.binding].buffer)
-        self._inout_outputs(bound, result)
+        pool = self._pool
+        count = rn if type(rn) is int else as_domain(rn).count  # type: ignore[union-attr]
+        for slot, size, nbytes, cls, plain, vt in rep.plan:
+            if plain:  # a plain output: the common case, without _allocate's generality
+                buf = pool.take_class(cls, STORAGE_USAGE, slot.name)
+                if slot.clear:
+                    ops.append(("clear", buf, 0, nbytes))
+                bound[slot.binding] = _Bound(buf, size, 0, nbytes)
+                out = Output(buf, size, vt, name=slot.name, count=size, bits=slot.bits)
+                own_pooled(out, pool, (buf,))
+                result[slot.name] = out
+            else:
+                result[slot.name] = out = self._allocate(slot, size, None, count, work, bound)
+            owned.append(out.buffer)
+        if self._inout_slots:
+            self._inout_outputs(bound, result)
         # The pool hands back the buffers the last (dropped) run released: same buffers, same group.
         last = self._repeat_group
         if last is not None and len(last[0]) == len(owned) and all(a is b for a, b in zip(last[0], owned)):
@@ -693,7 +767,7 @@ class Variant:
         else:
             bind_group = self._bind_group(bound)
             self._repeat_group = (owned, bind_group)
-        return self._submit(result, shape, data, bind_group, groups, work, bound)
+        return self._submit(result, rn, rep.data, bind_group, rep.groups, work, bound)
 
     def _page_binding(self, inputs: Mapping[str, Any]) -> Any:
         """Pages and col_base_*/col_len_* params from the column handles in ``inputs`` (once per run)."""
