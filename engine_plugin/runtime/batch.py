@@ -18,7 +18,7 @@ from typing import Any, Iterator
 from ..gpu.device import DeviceContext
 from .submission import submit_records
 
-__all__ = ["Batch", "batch", "current_batch", "flush_current_batch", "held_by_open_batch", "flush_epoch"]
+__all__ = ["Batch", "batch", "current_batch", "flush_current_batch", "held_by_open_batch", "flush_epoch", "open_batches"]
 
 _local = threading.local()
 _open_lock = threading.Lock()
@@ -98,6 +98,11 @@ class Batch:
 def flush_epoch() -> int:
     """Bumped whenever a batch submits: only then can a held buffer stop being held."""
     return _epoch[0]
+
+
+def open_batches() -> bool:
+    """Whether any batch is open (any thread): only then can a returned buffer be held."""
+    return bool(_open)
 
 
 def held_by_open_batch(buffer: Any) -> bool:

@@ -676,9 +676,19 @@ class Variant:
             ring = self._ring
             offset = ring.take()
             ctx.queue.write_buffer(ring.buffer, offset, data)
-            record = (self.compiled.pipeline, bind_group, offset, groups, work.ops)
             encoder = ctx.device.create_command_encoder(label="engine_plugin.a run")
-            encode_records(encoder, work.extra + [record] if work.extra else (record,))  # type: ignore[arg-type]
+            ops = work.ops
+            if work.extra or any(op[0] != "clear" for op in ops):
+                encode_records(encoder, work.extra + [(self.compiled.pipeline, bind_group, offset, groups, ops)])
+            else:  # encode_records' common case, inlined: clears, then the dispatch
+                for op in ops:
+                    encoder.clear_buffer(op[1], op[2], op[3])
+                if groups[0]:
+                    cpass = encoder.begin_compute_pass()
+                    cpass.set_pipeline(self.compiled.pipeline)
+                    cpass.set_bind_group(0, bind_group, [offset])
+                    cpass.dispatch_workgroups(*groups)
+                    cpass.end()
             submit_encoder(ctx.queue, ctx.guard, encoder)
             if work.temps:
                 for buf in work.temps:
