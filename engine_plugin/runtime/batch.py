@@ -1,17 +1,32 @@
-"""Many runs in one submission (``abi.batch()``); the records and their encoding are
+"""Many runs in few submissions (``abi.batch()``); the records and their encoding are
 :mod:`engine_plugin.runtime.submission`'s.
 
+Slices: a batch submits what it recorded so far once the oldest unsubmitted record is
+``FIRST_SLICE_S`` old (the batch's first slice) or ``SLICE_S`` old (every later one), and the
+rest at exit. The GPU then starts while Python still encodes, and a batch that encodes in less
+than ``FIRST_SLICE_S`` stays one submission. Each extra submission costs one ``queue.submit``
+(tens of microseconds on a discrete GPU), so the extra host time is bounded by that cost per
+``SLICE_S`` of encoding, and the GPU waits at most ``FIRST_SLICE_S`` for its first work. On
+lavapipe a submit waits for the previous submission to finish; a slice that waits so only
+waits for work the batch needs done anyway. ``abi.batch(slices=False)`` keeps one submission.
+
+Order: slices go to the queue in order, and a run's params are written before the submission
+carrying it, so runs execute in recording order whatever the slicing.
+
 Buffer lifetime: outside a batch a run is submitted at once, so a buffer its outputs release
-later is reused only by work queued after it (WebGPU's queue order). Inside a batch nothing is
-submitted yet, so every buffer a recorded run touches is *held* by the batch: a pooled buffer
-released meanwhile stays parked in its pool (:func:`held_by_open_batch`) until the batch is
-submitted. Reading anything back inside a batch flushes it first, so a read never answers
-what the GPU has not been asked to compute yet.
+later is reused only by work queued after it (WebGPU's queue order). Inside a batch a recorded
+run is not submitted yet, so every buffer it touches is *held* until its slice is submitted: a
+pooled buffer released meanwhile stays parked in its pool (:func:`held_by_open_batch`) until
+then. Buffers of runs already submitted in an earlier slice are free to reuse, as outside a
+batch. Temporary buffers (uploads) go back to the pool after the submission carrying their
+run. Reading anything back inside a batch submits what was recorded first, so a read never
+answers what the GPU has not been asked to compute yet.
 """
 
 from __future__ import annotations
 
 import threading
+import time
 from contextlib import contextmanager
 from typing import Any, Iterator
 
@@ -25,16 +40,24 @@ _open_lock = threading.Lock()
 _open: list["Batch"] = []  # every open batch, all threads: a release may come from any thread (GC)
 _epoch = [0]
 
+FIRST_SLICE_S = 0.0002  # the first slice goes once its oldest record is this old (seconds)
+SLICE_S = 0.001  # every later slice: bounds the extra submits to one per millisecond of encoding
+
 
 class Batch:
-    """Runs recorded inside ``with abi.batch():`` go to the GPU in one submission at exit.
+    """Runs recorded inside ``with abi.batch():`` go to the GPU in slices (see the module
+    docstring), the last at exit.
 
     Params are staged in each variant's ring mirror and written once per contiguous range at
-    flush; a variant about to wrap its ring inside one batch flushes first, so no slot is
+    flush; a variant about to wrap its ring inside one slice flushes first, so no slot is
     overwritten before the dispatch that reads it.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, slices: bool = True) -> None:
+        self.slices = slices
+        self.submissions = 0  # how many submissions the batch made (slices included)
+        self._slice_start = 0.0
+        self._limit = FIRST_SLICE_S
         self.records: dict[int, tuple[DeviceContext, list]] = {}
         self.temps: list = []
         self._staged: dict[int, tuple[Any, list[int]]] = {}  # id(variant) -> (variant, offsets)
@@ -56,11 +79,21 @@ class Batch:
         for buf in buffers:
             self._held.add(id(buf))
         self._held_refs.extend(buffers)
-        records = self.records.setdefault(id(variant.ctx), (variant.ctx, []))[1]
-        records.extend(extra or ())
+        found = self.records.get(id(variant.ctx))
+        if found is None:
+            found = self.records[id(variant.ctx)] = (variant.ctx, [])
+        records = found[1]
+        if extra:
+            records.extend(extra)
         records.append((variant.compiled.pipeline, bind_group, offset, groups, ops))
         if temps:
             self.temps.extend((variant, t) for t in temps)
+        if self.slices:
+            now = time.perf_counter()
+            if not self._slice_start:
+                self._slice_start = now
+            elif now - self._slice_start >= self._limit:
+                self.flush()
 
     def holds(self, buffer: Any) -> bool:
         return id(buffer) in self._held
@@ -70,29 +103,37 @@ class Batch:
         return any(records for _, records in self.records.values())
 
     def flush(self) -> None:
-        for variant, offsets in self._staged.values():
-            ring = variant._ring
-            offsets.sort()
-            start = prev = offsets[0]
-            for off in offsets[1:] + [None]:
-                if off is not None and off == prev + ring.stride:
-                    prev = off
-                    continue
-                end = prev + ring.stride
-                variant.ctx.queue.write_buffer(ring.buffer, start, memoryview(ring.mirror)[start:end])
-                if off is not None:
-                    start = prev = off
-        for ctx, records in self.records.values():
-            if records:
-                submit_records(ctx.device, ctx.queue, ctx.guard, records, "a batch")
-        for variant, buf in self.temps:
-            variant._pool.give(buf)
-        self._held = set()
-        self._held_refs = []
-        _epoch[0] += 1
-        self.records.clear()
-        self.temps.clear()
-        self._staged.clear()
+        """Submit what was recorded so far (a slice, or the rest at exit)."""
+        self._slice_start = 0.0
+        self._limit = SLICE_S
+        try:
+            for variant, offsets in self._staged.values():
+                ring = variant._ring
+                offsets.sort()
+                start = prev = offsets[0]
+                for off in offsets[1:] + [None]:
+                    if off is not None and off == prev + ring.stride:
+                        prev = off
+                        continue
+                    end = prev + ring.stride
+                    variant.ctx.queue.write_buffer(ring.buffer, start, memoryview(ring.mirror)[start:end])
+                    if off is not None:
+                        start = prev = off
+            for ctx, records in self.records.values():
+                if records:
+                    self.submissions += 1
+                    submit_records(ctx.device, ctx.queue, ctx.guard, records, "a batch")
+        finally:
+            # Submitted, or failed (a lost device: nothing of it will run): either way the
+            # recorded runs hold nothing any more.
+            for variant, buf in self.temps:
+                variant._pool.give(buf)
+            self._held = set()
+            self._held_refs = []
+            _epoch[0] += 1
+            self.records.clear()
+            self.temps.clear()
+            self._staged.clear()
 
 
 def flush_epoch() -> int:
@@ -126,15 +167,19 @@ def flush_current_batch() -> None:
 
 
 @contextmanager
-def batch() -> Iterator[Batch]:
-    """Record every ``variant.run`` inside into one submission (per device), sent at exit.
+def batch(slices: bool = True) -> Iterator[Batch]:
+    """Record every ``variant.run`` inside into few submissions (per device): slices of about
+    a millisecond of encoding while it runs (the GPU starts early), the rest at exit.
+
+    Args:
+        slices: False keeps everything recorded for one submission at exit.
 
     Reading an output or a count inside the batch submits what was recorded so far first.
     """
     stack = getattr(_local, "stack", None)
     if stack is None:
         stack = _local.stack = []
-    b = Batch()
+    b = Batch(slices)
     stack.append(b)
     with _open_lock:
         _open.append(b)

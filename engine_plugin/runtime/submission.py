@@ -60,7 +60,7 @@ def encode_records(encoder: Any, records: list, timings: dict[int, tuple[Any, in
         for op in record[4]:
             if op[0] == "clear":
                 encoder.clear_buffer(op[1], op[2], op[3])
-    cpass = None
+    cpass = current = None
     for i, (pipeline, bind_group, offsets, groups, ops) in enumerate(records):
         in_place = [op for op in ops if op[0] != "clear"] if ops else ()
         if in_place:
@@ -90,8 +90,14 @@ def encode_records(encoder: Any, records: list, timings: dict[int, tuple[Any, in
             continue
         if cpass is None:
             cpass = encoder.begin_compute_pass()
-        cpass.set_pipeline(pipeline)
-        _set_groups(cpass, bind_group, offsets)
+            current = None
+        if pipeline is not current:  # a pass keeps its pipeline: set it once per run of equal ones
+            cpass.set_pipeline(pipeline)
+            current = pipeline
+        if type(offsets) is int and not isinstance(bind_group, tuple):
+            cpass.set_bind_group(0, bind_group, [offsets])
+        else:
+            _set_groups(cpass, bind_group, offsets)
         cpass.dispatch_workgroups(*groups)
     if cpass is not None:
         cpass.end()

@@ -182,14 +182,35 @@ class _ParamsRing:
 
 
 class _Repeat:
-    """What the last fully checked run derived, for the repeat path (see ``_remember``)."""
+    """What the last fully checked run derived, for the repeat path (see ``_remember``).
 
-    __slots__ = ("n", "inputs", "chained", "param_items", "fingerprint", "bound", "plan", "data", "groups")
+    ``fixed``: the buffers every repeat binds (inputs, tables, given outputs), which a batch
+    holds; ``bind_groups``: groups by the run's own output buffers (keys hold them, so no
+    ``id`` is ever reused while cached).
+    """
 
-    def __init__(self, n: Any, inputs: tuple, chained: bool, param_items: tuple, fingerprint: Any, bound: dict, plan: list, data: bytes, groups: tuple):
-        self.n, self.inputs, self.chained = n, inputs, chained
+    __slots__ = ("n", "inputs", "outputs", "chained", "param_items", "fingerprint", "bound", "plan", "data", "groups", "fixed", "bind_groups")
+
+    def __init__(
+        self, n: Any, inputs: tuple, outputs: tuple, chained: bool, param_items: tuple, fingerprint: Any, bound: dict, plan: list, data: bytes, groups: tuple
+    ):
+        self.n, self.inputs, self.outputs, self.chained = n, inputs, outputs, chained
         self.param_items, self.fingerprint = param_items, fingerprint
         self.bound, self.plan, self.data, self.groups = bound, plan, data, groups
+        self.fixed = [b.buffer for b in bound.values() if b.buffer is not None]
+        self.bind_groups: dict[tuple, Any] = {}
+
+
+def _same_objects(given: Any, items: tuple) -> bool:
+    """Whether the mapping ``given`` holds the very same objects, in the same order, as ``items``."""
+    if not given:
+        return not items
+    if len(given) != len(items):
+        return False
+    for (k, v), (rk, rv) in zip(given.items(), items):
+        if v is not rv or k != rk:
+            return False
+    return True
 
 
 _SAME_IF_IDENTICAL = (float, int, bool, str)
@@ -508,8 +529,8 @@ class Variant:
             raise DeviceLostError(LOST_HINT)
         try:
             rep = self._repeat
-            if rep is not None and outputs is None and domain_count is None:
-                done = self._run_repeat(rep, n, inputs, params)
+            if rep is not None and domain_count is None:
+                done = self._run_repeat(rep, n, inputs, params, outputs)
                 if done is not None:
                     return done
             return self._run(n, inputs, params, outputs, domain_count)
@@ -521,8 +542,8 @@ class Variant:
 
     def _run(self, n: Any, inputs: Any, params: Any, outputs: Any, domain_count: Any) -> Run:
         result, shape, data, bind_group, groups, work, bound = self._prepare(n, inputs, params, outputs, domain_count, None)
-        if self._repeatable and not outputs and domain_count is None and not work.temps:
-            self._remember(shape, inputs or {}, params, bound, result, data, groups)
+        if self._repeatable and domain_count is None and not work.temps and all(isinstance(v, (Output, wgpu.GPUBuffer)) for v in (outputs or {}).values()):
+            self._remember(shape, inputs or {}, params, outputs or {}, bound, result, data, groups)
         return self._submit(result, shape, data, bind_group, groups, work, bound)
 
     def prepare(
@@ -665,11 +686,13 @@ class Variant:
         bind_group = self._bind_group(bound)
         return result, shape or n, data, bind_group, groups, work, bound
 
-    def _submit(self, result: dict, n: Any, data: bytes, bind_group: Any, groups: tuple, work: _Work, bound: dict) -> Run:
-        """Send one checked run: into the open ``abi.batch()``, or now in its own submission."""
+    def _submit(self, result: dict, n: Any, data: bytes, bind_group: Any, groups: tuple, work: _Work, bound: dict, touched: list | None = None) -> Run:
+        """Send one checked run: into the open ``abi.batch()``, or now in its own submission.
+        ``touched``: every buffer the run uses, when the caller knows it (the repeat path)."""
         batch = current_batch()
         if batch is not None:
-            touched = [b.buffer for b in bound.values() if b.buffer is not None] + [op[1] for op in work.ops] + work.temps
+            if touched is None:
+                touched = [b.buffer for b in bound.values() if b.buffer is not None] + [op[1] for op in work.ops] + work.temps
             batch.add(self, data, bind_group, groups, work.ops, work.temps, touched, work.extra)
         else:
             ctx = self.ctx
@@ -708,14 +731,15 @@ class Variant:
     # everything that was validated and derived then still holds: only outputs are allocated
     # (and cleared) afresh, and the params bytes, sizes and bound inputs are reused.
 
-    def _remember(self, n: Any, inputs: Mapping[str, Any], params: Any, bound: dict, result: dict, data: bytes, groups: tuple) -> None:
+    def _remember(self, n: Any, inputs: Mapping[str, Any], params: Any, outputs: Mapping[str, Any], bound: dict, result: dict, data: bytes, groups: tuple) -> None:
         outs = {s.binding for s in self.lowered.host_slots if s.role in ("output", "append")}
         outs |= {s.counter_binding for s in self.lowered.host_slots if s.role == "append"}
         plan = []
         for slot, _, _ in self._output_slots:
             size = result[slot.name].capacity
             nbytes = _binding_size(size * slot.value_type.bytes)
-            plan.append((slot, size, nbytes, size_class(nbytes), slot.role == "output", slot.value_type))
+            kind = "given" if slot.name in outputs else "plain" if slot.role == "output" else "pooled"
+            plan.append((slot, size, nbytes, size_class(nbytes), kind, slot.value_type))
         self._repeat_group = None
         if isinstance(n, list):
             n = tuple(n)  # a list can change in place: never the same domain by identity
@@ -723,6 +747,7 @@ class Variant:
         self._repeat = _Repeat(
             n,
             items,
+            tuple(outputs.items()),
             any(isinstance(v, Output) for _, v in items),
             tuple(params.items()) if params else (),
             exact_fingerprint(params),
@@ -732,23 +757,16 @@ class Variant:
             groups,
         )
 
-    def _run_repeat(self, rep: "_Repeat", n: Any, inputs: Any, params: Any) -> Run | None:
+    def _run_repeat(self, rep: "_Repeat", n: Any, inputs: Any, params: Any, outputs: Any) -> Run | None:
         rn = rep.n
         if n is not rn and (type(n) is not type(rn) or n != rn):
             return None
         if not _same_params(params, rep):
             return None
-        rin = rep.inputs
-        if inputs:
-            if len(inputs) != len(rin):
-                return None
-            for (k, v), (rk, rv) in zip(inputs.items(), rin):
-                if v is not rv or k != rk:
-                    return None
-            if rep.chained and any(isinstance(v, Output) and not v.count_known for _, v in rin):
-                return None  # a chained count read on the GPU: take the full path
-        elif rin:
+        if not (_same_objects(inputs, rep.inputs) and _same_objects(outputs, rep.outputs)):
             return None
+        if rep.chained and any(isinstance(v, Output) and not v.count_known for _, v in rep.inputs):
+            return None  # a chained count read on the GPU: take the full path
         bound = dict(rep.bound)
         result: dict[str, Output] = {}
         work = _Work()
@@ -756,8 +774,8 @@ class Variant:
         owned: list = []
         pool = self._pool
         count = rn if type(rn) is int else as_domain(rn).count  # type: ignore[union-attr]
-        for slot, size, nbytes, cls, plain, vt in rep.plan:
-            if plain:  # a plain output: the common case, without _allocate's generality
+        for slot, size, nbytes, cls, kind, vt in rep.plan:
+            if kind == "plain":  # a pooled plain output: the common case, without _allocate's generality
                 buf = pool.take_class(cls, STORAGE_USAGE, slot.name)
                 if slot.clear:
                     ops.append(("clear", buf, 0, nbytes))
@@ -766,18 +784,27 @@ class Variant:
                 own_pooled(out, pool, (buf,))
                 result[slot.name] = out
             else:
-                result[slot.name] = out = self._allocate(slot, size, None, count, work, bound)
+                result[slot.name] = out = self._allocate(slot, size, outputs[slot.name] if kind == "given" else None, count, work, bound)
             owned.append(out.buffer)
+            if out.counter is not None:
+                owned.append(out.counter)
         if self._inout_slots:
             self._inout_outputs(bound, result)
-        # The pool hands back the buffers the last (dropped) run released: same buffers, same group.
+        # The pool hands back the buffers the last (dropped) run released: same buffers, same
+        # group. Inside a batch the buffers differ run to run (each is held until the batch is
+        # submitted): the groups made for them are kept with the repeat state.
+        key = tuple(owned)
         last = self._repeat_group
-        if last is not None and len(last[0]) == len(owned) and all(a is b for a, b in zip(last[0], owned)):
+        if last is not None and last[0] == key:
             bind_group = last[1]
         else:
-            bind_group = self._bind_group(bound)
-            self._repeat_group = (owned, bind_group)
-        return self._submit(result, rn, rep.data, bind_group, rep.groups, work, bound)
+            bind_group = rep.bind_groups.get(key)
+            if bind_group is None:
+                if len(rep.bind_groups) >= _BIND_GROUP_CACHE:
+                    rep.bind_groups.clear()
+                bind_group = rep.bind_groups[key] = self._bind_group(bound)
+            self._repeat_group = (key, bind_group)
+        return self._submit(result, rn, rep.data, bind_group, rep.groups, work, bound, rep.fixed + owned)
 
     def _page_binding(self, inputs: Mapping[str, Any]) -> Any:
         """Pages and col_base_*/col_len_* params from the column handles in ``inputs`` (once per run)."""
