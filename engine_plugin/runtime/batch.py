@@ -31,9 +31,9 @@ from contextlib import contextmanager
 from typing import Any, Iterator
 
 from ..gpu.device import DeviceContext
-from .submission import submit_records
+from .submission import PENDING, flush_pending, submit_records
 
-__all__ = ["Batch", "batch", "current_batch", "flush_current_batch", "held_by_open_batch", "flush_epoch", "open_batches"]
+__all__ = ["Batch", "batch", "current_batch", "flush_current_batch", "held_by_open_batch", "flush_epoch", "open_batches", "register_open", "unregister_open"]
 
 _local = threading.local()
 _open_lock = threading.Lock()
@@ -126,14 +126,32 @@ class Batch:
         finally:
             # Submitted, or failed (a lost device: nothing of it will run): either way the
             # recorded runs hold nothing any more.
-            for variant, buf in self.temps:
-                variant._pool.give(buf)
-            self._held = set()
-            self._held_refs = []
-            _epoch[0] += 1
-            self.records.clear()
-            self.temps.clear()
-            self._staged.clear()
+            self.drop()
+
+    def drop(self) -> None:
+        """Forget what was recorded (submitted, or never to be): temps go back to their
+        pools, held buffers are free."""
+        for variant, buf in self.temps:
+            variant._pool.give(buf)
+        self._held = set()
+        self._held_refs = []
+        _epoch[0] += 1
+        self.records.clear()
+        self.temps.clear()
+        self._staged.clear()
+
+
+def register_open(b: Batch) -> None:
+    """Count ``b`` as open (its held buffers stay parked) though no thread records into it:
+    the deferred run's batch (:mod:`engine_plugin.runtime.deferred`)."""
+    with _open_lock:
+        _open.append(b)
+
+
+def unregister_open(b: Batch) -> None:
+    with _open_lock:
+        if b in _open:
+            _open.remove(b)
 
 
 def flush_epoch() -> int:
@@ -176,6 +194,8 @@ def batch(slices: bool = True) -> Iterator[Batch]:
 
     Reading an output or a count inside the batch submits what was recorded so far first.
     """
+    if PENDING[0] is not None:
+        flush_pending()  # a deferred run goes first, in queue order
     stack = getattr(_local, "stack", None)
     if stack is None:
         stack = _local.stack = []

@@ -30,7 +30,19 @@ from typing import Any
 from ..errors import DeviceLostError
 from ..gpu.loss import DeviceFault, classify
 
-__all__ = ["Submission", "encode_records", "submit_records", "submit_encoder"]
+__all__ = ["PENDING", "Submission", "encode_records", "flush_pending", "submit_records", "submit_encoder"]
+
+# The deferred run (runtime.deferred), as (context, batch), or None. Every submission the
+# runtime makes sends it first, so queue order is as if it had been submitted at once.
+PENDING: list = [None]
+
+
+def flush_pending() -> None:
+    """Submit the deferred run, if one waits (see :mod:`engine_plugin.runtime.deferred`)."""
+    if PENDING[0] is not None:
+        from .deferred import flush_deferred
+
+        flush_deferred()
 
 
 def _set_groups(cpass: Any, bind_group: Any, offsets: Any) -> None:
@@ -109,6 +121,8 @@ def submit_records(device: Any, queue: Any, guard: Any, records: list, label: st
     ``finish()`` and the submit happen under the device's submit lock: a loss cannot land in
     between (submitting a command buffer finished before a loss aborts the process).
     """
+    if PENDING[0] is not None:
+        flush_pending()
     encoder = device.create_command_encoder(label=f"engine_plugin.{label}")
     encode_records(encoder, records)
     submit_encoder(queue, guard, encoder, label)
@@ -163,6 +177,8 @@ class Submission:
     def submit(self, device: Any, queue: Any, guard: Any, label: str, timer: Any = None) -> None:
         """Encode and submit the records (nothing when there are none), then run the
         ``after_submit`` callbacks. Raises what the device raises; the callbacks then never run."""
+        if PENDING[0] is not None:
+            flush_pending()
         records, self.records = self.records, []
         after, self.after = self.after, []
         timed, self.timed = self.timed, []

@@ -34,10 +34,12 @@ from .batch import current_batch
 from .buffers import STORAGE_USAGE, pool_for, prepare_array, size_class
 from .compile import CompiledVariant
 from .convert import conversion_record
+from .deferred import DEFER_MAX_BYTES
+from .deferred import defer as defer_run
 from .loss import LOST_HINT, device_guard, lost_error
-from .output import Output, disown_buffer, on_release, own_buffer, own_pooled
+from .output import Output, on_release, own_pooled
 from .params import ParamsPacker, exact_fingerprint
-from .submission import encode_records, submit_encoder
+from .submission import PENDING, encode_records, flush_pending, submit_encoder
 from .table import Table
 from .textures import TextureOutput, output_texture, sampler_for, upload_texture, view_of
 
@@ -261,6 +263,8 @@ class Variant:
         self._repeat: _Repeat | None = None
         self._repeat_group: tuple | None = None
         # Kernels whose every binding is an input, output, table or append can take the repeat path.
+        # Runs of host data that bind nothing a caller could reach otherwise may be deferred.
+        self._deferrable = not lowered.columns and all(s.role in ("input", "output", "append", "domain_count") for s in lowered.host_slots)
         self._repeatable = not lowered.columns and all(s.role in ("input", "output", "append", "table", "inout") for s in lowered.host_slots)
         self._max_binding = self.ctx.limit("max-storage-buffer-binding-size")
         self._max_groups = self.ctx.limit("max-compute-workgroups-per-dimension")
@@ -528,6 +532,8 @@ class Variant:
         if ctx.guard.lost:
             raise DeviceLostError(LOST_HINT)
         try:
+            if PENDING[0] is not None:
+                flush_pending()  # a deferred run goes first, in queue order
             rep = self._repeat
             if rep is not None and domain_count is None:
                 done = self._run_repeat(rep, n, inputs, params, outputs)
@@ -544,7 +550,8 @@ class Variant:
         result, shape, data, bind_group, groups, work, bound = self._prepare(n, inputs, params, outputs, domain_count, None)
         if self._repeatable and domain_count is None and not work.temps and all(isinstance(v, (Output, wgpu.GPUBuffer)) for v in (outputs or {}).values()):
             self._remember(shape, inputs or {}, params, outputs or {}, bound, result, data, groups)
-        return self._submit(result, shape, data, bind_group, groups, work, bound)
+        defer = self._deferrable and not outputs and _host_only(inputs, domain_count) and _run_bytes(work, result) <= DEFER_MAX_BYTES
+        return self._submit(result, shape, data, bind_group, groups, work, bound, None, defer)
 
     def prepare(
         self, n: Any, inputs: Mapping[str, Any] | None = None, params: Mapping[str, Any] | None = None, domain_count: Any = None, *, results: Any
@@ -558,6 +565,7 @@ class Variant:
             DispatchError: as :meth:`run`, and when the outputs do not fit ``results``.
         """
         with device_guard(self.ctx):
+            flush_pending()  # a deferred run goes first, in queue order
             if self._unsubmitted >= self._ring.slots - 1:
                 raise DispatchError(f"{self._ring.slots - 1} prepared runs of this variant are not submitted yet", Span(self.yaml_path))
             area = _Placement(results, self._storage_align)
@@ -686,14 +694,20 @@ class Variant:
         bind_group = self._bind_group(bound)
         return result, shape or n, data, bind_group, groups, work, bound
 
-    def _submit(self, result: dict, n: Any, data: bytes, bind_group: Any, groups: tuple, work: _Work, bound: dict, touched: list | None = None) -> Run:
-        """Send one checked run: into the open ``abi.batch()``, or now in its own submission.
-        ``touched``: every buffer the run uses, when the caller knows it (the repeat path)."""
+    def _submit(
+        self, result: dict, n: Any, data: bytes, bind_group: Any, groups: tuple, work: _Work, bound: dict, touched: list | None = None, defer: bool = False
+    ) -> Run:
+        """Send one checked run: into the open ``abi.batch()``, deferred (``defer``: see
+        :mod:`engine_plugin.runtime.deferred`), or now in its own submission. ``touched``:
+        every buffer the run uses, when the caller knows it (the repeat path)."""
         batch = current_batch()
-        if batch is not None:
+        if batch is not None or defer:
             if touched is None:
                 touched = [b.buffer for b in bound.values() if b.buffer is not None] + [op[1] for op in work.ops] + work.temps
-            batch.add(self, data, bind_group, groups, work.ops, work.temps, touched, work.extra)
+            if batch is not None:
+                batch.add(self, data, bind_group, groups, work.ops, work.temps, touched, work.extra)
+            else:
+                defer_run(self, data, bind_group, groups, work.ops, work.temps, touched, work.extra)
         else:
             ctx = self.ctx
             ring = self._ring
@@ -785,9 +799,9 @@ class Variant:
                 result[slot.name] = out
             else:
                 result[slot.name] = out = self._allocate(slot, size, outputs[slot.name] if kind == "given" else None, count, work, bound)
-            owned.append(out.buffer)
-            if out.counter is not None:
-                owned.append(out.counter)
+            owned.append(out._buffer)
+            if out._counter is not None:
+                owned.append(out._counter)
         if self._inout_slots:
             self._inout_outputs(bound, result)
         # The pool hands back the buffers the last (dropped) run released: same buffers, same
@@ -878,15 +892,7 @@ class Variant:
         else:
             out = Output(buf, size, vt, name=slot.name, count=size, bits=slot.bits)
         if given is None:
-            own_buffer(out)
-            pool, owned = self._pool, [buf] + ([counter] if slot.role == "append" else [])
-
-            def release(first=buf) -> None:
-                disown_buffer(first)
-                for b in owned:
-                    pool.give(b)
-
-            on_release(out, release)
+            own_pooled(out, self._pool, (buf, counter) if slot.role == "append" else (buf,))
         return out
 
     def _bind_group(self, bound: dict[int, _Bound]) -> Any:
@@ -932,6 +938,21 @@ def _output_order(slots: list[HostSlot]) -> list[tuple[HostSlot, str, str]]:
             order += [(s, "capacity" if s.role == "append" else "count", s.capacity if s.role == "append" else s.count) for s in todo.values()]  # type: ignore[misc]
             break
     return order
+
+
+_HOST_DATA = (np.ndarray, np.generic, list, tuple, int, float)
+
+
+def _host_only(inputs: Any, domain_count: Any) -> bool:
+    """Whether every input is host data (uploaded into buffers only the runtime holds)."""
+    if domain_count is not None and not isinstance(domain_count, (int, np.integer)):
+        return False
+    return not inputs or all(isinstance(v, _HOST_DATA) for v in inputs.values())
+
+
+def _run_bytes(work: _Work, result: dict) -> int:
+    """Bytes a run uploads and allocates (what a deferral holds back)."""
+    return sum(b.size for b in work.temps) + sum(out._buffer.size for out in result.values())
 
 
 def _unwrap(value: Any) -> Any:
