@@ -43,11 +43,12 @@ __all__ = ["DEFER_MAX_BYTES", "defer", "flush", "flush_deferred", "deferred_pend
 DEFER_MAX_BYTES = 1 << 20
 
 _lock = threading.RLock()
+_FLUSHING = ("flushing",)
 
 
 def deferred_pending() -> bool:
     """Whether a run is deferred (not on the queue yet)."""
-    return PENDING[0] is not None
+    return PENDING[0] is not None and PENDING[0] is not _FLUSHING
 
 
 def defer(variant: Any, data: bytes, bind_group: Any, groups: tuple, ops: list, temps: list, touched: list, extra: list) -> None:
@@ -72,9 +73,12 @@ def flush_deferred(ctx: Any = None, after: tuple | None = None) -> bool:
     """
     with _lock:
         found = PENDING[0]
-        if found is None:
+        if found is None or found is _FLUSHING:  # none, or this thread is submitting it right now
             return False
-        PENDING[0] = None
+        # Not None until it is on the queue: a thread that sees None may rely on that (a read
+        # in another thread would otherwise submit its copy ahead of the run); one that sees
+        # _FLUSHING waits on the lock above.
+        PENDING[0] = _FLUSHING
         owner, b = found
         try:
             if owner.lost:
@@ -91,6 +95,7 @@ def flush_deferred(ctx: Any = None, after: tuple | None = None) -> bool:
                 return False
             return folded
         finally:
+            PENDING[0] = None
             unregister_open(b)
 
 

@@ -90,7 +90,20 @@ class Output:
     capacity (nothing was written out of bounds), else None.
     """
 
-    __slots__ = ("_buffer", "capacity", "_counter", "element", "bits", "name", "_count", "_attempted", "_counter_kind", "_counter_limit", "_keep", "__weakref__")
+    __slots__ = (
+        "_buffer",
+        "capacity",
+        "_counter",
+        "element",
+        "bits",
+        "name",
+        "_count",
+        "_attempted",
+        "_counter_kind",
+        "_counter_limit",
+        "_keep",
+        "__weakref__",
+    )
 
     def __init__(
         self,

@@ -17,6 +17,7 @@ What a kernel can observe is defined:
 from __future__ import annotations
 
 import math
+import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Mapping
@@ -269,6 +270,7 @@ class Variant:
         self._max_binding = self.ctx.limit("max-storage-buffer-binding-size")
         self._max_groups = self.ctx.limit("max-compute-workgroups-per-dimension")
         self._storage_align = self.ctx.limit("min-storage-buffer-offset-alignment")
+        self._lock = threading.RLock()
         self._unsubmitted = 0  # prepared runs whose params slots a later take() must not reuse yet
         self.runs = 0
 
@@ -534,12 +536,14 @@ class Variant:
         try:
             if PENDING[0] is not None:
                 flush_pending()  # a deferred run goes first, in queue order
-            rep = self._repeat
-            if rep is not None and domain_count is None:
-                done = self._run_repeat(rep, n, inputs, params, outputs)
-                if done is not None:
-                    return done
-            return self._run(n, inputs, params, outputs, domain_count)
+            # One run of a variant at a time: its params memo, ring and repeat state are shared.
+            with self._lock:
+                rep = self._repeat
+                if rep is not None and domain_count is None:
+                    done = self._run_repeat(rep, n, inputs, params, outputs)
+                    if done is not None:
+                        return done
+                return self._run(n, inputs, params, outputs, domain_count)
         except Exception as exc:
             lost = lost_error(ctx, exc)
             if lost is None or lost is exc:
@@ -564,7 +568,7 @@ class Variant:
         Raises:
             DispatchError: as :meth:`run`, and when the outputs do not fit ``results``.
         """
-        with device_guard(self.ctx):
+        with device_guard(self.ctx), self._lock:
             flush_pending()  # a deferred run goes first, in queue order
             if self._unsubmitted >= self._ring.slots - 1:
                 raise DispatchError(f"{self._ring.slots - 1} prepared runs of this variant are not submitted yet", Span(self.yaml_path))
@@ -745,7 +749,9 @@ class Variant:
     # everything that was validated and derived then still holds: only outputs are allocated
     # (and cleared) afresh, and the params bytes, sizes and bound inputs are reused.
 
-    def _remember(self, n: Any, inputs: Mapping[str, Any], params: Any, outputs: Mapping[str, Any], bound: dict, result: dict, data: bytes, groups: tuple) -> None:
+    def _remember(
+        self, n: Any, inputs: Mapping[str, Any], params: Any, outputs: Mapping[str, Any], bound: dict, result: dict, data: bytes, groups: tuple
+    ) -> None:
         outs = {s.binding for s in self.lowered.host_slots if s.role in ("output", "append")}
         outs |= {s.counter_binding for s in self.lowered.host_slots if s.role == "append"}
         plan = []
