@@ -6,9 +6,12 @@ Slices: a batch submits what it recorded so far once the oldest unsubmitted reco
 rest at exit. The GPU then starts while Python still encodes, and a batch that encodes in less
 than ``FIRST_SLICE_S`` stays one submission. Each extra submission costs one ``queue.submit``
 (tens of microseconds on a discrete GPU), so the extra host time is bounded by that cost per
-``SLICE_S`` of encoding, and the GPU waits at most ``FIRST_SLICE_S`` for its first work. On
-lavapipe a submit waits for the previous submission to finish; a slice that waits so only
-waits for work the batch needs done anyway. ``abi.batch(slices=False)`` keeps one submission.
+``SLICE_S`` of encoding, and the GPU waits at most ``FIRST_SLICE_S`` for its first work.
+
+By default a batch slices only on a GPU: on a CPU adapter (lavapipe) a submit waits for the
+previous submission, so a slice makes Python wait for the CPU's own "GPU" work mid-batch
+(measured there: host time 2-3x, time until done no better); a batch there keeps one
+submission unless ``abi.batch(slices=True)``. ``slices=False`` keeps one submission anywhere.
 
 Order: slices go to the queue in order, and a run's params are written before the submission
 carrying it, so runs execute in recording order whatever the slicing.
@@ -53,16 +56,15 @@ class Batch:
     overwritten before the dispatch that reads it.
     """
 
-    def __init__(self, slices: bool = True) -> None:
-        self.slices = slices
+    def __init__(self, slices: bool | None = None) -> None:
+        self.slices = slices  # None: decided at the first run, by the device (see submits_block)
         self.submissions = 0  # how many submissions the batch made (slices included)
         self._slice_start = 0.0
         self._limit = FIRST_SLICE_S
         self.records: dict[int, tuple[DeviceContext, list]] = {}
         self.temps: list = []
         self._staged: dict[int, tuple[Any, list[int]]] = {}  # id(variant) -> (variant, offsets)
-        self._held: set[int] = set()  # id() of every buffer a recorded run touches
-        self._held_refs: list = []  # ... kept alive, so an id() stays theirs until the flush
+        self._held: set = set()  # every buffer a recorded run touches, until the flush
 
     def add(self, variant: Any, data: bytes, bind_group: Any, groups: tuple, ops: list, temps: list, buffers: list, extra: list | None = None) -> None:
         """Record one run (and ``extra`` records, e.g. conversions, that must come before it)."""
@@ -76,9 +78,7 @@ class Batch:
         offset = ring.take()
         ring.mirror[offset : offset + len(data)] = data
         staged[1].append(offset)
-        for buf in buffers:
-            self._held.add(id(buf))
-        self._held_refs.extend(buffers)
+        self._held.update(buffers)  # by identity (buffers hash so): the set keeps them alive
         found = self.records.get(id(variant.ctx))
         if found is None:
             found = self.records[id(variant.ctx)] = (variant.ctx, [])
@@ -88,6 +88,8 @@ class Batch:
         records.append((variant.compiled.pipeline, bind_group, offset, groups, ops))
         if temps:
             self.temps.extend((variant, t) for t in temps)
+        if self.slices is None:
+            self.slices = not submits_block(variant.ctx)
         if self.slices:
             now = time.perf_counter()
             if not self._slice_start:
@@ -96,7 +98,7 @@ class Batch:
                 self.flush()
 
     def holds(self, buffer: Any) -> bool:
-        return id(buffer) in self._held
+        return buffer in self._held
 
     @property
     def pending(self) -> bool:
@@ -134,11 +136,22 @@ class Batch:
         for variant, buf in self.temps:
             variant._pool.give(buf)
         self._held = set()
-        self._held_refs = []
         _epoch[0] += 1
         self.records.clear()
         self.temps.clear()
         self._staged.clear()
+
+
+def submits_block(ctx: DeviceContext) -> bool:
+    """Whether a submit on this device waits for the previous submission to finish: CPU
+    adapters (lavapipe) do. Slices there would make Python wait for the CPU's "GPU" work in
+    the middle of a batch, so a batch slices only on other adapters unless asked to."""
+    cache = ctx.cache("runtime")
+    found = cache.get("submits block")
+    if found is None:
+        info = dict(ctx.adapter.info) if ctx.adapter is not None else {}
+        found = cache["submits block"] = str(info.get("adapter_type", "")) == "CPU"
+    return bool(found)
 
 
 def register_open(b: Batch) -> None:
@@ -185,12 +198,14 @@ def flush_current_batch() -> None:
 
 
 @contextmanager
-def batch(slices: bool = True) -> Iterator[Batch]:
+def batch(slices: bool | None = None) -> Iterator[Batch]:
     """Record every ``variant.run`` inside into few submissions (per device): slices of about
     a millisecond of encoding while it runs (the GPU starts early), the rest at exit.
 
     Args:
-        slices: False keeps everything recorded for one submission at exit.
+        slices: False keeps everything recorded for one submission at exit; True slices on
+            any device; None (the default) slices unless the device is a CPU adapter, where
+            a submit waits for the previous one (see the module docstring).
 
     Reading an output or a count inside the batch submits what was recorded so far first.
     """

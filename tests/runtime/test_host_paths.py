@@ -75,7 +75,7 @@ XS = np.arange(256, dtype=np.float32)
 
 # -- abi.batch() in slices -------------------------------------------------------------------
 def test_a_chain_of_runs_split_over_slices_runs_in_recording_order(axpy, every_run_a_slice):
-    with abi.batch() as b:
+    with abi.batch(slices=True) as b:
         out = axpy.run(256, inputs={"x": XS}, params={"a": 1.0}).outputs["y"]
         for _ in range(20):
             out = axpy.run(256, inputs={"x": out}, params={"a": 1.0}).outputs["y"]  # y = x + 1, chained
@@ -117,7 +117,7 @@ def test_uploads_go_back_to_the_pool_after_each_slice(axpy, every_run_a_slice):
             axpy.run(777, inputs={"x": xs}, params={"a": 1.0})
     gc.collect()
     created = pool.created
-    with abi.batch():
+    with abi.batch(slices=True):
         for i in range(40):
             axpy.run(777, inputs={"x": xs + i}, params={"a": 1.0})
     assert pool.created - created <= 4  # each slice's upload and output come back for the next
@@ -130,12 +130,20 @@ def test_uploads_go_back_to_the_pool_after_each_slice(axpy, every_run_a_slice):
 
 
 def test_a_read_inside_a_sliced_batch_sees_every_run_recorded_before_it(axpy, every_run_a_slice):
-    with abi.batch():
+    with abi.batch(slices=True):
         a = axpy.run(256, inputs={"x": XS}, params={"a": 2.0}).outputs["y"]
         b = axpy.run(256, inputs={"x": a}, params={"a": 2.0}).outputs["y"]
         np.testing.assert_array_equal(abi.read(b), 2.0 * (2.0 * XS + 1.0) + 1.0)
         c = axpy.run(256, inputs={"x": b}, params={"a": 0.5}).outputs["y"]
     np.testing.assert_array_equal(abi.read(c), 0.5 * (2.0 * (2.0 * XS + 1.0) + 1.0) + 1.0)
+
+
+def test_a_batch_on_a_cpu_adapter_keeps_one_submission_by_default(axpy, every_run_a_slice):
+    assert "CPU" in get_context().adapter_name  # lavapipe: a submit waits for the previous one
+    with abi.batch() as b:
+        outs = [axpy.run(256, inputs={"x": XS}, params={"a": float(i)}).outputs["y"] for i in range(5)]
+    assert b.submissions == 1
+    np.testing.assert_array_equal(abi.read(outs[4]), 4.0 * XS + 1.0)
 
 
 # -- one-shot run-then-read in one submission ---------------------------------------------
