@@ -192,7 +192,7 @@ class _Repeat:
     ``id`` is ever reused while cached).
     """
 
-    __slots__ = ("n", "inputs", "outputs", "chained", "param_items", "fingerprint", "bound", "plan", "data", "groups", "fixed", "bind_groups")
+    __slots__ = ("n", "inputs", "outputs", "chained", "param_items", "fingerprint", "bound", "plan", "data", "groups", "fixed", "bind_groups", "simple")
 
     def __init__(
         self, n: Any, inputs: tuple, outputs: tuple, chained: bool, param_items: tuple, fingerprint: Any, bound: dict, plan: list, data: bytes, groups: tuple
@@ -202,6 +202,7 @@ class _Repeat:
         self.bound, self.plan, self.data, self.groups = bound, plan, data, groups
         self.fixed = [b.buffer for b in bound.values() if b.buffer is not None]
         self.bind_groups: dict[tuple, Any] = {}
+        self.simple = False  # pooled plain outputs only, no inout bindings (set by _remember)
 
 
 def _same_objects(given: Any, items: tuple) -> bool:
@@ -764,7 +765,7 @@ class Variant:
         if isinstance(n, list):
             n = tuple(n)  # a list can change in place: never the same domain by identity
         items = tuple(inputs.items())
-        self._repeat = _Repeat(
+        self._repeat = rep = _Repeat(
             n,
             items,
             tuple(outputs.items()),
@@ -776,6 +777,7 @@ class Variant:
             data,
             groups,
         )
+        rep.simple = not self._inout_slots and all(kind == "plain" for _, _, _, _, kind, _ in plan)
 
     def _run_repeat(self, rep: "_Repeat", n: Any, inputs: Any, params: Any, outputs: Any) -> Run | None:
         rn = rep.n
@@ -787,12 +789,40 @@ class Variant:
             return None
         if rep.chained and any(isinstance(v, Output) and not v.count_known for _, v in rep.inputs):
             return None  # a chained count read on the GPU: take the full path
+        pool = self._pool
+        if rep.simple:  # pooled plain outputs only (the common case): no bound dict unless a group is made
+            ops: list = []
+            result: dict[str, Output] = {}
+            owned: list = []
+            take = pool.take_class
+            for slot, size, nbytes, cls, _, vt in rep.plan:
+                buf = take(cls, STORAGE_USAGE, slot.name)
+                if slot.clear:
+                    ops.append(("clear", buf, 0, nbytes))
+                out = Output(buf, size, vt, name=slot.name, count=size, bits=slot.bits)
+                own_pooled(out, pool, (buf,))
+                result[slot.name] = out
+                owned.append(buf)
+            key = tuple(owned)
+            last = self._repeat_group
+            if last is not None and last[0] == key:
+                bind_group = last[1]
+            else:
+                bind_group = rep.bind_groups.get(key)
+                if bind_group is None:
+                    bound = dict(rep.bound)
+                    for (slot, size, nbytes, *_), buf in zip(rep.plan, owned):
+                        bound[slot.binding] = _Bound(buf, size, 0, nbytes)
+                    if len(rep.bind_groups) >= _BIND_GROUP_CACHE:
+                        rep.bind_groups.clear()
+                    bind_group = rep.bind_groups[key] = self._bind_group(bound)
+                self._repeat_group = (key, bind_group)
+            return self._submit(result, rn, rep.data, bind_group, rep.groups, _Work(ops), rep.bound, rep.fixed + owned)
         bound = dict(rep.bound)
-        result: dict[str, Output] = {}
+        result = {}
         work = _Work()
         ops = work.ops
-        owned: list = []
-        pool = self._pool
+        owned = []
         count = rn if type(rn) is int else as_domain(rn).count  # type: ignore[union-attr]
         for slot, size, nbytes, cls, kind, vt in rep.plan:
             if kind == "plain":  # a pooled plain output: the common case, without _allocate's generality
