@@ -192,7 +192,7 @@ class _Repeat:
     ``id`` is ever reused while cached).
     """
 
-    __slots__ = ("n", "inputs", "outputs", "chained", "param_items", "fingerprint", "bound", "plan", "data", "groups", "fixed", "bind_groups", "simple")
+    __slots__ = ("n", "inputs", "outputs", "chained", "param_items", "fingerprint", "bound", "plan", "data", "groups", "fixed", "bind_groups", "simple", "host", "defer")
 
     def __init__(
         self, n: Any, inputs: tuple, outputs: tuple, chained: bool, param_items: tuple, fingerprint: Any, bound: dict, plan: list, data: bytes, groups: tuple
@@ -203,6 +203,27 @@ class _Repeat:
         self.fixed = [b.buffer for b in bound.values() if b.buffer is not None]
         self.bind_groups: dict[tuple, Any] = {}
         self.simple = False  # pooled plain outputs only, no inout bindings (set by _remember)
+        self.host: dict = {}  # input name -> (slot, dtype, shape): numpy inputs, uploaded each run
+        self.defer = False  # a deferrable run (runtime.deferred)
+
+
+def _same_inputs(given: Any, rep: _Repeat) -> bool:
+    """:func:`_same_objects`, except that a numpy input the repeat uploads may be another
+    array of the same dtype and shape."""
+    items = rep.inputs
+    if not given or len(given) != len(items):
+        return False
+    host = rep.host
+    for (k, v), (rk, rv) in zip(given.items(), items):
+        if k != rk:
+            return False
+        sig = host.get(k)
+        if sig is None:
+            if v is not rv:
+                return False
+        elif type(v) is not np.ndarray or v.shape != sig[2] or v.dtype != sig[1]:
+            return False
+    return True
 
 
 def _same_objects(given: Any, items: tuple) -> bool:
@@ -553,9 +574,17 @@ class Variant:
 
     def _run(self, n: Any, inputs: Any, params: Any, outputs: Any, domain_count: Any) -> Run:
         result, shape, data, bind_group, groups, work, bound = self._prepare(n, inputs, params, outputs, domain_count, None)
-        if self._repeatable and domain_count is None and not work.temps and all(isinstance(v, (Output, wgpu.GPUBuffer)) for v in (outputs or {}).values()):
-            self._remember(shape, inputs or {}, params, outputs or {}, bound, result, data, groups)
         defer = self._deferrable and not outputs and _host_only(inputs, domain_count) and _run_bytes(work, result) <= DEFER_MAX_BYTES
+        # Uploads of numpy arrays repeat too (same dtype and shape: the same checks hold; the
+        # data is uploaded afresh every run); any other temporary (a conversion) does not.
+        arrays = [k for k, v in (inputs or {}).items() if type(v) is np.ndarray]
+        if (
+            self._repeatable
+            and domain_count is None
+            and len(work.temps) == len(arrays)
+            and all(isinstance(v, (Output, wgpu.GPUBuffer)) for v in (outputs or {}).values())
+        ):
+            self._remember(shape, inputs or {}, params, outputs or {}, bound, result, data, groups, arrays, defer)
         return self._submit(result, shape, data, bind_group, groups, work, bound, None, defer)
 
     def prepare(
@@ -751,9 +780,21 @@ class Variant:
     # (and cleared) afresh, and the params bytes, sizes and bound inputs are reused.
 
     def _remember(
-        self, n: Any, inputs: Mapping[str, Any], params: Any, outputs: Mapping[str, Any], bound: dict, result: dict, data: bytes, groups: tuple
+        self,
+        n: Any,
+        inputs: Mapping[str, Any],
+        params: Any,
+        outputs: Mapping[str, Any],
+        bound: dict,
+        result: dict,
+        data: bytes,
+        groups: tuple,
+        arrays: list | None = None,
+        defer: bool = False,
     ) -> None:
         outs = {s.binding for s in self.lowered.host_slots if s.role in ("output", "append")}
+        host = {name: (self._slots[name], inputs[name].dtype, inputs[name].shape) for name in arrays or ()}
+        outs |= {slot.binding for slot, _, _ in host.values()}  # uploaded afresh each run
         outs |= {s.counter_binding for s in self.lowered.host_slots if s.role == "append"}
         plan = []
         for slot, _, _ in self._output_slots:
@@ -778,6 +819,9 @@ class Variant:
             groups,
         )
         rep.simple = not self._inout_slots and all(kind == "plain" for _, _, _, _, kind, _ in plan)
+        rep.host, rep.defer = host, defer
+        if host and not rep.simple:
+            self._repeat = None  # uploads repeat on the simple path only
 
     def _run_repeat(self, rep: "_Repeat", n: Any, inputs: Any, params: Any, outputs: Any) -> Run | None:
         rn = rep.n
@@ -785,7 +829,7 @@ class Variant:
             return None
         if not _same_params(params, rep):
             return None
-        if not (_same_objects(inputs, rep.inputs) and _same_objects(outputs, rep.outputs)):
+        if not ((_same_inputs(inputs, rep) if rep.host else _same_objects(inputs, rep.inputs)) and _same_objects(outputs, rep.outputs)):
             return None
         if rep.chained and any(isinstance(v, Output) and not v.count_known for _, v in rep.inputs):
             return None  # a chained count read on the GPU: take the full path
@@ -794,6 +838,8 @@ class Variant:
             ops: list = []
             result: dict[str, Output] = {}
             owned: list = []
+            temps: list = []
+            ups = [(slot.binding, self._upload(slot, inputs[name], temps)) for name, (slot, _, _) in rep.host.items()] if rep.host else ()
             take = pool.take_class
             for slot, size, nbytes, cls, _, vt in rep.plan:
                 buf = take(cls, STORAGE_USAGE, slot.name)
@@ -803,6 +849,8 @@ class Variant:
                 own_pooled(out, pool, (buf,))
                 result[slot.name] = out
                 owned.append(buf)
+            if temps:
+                owned = temps + owned
             key = tuple(owned)
             last = self._repeat_group
             if last is not None and last[0] == key:
@@ -811,13 +859,14 @@ class Variant:
                 bind_group = rep.bind_groups.get(key)
                 if bind_group is None:
                     bound = dict(rep.bound)
-                    for (slot, size, nbytes, *_), buf in zip(rep.plan, owned):
+                    bound.update(ups)
+                    for (slot, size, nbytes, *_), buf in zip(rep.plan, owned[len(temps) :]):
                         bound[slot.binding] = _Bound(buf, size, 0, nbytes)
                     if len(rep.bind_groups) >= _BIND_GROUP_CACHE:
                         rep.bind_groups.clear()
                     bind_group = rep.bind_groups[key] = self._bind_group(bound)
                 self._repeat_group = (key, bind_group)
-            return self._submit(result, rn, rep.data, bind_group, rep.groups, _Work(ops), rep.bound, rep.fixed + owned)
+            return self._submit(result, rn, rep.data, bind_group, rep.groups, _Work(ops, temps=temps), rep.bound, rep.fixed + owned, rep.defer)
         bound = dict(rep.bound)
         result = {}
         work = _Work()
