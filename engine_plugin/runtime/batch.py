@@ -36,11 +36,22 @@ from typing import Any, Iterator
 from ..gpu.device import DeviceContext
 from .submission import PENDING, flush_pending, submit_records
 
-__all__ = ["Batch", "batch", "current_batch", "flush_current_batch", "held_by_open_batch", "flush_epoch", "open_batches", "register_open", "unregister_open"]
+__all__ = [
+    "Batch",
+    "batch",
+    "current_batch",
+    "flush_current_batch",
+    "held_by_open_batch",
+    "flush_epoch",
+    "open_batches",
+    "register_open",
+    "unregister_open",
+    "bump_epoch",
+]
 
 _local = threading.local()
 _open_lock = threading.Lock()
-_open: list["Batch"] = []  # every open batch, all threads: a release may come from any thread (GC)
+_open: list = []  # every open batch, all threads: a release may come from any thread (GC)
 _epoch = [0]
 
 FIRST_SLICE_S = 0.0002  # the first slice goes once its oldest record is this old (seconds)
@@ -154,17 +165,22 @@ def submits_block(ctx: DeviceContext) -> bool:
     return bool(found)
 
 
-def register_open(b: Batch) -> None:
+def register_open(b: Any) -> None:
     """Count ``b`` as open (its held buffers stay parked) though no thread records into it:
     the deferred run's batch (:mod:`engine_plugin.runtime.deferred`)."""
     with _open_lock:
         _open.append(b)
 
 
-def unregister_open(b: Batch) -> None:
+def unregister_open(b: Any) -> None:
     with _open_lock:
         if b in _open:
             _open.remove(b)
+
+
+def bump_epoch() -> None:
+    """Something that held buffers let them go: pools re-check what they parked."""
+    _epoch[0] += 1
 
 
 def flush_epoch() -> int:

@@ -35,8 +35,8 @@ import threading
 from typing import Any
 
 from ..errors import DeviceLostError
-from .batch import Batch, register_open, unregister_open
-from .submission import PENDING
+from .batch import bump_epoch, register_open, unregister_open
+from .submission import PENDING, encode_records, submit_encoder
 
 __all__ = ["DEFER_MAX_BYTES", "defer", "flush", "flush_deferred", "deferred_pending"]
 
@@ -51,15 +51,45 @@ def deferred_pending() -> bool:
     return PENDING[0] is not None and PENDING[0] is not _FLUSHING
 
 
+class _Deferred:
+    """The deferred run: its records (conversions, then the dispatch; params already
+    written), the uploads to give back once submitted, and what it touches (held: a pool
+    parks these buffers while it waits, as an open batch's)."""
+
+    __slots__ = ("ctx", "records", "temps", "pool", "held")
+
+    def __init__(self, ctx: Any, records: list, temps: list, pool: Any, held: set):
+        self.ctx, self.records, self.temps, self.pool, self.held = ctx, records, temps, pool, held
+
+    def holds(self, buffer: Any) -> bool:
+        return buffer in self.held
+
+    def submit(self) -> None:
+        ctx = self.ctx
+        encoder = ctx.device.create_command_encoder(label="engine_plugin.a run")
+        encode_records(encoder, self.records)
+        submit_encoder(ctx.queue, ctx.guard, encoder)
+
+    def drop(self) -> None:
+        for buf in self.temps:
+            self.pool.give(buf)
+        self.held = set()
+        bump_epoch()
+
+
 def defer(variant: Any, data: bytes, bind_group: Any, groups: tuple, ops: list, temps: list, touched: list, extra: list) -> None:
-    """Record a checked run as the deferred one (submitting any earlier deferred run first)."""
+    """Record a checked run as the deferred one (submitting any earlier deferred run first).
+    Its params are written now (queue order puts the write before its later submission)."""
     with _lock:
         if PENDING[0] is not None:
             flush_deferred()
-        b = Batch(slices=False)
-        b.add(variant, data, bind_group, groups, ops, temps, touched, extra)
-        register_open(b)
-        PENDING[0] = (variant.ctx, b)
+        ring = variant._ring
+        offset = ring.take()
+        variant.ctx.queue.write_buffer(ring.buffer, offset, data)
+        record = (variant.compiled.pipeline, bind_group, offset, groups, ops)
+        d = _Deferred(variant.ctx, extra + [record] if extra else [record], temps, variant._pool, set(touched))
+        register_open(d)
+        PENDING[0] = (variant.ctx, d)
 
 
 def flush_deferred(ctx: Any = None, after: tuple | None = None) -> bool:
@@ -79,16 +109,15 @@ def flush_deferred(ctx: Any = None, after: tuple | None = None) -> bool:
         # in another thread would otherwise submit its copy ahead of the run); one that sees
         # _FLUSHING waits on the lock above.
         PENDING[0] = _FLUSHING
-        owner, b = found
+        owner, d = found
         try:
             if owner.lost:
-                b.drop()
                 return False
             folded = after is not None and owner is ctx
             if folded:
-                b.records[id(owner)][1].append(after)
+                d.records.append(after)
             try:
-                b.flush()
+                d.submit()
             except DeviceLostError:
                 if folded:
                     raise
@@ -96,7 +125,8 @@ def flush_deferred(ctx: Any = None, after: tuple | None = None) -> bool:
             return folded
         finally:
             PENDING[0] = None
-            unregister_open(b)
+            unregister_open(d)
+            d.drop()  # submitted, or never to run: its uploads are free, nothing is held
 
 
 def flush() -> None:

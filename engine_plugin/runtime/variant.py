@@ -192,7 +192,23 @@ class _Repeat:
     ``id`` is ever reused while cached).
     """
 
-    __slots__ = ("n", "inputs", "outputs", "chained", "param_items", "fingerprint", "bound", "plan", "data", "groups", "fixed", "bind_groups", "simple", "host", "defer")
+    __slots__ = (
+        "n",
+        "inputs",
+        "outputs",
+        "chained",
+        "param_items",
+        "fingerprint",
+        "bound",
+        "plan",
+        "data",
+        "groups",
+        "fixed",
+        "bind_groups",
+        "simple",
+        "host",
+        "defer",
+    )
 
     def __init__(
         self, n: Any, inputs: tuple, outputs: tuple, chained: bool, param_items: tuple, fingerprint: Any, bound: dict, plan: list, data: bytes, groups: tuple
