@@ -15,13 +15,16 @@ from typing import Any, Callable
 import numpy as np
 import wgpu
 
-from ..errors import DispatchError
+from ..errors import DeviceLostError, DispatchError
+from ..gpu.device import get_context
+from ..gpu.mapping import map_submitted
 from ..lowering.structs import StructType
 from ..lowering.types import ValueType
 from .batch import flush_current_batch
+from .buffers import size_class
 from .deferred import flush_deferred
-from .loss import device_guard
-from .submission import PENDING, flush_pending
+from .loss import LOST_HINT, device_guard, lost_error
+from .submission import PENDING, flush_pending, submit_encoder
 from .textures import TextureOutput, read_texture
 
 __all__ = ["Output", "read", "read_words", "own_pooled"]
@@ -38,19 +41,21 @@ def read_words(buffer: Any, offset: int = 0, size: int | None = None, device: An
     size = buffer.size - offset if size is None else size
     if size <= 0:
         return memoryview(b"")
-    from ..gpu.device import get_context
-
-    dev = device or buffer._device
-    ctx = get_context(dev)
-    with device_guard(ctx):
+    ctx = get_context(device or buffer._device)
+    # device_guard, inlined (this is every one-shot read's path)
+    if ctx.guard.lost:
+        raise DeviceLostError(LOST_HINT)
+    try:
         flush_current_batch()  # a read inside abi.batch() sees every run recorded before it
         return _read_words(buffer, offset, size, ctx)
+    except Exception as exc:
+        lost = lost_error(ctx, exc)
+        if lost is None or lost is exc:
+            raise
+        raise lost from None
 
 
 def _read_words(buffer: Any, offset: int, size: int, ctx: Any) -> memoryview:
-    from ..gpu.mapping import map_submitted
-    from .buffers import size_class
-
     dev = ctx.device
     padded = (size + 3) & ~3
     cls = size_class(padded)
@@ -59,18 +64,15 @@ def _read_words(buffer: Any, offset: int, size: int, ctx: Any) -> memoryview:
     staging = free.pop() if free else dev.create_buffer(size=cls, usage=wgpu.BufferUsage.MAP_READ | wgpu.BufferUsage.COPY_DST, label="read staging")
     nbytes = min(padded, buffer.size - offset)
     # A deferred run (runtime.deferred) on this device takes the copy into its own submission:
-    # one submit for the run and the read.
+    # one submit for the run and the read. The copy is submitted before the map either way:
+    # map without wgpu-py's extra submit (see gpu/mapping.py).
     copy = (None, None, None, (0, 0, 0), [("copy", buffer, offset, staging, 0, nbytes)])
     if PENDING[0] is not None and flush_deferred(ctx, copy):
-        with ctx.guard.submitting("abi.read"):
-            mapped = map_submitted(staging, cls)
+        encoder = None
     else:
         encoder = dev.create_command_encoder()
         encoder.copy_buffer_to_buffer(buffer, offset, staging, 0, nbytes)
-        with ctx.guard.submitting("abi.read"):
-            dev.queue.submit([encoder.finish()])
-            # The copy is already submitted: map without wgpu-py's extra submit (see gpu/ring.py).
-            mapped = map_submitted(staging, cls)
+    mapped = submit_encoder(dev.queue, ctx.guard, encoder, "abi.read", partial(map_submitted, staging, cls))
     mapped.sync_wait()
     try:
         data = staging.read_mapped(0, padded, copy=True)

@@ -128,16 +128,19 @@ def submit_records(device: Any, queue: Any, guard: Any, records: list, label: st
     submit_encoder(queue, guard, encoder, label)
 
 
-def submit_encoder(queue: Any, guard: Any, encoder: Any, label: str = "a run") -> None:
+def submit_encoder(queue: Any, guard: Any, encoder: Any, label: str = "a run", then: Callable[[], Any] | None = None) -> Any:
     """``queue.submit([encoder.finish()])`` with what :meth:`SubmissionGuard.submitting` does
     (refuse on a known loss, the submit lock held across finish and submit, a loss error turned
     into :class:`DeviceLostError`), inline: a generator context manager costs as much as a
-    fifth of a small run's host time."""
+    fifth of a small run's host time. ``encoder`` None submits nothing; ``then`` runs under the
+    same lock after the submit (a readback's ``map_async``), and its answer is returned."""
     with guard.lock:
         if guard.lost or guard.check():
             raise DeviceLostError(f"{label}: the device is lost ({guard.reason}); nothing was submitted")
         try:
-            queue.submit([encoder.finish()])
+            if encoder is not None:
+                queue.submit([encoder.finish()])
+            return then() if then is not None else None
         except Exception as exc:
             if classify(exc) == DeviceFault.LOST:
                 text = str(exc).strip()
