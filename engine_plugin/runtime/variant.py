@@ -12,6 +12,13 @@ What a kernel can observe is defined:
 - a live count is a snapshot of its domain count taken in the run's submission, owned by the
   outputs that report it, so no later run can change it;
 - GPU-resident inputs of another scalar type are converted by value in the same submission.
+
+When a run reaches the queue: at once, into the open ``abi.batch()`` (which submits in slices,
+see :mod:`.batch`), or, for a small run of host data only, at the next runtime call (see
+:mod:`.deferred`: a read that comes next folds its copy into the run's submission). Either way
+queue order is the order of the calls, and nothing a caller can observe depends on which.
+A repeat of the last fully checked call (same ``n``, params, buffers; numpy inputs of the same
+dtype and shape) skips the checks whose outcome it cannot change.
 """
 
 from __future__ import annotations
