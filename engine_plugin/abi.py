@@ -17,7 +17,7 @@ from typing import Any, Mapping
 from .lowering import Lowered, Schema, VariantSpec, enumerate_variants, is_extended, parse, resolve_spec, variant_count
 from .lowering import evaluate as _evaluate
 from .lowering import lower as _lower
-from .runtime import Output, Program, Run, Table, Variant, batch, read, table
+from .runtime import Output, Program, Run, Table, Variant, batch, flush, read, table
 from .runtime import compile_lowered as _compile_lowered
 from .runtime import program as _program
 
@@ -34,6 +34,7 @@ __all__ = [
     "compile",
     "enumerate_variants",
     "evaluate",
+    "flush",
     "is_extended",
     "lower",
     "page_binding",

@@ -1,4 +1,7 @@
-"""The benchmark cases. Each pairs the plugin path with raw wgpu-py doing the same work."""
+"""The benchmark cases. Each pairs the plugin path with raw wgpu-py doing the same work.
+
+The host-path cases (``run_host``, ``batch100``, ``batch_bandwidth``, ``oneshot``) are in
+:mod:`.host_cases`, the kernel bandwidth cases in :mod:`.kernel_cases`."""
 
 from __future__ import annotations
 
@@ -36,16 +39,6 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
     let i = gid.x + gid.y * p.stride;
     if (i >= p.n) { return; }
     y[i] = p.a * x[i] + 1.0;
-}
-"""
-RAW_CWB_WGSL = """\
-@group(0) @binding(0) var<storage, read> x: array<f32>;
-@group(0) @binding(1) var<storage, read_write> y: array<f32>;
-@compute @workgroup_size(64)
-fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
-    let i = gid.x;
-    if (i >= arrayLength(&y)) { return; }
-    y[i] = 2.0 * x[i] + 1.0;
 }
 """
 STORAGE = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC | wgpu.BufferUsage.COPY_DST
@@ -138,59 +131,6 @@ def bench_lowering(opts) -> Result:
     return Result("lowering (reference, 1 variant)", t, None, "s", note="median over 1,000 lowerings")
 
 
-@case("run_host")
-def bench_run_host(opts) -> Result:
-    """(a) Host cost of one pooled variant.run against raw encode+submit with a pre-built bind group."""
-    n = 1024
-    variant = _axpy_variant()
-    x = get_context().device.create_buffer_with_data(data=np.arange(n, dtype=np.float32), usage=STORAGE)
-    raw = _RawAxpy(n)
-    inputs, params = {"x": x}, {"a": 2.0}
-    plugin = median_time(lambda: variant.run(n, inputs=inputs, params=params), repeat=_repeat(opts, 2000), warmup=20)
-    rawt = median_time(raw.once, repeat=_repeat(opts, 2000), warmup=20)
-    return Result("(a) variant.run host cost", plugin, rawt, "s", target="<= 1.3x")
-
-
-@case("batch100")
-def bench_batch(opts) -> Result:
-    """(b) 100 runs recorded into one submission."""
-    n = 1024
-    variant = _axpy_variant()
-    x = get_context().device.create_buffer_with_data(data=np.arange(n, dtype=np.float32), usage=STORAGE)
-    raw = _RawAxpy(n, slots=100)
-
-    def plugin_once():
-        with abi.batch():
-            for _ in range(100):
-                variant.run(n, inputs={"x": x}, params={"a": 2.0})
-
-    plugin = median_time(plugin_once, repeat=_repeat(opts, 100), warmup=3)
-    rawt = median_time(lambda: raw.many(100), repeat=_repeat(opts, 100), warmup=3)
-    return Result("(b) 100 runs in one frame", plugin, rawt, "s")
-
-
-@case("oneshot")
-def bench_oneshot(opts) -> Result:
-    """(c) One-shot run with numpy input and readback against compute_with_buffers."""
-    from wgpu.utils.compute import compute_with_buffers
-
-    n = 1024
-    variant = _axpy_variant()
-    xs = np.arange(n, dtype=np.float32)
-
-    def plugin_once():
-        return abi.read(variant.run(n, inputs={"x": xs}, params={"a": 2.0}).outputs["y"])
-
-    def raw_once():
-        return compute_with_buffers({0: xs}, {1: (n, "f")}, RAW_CWB_WGSL, n=n)
-
-    a, b = plugin_once(), np.frombuffer(raw_once()[1], dtype=np.float32)
-    assert np.array_equal(a, b), "plugin and raw disagree"
-    plugin = median_time(plugin_once, repeat=_repeat(opts, 200), warmup=5)
-    rawt = median_time(raw_once, repeat=_repeat(opts, 200), warmup=5)
-    return Result("(c) one-shot run vs compute_with_buffers", plugin, rawt, "s", target="<= 0.2x (>= 5x faster)")
-
-
 def _sync(ctx) -> None:
     """Wait for all submitted work: a 4-byte read-back orders after it on the queue."""
     from ..runtime.output import read_words
@@ -269,4 +209,4 @@ def bench_bandwidth(opts) -> Result:
     )
 
 
-from . import engine_cases, kernel_cases, latency_cases  # noqa: E402,F401  (register the engine, kernel and latency cases)
+from . import engine_cases, host_cases, kernel_cases, latency_cases  # noqa: E402,F401  (register the engine, host, kernel and latency cases)

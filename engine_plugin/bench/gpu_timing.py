@@ -63,6 +63,11 @@ class PassTimer:
         encoder_cls.begin_compute_pass = begin_compute_pass
         try:
             yield
+            # A small run of host data is encoded when it is submitted (runtime.deferred):
+            # submit it while its pass can still be timed.
+            from ..runtime.deferred import flush
+
+            flush()
         finally:
             encoder_cls.begin_compute_pass = original
 

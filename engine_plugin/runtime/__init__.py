@@ -2,6 +2,7 @@
 
 from .batch import batch
 from .compile import CompiledVariant, compile_count, compile_lowered, compiled
+from .deferred import flush
 from .output import Output, read
 from .program import LoweredStore, Program, lowering_count, program
 from .table import Table, table
@@ -19,6 +20,7 @@ __all__ = [
     "compile_count",
     "compile_lowered",
     "compiled",
+    "flush",
     "lowering_count",
     "program",
     "read",

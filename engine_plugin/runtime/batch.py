@@ -1,45 +1,81 @@
-"""Many runs in one submission (``abi.batch()``); the records and their encoding are
+"""Many runs in few submissions (``abi.batch()``); the records and their encoding are
 :mod:`engine_plugin.runtime.submission`'s.
 
+Slices: a batch submits what it recorded so far once the oldest unsubmitted record is
+``FIRST_SLICE_S`` old (the batch's first slice) or ``SLICE_S`` old (every later one), and the
+rest at exit. The GPU then starts while Python still encodes, and a batch that encodes in less
+than ``FIRST_SLICE_S`` stays one submission. Each extra submission costs one ``queue.submit``
+(tens of microseconds on a discrete GPU), so the extra host time is bounded by that cost per
+``SLICE_S`` of encoding, and the GPU waits at most ``FIRST_SLICE_S`` for its first work.
+
+By default a batch slices only on a GPU: on a CPU adapter (lavapipe) a submit waits for the
+previous submission, so a slice makes Python wait for the CPU's own "GPU" work mid-batch
+(measured there: host time 2-3x, time until done no better); a batch there keeps one
+submission unless ``abi.batch(slices=True)``. ``slices=False`` keeps one submission anywhere.
+
+Order: slices go to the queue in order, and a run's params are written before the submission
+carrying it, so runs execute in recording order whatever the slicing.
+
 Buffer lifetime: outside a batch a run is submitted at once, so a buffer its outputs release
-later is reused only by work queued after it (WebGPU's queue order). Inside a batch nothing is
-submitted yet, so every buffer a recorded run touches is *held* by the batch: a pooled buffer
-released meanwhile stays parked in its pool (:func:`held_by_open_batch`) until the batch is
-submitted. Reading anything back inside a batch flushes it first, so a read never answers
-what the GPU has not been asked to compute yet.
+later is reused only by work queued after it (WebGPU's queue order). Inside a batch a recorded
+run is not submitted yet, so every buffer it touches is *held* until its slice is submitted: a
+pooled buffer released meanwhile stays parked in its pool (:func:`held_by_open_batch`) until
+then. Buffers of runs already submitted in an earlier slice are free to reuse, as outside a
+batch. Temporary buffers (uploads) go back to the pool after the submission carrying their
+run. Reading anything back inside a batch submits what was recorded first, so a read never
+answers what the GPU has not been asked to compute yet.
 """
 
 from __future__ import annotations
 
 import threading
+import time
 from contextlib import contextmanager
 from typing import Any, Iterator
 
 from ..gpu.device import DeviceContext
-from .submission import submit_records
+from .submission import PENDING, flush_pending, submit_records
 
-__all__ = ["Batch", "batch", "current_batch", "flush_current_batch", "held_by_open_batch", "flush_epoch"]
+__all__ = [
+    "Batch",
+    "batch",
+    "current_batch",
+    "flush_current_batch",
+    "held_by_open_batch",
+    "flush_epoch",
+    "open_batches",
+    "register_open",
+    "unregister_open",
+    "bump_epoch",
+]
 
 _local = threading.local()
 _open_lock = threading.Lock()
-_open: list["Batch"] = []  # every open batch, all threads: a release may come from any thread (GC)
+_open: list = []  # every open batch, all threads: a release may come from any thread (GC)
 _epoch = [0]
+
+FIRST_SLICE_S = 0.0002  # the first slice goes once its oldest record is this old (seconds)
+SLICE_S = 0.001  # every later slice: bounds the extra submits to one per millisecond of encoding
 
 
 class Batch:
-    """Runs recorded inside ``with abi.batch():`` go to the GPU in one submission at exit.
+    """Runs recorded inside ``with abi.batch():`` go to the GPU in slices (see the module
+    docstring), the last at exit.
 
     Params are staged in each variant's ring mirror and written once per contiguous range at
-    flush; a variant about to wrap its ring inside one batch flushes first, so no slot is
+    flush; a variant about to wrap its ring inside one slice flushes first, so no slot is
     overwritten before the dispatch that reads it.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, slices: bool | None = None) -> None:
+        self.slices = slices  # None: decided at the first run, by the device (see submits_block)
+        self.submissions = 0  # how many submissions the batch made (slices included)
+        self._slice_start = 0.0
+        self._limit = FIRST_SLICE_S
         self.records: dict[int, tuple[DeviceContext, list]] = {}
         self.temps: list = []
         self._staged: dict[int, tuple[Any, list[int]]] = {}  # id(variant) -> (variant, offsets)
-        self._held: set[int] = set()  # id() of every buffer a recorded run touches
-        self._held_refs: list = []  # ... kept alive, so an id() stays theirs until the flush
+        self._held: set = set()  # every buffer a recorded run touches, until the flush
 
     def add(self, variant: Any, data: bytes, bind_group: Any, groups: tuple, ops: list, temps: list, buffers: list, extra: list | None = None) -> None:
         """Record one run (and ``extra`` records, e.g. conversions, that must come before it)."""
@@ -53,46 +89,98 @@ class Batch:
         offset = ring.take()
         ring.mirror[offset : offset + len(data)] = data
         staged[1].append(offset)
-        for buf in buffers:
-            self._held.add(id(buf))
-        self._held_refs.extend(buffers)
-        records = self.records.setdefault(id(variant.ctx), (variant.ctx, []))[1]
-        records.extend(extra or ())
+        self._held.update(buffers)  # by identity (buffers hash so): the set keeps them alive
+        found = self.records.get(id(variant.ctx))
+        if found is None:
+            found = self.records[id(variant.ctx)] = (variant.ctx, [])
+        records = found[1]
+        if extra:
+            records.extend(extra)
         records.append((variant.compiled.pipeline, bind_group, offset, groups, ops))
         if temps:
             self.temps.extend((variant, t) for t in temps)
+        if self.slices is None:
+            self.slices = not submits_block(variant.ctx)
+        if self.slices:
+            now = time.perf_counter()
+            if not self._slice_start:
+                self._slice_start = now
+            elif now - self._slice_start >= self._limit:
+                self.flush()
 
     def holds(self, buffer: Any) -> bool:
-        return id(buffer) in self._held
+        return buffer in self._held
 
     @property
     def pending(self) -> bool:
         return any(records for _, records in self.records.values())
 
     def flush(self) -> None:
-        for variant, offsets in self._staged.values():
-            ring = variant._ring
-            offsets.sort()
-            start = prev = offsets[0]
-            for off in offsets[1:] + [None]:
-                if off is not None and off == prev + ring.stride:
-                    prev = off
-                    continue
-                end = prev + ring.stride
-                variant.ctx.queue.write_buffer(ring.buffer, start, memoryview(ring.mirror)[start:end])
-                if off is not None:
-                    start = prev = off
-        for ctx, records in self.records.values():
-            if records:
-                submit_records(ctx.device, ctx.queue, ctx.guard, records, "a batch")
+        """Submit what was recorded so far (a slice, or the rest at exit)."""
+        self._slice_start = 0.0
+        self._limit = SLICE_S
+        try:
+            for variant, offsets in self._staged.values():
+                ring = variant._ring
+                offsets.sort()
+                start = prev = offsets[0]
+                for off in offsets[1:] + [None]:
+                    if off is not None and off == prev + ring.stride:
+                        prev = off
+                        continue
+                    end = prev + ring.stride
+                    variant.ctx.queue.write_buffer(ring.buffer, start, memoryview(ring.mirror)[start:end])
+                    if off is not None:
+                        start = prev = off
+            for ctx, records in self.records.values():
+                if records:
+                    self.submissions += 1
+                    submit_records(ctx.device, ctx.queue, ctx.guard, records, "a batch")
+        finally:
+            # Submitted, or failed (a lost device: nothing of it will run): either way the
+            # recorded runs hold nothing any more.
+            self.drop()
+
+    def drop(self) -> None:
+        """Forget what was recorded (submitted, or never to be): temps go back to their
+        pools, held buffers are free."""
         for variant, buf in self.temps:
             variant._pool.give(buf)
         self._held = set()
-        self._held_refs = []
         _epoch[0] += 1
         self.records.clear()
         self.temps.clear()
         self._staged.clear()
+
+
+def submits_block(ctx: DeviceContext) -> bool:
+    """Whether a submit on this device waits for the previous submission to finish: CPU
+    adapters (lavapipe) do. Slices there would make Python wait for the CPU's "GPU" work in
+    the middle of a batch, so a batch slices only on other adapters unless asked to."""
+    cache = ctx.cache("runtime")
+    found = cache.get("submits block")
+    if found is None:
+        info = dict(ctx.adapter.info) if ctx.adapter is not None else {}
+        found = cache["submits block"] = str(info.get("adapter_type", "")) == "CPU"
+    return bool(found)
+
+
+def register_open(b: Any) -> None:
+    """Count ``b`` as open (its held buffers stay parked) though no thread records into it:
+    the deferred run's batch (:mod:`engine_plugin.runtime.deferred`)."""
+    with _open_lock:
+        _open.append(b)
+
+
+def unregister_open(b: Any) -> None:
+    with _open_lock:
+        if b in _open:
+            _open.remove(b)
+
+
+def bump_epoch() -> None:
+    """Something that held buffers let them go: pools re-check what they parked."""
+    _epoch[0] += 1
 
 
 def flush_epoch() -> int:
@@ -100,9 +188,16 @@ def flush_epoch() -> int:
     return _epoch[0]
 
 
+def open_batches() -> bool:
+    """Whether any batch is open (any thread): only then can a returned buffer be held."""
+    return bool(_open)
+
+
 def held_by_open_batch(buffer: Any) -> bool:
     """Whether a run recorded in an open (not yet submitted) batch touches ``buffer``: the
     pool must not hand it to anyone before that batch is submitted."""
+    if not _open:
+        return False
     return any(b.holds(buffer) for b in tuple(_open))
 
 
@@ -119,15 +214,23 @@ def flush_current_batch() -> None:
 
 
 @contextmanager
-def batch() -> Iterator[Batch]:
-    """Record every ``variant.run`` inside into one submission (per device), sent at exit.
+def batch(slices: bool | None = None) -> Iterator[Batch]:
+    """Record every ``variant.run`` inside into few submissions (per device): slices of about
+    a millisecond of encoding while it runs (the GPU starts early), the rest at exit.
+
+    Args:
+        slices: False keeps everything recorded for one submission at exit; True slices on
+            any device; None (the default) slices unless the device is a CPU adapter, where
+            a submit waits for the previous one (see the module docstring).
 
     Reading an output or a count inside the batch submits what was recorded so far first.
     """
+    if PENDING[0] is not None:
+        flush_pending()  # a deferred run goes first, in queue order
     stack = getattr(_local, "stack", None)
     if stack is None:
         stack = _local.stack = []
-    b = Batch()
+    b = Batch(slices)
     stack.append(b)
     with _open_lock:
         _open.append(b)

@@ -15,7 +15,7 @@ import wgpu
 
 from ..arrays import dtype_kind, prepare_array  # re-exported: runtime modules take them from here
 from ..gpu.device import DeviceContext
-from .batch import flush_epoch, held_by_open_batch
+from .batch import flush_epoch, held_by_open_batch, open_batches
 
 __all__ = ["BufferPool", "size_class", "STORAGE_USAGE", "prepare_array", "dtype_kind", "pool_for"]
 
@@ -48,7 +48,11 @@ class BufferPool:
         self.reused = 0
 
     def take(self, nbytes: int, usage: int = STORAGE_USAGE, label: str = "engine_plugin") -> Any:
-        size = size_class(nbytes)
+        return self.take_class(size_class(nbytes), usage, label)
+
+    def take_class(self, size: int, usage: int = STORAGE_USAGE, label: str = "engine_plugin") -> Any:
+        """A buffer of exactly ``size`` bytes, a :func:`size_class` (a run's repeat path
+        computes the class once)."""
         with self._lock:
             if self._returned or (self._parked and flush_epoch() != self._parked_epoch):
                 self._drain()
@@ -75,8 +79,15 @@ class BufferPool:
             candidates, self._parked, self._parked_epoch = self._parked, [], epoch
         else:
             candidates = []
-        while self._returned:
-            candidates.append(self._returned.popleft())
+        returned = self._returned
+        if not candidates and not open_batches():  # nothing can be held: straight to the free lists
+            free = self._free
+            while returned:
+                buffer, usage = returned.popleft()
+                free[(buffer.size, usage)].append(buffer)
+            return
+        while returned:
+            candidates.append(returned.popleft())
         for buffer, usage in candidates:
             if held_by_open_batch(buffer):
                 self._parked.append((buffer, usage))

@@ -16,7 +16,7 @@ from ..errors import DeviceLostError
 from ..gpu.device import DeviceContext
 from ..gpu.loss import DeviceFault, classify, is_poll_thread_stopped
 
-__all__ = ["device_guard", "mark_lost", "LOST_HINT"]
+__all__ = ["device_guard", "mark_lost", "lost_error", "LOST_HINT"]
 
 LOST_HINT = "the GPU device was lost (a driver reset or device.destroy()); get the variant again with program.variant(...) to compile it on a new device"
 
@@ -26,6 +26,17 @@ def mark_lost(ctx: DeviceContext) -> None:
     if not ctx.lost:
         ctx.lost = True
         ctx.drop_caches()
+
+
+def lost_error(ctx: DeviceContext, exc: BaseException) -> DeviceLostError | None:
+    """What :func:`device_guard` raises for ``exc`` (marking ``ctx`` lost), or None when
+    ``exc`` is no loss; for hot paths that inline the guard with a plain ``try``."""
+    if isinstance(exc, DeviceLostError):
+        return exc
+    if classify(exc) == DeviceFault.LOST or is_poll_thread_stopped(exc):
+        mark_lost(ctx)
+        return DeviceLostError(LOST_HINT)
+    return None
 
 
 @contextmanager

@@ -9,19 +9,25 @@ the live elements, so a reader never sees stale slots past the count.
 from __future__ import annotations
 
 import weakref
+from functools import partial
 from typing import Any, Callable
 
 import numpy as np
 import wgpu
 
-from ..errors import DispatchError
+from ..errors import DeviceLostError, DispatchError
+from ..gpu.device import get_context
+from ..gpu.mapping import map_submitted
 from ..lowering.structs import StructType
 from ..lowering.types import ValueType
 from .batch import flush_current_batch
-from .loss import device_guard
+from .buffers import size_class
+from .deferred import flush_deferred
+from .loss import LOST_HINT, device_guard, lost_error
+from .submission import PENDING, flush_pending, submit_encoder
 from .textures import TextureOutput, read_texture
 
-__all__ = ["Output", "read", "read_words"]
+__all__ = ["Output", "read", "read_words", "own_pooled"]
 
 
 def read_words(buffer: Any, offset: int = 0, size: int | None = None, device: Any = None) -> memoryview:
@@ -35,31 +41,38 @@ def read_words(buffer: Any, offset: int = 0, size: int | None = None, device: An
     size = buffer.size - offset if size is None else size
     if size <= 0:
         return memoryview(b"")
-    from ..gpu.device import get_context
-
-    dev = device or buffer._device
-    ctx = get_context(dev)
-    with device_guard(ctx):
+    ctx = get_context(device or buffer._device)
+    # device_guard, inlined (this is every one-shot read's path)
+    if ctx.guard.lost:
+        raise DeviceLostError(LOST_HINT)
+    try:
         flush_current_batch()  # a read inside abi.batch() sees every run recorded before it
         return _read_words(buffer, offset, size, ctx)
+    except Exception as exc:
+        lost = lost_error(ctx, exc)
+        if lost is None or lost is exc:
+            raise
+        raise lost from None
 
 
 def _read_words(buffer: Any, offset: int, size: int, ctx: Any) -> memoryview:
-    from ..gpu.mapping import map_submitted
-    from .buffers import size_class
-
     dev = ctx.device
     padded = (size + 3) & ~3
     cls = size_class(padded)
     # Pooled per device context, so a lost device drops its staging buffers with it.
     free = ctx.cache("read staging").setdefault(cls, [])
     staging = free.pop() if free else dev.create_buffer(size=cls, usage=wgpu.BufferUsage.MAP_READ | wgpu.BufferUsage.COPY_DST, label="read staging")
-    encoder = dev.create_command_encoder()
-    encoder.copy_buffer_to_buffer(buffer, offset, staging, 0, min(padded, buffer.size - offset))
-    with ctx.guard.submitting("abi.read"):
-        dev.queue.submit([encoder.finish()])
-        # The copy is already submitted: map without wgpu-py's extra submit (see gpu/ring.py).
-        mapped = map_submitted(staging, cls)
+    nbytes = min(padded, buffer.size - offset)
+    # A deferred run (runtime.deferred) on this device takes the copy into its own submission:
+    # one submit for the run and the read. The copy is submitted before the map either way:
+    # map without wgpu-py's extra submit (see gpu/mapping.py).
+    copy = (None, None, None, (0, 0, 0), [("copy", buffer, offset, staging, 0, nbytes)])
+    if PENDING[0] is not None and flush_deferred(ctx, copy):
+        encoder = None
+    else:
+        encoder = dev.create_command_encoder()
+        encoder.copy_buffer_to_buffer(buffer, offset, staging, 0, nbytes)
+    mapped = submit_encoder(dev.queue, ctx.guard, encoder, "abi.read", partial(map_submitted, staging, cls))
     mapped.sync_wait()
     try:
         data = staging.read_mapped(0, padded, copy=True)
@@ -79,7 +92,20 @@ class Output:
     capacity (nothing was written out of bounds), else None.
     """
 
-    __slots__ = ("buffer", "capacity", "counter", "element", "bits", "name", "_count", "_attempted", "_counter_kind", "_counter_limit", "_keep", "__weakref__")
+    __slots__ = (
+        "_buffer",
+        "capacity",
+        "_counter",
+        "element",
+        "bits",
+        "name",
+        "_count",
+        "_attempted",
+        "_counter_kind",
+        "_counter_limit",
+        "_keep",
+        "__weakref__",
+    )
 
     def __init__(
         self,
@@ -95,22 +121,39 @@ class Output:
         bits: bool = False,
         keep: Any = None,
     ):
-        self.buffer = buffer
+        self._buffer = buffer
         self._keep = keep  # what owns ``counter`` when it is shared (a live count's snapshot)
         self.capacity = capacity
         self.element = element
         self.bits = bits
         self.name = name
-        self.counter = counter
+        self._counter = counter
         self._counter_kind = counter_kind  # "append" or "live"
         self._counter_limit = capacity if counter_limit is None else counter_limit
         self._count = count
         self._attempted: int | None = None
 
+    @property
+    def buffer(self) -> Any:
+        """The GPUBuffer holding the elements. Handing it out submits a deferred run first
+        (see :mod:`engine_plugin.runtime.deferred`): raw wgpu calls on it then come after the
+        run in queue order."""
+        if PENDING[0] is not None:
+            flush_pending()
+        return self._buffer
+
+    @property
+    def counter(self) -> Any:
+        """The GPU counter of an append or ``live`` output (None for plain outputs); handed
+        out as :attr:`buffer` is."""
+        if PENDING[0] is not None and self._counter is not None:
+            flush_pending()
+        return self._counter
+
     def _resolve(self) -> None:
         if self._count is not None:
             return
-        raw = int(np.frombuffer(read_words(self.counter, 0, 4), dtype="<u4")[0])
+        raw = int(np.frombuffer(read_words(self._counter, 0, 4), dtype="<u4")[0])
         self._attempted = raw
         self._count = min(raw, self._counter_limit)
 
@@ -150,7 +193,7 @@ def read(x: Any, as_u32: bool = False) -> np.ndarray:
     if isinstance(x, Output):
         count = x.count
         vt = x.element
-        raw = read_words(x.buffer, 0, count * vt.bytes) if count else memoryview(b"")
+        raw = read_words(x._buffer, 0, count * vt.bytes) if count else memoryview(b"")
         if isinstance(vt, StructType) and not as_u32:
             return np.frombuffer(raw, dtype=vt.numpy_dtype).copy()  # a structured array, WGSL's offsets
         dtype = "<u4" if as_u32 else vt.numpy_dtype
@@ -186,7 +229,7 @@ _owners: dict[int, Any] = {}
 
 def own_buffer(output: Output) -> None:
     """Mark ``output.buffer`` as allocated for ``output`` (until the output is garbage)."""
-    _owners[id(output.buffer)] = weakref.ref(output)
+    _owners[id(output._buffer)] = weakref.ref(output)
 
 
 def disown_buffer(buffer: Any, output_ref: Any = None) -> None:
@@ -199,7 +242,7 @@ def output_of(buffer: Any) -> Output | None:
     """The live Output whose host-allocated storage ``buffer`` is, if any."""
     ref = _owners.get(id(buffer))
     out = ref() if ref is not None else None
-    return out if out is not None and out.buffer is buffer else None
+    return out if out is not None and out._buffer is buffer else None
 
 
 def on_release(output: Output, callback: Callable[[], None]) -> None:
@@ -215,3 +258,21 @@ def on_release(output: Output, callback: Callable[[], None]) -> None:
 
     ref = weakref.ref(output, fire)
     _release_refs[id(ref)] = ref
+
+
+def own_pooled(output: Output, pool: Any, buffers: tuple) -> None:
+    """:func:`own_buffer` and :func:`on_release` giving ``buffers`` back to ``pool``, with one
+    weakref (this runs once per output per run; a closure and a second weakref cost as much
+    as the rest of the bookkeeping)."""
+    ref = weakref.ref(output, partial(_release_pooled, pool, buffers))
+    _owners[id(buffers[0])] = ref
+    _release_refs[id(ref)] = ref
+
+
+def _release_pooled(pool: Any, buffers: tuple, ref: Any) -> None:
+    _release_refs.pop(id(ref), None)
+    key = id(buffers[0])
+    if _owners.get(key) is ref:
+        del _owners[key]
+    for buf in buffers:
+        pool.give(buf)

@@ -27,7 +27,22 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["Submission", "encode_records", "submit_records"]
+from ..errors import DeviceLostError
+from ..gpu.loss import DeviceFault, classify
+
+__all__ = ["PENDING", "Submission", "encode_records", "flush_pending", "submit_records", "submit_encoder"]
+
+# The deferred run (runtime.deferred), as (context, batch), or None. Every submission the
+# runtime makes sends it first, so queue order is as if it had been submitted at once.
+PENDING: list = [None]
+
+
+def flush_pending() -> None:
+    """Submit the deferred run, if one waits (see :mod:`engine_plugin.runtime.deferred`)."""
+    if PENDING[0] is not None:
+        from .deferred import flush_deferred
+
+        flush_deferred()
 
 
 def _set_groups(cpass: Any, bind_group: Any, offsets: Any) -> None:
@@ -57,7 +72,7 @@ def encode_records(encoder: Any, records: list, timings: dict[int, tuple[Any, in
         for op in record[4]:
             if op[0] == "clear":
                 encoder.clear_buffer(op[1], op[2], op[3])
-    cpass = None
+    cpass = current = None
     for i, (pipeline, bind_group, offsets, groups, ops) in enumerate(records):
         in_place = [op for op in ops if op[0] != "clear"] if ops else ()
         if in_place:
@@ -87,8 +102,14 @@ def encode_records(encoder: Any, records: list, timings: dict[int, tuple[Any, in
             continue
         if cpass is None:
             cpass = encoder.begin_compute_pass()
-        cpass.set_pipeline(pipeline)
-        _set_groups(cpass, bind_group, offsets)
+            current = None
+        if pipeline is not current:  # a pass keeps its pipeline: set it once per run of equal ones
+            cpass.set_pipeline(pipeline)
+            current = pipeline
+        if type(offsets) is int and not isinstance(bind_group, tuple):
+            cpass.set_bind_group(0, bind_group, [offsets])
+        else:
+            _set_groups(cpass, bind_group, offsets)
         cpass.dispatch_workgroups(*groups)
     if cpass is not None:
         cpass.end()
@@ -100,10 +121,32 @@ def submit_records(device: Any, queue: Any, guard: Any, records: list, label: st
     ``finish()`` and the submit happen under the device's submit lock: a loss cannot land in
     between (submitting a command buffer finished before a loss aborts the process).
     """
+    if PENDING[0] is not None:
+        flush_pending()
     encoder = device.create_command_encoder(label=f"engine_plugin.{label}")
     encode_records(encoder, records)
-    with guard.submitting(label):
-        queue.submit([encoder.finish()])
+    submit_encoder(queue, guard, encoder, label)
+
+
+def submit_encoder(queue: Any, guard: Any, encoder: Any, label: str = "a run", then: Callable[[], Any] | None = None) -> Any:
+    """``queue.submit([encoder.finish()])`` with what :meth:`SubmissionGuard.submitting` does
+    (refuse on a known loss, the submit lock held across finish and submit, a loss error turned
+    into :class:`DeviceLostError`), inline: a generator context manager costs as much as a
+    fifth of a small run's host time. ``encoder`` None submits nothing; ``then`` runs under the
+    same lock after the submit (a readback's ``map_async``), and its answer is returned."""
+    with guard.lock:
+        if guard.lost or guard.check():
+            raise DeviceLostError(f"{label}: the device is lost ({guard.reason}); nothing was submitted")
+        try:
+            if encoder is not None:
+                queue.submit([encoder.finish()])
+            return then() if then is not None else None
+        except Exception as exc:
+            if classify(exc) == DeviceFault.LOST:
+                text = str(exc).strip()
+                guard.mark_lost(f"{label}: {text.splitlines()[-1] if text else type(exc).__name__}")
+                raise DeviceLostError(f"{label}: the device is lost ({guard.reason})") from exc
+            raise
 
 
 class Submission:
@@ -137,6 +180,8 @@ class Submission:
     def submit(self, device: Any, queue: Any, guard: Any, label: str, timer: Any = None) -> None:
         """Encode and submit the records (nothing when there are none), then run the
         ``after_submit`` callbacks. Raises what the device raises; the callbacks then never run."""
+        if PENDING[0] is not None:
+            flush_pending()
         records, self.records = self.records, []
         after, self.after = self.after, []
         timed, self.timed = self.timed, []

@@ -19,6 +19,7 @@ import wgpu
 from ..errors import DispatchError
 from ..gpu.device import DeviceContext
 from ..lowering.textures import format_channels, format_numpy, upload_format
+from .submission import flush_pending
 
 __all__ = ["TextureOutput", "upload_texture", "output_texture", "sampler_for", "read_texture", "view_of", "VIEW_DIMENSION"]
 
@@ -119,6 +120,7 @@ def read_texture(ctx: DeviceContext, out: TextureOutput, read_words: Any) -> np.
     staging = ctx.device.create_buffer(size=pitch * h * d, usage=wgpu.BufferUsage.COPY_DST | wgpu.BufferUsage.COPY_SRC, label="texture read")
     encoder = ctx.device.create_command_encoder()
     encoder.copy_texture_to_buffer({"texture": out.texture}, {"buffer": staging, "bytes_per_row": pitch, "rows_per_image": h}, (w, h, d))
+    flush_pending()  # a deferred run first, in queue order
     with ctx.guard.submitting("abi.read of a texture"):
         ctx.queue.submit([encoder.finish()])
     raw = np.frombuffer(read_words(staging), dtype=np.uint8).reshape(d, h, pitch)[:, :, : w * texel]

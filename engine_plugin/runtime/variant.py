@@ -12,11 +12,19 @@ What a kernel can observe is defined:
 - a live count is a snapshot of its domain count taken in the run's submission, owned by the
   outputs that report it, so no later run can change it;
 - GPU-resident inputs of another scalar type are converted by value in the same submission.
+
+When a run reaches the queue: at once, into the open ``abi.batch()`` (which submits in slices,
+see :mod:`.batch`), or, for a small run of host data only, at the next runtime call (see
+:mod:`.deferred`: a read that comes next folds its copy into the run's submission). Either way
+queue order is the order of the calls, and nothing a caller can observe depends on which.
+A repeat of the last fully checked call (same ``n``, params, buffers; numpy inputs of the same
+dtype and shape) skips the checks whose outcome it cannot change.
 """
 
 from __future__ import annotations
 
 import math
+import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Mapping
@@ -24,20 +32,22 @@ from typing import Any, Mapping
 import numpy as np
 import wgpu
 
-from ..errors import DispatchError, ExpressionError, Span, bug
+from ..errors import DeviceLostError, DispatchError, ExpressionError, Span, bug
 from ..lowering.expressions import parse_expression
 from ..lowering.geometry import Domain, as_domain, dispatch_fields, group_cap
 from ..lowering.lowered import HostSlot, Lowered
 from ..lowering.structs import StructType
 from ..lowering.textures import format_sample
 from .batch import current_batch
-from .buffers import STORAGE_USAGE, pool_for, prepare_array
+from .buffers import STORAGE_USAGE, pool_for, prepare_array, size_class
 from .compile import CompiledVariant
 from .convert import conversion_record
-from .loss import device_guard
-from .output import Output, disown_buffer, on_release, own_buffer
+from .deferred import DEFER_MAX_BYTES
+from .deferred import defer as defer_run
+from .loss import LOST_HINT, device_guard, lost_error
+from .output import Output, on_release, own_pooled
 from .params import ParamsPacker, exact_fingerprint
-from .submission import submit_records
+from .submission import PENDING, encode_records, flush_pending, submit_encoder
 from .table import Table
 from .textures import TextureOutput, output_texture, sampler_for, upload_texture, view_of
 
@@ -64,7 +74,7 @@ class Run:
     variant: "Variant" = field(repr=False)
 
 
-@dataclass
+@dataclass(slots=True)
 class _Bound:
     """A resolved binding: the buffer, the element count it holds, the byte range bound."""
 
@@ -76,7 +86,7 @@ class _Bound:
     transient: bool = False  # a view made for this run: its bind group is not cached (it would keep the texture alive)
 
 
-@dataclass
+@dataclass(slots=True)
 class _Work:
     """What one run needs on the queue besides its dispatch: ops before it (clears, counter
     snapshots), records before it (conversions), buffers to return after its submission, and
@@ -190,6 +200,97 @@ class _ParamsRing:
         raise DispatchError(f"all {_RING_SLOTS} params slots of this variant are held by prepared runs not submitted yet")
 
 
+class _Repeat:
+    """What the last fully checked run derived, for the repeat path (see ``_remember``).
+
+    ``fixed``: the buffers every repeat binds (inputs, tables, given outputs), which a batch
+    holds; ``bind_groups``: groups by the run's own output buffers (keys hold them, so no
+    ``id`` is ever reused while cached).
+    """
+
+    __slots__ = (
+        "n",
+        "inputs",
+        "outputs",
+        "chained",
+        "param_items",
+        "fingerprint",
+        "bound",
+        "plan",
+        "data",
+        "groups",
+        "fixed",
+        "bind_groups",
+        "simple",
+        "host",
+        "defer",
+    )
+
+    def __init__(
+        self, n: Any, inputs: tuple, outputs: tuple, chained: bool, param_items: tuple, fingerprint: Any, bound: dict, plan: list, data: bytes, groups: tuple
+    ):
+        self.n, self.inputs, self.outputs, self.chained = n, inputs, outputs, chained
+        self.param_items, self.fingerprint = param_items, fingerprint
+        self.bound, self.plan, self.data, self.groups = bound, plan, data, groups
+        self.fixed = [b.buffer for b in bound.values() if b.buffer is not None]
+        self.bind_groups: dict[tuple, Any] = {}
+        self.simple = False  # pooled plain outputs only, no inout bindings (set by _remember)
+        self.host: dict = {}  # input name -> (slot, dtype, shape): numpy inputs, uploaded each run
+        self.defer = False  # a deferrable run (runtime.deferred)
+
+
+def _same_inputs(given: Any, rep: _Repeat) -> bool:
+    """:func:`_same_objects`, except that a numpy input the repeat uploads may be another
+    array of the same dtype and shape."""
+    items = rep.inputs
+    if not given or len(given) != len(items):
+        return False
+    host = rep.host
+    for (k, v), (rk, rv) in zip(given.items(), items):
+        if k != rk:
+            return False
+        sig = host.get(k)
+        if sig is None:
+            if v is not rv:
+                return False
+        elif type(v) is not np.ndarray or v.shape != sig[2] or v.dtype != sig[1]:
+            return False
+    return True
+
+
+def _same_objects(given: Any, items: tuple) -> bool:
+    """Whether the mapping ``given`` holds the very same objects, in the same order, as ``items``."""
+    if not given:
+        return not items
+    if len(given) != len(items):
+        return False
+    for (k, v), (rk, rv) in zip(given.items(), items):
+        if v is not rv or k != rk:
+            return False
+    return True
+
+
+_SAME_IF_IDENTICAL = (float, int, bool, str)
+
+
+def _same_params(params: Any, rep: _Repeat) -> bool:
+    """Whether ``params`` are exactly the remembered ones (types, and bit for bit). The very
+    same immutable objects (a literal passed run after run) need no fingerprint; anything else
+    (numpy values can change in place) is fingerprinted as the full path does."""
+    items = rep.param_items
+    if not params:
+        return not items and rep.fingerprint == ()
+    if len(params) == len(items):
+        for k, rv in items:
+            v = params.get(k, _same_params)
+            if v is not rv or type(v) not in _SAME_IF_IDENTICAL:
+                break
+        else:
+            return True
+    fingerprint = exact_fingerprint(params)
+    return fingerprint is not None and fingerprint == rep.fingerprint
+
+
 class Variant:
     """One specialisation of a program, compiled on one device."""
 
@@ -214,13 +315,16 @@ class Variant:
         self._bind_groups: "OrderedDict[tuple, Any]" = OrderedDict()
         self._last_pages: Any = None
         self._sizes: dict[tuple, int] = {}
-        self._repeat: tuple | None = None
+        self._repeat: _Repeat | None = None
         self._repeat_group: tuple | None = None
         # Kernels whose every binding is an input, output, table or append can take the repeat path.
+        # Runs of host data that bind nothing a caller could reach otherwise may be deferred.
+        self._deferrable = not lowered.columns and all(s.role in ("input", "output", "append", "domain_count") for s in lowered.host_slots)
         self._repeatable = not lowered.columns and all(s.role in ("input", "output", "append", "table", "inout") for s in lowered.host_slots)
         self._max_binding = self.ctx.limit("max-storage-buffer-binding-size")
         self._max_groups = self.ctx.limit("max-compute-workgroups-per-dimension")
         self._storage_align = self.ctx.limit("min-storage-buffer-offset-alignment")
+        self._lock = threading.RLock()
         self._unsubmitted = 0  # prepared runs whose params slots a later take() must not reuse yet
         self.runs = 0
 
@@ -500,18 +604,41 @@ class Variant:
             DispatchError: before anything is submitted, naming the binding and its line.
             DeviceLostError: the device is gone; ``program.variant(...)`` compiles anew.
         """
-        with device_guard(self.ctx):
-            return self._run(n, inputs, params, outputs, domain_count)
+        # device_guard, inlined: a generator context manager is a measurable share of a run.
+        ctx = self.ctx
+        if ctx.guard.lost:
+            raise DeviceLostError(LOST_HINT)
+        try:
+            if PENDING[0] is not None:
+                flush_pending()  # a deferred run goes first, in queue order
+            # One run of a variant at a time: its params memo, ring and repeat state are shared.
+            with self._lock:
+                rep = self._repeat
+                if rep is not None and domain_count is None:
+                    done = self._run_repeat(rep, n, inputs, params, outputs)
+                    if done is not None:
+                        return done
+                return self._run(n, inputs, params, outputs, domain_count)
+        except Exception as exc:
+            lost = lost_error(ctx, exc)
+            if lost is None or lost is exc:
+                raise
+            raise lost from None
 
     def _run(self, n: Any, inputs: Any, params: Any, outputs: Any, domain_count: Any) -> Run:
-        if outputs is None and domain_count is None and self._repeat is not None:
-            done = self._run_repeat(n, inputs, params)
-            if done is not None:
-                return done
         result, shape, data, bind_group, groups, work, bound = self._prepare(n, inputs, params, outputs, domain_count, None)
-        if self._repeatable and not outputs and domain_count is None and not work.temps:
-            self._remember(shape, inputs or {}, params, bound, result, data, groups)
-        return self._submit(result, shape, data, bind_group, groups, work, bound)
+        defer = self._deferrable and not outputs and _host_only(inputs, domain_count) and _run_bytes(work, result) <= DEFER_MAX_BYTES
+        # Uploads of numpy arrays repeat too (same dtype and shape: the same checks hold; the
+        # data is uploaded afresh every run); any other temporary (a conversion) does not.
+        arrays = [k for k, v in (inputs or {}).items() if type(v) is np.ndarray]
+        if (
+            self._repeatable
+            and domain_count is None
+            and len(work.temps) == len(arrays)
+            and all(isinstance(v, (Output, wgpu.GPUBuffer)) for v in (outputs or {}).values())
+        ):
+            self._remember(shape, inputs or {}, params, outputs or {}, bound, result, data, groups, arrays, defer)
+        return self._submit(result, shape, data, bind_group, groups, work, bound, None, defer)
 
     def prepare(
         self, n: Any, inputs: Mapping[str, Any] | None = None, params: Mapping[str, Any] | None = None, domain_count: Any = None, *, results: Any
@@ -524,7 +651,8 @@ class Variant:
         Raises:
             DispatchError: as :meth:`run`, and when the outputs do not fit ``results``.
         """
-        with device_guard(self.ctx):
+        with device_guard(self.ctx), self._lock:
+            flush_pending()  # a deferred run goes first, in queue order
             if self._unsubmitted >= self._ring.slots - 1:
                 raise DispatchError(f"{self._ring.slots - 1} prepared runs of this variant are not submitted yet", Span(self.yaml_path))
             area = _Placement(results, self._storage_align)
@@ -654,18 +782,42 @@ class Variant:
         bind_group = self._bind_group(bound)
         return result, shape or n, data, bind_group, groups, work, bound
 
-    def _submit(self, result: dict, n: Any, data: bytes, bind_group: Any, groups: tuple, work: _Work, bound: dict) -> Run:
-        """Send one checked run: into the open ``abi.batch()``, or now in its own submission."""
+    def _submit(
+        self, result: dict, n: Any, data: bytes, bind_group: Any, groups: tuple, work: _Work, bound: dict, touched: list | None = None, defer: bool = False
+    ) -> Run:
+        """Send one checked run: into the open ``abi.batch()``, deferred (``defer``: see
+        :mod:`engine_plugin.runtime.deferred`), or now in its own submission. ``touched``:
+        every buffer the run uses, when the caller knows it (the repeat path)."""
         batch = current_batch()
-        if batch is not None:
-            touched = [b.buffer for b in bound.values() if b.buffer is not None] + [op[1] for op in work.ops] + work.temps + work.read
-            batch.add(self, data, bind_group, groups, work.ops, work.temps, touched, work.extra)
+        if batch is not None or defer:
+            if touched is None:
+                touched = [b.buffer for b in bound.values() if b.buffer is not None] + [op[1] for op in work.ops] + work.temps + work.read
+            if batch is not None:
+                batch.add(self, data, bind_group, groups, work.ops, work.temps, touched, work.extra)
+            else:
+                defer_run(self, data, bind_group, groups, work.ops, work.temps, touched, work.extra)
         else:
-            offset = self._ring.take()
-            self.ctx.queue.write_buffer(self._ring.buffer, offset, data)
-            submit_records(self.ctx.device, self.ctx.queue, self.ctx.guard, work.extra + [(self.compiled.pipeline, bind_group, offset, groups, work.ops)])
-            for buf in work.temps:
-                self._pool.give(buf)
+            ctx = self.ctx
+            ring = self._ring
+            offset = ring.take()
+            ctx.queue.write_buffer(ring.buffer, offset, data)
+            encoder = ctx.device.create_command_encoder(label="engine_plugin.a run")
+            ops = work.ops
+            if work.extra or any(op[0] != "clear" for op in ops):
+                encode_records(encoder, work.extra + [(self.compiled.pipeline, bind_group, offset, groups, ops)])
+            else:  # encode_records' common case, inlined: clears, then the dispatch
+                for op in ops:
+                    encoder.clear_buffer(op[1], op[2], op[3])
+                if groups[0]:
+                    cpass = encoder.begin_compute_pass()
+                    cpass.set_pipeline(self.compiled.pipeline)
+                    cpass.set_bind_group(0, bind_group, [offset])
+                    cpass.dispatch_workgroups(*groups)
+                    cpass.end()
+            submit_encoder(ctx.queue, ctx.guard, encoder)
+            if work.temps:
+                for buf in work.temps:
+                    self._pool.give(buf)
         self.runs += 1
         return Run(result, n, groups, self)
 
@@ -681,50 +833,131 @@ class Variant:
     # everything that was validated and derived then still holds: only outputs are allocated
     # (and cleared) afresh, and the params bytes, sizes and bound inputs are reused.
 
-    def _remember(self, n: Any, inputs: Mapping[str, Any], params: Any, bound: dict, result: dict, data: bytes, groups: tuple) -> None:
+    def _remember(
+        self,
+        n: Any,
+        inputs: Mapping[str, Any],
+        params: Any,
+        outputs: Mapping[str, Any],
+        bound: dict,
+        result: dict,
+        data: bytes,
+        groups: tuple,
+        arrays: list | None = None,
+        defer: bool = False,
+    ) -> None:
         outs = {s.binding for s in self.lowered.host_slots if s.role in ("output", "append")}
+        host = {name: (self._slots[name], inputs[name].dtype, inputs[name].shape) for name in arrays or ()}
+        outs |= {slot.binding for slot, _, _ in host.values()}  # uploaded afresh each run
         outs |= {s.counter_binding for s in self.lowered.host_slots if s.role == "append"}
-        sizes = [(slot, result[slot.name].capacity) for slot, _, _ in self._output_slots]
+        plan = []
+        for slot, _, _ in self._output_slots:
+            size = result[slot.name].capacity
+            nbytes = _binding_size(size * slot.value_type.bytes)
+            kind = "given" if slot.name in outputs else "plain" if slot.role == "output" else "pooled"
+            plan.append((slot, size, nbytes, size_class(nbytes), kind, slot.value_type))
         self._repeat_group = None
-        self._repeat = (
+        if isinstance(n, list):
+            n = tuple(n)  # a list can change in place: never the same domain by identity
+        items = tuple(inputs.items())
+        self._repeat = rep = _Repeat(
             n,
-            tuple(inputs.items()),
+            items,
+            tuple(outputs.items()),
+            any(isinstance(v, Output) for _, v in items),
+            tuple(params.items()) if params else (),
             exact_fingerprint(params),
             {i: b for i, b in bound.items() if i not in outs},
-            sizes,
+            plan,
             data,
             groups,
         )
+        rep.simple = not self._inout_slots and all(kind == "plain" for _, _, _, _, kind, _ in plan)
+        rep.host, rep.defer = host, defer
+        if host and not rep.simple:
+            self._repeat = None  # uploads repeat on the simple path only
 
-    def _run_repeat(self, n: Any, inputs: Any, params: Any) -> Run | None:
-        rn, rin, rparams, rbound, sizes, data, groups = self._repeat  # type: ignore[misc]
-        if type(n) is not type(rn) or n != rn or exact_fingerprint(params) != rparams:
+    def _run_repeat(self, rep: "_Repeat", n: Any, inputs: Any, params: Any, outputs: Any) -> Run | None:
+        rn = rep.n
+        if n is not rn and (type(n) is not type(rn) or n != rn):
             return None
-        shape, n = n, as_domain(n).count  # type: ignore[union-attr]
-        items = tuple(inputs.items()) if inputs else ()
-        if len(items) != len(rin):
+        if not _same_params(params, rep):
             return None
-        for (k, v), (rk, rv) in zip(items, rin):
-            if k != rk or v is not rv:
-                return None
-            if isinstance(v, Output) and not v.count_known:
-                return None  # a chained count read on the GPU: take the full path
-        bound = dict(rbound)
-        result: dict[str, Output] = {}
+        if not ((_same_inputs(inputs, rep) if rep.host else _same_objects(inputs, rep.inputs)) and _same_objects(outputs, rep.outputs)):
+            return None
+        if rep.chained and any(isinstance(v, Output) and not v.count_known for _, v in rep.inputs):
+            return None  # a chained count read on the GPU: take the full path
+        pool = self._pool
+        if rep.simple:  # pooled plain outputs only (the common case): no bound dict unless a group is made
+            ops: list = []
+            result: dict[str, Output] = {}
+            owned: list = []
+            temps: list = []
+            ups = [(slot.binding, self._upload(slot, inputs[name], temps)) for name, (slot, _, _) in rep.host.items()] if rep.host else ()
+            take = pool.take_class
+            for slot, size, nbytes, cls, _, vt in rep.plan:
+                buf = take(cls, STORAGE_USAGE, slot.name)
+                if slot.clear:
+                    ops.append(("clear", buf, 0, nbytes))
+                out = Output(buf, size, vt, name=slot.name, count=size, bits=slot.bits)
+                own_pooled(out, pool, (buf,))
+                result[slot.name] = out
+                owned.append(buf)
+            if temps:
+                owned = temps + owned
+            key = tuple(owned)
+            last = self._repeat_group
+            if last is not None and last[0] == key:
+                bind_group = last[1]
+            else:
+                bind_group = rep.bind_groups.get(key)
+                if bind_group is None:
+                    bound = dict(rep.bound)
+                    bound.update(ups)
+                    for (slot, size, nbytes, *_), buf in zip(rep.plan, owned[len(temps) :]):
+                        bound[slot.binding] = _Bound(buf, size, 0, nbytes)
+                    if len(rep.bind_groups) >= _BIND_GROUP_CACHE:
+                        rep.bind_groups.clear()
+                    bind_group = rep.bind_groups[key] = self._bind_group(bound)
+                self._repeat_group = (key, bind_group)
+            return self._submit(result, rn, rep.data, bind_group, rep.groups, _Work(ops, temps=temps), rep.bound, rep.fixed + owned, rep.defer)
+        bound = dict(rep.bound)
+        result = {}
         work = _Work()
-        owned: list = []
-        for slot, size in sizes:
-            result[slot.name] = self._allocate(slot, size, None, n, work, bound)
-            owned.append(bound[slot.binding].buffer)
-        self._inout_outputs(bound, result)
-        # The pool hands back the buffers the last (dropped) run released: same buffers, same group.
+        ops = work.ops
+        owned = []
+        count = rn if type(rn) is int else as_domain(rn).count  # type: ignore[union-attr]
+        for slot, size, nbytes, cls, kind, vt in rep.plan:
+            if kind == "plain":  # a pooled plain output: the common case, without _allocate's generality
+                buf = pool.take_class(cls, STORAGE_USAGE, slot.name)
+                if slot.clear:
+                    ops.append(("clear", buf, 0, nbytes))
+                bound[slot.binding] = _Bound(buf, size, 0, nbytes)
+                out = Output(buf, size, vt, name=slot.name, count=size, bits=slot.bits)
+                own_pooled(out, pool, (buf,))
+                result[slot.name] = out
+            else:
+                result[slot.name] = out = self._allocate(slot, size, outputs[slot.name] if kind == "given" else None, count, work, bound)
+            owned.append(out._buffer)
+            if out._counter is not None:
+                owned.append(out._counter)
+        if self._inout_slots:
+            self._inout_outputs(bound, result)
+        # The pool hands back the buffers the last (dropped) run released: same buffers, same
+        # group. Inside a batch the buffers differ run to run (each is held until the batch is
+        # submitted): the groups made for them are kept with the repeat state.
+        key = tuple(owned)
         last = self._repeat_group
-        if last is not None and len(last[0]) == len(owned) and all(a is b for a, b in zip(last[0], owned)):
+        if last is not None and last[0] == key:
             bind_group = last[1]
         else:
-            bind_group = self._bind_group(bound)
-            self._repeat_group = (owned, bind_group)
-        return self._submit(result, shape, data, bind_group, groups, work, bound)
+            bind_group = rep.bind_groups.get(key)
+            if bind_group is None:
+                if len(rep.bind_groups) >= _BIND_GROUP_CACHE:
+                    rep.bind_groups.clear()
+                bind_group = rep.bind_groups[key] = self._bind_group(bound)
+            self._repeat_group = (key, bind_group)
+        return self._submit(result, rn, rep.data, bind_group, rep.groups, work, bound, rep.fixed + owned)
 
     def _page_binding(self, inputs: Mapping[str, Any]) -> Any:
         """Pages and col_base_*/col_len_* params from the column handles in ``inputs`` (once per run)."""
@@ -798,15 +1031,7 @@ class Variant:
         else:
             out = Output(buf, size, vt, name=slot.name, count=size, bits=slot.bits)
         if given is None:
-            own_buffer(out)
-            pool, owned = self._pool, [buf] + ([counter] if slot.role == "append" else [])
-
-            def release(first=buf) -> None:
-                disown_buffer(first)
-                for b in owned:
-                    pool.give(b)
-
-            on_release(out, release)
+            own_pooled(out, self._pool, (buf, counter) if slot.role == "append" else (buf,))
         return out
 
     def _bind_group(self, bound: dict[int, _Bound]) -> Any:
@@ -852,6 +1077,21 @@ def _output_order(slots: list[HostSlot]) -> list[tuple[HostSlot, str, str]]:
             order += [(s, "capacity" if s.role == "append" else "count", s.capacity if s.role == "append" else s.count) for s in todo.values()]  # type: ignore[misc]
             break
     return order
+
+
+_HOST_DATA = (np.ndarray, np.generic, list, tuple, int, float)
+
+
+def _host_only(inputs: Any, domain_count: Any) -> bool:
+    """Whether every input is host data (uploaded into buffers only the runtime holds)."""
+    if domain_count is not None and not isinstance(domain_count, (int, np.integer)):
+        return False
+    return not inputs or all(isinstance(v, _HOST_DATA) for v in inputs.values())
+
+
+def _run_bytes(work: _Work, result: dict) -> int:
+    """Bytes a run uploads and allocates (what a deferral holds back)."""
+    return sum(b.size for b in work.temps) + sum(out._buffer.size for out in result.values())
 
 
 def _unwrap(value: Any) -> Any:

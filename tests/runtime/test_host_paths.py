@@ -1,0 +1,261 @@
+"""Host paths at raw cost without new behaviour: ``abi.batch()`` submitting in slices, and the
+deferred one-shot run whose read folds into its submission (issue 15, point 3). Every test
+checks values the GPU computed, on lavapipe."""
+
+from __future__ import annotations
+
+import gc
+import importlib
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+
+import numpy as np
+import pytest
+import wgpu
+
+from engine_plugin import abi
+from engine_plugin.gpu.device import get_context
+from engine_plugin.runtime.buffers import pool_for
+from engine_plugin.runtime.deferred import DEFER_MAX_BYTES, deferred_pending, flush
+
+pytestmark = pytest.mark.gpu
+
+batch_module = importlib.import_module("engine_plugin.runtime.batch")  # the package binds `batch` to the function
+
+AXPY_YAML = """\
+bindings:
+  - { name: x, kind: buffer, access: read, element: f32 }
+  - { name: y, kind: buffer, access: read_write, element: f32, count: "len(x)" }
+params:
+  - { name: a, type: f32 }
+"""
+AXPY_WGSL = """\
+@compute @workgroup_size(64)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
+    let i = zero_index(gid);
+    if (i >= zero_n()) { return; }
+    y_set(i, params.a * x_get(i) + 1.0);
+}
+"""
+STORAGE = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC | wgpu.BufferUsage.COPY_DST
+
+
+@pytest.fixture(scope="module")
+def axpy():
+    return abi.program(key="test/host_paths/axpy", schema=abi.parse(AXPY_YAML, "host_paths/bindings.yaml"), wgsl=AXPY_WGSL).variant()
+
+
+@pytest.fixture
+def every_run_a_slice(monkeypatch):
+    """Slices as small as they get: the batch submits after every recorded run."""
+    monkeypatch.setattr(batch_module, "FIRST_SLICE_S", 0.0)
+    monkeypatch.setattr(batch_module, "SLICE_S", 0.0)
+
+
+@pytest.fixture
+def submits(monkeypatch):
+    """Counts queue.submit calls on the default device."""
+    queue = get_context().queue
+    real = type(queue).submit
+    count = [0]
+
+    def counting(self, command_buffers):
+        count[0] += 1
+        return real(self, command_buffers)
+
+    monkeypatch.setattr(type(queue), "submit", counting)
+    return count
+
+
+XS = np.arange(256, dtype=np.float32)
+
+
+# -- abi.batch() in slices -------------------------------------------------------------------
+def test_a_chain_of_runs_split_over_slices_runs_in_recording_order(axpy, every_run_a_slice):
+    with abi.batch(slices=True) as b:
+        out = axpy.run(256, inputs={"x": XS}, params={"a": 1.0}).outputs["y"]
+        for _ in range(20):
+            out = axpy.run(256, inputs={"x": out}, params={"a": 1.0}).outputs["y"]  # y = x + 1, chained
+    assert b.submissions > 1
+    np.testing.assert_array_equal(abi.read(out), XS + 21.0)
+
+
+def test_params_of_300_runs_survive_ring_wraps_within_and_across_slices(axpy, every_run_a_slice):
+    x = get_context().device.create_buffer_with_data(data=XS, usage=STORAGE)
+    for slices in (True, False):
+        with abi.batch(slices=slices) as b:
+            outs = [axpy.run(256, inputs={"x": x}, params={"a": float(i)}).outputs["y"] for i in range(300)]
+        assert (b.submissions > 2) == slices
+        for i in (0, 1, 254, 255, 256, 299):
+            np.testing.assert_array_equal(abi.read(outs[i]), i * XS + 1.0)
+
+
+def test_a_buffer_released_in_an_unsubmitted_slice_is_not_handed_out_until_it_is_submitted(axpy):
+    x = get_context().device.create_buffer_with_data(data=XS, usage=STORAGE)
+    with abi.batch(slices=False) as b:
+        first = axpy.run(256, inputs={"x": x}, params={"a": 2.0}).outputs["y"]
+        held = first._buffer
+        del first
+        gc.collect()
+        second = axpy.run(256, inputs={"x": x}, params={"a": 3.0}).outputs["y"]
+        assert second._buffer is not held  # the first run is not on the queue yet
+        b.flush()  # a slice boundary: the first run is submitted now
+        third = axpy.run(256, inputs={"x": x}, params={"a": 4.0}).outputs["y"]
+        assert third._buffer is held  # queue order protects it from here on
+    np.testing.assert_array_equal(abi.read(second), 3.0 * XS + 1.0)
+    np.testing.assert_array_equal(abi.read(third), 4.0 * XS + 1.0)
+
+
+def test_uploads_go_back_to_the_pool_after_each_slice(axpy, every_run_a_slice):
+    pool = pool_for(get_context())
+    xs = np.arange(777, dtype=np.float32)  # a size class of its own in this module
+    with abi.batch():
+        for i in range(3):  # warm the pool for this size
+            axpy.run(777, inputs={"x": xs}, params={"a": 1.0})
+    gc.collect()
+    created = pool.created
+    with abi.batch(slices=True):
+        for i in range(40):
+            axpy.run(777, inputs={"x": xs + i}, params={"a": 1.0})
+    assert pool.created - created <= 4  # each slice's upload and output come back for the next
+    gc.collect()
+    created = pool.created
+    with abi.batch(slices=False):
+        for i in range(40):
+            axpy.run(777, inputs={"x": xs + i}, params={"a": 1.0})
+    assert pool.created - created >= 40  # one submission: every upload is held until it goes
+
+
+def test_a_read_inside_a_sliced_batch_sees_every_run_recorded_before_it(axpy, every_run_a_slice):
+    with abi.batch(slices=True):
+        a = axpy.run(256, inputs={"x": XS}, params={"a": 2.0}).outputs["y"]
+        b = axpy.run(256, inputs={"x": a}, params={"a": 2.0}).outputs["y"]
+        np.testing.assert_array_equal(abi.read(b), 2.0 * (2.0 * XS + 1.0) + 1.0)
+        c = axpy.run(256, inputs={"x": b}, params={"a": 0.5}).outputs["y"]
+    np.testing.assert_array_equal(abi.read(c), 0.5 * (2.0 * (2.0 * XS + 1.0) + 1.0) + 1.0)
+
+
+def test_a_batch_on_a_cpu_adapter_keeps_one_submission_by_default(axpy, every_run_a_slice):
+    assert "CPU" in get_context().adapter_name  # lavapipe: a submit waits for the previous one
+    with abi.batch() as b:
+        outs = [axpy.run(256, inputs={"x": XS}, params={"a": float(i)}).outputs["y"] for i in range(5)]
+    assert b.submissions == 1
+    np.testing.assert_array_equal(abi.read(outs[4]), 4.0 * XS + 1.0)
+
+
+# -- one-shot run-then-read in one submission ---------------------------------------------
+def test_a_one_shot_run_then_read_costs_one_submission(axpy, submits):
+    flush()
+    submits[0] = 0
+    got = abi.read(axpy.run(256, inputs={"x": XS}, params={"a": 2.0}).outputs["y"])
+    np.testing.assert_array_equal(got, 2.0 * XS + 1.0)
+    assert submits[0] == 1
+
+
+def test_run_run_read_reads_each_run_s_own_result(axpy):
+    first = axpy.run(256, inputs={"x": XS}, params={"a": 2.0}).outputs["y"]
+    second = axpy.run(256, inputs={"x": XS}, params={"a": 3.0}).outputs["y"]
+    np.testing.assert_array_equal(abi.read(first), 2.0 * XS + 1.0)
+    np.testing.assert_array_equal(abi.read(second), 3.0 * XS + 1.0)
+
+
+def test_run_batch_read_reads_the_run_before_the_batch(axpy):
+    first = axpy.run(256, inputs={"x": XS}, params={"a": 2.0}).outputs["y"]
+    with abi.batch():
+        inside = axpy.run(256, inputs={"x": first}, params={"a": 1.0}).outputs["y"]
+    np.testing.assert_array_equal(abi.read(first), 2.0 * XS + 1.0)
+    np.testing.assert_array_equal(abi.read(inside), 2.0 * XS + 2.0)
+
+
+def test_run_drop_run_read_gives_the_second_run_its_own_zeroed_result(axpy):
+    first = axpy.run(256, inputs={"x": XS}, params={"a": 2.0})
+    assert deferred_pending()
+    del first  # its output goes back to the pool while the run is not on the queue yet
+    gc.collect()
+    second = axpy.run(256, inputs={"x": XS + 1.0}, params={"a": 5.0}).outputs["y"]
+    np.testing.assert_array_equal(abi.read(second), 5.0 * (XS + 1.0) + 1.0)
+
+
+def test_handing_out_a_deferred_output_s_buffer_submits_the_run_first(axpy):
+    out = axpy.run(256, inputs={"x": XS}, params={"a": 2.0}).outputs["y"]
+    assert deferred_pending()
+    buffer = out.buffer  # raw wgpu use may follow: the run must be on the queue
+    assert not deferred_pending()
+    raw = np.frombuffer(get_context().queue.read_buffer(buffer, 0, XS.nbytes), dtype=np.float32)
+    np.testing.assert_array_equal(raw, 2.0 * XS + 1.0)
+
+
+def test_a_run_binding_a_caller_s_buffer_is_submitted_at_once(axpy):
+    ctx = get_context()
+    x = ctx.device.create_buffer_with_data(data=XS, usage=STORAGE)
+    out = axpy.run(256, inputs={"x": x}, params={"a": 2.0}).outputs["y"]
+    assert not deferred_pending()
+    ctx.queue.write_buffer(x, 0, np.zeros_like(XS))  # queue order: after the run
+    np.testing.assert_array_equal(abi.read(out), 2.0 * XS + 1.0)
+
+
+def test_a_run_past_the_deferral_bound_is_submitted_at_once(axpy):
+    big = np.ones(DEFER_MAX_BYTES // 4, dtype=np.float32)
+    out = axpy.run(len(big), inputs={"x": big}, params={"a": 2.0}).outputs["y"]
+    assert not deferred_pending()
+    assert abi.read(out)[-1] == 3.0
+
+
+def test_flush_submits_the_deferred_run(axpy, submits):
+    out = axpy.run(256, inputs={"x": XS}, params={"a": 2.0}).outputs["y"]
+    submits[0] = 0
+    flush()
+    assert submits[0] == 1 and not deferred_pending()
+    np.testing.assert_array_equal(abi.read(out), 2.0 * XS + 1.0)
+
+
+def test_one_shot_runs_and_reads_from_two_threads_each_read_their_own_result(axpy):
+    errors: list = []
+
+    def worker(a: float) -> None:
+        try:
+            for i in range(40):
+                got = abi.read(axpy.run(256, inputs={"x": XS + i}, params={"a": a}).outputs["y"])
+                np.testing.assert_array_equal(got, a * (XS + i) + 1.0, err_msg=f"a={a} i={i} got[:4]={got[:4]}")
+        except Exception as exc:  # reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=worker, args=(a,)) for a in (2.0, 3.0)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+
+
+LOSS_SCRIPT = textwrap.dedent("""
+    import numpy as np
+    from engine_plugin import abi
+    from engine_plugin.errors import DeviceLostError
+    from engine_plugin.gpu.device import get_context
+    from engine_plugin.runtime.deferred import deferred_pending
+    YAML = "bindings:\\n  - { name: x, kind: buffer, access: read, element: f32 }\\n  - { name: y, kind: buffer, access: read_write, element: f32, count: 'len(x)' }\\n"
+    WGSL = "@compute @workgroup_size(64)\\nfn main(@builtin(global_invocation_id) gid: vec3<u32>) {\\n    let i = zero_index(gid);\\n    if (i >= zero_n()) { return; }\\n    y_set(i, x_get(i) + 1.0);\\n}\\n"
+    program = abi.program(key="loss", schema=abi.parse(YAML), wgsl=WGSL)
+    out = program.variant().run(4, inputs={"x": np.zeros(4, np.float32)}).outputs["y"]
+    assert deferred_pending()
+    get_context().device.destroy()
+    try:
+        abi.read(out)
+    except DeviceLostError:
+        print("DeviceLostError")
+    again = program.variant()  # a new device: the dropped run does not get in its way
+    assert abi.read(again.run(3, inputs={"x": np.ones(3, np.float32)}).outputs["y"]).tolist() == [2.0] * 3
+    print("recovered")
+""")
+
+
+def test_a_deferred_run_on_a_lost_device_reads_as_lost_and_does_not_block_the_next_device(tmp_path):
+    script = tmp_path / "loss.py"
+    script.write_text(LOSS_SCRIPT)
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120, env=dict(os.environ))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "DeviceLostError" in proc.stdout and "recovered" in proc.stdout
