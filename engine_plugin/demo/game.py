@@ -42,7 +42,7 @@ from ..world import World
 from .figures import Diagnostic, Figures
 from .products import PRODUCTS, HeatFigures, register_products
 
-__all__ = ["HeatDemo", "Hud", "GRID", "CHUNK", "demo_assets"]
+__all__ = ["CHUNK", "GRID", "PALETTE", "HeatDemo", "Hud", "demo_assets", "heaters"]
 
 GRID = (8, 8)  # chunks (x, y)
 CHUNK = (32, 32)  # tiles (w, h)
@@ -58,6 +58,21 @@ PALETTE = np.array(  # colour stops, evenly spaced over [0, 1] (an inferno-like 
     ],
     dtype=np.float32,
 )
+
+
+def heaters(frame_index: int) -> np.ndarray:
+    """The heat sources of a frame, (rows, columns) f32 over the whole world: three heaters
+    orbiting the middle, a function of the frame index (deterministic)."""
+    h, w = GRID[1] * CHUNK[1], GRID[0] * CHUNK[0]
+    yy, xx = np.mgrid[0:h, 0:w].astype(np.float32)
+    field_ = np.zeros((h, w), np.float32)
+    t = frame_index * 0.02
+    for k in range(3):
+        angle = t * (1.0 + 0.3 * k) + k * 2.0944
+        cx = w / 2 + math.cos(angle) * w * (0.18 + 0.08 * k)
+        cy = h / 2 + math.sin(angle) * h * (0.18 + 0.08 * k)
+        field_ += np.float32(0.08) * np.exp(-((xx - cx) ** 2 + (yy - cy) ** 2) / np.float32(60.0)).astype(np.float32)
+    return field_
 
 
 def demo_assets() -> str:
@@ -169,16 +184,8 @@ class HeatDemo:
         self._step_once = True
 
     def _place_heaters(self) -> None:
-        """Three heaters orbiting the middle, as a function of the frame index (deterministic)."""
-        h, w = GRID[1] * CHUNK[1], GRID[0] * CHUNK[0]
-        yy, xx = np.mgrid[0:h, 0:w].astype(np.float32)
-        field_ = np.zeros((h, w), np.float32)
-        t = self.frame_index * 0.02
-        for k in range(3):
-            angle = t * (1.0 + 0.3 * k) + k * 2.0944
-            cx = w / 2 + math.cos(angle) * w * (0.18 + 0.08 * k)
-            cy = h / 2 + math.sin(angle) * h * (0.18 + 0.08 * k)
-            field_ += np.float32(0.08) * np.exp(-((xx - cx) ** 2 + (yy - cy) ** 2) / np.float32(60.0)).astype(np.float32)
+        """The heaters of this frame index into the world's ``source`` field, chunk by chunk."""
+        field_ = heaters(self.frame_index)
         for cy_ in range(GRID[1]):
             for cx_ in range(GRID[0]):
                 block = field_[cy_ * CHUNK[1] : (cy_ + 1) * CHUNK[1], cx_ * CHUNK[0] : (cx_ + 1) * CHUNK[0]]

@@ -32,7 +32,17 @@ import numpy as np
 from ..engine import ProductWork
 from ..gpu.descriptors import ReadbackPolicy
 
-__all__ = ["HEAT_PRODUCTS", "HOT_THRESHOLD", "PRODUCTS", "STEP_PARAMS", "HeatFigures", "hotspots_fallback", "register_products", "summary_fallback"]
+__all__ = [
+    "HEAT_PRODUCTS",
+    "HOT_THRESHOLD",
+    "PRODUCTS",
+    "STEP_PARAMS",
+    "HeatFigures",
+    "hotspots_fallback",
+    "register_colorize",
+    "register_products",
+    "summary_fallback",
+]
 
 HOT_THRESHOLD = 0.6  # heat above which a tile counts as a hotspot
 STEP_PARAMS = {"rate": 0.6, "cooling": 0.004}  # the diffusion step's own params
@@ -157,16 +167,7 @@ def register_products(
             params={**grid_params, "grid_h": grid[1], **STEP_PARAMS},
         ),
         "heat_copy": engine.register_product("heat_copy.computeShader", key="heat_copy", fields={"next": "heat_next", "heat": "heat"}, policy=none),
-        "colorize": engine.register_product(
-            "colorize.computeShader",
-            key="colorize",
-            spec={"ORDER": pixel_order},
-            columns={"palette": ["color"]},
-            fields={"field": "heat"},
-            policy=none,
-            params={**grid_params, "out_w": int(pixels.size[0]), "out_h": int(pixels.size[1]), "lo": 0.0, "hi": 1.0},
-            inputs={"palette": palette, "pixels": pixels},
-        ),
+        "colorize": register_colorize(engine, grid=grid, chunk=chunk, palette=palette, pixels=pixels, pixel_order=pixel_order),
     }
     handles["summary"] = engine.register_product(
         "summary.computeShader",
@@ -190,3 +191,20 @@ def register_products(
     for name in ("heat", "heat_next"):
         engine.field_buffer(name, kernel_writes=True)
     return handles
+
+
+def register_colorize(
+    engine: Any, *, grid: tuple[int, int], chunk: tuple[int, int], palette: Any, pixels: Any, pixel_order: str = "rgba", field: str = "heat"
+) -> Any:
+    """Register ``colorize`` over world field ``field``: a ``NONE`` product that stores the
+    field's colours into the storage texture ``pixels`` (arguments as :func:`register_products`)."""
+    return engine.register_product(
+        "colorize.computeShader",
+        key="colorize",
+        spec={"ORDER": pixel_order},
+        columns={"palette": ["color"]},
+        fields={"field": field},
+        policy=ReadbackPolicy.NONE,
+        params={"grid_w": grid[0], "chunk_w": chunk[0], "chunk_h": chunk[1], "out_w": int(pixels.size[0]), "out_h": int(pixels.size[1]), "lo": 0.0, "hi": 1.0},
+        inputs={"palette": palette, "pixels": pixels},
+    )
