@@ -55,6 +55,16 @@ def test_the_heat_step_product_advances_the_gpu_heat_exactly_as_the_numpy_stenci
     assert np.abs(demo.read_pixels().astype(np.int16) - colorize(want, demo.out_w, demo.out_h)).max() <= 1
 
 
+def test_a_reset_while_paused_is_stepped_once_and_counted_as_the_games_first_frame(demo):
+    advance(demo, 4)
+    demo.paused = True
+    demo.reset()  # rewritten heat and heaters: the engine steps them once, paused or not
+    for _ in range(200):
+        demo.step()
+    assert demo.frame_index == 1 and demo.paused
+    assert np.array_equal(gpu_heat(demo), heat_step(np.zeros_like(heaters(0)), heaters(0)))
+
+
 @pytest.mark.parametrize("order", ["rgba", "bgra"])
 def test_the_colouring_product_stores_each_pixels_nearest_tile_colour_for_a_known_field(gpu, tmp_path, order):
     rows, cols = GRID[1] * CHUNK[1], GRID[0] * CHUNK[0]
