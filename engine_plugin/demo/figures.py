@@ -144,20 +144,31 @@ class Figures:
     diagnostics: list[Diagnostic] = field(default_factory=list)
     _stamps: deque = field(default_factory=lambda: deque(maxlen=HISTORY), repr=False)
     _stale: deque = field(default_factory=deque, repr=False)
+    _since: list = field(default_factory=lambda: [0.0, 0, 0], repr=False)  # step s, uploads, bytes since the last game frame
 
-    def frame_done(self, stats: FrameStats, step_s: float, inflight: int, now: float | None = None) -> None:
-        """Take one frame's engine statistics (``step_s``: the demo's own time for it)."""
+    def frame_done(self, stats: FrameStats, step_s: float, inflight: int, now: float | None = None, *, advanced: bool = True) -> None:
+        """Take one frame's engine statistics (``step_s``: the demo's own time for it).
+
+        ``advanced``: whether the game moved on a frame. A host frame whose dispatches the
+        engine deferred (the GPU still busy with the previous one) did not: frame time, fps
+        and the graph count game frames, and its time and uploads add to the next one's."""
         now = time.perf_counter() if now is None else now
         self.frame = stats.frame
-        self.step_ms = step_s * 1e3
-        if self._stamps:
-            self.frame_ms = (now - self._stamps[-1]) * 1e3
-            self.history.append(self.frame_ms)
-        self._stamps.append(now)
-        window = [t for t in self._stamps if now - t <= 1.0]
-        if len(window) > 1:
-            self.fps = (len(window) - 1) / max(window[-1] - window[0], 1e-9)
-        self.uploads, self.upload_bytes = stats.uploads, stats.upload_bytes
+        since = self._since
+        since[0] += step_s
+        since[1] += stats.uploads
+        since[2] += stats.upload_bytes
+        if advanced:
+            self.step_ms = since[0] * 1e3
+            self.uploads, self.upload_bytes = since[1], since[2]
+            self._since = [0.0, 0, 0]
+            if self._stamps:
+                self.frame_ms = (now - self._stamps[-1]) * 1e3
+                self.history.append(self.frame_ms)
+            self._stamps.append(now)
+            window = [t for t in self._stamps if now - t <= 1.0]
+            if len(window) > 1:
+                self.fps = (len(window) - 1) / max(window[-1] - window[0], 1e-9)
         self.readbacks_in_flight = inflight
         self._stale.append((now, stats.readbacks_stale))
         while self._stale and now - self._stale[0][0] > 1.0:

@@ -1,18 +1,22 @@
 """The live-edit demo: a heat field over 8×8 chunks of 32×32 tiles, driven by compute shader assets.
 
 The world is authoritative for what the game decides: where the heaters are (``source``) and
-the starting heat (``heat``, rewritten on reset). The engine mirrors both fields to the GPU
+the starting heat (``heat``, rewritten on reset). The engine mirrors the fields to the GPU
 through upload descriptors each frame. The heat itself evolves on the GPU — derived, visual
-state — with three kernels of its own (package data in ``engine_plugin/demo/assets/``) and one
-of the engine's:
+state — and every kernel (package data in ``engine_plugin/demo/assets/``) is an engine product
+dispatched in the engine's one submission a frame, timed in ``FrameStats.product_gpu_ms``
+(``demo/products.py``):
 
-* ``heat_step``        one diffusion step (exact; a ``STENCIL`` specialisation), ping-pong into
-  the engine's heat mirror;
-* ``colorize``         heat -> a storage texture (RGBA8, or BGRA8 like the window surface) over a
-  2-D domain, through a palette *columns table*; the window copies it to its surface;
-* ``engine/summary``   an engine SUMMARY product over ``heat`` whose revalidated readbacks feed
-  the HUD (min / max / mean);
-* ``hotspots``         an *append* output of tiles above a threshold (float_order), counted.
+* ``heat_step``  one diffusion step (exact; a ``STENCIL`` specialisation) into the
+  ``heat_next`` mirror, and ``heat_copy`` back into ``heat`` (a ping-pong);
+* ``colorize``   heat -> a storage texture (RGBA8, or BGRA8 like the window surface), through a
+  palette *columns table*; the window copies it to its surface;
+* ``summary``    per-chunk (max, mean) whose revalidated readbacks feed the HUD;
+* ``hotspots``   per-chunk (tiles above a threshold, hottest tile).
+
+A game frame advances when the engine dispatched its heat step: a frame the engine defers
+(GPU work of the previous frame still running, ``FrameStats.deferred``) keeps the same heaters
+and steps on the next, so the picture after N frames is the same whatever the GPU's speed.
 
 Saving ``colorize.computeShader/colorize.wgsl`` (in a checkout:
 ``engine_plugin/demo/assets/``; ``engine-plugin demo --assets DIR`` runs a copy) changes the picture on the next
@@ -36,9 +40,9 @@ from ..engine import Engine, EngineConfig
 from ..gpu.device import get_context
 from ..world import World
 from .figures import Diagnostic, Figures
-from .products import HeatFigures, register_products
+from .products import PRODUCTS, HeatFigures, register_products
 
-__all__ = ["HeatDemo", "Hud", "GRID", "CHUNK", "demo_assets"]
+__all__ = ["CHUNK", "GRID", "PALETTE", "HeatDemo", "Hud", "demo_assets", "heaters"]
 
 GRID = (8, 8)  # chunks (x, y)
 CHUNK = (32, 32)  # tiles (w, h)
@@ -56,8 +60,23 @@ PALETTE = np.array(  # colour stops, evenly spaced over [0, 1] (an inferno-like 
 )
 
 
+def heaters(frame_index: int) -> np.ndarray:
+    """The heat sources of a frame, (rows, columns) f32 over the whole world: three heaters
+    orbiting the middle, a function of the frame index (deterministic)."""
+    h, w = GRID[1] * CHUNK[1], GRID[0] * CHUNK[0]
+    yy, xx = np.mgrid[0:h, 0:w].astype(np.float32)
+    field_ = np.zeros((h, w), np.float32)
+    t = frame_index * 0.02
+    for k in range(3):
+        angle = t * (1.0 + 0.3 * k) + k * 2.0944
+        cx = w / 2 + math.cos(angle) * w * (0.18 + 0.08 * k)
+        cy = h / 2 + math.sin(angle) * h * (0.18 + 0.08 * k)
+        field_ += np.float32(0.08) * np.exp(-((xx - cx) ** 2 + (yy - cy) ** 2) / np.float32(60.0)).astype(np.float32)
+    return field_
+
+
 def demo_assets() -> str:
-    """The folder of the demo's own kernels (package data): heat_step, colorize, summary, hotspots."""
+    """The folder of the demo's own kernels (package data): heat_step, heat_copy, colorize, summary, hotspots."""
     return resource_folder("engine_plugin.demo", "assets")
 
 
@@ -112,33 +131,19 @@ class HeatDemo:
         # The demo's kernels come from `assets` (default: the packaged ones); the engine's summary
         # kernel is found by the library whatever its root.
         self.library = AssetLibrary(assets or demo_assets(), cache, device=self.ctx)
-        self.world = World(CHUNK[::-1], {"heat": np.float32, "source": np.float32}, max_chunks=GRID[0] * GRID[1])
+        # `heat_next`: the other half of the heat ping-pong (written by heat_step on the GPU only).
+        fields = {"heat": np.float32, "source": np.float32, "heat_next": np.float32}
+        self.world = World(CHUNK[::-1], fields, max_chunks=GRID[0] * GRID[1])
         for key in range(GRID[0] * GRID[1]):
             self.world.add(key)
         # Per-field revalidation: heaters move every frame, and a heat summary stays true when
         # only `source` changed under it.
         self.engine = Engine(self.world, self.library, config=EngineConfig(revalidate="fields"))
         self.hud = Hud()
-        self.figures = Figures(products=("summary", "hotspots"))
+        self.figures = Figures(products=PRODUCTS)
         self.heat_figures = HeatFigures()
-        self.products = register_products(self.engine, self.heat_figures)
-        self.step_ref = self.library.load("heat_step.computeShader")
-        self.color_ref = self.library.load("colorize.computeShader")
-        # Every editable kernel, by name: the overlay's reload log and error panel follow them.
-        self.refs = {
-            "heat_step": self.step_ref,
-            "colorize": self.color_ref,
-            "summary": self.library.load("summary.computeShader"),
-            "hotspots": self.library.load("hotspots.computeShader"),
-        }
-        for ref in self.refs.values():
-            ref.on_reload(self.figures.note_reload)
-            ref.on_error(self.figures.note_reload)
         self.palette = abi.table({"color": PALETTE}, device=self.ctx)
-        tiles = GRID[0] * GRID[1] * CHUNK[0] * CHUNK[1]
-        usage = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC | wgpu.BufferUsage.COPY_DST
-        self.scratch = self.ctx.device.create_buffer(size=tiles * 4, usage=usage, label="heat scratch")
-        # The colourised frame: a storage texture the kernel writes and the window copies to its surface.
+        # The colourised frame: a storage texture colorize writes and the window copies to its surface.
         self.pixels_format = "bgra8unorm" if self.pixel_order == "bgra" else "rgba8unorm"
         self.pixels = self.ctx.device.create_texture(
             size=(self.out_w, self.out_h, 1),
@@ -146,7 +151,18 @@ class HeatDemo:
             usage=wgpu.TextureUsage.STORAGE_BINDING | wgpu.TextureUsage.COPY_SRC | wgpu.TextureUsage.TEXTURE_BINDING,
             label="pixels",
         )
+        self.products = register_products(
+            self.engine, self.heat_figures, grid=GRID, chunk=CHUNK, palette=self.palette, pixels=self.pixels, pixel_order=pixel_order, stencil=stencil
+        )
+        # Every editable kernel, by product name (the engine's references: one per asset): the
+        # overlay's reload log and error panel follow them.
+        self.refs = {name: self.library.load(f"{name}.computeShader") for name in PRODUCTS}
+        self.step_ref, self.color_ref = self.refs["heat_step"], self.refs["colorize"]
+        for ref in self.refs.values():
+            ref.on_reload(self.figures.note_reload)
+            ref.on_error(self.figures.note_reload)
         self.frame_index = 0
+        self._heaters_at = -1  # the frame index `source` holds the heaters of
         self.paused = False
         self._step_once = False
         self._diagnostic_cache: dict[tuple[str, Any], Diagnostic] = {}
@@ -162,18 +178,14 @@ class HeatDemo:
             self.world.write(key, "heat", zeros)
         self.frame_index = 0
         self._place_heaters()
+        self._heaters_at = 0
+        # The engine steps the heat when its inputs change, paused or not: the rewritten heat and
+        # heaters are stepped on the next frame, which is then the game's frame 1 (paused too).
+        self._step_once = True
 
     def _place_heaters(self) -> None:
-        """Three heaters orbiting the middle, as a function of the frame index (deterministic)."""
-        h, w = GRID[1] * CHUNK[1], GRID[0] * CHUNK[0]
-        yy, xx = np.mgrid[0:h, 0:w].astype(np.float32)
-        field_ = np.zeros((h, w), np.float32)
-        t = self.frame_index * 0.02
-        for k in range(3):
-            angle = t * (1.0 + 0.3 * k) + k * 2.0944
-            cx = w / 2 + math.cos(angle) * w * (0.18 + 0.08 * k)
-            cy = h / 2 + math.sin(angle) * h * (0.18 + 0.08 * k)
-            field_ += np.float32(0.08) * np.exp(-((xx - cx) ** 2 + (yy - cy) ** 2) / np.float32(60.0)).astype(np.float32)
+        """The heaters of this frame index into the world's ``source`` field, chunk by chunk."""
+        field_ = heaters(self.frame_index)
         for cy_ in range(GRID[1]):
             for cx_ in range(GRID[0]):
                 block = field_[cy_ * CHUNK[1] : (cy_ + 1) * CHUNK[1], cx_ * CHUNK[0] : (cx_ + 1) * CHUNK[0]]
@@ -202,23 +214,22 @@ class HeatDemo:
 
     # -- one frame ----------------------------------------------------------------------------
     def step(self) -> Hud:
-        """Game logic, ``engine.frame()``, then the GPU heat step and colouring."""
+        """Game logic, then ``engine.frame()``: it dispatches the heat step, the colouring and
+        the summaries in one submission (a frame it defers steps on the next)."""
         t0 = time.perf_counter()
         running = not self.paused or self._step_once
-        self._step_once = False
         if running:
-            self._place_heaters()
+            if self._heaters_at != self.frame_index:
+                self._place_heaters()
+                self._heaters_at = self.frame_index
+            for handle in self.products.values():
+                self.engine.invalidate(handle)  # heat changes on the GPU every frame: recompute all
         stats = self.engine.frame()
-        heat = self.engine.field_buffer("heat")
-        source = self.engine.field_buffer("source")
-        if heat is not None and source is not None:
-            if running:
-                self._heat_step(heat, source)
-                for handle in self.products.values():
-                    self.engine.invalidate(handle)  # heat changed on the GPU: summarise again
-            self._colorize(heat)
-        if running:
-            self.frame_index += 1
+        advanced = not running  # paused: every frame shows the state as it is
+        if running and not self.engine.product(self.products["heat_step"]).pending:
+            self.frame_index += 1  # the step went out (not deferred): the game moves on
+            self._step_once = False
+            advanced = True
         hud = self.hud
         hud.frame = self.frame_index
         hud.paused = self.paused
@@ -232,39 +243,15 @@ class HeatDemo:
         hud.diagnostics = "\n".join(diagnostics[0].lines()) if diagnostics else None
         dt = time.perf_counter() - t0
         fig = self.figures
-        fig.frame_done(stats, dt, self.engine.inflight)
+        fig.frame_done(stats, dt, self.engine.inflight, advanced=advanced)
         fig.frame, fig.paused, fig.heat, fig.diagnostics = self.frame_index, self.paused, heat_figures, diagnostics
-        hud._times.append(time.perf_counter())
-        hud._times[:] = hud._times[-30:]
-        if len(hud._times) > 1:
-            hud.fps = (len(hud._times) - 1) / max(hud._times[-1] - hud._times[0], 1e-9)
-        hud.frame_ms = dt * 1e3
+        if advanced:  # game frames, as the overlay counts them
+            hud._times.append(time.perf_counter())
+            hud._times[:] = hud._times[-30:]
+            if len(hud._times) > 1:
+                hud.fps = (len(hud._times) - 1) / max(hud._times[-1] - hud._times[0], 1e-9)
+            hud.frame_ms = dt * 1e3
         return hud
-
-    def _grid_params(self) -> dict:
-        return {"grid_w": GRID[0], "chunk_w": CHUNK[0], "chunk_h": CHUNK[1]}
-
-    def _heat_step(self, heat: Any, source: Any) -> None:
-        variant = self.step_ref.program().variant(specialize={"STENCIL": self.stencil})
-        n = heat.size // 4
-        variant.run(
-            n,
-            inputs={"heat": heat, "source": source},
-            outputs={"next": self.scratch},
-            params={**self._grid_params(), "grid_h": GRID[1], "rate": 0.6, "cooling": 0.004},
-        )
-        enc = self.ctx.device.create_command_encoder()
-        enc.copy_buffer_to_buffer(self.scratch, 0, heat, 0, n * 4)
-        self.ctx.queue.submit([enc.finish()])
-
-    def _colorize(self, heat: Any) -> None:
-        variant = self.color_ref.program().variant(specialize={"ORDER": self.pixel_order}, columns={"palette": ["color"]})
-        variant.run(
-            (self.out_w, self.out_h),
-            inputs={"field": heat, "palette": self.palette},
-            outputs={"pixels": self.pixels},
-            params={**self._grid_params(), "out_w": self.out_w, "out_h": self.out_h, "lo": 0.0, "hi": 1.0},
-        )
 
     # -- output -------------------------------------------------------------------------------
     def read_pixels(self) -> np.ndarray:

@@ -1,6 +1,12 @@
-"""The headless demo: N frames, frame statistics (a live line on a terminal), a PNG snapshot,
-and a JSON-lines log of the overlay's figures (:meth:`~.figures.Figures.record`: frame time,
-fps, per-product GPU ms, uploads, readbacks in flight, stale/s, reloads, errors)."""
+"""The headless demo: N game frames, frame statistics (a live line on a terminal), a PNG
+snapshot, and a JSON-lines log of the overlay's figures (:meth:`~.figures.Figures.record`:
+frame time, fps, per-product GPU ms, uploads, readbacks in flight, stale/s, reloads, errors).
+
+A *game frame* is one the heat step went out in (``demo.frame_index`` advanced). The engine
+never waits for the GPU: while the previous frame's work still runs it defers the next
+(``FrameStats.deferred``), and such a host frame advances nothing. Counting game frames keeps
+the snapshot after N frames the same whatever the GPU's speed.
+"""
 
 from __future__ import annotations
 
@@ -13,13 +19,19 @@ from typing import Any
 
 __all__ = ["run_headless"]
 
+# Host frames a game frame may take before the run gives up on the GPU (it is stuck or gone).
+MAX_HOST_FRAMES_PER_FRAME = 10_000
+
 
 def run_headless(demo: Any, frames: int, snapshot: str | None = None, *, out: Any = None, log: str | None = None, log_every: int = 1) -> dict:
-    """Run ``frames`` frames of ``demo``; answers a summary dict (and writes the snapshot).
+    """Run ``frames`` game frames of ``demo``; answers a summary dict (and writes the snapshot).
 
     Args:
         log: a JSON-lines file (its folder is created) that gets one object of the overlay's
             figures every ``log_every`` frames, and after the last frame.
+    Raises:
+        RuntimeError: a game frame did not go out within ``MAX_HOST_FRAMES_PER_FRAME`` host
+            frames (the engine keeps deferring: no GPU progress).
     """
     from rich.console import Console
 
@@ -32,12 +44,13 @@ def run_headless(demo: Any, frames: int, snapshot: str | None = None, *, out: An
         log_file = open(log, "w")
     reloads_logged = 0
     t_start = time.perf_counter()
+    host_frames = 0
     try:
         for i in range(frames):
             t0 = time.perf_counter()
-            hud = demo.step()
+            hud, taken = _game_frame(demo)
+            host_frames += taken
             times.append(time.perf_counter() - t0)
-            time.sleep(0)  # let wgpu's poll thread deliver readbacks (WGPU_NOTES: GIL)
             if log_file is not None and ((i + 1) % max(1, log_every) == 0 or i + 1 == frames):
                 log_file.write(json.dumps(demo.figures.record(reloads_since=reloads_logged)) + "\n")
                 reloads_logged = demo.figures.reload_count
@@ -51,6 +64,7 @@ def run_headless(demo: Any, frames: int, snapshot: str | None = None, *, out: An
     ms = sorted(t * 1e3 for t in times)
     summary = {
         "frames": frames,
+        "host_frames": host_frames,
         "wall_s": wall,
         "fps": frames / wall if wall else 0.0,
         "frame_ms_p50": statistics.median(ms) if ms else 0.0,
@@ -74,6 +88,21 @@ def run_headless(demo: Any, frames: int, snapshot: str | None = None, *, out: An
         soft_wrap=True,
     )
     return summary
+
+
+def _game_frame(demo: Any) -> tuple[Any, int]:
+    """Host frames until the game advances one frame (a paused demo: one); answers the last
+    HUD and the host frames taken."""
+    before = demo.frame_index
+    for n in range(1, MAX_HOST_FRAMES_PER_FRAME + 1):
+        hud = demo.step()
+        if demo.frame_index != before or demo.paused:
+            time.sleep(0)  # let wgpu's poll thread deliver readbacks (WGPU_NOTES: GIL)
+            return hud, n
+        # Deferred: the previous frame's GPU work still runs (on lavapipe, on these very CPU
+        # cores); a short sleep gives it the time a busy loop would take from it.
+        time.sleep(0.0005)
+    raise RuntimeError(f"the demo did not advance a frame in {MAX_HOST_FRAMES_PER_FRAME} host frames: the engine keeps deferring (no GPU progress)")
 
 
 def _progress(console: Any, live: bool, hud: Any, i: int, frames: int) -> None:

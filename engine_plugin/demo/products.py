@@ -1,9 +1,21 @@
-"""The demo's engine products: ``summary`` and ``hotspots`` (kernels in ``demo/assets``).
+"""The demo's engine products: every kernel of ``demo/assets`` runs as one, in one submission.
 
-Both follow the engine's product contract (``engine/contract.py``): a ``chunks`` work list,
-the ``heat`` field as input, one record per chunk, ``ReadbackPolicy.SUMMARY``. They are
-ordinary assets, so editing them live re-registers the product under a new generation.
-The CPU fallbacks reproduce the kernels bit for bit (same f32 operations, same order).
+In dispatch order (registration order is dispatch order):
+
+* ``heat_step``  one diffusion step: ``ReadbackPolicy.NONE`` over a ``tiles`` work list (one
+  invocation a tile), reading the ``heat`` and ``source`` mirrors and writing the ``heat_next``
+  mirror (a ``read_write`` binding bound to a field). The game invalidates it every frame.
+* ``heat_copy``  the ping-pong's second half: ``heat_next`` back into ``heat`` (a stencil
+  cannot write the buffer its neighbours read), so every later kernel reads the new heat.
+* ``colorize``   heat -> the storage texture the window presents (``NONE``, one invocation a
+  tile, each storing its block of pixels); the palette table and the texture come in ``inputs=``.
+* ``summary``, ``hotspots``  ``ReadbackPolicy.SUMMARY`` over ``heat``: one record per chunk,
+  read back and revalidated, for the overlay.
+
+They are ordinary assets, so editing one live re-registers its product under a new
+generation (a broken save keeps the last good kernel). The CPU fallbacks of ``summary`` and
+``hotspots`` reproduce the kernels bit for bit (same f32 operations, same order); the three
+``NONE`` products write GPU state only and have none (the heat lives on the GPU).
 
 :class:`HeatFigures` keeps the latest record of every chunk and reduces them to the numbers
 the overlay shows. It reads records by lane and tolerates any record width, so a layout edit
@@ -20,9 +32,22 @@ import numpy as np
 from ..engine import ProductWork
 from ..gpu.descriptors import ReadbackPolicy
 
-__all__ = ["HOT_THRESHOLD", "HeatFigures", "hotspots_fallback", "register_products", "summary_fallback"]
+__all__ = [
+    "HEAT_PRODUCTS",
+    "HOT_THRESHOLD",
+    "PRODUCTS",
+    "STEP_PARAMS",
+    "HeatFigures",
+    "hotspots_fallback",
+    "register_colorize",
+    "register_products",
+    "summary_fallback",
+]
 
 HOT_THRESHOLD = 0.6  # heat above which a tile counts as a hotspot
+STEP_PARAMS = {"rate": 0.6, "cooling": 0.004}  # the diffusion step's own params
+HEAT_PRODUCTS = ("heat_step", "heat_copy", "colorize")  # the GPU-state products, dispatch order
+PRODUCTS = (*HEAT_PRODUCTS, "summary", "hotspots")  # every demo product, dispatch order
 
 
 def _chunks(world: Any, field_name: str, keys: tuple[int, ...]) -> np.ndarray:
@@ -109,9 +134,42 @@ class HeatFigures:
         return out
 
 
-def register_products(engine: Any, figures: HeatFigures) -> dict[str, Any]:
-    """Register ``summary`` and ``hotspots`` over the world's ``heat`` field; answers key -> handle."""
-    summary = engine.register_product(
+def register_products(
+    engine: Any,
+    figures: HeatFigures,
+    *,
+    grid: tuple[int, int],
+    chunk: tuple[int, int],
+    palette: Any,
+    pixels: Any,
+    pixel_order: str = "rgba",
+    stencil: str = "cross",
+) -> dict[str, Any]:
+    """Register the demo's products in dispatch order (:data:`PRODUCTS`); answers key -> handle.
+
+    Args:
+        grid: chunks per row and column (chunk slot s is chunk ``(s % grid_w, s // grid_w)``).
+        chunk: tiles per chunk row and column.
+        palette: the colour table (``abi.table``, column ``color``) ``colorize`` reads.
+        pixels: the storage texture ``colorize`` writes (its size is the picture's).
+        pixel_order: ``rgba`` or ``bgra``, the texture's channel order (``colorize``'s ``ORDER``).
+        stencil: ``heat_step``'s ``STENCIL`` (``cross`` or ``box``).
+    """
+    grid_params = {"grid_w": grid[0], "chunk_w": chunk[0], "chunk_h": chunk[1]}
+    none = ReadbackPolicy.NONE
+    handles = {
+        "heat_step": engine.register_product(
+            "heat_step.computeShader",
+            key="heat_step",
+            spec={"STENCIL": stencil},
+            fields={"heat": "heat", "source": "source", "next": "heat_next"},
+            policy=none,
+            params={**grid_params, "grid_h": grid[1], **STEP_PARAMS},
+        ),
+        "heat_copy": engine.register_product("heat_copy.computeShader", key="heat_copy", fields={"next": "heat_next", "heat": "heat"}, policy=none),
+        "colorize": register_colorize(engine, grid=grid, chunk=chunk, palette=palette, pixels=pixels, pixel_order=pixel_order),
+    }
+    handles["summary"] = engine.register_product(
         "summary.computeShader",
         key="summary",
         fields={"heat": "heat"},
@@ -119,7 +177,7 @@ def register_products(engine: Any, figures: HeatFigures) -> dict[str, Any]:
         apply=figures.apply_summary,
         cpu_fallback=summary_fallback,
     )
-    hotspots = engine.register_product(
+    handles["hotspots"] = engine.register_product(
         "hotspots.computeShader",
         key="hotspots",
         fields={"heat": "heat"},
@@ -128,4 +186,25 @@ def register_products(engine: Any, figures: HeatFigures) -> dict[str, Any]:
         cpu_fallback=hotspots_fallback,
         params={"threshold": HOT_THRESHOLD},
     )
-    return {"summary": summary, "hotspots": hotspots}
+    # The kernels write these mirrors: uploads send only chunks the world changed (a reset),
+    # never clean ones between them (gap coalescing would overwrite the GPU's heat).
+    for name in ("heat", "heat_next"):
+        engine.field_buffer(name, kernel_writes=True)
+    return handles
+
+
+def register_colorize(
+    engine: Any, *, grid: tuple[int, int], chunk: tuple[int, int], palette: Any, pixels: Any, pixel_order: str = "rgba", field: str = "heat"
+) -> Any:
+    """Register ``colorize`` over world field ``field``: a ``NONE`` product that stores the
+    field's colours into the storage texture ``pixels`` (arguments as :func:`register_products`)."""
+    return engine.register_product(
+        "colorize.computeShader",
+        key="colorize",
+        spec={"ORDER": pixel_order},
+        columns={"palette": ["color"]},
+        fields={"field": field},
+        policy=ReadbackPolicy.NONE,
+        params={"grid_w": grid[0], "chunk_w": chunk[0], "chunk_h": chunk[1], "out_w": int(pixels.size[0]), "out_h": int(pixels.size[1]), "lo": 0.0, "hi": 1.0},
+        inputs={"palette": palette, "pixels": pixels},
+    )

@@ -79,7 +79,7 @@ class GpuSide:
 
     def _capacity(self, product: Product) -> int:
         world = self.world
-        if product.policy is ReadbackPolicy.FULL_FIELD:
+        if product.tile_work:  # FULL_FIELD, or NONE over a `tiles` work list: one item a tile
             return world.max_chunks * world.tiles_per_chunk
         if product.policy in _SELECTIONS:
             need = max(self.config.min_selection_capacity, len(product.selection))

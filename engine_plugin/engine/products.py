@@ -17,11 +17,11 @@ import numpy as np
 
 from ..gpu.descriptors import ReadbackPolicy
 from ..gpu.handles import GpuProductHandle
-from .contract import CHUNK_POLICIES, ProductError, ProductPlan, ProductResult
+from .contract import CHUNK_POLICIES, TILE_ITEMS, ProductError, ProductPlan, ProductResult
 from .records import has_whole_outputs, select_items
 from .selection import Tile, linear_index
 
-__all__ = ["ChunkIndex", "InFlight", "Product", "Work", "split_current"]
+__all__ = ["ChunkIndex", "InFlight", "Product", "Work", "chunk_tiles", "split_current"]
 
 
 class ChunkIndex:
@@ -173,6 +173,14 @@ class Product:
     def per_tile(self) -> bool:
         return self.policy not in CHUNK_POLICIES
 
+    @property
+    def tile_work(self) -> bool:
+        """Whether the work list holds every tile of the owed chunks: ``FULL_FIELD``, and a
+        ``NONE`` product whose kernel declares a ``tiles`` work list (a stencil, a colouring)."""
+        if self.policy is ReadbackPolicy.FULL_FIELD:
+            return True
+        return self.policy is ReadbackPolicy.NONE and self.plan is not None and self.plan.items == TILE_ITEMS
+
     def set_selection(self, tiles: tuple[Tile, ...], shape: tuple[int, ...]) -> None:
         self.selection = tiles
         self.selection_keys = frozenset(k for k, _ in tiles)
@@ -223,6 +231,8 @@ class Product:
             tiles = world.tiles_per_chunk
             items = (slots[:, None] * np.uint32(tiles) + np.arange(tiles, dtype=np.uint32)).reshape(-1)
             return Work(keys_t, versions, items)
+        if self.tile_work:  # NONE over a `tiles` work list: one item a tile
+            return Work(keys_t, versions, chunk_tiles(slots, world.tiles_per_chunk))
         return Work(keys_t, versions, slots)
 
     def _tiles_work(self, world: Any, due: set[int], index: ChunkIndex) -> Work:
@@ -280,6 +290,13 @@ class Product:
             sent = self.sent.get(k)
             if sent is None or sent[0] != world.version(k) or failed_sent.get(k) == sent:
                 self.pending.add(k)
+
+
+def chunk_tiles(slots: np.ndarray, tiles_per_chunk: int) -> np.ndarray:
+    """Every tile of the chunks at ``slots`` as global tile indices (``slot * tile_count +
+    tile``, u32), chunk by chunk in the order of ``slots``, each chunk's tiles in C order."""
+    tiles = np.arange(tiles_per_chunk, dtype=np.uint32)
+    return (np.asarray(slots, dtype=np.uint32)[:, None] * np.uint32(tiles_per_chunk) + tiles).reshape(-1)
 
 
 def split_current(

@@ -13,10 +13,14 @@ from engine_plugin.demo.headless import run_headless
 
 
 def headless_pixels(assets: str, cache: str, frames: int, order: str = "rgba") -> np.ndarray:
+    """The picture after ``frames`` game frames (host frames the engine defers advance nothing)."""
     demo = HeatDemo(assets, cache, pixel_order=order)
     try:
-        for _ in range(frames):
+        for _ in range(1000 * frames):
+            if demo.frame_index >= frames:
+                break
             demo.step()
+        assert demo.frame_index == frames
         return demo.read_pixels()
     finally:
         demo.close()
@@ -33,7 +37,8 @@ def test_headless_demo_is_deterministic_and_writes_a_non_blank_png(assets_copy, 
         out = run_headless(demo, 20, str(tmp_path / "snap.png"), out=open(os.devnull, "w"))
     finally:
         demo.close()
-    assert out["frames"] == 20 and os.path.getsize(tmp_path / "snap.png") > 1000
+    assert out["frames"] == 20 and demo.frame_index == 20 and os.path.getsize(tmp_path / "snap.png") > 1000
+    assert out["host_frames"] >= 20  # frames the engine deferred do not count
     assert Image.open(tmp_path / "snap.png").size == (512, 512)
 
 
@@ -62,7 +67,7 @@ def test_window_shows_the_field_follows_a_colorize_edit_and_survives_a_broken_sa
 
     # A broken save: the picture stays (outside the error panel), the diagnostics show in the title too.
     with open(wgsl, "w") as f:
-        f.write(swapped.replace("let px = gid.x;", "let px = gid.x"))
+        f.write(swapped.replace("let v = field_get(tile);", "let v = field_get(tile)"))
     state = run.wait(lambda s: "colorize.wgsl:" in s["diagnostics"] and s["error_rect"], "the diagnostics")
     run.frames_later()
     broken = run.screenshot("c.png", (512, 512))

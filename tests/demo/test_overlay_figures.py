@@ -15,7 +15,7 @@ from engine_plugin.demo.game import HeatDemo, demo_assets
 from engine_plugin.demo.headless import run_headless
 from engine_plugin.demo.keys import KEYS, action_for, help_lines
 from engine_plugin.demo.present import fit_viewport
-from engine_plugin.demo.products import HOT_THRESHOLD, hotspots_fallback, summary_fallback
+from engine_plugin.demo.products import HOT_THRESHOLD, PRODUCTS, hotspots_fallback, summary_fallback
 from engine_plugin.engine import Engine, FrameStats
 from engine_plugin.gpu import NoGpuBackend, ReadbackPolicy
 from engine_plugin.world import World
@@ -37,7 +37,7 @@ def test_headless_log_has_the_overlay_figures_every_n_frames_and_names_a_broken_
         assert [r["frame"] for r in records] == [5, 10, 15, 20]
         for r in records:
             assert set(r) >= {"frame_ms", "fps", "gpu_ms", "uploads", "readbacks_in_flight", "stale_per_s", "reloads", "errors"}
-            assert set(r["gpu_ms"]) == {"summary", "hotspots"}  # None ("n/a") until the engine times products
+            assert set(r["gpu_ms"]) == set(PRODUCTS)  # None ("n/a") until the engine times products
             assert r["errors"] == [] and r["fps"] > 0
         assert records[-1]["heat"]["heat_max"] > 0.0 and os.path.getsize(tmp_path / "snap.png") > 1000
         assert summary["log"] == str(log)
@@ -46,7 +46,7 @@ def test_headless_log_has_the_overlay_figures_every_n_frames_and_names_a_broken_
         wgsl = os.path.join(assets_copy, "colorize.computeShader", "colorize.wgsl")
         good = open(wgsl).read()
         with open(wgsl, "w") as f:
-            f.write(good.replace("let px = gid.x;", "let px = gid.x"))
+            f.write(good.replace("let v = field_get(tile);", "let v = field_get(tile)"))
         demo.library.request_reload()
         run_headless(demo, 1, None, out=open(os.devnull, "w"), log=str(log))
         for _ in range(200):  # the reload worker prepares it off-thread; a frame applies it
@@ -55,8 +55,8 @@ def test_headless_log_has_the_overlay_figures_every_n_frames_and_names_a_broken_
             run_headless(demo, 1, None, out=open(os.devnull, "w"), log=str(log))
         (record,) = [json.loads(line) for line in log.read_text().splitlines()]
         (error,) = record["errors"]
-        assert error["location"] == "colorize.computeShader/colorize.wgsl:20:5"
-        assert error["source"].strip() == "let py = gid.y;" and error["caret"].strip() == "^"
+        assert error["location"] == "colorize.computeShader/colorize.wgsl:27:5"
+        assert error["source"].strip().startswith("let t = (v - params.lo)") and error["caret"].strip() == "^"
         assert len(error["caret"]) - 1 == len(error["source"]) - len(error["source"].lstrip())  # under the 'l'
         assert any(r["kind"] == "failed" and r["asset"] == "colorize.computeShader" for r in record["reloads"])
     finally:

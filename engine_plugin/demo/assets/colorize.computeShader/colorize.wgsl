@@ -1,5 +1,5 @@
-// One pixel per invocation: find the tile under it, map its value through the palette, store
-// the colour into the texture the window shows (the texture's format orders the channels).
+// One tile per invocation: map its value through the palette, store the colour into the block of
+// pixels whose nearest tile it is (the texture the window shows; its format orders the channels).
 
 // Column 0 of the palette table holds the colour stops (vec4 each), evenly spaced over [0, 1].
 fn palette_at(t: f32) -> vec4<f32> {
@@ -11,20 +11,34 @@ fn palette_at(t: f32) -> vec4<f32> {
     return mix(a, b, x - f32(i));
 }
 
-@compute @workgroup_size(8, 8)
+// The first of `out` pixels whose nearest tile (of `size` along the same axis) is tile `f`.
+fn first_pixel(f: u32, size: u32, out: u32) -> u32 {
+    return (f * out + size - 1u) / size;
+}
+
+@compute @workgroup_size(64)
 fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
-    if (zero_index(gid) >= zero_n()) {
+    let item = zero_index(gid);
+    if (item >= zero_n()) {
         return;
     }
-    let px = gid.x;
-    let py = gid.y;
-    let field_w = params.grid_w * params.chunk_w;
-    let field_h = (field_len() / (params.chunk_w * params.chunk_h) / params.grid_w) * params.chunk_h;
-    let fx = px * field_w / params.out_w;
-    let fy = py * field_h / params.out_h;
-    let slot = (fy / params.chunk_h) * params.grid_w + fx / params.chunk_w;
-    let tile = (fy % params.chunk_h) * params.chunk_w + fx % params.chunk_w;
-    let v = field_get(slot * params.chunk_w * params.chunk_h + tile);
+    let tile = tiles_get(item);
+    let v = field_get(tile);
     let t = (v - params.lo) / max(params.hi - params.lo, 1e-6);
-    textureStore(pixels, gid.xy, clamp(palette_at(t), vec4<f32>(0.0), vec4<f32>(1.0)));
+    let colour = clamp(palette_at(t), vec4<f32>(0.0), vec4<f32>(1.0));
+    let tiles = params.chunk_w * params.chunk_h;
+    let slot = tile / tiles;
+    let local = tile % tiles;
+    let fx = (slot % params.grid_w) * params.chunk_w + local % params.chunk_w;
+    let fy = (slot / params.grid_w) * params.chunk_h + local / params.chunk_w;
+    let field_w = params.grid_w * params.chunk_w;
+    let field_h = (field_len() / tiles / params.grid_w) * params.chunk_h;
+    let x0 = first_pixel(fx, field_w, params.out_w);
+    let x1 = first_pixel(fx + 1u, field_w, params.out_w);
+    let y1 = first_pixel(fy + 1u, field_h, params.out_h);
+    for (var py = first_pixel(fy, field_h, params.out_h); py < y1; py = py + 1u) {
+        for (var px = x0; px < x1; px = px + 1u) {
+            textureStore(pixels, vec2<u32>(px, py), colour);
+        }
+    }
 }

@@ -10,10 +10,11 @@ fn tile_index(gx: i32, gy: i32) -> u32 {
 
 @compute @workgroup_size(64)
 fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
-    let i = zero_index(gid);
-    if (i >= zero_n()) {
+    let item = zero_index(gid);
+    if (item >= zero_n()) {
         return;
     }
+    let i = tiles_get(item);
     let tiles = params.chunk_w * params.chunk_h;
     let slot = i / tiles;
     let local = i % tiles;
