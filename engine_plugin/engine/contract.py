@@ -5,7 +5,8 @@ A product is any variant of any asset. The engine binds its bindings by name:
 * **a work list** the engine fills each dispatch: ``chunks`` (u32 mirror slots, one work item
   a chunk) for ``SUMMARY`` / ``NONE`` products, or ``tiles`` (u32 global tile indices,
   ``slot * tile_count + tile``, one work item a tile) for ``SELECTED_TILES``,
-  ``SELECTED_PATH`` and ``FULL_FIELD`` products. ``zero_n()`` is the item count, and a
+  ``SELECTED_PATH`` and ``FULL_FIELD`` products; a ``NONE`` product takes either (``tiles``:
+  every tile of each owed chunk). ``zero_n()`` is the item count, and a
   ``domain_count`` binding holds it too (so ``live`` outputs report it).
 * **field inputs**: every other ``access: read`` buffer is bound to a world field's whole
   GPU mirror (slot-major, ``tile_count`` values a slot), by ``fields=``; a ``read_write``

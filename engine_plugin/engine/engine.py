@@ -330,6 +330,12 @@ class Engine(GpuSide, Delivery):
             raise StaleHandleError(f"{handle} is stale: it was unregistered (or never registered here)")
         return found
 
+    def product_error(self, handle: GpuProductHandle) -> BaseException | None:
+        """Why the product runs without its newest kernel or off the GPU, as raised (a
+        :class:`~engine_plugin.errors.PluginError` names the user's file, line and column),
+        or None while it is fine. Raises StaleHandleError for a stale handle."""
+        return self.product(handle).exception
+
     def generation(self, handle: GpuProductHandle) -> int:
         """The product's live GPU registration generation (0 while it runs on the CPU)."""
         gpu = self.product(handle).gpu
@@ -521,10 +527,10 @@ class Engine(GpuSide, Delivery):
                 self._plan(product, program)
             except PluginError as exc:
                 product.refused_program = program  # not retried every frame; the old kernel runs on
-                product.error = str(exc)
+                product.fail(exc)
                 log.warning("product %r keeps its previous kernel: the reloaded one does not fit:\n%s", product.key, exc)
                 continue
-            product.error = None
+            product.fail(None)
             self._reregister(product)
             st.reregistered += 1
 
@@ -611,7 +617,7 @@ class Engine(GpuSide, Delivery):
             # The run does not check (a DispatchError), the device went away meanwhile, or the
             # product's inputs= are not this device's (after recover_gpu): its fallback serves
             # it until it is registered again (set_params, a reload, recover_gpu).
-            product.error = str(exc)
+            product.fail(exc)
             log.warning("product %r leaves the GPU: its dispatch cannot be prepared:\n%s", product.key, exc)
             self._release_gpu(product)
             st.refused += 1

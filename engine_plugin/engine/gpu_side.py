@@ -173,7 +173,7 @@ class GpuSide:
             try:
                 self._register_gpu(product)
             except PluginError as exc:
-                product.error = str(exc)
+                product.fail(exc)
                 log.warning("product %r runs on the CPU: re-registering it failed:\n%s", product.key, exc)
         if was_gpu or product.gpu is not None or product.program is None:
             # New kernel, params or buffers: everything is recomputed. A product served by its
@@ -254,7 +254,7 @@ class GpuSide:
                 try:
                     self._register_gpu(product)
                 except PluginError as exc:  # this product stays on its fallback; the others go on
-                    product.error = str(exc)
+                    product.fail(exc)
                     log.warning("recover_gpu: product %r stays on the CPU:\n%s", product.key, exc)
         log.info("GPU recovered on %s; %d product(s) re-registered", getattr(ctx, "adapter_name", "a device"), sum(p.gpu is not None for p in self._order))
         return self.gpu_active

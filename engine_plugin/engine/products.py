@@ -144,9 +144,15 @@ class Product:
         self.selection_keys: frozenset[int] = frozenset()
         self._linear: tuple[int, ...] = ()
         self.inflight = 0
-        self.error: str | None = None
+        self.error: str | None = None  # the last error, rendered (see ``exception``)
+        self.exception: BaseException | None = None  # ... and as raised: a PluginError carries its span
         self.refused_program: Any = None  # a reloaded program that did not fit (not retried)
         self.warned_no_fallback = False
+
+    def fail(self, exc: BaseException | None) -> None:
+        """Record why the product left its kernel or the GPU (None: it is fine again)."""
+        self.exception = exc
+        self.error = str(exc) if exc is not None else None
 
     @property
     def field_names(self) -> tuple[str, ...]:

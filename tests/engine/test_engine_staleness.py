@@ -172,6 +172,10 @@ def test_a_reload_that_breaks_the_product_contract_keeps_the_previous_kernel(tmp
         st = engine.frame()
         assert st.reregistered == 0 and engine.generation(h) == generation
         assert "keeps its previous kernel" in caplog.text and "work list" in caplog.text
+        from engine_plugin.engine import ProductError
+
+        err = engine.product_error(h)  # as raised: the span names the user's bindings.yaml
+        assert isinstance(err, ProductError) and err.path == yaml_path and "work list" in str(err)
         world.write(3, "height", 8.0)
         run_until_idle(engine)
         assert applied.latest[3][0] == 8.0
