@@ -535,9 +535,8 @@ class Engine(GpuSide, Delivery):
                 index.learn(changed, found.slots, found.versions)  # the frame's work lists look them up
             if self.config.revalidate == "fields":
                 self._note_changes(name, changed, index)
-            versions = found.versions.tolist() if found.versions is not None else None
             for product in products:
-                product.owe_changed(changed, meta, versions)
+                product.owe_changed(changed, meta, found.versions, found.slots)
             if send:
                 for desc in spans:
                     if not self.backend.upload(desc):

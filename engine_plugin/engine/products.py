@@ -149,6 +149,10 @@ class Product:
         # is computed once (rule: applied at most once per generation, chunk, version), and only
         # the failure of that very work owes it again.
         self.sent: dict[int, tuple[int, int]] = {}
+        # The same content versions by chunk slot (0: none), while every work sent carried its
+        # slots: owing a frame's changed chunks is then one vector compare. Versions are unique
+        # world-wide, so a slot's entry never matches a later chunk in that slot.
+        self._sent_at: np.ndarray | None = None
         self._serials = itertools.count(1)
         self.epoch = 0  # bumped by every new selection
         # chunk -> content version its CPU fallback last computed: the fallback does not depend
@@ -205,6 +209,9 @@ class Product:
             self.pending = set(self.selection_keys)
         else:
             self.pending = set(world.keys())
+            slots = getattr(world, "max_chunks", None)
+            if self._sent_at is None and not self.sent and isinstance(slots, int):
+                self._sent_at = np.zeros(slots, dtype=np.int64)
 
     # -- work lists ------------------------------------------------------------------------
     def work(self, world: Any, keys: set[int] | None = None, index: ChunkIndex | None = None) -> Work:
@@ -260,7 +267,13 @@ class Product:
         """The work's chunks are served (results applied, or on their way)."""
         self.pending.difference_update(work.keys)
         work.serial = next(self._serials)
-        self.sent.update((k, (v, work.serial)) for k, v in zip(work.keys, work.versions))
+        serial = work.serial
+        self.sent.update(zip(work.keys, [(v, serial) for v in work.versions]))
+        if self._sent_at is not None:
+            if work.slots is not None and len(work.slots) == len(work.keys):
+                self._sent_at[work.slots] = work.versions
+            else:
+                self._sent_at = None  # work without slots: the dict alone answers from now on
 
     def skip_computed(self, work: Work) -> list[int]:
         """Drop from the owed work the chunks whose current content the CPU fallback computed
@@ -271,16 +284,20 @@ class Product:
             self.pending.difference_update(skip)
         return [k for k, v in zip(work.keys, work.versions) if done.get(k) != v]
 
-    def owe_changed(self, keys: Any, meta: Callable[[int], tuple[int, int] | None], versions: list[int] | None = None) -> None:
+    def owe_changed(self, keys: Any, meta: Callable[[int], tuple[int, int] | None], versions: Any = None, slots: Any = None) -> None:
         """Owe the changed chunks ``keys`` unless their current content was computed already
         (an ``apply`` that edits the world is followed, in the same frame, by fallbacks that
         compute the new content: owing it again would apply the same result twice).
         ``versions``: the chunks' current content versions, aligned with ``keys`` (else asked
         of ``meta``)."""
         sent = self.sent
+        if versions is not None and slots is not None and self._sent_at is not None:
+            owed = self._sent_at[slots] != versions
+            self.pending.update(itertools.compress(keys, owed.tolist()))
+            return
         if versions is not None:
             get = sent.get
-            self.pending.update([k for k, v in zip(keys, versions) if (done := get(k)) is None or done[0] != v])
+            self.pending.update([k for k, v in zip(keys, np.asarray(versions).tolist()) if (done := get(k)) is None or done[0] != v])
             return
         for k in keys:
             done = sent.get(k)
