@@ -344,11 +344,11 @@ def split_current(
     plan = product.plan
     if (policy is ReadbackPolicy.SELECTED_PATH or (plan is not None and has_whole_outputs(plan))) and not all(current):
         return None, [], list(work.keys)
-    applied = [k for k, ok in zip(work.keys, current) if ok]
-    stale = [k for k, ok in zip(work.keys, current) if not ok]
+    everything = all(current)
+    applied = list(work.keys) if everything else list(itertools.compress(work.keys, current))
+    stale = [] if everything else [k for k, ok in zip(work.keys, current) if not ok]
     if not applied:
         return None, [], stale
-    everything = not stale
     if plan is None:  # a CPU-only product: one array of records, one a chunk or tile
         arr = np.asarray(records)
         n_items = len(work.tiles) if work.tiles else len(work.keys)
@@ -386,7 +386,7 @@ def split_current(
         values = outputs[primary]
     else:  # only whole-dispatch outputs: no per-item records (they are in ``outputs``)
         values = np.zeros((len(applied), 0), dtype=plan_for.record_dtype)
-    versions = work.versions if everything else tuple(v for v, ok in zip(work.versions, current) if ok)
+    versions = work.versions if everything else tuple(itertools.compress(work.versions, current))
     result = ProductResult(
         handle=handle,
         generation=generation,

@@ -59,6 +59,8 @@ class ReadbackRequest:
         "baseline",
         "started",
         "claimed",
+        "watched",
+        "seen",
     )
 
     def __init__(self, handle: Any, desc: Any, callback: Callable, nbytes: int, staging: Any, promise: Any):
@@ -79,6 +81,8 @@ class ReadbackRequest:
         self.baseline = 0
         self.started = time.perf_counter()
         self.claimed = False  # the waiter or the frame thread took its settled promise (once)
+        self.watched = False  # handed to the waiter thread (only once polls found it still pending)
+        self.seen = 0  # polls that found its map still pending
 
     def __repr__(self) -> str:
         return f"<ReadbackRequest {self.id} {self.status.value} {self.nbytes} B of {self.handle}>"
@@ -197,10 +201,15 @@ class PromiseWaiter:
     def alive(self) -> bool:
         return self._thread is not None and self._thread.is_alive()
 
-    def watch(self, req: ReadbackRequest) -> None:
+    def start(self) -> None:
+        """Start the thread (once); it waits for requests handed to :meth:`watch`."""
         if self._thread is None:
             self._thread = threading.Thread(target=self._run, name="engine_plugin-readback-waiter", daemon=True)
             self._thread.start()
+
+    def watch(self, req: ReadbackRequest) -> None:
+        self.start()
+        req.watched = True
         self._inbox.put(req)
 
     def stop(self) -> None:

@@ -44,6 +44,10 @@ __all__ = ["ReadbackRing", "map_submitted"]
 
 log = logging.getLogger("engine_plugin.gpu")
 
+# Polls that may find a request's map pending before the waiter thread watches it: the engine
+# polls twice a frame (before dispatching, after), so 3 is "still pending a frame later".
+_POLLS_BEFORE_WATCH = 3
+
 
 class ReadbackRing:
     """Budgets (count, bytes), the waiter thread, delivery and release of staging buffers."""
@@ -166,9 +170,12 @@ class ReadbackRing:
         return req
 
     def arm(self, req: ReadbackRequest, promise: Any) -> None:
-        """The request's copy is submitted and its map started: let the waiter watch it."""
+        """The request's copy is submitted and its map started. The frame thread's next
+        :meth:`collect` takes it if its map has landed by then (the usual case on a real GPU);
+        only one still pending then is handed to the waiter thread: waking a thread per
+        request costs the frame a GIL hand-over each time."""
         req.promise = promise
-        self.waiter.watch(req)
+        self.waiter.start()
 
     def collect(self, errors: list[BaseException]) -> int:
         """Decide and deliver what the waiter finished, then what a device error failed;
@@ -178,7 +185,8 @@ class ReadbackRing:
         # (the waiter thread needs the interpreter, which a busy frame loop holds for up to
         # 5 ms): a result is delivered by the first poll after the GPU is done. They go
         # through the waiter's queue like the waiter's own reports, in request order.
-        for req in self.tracker.requests():
+        requests = self.tracker.requests()
+        for req in requests:
             promise = req.promise
             if promise is None or req.claimed or req.released or not settled_now(promise) or not self.waiter.claim(req):
                 continue
@@ -188,6 +196,11 @@ class ReadbackRing:
             except Exception as exc:
                 error = exc
             self.waiter.done.put((req, error))
+        for req in requests:
+            if req.promise is not None and not (req.claimed or req.watched or req.released or req.cancelled):
+                req.seen += 1
+                if req.seen >= _POLLS_BEFORE_WATCH:
+                    self.waiter.watch(req)  # still pending a frame later: the waiter reports it
         while True:
             try:
                 req, error = self.waiter.done.get_nowait()
