@@ -24,3 +24,4 @@ fi
     cat COMMIT 2>/dev/null | sed 's/^/commit: /'
 } | tee "$out/h200_engine_env.txt"
 python3 -m engine_plugin bench frame uploads --json "$out/h200_engine.json" "$@" 2>&1 | tee "$out/h200_engine.log"
+python3 tools/bench/profile_engine_frame.py --frames 300 --out "$out/h200_engine_profile.txt" 2>&1 | tail -3
