@@ -38,7 +38,7 @@ class ChunkIndex:
         self._sorted: dict[frozenset, list] = {}
         self._columns: dict[frozenset, tuple[tuple[int, ...], tuple[int, ...], np.ndarray]] = {}
 
-    def sorted_columns(self, keys: set[int]) -> tuple[tuple[int, ...], tuple[int, ...], np.ndarray]:
+    def sorted_columns(self, keys: set[int] | frozenset[int]) -> tuple[tuple[int, ...], tuple[int, ...], np.ndarray]:
         """``(keys, versions, u32 slots)`` of the live chunks among ``keys``, by slot: a work
         list's columns, made once a frame for every product owing the same chunks."""
         frozen = frozenset(keys)
@@ -53,7 +53,7 @@ class ChunkIndex:
             self._columns[frozen] = found
         return found
 
-    def sorted_entries(self, keys: set[int]) -> list[tuple[int, int, int]]:
+    def sorted_entries(self, keys: set[int] | frozenset[int]) -> list[tuple[int, int, int]]:
         """``(slot, key, version)`` of the live chunks among ``keys``, by slot (shared by the
         products that owe the same chunks, as products over the same fields do)."""
         frozen = keys if isinstance(keys, frozenset) else frozenset(keys)
