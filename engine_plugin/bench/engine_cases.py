@@ -338,3 +338,6 @@ def bench_engine_upload(opts) -> Result:
         note="higher is better; 10% dirty (block / scattered) in extra",
         extra=extra,
     )
+
+
+from . import frame_cases  # noqa: E402,F401  (registers the same-work frame and upload cases)

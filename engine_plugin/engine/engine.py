@@ -52,7 +52,7 @@ import numpy as np
 from ..errors import PluginError, StaleHandleError
 from ..gpu.backend import ReadbackResult
 from ..gpu.config import WgpuBackendConfig
-from ..gpu.descriptors import ReadbackDesc, ReadbackPolicy, take_dirty_uploads
+from ..gpu.descriptors import ReadbackDesc, ReadbackPolicy, take_dirty_changes
 from ..gpu.handles import GpuProductHandle, SlotTable
 from ..lowering import resolve_spec
 from ..runtime.batch import flush_current_batch
@@ -549,13 +549,16 @@ class Engine(GpuSide, Delivery):
         for name, products in readers.items():
             send = gpu and name in self._mirrored
             gap = 0 if name in self._kernel_written else self.config.upload_gap_bytes // self.world.chunk_nbytes(name)
-            changed, spans = take_dirty_uploads(self.world, name, gap, spans=send, meta=meta)
+            found = take_dirty_changes(self.world, name, gap, spans=send, meta=meta)
+            changed, spans = found.keys, found.spans
             if not changed:
                 continue
+            if index is not None and found.versions is not None:
+                index.learn(changed, found.slots, found.versions)  # the frame's work lists look them up
             if self.config.revalidate == "fields":
                 self._note_changes(name, changed, index)
             for product in products:
-                product.owe_changed(changed, meta)
+                product.owe_changed(changed, meta, found.versions, found.slots)
             if send:
                 for desc in spans:
                     if not self.backend.upload(desc):

@@ -51,6 +51,7 @@ class GpuProduct:
         self.results: Any = None
         self._inputs: dict[str, Any] = dict(inputs)
         self._lengths: dict[str, int] = {}  # field binding -> mirror elements (count expressions read them)
+        self._results_bytes: dict[int, int] = {}  # items -> readback_bytes (asked every dispatch)
 
     @classmethod
     def create(
@@ -100,7 +101,12 @@ class GpuProduct:
     def readback_bytes(self, n: int) -> int:
         """Bytes of the results area a dispatch over ``n`` items uses (what its readback
         copies at most: the engine's unit for the readback byte budget)."""
-        return int(self.variant.results_bytes(n, self.params, {**self._lengths, self.plan.items: n}))
+        found = self._results_bytes.get(n)
+        if found is None:  # params and mirror lengths are fixed for the registration: n decides
+            found = self._results_bytes[n] = int(self.variant.results_bytes(n, self.params, {**self._lengths, self.plan.items: n}))
+            if len(self._results_bytes) > 256:
+                self._results_bytes.clear()
+        return found
 
     def dispatch_desc(self, items: np.ndarray, chunk_count: int) -> DispatchDesc:
         """The dispatch of one work list (u32 items), prepared by the runtime.

@@ -30,28 +30,45 @@ class ChunkIndex:
     Valid while the world does not change: the engine makes a new one after callbacks ran.
     """
 
-    __slots__ = ("world", "_meta", "_sorted")
+    __slots__ = ("world", "_meta", "_sorted", "_columns")
 
     def __init__(self, world: Any) -> None:
         self.world = world
         self._meta: dict[int, tuple[int, int]] = {}
         self._sorted: dict[frozenset, list] = {}
+        self._columns: dict[frozenset, tuple[tuple[int, ...], tuple[int, ...], np.ndarray]] = {}
 
-    def sorted_entries(self, keys: set[int]) -> list[tuple[int, int, int]]:
+    def sorted_columns(self, keys: set[int] | frozenset[int]) -> tuple[tuple[int, ...], tuple[int, ...], np.ndarray]:
+        """``(keys, versions, u32 slots)`` of the live chunks among ``keys``, by slot: a work
+        list's columns, made once a frame for every product owing the same chunks."""
+        frozen = frozenset(keys)
+        found = self._columns.get(frozen)
+        if found is None:
+            entries = self.sorted_entries(frozen)
+            found = (
+                tuple([e[1] for e in entries]),
+                tuple([e[2] for e in entries]),
+                np.array([e[0] for e in entries], dtype=np.uint32),
+            )
+            self._columns[frozen] = found
+        return found
+
+    def sorted_entries(self, keys: set[int] | frozenset[int]) -> list[tuple[int, int, int]]:
         """``(slot, key, version)`` of the live chunks among ``keys``, by slot (shared by the
         products that owe the same chunks, as products over the same fields do)."""
-        frozen = frozenset(keys)
+        frozen = keys if isinstance(keys, frozenset) else frozenset(keys)
         found = self._sorted.get(frozen)
         if found is None:
             get = self.get
-            found = []
-            for k in frozen:
-                m = get(k)
-                if m is not None:
-                    found.append((m[0], k, m[1]))
+            metas = [(k, get(k)) for k in frozen]
+            found = [(m[0], k, m[1]) for k, m in metas if m is not None]
             found.sort()
             self._sorted[frozen] = found
         return found
+
+    def learn(self, keys: list[int], slots: Any, versions: Any) -> None:
+        """Record ``(slot, version)`` of live chunks the caller read in bulk (the uploads)."""
+        self._meta.update(zip(keys, zip(slots.tolist(), versions.tolist())))
 
     def get(self, key: int) -> tuple[int, int] | None:
         """``(slot, version)`` of live chunk ``key``, or None when it is not in the world."""
@@ -73,6 +90,7 @@ class Work:
     items: np.ndarray  # u32: chunk slots, or global tile indices
     tiles: tuple[Tile, ...] = ()  # selections: (key, tile) per item
     serial: int = 0  # set when the work is sent (Product.done): tells a late failure from newer work
+    slots: np.ndarray | None = None  # the chunks' slots, aligned with keys (revalidated as one vector)
 
     def __bool__(self) -> bool:
         return bool(self.keys)
@@ -131,6 +149,10 @@ class Product:
         # is computed once (rule: applied at most once per generation, chunk, version), and only
         # the failure of that very work owes it again.
         self.sent: dict[int, tuple[int, int]] = {}
+        # The same content versions by chunk slot (0: none), while every work sent carried its
+        # slots: owing a frame's changed chunks is then one vector compare. Versions are unique
+        # world-wide, so a slot's entry never matches a later chunk in that slot.
+        self._sent_at: np.ndarray | None = None
         self._serials = itertools.count(1)
         self.epoch = 0  # bumped by every new selection
         # chunk -> content version its CPU fallback last computed: the fallback does not depend
@@ -201,6 +223,9 @@ class Product:
             self.pending = set(self.selection_keys)
         else:
             self.pending = set(world.keys())
+            slots = getattr(world, "max_chunks", None)
+            if self._sent_at is None and not self.sent and isinstance(slots, int):
+                self._sent_at = np.zeros(slots, dtype=np.int64)
 
     # -- work lists ------------------------------------------------------------------------
     def work(self, world: Any, keys: set[int] | None = None, index: ChunkIndex | None = None) -> Work:
@@ -221,25 +246,23 @@ class Product:
                 if m is not None and k in self.selection_keys:
                     entries.append((m[0], k, m[1]))
         else:
-            entries = index.sorted_entries(owed)
+            keys_t, versions, slots = index.sorted_columns(owed)
+            if keys is None and len(keys_t) != len(owed):
+                self.pending = set(keys_t)  # evicted chunks are owed nothing
+            if policy is ReadbackPolicy.FULL_FIELD:
+                tiles = world.tiles_per_chunk
+                items = (slots[:, None] * np.uint32(tiles) + np.arange(tiles, dtype=np.uint32)).reshape(-1)
+                return Work(keys_t, versions, items, slots=slots)
+            if self.tile_work:  # NONE over a `tiles` work list: one item a tile
+                return Work(keys_t, versions, chunk_tiles(slots, world.tiles_per_chunk), slots=slots)
+            return Work(keys_t, versions, slots, slots=slots)
         if keys is None and len(entries) != len(owed):
             self.pending = {e[1] for e in entries}  # evicted chunks, and chunks no selection covers, are owed nothing
         if policy is ReadbackPolicy.SELECTED_TILES:
             return self._tiles_work(world, {e[1] for e in entries}, index)
-        if policy is ReadbackPolicy.SELECTED_PATH:
-            if not entries or not all(k in world for k in self.selection_keys):
-                return Work((), (), np.zeros(0, np.uint32))  # nothing owed, or a path through an evicted chunk
-            return self._tiles_work(world, set(self.selection_keys), index)
-        keys_t = tuple(e[1] for e in entries)
-        versions = tuple(e[2] for e in entries)
-        slots = np.fromiter((e[0] for e in entries), dtype=np.uint32, count=len(entries))
-        if policy is ReadbackPolicy.FULL_FIELD:
-            tiles = world.tiles_per_chunk
-            items = (slots[:, None] * np.uint32(tiles) + np.arange(tiles, dtype=np.uint32)).reshape(-1)
-            return Work(keys_t, versions, items)
-        if self.tile_work:  # NONE over a `tiles` work list: one item a tile
-            return Work(keys_t, versions, chunk_tiles(slots, world.tiles_per_chunk))
-        return Work(keys_t, versions, slots)
+        if not entries or not all(k in world for k in self.selection_keys):
+            return Work((), (), np.zeros(0, np.uint32))  # nothing owed, or a path through an evicted chunk
+        return self._tiles_work(world, set(self.selection_keys), index)
 
     def _tiles_work(self, world: Any, due: set[int], index: ChunkIndex) -> Work:
         if not due:
@@ -260,7 +283,13 @@ class Product:
         """The work's chunks are served (results applied, or on their way)."""
         self.pending.difference_update(work.keys)
         work.serial = next(self._serials)
-        self.sent.update((k, (v, work.serial)) for k, v in zip(work.keys, work.versions))
+        serial = work.serial
+        self.sent.update(zip(work.keys, [(v, serial) for v in work.versions]))
+        if self._sent_at is not None:
+            if work.slots is not None and len(work.slots) == len(work.keys):
+                self._sent_at[work.slots] = work.versions
+            else:
+                self._sent_at = None  # work without slots: the dict alone answers from now on
 
     def skip_computed(self, work: Work) -> list[int]:
         """Drop from the owed work the chunks whose current content the CPU fallback computed
@@ -271,11 +300,21 @@ class Product:
             self.pending.difference_update(skip)
         return [k for k, v in zip(work.keys, work.versions) if done.get(k) != v]
 
-    def owe_changed(self, keys: Any, meta: Callable[[int], tuple[int, int] | None]) -> None:
+    def owe_changed(self, keys: Any, meta: Callable[[int], tuple[int, int] | None], versions: Any = None, slots: Any = None) -> None:
         """Owe the changed chunks ``keys`` unless their current content was computed already
         (an ``apply`` that edits the world is followed, in the same frame, by fallbacks that
-        compute the new content: owing it again would apply the same result twice)."""
+        compute the new content: owing it again would apply the same result twice).
+        ``versions``: the chunks' current content versions, aligned with ``keys`` (else asked
+        of ``meta``)."""
         sent = self.sent
+        if versions is not None and slots is not None and self._sent_at is not None:
+            owed = self._sent_at[slots] != versions
+            self.pending.update(itertools.compress(keys, owed.tolist()))
+            return
+        if versions is not None:
+            get = sent.get
+            self.pending.update([k for k, v in zip(keys, np.asarray(versions).tolist()) if (done := get(k)) is None or done[0] != v])
+            return
         for k in keys:
             done = sent.get(k)
             if done is None:
@@ -316,17 +355,23 @@ def split_current(
     reading back a whole-dispatch output, is all or nothing: one changed chunk makes every
     chunk of the work stale.
     """
-    is_current = is_current or world.is_current
-    current = [is_current(k, v) for k, v in zip(work.keys, work.versions)]
+    slot_versions = getattr(world, "slot_versions", None)
+    if is_current is None and work.slots is not None and slot_versions is not None:
+        # One vector compare: versions are unique world-wide, so a slot holding the version a
+        # result was computed at holds that very chunk and content (evicted slots hold 0).
+        current = (np.asarray(slot_versions(work.slots)) == np.asarray(work.versions, dtype=np.int64)).tolist()
+    else:
+        is_current = is_current or world.is_current
+        current = [is_current(k, v) for k, v in zip(work.keys, work.versions)]
     policy = product.policy
     plan = product.plan
     if (policy is ReadbackPolicy.SELECTED_PATH or (plan is not None and has_whole_outputs(plan))) and not all(current):
         return None, [], list(work.keys)
-    applied = [k for k, ok in zip(work.keys, current) if ok]
-    stale = [k for k, ok in zip(work.keys, current) if not ok]
+    everything = all(current)
+    applied = list(work.keys) if everything else list(itertools.compress(work.keys, current))
+    stale = [] if everything else [k for k, ok in zip(work.keys, current) if not ok]
     if not applied:
         return None, [], stale
-    everything = not stale
     if plan is None:  # a CPU-only product: one array of records, one a chunk or tile
         if isinstance(records, Mapping):
             raise ProductError(f"the CPU fallback of the CPU-only product {product.key!r} answered a mapping; it answers one array of records, one a work item")
@@ -366,7 +411,7 @@ def split_current(
         values = outputs[primary]
     else:  # only whole-dispatch outputs: no per-item records (they are in ``outputs``)
         values = np.zeros((len(applied), 0), dtype=plan_for.record_dtype)
-    versions = work.versions if everything else tuple(v for v, ok in zip(work.versions, current) if ok)
+    versions = work.versions if everything else tuple(itertools.compress(work.versions, current))
     result = ProductResult(
         handle=handle,
         generation=generation,

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from ..world import World
 
 __all__ = [
+    "DirtyChanges",
     "DispatchDesc",
     "FieldMirrorDesc",
     "GpuCapabilities",
@@ -31,6 +32,7 @@ __all__ = [
     "UploadDesc",
     "coalesce_uploads",
     "field_mirror_desc",
+    "take_dirty_changes",
     "take_dirty_uploads",
     "upload_desc",
 ]
@@ -138,6 +140,9 @@ class UploadDesc:
     span_slots: int = 0
     key_slots: Any = _field(default=None, repr=False, compare=False)  # slots of chunk_keys (vector check)
     padded: bool = False  # mirror slots are wider than the world's (see slot_stride): data() pads
+    # The world's mutation clock when the span was taken (None: unknown). Every mutation and
+    # eviction moves it, so an unchanged clock proves every covered chunk current in O(1).
+    clock: int | None = _field(default=None, repr=False, compare=False)
 
     @property
     def chunk_key(self) -> int:
@@ -161,6 +166,8 @@ class UploadDesc:
         Raises:
             StaleSpanError: a covered chunk was mutated or evicted after the span was taken.
         """
+        if self.clock is not None and getattr(self.world, "clock", None) == self.clock:
+            return self._bytes()  # nothing in the world changed since the span was taken
         if self.key_slots is not None and np.array_equal(self.world.slot_versions(self.key_slots), self.versions):
             return self._bytes()  # every chunk current, checked at once
         is_current = self.world.is_current
@@ -256,15 +263,38 @@ def take_dirty_uploads(
     with the runs, not the chunks. Any other world goes through ``take_dirty`` and
     :func:`coalesce_uploads`.
     """
+    found = take_dirty_changes(world, tag, max_gap, spans=spans, meta=meta)
+    return found.keys, found.spans
+
+
+@dataclass(frozen=True)
+class DirtyChanges:
+    """What :func:`take_dirty_changes` took: the changed chunks of one field and their spans.
+
+    ``versions`` (content versions, aligned with ``keys``) and ``slots`` are numpy vectors
+    when the world has the slot-vector API, else None (ask the world per key)."""
+
+    keys: list[int]
+    spans: list[UploadDesc]
+    slots: Any = None
+    versions: Any = None
+
+
+def take_dirty_changes(
+    world: World, tag: str, max_gap: int = 0, *, spans: bool = True, meta: Callable[[int], tuple[int, int] | None] | None = None
+) -> DirtyChanges:
+    """:func:`take_dirty_uploads`, answering the changed chunks' slots and versions too (the
+    engine owes and revalidates with them, without asking the world chunk by chunk)."""
     take = getattr(world, "take_dirty_slots", None)
     if take is None:
         keys = [k for k, _ in world.take_dirty(tag)]
-        return keys, (coalesce_uploads(world, tag, keys, max_gap, meta) if spans and keys else [])
+        return DirtyChanges(keys, coalesce_uploads(world, tag, keys, max_gap, meta) if spans and keys else [])
     slots = np.asarray(take(tag), dtype=np.int64)
     keys = world.keys_at(slots)
-    if not spans or not slots.size:
-        return keys, []
     versions = np.asarray(world.slot_versions(slots))
+    if not spans or not slots.size:
+        return DirtyChanges(keys, [], slots, versions)
+    clock = getattr(world, "clock", None)
     nbytes = world.chunk_nbytes(tag)
     stride = slot_stride(nbytes)
     out = []
@@ -284,10 +314,11 @@ def take_dirty_uploads(
                 span if span != end - start else 0,
                 slots[start:end],
                 stride != nbytes,
+                clock,
             )
         )
         start = end
-    return keys, out
+    return DirtyChanges(keys, out, slots, versions)
 
 
 @dataclass(frozen=True)

@@ -33,7 +33,7 @@ from typing import Any
 
 from .backend import ReadbackStatus
 
-__all__ = ["PromiseWaiter", "ReadbackRequest", "ReadbackTracker", "settled"]
+__all__ = ["PromiseWaiter", "ReadbackRequest", "ReadbackTracker", "settled", "settled_now"]
 
 _request_ids = itertools.count(1)
 
@@ -58,6 +58,9 @@ class ReadbackRequest:
         "anchor",
         "baseline",
         "started",
+        "claimed",
+        "watched",
+        "seen",
     )
 
     def __init__(self, handle: Any, desc: Any, callback: Callable, nbytes: int, staging: Any, promise: Any):
@@ -77,6 +80,9 @@ class ReadbackRequest:
         self.anchor: Any = None  # numpy array over the mapped bytes while delivering/quarantined
         self.baseline = 0
         self.started = time.perf_counter()
+        self.claimed = False  # the waiter or the frame thread took its settled promise (once)
+        self.watched = False  # handed to the waiter thread (only once polls found it still pending)
+        self.seen = 0  # polls that found its map still pending
 
     def __repr__(self) -> str:
         return f"<ReadbackRequest {self.id} {self.status.value} {self.nbytes} B of {self.handle}>"
@@ -148,6 +154,13 @@ class ReadbackTracker:
         return max(ages, default=0.0)
 
 
+def settled_now(promise: Any) -> bool:
+    """Whether ``promise`` has received its result, without waiting (False for a promise of
+    unknown make: the waiter thread then decides it)."""
+    event = getattr(promise, "_thread_event", None)
+    return isinstance(event, threading.Event) and event.is_set()
+
+
 def settled(promise: Any, timeout: float) -> bool:
     """Wait up to ``timeout`` for ``promise`` to receive its result, without resolving it.
 
@@ -172,15 +185,31 @@ class PromiseWaiter:
         self._inbox: queue.SimpleQueue[ReadbackRequest | None] = queue.SimpleQueue()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._claims = threading.Lock()
+
+    def claim(self, req: ReadbackRequest) -> bool:
+        """Take ``req``'s settled promise for resolving: True for exactly one caller, the
+        waiter thread or the frame thread (:meth:`ReadbackRing.collect` checks settled
+        promises itself, so a result is delivered the frame it lands, not a GIL switch later)."""
+        with self._claims:
+            if req.claimed:
+                return False
+            req.claimed = True
+            return True
 
     @property
     def alive(self) -> bool:
         return self._thread is not None and self._thread.is_alive()
 
-    def watch(self, req: ReadbackRequest) -> None:
+    def start(self) -> None:
+        """Start the thread (once); it waits for requests handed to :meth:`watch`."""
         if self._thread is None:
             self._thread = threading.Thread(target=self._run, name="engine_plugin-readback-waiter", daemon=True)
             self._thread.start()
+
+    def watch(self, req: ReadbackRequest) -> None:
+        self.start()
+        req.watched = True
         self._inbox.put(req)
 
     def stop(self) -> None:
@@ -201,8 +230,8 @@ class PromiseWaiter:
                     break
             if self._stop.is_set():
                 return
-            if req.cancelled:
-                continue
+            if req.cancelled or not self.claim(req):
+                continue  # released meanwhile, or the frame thread took it
             try:
                 # Settled already: this returns at once. Its handler only flips the buffer's
                 # Python-side map state; the frame thread touches the buffer after our put().

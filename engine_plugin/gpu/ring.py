@@ -38,11 +38,15 @@ from .flags import MAP_MODE_READ as _MAP_MODE_READ
 from .flags import MAP_READ as _MAP_READ
 from .guard import guard_for
 from .mapping import map_submitted
-from .readback import PromiseWaiter, ReadbackRequest, ReadbackTracker, settled
+from .readback import PromiseWaiter, ReadbackRequest, ReadbackTracker, settled, settled_now
 
 __all__ = ["ReadbackRing", "map_submitted"]
 
 log = logging.getLogger("engine_plugin.gpu")
+
+# Polls that may find a request's map pending before the waiter thread watches it: the engine
+# polls twice a frame (before dispatching, after), so 3 is "still pending a frame later".
+_POLLS_BEFORE_WATCH = 3
 
 
 class ReadbackRing:
@@ -166,31 +170,43 @@ class ReadbackRing:
         return req
 
     def arm(self, req: ReadbackRequest, promise: Any) -> None:
-        """The request's copy is submitted and its map started: let the waiter watch it."""
+        """The request's copy is submitted and its map started. The frame thread's next
+        :meth:`collect` takes it if its map has landed by then (the usual case on a real GPU);
+        only one still pending then is handed to the waiter thread: waking a thread per
+        request costs the frame a GIL hand-over each time."""
         req.promise = promise
-        self.waiter.watch(req)
+        self.waiter.start()
 
     def collect(self, errors: list[BaseException]) -> int:
         """Decide and deliver what the waiter finished, then what a device error failed;
         release every staging buffer whose copy is known to be over."""
         count = 0
+        # Maps that settled since the waiter last ran are taken here, not a GIL switch later
+        # (the waiter thread needs the interpreter, which a busy frame loop holds for up to
+        # 5 ms): a result is delivered by the first poll after the GPU is done. They go
+        # through the waiter's queue like the waiter's own reports, in request order.
+        requests = self.tracker.requests()
+        for req in requests:
+            promise = req.promise
+            if promise is None or req.claimed or req.released or not settled_now(promise) or not self.waiter.claim(req):
+                continue
+            try:
+                promise.sync_wait()  # settled: returns at once (flips the buffer's map state)
+                error: BaseException | None = None
+            except Exception as exc:
+                error = exc
+            self.waiter.done.put((req, error))
+        for req in requests:
+            if req.promise is not None and not (req.claimed or req.watched or req.released or req.cancelled):
+                req.seen += 1
+                if req.seen >= _POLLS_BEFORE_WATCH:
+                    self.waiter.watch(req)  # still pending a frame later: the waiter reports it
         while True:
             try:
                 req, error = self.waiter.done.get_nowait()
             except queue.Empty:
                 break
-            req.settled = True  # its copy is over: the staging buffer may be destroyed now
-            if req.released:
-                continue
-            if req.delivered:  # failed earlier by a device error; its release waited for this
-                self.release(req)
-                continue
-            if error is None:
-                self.tracker.decide(req, ReadbackStatus.READY)
-            else:
-                lines = str(error).strip().splitlines()
-                self.tracker.decide(req, ReadbackStatus.FAILED, f"map failed: {lines[-1] if lines else error!r}")
-            count += self.deliver(req, errors)
+            count += self._settle(req, error, errors)
         for req in self.tracker.requests():
             if req.status is ReadbackStatus.FAILED and not req.delivered:
                 count += self.deliver(req, errors)
@@ -198,6 +214,21 @@ class ReadbackRing:
                 self.release(req)  # a lost device runs nothing more, and its maps never settle
         self.retry_quarantine()
         return count
+
+    def _settle(self, req: ReadbackRequest, error: BaseException | None, errors: list[BaseException]) -> int:
+        """A request whose map settled (``error``: why it failed): decide, deliver, release."""
+        req.settled = True  # its copy is over: the staging buffer may be destroyed now
+        if req.released:
+            return 0
+        if req.delivered:  # failed earlier by a device error; its release waited for this
+            self.release(req)
+            return 0
+        if error is None:
+            self.tracker.decide(req, ReadbackStatus.READY)
+        else:
+            lines = str(error).strip().splitlines()
+            self.tracker.decide(req, ReadbackStatus.FAILED, f"map failed: {lines[-1] if lines else error!r}")
+        return self.deliver(req, errors)
 
     def deliver(self, req: ReadbackRequest, errors: list[BaseException]) -> int:
         """Run the callback once (collecting its exception), then release, defer or quarantine."""

@@ -60,6 +60,7 @@ _ALIGN = 4
 class _Field:
     desc: FieldMirrorDesc
     buffer: Any
+    total: int = 0  # desc.total_bytes(), checked by every upload
 
 
 @dataclass
@@ -264,7 +265,7 @@ class WgpuBackend(Batching):
             buffer = self.device.create_buffer(size=size, usage=_STORAGE | _COPY_DST | _COPY_SRC, label=f"engine_plugin.field.{desc.tag}")
         except Exception as exc:
             return self._device_exception(f"register_field({desc.tag!r})", exc)
-        self._fields[desc.tag] = _Field(desc, buffer)
+        self._fields[desc.tag] = _Field(desc, buffer, desc.total_bytes())
         return True
 
     def field_buffer(self, tag: str) -> Any | None:
@@ -319,14 +320,18 @@ class WgpuBackend(Batching):
         range past the mirror. Raises StaleSpanError when the span's chunks changed since it
         was taken (never a silent stale upload).
         """
-        if not self._usable(f"upload({desc.tag!r})"):
-            return False
+        faults = self._faults
+        # The healthy case is decided without building a refusal message (a frame makes tens of
+        # uploads): no fault, not closed, no unseen loss report, the device not found lost.
+        if faults.message is not None or self._closed or loss_reports.count != faults.seen_reports or self._guard.lost:
+            if not self._usable(f"upload({desc.tag!r})"):
+                return False
         f = self._fields.get(desc.tag)
         if f is None:
             return self._refuse(f"upload: field {desc.tag!r} is not registered")
         if desc.dst_offset % _ALIGN or desc.nbytes % _ALIGN:
             return self._refuse(f"upload of {desc.tag!r}: offset {desc.dst_offset} / size {desc.nbytes} not {_ALIGN}-byte aligned")
-        if desc.dst_offset < 0 or desc.dst_offset + desc.nbytes > f.desc.total_bytes():
+        if desc.dst_offset < 0 or desc.dst_offset + desc.nbytes > f.total:
             return self._refuse(f"upload of {desc.tag!r}: bytes {desc.dst_offset}+{desc.nbytes} outside the mirror")
         data = desc.data()  # StaleSpanError before anything reaches the device
         if data.nbytes != desc.nbytes:

@@ -284,3 +284,23 @@ def test_a_refused_upload_re_owes_what_was_in_flight_and_the_product_returns_to_
     world.write(5, "height", 4.0)
     run_until_idle(engine)
     assert applied.results[-1].source == "gpu" and _duplicates(applied) == []
+
+
+def test_a_readback_is_applied_by_the_frame_after_its_request_once_the_gpu_is_done(make_engine):
+    """Issue 15: from an edit to its applied result takes the raw loop's one frame when the GPU
+    finished meanwhile (the frame never waits for it: a pending map is left for later)."""
+    world = make_world(n=8)
+    engine = make_engine(world)
+    applied = Applied(world)
+    summary_product(engine, "height", applied)
+    run_until_idle(engine)
+    for edit in range(5):
+        version = world.set_tile(3, "height", (0, 0), float(edit + 1))
+        applied.results.clear()
+        requested = engine.frame()
+        if not applied.results:  # not landed within its own frame: the GPU gets time to finish
+            assert requested.readbacks_requested == 1
+            time.sleep(0.2)
+            engine.frame()
+        assert [(r.keys, r.versions) for r in applied.results] == [((3,), (version,))]
+        assert not applied.not_current
