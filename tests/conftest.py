@@ -27,7 +27,7 @@ def regen_golden(request) -> bool:
 @pytest.fixture(scope="session")
 def gpu():
     """The process's DeviceContext on the real adapter (lavapipe in CI). No adapter is a failure, never a skip."""
-    from engine_plugin.gpu.device import get_context
+    from engine_plugin.device.context import get_context
 
     return get_context()
 
@@ -35,3 +35,21 @@ def gpu():
 @pytest.fixture(scope="session")
 def repo_root() -> str:
     return REPO
+
+
+@pytest.fixture
+def make_engine(gpu):
+    """``make_engine(world, **kwargs)``: an Engine on the real device, closed at teardown."""
+    from engine_plugin.engine import Engine
+
+    made = []
+
+    def make(world, **kwargs):
+        kwargs.setdefault("device", gpu)
+        engine = Engine(world, **kwargs)
+        made.append(engine)
+        return engine
+
+    yield make
+    for engine in made:
+        engine.close()

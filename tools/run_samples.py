@@ -11,7 +11,7 @@ import numpy as np
 
 from engine_plugin import abi
 from engine_plugin.assets.folder import find_assets, read_asset_folder
-from engine_plugin.gpu.device import get_context
+from engine_plugin.device.context import get_context
 from engine_plugin.runtime.compile import compile_lowered
 
 

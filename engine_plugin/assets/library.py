@@ -31,8 +31,8 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from ..cache import DEFAULT_MAX_BYTES, USAGE_FILE, UsageLog, VariantCache
 from ..cache.remote import DEFAULT_TIMEOUT, RemoteCache, remote_from
+from ..device.context import get_context
 from ..errors import AssetError, CacheError, DeviceLostError, PluginError, Span, bug
-from ..gpu.device import get_context
 from ..lowering import Lowered, Schema, VariantSpec, parse
 from ..runtime.compile import compile_lowered
 from ..runtime.program import Program, adopt_program, program, registered_program
@@ -403,7 +403,7 @@ class AssetLibrary:
         # After a device loss the old context is dead: compile reloads on the new default one
         # (a caller-owned device stays the caller's to replace).
         if self._ctx is None or (self._ctx.lost and self.device is None):
-            from ..gpu.device import get_context
+            from ..device.context import get_context
 
             self._ctx = get_context(self.device)
         return self._ctx

@@ -120,7 +120,7 @@ def failure_from(exc: BaseException) -> Failure:
 
 def _device() -> Any:
     # Imported here: a worker that only lowers (validate=False) never loads wgpu.
-    from ..gpu.device import get_context
+    from ..device.context import get_context
 
     return get_context()
 

@@ -11,7 +11,7 @@ import numpy as np
 import wgpu
 
 from .. import abi
-from ..gpu.device import get_context
+from ..device.context import get_context
 from .harness import Result, bench_kernels, case, median_time
 
 AXPY_YAML = """\

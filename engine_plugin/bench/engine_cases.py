@@ -21,8 +21,8 @@ from collections.abc import Callable
 import numpy as np
 import wgpu
 
+from ..device.context import get_context
 from ..engine import Engine, fallbacks, kernel_program
-from ..gpu.device import get_context
 from ..world import World
 from .harness import Result, case
 

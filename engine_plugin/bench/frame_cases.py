@@ -44,10 +44,10 @@ from typing import Any
 import numpy as np
 import wgpu
 
+from ..device.context import get_context
 from ..engine import Engine, EngineConfig, fallbacks, kernel_program
 from ..gpu.config import WgpuBackendConfig
 from ..gpu.descriptors import slot_stride
-from ..gpu.device import get_context
 from ..world import World
 from .engine_cases import CHUNKS, RAW_COUNT, RAW_SUMMARY, SHAPE, THRESHOLD, TILES, RawFrameLoop, make_world
 from .gpu_timing import PassTimer

@@ -23,7 +23,7 @@ __all__ = ["PassTimer", "want_timestamps"]
 def want_timestamps() -> None:
     """Ask for ``timestamp-query`` when the default device is created (before the first
     ``get_context()``); harmless when the device module already asks for it."""
-    from ..gpu import device
+    from ..device import context as device
 
     if "timestamp-query" not in device._WANTED_FEATURES:
         setattr(device, "_WANTED_FEATURES", (*device._WANTED_FEATURES, "timestamp-query"))

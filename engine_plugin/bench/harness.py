@@ -119,7 +119,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     unknown = [c for c in args.cases if c not in CASES]
     if unknown:
         parser.error(f"unknown case(s) {unknown}; cases: {', '.join(CASES)}")
-    from ..gpu.device import get_context
+    from ..device.context import get_context
 
     ctx = get_context()
     console = Console(stderr=args.json == "-")

@@ -33,8 +33,8 @@ import numpy as np
 import wgpu
 
 from .. import abi
-from ..gpu.device import get_context
-from ..gpu.mapping import map_submitted
+from ..device.context import get_context
+from ..device.mapping import map_submitted
 from ..lowering.geometry import fold_groups
 from ..runtime.batch import submits_block
 from .gpu_timing import PassTimer

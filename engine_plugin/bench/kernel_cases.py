@@ -29,7 +29,7 @@ import numpy as np
 import wgpu
 
 from .. import abi
-from ..gpu.device import get_context
+from ..device.context import get_context
 from ..lowering import geometry
 from ..lowering.geometry import fold_groups
 from .gpu_timing import PassTimer

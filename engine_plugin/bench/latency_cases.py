@@ -17,8 +17,8 @@ from typing import Any
 import numpy as np
 import wgpu
 
+from ..device.context import get_context
 from ..engine import Engine, fallbacks
-from ..gpu.device import get_context
 from ..world import World
 from .harness import Result, case
 

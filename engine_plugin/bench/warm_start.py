@@ -40,7 +40,7 @@ def _specs(schema):
 def phase(root: str, cache: str | None, compile_too: bool) -> dict:
     """One timed start in this process (the child side)."""
     from engine_plugin.assets import AssetLibrary
-    from engine_plugin.gpu.device import get_context
+    from engine_plugin.device.context import get_context
     from engine_plugin.runtime import compile_lowered, lowering_count
 
     ctx = get_context()  # device creation is not part of either figure

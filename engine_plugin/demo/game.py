@@ -36,8 +36,8 @@ import wgpu
 from .. import abi
 from ..assets import AssetLibrary
 from ..assets.builtin import resource_folder
+from ..device.context import get_context
 from ..engine import Engine, EngineConfig
-from ..gpu.device import get_context
 from ..world import World
 from .figures import Diagnostic, Figures
 from .products import PRODUCTS, HeatFigures, register_products

@@ -186,6 +186,6 @@ def run_window(demo_factory: Any, frames: int | None = None, *, size: tuple[int,
 
 
 def _format(context: Any, adapter: Any = None) -> str:
-    from ..gpu.device import get_context
+    from ..device.context import get_context
 
     return context.get_preferred_format(adapter or get_context().adapter)

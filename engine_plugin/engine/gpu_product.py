@@ -23,12 +23,12 @@ from typing import Any
 
 import numpy as np
 
+from ..device.flags import COPY_DST as _COPY_DST  # WebGPU usage flags as numbers: no wgpu import here
+from ..device.flags import COPY_SRC as _COPY_SRC
+from ..device.flags import STORAGE as _STORAGE
 from ..errors import Span
 from ..gpu.config import WgpuProductDesc
 from ..gpu.descriptors import DispatchDesc, ReadbackPolicy
-from ..gpu.flags import COPY_DST as _COPY_DST  # WebGPU usage flags as numbers: no wgpu import here
-from ..gpu.flags import COPY_SRC as _COPY_SRC
-from ..gpu.flags import STORAGE as _STORAGE
 from ..gpu.handles import GpuProductHandle
 from .contract import ProductError, ProductPlan
 

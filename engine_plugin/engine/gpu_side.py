@@ -44,7 +44,7 @@ class GpuSide:
 
     def _make_backend(self, device: Any) -> Any:
         try:
-            from ..gpu.device import get_context
+            from ..device.context import get_context
             from ..gpu.wgpu_backend import WgpuBackend
 
             ctx = get_context(device)
@@ -57,7 +57,7 @@ class GpuSide:
         be = self.backend
         self._ctx = None
         if self._resource_backend:
-            from ..gpu.device import get_context
+            from ..device.context import get_context
 
             self._ctx = getattr(be, "context", None) or get_context(be.device)
 
@@ -204,7 +204,7 @@ class GpuSide:
         Returns:
             whether products run on the GPU again.
         """
-        from ..gpu.device import fresh_context, get_context
+        from ..device.context import fresh_context, get_context
         from ..gpu.wgpu_backend import WgpuBackend
 
         old = self.backend

@@ -70,7 +70,7 @@ _FROM_DEVICE = ("DeviceContext", "get_context")
 def __getattr__(name: str) -> Any:
     # device.py imports wgpu; load it only when someone asks for a device.
     if name in _FROM_DEVICE:
-        from . import device
+        from ..device import context as device
 
         return getattr(device, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

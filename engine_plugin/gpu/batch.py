@@ -19,8 +19,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
+from ..device.flags import COPY_DST, MAP_READ
 from .backend import ReadbackStatus
-from .flags import COPY_DST, MAP_READ
 from .ring import map_submitted
 
 if TYPE_CHECKING:

@@ -31,6 +31,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from ..device.mapping import settled
 from .backend import ReadbackStatus
 
 __all__ = ["PromiseWaiter", "ReadbackRequest", "ReadbackTracker", "settled", "settled_now"]
@@ -159,21 +160,6 @@ def settled_now(promise: Any) -> bool:
     unknown make: the waiter thread then decides it)."""
     event = getattr(promise, "_thread_event", None)
     return isinstance(event, threading.Event) and event.is_set()
-
-
-def settled(promise: Any, timeout: float) -> bool:
-    """Wait up to ``timeout`` for ``promise`` to receive its result, without resolving it.
-
-    wgpu 0.32's public ``sync_wait()`` has no timeout, and a destroyed device's promises never
-    settle (``device.destroy()`` stops wgpu's poll thread). Its native ``sync_wait`` waits on
-    ``promise._thread_event``; waiting on that same event with a timeout lets the waiter notice
-    cancellation. A promise without it (not wgpu-native) counts as settled, so its caller's
-    ``sync_wait()`` blocks as the public API does.
-    """
-    event = getattr(promise, "_thread_event", None)
-    if isinstance(event, threading.Event):
-        return event.wait(timeout)
-    return True
 
 
 class PromiseWaiter:

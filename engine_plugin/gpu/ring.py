@@ -32,12 +32,12 @@ from typing import Any
 
 import numpy as np
 
+from ..device.flags import COPY_DST as _COPY_DST
+from ..device.flags import MAP_MODE_READ as _MAP_MODE_READ
+from ..device.flags import MAP_READ as _MAP_READ
+from ..device.guard import guard_for
+from ..device.mapping import map_submitted
 from .backend import ReadbackResult, ReadbackStatus
-from .flags import COPY_DST as _COPY_DST
-from .flags import MAP_MODE_READ as _MAP_MODE_READ
-from .flags import MAP_READ as _MAP_READ
-from .guard import guard_for
-from .mapping import map_submitted
 from .readback import PromiseWaiter, ReadbackRequest, ReadbackTracker, settled, settled_now
 
 __all__ = ["ReadbackRing", "map_submitted"]

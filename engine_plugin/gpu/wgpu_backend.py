@@ -20,7 +20,7 @@ copies into one command buffer submitted once (see :mod:`engine_plugin.gpu.batch
 
 Any wgpu error raised by a call of this backend disables it (fail closed), as does
 :meth:`WgpuBackend.notify_device_error` and a "device lost" record on the ``wgpu`` logger
-confirmed by a probe of this backend's own device (see :mod:`engine_plugin.gpu.loss`).
+confirmed by a probe of this backend's own device (see :mod:`engine_plugin.device.loss`).
 """
 
 from __future__ import annotations
@@ -33,17 +33,17 @@ from typing import Any, TypeVar
 
 import numpy as np
 
+from ..device.flags import COPY_DST as _COPY_DST
+from ..device.flags import COPY_SRC as _COPY_SRC
+from ..device.flags import MAP_READ as _MAP_READ
+from ..device.flags import STORAGE as _STORAGE
+from ..device.guard import guard_for
+from ..device.loss import FaultState, loss_reports
 from ..errors import StaleHandleError, bug
 from .batch import Batching, SubmissionBatch
 from .config import WgpuBackendConfig, WgpuProductDesc, product_refusal, readback_range, source_size
 from .descriptors import DispatchDesc, FieldMirrorDesc, GpuCapabilities, ReadbackDesc, UploadDesc
-from .flags import COPY_DST as _COPY_DST
-from .flags import COPY_SRC as _COPY_SRC
-from .flags import MAP_READ as _MAP_READ
-from .flags import STORAGE as _STORAGE
-from .guard import guard_for
 from .handles import GpuProductHandle, SlotTable
-from .loss import FaultState, loss_reports
 from .ring import ReadbackRing, map_submitted
 
 __all__ = ["WgpuBackend"]
@@ -73,7 +73,7 @@ class WgpuBackend(Batching):
     """A :class:`~engine_plugin.gpu.backend.GpuBackend` over a wgpu device.
 
     Args:
-        device: a ``wgpu.GPUDevice`` (or a :class:`~engine_plugin.gpu.device.DeviceContext`,
+        device: a ``wgpu.GPUDevice`` (or a :class:`~engine_plugin.device.context.DeviceContext`,
             or anything shaped like one: tests pass a fake).
         config: budgets; the defaults suit a frame loop.
 
@@ -131,7 +131,7 @@ class WgpuBackend(Batching):
 
     @property
     def context(self) -> Any | None:
-        """The :class:`~engine_plugin.gpu.device.DeviceContext` this backend was made with, if any."""
+        """The :class:`~engine_plugin.device.context.DeviceContext` this backend was made with, if any."""
         return self._context
 
     def guarded(self, what: str, fn: Callable[[], T]) -> T | None:

@@ -33,7 +33,7 @@ import time
 from contextlib import contextmanager
 from typing import Any, Iterator
 
-from ..gpu.device import DeviceContext
+from ..device.context import DeviceContext
 from .submission import PENDING, flush_pending, submit_records
 
 __all__ = [

@@ -14,7 +14,7 @@ from typing import Any
 import wgpu
 
 from ..arrays import dtype_kind, prepare_array  # re-exported: runtime modules take them from here
-from ..gpu.device import DeviceContext
+from ..device.context import DeviceContext
 from .batch import flush_epoch, held_by_open_batch, open_batches
 
 __all__ = ["BufferPool", "size_class", "STORAGE_USAGE", "prepare_array", "dtype_kind", "pool_for"]

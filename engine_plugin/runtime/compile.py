@@ -16,9 +16,9 @@ from typing import Any
 
 import wgpu
 
+from ..device.context import DeviceContext, get_context
+from ..device.loss import DeviceFault, classify
 from ..errors import CompileError, DeviceLostError, PluginError, Span, bug
-from ..gpu.device import DeviceContext, get_context
-from ..gpu.loss import DeviceFault, classify
 from ..lowering.lowered import Lowered
 from ..lowering.portability import portability_issues
 from .loss import LOST_HINT, mark_lost

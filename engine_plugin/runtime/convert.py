@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..gpu.device import DeviceContext
+from ..device.context import DeviceContext
 
 __all__ = ["conversion_record", "CONVERT_WORKGROUP"]
 

@@ -12,9 +12,9 @@ from __future__ import annotations
 from contextlib import contextmanager
 from typing import Iterator
 
+from ..device.context import DeviceContext
+from ..device.loss import DeviceFault, classify, is_poll_thread_stopped
 from ..errors import DeviceLostError
-from ..gpu.device import DeviceContext
-from ..gpu.loss import DeviceFault, classify, is_poll_thread_stopped
 
 __all__ = ["device_guard", "mark_lost", "lost_error", "LOST_HINT"]
 

@@ -15,9 +15,9 @@ from typing import Any, Callable
 import numpy as np
 import wgpu
 
+from ..device.context import get_context
+from ..device.mapping import map_submitted
 from ..errors import DeviceLostError, DispatchError
-from ..gpu.device import get_context
-from ..gpu.mapping import map_submitted
 from ..lowering.structs import StructType
 from ..lowering.types import ValueType
 from .batch import flush_current_batch
@@ -65,7 +65,7 @@ def _read_words(buffer: Any, offset: int, size: int, ctx: Any) -> memoryview:
     nbytes = min(padded, buffer.size - offset)
     # A deferred run (runtime.deferred) on this device takes the copy into its own submission:
     # one submit for the run and the read. The copy is submitted before the map either way:
-    # map without wgpu-py's extra submit (see gpu/mapping.py).
+    # map without wgpu-py's extra submit (see device/mapping.py).
     copy = (None, None, None, (0, 0, 0), [("copy", buffer, offset, staging, 0, nbytes)])
     if PENDING[0] is not None and flush_deferred(ctx, copy):
         encoder = None
@@ -204,7 +204,7 @@ def read(x: Any, as_u32: bool = False) -> np.ndarray:
         dim = "3d" if str(x.dimension) == "3d" else "2d" if d == 1 else "2d_array"
         x = TextureOutput(x, str(x.format), (w, h, d), dim, x.label or "")
     if isinstance(x, TextureOutput):
-        from ..gpu.device import get_context
+        from ..device.context import get_context
 
         ctx = get_context(x.texture._device)
         with device_guard(ctx):

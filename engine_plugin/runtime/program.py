@@ -10,7 +10,7 @@ from __future__ import annotations
 import threading
 from typing import Any, Mapping, Protocol
 
-from ..gpu.device import DeviceContext, get_context
+from ..device.context import DeviceContext, get_context
 from ..lowering import Lowered, Schema, VariantSpec, lower, resolve_spec
 from ..lowering.fingerprint import variant_key
 from ..lowering.modules import Module, ModuleTexts, from_mapping, resolve_imports

@@ -27,8 +27,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from ..device.loss import DeviceFault, classify
 from ..errors import DeviceLostError
-from ..gpu.loss import DeviceFault, classify
 
 __all__ = ["PENDING", "Submission", "encode_records", "flush_pending", "submit_records", "submit_encoder"]
 

@@ -11,8 +11,8 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from ..device.context import get_context
 from ..errors import DispatchError
-from ..gpu.device import get_context
 from ..lowering.types import KIND_CODE, NUMPY_DTYPE
 from .buffers import STORAGE_USAGE, dtype_kind
 

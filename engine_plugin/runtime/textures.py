@@ -16,8 +16,8 @@ from typing import Any
 import numpy as np
 import wgpu
 
+from ..device.context import DeviceContext
 from ..errors import DispatchError
-from ..gpu.device import DeviceContext
 from ..lowering.textures import format_channels, format_numpy, upload_format
 from .submission import flush_pending
 

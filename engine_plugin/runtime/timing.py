@@ -19,9 +19,8 @@ from typing import Any
 
 import numpy as np
 
-from ..gpu.flags import COPY_DST, COPY_SRC, MAP_READ, QUERY_RESOLVE
-from ..gpu.mapping import map_submitted
-from ..gpu.readback import settled
+from ..device.flags import COPY_DST, COPY_SRC, MAP_READ, QUERY_RESOLVE
+from ..device.mapping import map_submitted, settled
 
 __all__ = ["GpuTimer"]
 

@@ -37,7 +37,7 @@ import numpy as np
 import wgpu
 
 from ..arrays import prepare_array
-from ..gpu.device import DeviceContext, get_context
+from ..device.context import DeviceContext, get_context
 from ..lowering.types import ValueType, parse_value_type
 from .handles import Placement, RunHandle, StaleRunError, SubstrateError
 from .pages import Page, PageGroup, ScriptEntry

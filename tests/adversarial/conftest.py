@@ -1,5 +1,5 @@
-"""Fixtures of the adversarial tests: the real device (the session ``gpu`` fixture of
-tests/conftest.py) and engines closed after each test, as in tests/engine/conftest.py."""
+"""Fixtures of the adversarial tests: a world as in tests/engine (the real device and
+``make_engine`` come from tests/conftest.py)."""
 
 from __future__ import annotations
 
@@ -16,21 +16,3 @@ from engine_support import make_world  # noqa: E402
 @pytest.fixture
 def world():
     return make_world()
-
-
-@pytest.fixture
-def make_engine(gpu):
-    """``make_engine(world, **kwargs)``: an Engine on the real device, closed at teardown."""
-    from engine_plugin.engine import Engine
-
-    made = []
-
-    def make(world, **kwargs):
-        kwargs.setdefault("device", gpu)
-        engine = Engine(world, **kwargs)
-        made.append(engine)
-        return engine
-
-    yield make
-    for engine in made:
-        engine.close()

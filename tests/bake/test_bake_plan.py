@@ -146,7 +146,7 @@ def test_bake_sits_above_the_layers_it_uses_and_never_imports_wgpu_itself():
 
     import engine_plugin.bake as pkg
 
-    allowed = {"lowering", "cache", "assets", "runtime", "gpu", ""}
+    allowed = {"lowering", "cache", "assets", "runtime", "device", ""}
     folder = os.path.dirname(pkg.__file__)
     for name in sorted(os.listdir(folder)):
         if name.endswith(".py"):

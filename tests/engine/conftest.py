@@ -1,5 +1,5 @@
-"""Fixtures of the engine tests: the real device (lavapipe in CI; no adapter fails, never
-skips), worlds, and engines closed after each test."""
+"""Fixtures of the engine tests: worlds (the real device, lavapipe in CI, and ``make_engine``,
+engines closed after each test, come from tests/conftest.py)."""
 
 from __future__ import annotations
 
@@ -16,21 +16,3 @@ from engine_support import make_world  # noqa: E402
 @pytest.fixture
 def world():
     return make_world()
-
-
-@pytest.fixture
-def make_engine(gpu):
-    """``make_engine(world, **kwargs)``: an Engine on the real device, closed at teardown."""
-    from engine_plugin.engine import Engine
-
-    made = []
-
-    def make(world, **kwargs):
-        kwargs.setdefault("device", gpu)
-        engine = Engine(world, **kwargs)
-        made.append(engine)
-        return engine
-
-    yield make
-    for engine in made:
-        engine.close()

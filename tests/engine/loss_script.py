@@ -17,7 +17,7 @@ from engine_support import Applied, make_world, run_until_idle, same_bits, summa
 
 from engine_plugin.engine import Engine  # noqa: E402
 from engine_plugin.gpu import NoGpuBackend  # noqa: E402
-from engine_plugin.gpu.device import get_context  # noqa: E402
+from engine_plugin.device.context import get_context  # noqa: E402
 
 logging.basicConfig(level=logging.ERROR)
 out = {}

@@ -27,7 +27,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 from engine_support import Applied, make_world, summary_product  # noqa: E402
 
 from engine_plugin.engine import Engine  # noqa: E402
-from engine_plugin.gpu.device import get_context  # noqa: E402
+from engine_plugin.device.context import get_context  # noqa: E402
 
 logging.basicConfig(level=logging.CRITICAL)
 

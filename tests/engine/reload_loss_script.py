@@ -18,7 +18,7 @@ from engine_support import Applied, cpu_summary, make_world  # noqa: E402
 
 from engine_plugin.assets import AssetLibrary  # noqa: E402
 from engine_plugin.engine import Engine, fallbacks, kernel_folder  # noqa: E402
-from engine_plugin.gpu.device import get_context  # noqa: E402
+from engine_plugin.device.context import get_context  # noqa: E402
 
 logging.basicConfig(level=logging.ERROR)
 ASSET = "engine/summary.computeShader"

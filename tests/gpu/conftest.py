@@ -19,7 +19,7 @@ sys.path.insert(0, os.path.dirname(__file__))  # fake_wgpu_device, next to this 
 from fake_wgpu_device import FakeDevice  # noqa: E402
 
 from engine_plugin.gpu import WgpuBackend, WgpuBackendConfig  # noqa: E402
-from engine_plugin.gpu.device import DeviceContext, get_context  # noqa: E402
+from engine_plugin.device.context import DeviceContext, get_context  # noqa: E402
 
 os.environ.setdefault("XDG_RUNTIME_DIR", "/tmp/xdg")
 

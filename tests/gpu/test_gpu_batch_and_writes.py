@@ -178,7 +178,8 @@ def test_coalescing_across_gaps_writes_filler_but_checks_only_the_dirty_chunks()
 
 def test_the_usage_flag_numbers_of_batches_and_engine_products_are_wgpus():
     from engine_plugin.engine import gpu_product
-    from engine_plugin.gpu import batch, mapping
+    from engine_plugin.device import mapping
+    from engine_plugin.gpu import batch
 
     assert batch._STAGING_USAGE == U.MAP_READ | U.COPY_DST
     assert (gpu_product._COPY_SRC, gpu_product._COPY_DST, gpu_product._STORAGE) == (U.COPY_SRC, U.COPY_DST, U.STORAGE)

@@ -14,7 +14,7 @@ import pytest
 import wgpu
 
 from engine_plugin import abi
-from engine_plugin.gpu.device import get_context
+from engine_plugin.device.context import get_context
 
 pytestmark = pytest.mark.gpu
 

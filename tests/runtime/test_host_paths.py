@@ -17,7 +17,7 @@ import pytest
 import wgpu
 
 from engine_plugin import abi
-from engine_plugin.gpu.device import get_context
+from engine_plugin.device.context import get_context
 from engine_plugin.runtime.buffers import pool_for
 from engine_plugin.runtime.deferred import DEFER_MAX_BYTES, deferred_pending, flush
 
@@ -235,7 +235,7 @@ LOSS_SCRIPT = textwrap.dedent("""
     import numpy as np
     from engine_plugin import abi
     from engine_plugin.errors import DeviceLostError
-    from engine_plugin.gpu.device import get_context
+    from engine_plugin.device.context import get_context
     from engine_plugin.runtime.deferred import deferred_pending
     YAML = "bindings:\\n  - { name: x, kind: buffer, access: read, element: f32 }\\n  - { name: y, kind: buffer, access: read_write, element: f32, count: 'len(x)' }\\n"
     WGSL = "@compute @workgroup_size(64)\\nfn main(@builtin(global_invocation_id) gid: vec3<u32>) {\\n    let i = zero_index(gid);\\n    if (i >= zero_n()) { return; }\\n    y_set(i, x_get(i) + 1.0);\\n}\\n"

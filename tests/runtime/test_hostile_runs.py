@@ -98,7 +98,7 @@ LOSS_SCRIPT = textwrap.dedent("""
     import numpy as np, wgpu
     from engine_plugin import abi
     from engine_plugin.errors import DeviceLostError
-    from engine_plugin.gpu.device import get_context
+    from engine_plugin.device.context import get_context
     YAML = "bindings:\\n  - { name: dst, kind: buffer, access: read_write, element: f32, count: 'n' }\\n"
     WGSL = "@compute @workgroup_size(64)\\nfn main(@builtin(global_invocation_id) gid: vec3<u32>) {\\n    let i = zero_index(gid);\\n    if (i >= zero_n()) { return; }\\n    dst_set(i, 7.0);\\n}\\n"
     program = abi.program(key="loss", schema=abi.parse(YAML), wgsl=WGSL)

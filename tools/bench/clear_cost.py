@@ -3,7 +3,7 @@
 small and a large size. Run: python tools/bench/clear_cost.py"""
 import time, statistics, numpy as np
 from engine_plugin import abi
-from engine_plugin.gpu.device import get_context
+from engine_plugin.device.context import get_context
 from engine_plugin.bench.cases import STORAGE
 Y = """
 bindings:

@@ -9,7 +9,7 @@ import time
 import numpy as np
 import wgpu
 
-from engine_plugin.gpu.device import get_context
+from engine_plugin.device.context import get_context
 from engine_plugin.runtime.output import read_words
 
 ctx = get_context()

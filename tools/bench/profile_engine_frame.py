@@ -26,7 +26,7 @@ def main(argv: list[str] | None = None) -> int:
     from engine_plugin.bench import engine_cases, frame_cases
     from engine_plugin.bench.gpu_timing import want_timestamps
     from engine_plugin.engine import EngineConfig
-    from engine_plugin.gpu.device import get_context
+    from engine_plugin.device.context import get_context
 
     want_timestamps()
     ctx = get_context()

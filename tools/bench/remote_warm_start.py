@@ -50,7 +50,7 @@ def phase(root: str, cache: str | None, remote: str | None, secret: str | None) 
     """One timed start in this process (the child side)."""
     from engine_plugin.assets import AssetLibrary
     from engine_plugin.cache.remote import RemoteCache
-    from engine_plugin.gpu.device import get_context
+    from engine_plugin.device.context import get_context
     from engine_plugin.lowering import resolve_spec
     from engine_plugin.runtime import lowering_count
 

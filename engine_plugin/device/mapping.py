@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
-__all__ = ["map_submitted"]
+__all__ = ["map_submitted", "settled"]
 
 from .flags import MAP_MODE_READ as _MAP_MODE_READ
 
@@ -21,3 +22,18 @@ def map_submitted(staging: Any, size: int) -> Any:
         return staging.map_async(_MAP_MODE_READ_SUBMITTED, 0, size)
     except (KeyError, ValueError, TypeError):  # a wgpu-py without the internal mode
         return staging.map_async(_MAP_MODE_READ, 0, size)
+
+
+def settled(promise: Any, timeout: float) -> bool:
+    """Wait up to ``timeout`` for ``promise`` to receive its result, without resolving it.
+
+    wgpu 0.32's public ``sync_wait()`` has no timeout, and a destroyed device's promises never
+    settle (``device.destroy()`` stops wgpu's poll thread). Its native ``sync_wait`` waits on
+    ``promise._thread_event``; waiting on that same event with a timeout lets the waiter notice
+    cancellation. A promise without it (not wgpu-native) counts as settled, so its caller's
+    ``sync_wait()`` blocks as the public API does.
+    """
+    event = getattr(promise, "_thread_event", None)
+    if isinstance(event, threading.Event):
+        return event.wait(timeout)
+    return True

@@ -9,7 +9,7 @@ case-insensitive substring of the adapter's name, vendor or type (``llvmpipe``, 
 Caches of compiled objects live on the :class:`DeviceContext`, so a lost device drops all of
 them at once and a new device never sees an object made for the old one.
 
-A context's ``lost`` flag is its device's :class:`~engine_plugin.gpu.guard.SubmissionGuard`
+A context's ``lost`` flag is its device's :class:`~engine_plugin.device.guard.SubmissionGuard`
 flag: set by ``device.destroy()`` (from any thread), by a backend that found the loss, or by
 a probe after the ``wgpu`` logger reported one. ``get_context()`` never hands out the default
 context once it is lost: it acquires a fresh device instead.
