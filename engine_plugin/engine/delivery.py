@@ -2,15 +2,16 @@
 revalidated against the world and applied or discarded (counted); CPU fallbacks compute
 what the GPU could not serve.
 
-A mixin of ``Engine`` (it uses the engine's ``world``, ``backend`` and products); split from
-``engine.py`` to keep each module about one thing.
+An object the engine owns (:class:`Delivery`); it owns the completed readbacks waiting for
+step 5, the callback errors waiting for the end of the frame and the change-version vectors
+of ``revalidate="fields"``.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -21,33 +22,52 @@ from .products import InFlight, Product, split_current
 from .records import decode_outputs, fallback_outputs
 from .stats import FrameStats
 
+if TYPE_CHECKING:
+    from .gpu_side import GpuSide
+
 __all__ = ["Delivery"]
 
 log = logging.getLogger("engine_plugin.engine")
 
 
 class Delivery:
-    """Readback delivery, revalidation, ``apply`` calls and CPU fallbacks."""
+    """Readback delivery, revalidation, ``apply`` calls and CPU fallbacks.
 
-    world: Any
-    backend: Any
-    config: Any
-    _products: Any
-    _changed_at: dict[str, np.ndarray]
-    _completed: list
-    _errors: list[BaseException]
-    _engine_params: dict[str, Any]
-    _frame_readbacks: dict[int, int]
-    _release_gpu: Any
+    Args:
+        world: the authoritative CPU data.
+        config: the engine's :class:`~engine_plugin.engine.EngineConfig`.
+        products: the engine's product table (a result whose product left it is discarded).
+        gpu: the engine's :class:`~engine_plugin.engine.gpu_side.GpuSide` (the backend, and
+            releasing a product's GPU side when its readbacks keep failing).
+        engine_params: the engine-filled kernel params of the world (read only).
+    """
 
-    def _on_readback(self, result: ReadbackResult) -> None:
+    def __init__(self, world: Any, config: Any, products: Any, gpu: GpuSide, engine_params: Mapping[str, Any]) -> None:
+        self._world = world
+        self._config = config
+        self._products = products
+        self._gpu = gpu
+        self._engine_params = engine_params
+        self._changed_at: dict[str, np.ndarray] = {}  # field -> world version of its last change, by slot
+        self._completed: list[tuple[ReadbackResult, np.ndarray | None]] = []
+        self._errors: list[BaseException] = []
+
+    @property
+    def waiting(self) -> bool:
+        """Whether completed readbacks wait for the next delivery (step 5)."""
+        return bool(self._completed)
+
+    def take_error(self) -> BaseException | None:
+        """The first exception a callback raised since the last call (the others are dropped)."""
+        if not self._errors:
+            return None
+        error, self._errors = self._errors[0], []
+        return error
+
+    def on_readback(self, result: ReadbackResult) -> None:
         """The backend's callback (inside ``backend.poll``): keep a copy, decide later."""
         inflight: InFlight = result.desc.user
-        left = self._frame_readbacks.get(inflight.frame, 0) - 1  # pacing: that frame's work is over
-        if left > 0:
-            self._frame_readbacks[inflight.frame] = left
-        else:
-            self._frame_readbacks.pop(inflight.frame, None)
+        self._gpu.readback_landed(inflight.frame)
         if result.ok:
             # The plan of the request, not the product's now: a reload may have changed it.
             items = int(inflight.work.items.size)
@@ -55,12 +75,26 @@ class Delivery:
         else:
             self._completed.append((result, None))
 
-    def _collect(self, st: FrameStats) -> None:
-        """Step 5: deliver finished readbacks; apply what is still current."""
+    def poll(self) -> None:
+        """Let the backend complete finished readbacks (into :meth:`on_readback`); an exception
+        is kept for the end of the frame."""
         try:
-            self.backend.poll()
+            self._gpu.backend.poll()
         except Exception as exc:  # our callback only copies; anything else is the backend's
             self._errors.append(exc)
+
+    def reowe_completed(self) -> None:
+        """The completed readbacks not delivered yet owe their chunks again, unapplied (their
+        backend was replaced: their generations are void)."""
+        for result, _ in self._completed:
+            inflight: InFlight = result.desc.user
+            inflight.product.inflight = max(0, inflight.product.inflight - 1)
+            inflight.product.reowe(self._world, inflight.work.keys, failed=inflight.work)
+        self._completed.clear()
+
+    def collect(self, st: FrameStats) -> None:
+        """Step 5: deliver finished readbacks; apply what is still current."""
+        self.poll()
         completed, self._completed = self._completed, []
         for result, records in completed:
             self._deliver(result, records, st)
@@ -74,14 +108,14 @@ class Delivery:
             registered
             and product.gpu is not None
             and product.gpu.handle == inflight.gpu_handle
-            and self.backend.is_live(inflight.gpu_handle)
+            and self._gpu.backend.is_live(inflight.gpu_handle)
             and inflight.epoch == product.epoch  # a result of an older selection is void
         )
         if records is None:
             st.readbacks_failed += 1
             if registered:
-                product.reowe(self.world, work.keys, failed=work)
-                if live and getattr(self.backend, "healthy", False):  # not a loss: that fails everything
+                product.reowe(self._world, work.keys, failed=work)
+                if live and getattr(self._gpu.backend, "healthy", False):  # not a loss: that fails everything
                     self._note_failure(product, st)
             return
         if live:
@@ -90,11 +124,11 @@ class Delivery:
             st.readbacks_stale += 1
             st.chunks_stale += len(work.keys)
             if registered:  # released under it (a refused upload, a reload): owed, never lost
-                product.reowe(self.world, work.keys, failed=work)
+                product.reowe(self._world, work.keys, failed=work)
             return
         made, applied, stale = split_current(
             product,
-            self.world,
+            self._world,
             work,
             records,
             product.handle,  # type: ignore[arg-type]
@@ -107,7 +141,7 @@ class Delivery:
         # A whole-dispatch output discarded for one changed chunk discards the others' results
         # too: they are owed again (a path's work always covers the whole path anyway).
         whole = made is None and product.policy is not ReadbackPolicy.SELECTED_PATH and len(stale) == len(work.keys)
-        product.reowe(self.world, stale, failed=work if whole else None)  # recomputed from their new content (once)
+        product.reowe(self._world, stale, failed=work if whole else None)  # recomputed from their new content (once)
         if made is None:
             st.readbacks_stale += 1
             return
@@ -119,10 +153,10 @@ class Delivery:
         """A readback of a healthy backend failed: after ``max_readback_failures`` in a row the
         product leaves the GPU for its CPU fallback, reported once (log and FrameStats)."""
         product.readback_failures += 1
-        if product.readback_failures < self.config.max_readback_failures:
+        if product.readback_failures < self._config.max_readback_failures:
             return
         product.gave_up = True
-        self._release_gpu(product)
+        self._gpu.release(product)
         st.readback_fallbacks += 1
         log.warning("product %r: %d readbacks failed in a row; it runs on its CPU fallback until engine.recover_gpu()", product.key, product.readback_failures)
 
@@ -132,13 +166,13 @@ class Delivery:
         chunk's current content version: older results count as changed, never as current."""
         at = self._changed_at.get(name)
         if at is None:
-            versions = getattr(self.world, "slot_versions", None)
+            versions = getattr(self._world, "slot_versions", None)
             if versions is not None:
-                at = np.asarray(versions(np.arange(self.world.max_chunks)), dtype=np.int64).copy()
+                at = np.asarray(versions(np.arange(self._world.max_chunks)), dtype=np.int64).copy()
             else:
-                at = np.zeros(self.world.max_chunks, dtype=np.int64)
-                for k in self.world.keys():
-                    at[self.world.slot(k)] = self.world.version(k)
+                at = np.zeros(self._world.max_chunks, dtype=np.int64)
+                for k in self._world.keys():
+                    at[self._world.slot(k)] = self._world.version(k)
             self._changed_at[name] = at
         return at
 
@@ -146,9 +180,9 @@ class Delivery:
         """``is_current(key, version)`` for ``product``'s results: the chunk's content version
         (``revalidate="chunk"``, SPEC section 4), or, with ``revalidate="fields"``, that none of
         the fields the product reads changed since ``version`` (other fields may have)."""
-        if self.config.revalidate != "fields":
+        if self._config.revalidate != "fields":
             return None
-        world = self.world
+        world = self._world
         names = product.field_names
         changed = {f: self._changes_of(f) for f in names}
 
@@ -160,10 +194,10 @@ class Delivery:
 
         return fields_current
 
-    def _note_changes(self, name: str, keys: list[int], index: Any) -> None:
+    def note_changes(self, name: str, keys: list[int], index: Any) -> None:
         """Remember when field ``name`` of ``keys`` last changed (``revalidate="fields"``)."""
         at = self._changes_of(name)
-        meta = index.get if index is not None else (lambda k: (self.world.slot(k), self.world.version(k)))
+        meta = index.get if index is not None else (lambda k: (self._world.slot(k), self._world.version(k)))
         for k in keys:
             m = meta(k)
             if m is not None:
@@ -177,7 +211,7 @@ class Delivery:
         except Exception as exc:
             self._errors.append(exc)
 
-    def _fallback(self, product: Product, st: FrameStats) -> None:
+    def fallback(self, product: Product, st: FrameStats) -> None:
         """Step 6: compute the owed work on the CPU and apply it (current by construction)."""
         product.force_cpu = False
         if product.cpu_fallback is None:
@@ -185,7 +219,7 @@ class Delivery:
                 product.warned_no_fallback = True
                 log.warning("product %r has no CPU fallback: its results wait for the GPU", product.key)
             return
-        work = product.work(self.world)
+        work = product.work(self._world)
         if not work:
             return
         fresh = product.skip_computed(work)
@@ -193,7 +227,7 @@ class Delivery:
             if not fresh:
                 return
             if product.policy is not ReadbackPolicy.SELECTED_PATH:  # a path is computed whole
-                work = product.work(self.world, keys=set(fresh))
+                work = product.work(self._world, keys=set(fresh))
         plan = product.plan
         job = ProductWork(
             policy=product.policy,
@@ -206,7 +240,7 @@ class Delivery:
             record_shape=plan.record_shape if plan is not None else (),
         )
         try:
-            answer = product.cpu_fallback(self.world, job)
+            answer = product.cpu_fallback(self._world, job)
         except Exception as exc:
             self._errors.append(exc)
             return
@@ -225,7 +259,7 @@ class Delivery:
         else:
             values = answer if isinstance(answer, Mapping) else np.asarray(answer)
         try:
-            made, _, _ = split_current(product, self.world, work, values, product.handle, 0, "cpu", st.frame)  # type: ignore[arg-type]
+            made, _, _ = split_current(product, self._world, work, values, product.handle, 0, "cpu", st.frame)  # type: ignore[arg-type]
         except ProductError as exc:
             self._errors.append(exc)
             return

@@ -47,8 +47,6 @@ from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-
 from ..errors import PluginError, StaleHandleError
 from ..gpu.backend import ReadbackResult
 from ..gpu.config import WgpuBackendConfig
@@ -118,7 +116,7 @@ class EngineConfig:
                 raise ProductError(f"EngineConfig.{name} must be a positive int, not {v!r}")
 
 
-class Engine(GpuSide, Delivery):
+class Engine:
     """Runs registered products over a :class:`~engine_plugin.world.World` once a frame.
 
     Args:
@@ -132,35 +130,45 @@ class Engine(GpuSide, Delivery):
         device: the device (or DeviceContext) for the default backend.
 
     Calls are made on one thread (the engine thread), like the backend's.
+
+    The engine composes two objects it owns: a :class:`~.gpu_side.GpuSide` (the backend,
+    field mirrors, GPU registrations, loss, pacing) and a :class:`~.delivery.Delivery`
+    (completed readbacks, revalidation, ``apply`` calls, CPU fallbacks); it keeps the product
+    table and runs the frame over both.
     """
 
     def __init__(self, world: Any, library: Any = None, backend: Any = None, *, config: EngineConfig | None = None, device: Any = None) -> None:
         self.world = world
         self.library = library
         self.config = config or EngineConfig()
-        self._ctx: Any = None
-        self._owns_backend = backend is None
         if device is None and library is not None:
             device = getattr(library, "device", None)  # the library compiles for its device
-        self.backend = backend if backend is not None else self._make_backend(device)
         self._products: SlotTable[Product] = SlotTable(self.config.max_products)
         self._order: list[Product] = []
-        self._mirrored: set[str] = set()
-        # Fields mirrored on request (field_buffer), product or not: a dict, so uploads go in the
-        # order of the requests whatever PYTHONHASHSEED is (a set iterates in hash order).
-        self._kept: dict[str, None] = {}
-        self._kernel_written: set[str] = set()  # kept fields never gap-coalesced (field_buffer(kernel_writes=True))
-        self._frame_readbacks: dict[int, int] = {}  # frame -> its readbacks not delivered yet (pacing)
-        self._changed_at: dict[str, np.ndarray] = {}  # field -> world version of its last change, by slot
-        self._completed: list[tuple[ReadbackResult, np.ndarray | None]] = []
-        self._errors: list[BaseException] = []
         self._frame = 0
         self._engine_params = engine_param_values(world)
-        self.gpu_fault: str | None = None
         self.totals = FrameStats()
-        self._gpu_ms: dict[str, float] = {}
-        self._gpu_timing = ""
-        self._adopt_backend()
+        self._gpu = GpuSide(world, self.config, self._order, self._engine_params, self._on_readback, backend, device)
+        self._delivery = Delivery(world, self.config, self._products, self._gpu, self._engine_params)
+
+    def _on_readback(self, result: ReadbackResult) -> None:
+        """Every product's readback callback (inside ``backend.poll``): delivery keeps it."""
+        self._delivery.on_readback(result)
+
+    @property
+    def backend(self) -> Any:
+        """The backend the engine runs products on (a new one after :meth:`recover_gpu`)."""
+        return self._gpu.backend
+
+    @property
+    def gpu_active(self) -> bool:
+        """Whether products can run on the GPU now (a healthy resource backend)."""
+        return self._gpu.active
+
+    @property
+    def gpu_fault(self) -> str | None:
+        """Why the GPU went away (reported once by a frame), or None while it serves."""
+        return self._gpu.fault
 
     @property
     def inflight(self) -> int:
@@ -175,7 +183,7 @@ class Engine(GpuSide, Delivery):
     @property
     def idle(self) -> bool:
         """Nothing in flight and nothing owed: the products are up to date with the world."""
-        return not self.inflight and not self.pending and not self._completed
+        return not self.inflight and not self.pending and not self._delivery.waiting
 
     # ---- registration ----------------------------------------------------------------
 
@@ -262,7 +270,7 @@ class Engine(GpuSide, Delivery):
         self._order.append(product)
         if program is not None and self.gpu_active:
             try:
-                self._register_gpu(product)
+                self._gpu.register(product)
             except BaseException:  # e.g. a CompileError: nothing stays registered
                 self.unregister_product(handle)
                 raise
@@ -296,7 +304,7 @@ class Engine(GpuSide, Delivery):
         self._check_params(product, plan)
         product.plan, product.spec_values, product.program = plan, vspec.as_dict(), program
         # A read_write binding bound to a field writes its mirror: never gap-coalesce over it.
-        self._kernel_written.update(f.field for f in plan.fields if f.writes)
+        self._gpu.note_kernel_writes(f.field for f in plan.fields if f.writes)
 
     def _check_params(self, product: Product, plan: Any = None, params: Mapping[str, Any] | None = None) -> None:
         plan = plan if plan is not None else product.plan
@@ -319,7 +327,7 @@ class Engine(GpuSide, Delivery):
         if product is None:
             return False
         self._order.remove(product)
-        self._release_gpu(product)
+        self._gpu.release(product)
         product.pending.clear()
         return True
 
@@ -358,9 +366,9 @@ class Engine(GpuSide, Delivery):
             raise ProductError(f"product {product.key!r} is {product.policy.name}, not {policy.name}")
         product.set_selection(tiles, self.world.chunk_shape)
         if product.gpu is not None and product.gpu.capacity < len(tiles):
-            self._release_gpu(product)  # outgrown: bigger buffers under a new generation
+            self._gpu.release(product)  # outgrown: bigger buffers under a new generation
             if self.gpu_active:
-                self._register_gpu(product)
+                self._gpu.register(product)
 
     def set_params(self, handle: GpuProductHandle, params: Mapping[str, Any]) -> None:
         """New values of a product's params: a new GPU generation, every chunk recomputed."""
@@ -375,7 +383,7 @@ class Engine(GpuSide, Delivery):
                 product.params = old
                 raise
         product.cpu_done.clear()
-        self._reregister(product)
+        self._gpu.reregister(product)
         product.owe_everything(self.world)  # the fallback's results depend on the params too
 
     def field_buffer(self, name: str, *, kernel_writes: bool = False) -> Any | None:
@@ -397,10 +405,8 @@ class Engine(GpuSide, Delivery):
                 the engine lives, for every reader.
         """
         self.world.field(name)  # an unknown field raises WorldError naming the declared ones
-        self._kept.setdefault(name, None)
-        if kernel_writes:
-            self._kernel_written.add(name)
-        if not self.gpu_active or not self._mirror(name):
+        self._gpu.keep(name, kernel_writes=kernel_writes)
+        if not self.gpu_active or not self._gpu.mirror(name):
             return None
         return self.backend.field_buffer(name)
 
@@ -424,7 +430,7 @@ class Engine(GpuSide, Delivery):
         flush_current_batch()
         st = FrameStats(frame=self._frame)
         self._frame += 1
-        self._check_gpu(st)
+        self._gpu.check(st)
         self._apply_reloads(st)  # 1
         self._reattach(st)
         index = ChunkIndex(self.world)  # the world holds still until step 5
@@ -438,18 +444,18 @@ class Engine(GpuSide, Delivery):
                         self._dispatch(product, st, index)
                         if st.dispatches > before:  # timed only when it ran on the GPU
                             wall[str(product.key)] = (time.perf_counter() - t) * 1e3
-        self._collect(st)  # 5
+        self._delivery.collect(st)  # 5
         self._note_gpu_times(st, wall)
-        self._check_gpu(st)
+        self._gpu.check(st)
         for product in self._order:  # 6
             if product.pending and (product.force_cpu or not self._serves(product)):
-                self._fallback(product, st)
-        st.frames_in_flight = len(self._frame_readbacks)
+                self._delivery.fallback(product, st)
+        st.frames_in_flight = self._gpu.frames_in_flight
         st.gpu_active = self.gpu_active
         st.time = time.perf_counter() - t0
         self.totals.add(st)
-        if self._errors:
-            error, self._errors = self._errors[0], []
+        error = self._delivery.take_error()
+        if error is not None:
             raise error
         return st
 
@@ -477,12 +483,9 @@ class Engine(GpuSide, Delivery):
         on a busy GPU, whose ``queue.submit`` would wait for the work before it."""
         if not self.gpu_active:
             return True
-        try:
-            self.backend.poll()  # completions only: applied in step 5
-        except Exception as exc:
-            self._errors.append(exc)
+        self._delivery.poll()  # completions only: applied in step 5
         limit = 1 if getattr(self.backend, "serial_submits", False) else self.config.max_frames_in_flight
-        if len(self._frame_readbacks) < limit:
+        if self._gpu.frames_in_flight < limit:
             return True
         st.deferred += sum(1 for p in self._order if p.pending and self._serves(p))
         return False
@@ -495,7 +498,7 @@ class Engine(GpuSide, Delivery):
         for product in self._order:
             if product.detached and product.gpu is None and not product.gave_up:
                 product.detached = False
-                self._reregister(product)
+                self._gpu.reregister(product)
                 st.reregistered += product.gpu is not None
 
     def _submission(self) -> Any:
@@ -531,7 +534,7 @@ class Engine(GpuSide, Delivery):
                 log.warning("product %r keeps its previous kernel: the reloaded one does not fit:\n%s", product.key, exc)
                 continue
             product.fail(None)
-            self._reregister(product)
+            self._gpu.reregister(product)
             st.reregistered += 1
 
     def upload(self, st: FrameStats | None = None, index: ChunkIndex | None = None) -> FrameStats:
@@ -540,15 +543,15 @@ class Engine(GpuSide, Delivery):
         into one write. Answers (or adds to) ``st``'s upload counts. (``index``: the frame's
         slot/version cache, shared with the dispatch step.)"""
         st = st if st is not None else FrameStats(frame=self._frame)
-        readers: dict[str, list[Product]] = {name: [] for name in self._kept}
+        readers: dict[str, list[Product]] = {name: [] for name in self._gpu.kept}
         for product in self._order:
             for name in product.field_names:
                 readers.setdefault(name, []).append(product)
         gpu = self.gpu_active
         meta = index.get if index is not None else ChunkIndex(self.world).get
         for name, products in readers.items():
-            send = gpu and name in self._mirrored
-            gap = 0 if name in self._kernel_written else self.config.upload_gap_bytes // self.world.chunk_nbytes(name)
+            send = gpu and self._gpu.mirrored(name)
+            gap = 0 if self._gpu.kernel_written(name) else self.config.upload_gap_bytes // self.world.chunk_nbytes(name)
             found = take_dirty_changes(self.world, name, gap, spans=send, meta=meta)
             changed, spans = found.keys, found.spans
             if not changed:
@@ -556,14 +559,14 @@ class Engine(GpuSide, Delivery):
             if index is not None and found.versions is not None:
                 index.learn(changed, found.slots, found.versions)  # the frame's work lists look them up
             if self.config.revalidate == "fields":
-                self._note_changes(name, changed, index)
+                self._delivery.note_changes(name, changed, index)
             for product in products:
                 product.owe_changed(changed, meta, found.versions, found.slots)
             if send:
                 for desc in spans:
                     if not self.backend.upload(desc):
                         if self.gpu_active:  # refused, not failed closed: that mirror is behind
-                            self._unmirror(name)
+                            self._gpu.unmirror(name)
                         else:
                             gpu = False  # failed closed: this frame's products fall back
                         break
@@ -605,7 +608,7 @@ class Engine(GpuSide, Delivery):
         if not work:
             return False  # only evicted chunks were owed (dropped), or a path waits for its chunks
         if work.items.size > gpu.capacity:
-            self._reregister(product)  # outgrown (a selection): bigger buffers next frame
+            self._gpu.reregister(product)  # outgrown (a selection): bigger buffers next frame
             return False
         now, most = self._chunk_budget(product, work)
         splittable = product.policy is not ReadbackPolicy.SELECTED_PATH  # a path is all or nothing
@@ -622,7 +625,7 @@ class Engine(GpuSide, Delivery):
             # it until it is registered again (set_params, a reload, recover_gpu).
             product.fail(exc)
             log.warning("product %r leaves the GPU: its dispatch cannot be prepared:\n%s", product.key, exc)
-            self._release_gpu(product)
+            self._gpu.release(product)
             st.refused += 1
             product.force_cpu = True
             return False
@@ -654,15 +657,49 @@ class Engine(GpuSide, Delivery):
             return False
         st.readbacks_requested += 1
         product.inflight += 1
-        self._frame_readbacks[st.frame] = self._frame_readbacks.get(st.frame, 0) + 1
+        self._gpu.readback_requested(st.frame)
         product.done(work)
         return True
+
+    # ---- device loss -------------------------------------------------------------------
+
+    def recover_gpu(self, device: Any = None) -> bool:
+        """Re-acquire a device after a loss (or a first one for a CPU-only engine), re-mirror
+        the fields and re-register every product under new generations.
+
+        Args:
+            device: the device (or DeviceContext) to use; default: the process's default
+                device, made anew when the old one was lost. The old backend is closed (its
+                pending readbacks fail; their chunks are owed again).
+        Returns:
+            whether products run on the GPU again.
+        """
+        backend = self._gpu.acquire(device)
+        if backend is None:
+            return False
+        for product in self._order:
+            product.gpu = None
+        self._gpu.close_backend()  # fails what is pending; their callbacks land in delivery
+        self._delivery.reowe_completed()
+        self._gpu.adopt(backend)  # the old backend's readbacks were all failed above
+        for product in self._order:
+            product.inflight = 0
+            product.gave_up = product.detached = False
+            product.readback_failures = 0
+            if product.program is not None:
+                try:
+                    self._gpu.register(product)
+                except PluginError as exc:  # this product stays on its fallback; the others go on
+                    product.fail(exc)
+                    log.warning("recover_gpu: product %r stays on the CPU:\n%s", product.key, exc)
+        log.info("GPU recovered on %s; %d product(s) re-registered", self._gpu.adapter_name, sum(p.gpu is not None for p in self._order))
+        return self.gpu_active
 
     def close(self) -> None:
         """Unregister every product; close the backend when the engine made it."""
         for product in list(self._order):
             self.unregister_product(product.handle)  # type: ignore[arg-type]
-        if self._owns_backend:
+        if self._gpu.owns_backend:
             self.backend.close()
 
     def __enter__(self) -> Engine:

@@ -1,20 +1,22 @@
-"""The GPU side of the :class:`~engine_plugin.engine.Engine`: choosing a backend, mirroring
-fields, registering products (and re-registering them under new generations), noticing a
-lost device once, and recovering from it.
+"""The GPU side of the :class:`~engine_plugin.engine.Engine`: choosing and adopting a backend,
+mirroring fields, registering products (and re-registering them under new generations),
+noticing a lost device once, acquiring a new backend after a loss, and the frame-pacing
+counts of readbacks still in flight.
 
-A mixin of ``Engine`` (it uses the engine's ``world``, ``backend``, ``config`` and products);
-split from ``engine.py`` to keep each module about one thing.
+An object the engine owns (:class:`GpuSide`); it owns the backend, its device context, the
+mirrored, kept and kernel-written field sets, the GPU fault message and the pacing counters.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ..errors import NoAdapterError, PluginError
-from ..gpu.backend import NoGpuBackend, ResourceBackend
+from ..gpu.backend import NoGpuBackend, ReadbackResult, ResourceBackend
 from ..gpu.descriptors import ReadbackPolicy, coalesce_uploads, field_mirror_desc
-from .products import InFlight, Product
+from .products import Product
 from .stats import FrameStats
 
 __all__ = ["GpuSide"]
@@ -25,20 +27,46 @@ _SELECTIONS = (ReadbackPolicy.SELECTED_TILES, ReadbackPolicy.SELECTED_PATH)
 
 
 class GpuSide:
-    """Backend choice, GPU registration of products, loss reporting and recovery."""
+    """Backend choice, field mirrors, GPU registration of products, loss reporting, a new
+    backend after a loss, and pacing.
 
-    world: Any
-    backend: Any
-    _on_readback: Any  # Delivery's (the engine is both)
-    config: Any
-    gpu_fault: str | None
-    _ctx: Any
-    _order: list[Product]
-    _mirrored: set[str]
-    _completed: list
-    _engine_params: dict[str, Any]
-    _owns_backend: bool
-    _frame_readbacks: dict[int, int]
+    Args:
+        world: the authoritative CPU data.
+        config: the engine's :class:`~engine_plugin.engine.EngineConfig`.
+        products: the engine's registered products in order (iterated, never changed here).
+        engine_params: the engine-filled kernel params of the world (read only).
+        on_readback: the callback every product's readbacks complete through.
+        backend: the backend to use; default: a ``WgpuBackend`` on ``device`` when one
+            exists, else ``NoGpuBackend`` (made, and so closed, by this object's owner).
+        device: the device (or DeviceContext) for the default backend.
+    """
+
+    def __init__(
+        self,
+        world: Any,
+        config: Any,
+        products: Sequence[Product],
+        engine_params: Mapping[str, Any],
+        on_readback: Callable[[ReadbackResult], None],
+        backend: Any = None,
+        device: Any = None,
+    ) -> None:
+        self._world = world
+        self._config = config
+        self._products = products
+        self._engine_params = engine_params
+        self._on_readback = on_readback
+        self._ctx: Any = None
+        self.owns_backend = backend is None
+        self.backend: Any = backend if backend is not None else self._make_backend(device)
+        self._mirrored: set[str] = set()
+        # Fields mirrored on request (field_buffer), product or not: a dict, so uploads go in the
+        # order of the requests whatever PYTHONHASHSEED is (a set iterates in hash order).
+        self._kept: dict[str, None] = {}
+        self._kernel_written: set[str] = set()  # kept fields never gap-coalesced (field_buffer(kernel_writes=True))
+        self._frame_readbacks: dict[int, int] = {}  # frame -> its readbacks not delivered yet (pacing)
+        self.fault: str | None = None
+        self._adopt_context()
 
     # ---- backend -----------------------------------------------------------------------
 
@@ -48,52 +76,162 @@ class GpuSide:
             from ..gpu.wgpu_backend import WgpuBackend
 
             ctx = get_context(device)
-            return WgpuBackend(ctx, self.config.backend)
+            return WgpuBackend(ctx, self._config.backend)
         except (NoAdapterError, ImportError, OSError) as exc:
             log.info("no GPU (%s); products run on their CPU fallbacks", exc)
             return NoGpuBackend()
 
-    def _adopt_backend(self) -> None:
+    def _adopt_context(self) -> None:
         be = self.backend
         self._ctx = None
-        if self._resource_backend:
+        if self.resource_backend:
             from ..device.context import get_context
 
             self._ctx = getattr(be, "context", None) or get_context(be.device)
 
     @property
-    def _resource_backend(self) -> bool:
+    def resource_backend(self) -> bool:
         """Whether the backend takes engine-made wgpu resources: a WgpuBackend or anything that
         implements the whole :class:`~engine_plugin.gpu.backend.ResourceBackend` boundary."""
         return isinstance(self.backend, ResourceBackend)
 
     @property
-    def gpu_active(self) -> bool:
+    def active(self) -> bool:
         """Whether products can run on the GPU now (a healthy resource backend)."""
-        if not self._resource_backend:
+        if not self.resource_backend:
             return False
         healthy = getattr(self.backend, "healthy", None)
         return bool(healthy) if healthy is not None else self.backend.capabilities().usable
 
+    def acquire(self, device: Any = None) -> Any | None:
+        """A new healthy ``WgpuBackend`` to replace the current one (after a loss), or None
+        (logged). A faulted backend's device is never offered again.
+
+        Args:
+            device: the device (or DeviceContext) to use; default: the current context while
+                it is healthy, else a fresh one.
+        """
+        from ..device.context import fresh_context, get_context
+        from ..gpu.wgpu_backend import WgpuBackend
+
+        old = self.backend
+        # A faulted backend's device is never used again: after notify_device_error it may look
+        # healthy (not lost) while the application knows it is not.
+        faulted = self.resource_backend and (not getattr(old, "healthy", True) or getattr(old, "lost", False))
+        dead = getattr(old, "device", None) if faulted else None
+        try:
+            ctx = get_context(device) if device is not None else None
+            if ctx is not None and (ctx.lost or (dead is not None and ctx.device is dead)):
+                log.warning("recover_gpu: the device offered is the faulted one; acquiring another")
+                ctx = None
+            if ctx is None:
+                current = self._ctx
+                healthy = current is not None and not current.lost and not faulted
+                ctx = current if healthy else fresh_context(avoid=dead)
+            backend = WgpuBackend(ctx, self._config.backend)
+        except (NoAdapterError, ImportError) as exc:
+            log.warning("recover_gpu: no device (%s); products stay on the CPU", exc)
+            return None
+        if not backend.healthy:
+            log.warning("recover_gpu: the new backend is disabled (%s)", backend.fault)
+            backend.close()
+            return None
+        return backend
+
+    def close_backend(self) -> None:
+        """Close the current backend (its pending readbacks fail through their callbacks)."""
+        try:
+            self.backend.close()
+        except Exception as exc:  # a lost device may complain while closing; it is gone anyway
+            log.debug("closing the old backend: %s", exc)
+
+    def adopt(self, backend: Any) -> None:
+        """Use ``backend`` (made here, so owned) from now on: no field is mirrored on it yet,
+        no fault, and no readback in flight (the old backend's all failed when it closed)."""
+        self.backend = backend
+        self.owns_backend = True
+        self._mirrored.clear()
+        self._adopt_context()
+        self.fault = None
+        self._frame_readbacks.clear()
+
+    @property
+    def adapter_name(self) -> str:
+        return getattr(self._ctx, "adapter_name", "a device")
+
+    # ---- fields ------------------------------------------------------------------------
+
+    def keep(self, name: str, *, kernel_writes: bool = False) -> None:
+        """Mirror field ``name`` on request from now on (``Engine.field_buffer``)."""
+        self._kept.setdefault(name, None)
+        if kernel_writes:
+            self._kernel_written.add(name)
+
+    def note_kernel_writes(self, names: Any) -> None:
+        """Fields a kernel writes into: their uploads are never gap-coalesced."""
+        self._kernel_written.update(names)
+
+    @property
+    def kept(self) -> list[str]:
+        """The fields kept on request, in the order of the requests."""
+        return list(self._kept)
+
+    def mirrored(self, name: str) -> bool:
+        return name in self._mirrored
+
+    def kernel_written(self, name: str) -> bool:
+        return name in self._kernel_written
+
+    def mirror(self, name: str) -> bool:
+        """Register field ``name``'s mirror (once per backend) and upload all of it."""
+        if name in self._mirrored:
+            return True
+        world = self._world
+        if not self.backend.register_field(field_mirror_desc(world, name)):
+            log.warning("field %r has no GPU mirror (%s); its products run on the CPU", name, getattr(self.backend, "last_refusal", "refused"))
+            return False
+        # Dirty chunks go up with the next frame's uploads anyway; send the rest now.
+        clean = [k for k in world.keys() if not world.is_dirty(k, name)]
+        for desc in coalesce_uploads(world, name, clean):
+            if not self.backend.upload(desc):
+                if hasattr(self.backend, "unregister_field"):
+                    self.backend.unregister_field(name)
+                log.warning("field %r cannot be uploaded (%s); its products run on the CPU", name, getattr(self.backend, "last_refusal", "refused"))
+                return False
+        self._mirrored.add(name)
+        return True
+
+    def unmirror(self, name: str) -> None:
+        """A refused upload left field ``name``'s mirror behind the world: its products leave
+        the GPU (their fallbacks serve them) until the GPU is recovered."""
+        self._mirrored.discard(name)
+        if hasattr(self.backend, "unregister_field"):
+            self.backend.unregister_field(name)
+        log.warning("an upload of field %r was refused (%s); its products run on the CPU", name, getattr(self.backend, "last_refusal", "refused"))
+        for product in self._products:
+            if name in product.field_names and product.gpu is not None:
+                self.release(product)
+                product.detached = True  # back on the GPU next frame (Engine._reattach)
+
     # ---- GPU registration ------------------------------------------------------------
 
     def _capacity(self, product: Product) -> int:
-        world = self.world
+        world = self._world
         if product.tile_work:  # FULL_FIELD, or NONE over a `tiles` work list: one item a tile
             return world.max_chunks * world.tiles_per_chunk
         if product.policy in _SELECTIONS:
-            need = max(self.config.min_selection_capacity, len(product.selection))
+            need = max(self._config.min_selection_capacity, len(product.selection))
             return 1 << (need - 1).bit_length()
         return world.max_chunks
 
-    def _register_gpu(self, product: Product) -> bool:
+    def register(self, product: Product) -> bool:
         """Mirror the product's fields, compile its variant on this device, register it."""
         from .gpu_product import GpuProduct
 
         if product.gave_up:
             return False  # its readbacks kept failing: the CPU serves it until recover_gpu()
         for name in product.field_names:
-            if not self._mirror(name):
+            if not self.mirror(name):
                 return False
         assert product.plan is not None, "a product's plan is checked at registration"
         program = self._program_here(product.program)
@@ -127,51 +265,22 @@ class GpuSide:
 
         return make_program(program.key, program.schema, program.wgsl, wgsl_path=program.wgsl_path, device=self._ctx)
 
-    def _mirror(self, name: str) -> bool:
-        """Register field ``name``'s mirror (once per backend) and upload all of it."""
-        if name in self._mirrored:
-            return True
-        if not self.backend.register_field(field_mirror_desc(self.world, name)):
-            log.warning("field %r has no GPU mirror (%s); its products run on the CPU", name, getattr(self.backend, "last_refusal", "refused"))
-            return False
-        # Dirty chunks go up with the next frame's uploads anyway; send the rest now.
-        clean = [k for k in self.world.keys() if not self.world.is_dirty(k, name)]
-        for desc in coalesce_uploads(self.world, name, clean):
-            if not self.backend.upload(desc):
-                if hasattr(self.backend, "unregister_field"):
-                    self.backend.unregister_field(name)
-                log.warning("field %r cannot be uploaded (%s); its products run on the CPU", name, getattr(self.backend, "last_refusal", "refused"))
-                return False
-        self._mirrored.add(name)
-        return True
-
-    def _unmirror(self, name: str) -> None:
-        """A refused upload left field ``name``'s mirror behind the world: its products leave
-        the GPU (their fallbacks serve them) until the GPU is recovered."""
-        self._mirrored.discard(name)
-        if hasattr(self.backend, "unregister_field"):
-            self.backend.unregister_field(name)
-        log.warning("an upload of field %r was refused (%s); its products run on the CPU", name, getattr(self.backend, "last_refusal", "refused"))
-        for product in self._order:
-            if name in product.field_names and product.gpu is not None:
-                self._release_gpu(product)
-                product.detached = True  # back on the GPU next frame (Engine._reattach)
-
-    def _release_gpu(self, product: Product) -> None:
+    def release(self, product: Product) -> None:
+        """Release the product's GPU registration (its late results become stale)."""
         if product.gpu is not None:
             product.gpu.release()
             product.gpu = None
 
-    def _reregister(self, product: Product) -> None:
+    def reregister(self, product: Product) -> None:
         """A new GPU generation for ``product`` (late results of the old one become stale).
 
         A kernel that fails to compile here leaves the product on its CPU fallback (logged).
         """
         was_gpu = product.gpu is not None
-        self._release_gpu(product)
-        if product.program is not None and self.gpu_active:
+        self.release(product)
+        if product.program is not None and self.active:
             try:
-                self._register_gpu(product)
+                self.register(product)
             except PluginError as exc:
                 product.fail(exc)
                 log.warning("product %r runs on the CPU: re-registering it failed:\n%s", product.key, exc)
@@ -179,82 +288,33 @@ class GpuSide:
             # New kernel, params or buffers: everything is recomputed. A product served by its
             # CPU fallback before and after is not: the fallback's results do not depend on the
             # kernel's text, and computing the same content again would apply it twice.
-            product.owe_everything(self.world)
+            product.owe_everything(self._world)
 
-    def _check_gpu(self, st: FrameStats) -> None:
+    def check(self, st: FrameStats) -> None:
         """Report a lost or disabled GPU once; its products continue on their fallbacks."""
-        if self.gpu_fault is not None or not self._resource_backend or self.gpu_active:
+        if self.fault is not None or not self.resource_backend or self.active:
             return
-        self.gpu_fault = getattr(self.backend, "fault", None) or "the GPU backend is disabled"
+        self.fault = getattr(self.backend, "fault", None) or "the GPU backend is disabled"
         st.gpu_lost = True
-        for product in self._order:
+        for product in self._products:
             product.gpu = None  # its registration died with the backend
-        log.warning("GPU unavailable (%s): products continue on their CPU fallbacks; engine.recover_gpu() re-acquires a device", self.gpu_fault)
+        log.warning("GPU unavailable (%s): products continue on their CPU fallbacks; engine.recover_gpu() re-acquires a device", self.fault)
 
-    # ---- device loss -------------------------------------------------------------------
+    # ---- pacing ------------------------------------------------------------------------
 
-    def recover_gpu(self, device: Any = None) -> bool:
-        """Re-acquire a device after a loss (or a first one for a CPU-only engine), re-mirror
-        the fields and re-register every product under new generations.
+    def readback_requested(self, frame: int) -> None:
+        """A readback of ``frame``'s work was accepted: that frame is in flight until it lands."""
+        self._frame_readbacks[frame] = self._frame_readbacks.get(frame, 0) + 1
 
-        Args:
-            device: the device (or DeviceContext) to use; default: the process's default
-                device, made anew when the old one was lost. The old backend is closed (its
-                pending readbacks fail; their chunks are owed again).
-        Returns:
-            whether products run on the GPU again.
-        """
-        from ..device.context import fresh_context, get_context
-        from ..gpu.wgpu_backend import WgpuBackend
+    def readback_landed(self, frame: int) -> None:
+        """A readback of ``frame``'s work completed (delivered or failed)."""
+        left = self._frame_readbacks.get(frame, 0) - 1  # pacing: that frame's work is over
+        if left > 0:
+            self._frame_readbacks[frame] = left
+        else:
+            self._frame_readbacks.pop(frame, None)
 
-        old = self.backend
-        # A faulted backend's device is never used again: after notify_device_error it may look
-        # healthy (not lost) while the application knows it is not.
-        faulted = self._resource_backend and (not getattr(old, "healthy", True) or getattr(old, "lost", False))
-        dead = getattr(old, "device", None) if faulted else None
-        try:
-            ctx = get_context(device) if device is not None else None
-            if ctx is not None and (ctx.lost or (dead is not None and ctx.device is dead)):
-                log.warning("recover_gpu: the device offered is the faulted one; acquiring another")
-                ctx = None
-            if ctx is None:
-                current = self._ctx
-                healthy = current is not None and not current.lost and not faulted
-                ctx = current if healthy else fresh_context(avoid=dead)
-            backend = WgpuBackend(ctx, self.config.backend)
-        except (NoAdapterError, ImportError) as exc:
-            log.warning("recover_gpu: no device (%s); products stay on the CPU", exc)
-            return False
-        if not backend.healthy:
-            log.warning("recover_gpu: the new backend is disabled (%s)", backend.fault)
-            backend.close()
-            return False
-        for product in self._order:
-            product.gpu = None
-        try:
-            old.close()  # fails what is pending; their callbacks land in _completed
-        except Exception as exc:  # a lost device may complain while closing; it is gone anyway
-            log.debug("closing the old backend: %s", exc)
-        for result, _ in self._completed:
-            inflight: InFlight = result.desc.user
-            inflight.product.inflight = max(0, inflight.product.inflight - 1)
-            inflight.product.reowe(self.world, inflight.work.keys, failed=inflight.work)
-        self._completed.clear()
-        self.backend = backend
-        self._owns_backend = True
-        self._mirrored.clear()
-        self._adopt_backend()
-        self.gpu_fault = None
-        self._frame_readbacks.clear()  # the old backend's readbacks were all failed above
-        for product in self._order:
-            product.inflight = 0
-            product.gave_up = product.detached = False
-            product.readback_failures = 0
-            if product.program is not None:
-                try:
-                    self._register_gpu(product)
-                except PluginError as exc:  # this product stays on its fallback; the others go on
-                    product.fail(exc)
-                    log.warning("recover_gpu: product %r stays on the CPU:\n%s", product.key, exc)
-        log.info("GPU recovered on %s; %d product(s) re-registered", getattr(ctx, "adapter_name", "a device"), sum(p.gpu is not None for p in self._order))
-        return self.gpu_active
+    @property
+    def frames_in_flight(self) -> int:
+        """Frames whose GPU readbacks are still outstanding."""
+        return len(self._frame_readbacks)

@@ -15,7 +15,7 @@ submit, not at its place among encoded commands:
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
@@ -24,10 +24,10 @@ from .backend import ReadbackStatus
 from .ring import map_submitted
 
 if TYPE_CHECKING:
+    from .backend import ReadbackCallback
     from .descriptors import DispatchDesc, ReadbackDesc
-    from .wgpu_backend import _Product
 
-__all__ = ["Batching", "SubmissionBatch"]
+__all__ = ["BatchRecorder", "SubmissionBatch"]
 
 # MAP_READ | COPY_DST: the usage of a staging buffer (numbers: no wgpu import here).
 _STAGING_USAGE = MAP_READ | COPY_DST
@@ -64,40 +64,81 @@ class _Disabled(Exception):
     """A batch found its backend disabled before submitting (a notify from another thread)."""
 
 
-class Batching:
-    """The batch half of :class:`~engine_plugin.gpu.wgpu_backend.WgpuBackend` (a mixin: it uses
-    the backend's device, queue, readback ring and fail-closed helpers)."""
+class BatchRecorder:
+    """The batches of one :class:`~engine_plugin.gpu.wgpu_backend.WgpuBackend`: the open
+    :class:`SubmissionBatch`, recording into it, flushing and submitting it, and arming its
+    readbacks' maps after the submit. The backend owns one and records through it while a
+    ``with backend.batch():`` is open.
 
-    _batch: SubmissionBatch | None
-    device: Any
-    queue: Any
-    stats: dict
-    _ring: Any
-    _closed: bool
-    _guard: Any
-    # The backend's members this half calls (see WgpuBackend).
-    healthy: Any
-    fault: Any
-    _refuse: Any
-    _dispatch_records: Any
-    _timer: Any
-    _device_exception: Any
-    _fault: Any
+    Args:
+        device, queue: the backend's wgpu device and queue.
+        guard: the device's submit guard (submissions hold its lock and check its loss flag).
+        ring: the backend's :class:`~engine_plugin.gpu.ring.ReadbackRing` (staging, budgets,
+            arming maps).
+        timer: the backend's ``GpuTimer`` when batched dispatches are timed, else None.
+        healthy: whether the backend accepts work now.
+        fault: why the backend is disabled (``WgpuBackend.fault``), for messages.
+        fault_state: the backend's fault message or None (a readback request reads it when
+            it is decided).
+        closed: whether the backend was closed.
+        refuse: records a refusal and answers False (``WgpuBackend._refuse``).
+        device_exception: fails the backend closed on a device error and answers False, or
+            re-raises anything else (``WgpuBackend._device_exception``).
+    """
 
-    def _batch_dispatch(self, desc: DispatchDesc, product: _Product, writes: list) -> bool:
-        batch = self._batch
+    def __init__(
+        self,
+        device: Any,
+        queue: Any,
+        guard: Any,
+        ring: Any,
+        timer: Any,
+        *,
+        healthy: Callable[[], bool],
+        fault: Callable[[], str | None],
+        fault_state: Callable[[], str | None],
+        closed: Callable[[], bool],
+        refuse: Callable[[str], bool],
+        device_exception: Callable[[str, Exception], bool],
+    ) -> None:
+        self._device = device
+        self._queue = queue
+        self._guard = guard
+        self._ring = ring
+        self._timer = timer
+        self._healthy = healthy
+        self._fault = fault
+        self._fault_state = fault_state
+        self._closed = closed
+        self._refuse = refuse
+        self._device_exception = device_exception
+        self._open: SubmissionBatch | None = None
+
+    @property
+    def open(self) -> bool:
+        """Whether a batch is open (dispatches and readbacks are recorded, not submitted)."""
+        return self._open is not None
+
+    @property
+    def recorded(self) -> bool:
+        """Whether the open batch recorded anything (an upload now must flush it first)."""
+        return self._open is not None and self._open.recorded
+
+    def dispatch(self, desc: DispatchDesc, writes: list, records: list) -> bool:
+        """Record an accepted dispatch (its validated ``writes``, then its submission
+        ``records``) into the open batch; answers whether it was recorded."""
+        batch = self._open
         buffers = [w[0] for w in writes]
         if batch.conflicts(buffers):  # type: ignore[union-attr]
-            self._flush_batch()
-            batch = self._batch
-            if not self.healthy:
-                return self._refuse(f"dispatch: the backend failed submitting its batch ({self.fault})")
+            self.flush()
+            batch = self._open
+            if not self._healthy():
+                return self._refuse(f"dispatch: the backend failed submitting its batch ({self._fault()})")
         try:
             for buffer, offset, data in writes:
-                self.queue.write_buffer(buffer, offset, data)
+                self._queue.write_buffer(buffer, offset, data)
         except Exception as exc:
             return self._device_exception(f"dispatch({desc.product})", exc)
-        records = self._dispatch_records(desc, product)
         submission = batch.submission  # type: ignore[union-attr]
         for record in records[:-1]:
             submission.add(record)
@@ -105,52 +146,43 @@ class Batching:
         if desc.prepared is not None:
             batch.prepared.append(desc.prepared)  # type: ignore[union-attr]
         batch.note_writes(buffers)  # type: ignore[union-attr]
-        self.stats["dispatches"] += 1
         return True
-
-    # ---- batches ---------------------------------------------------------------------
 
     @contextmanager
     def batch(self) -> Iterator[None]:
-        """Record the dispatches and readbacks made inside into one command buffer, submitted
-        once at exit; the readbacks' maps start after it. Nested batches join the outer one.
-
-        Each call still answers acceptance at once (validated and encoded). A submission that
-        fails fails closed like any other: its readbacks complete FAILED through their
-        callbacks, and its dispatches never ran. See :mod:`engine_plugin.gpu.batch` for the
-        ordering rules (writes or uploads that would overtake encoded work flush first).
-        """
-        if self._batch is not None:
+        """Open a batch for the ``with`` block, submitted at its exit (``WgpuBackend.batch``);
+        a nested one joins the open batch."""
+        if self._open is not None:
             yield
             return
-        self._batch = SubmissionBatch()
+        self._open = SubmissionBatch()
         try:
             yield
         finally:
-            batch, self._batch = self._batch, None
-            self._submit_batch(batch)
+            batch, self._open = self._open, None
+            self._submit(batch)
 
-    def _flush_batch(self) -> None:
+    def flush(self) -> None:
         """Submit what the open batch recorded and keep recording into a fresh one."""
-        batch = self._batch
-        self._batch = SubmissionBatch()
-        self._submit_batch(batch)  # type: ignore[arg-type]
+        batch = self._open
+        self._open = SubmissionBatch()
+        self._submit(batch)  # type: ignore[arg-type]
 
-    def _submit_batch(self, batch: SubmissionBatch) -> None:
+    def _submit(self, batch: SubmissionBatch) -> None:
         reqs, batch.readbacks = batch.readbacks, []
         prepared, batch.prepared = batch.prepared, []
         try:
             if batch.recorded:
-                if not self.healthy:
-                    raise _Disabled(self.fault or "disabled")
+                if not self._healthy():
+                    raise _Disabled(self._fault() or "disabled")
                 # finish() (which raises on a lost device) and the submit, under the submit lock.
-                batch.submission.submit(self.device, self.queue, self._guard, "batch", self._timer)
+                batch.submission.submit(self._device, self._queue, self._guard, "batch", self._timer)
         except Exception as exc:
             for req in reqs:
                 req.settled = True  # none of their copies will run: their staging may go
             if isinstance(exc, _Disabled):
                 self._ring.tracker.fail_all(f"the backend was disabled before its batch was submitted ({exc})")
-            elif not self._closed:
+            elif not self._closed():
                 self._device_exception("submitting a batch", exc)
             return
         finally:
@@ -171,16 +203,17 @@ class Batching:
                 continue
             self._ring.arm(req, promise)
 
-    def _batch_readback(self, desc: ReadbackDesc, product: _Product, source: Any, base: int, size: int) -> bool:
+    def readback(self, desc: ReadbackDesc, callback: ReadbackCallback, source: Any, base: int, size: int) -> bool:
+        """Record the copy of an accepted readback into the open batch and reserve its
+        request (mapped after the submit); answers whether it was recorded."""
         staging = None
         try:
-            staging = self._ring.create_staging(self.device, size, _STAGING_USAGE)
-            self._batch.submission.add((None, None, None, (0, 0, 0), [("copy", source, base, staging, 0, size)]))  # type: ignore[union-attr]
+            staging = self._ring.create_staging(self._device, size, _STAGING_USAGE)
+            self._open.submission.add((None, None, None, (0, 0, 0), [("copy", source, base, staging, 0, size)]))  # type: ignore[union-attr]
         except Exception as exc:
             if staging is not None:  # never submitted: destroying is safe
                 self._ring.destroy_staging(staging)
             return self._device_exception(f"readback({desc.product})", exc)
-        req = self._ring.reserve(desc.product, desc, product.desc.callback, size, staging, lambda: self._fault)
-        self._batch.readbacks.append(req)  # type: ignore[union-attr]
-        self.stats["readbacks"] += 1
+        req = self._ring.reserve(desc.product, desc, callback, size, staging, self._fault_state)
+        self._open.readbacks.append(req)  # type: ignore[union-attr]
         return True

@@ -28,6 +28,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Hashable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -40,7 +41,7 @@ from ..device.flags import STORAGE as _STORAGE
 from ..device.guard import guard_for
 from ..device.loss import FaultState, loss_reports
 from ..errors import StaleHandleError, bug
-from .batch import Batching, SubmissionBatch
+from .batch import BatchRecorder
 from .config import WgpuBackendConfig, WgpuProductDesc, product_refusal, readback_range, source_size
 from .descriptors import DispatchDesc, FieldMirrorDesc, GpuCapabilities, ReadbackDesc, UploadDesc
 from .handles import GpuProductHandle, SlotTable
@@ -69,7 +70,7 @@ class _Product:
     source_size: int
 
 
-class WgpuBackend(Batching):
+class WgpuBackend:
     """A :class:`~engine_plugin.gpu.backend.GpuBackend` over a wgpu device.
 
     Args:
@@ -79,6 +80,10 @@ class WgpuBackend(Batching):
 
     Calls are serialised by the caller (the engine thread); ``notify_device_error`` alone may
     come from any thread. Use as a context manager, or call :meth:`close`.
+
+    Batches (``with backend.batch():``) are recorded by a
+    :class:`~engine_plugin.gpu.batch.BatchRecorder` the backend owns, given its device, queue,
+    guard, readback ring and timer and its fail-closed hooks.
     """
 
     def __init__(self, device: Any, config: WgpuBackendConfig | None = None):
@@ -105,14 +110,30 @@ class WgpuBackend(Batching):
         self._faults = FaultState()
         self._faults.queue = self.queue
         self._closed = False
-        self._batch: SubmissionBatch | None = None
         self.last_refusal = ""
         self.stats = {"uploads": 0, "upload_bytes": 0, "dispatches": 0, "readbacks": 0, "refusals": 0}
         self._timer: Any = None  # a runtime.timing.GpuTimer when the adapter has timestamps
         loss_reports.acquire_user()
         if not self.config.enabled:
             self._faults.set("disabled by configuration", lost=False)
-            return
+        else:
+            self._warm_up(device)
+        self._batches = BatchRecorder(
+            device,
+            self.queue,
+            self._guard,
+            self._ring,
+            self._timer,
+            healthy=lambda: self.healthy,
+            fault=lambda: self.fault,
+            fault_state=lambda: self._fault,
+            closed=lambda: self._closed,
+            refuse=self._refuse,
+            device_exception=self._device_exception,
+        )
+
+    def _warm_up(self, device: Any) -> None:
+        """The loss probe, the warmed readback path and the GPU timer (fail closed on error)."""
         try:
             self._faults.probe = device.create_buffer(size=_ALIGN, usage=_COPY_DST | _COPY_SRC, label="engine_plugin.probe")
             if self.config.warm_up:
@@ -336,8 +357,8 @@ class WgpuBackend(Batching):
         data = desc.data()  # StaleSpanError before anything reaches the device
         if data.nbytes != desc.nbytes:
             raise bug(f"upload span of {desc.tag!r} has {data.nbytes} B, its descriptor says {desc.nbytes}")
-        if self._batch is not None and self._batch.recorded:
-            self._flush_batch()  # encoded dispatches must not see bytes written after them
+        if self._batches.recorded:
+            self._batches.flush()  # encoded dispatches must not see bytes written after them
             if not self.healthy:
                 return self._refuse(f"upload({desc.tag!r}): the backend failed submitting its batch ({self.fault})")
         try:
@@ -378,8 +399,11 @@ class WgpuBackend(Batching):
         writes = self._dispatch_writes(desc, product)
         if isinstance(writes, str):
             return self._refuse(f"dispatch of {desc.product}: {writes}")
-        if self._batch is not None:
-            return self._batch_dispatch(desc, product, writes)
+        if self._batches.open:
+            if not self._batches.dispatch(desc, writes, self._dispatch_records(desc, product)):
+                return False
+            self.stats["dispatches"] += 1
+            return True
         try:
             for buffer, offset, data in writes:
                 self.queue.write_buffer(buffer, offset, data)
@@ -405,6 +429,17 @@ class WgpuBackend(Batching):
         offsets = product.desc.dynamic_offsets
         groups = tuple((group, list(offsets[i]) if i < len(offsets) and offsets[i] else None) for i, group in enumerate(product.desc.bind_groups))
         return [(product.desc.pipeline, groups, None, desc.workgroups, [])]
+
+    def batch(self) -> AbstractContextManager[None]:
+        """Record the dispatches and readbacks made inside into one command buffer, submitted
+        once at exit; the readbacks' maps start after it. Nested batches join the outer one.
+
+        Each call still answers acceptance at once (validated and encoded). A submission that
+        fails fails closed like any other: its readbacks complete FAILED through their
+        callbacks, and its dispatches never ran. See :mod:`engine_plugin.gpu.batch` for the
+        ordering rules (writes or uploads that would overtake encoded work flush first).
+        """
+        return self._batches.batch()
 
     def gpu_times(self) -> list[dict[str, float]]:
         """GPU milliseconds per product key of each batch whose timestamps have landed since
@@ -465,8 +500,12 @@ class WgpuBackend(Batching):
         why = self._ring.tracker.refusal(size)
         if why is not None:
             return self._refuse(f"readback of {desc.product}: {why}")
-        if self._batch is not None:
-            return self._batch_readback(desc, product, source, base, size)
+        if self._batches.open:
+            # readback_range refused a product without a callback: it has one here
+            if not self._batches.readback(desc, product.desc.callback, source, base, size):  # type: ignore[arg-type]
+                return False
+            self.stats["readbacks"] += 1
+            return True
         staging = None
         try:
             staging = self._ring.create_staging(self.device, size, _MAP_READ | _COPY_DST)
@@ -485,7 +524,7 @@ class WgpuBackend(Batching):
         if promise is None:  # the reference's "null map future": release at once
             self._ring.destroy_staging(staging)
             return self._refuse(f"readback of {desc.product}: map_async gave no promise")
-        self._ring.start(desc.product, desc, product.desc.callback, size, staging, promise, lambda: self._fault)
+        self._ring.start(desc.product, desc, product.desc.callback, size, staging, promise, lambda: self._fault)  # type: ignore[arg-type]
         self.stats["readbacks"] += 1
         return True
 
