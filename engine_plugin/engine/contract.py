@@ -182,6 +182,8 @@ def plan_product(
             domain_count = True  # the engine passes the work item count
         elif slot.role in ("table", "sampler"):
             pass  # an unbound table is empty (the seed); a sampler is made from the schema
+        elif slot.role == "page" and any(c.page == slot.name for c in lowered.columns):
+            pass  # its buffer comes from its columns' runs (given in inputs=, checked above)
         else:
             raise _error(f"binding {slot.name!r} ({slot.role}) is bound to nothing; pass it in inputs=", variant, slot.line)
     if items is None:

@@ -282,3 +282,68 @@ def test_frame_stats_carry_each_products_gpu_time_from_timestamps(make_engine):
     assert st.gpu_timing == "timestamps" and {"hist", "double"} <= set(seen)
     assert all(ms > 0 for ms in seen.values())
     assert engine.totals.product_gpu_ms["hist"] >= seen["hist"]
+
+
+# Pages, columns and a columns table bound by name through inputs=: per-tile weights from a
+# substrate column, a per-chunk bias looked up in a table by chunk slot.
+PAGES_YAML = """\
+bindings:
+  - { name: chunks, kind: buffer, access: read, element: u32 }
+  - { name: height, kind: buffer, access: read, element: f32 }
+  - { name: W, kind: page, access: read }
+  - { name: w, kind: column, page: W, element: f32 }
+  - { name: tbl, kind: columns, access: read }
+  - { name: score, kind: buffer, access: read_write, element: f32, count: "n" }
+params:
+  - { name: tile_count, type: u32 }
+"""
+PAGES_WGSL = """\
+@compute @workgroup_size(64)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
+    let i = zero_index(gid);
+    if (i >= zero_n()) { return; }
+    let slot = chunks_get(i);
+    let base = slot * params.tile_count;
+    var s = 0.0;
+    for (var t = 0u; t < params.tile_count; t = t + 1u) { s = s + height_get(base + t) * w_get(t % w_len()); }
+    score_set(i, s + tbl_f32(0u, slot, 0u));
+}
+"""
+
+
+def test_a_product_reads_a_substrate_column_and_a_columns_table_bound_through_inputs(engine_on, gpu):
+    from engine_plugin.substrate import Substrate
+
+    world = _world()
+    engine = engine_on(world)
+    applied = Applied(world)
+    weights = np.array([0.5, -1.0, 2.0, 0.25], dtype=np.float32)
+    bias = (np.arange(world.max_chunks, dtype=np.float32) * 3.0).astype(np.float32)
+    arena = Substrate(gpu, page_bytes=4096, label="product weights")
+    try:
+        run = arena.upload("f32", weights, name="weights")
+        table = abi.table({"bias": bias})
+
+        def fallback(world, job):
+            out = []
+            for k in job.keys:
+                h = world.read(k, "height").reshape(-1)
+                w = np.resize(weights, h.size)
+                s = np.float32(0.0)
+                for a, b in zip(h, w):  # the kernel's order of f32 adds
+                    s = np.float32(s + np.float32(a * b))
+                out.append(np.float32(s + bias[world.slot(k)]))
+            return np.array(out, dtype=np.float32)
+
+        prog = _program("shape/pages", PAGES_YAML, PAGES_WGSL)
+        engine.register_product(
+            prog, columns={"tbl": ["bias"]}, fields={"height": "height"}, inputs={"w": run, "tbl": table}, apply=applied, cpu_fallback=fallback
+        )
+        run_until_idle(engine)
+        got = {k: v for r in applied.results for k, v in r.by_chunk().items()}
+        assert sorted(got) == list(world.keys()) and {r.source for r in applied.results} == {engine_on.on}
+        for k, v in got.items():
+            assert np.isclose(v, fallback(world, type("J", (), {"keys": (k,)})())[0], rtol=1e-5, atol=1e-3), k
+    finally:
+        engine.close()
+        arena.close()
