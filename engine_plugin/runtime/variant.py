@@ -166,7 +166,6 @@ class PreparedRun:
         if self._done:
             return
         self._done = True
-        self.variant._unsubmitted -= 1
         self.variant._ring.reserved.discard(self.params_offset)
         for buf in self.temps:
             self.variant._pool.give(buf)
@@ -325,7 +324,6 @@ class Variant:
         self._max_groups = self.ctx.limit("max-compute-workgroups-per-dimension")
         self._storage_align = self.ctx.limit("min-storage-buffer-offset-alignment")
         self._lock = threading.RLock()
-        self._unsubmitted = 0  # prepared runs whose params slots a later take() must not reuse yet
         self.runs = 0
 
     @property
@@ -653,14 +651,13 @@ class Variant:
         """
         with device_guard(self.ctx), self._lock:
             flush_pending()  # a deferred run goes first, in queue order
-            if self._unsubmitted >= self._ring.slots - 1:
+            if len(self._ring.reserved) >= self._ring.slots - 1:  # one slot each, until submitted
                 raise DispatchError(f"{self._ring.slots - 1} prepared runs of this variant are not submitted yet", Span(self.yaml_path))
             area = _Placement(results, self._storage_align)
             result, shape, data, bind_group, groups, work, _ = self._prepare(n, inputs, params, None, domain_count, area)
             offset = self._ring.take()
             self.ctx.queue.write_buffer(self._ring.buffer, offset, data)
             self._ring.reserved.add(offset)
-            self._unsubmitted += 1
             self.runs += 1
             record = (self.compiled.pipeline, bind_group, offset, groups, work.ops)
             return PreparedRun(self, work.extra + [record], Run(result, shape, groups, self), work.temps, area.layout, area.end, offset)

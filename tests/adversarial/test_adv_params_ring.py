@@ -1,6 +1,6 @@
 """The params ring (256 slots a variant) shared by prepared runs (the engine's), immediate
 ``variant.run`` and ``abi.batch()``: a prepared run's params slot must not be reused by any
-other run of the variant before the prepared run is submitted (variant.py ``_unsubmitted``)."""
+other run of the variant before the prepared run is submitted (variant.py: the params ring's reserved slots)."""
 
 from __future__ import annotations
 
