@@ -17,6 +17,7 @@ import gc
 import statistics
 import time
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import wgpu
@@ -105,6 +106,42 @@ def _runs(slots: np.ndarray) -> list[tuple[int, int]]:
     return [(int(slots[a]), int(b - a)) for a, b in zip(starts, ends)]
 
 
+def raw_mirrors_and_products(world: World, dev: Any, queue: Any) -> tuple[dict[str, Any], list[tuple]]:
+    """What the raw frame loops build once: the two field mirrors (uploaded whole, the world's
+    dirty flags taken) and the three products, each ``(field, pipeline, group, items, out,
+    params, block, record bytes, record dtype)``."""
+    nbytes = CHUNKS * TILES * 4
+    fields: dict[str, Any] = {}
+    for name in ("height", "moisture"):
+        buf = dev.create_buffer(size=nbytes, usage=U.STORAGE | U.COPY_DST)
+        queue.write_buffer(buf, 0, world.mirror(name))
+        fields[name] = buf
+    world.take_dirty()
+    inv = float(np.float32(1.0 / TILES))
+    specs = [("height", RAW_SUMMARY, 16, np.float32, inv), ("moisture", RAW_SUMMARY, 16, np.float32, inv), ("height", RAW_COUNT, 4, np.uint32, THRESHOLD)]
+    products: list[tuple] = []
+    for field, code, record, dtype, extra in specs:
+        module = dev.create_shader_module(code=code)
+        pipeline = dev.create_compute_pipeline(layout="auto", compute={"module": module, "entry_point": "main"})
+        items = dev.create_buffer(size=CHUNKS * 4, usage=U.STORAGE | U.COPY_DST)
+        out = dev.create_buffer(size=CHUNKS * record, usage=U.STORAGE | U.COPY_SRC)
+        params = dev.create_buffer(size=16, usage=U.UNIFORM | U.COPY_DST)
+        group = dev.create_bind_group(
+            layout=pipeline.get_bind_group_layout(0),
+            entries=[
+                {"binding": 0, "resource": {"buffer": items}},
+                {"binding": 1, "resource": {"buffer": fields[field]}},
+                {"binding": 2, "resource": {"buffer": out}},
+                {"binding": 3, "resource": {"buffer": params}},
+            ],
+        )
+        block = np.zeros(4, np.uint32)
+        block[1] = TILES
+        block[2:3].view(np.float32)[0] = extra
+        products.append((field, pipeline, group, items, out, params, block, record, dtype))
+    return fields, products
+
+
 class RawFrameLoop:
     """The same frame by hand: own buffers and pipelines, pre-built bind groups, the same
     coalesced writes, one encoder and one submission a frame, one persistent staging buffer
@@ -115,35 +152,7 @@ class RawFrameLoop:
 
     def __init__(self, world: World, ctx) -> None:
         self.world, self.dev, self.queue = world, ctx.device, ctx.queue
-        nbytes = CHUNKS * TILES * 4
-        self.fields = {}
-        for name in ("height", "moisture"):
-            buf = self.dev.create_buffer(size=nbytes, usage=U.STORAGE | U.COPY_DST)
-            self.queue.write_buffer(buf, 0, world.mirror(name))
-            self.fields[name] = buf
-        world.take_dirty()
-        inv = float(np.float32(1.0 / TILES))
-        specs = [("height", RAW_SUMMARY, 16, np.float32, inv), ("moisture", RAW_SUMMARY, 16, np.float32, inv), ("height", RAW_COUNT, 4, np.uint32, THRESHOLD)]
-        self.products = []
-        for field, code, record, dtype, extra in specs:
-            module = self.dev.create_shader_module(code=code)
-            pipeline = self.dev.create_compute_pipeline(layout="auto", compute={"module": module, "entry_point": "main"})
-            items = self.dev.create_buffer(size=CHUNKS * 4, usage=U.STORAGE | U.COPY_DST)
-            out = self.dev.create_buffer(size=CHUNKS * record, usage=U.STORAGE | U.COPY_SRC)
-            params = self.dev.create_buffer(size=16, usage=U.UNIFORM | U.COPY_DST)
-            group = self.dev.create_bind_group(
-                layout=pipeline.get_bind_group_layout(0),
-                entries=[
-                    {"binding": 0, "resource": {"buffer": items}},
-                    {"binding": 1, "resource": {"buffer": self.fields[field]}},
-                    {"binding": 2, "resource": {"buffer": out}},
-                    {"binding": 3, "resource": {"buffer": params}},
-                ],
-            )
-            block = np.zeros(4, np.uint32)
-            block[1] = TILES
-            block[2:3].view(np.float32)[0] = extra
-            self.products.append((field, pipeline, group, items, out, params, block, record, dtype))
+        self.fields, self.products = raw_mirrors_and_products(world, self.dev, self.queue)
         stage_bytes = sum(CHUNKS * p[7] for p in self.products)
         self.staging = [self.dev.create_buffer(size=stage_bytes, usage=U.MAP_READ | U.COPY_DST) for _ in range(2)]
         self.ring = 0

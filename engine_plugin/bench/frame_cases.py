@@ -49,7 +49,7 @@ from ..engine import Engine, EngineConfig, fallbacks, kernel_program
 from ..gpu.config import WgpuBackendConfig
 from ..gpu.descriptors import slot_stride
 from ..world import World
-from .engine_cases import CHUNKS, RAW_COUNT, RAW_SUMMARY, SHAPE, THRESHOLD, TILES, RawFrameLoop, make_world
+from .engine_cases import CHUNKS, SHAPE, THRESHOLD, TILES, RawFrameLoop, make_world, raw_mirrors_and_products
 from .gpu_timing import PassTimer
 from .harness import Result, case
 
@@ -83,36 +83,9 @@ class SameWorkRawLoop:
         self.world, self.dev, self.queue = world, ctx.device, ctx.queue
         self.combined = combined
         self.gap = gap_bytes // world.chunk_nbytes("height")
-        nbytes = CHUNKS * TILES * 4
-        self.fields: dict[str, Any] = {}
-        for name in ("height", "moisture"):
-            buf = self.dev.create_buffer(size=nbytes, usage=U.STORAGE | U.COPY_DST)
-            self.queue.write_buffer(buf, 0, world.mirror(name))
-            self.fields[name] = buf
-        world.take_dirty()
-        inv = float(np.float32(1.0 / TILES))
-        specs = [("height", RAW_SUMMARY, 16, np.float32, inv), ("moisture", RAW_SUMMARY, 16, np.float32, inv), ("height", RAW_COUNT, 4, np.uint32, THRESHOLD)]
-        self.products: list[tuple] = []
-        for field, code, record, dtype, extra in specs:
-            module = self.dev.create_shader_module(code=code)
-            pipeline = self.dev.create_compute_pipeline(layout="auto", compute={"module": module, "entry_point": "main"})
-            items = self.dev.create_buffer(size=CHUNKS * 4, usage=U.STORAGE | U.COPY_DST)
-            out = self.dev.create_buffer(size=CHUNKS * record, usage=U.STORAGE | U.COPY_SRC)
-            params = self.dev.create_buffer(size=16, usage=U.UNIFORM | U.COPY_DST)
-            group = self.dev.create_bind_group(
-                layout=pipeline.get_bind_group_layout(0),
-                entries=[
-                    {"binding": 0, "resource": {"buffer": items}},
-                    {"binding": 1, "resource": {"buffer": self.fields[field]}},
-                    {"binding": 2, "resource": {"buffer": out}},
-                    {"binding": 3, "resource": {"buffer": params}},
-                ],
-            )
-            block = np.zeros(4, np.uint32)
-            block[1] = TILES
-            block[2:3].view(np.float32)[0] = extra
-            staging = [self.dev.create_buffer(size=CHUNKS * record, usage=U.MAP_READ | U.COPY_DST) for _ in range(2)]
-            self.products.append((field, pipeline, group, items, out, params, block, record, dtype, staging))
+        self.fields, products = raw_mirrors_and_products(world, self.dev, self.queue)
+        # Two persistent staging buffers a product (one in flight, one being read).
+        self.products: list[tuple] = [(*p, [self.dev.create_buffer(size=CHUNKS * p[7], usage=U.MAP_READ | U.COPY_DST) for _ in range(2)]) for p in products]
         total = sum(-(-CHUNKS * p[7] // 8) * 8 for p in self.products)
         self.shared = [self.dev.create_buffer(size=total, usage=U.MAP_READ | U.COPY_DST) for _ in range(2)]
         self.ring = 0

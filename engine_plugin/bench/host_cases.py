@@ -37,40 +37,10 @@ from ..device.context import get_context
 from ..device.mapping import map_submitted
 from ..lowering.geometry import fold_groups
 from ..runtime.batch import submits_block
+from .axpy import AXPY_WGSL, AXPY_YAML, RAW_WGSL, STORAGE
 from .gpu_timing import PassTimer
 from .harness import Result, case
 from .kernel_cases import FAST_WGSL, FAST_YAML, RAW_FOLD, RawKernel
-
-STORAGE = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC | wgpu.BufferUsage.COPY_DST
-
-AXPY_YAML = """\
-bindings:
-  - { name: x, kind: buffer, access: read, element: f32 }
-  - { name: y, kind: buffer, access: read_write, element: f32, count: "n" }
-params:
-  - { name: a, type: f32 }
-"""
-AXPY_WGSL = """\
-@compute @workgroup_size(64)
-fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
-    let i = zero_index(gid);
-    if (i >= zero_n()) { return; }
-    y_set(i, params.a * x_get(i) + 1.0);
-}
-"""
-# The same body by hand; the plugin's kernel also reads n and the fold stride from its params.
-RAW_WGSL = """\
-struct P { n: u32, a: f32, stride: u32, pad: u32 }
-@group(0) @binding(0) var<storage, read> x: array<f32>;
-@group(0) @binding(1) var<storage, read_write> y: array<f32>;
-@group(0) @binding(2) var<uniform> p: P;
-@compute @workgroup_size(64)
-fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
-    let i = gid.x + gid.y * p.stride;
-    if (i >= p.n) { return; }
-    y[i] = p.a * x[i] + 1.0;
-}
-"""
 
 
 def _axpy() -> Any:
