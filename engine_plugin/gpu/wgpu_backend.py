@@ -509,7 +509,7 @@ class WgpuBackend:
         staging = None
         try:
             staging = self._ring.create_staging(self.device, size, _MAP_READ | _COPY_DST)
-            encoder = self.device.create_command_encoder(label="engine_plugin.readback")
+            encoder = self.device.create_command_encoder()  # unlabelled (cost, see runtime.submission)
             encoder.copy_buffer_to_buffer(source, base, staging, 0, size)
             if not self.healthy:
                 self._ring.destroy_staging(staging)

@@ -44,6 +44,7 @@ class BufferPool:
         self._returned: deque = deque()
         self._parked: list = []  # returned, but still held by an open batch
         self._parked_epoch = -1
+        self._drained_epoch = -1  # the flush epoch at the last drain
         self.created = 0
         self.reused = 0
 
@@ -54,9 +55,15 @@ class BufferPool:
         """A buffer of exactly ``size`` bytes, a :func:`size_class` (a run's repeat path
         computes the class once)."""
         with self._lock:
-            if self._returned or (self._parked and flush_epoch() != self._parked_epoch):
-                self._drain()
             free = self._free.get((size, usage))
+            # Inside an open batch what comes back is mostly held by it (it would be parked): a
+            # free buffer at hand is taken without sorting the returned ones, which would cost
+            # every run of a batch a held-check; they are sorted once per submitted slice. Outside
+            # batches draining is cheap and hands back the buffer the last run released (so
+            # the run's bind group is the last one).
+            if (self._returned or self._parked) and (not (free and open_batches()) or flush_epoch() != self._drained_epoch):
+                self._drain()
+                free = self._free.get((size, usage))
             if free:
                 self.reused += 1
                 return free.pop()
@@ -74,7 +81,7 @@ class BufferPool:
         """Move returned buffers to the free lists, except those a run recorded in an open
         ``abi.batch()`` still touches: they stay parked until that batch is submitted."""
         # Parked buffers can only come free when a batch submits: re-check them only then.
-        epoch = flush_epoch()
+        epoch = self._drained_epoch = flush_epoch()
         if epoch != self._parked_epoch:
             candidates, self._parked, self._parked_epoch = self._parked, [], epoch
         else:
