@@ -58,6 +58,7 @@ class GpuSide:
         self._on_readback = on_readback
         self._ctx: Any = None
         self.owns_backend = backend is None
+        self._resource_backend: tuple[Any, bool] | None = None  # (backend, whether it is a ResourceBackend)
         self.backend: Any = backend if backend is not None else self._make_backend(device)
         self._mirrored: set[str] = set()
         # Fields mirrored on request (field_buffer), product or not: a dict, so uploads go in the
@@ -93,7 +94,13 @@ class GpuSide:
     def resource_backend(self) -> bool:
         """Whether the backend takes engine-made wgpu resources: a WgpuBackend or anything that
         implements the whole :class:`~engine_plugin.gpu.backend.ResourceBackend` boundary."""
-        return isinstance(self.backend, ResourceBackend)
+        be = self.backend
+        known = self._resource_backend
+        if known is None or known[0] is not be:
+            # A runtime-checkable Protocol's isinstance checks every member (~60 µs); the
+            # answer for one backend object does not change, and a frame asks several times.
+            known = self._resource_backend = (be, isinstance(be, ResourceBackend))
+        return known[1]
 
     @property
     def active(self) -> bool:
