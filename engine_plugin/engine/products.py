@@ -309,7 +309,10 @@ class Product:
         sent = self.sent
         if versions is not None and slots is not None and self._sent_at is not None:
             owed = self._sent_at[slots] != versions
-            self.pending.update(itertools.compress(keys, owed.tolist()))
+            if owed.all():  # e.g. a whole world re-uploaded: no per-chunk selection
+                self.pending.update(keys)
+            elif owed.any():
+                self.pending.update(itertools.compress(keys, owed.tolist()))
             return
         if versions is not None:
             get = sent.get

@@ -290,30 +290,41 @@ def take_dirty_changes(
         keys = [k for k, _ in world.take_dirty(tag)]
         return DirtyChanges(keys, coalesce_uploads(world, tag, keys, max_gap, meta) if spans and keys else [])
     slots = np.asarray(take(tag), dtype=np.int64)
-    keys = world.keys_at(slots)
+    at = slots.tolist()
+    keys = world.keys_at(at)
     versions = np.asarray(world.slot_versions(slots))
-    if not spans or not slots.size:
+    if not spans or not at:
         return DirtyChanges(keys, [], slots, versions)
     clock = getattr(world, "clock", None)
     nbytes = world.chunk_nbytes(tag)
     stride = slot_stride(nbytes)
+    padded = stride != nbytes
+    # Each pass over the chunks costs (a whole world is 1,024 of them): the keys and versions
+    # become tuples once, and a span slices them (a slice of a whole tuple is the tuple itself);
+    # small spans slice plain lists, not numpy (scalar indexing and small slices cost more).
+    key_tuple, version_tuple = tuple(keys), tuple(versions.tolist())
+    count = len(at)
+    if at[-1] - at[0] + 1 == count:  # one run of adjacent slots (e.g. the whole world)
+        ends = [count]
+    else:
+        ends = [*(np.flatnonzero(np.diff(slots) > max_gap + 1) + 1).tolist(), count]
     out = []
     start = 0
-    for end in [*(np.flatnonzero(np.diff(slots) > max_gap + 1) + 1).tolist(), len(keys)]:
-        first, last = int(slots[start]), int(slots[end - 1])
-        span = last - first + 1
+    for end in ends:
+        first = at[start]
+        span = at[end - 1] - first + 1
         out.append(
             UploadDesc(
                 tag,
-                tuple(keys[start:end]),
-                tuple(versions[start:end].tolist()),
+                key_tuple[start:end],
+                version_tuple[start:end],
                 first,
                 first * stride,
                 stride * span,
                 world,
                 span if span != end - start else 0,
                 slots[start:end],
-                stride != nbytes,
+                padded,
                 clock,
             )
         )
