@@ -4,7 +4,8 @@ Every GPU path of the package goes through here: ``variant.run`` (one record, su
 once), ``abi.batch()`` (many records, one submission) and the engine backend's frame (product
 dispatches, ordered clears, readback copies, with its maps armed after the submit).
 
-A record is ``(pipeline, bind_group, offsets, groups, ops)``:
+A record is ``(pipeline, bind_group, offsets, groups, ops)`` or, when its dispatch's bound
+buffers are known, ``(pipeline, bind_group, offsets, groups, ops, binds)``:
 
 * ``pipeline`` None: no dispatch, only the ops (a readback copy, a clear);
 * ``bind_group``: a GPUBindGroup set at index 0 with the dynamic ``offsets`` (a list, an int
@@ -15,11 +16,21 @@ A record is ``(pipeline, bind_group, offsets, groups, ops)``:
   ``("clear", buffer, offset, size)`` zeroes a buffer the pool just handed out: no earlier
   record of the submission can touch it, so every such clear is hoisted to the front and the
   compute pass is not broken run by run; ``("zero", buffer, offset, size)`` zeroes a buffer
-  earlier records may use (an engine product's persistent outputs): it stays in its place;
-  ``("copy", src, src_offset, dst, dst_offset, size)`` stays in its place.
+  earlier records may use (an engine product's persistent outputs);
+  ``("copy", src, src_offset, dst, dst_offset, size)`` copies (a readback);
+* ``binds`` (optional): every buffer the dispatch binds; a record with no dispatch binds none.
 
 Consecutive dispatches without in-place ops share one compute pass. Timed records (see
 :class:`Submission`) get a pass of their own with timestamp writes around it.
+
+In-place ops move only where nothing can tell: a ``zero`` goes to the front when no earlier
+record touches its buffer (by an op or a binding), and a copy-only record goes to the end
+when no later record touches its source or destination. A record whose bindings are unknown
+(no ``binds``) may touch anything: nothing moves across it. So an engine frame (each product
+zeroes its own results area, dispatches, and copies it back) encodes as the clears, one compute
+pass of every dispatch (the GPU overlaps independent ones: no barrier between them), then the
+copies, instead of a pass per product; a product dispatched twice in one submission keeps its
+zero, dispatch and copy in order.
 """
 
 from __future__ import annotations
@@ -78,9 +89,16 @@ def encode_records(encoder: Any, records: list, timings: dict[int, tuple[Any, in
     if not in_place_any and not timings:
         _encode_dispatches(encoder, records)
         return
+    hoisted, sunk = _movable(records)
+    for op in hoisted:
+        encoder.clear_buffer(op[1], op[2], op[3])
+    moved = {id(op) for op in hoisted}
     cpass = current = None
-    for i, (pipeline, bind_group, offsets, groups, ops) in enumerate(records):
-        in_place = [op for op in ops if op[0] != "clear"] if ops else ()
+    for i, record in enumerate(records):
+        pipeline, bind_group, offsets, groups, ops = record[:5]
+        if i in sunk:
+            continue
+        in_place = [op for op in ops if op[0] != "clear" and id(op) not in moved] if ops else ()
         if in_place:
             if cpass is not None:
                 cpass.end()
@@ -119,13 +137,58 @@ def encode_records(encoder: Any, records: list, timings: dict[int, tuple[Any, in
         cpass.dispatch_workgroups(*groups)
     if cpass is not None:
         cpass.end()
+    for i in sorted(sunk):
+        for op in records[i][4]:
+            encoder.copy_buffer_to_buffer(op[1], op[2], op[3], op[4], op[5])
+
+
+def _op_buffers(op: tuple) -> tuple:
+    return (op[1], op[3]) if op[0] == "copy" else (op[1],)
+
+
+def _record_binds(record: tuple) -> Any:
+    """The buffers a record's dispatch binds: () without a dispatch, None when unknown."""
+    if record[0] is None:
+        return ()
+    return record[5] if len(record) > 5 else None
+
+
+def _movable(records: list) -> tuple[list, set[int]]:
+    """(``zero`` ops that can go to the front, indices of copy-only records that can go to
+    the end): see the module docstring. Both look at every record where it was recorded, so
+    a zero and a copy of one buffer never cross."""
+    hoisted: list = []
+    touched: set = set()
+    for record in records:
+        for op in record[4]:
+            if op[0] == "zero" and op[1] not in touched:
+                hoisted.append(op)
+            touched.update(_op_buffers(op))
+        binds = _record_binds(record)
+        if binds is None:
+            break  # it may touch anything: no later zero moves before it
+        touched.update(binds)
+    sunk: set[int] = set()
+    later: set = set()
+    for i in range(len(records) - 1, -1, -1):
+        record = records[i]
+        ops = record[4]
+        if record[0] is None and ops and all(op[0] == "copy" and op[1] not in later and op[3] not in later for op in ops):
+            sunk.add(i)
+        binds = _record_binds(record)
+        if binds is None:
+            break  # it may touch anything: no earlier copy moves after it
+        later.update(binds)
+        for op in ops:
+            later.update(_op_buffers(op))
+    return hoisted, sunk
 
 
 def _encode_dispatches(encoder: Any, records: list) -> None:
     """encode_records' common case (clears already hoisted, no in-place ops, nothing timed):
     every dispatch in one compute pass. A batch of small runs spends its host time here."""
     cpass = current = None
-    for pipeline, bind_group, offsets, groups, _ in records:
+    for pipeline, bind_group, offsets, groups, *_ in records:
         if pipeline is None or groups[0] == 0:
             continue
         if cpass is None:

@@ -658,12 +658,15 @@ class Variant:
             if len(self._ring.reserved) >= self._ring.slots - 1:  # one slot each, until submitted
                 raise DispatchError(f"{self._ring.slots - 1} prepared runs of this variant are not submitted yet", Span(self.yaml_path))
             area = _Placement(results, self._storage_align)
-            result, shape, data, bind_group, groups, work, _ = self._prepare(n, inputs, params, None, domain_count, area)
+            result, shape, data, bind_group, groups, work, bound = self._prepare(n, inputs, params, None, domain_count, area)
             offset = self._ring.take()
             self.ctx.queue.write_buffer(self._ring.buffer, offset, data)
             self._ring.reserved.add(offset)
             self.runs += 1
-            record = (self.compiled.pipeline, bind_group, offset, groups, work.ops)
+            # The buffers it binds (the params ring too): the submission may then move the
+            # zeroing of its outputs ahead of other records (see runtime.submission).
+            binds = frozenset([self._ring.buffer, *(b.buffer for b in bound.values() if b.buffer is not None)])
+            record = (self.compiled.pipeline, bind_group, offset, groups, work.ops, binds)
             return PreparedRun(self, work.extra + [record], Run(result, shape, groups, self), work.temps, area.layout, area.end, offset)
 
     def results_bytes(self, n: int, params: Mapping[str, Any] | None = None, lengths: Mapping[str, int] | None = None) -> int:
