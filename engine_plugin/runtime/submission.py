@@ -79,15 +79,26 @@ def encode_records(encoder: Any, records: list, timings: dict[int, tuple[Any, in
     ``timings`` maps a record's index to ``(query_set, first_index)``: that dispatch runs in a
     compute pass of its own whose beginning and end write those two timestamps.
     """
-    in_place_any = False
-    for record in records:
+    last_dispatch = -1  # index of the last record with a dispatch
+    first_in_place = -1  # index of the first record with a zero or copy op
+    for i, record in enumerate(records):
+        if record[0] is not None:
+            last_dispatch = i
         for op in record[4]:
             if op[0] == "clear":
                 encoder.clear_buffer(op[1], op[2], op[3])
-            else:
-                in_place_any = True
-    if not in_place_any and not timings:
-        _encode_dispatches(encoder, records)
+            elif first_in_place < 0:
+                first_in_place = i
+    if not timings and (first_in_place < 0 or first_in_place > last_dispatch):
+        # Clears, the dispatches, then (a one-shot read, readbacks) copies and zeros after
+        # the last dispatch, in order: nothing to move.
+        _encode_dispatches(encoder, records if first_in_place < 0 else records[:first_in_place])
+        for record in records[first_in_place:] if first_in_place >= 0 else ():
+            for op in record[4]:
+                if op[0] == "copy":
+                    encoder.copy_buffer_to_buffer(op[1], op[2], op[3], op[4], op[5])
+                elif op[0] == "zero":
+                    encoder.clear_buffer(op[1], op[2], op[3])
         return
     hoisted, sunk = _movable(records)
     for op in hoisted:
@@ -158,6 +169,7 @@ def _movable(records: list) -> tuple[list, set[int]]:
     the end): see the module docstring. Both look at every record where it was recorded, so
     a zero and a copy of one buffer never cross."""
     hoisted: list = []
+    sunk: set[int] = set()
     touched: set = set()
     for record in records:
         for op in record[4]:
@@ -168,7 +180,6 @@ def _movable(records: list) -> tuple[list, set[int]]:
         if binds is None:
             break  # it may touch anything: no later zero moves before it
         touched.update(binds)
-    sunk: set[int] = set()
     later: set = set()
     for i in range(len(records) - 1, -1, -1):
         record = records[i]

@@ -186,3 +186,22 @@ def test_on_the_gpu_two_runs_in_one_area_each_copy_their_own_values_and_other_ar
     # The second run zeroed its own 2 words (placed at the same offset) and wrote them.
     assert _words(gpu, staging[2], out.offset, 2) == [300, 301]
     assert _words(gpu, shared, out.offset, 2) == [300, 301]
+
+
+def test_a_one_shot_run_and_its_read_keep_their_shape():
+    (out, staging), names = _bufs("out", "staging")
+    records = [
+        ("p", "g", 0, (1, 1, 1), [("clear", out, 0, 16)]),
+        (None, None, None, (0, 0, 0), [("copy", out, 0, staging, 0, 16)]),
+    ]
+    assert _encode(records, names) == [("clear", "out"), ("pass",), ("dispatch", 1), ("end",), ("copy", "out", "staging")]
+
+
+def test_a_zero_after_the_last_dispatch_stays_after_a_copy_of_its_buffer():
+    (a, sa), names = _bufs("A", "SA")
+    records = [
+        ("p", "g", 0, (1, 1, 1), [], frozenset([a])),
+        (None, None, None, (0, 0, 0), [("copy", a, 0, sa, 0, 16)]),
+        (None, None, None, (0, 0, 0), [("zero", a, 0, 16)]),
+    ]
+    assert _encode(records, names) == [("pass",), ("dispatch", 1), ("end",), ("copy", "A", "SA"), ("clear", "A")]
