@@ -563,8 +563,9 @@ class Engine:
             for product in products:
                 product.owe_changed(changed, meta, found.versions, found.slots)
             if send:
+                upload = self.backend.upload
                 for desc in spans:
-                    if not self.backend.upload(desc):
+                    if not upload(desc):
                         if self.gpu_active:  # refused, not failed closed: that mirror is behind
                             self._gpu.unmirror(name)
                         else:

@@ -39,18 +39,28 @@ from engine_plugin.world import World
 # ---- formats ----------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("dtype, fmt, nbytes", [
-    (np.uint8, "U8", 1), (np.uint16, "U16", 2), (np.uint32, "U32", 4), (np.uint64, "U64", 8),
-    (np.int8, "I8", 1), (np.int16, "I16", 2), (np.int32, "I32", 4), (np.int64, "I64", 8),
-    (np.float32, "F32", 4), (bool, "U8", 1), ("<f4", "F32", 4),
-])
+@pytest.mark.parametrize(
+    "dtype, fmt, nbytes",
+    [
+        (np.uint8, "U8", 1),
+        (np.uint16, "U16", 2),
+        (np.uint32, "U32", 4),
+        (np.uint64, "U64", 8),
+        (np.int8, "I8", 1),
+        (np.int16, "I16", 2),
+        (np.int32, "I32", 4),
+        (np.int64, "I64", 8),
+        (np.float32, "F32", 4),
+        (bool, "U8", 1),
+        ("<f4", "F32", 4),
+    ],
+)
 def test_field_formats_come_from_numpy_dtypes(dtype, fmt, nbytes):
     found = GpuFieldFormat.from_dtype(dtype)
     assert found.name == fmt and found.value_bytes == nbytes
 
 
-@pytest.mark.parametrize("dtype", [np.float64, np.float16, np.complex64, object, "U4", ">u4",
-                                   np.dtype([("a", "<f4")]), "not a dtype"])
+@pytest.mark.parametrize("dtype", [np.float64, np.float16, np.complex64, object, "U4", ">u4", np.dtype([("a", "<f4")]), "not a dtype"])
 def test_unsupported_field_types_are_type_errors_naming_what_is_accepted(dtype):
     with pytest.raises(TypeError, match="float32") as info:
         GpuFieldFormat.from_dtype(dtype)
@@ -69,8 +79,7 @@ def make_world() -> World:
 
 def test_field_mirror_desc_describes_a_dense_chunk_slot_major_mirror():
     d = field_mirror_desc(make_world(), "solid")
-    assert (d.field_index, d.format, d.value_bytes, d.tiles_per_chunk, d.bytes_per_chunk, d.chunk_count) == (
-        1, GpuFieldFormat.U8, 1, 16, 16, 8)
+    assert (d.field_index, d.format, d.value_bytes, d.tiles_per_chunk, d.bytes_per_chunk, d.chunk_count) == (1, GpuFieldFormat.U8, 1, 16, 16, 8)
     assert d.total_bytes() == 128 and d.chunk_offset(3) == 48
 
 
@@ -97,8 +106,7 @@ def test_coalesced_uploads_cover_runs_of_adjacent_slots_in_slot_order():
     w = make_world()
     w.evict(6)
     descs = coalesce_uploads(w, "h", [8, 5, 7])
-    assert [(d.chunk_keys, d.first_slot, d.dst_offset, d.nbytes) for d in descs] == [
-        ((5,), 0, 0, 64), ((7, 8), 2, 128, 128)]
+    assert [(d.chunk_keys, d.first_slot, d.dst_offset, d.nbytes) for d in descs] == [((5,), 0, 0, 64), ((7, 8), 2, 128, 128)]
     assert descs[1].data().shape == (2, 4, 4)
 
 
@@ -168,13 +176,25 @@ def test_no_gpu_backend_refuses_everything_and_satisfies_the_protocol():
 
 
 def test_wgpu_backend_satisfies_the_protocol():
-    assert all(callable(getattr(WgpuBackend, name)) for name in (
-        "capabilities", "register_field", "register_product", "unregister_product", "is_live",
-        "upload", "dispatch", "readback", "poll", "notify_device_error", "close"))
+    assert all(
+        callable(getattr(WgpuBackend, name))
+        for name in (
+            "capabilities",
+            "register_field",
+            "register_product",
+            "unregister_product",
+            "is_live",
+            "upload",
+            "dispatch",
+            "readback",
+            "poll",
+            "notify_device_error",
+            "close",
+        )
+    )
 
 
-@pytest.mark.parametrize("bad", [dict(max_products=0), dict(max_workgroups_x=-1), dict(enabled="yes"),
-                                 dict(stall_probe_s=0), dict(max_inflight_readbacks=1.5)])
+@pytest.mark.parametrize("bad", [dict(max_products=0), dict(max_workgroups_x=-1), dict(enabled="yes"), dict(stall_probe_s=0), dict(max_inflight_readbacks=1.5)])
 def test_backend_config_refuses_values_that_could_never_work(bad):
     with pytest.raises(GpuDescriptorError):
         WgpuBackendConfig(**bad)
@@ -230,8 +250,7 @@ def frame(world: World, backend: GpuBackend, handle: GpuProductHandle) -> None:
             backend.upload(desc)
     keys = tuple(world.keys())
     backend.dispatch(DispatchDesc(handle, "h", len(keys)))
-    backend.readback(ReadbackDesc(handle, ReadbackPolicy.SUMMARY, chunk_keys=keys,
-                                  versions=tuple(world.version(k) for k in keys)))
+    backend.readback(ReadbackDesc(handle, ReadbackPolicy.SUMMARY, chunk_keys=keys, versions=tuple(world.version(k) for k in keys)))
 
 
 def test_a_frame_hands_the_backend_uploads_in_field_then_slot_order_before_dispatch_and_readback():
@@ -248,8 +267,10 @@ def test_a_frame_hands_the_backend_uploads_in_field_then_slot_order_before_dispa
     w.write(7, "h", 1.0)
     frame(w, be, h)
     assert be.calls == [
-        ("field", "h", 512), ("field", "solid", 128),
-        ("upload", "h", 0, 64, (5,)), ("upload", "h", 128, 128, (7, 8)),
+        ("field", "h", 512),
+        ("field", "solid", 128),
+        ("upload", "h", 0, 64, (5,)),
+        ("upload", "h", 128, 128, (7, 8)),
         ("upload", "solid", 16, 16, (6,)),
         ("dispatch", "sum", "h", 4),
         ("readback", "sum", ReadbackPolicy.SUMMARY, (5, 6, 7, 8), tuple(w.version(k) for k in (5, 6, 7, 8))),
@@ -269,7 +290,31 @@ def test_the_gpu_facade_exports_a_sorted_all_of_importable_names():
 
 
 def test_importing_the_world_and_gpu_descriptors_does_not_import_wgpu():
-    code = ("import sys, engine_plugin.world, engine_plugin.gpu; "
-            "engine_plugin.gpu.NoGpuBackend(); print('wgpu' in sys.modules)")
+    code = "import sys, engine_plugin.world, engine_plugin.gpu; engine_plugin.gpu.NoGpuBackend(); print('wgpu' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_the_frames_fast_upload_spans_are_the_dataclass_itself():
+    """take_dirty_changes builds its spans without the frozen dataclass's __init__ (cost): they
+    must be the very objects UploadDesc(...) makes, field for field, frozen and replaceable."""
+    import dataclasses
+
+    from engine_plugin.gpu.descriptors import UploadDesc, _new_upload_desc, take_dirty_changes
+
+    names = [f.name for f in dataclasses.fields(UploadDesc)]
+    w = World((4, 4), {"m": np.float32}, max_chunks=16)
+    for k in (1, 2, 3, 7, 9, 10):
+        w.add(k)
+    found = take_dirty_changes(w, "m", max_gap=1)
+    assert found.spans
+    for span in found.spans:
+        values = [getattr(span, n) for n in names]
+        assert list(vars(span)) == names  # every field, in order, and nothing else
+        assert span == UploadDesc(*values) and repr(span) == repr(UploadDesc(*values))
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            span.nbytes = 0  # type: ignore[misc]
+        assert dataclasses.replace(span, nbytes=8).nbytes == 8
+        np.testing.assert_array_equal(span.data(), w.slab("m", span.first_slot, span.slot_count))
+    made = _new_upload_desc(*[None] * len(names))
+    assert list(vars(made)) == names
