@@ -76,6 +76,8 @@ class BatchRecorder:
         ring: the backend's :class:`~engine_plugin.gpu.ring.ReadbackRing` (staging, budgets,
             arming maps).
         timer: the backend's ``GpuTimer`` when batched dispatches are timed, else None.
+        timing_every: a product's dispatch is timed at most once in this many batches (its
+            first, then one every N: ``WgpuBackendConfig.gpu_timing_every``).
         healthy: whether the backend accepts work now.
         fault: why the backend is disabled (``WgpuBackend.fault``), for messages.
         fault_state: the backend's fault message or None (a readback request reads it when
@@ -94,6 +96,7 @@ class BatchRecorder:
         ring: Any,
         timer: Any,
         *,
+        timing_every: int = 1,
         healthy: Callable[[], bool],
         fault: Callable[[], str | None],
         fault_state: Callable[[], str | None],
@@ -106,6 +109,9 @@ class BatchRecorder:
         self._guard = guard
         self._ring = ring
         self._timer = timer
+        self._timing_every = timing_every
+        self._serial = 0  # batches opened so far
+        self._timed_at: dict[str, int] = {}  # product key -> the batch its last timed dispatch was in
         self._healthy = healthy
         self._fault = fault
         self._fault_state = fault_state
@@ -142,11 +148,25 @@ class BatchRecorder:
         submission = batch.submission  # type: ignore[union-attr]
         for record in records[:-1]:
             submission.add(record)
-        submission.add(records[-1], timing_key=str(desc.product.key) if self._timer is not None else None)
+        submission.add(records[-1], timing_key=self._timing_key(str(desc.product.key)) if self._timer is not None else None)
         if desc.prepared is not None:
             batch.prepared.append(desc.prepared)  # type: ignore[union-attr]
         batch.note_writes(buffers)  # type: ignore[union-attr]
         return True
+
+    def _timing_key(self, key: str) -> str | None:
+        """``key`` when this dispatch of the product is to be timed: in its first batch, then
+        in one batch of ``timing_every`` (all its dispatches there). An untimed dispatch shares
+        the frame's one compute pass."""
+        last = self._timed_at.get(key)
+        if last == self._serial:
+            return key  # every dispatch of a product in its timed batch: its frame's whole time
+        if last is not None and self._serial - last < self._timing_every:
+            return None
+        if len(self._timed_at) > 4096:  # products come and go under new keys: forget old ones
+            self._timed_at.clear()
+        self._timed_at[key] = self._serial
+        return key
 
     @contextmanager
     def batch(self) -> Iterator[None]:
@@ -156,6 +176,7 @@ class BatchRecorder:
             yield
             return
         self._open = SubmissionBatch()
+        self._serial += 1
         try:
             yield
         finally:

@@ -33,8 +33,12 @@ class WgpuBackendConfig:
             still running on the GPU before releasing their staging without destroying it.
         warm_up: do one tiny readback when the backend is made, so the first frame does not
             pay wgpu-py's one-time setup of the map path (tens of ms).
-        gpu_timing: time each batched dispatch with timestamp queries where the adapter has
+        gpu_timing: time batched dispatches with timestamp queries where the adapter has
             them (:meth:`WgpuBackend.gpu_times`; the engine's ``FrameStats.product_gpu_ms``).
+        gpu_timing_every: time a product's dispatch at most once in this many batches
+            (frames): its first dispatch, then one every N frames. A timed dispatch runs in a
+            compute pass of its own, between timestamps that wait for the work before them,
+            so a timed frame's products do not overlap on the GPU; 1 times every dispatch.
         reuse_staging: keep idle MAP_READ staging buffers (power-of-two sizes, within the
             readback budgets) for later readbacks instead of destroying each after delivery.
     """
@@ -52,6 +56,7 @@ class WgpuBackendConfig:
     close_wait_s: float = 0.5
     warm_up: bool = True
     gpu_timing: bool = True
+    gpu_timing_every: int = 16
     reuse_staging: bool = True
 
     def __post_init__(self) -> None:

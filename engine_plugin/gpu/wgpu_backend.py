@@ -124,6 +124,7 @@ class WgpuBackend:
             self._guard,
             self._ring,
             self._timer,
+            timing_every=self.config.gpu_timing_every,
             healthy=lambda: self.healthy,
             fault=lambda: self.fault,
             fault_state=lambda: self._fault,

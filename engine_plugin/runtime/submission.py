@@ -101,15 +101,16 @@ def encode_records(encoder: Any, records: list, timings: dict[int, tuple[Any, in
                     encoder.clear_buffer(op[1], op[2], op[3])
         return
     hoisted, sunk = _movable(records)
-    for op in hoisted:
+    for i, j in hoisted:
+        op = records[i][4][j]
         encoder.clear_buffer(op[1], op[2], op[3])
-    moved = {id(op) for op in hoisted}
+    moved = set(hoisted)  # by position: the same op object may be recorded twice (and zero twice)
     cpass = current = None
     for i, record in enumerate(records):
         pipeline, bind_group, offsets, groups, ops = record[:5]
         if i in sunk:
             continue
-        in_place = [op for op in ops if op[0] != "clear" and id(op) not in moved] if ops else ()
+        in_place = [op for j, op in enumerate(ops) if op[0] != "clear" and (i, j) not in moved] if ops else ()
         if in_place:
             if cpass is not None:
                 cpass.end()
@@ -164,18 +165,23 @@ def _record_binds(record: tuple) -> Any:
     return record[5] if len(record) > 5 else None
 
 
-def _movable(records: list) -> tuple[list, set[int]]:
-    """(``zero`` ops that can go to the front, indices of copy-only records that can go to
-    the end): see the module docstring. Both look at every record where it was recorded, so
-    a zero and a copy of one buffer never cross."""
-    hoisted: list = []
+def _movable(records: list) -> tuple[list[tuple[int, int]], set[int]]:
+    """(positions ``(record, op)`` of the ``zero`` ops that can go to the front, indices of
+    the copy-only records that can go to the end): see the module docstring. Both look at every
+    record where it was recorded, so a zero and a copy of one buffer never cross.
+
+    ``touched`` holds what an op or binding staying in place touched: zeros moved to the front
+    keep their order there, so a buffer only they touched so far (several outputs placed in
+    one results area) takes its next zero to the front as well."""
+    hoisted: list[tuple[int, int]] = []
     sunk: set[int] = set()
     touched: set = set()
-    for record in records:
-        for op in record[4]:
+    for i, record in enumerate(records):
+        for j, op in enumerate(record[4]):
             if op[0] == "zero" and op[1] not in touched:
-                hoisted.append(op)
-            touched.update(_op_buffers(op))
+                hoisted.append((i, j))
+            elif op[0] != "clear":  # clears went to the front already (fresh pool buffers)
+                touched.update(_op_buffers(op))
         binds = _record_binds(record)
         if binds is None:
             break  # it may touch anything: no later zero moves before it

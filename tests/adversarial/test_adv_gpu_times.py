@@ -56,7 +56,7 @@ def test_every_product_that_dispatched_gets_a_gpu_time_in_a_busy_frame(make_engi
     from engine_plugin.gpu import ReadbackPolicy, WgpuBackendConfig
 
     world = make_world(n=32)
-    cfg = EngineConfig(backend=WgpuBackendConfig(max_chunks_per_dispatch=1), max_dispatches_per_product=32)
+    cfg = EngineConfig(backend=WgpuBackendConfig(max_chunks_per_dispatch=1, gpu_timing_every=1), max_dispatches_per_product=32)
     engine = make_engine(world, config=cfg)
     for key, field in (("a", "height"), ("b", "height"), ("c", "moisture")):
         engine.register_product(kernel_program("summary"), key=key, spec={"T": "f32"}, fields={"src": field}, policy=ReadbackPolicy.NONE)
@@ -86,3 +86,34 @@ def test_products_served_by_the_cpu_after_a_device_error_get_no_new_gpu_time(mak
         st = engine.frame()
         assert st.dispatches == 0 and st.cpu_fallbacks == 1
         assert st.gpu_timing != "wall" and st.product_gpu_ms.get("a") in (None, before["a"]), (st.gpu_timing, st.product_gpu_ms)
+
+
+def test_a_product_is_timed_in_its_first_frame_then_once_every_gpu_timing_every_frames(make_engine):
+    """Timed dispatches run in passes of their own (their products do not overlap on the GPU):
+    a product is timed in the first frame it dispatches, then once in ``gpu_timing_every``
+    frames, every dispatch of it in that frame; its untimed frames share one compute pass."""
+    from engine_plugin.engine import EngineConfig
+    from engine_plugin.gpu import WgpuBackendConfig
+
+    world = make_world(n=8)
+    engine = make_engine(world, config=EngineConfig(backend=WgpuBackendConfig(gpu_timing_every=4)))
+    summary_product(engine, "height", key="a")
+    if not engine.backend.timestamps:
+        pytest.skip("the adapter has no timestamp queries")
+    batches = engine.backend._batches
+    dispatched = []  # (batch serial, timed) of each frame that dispatched "a"
+    for frame in range(40):
+        world.write(1 + frame % 3, "height", float(frame))
+        before = batches._timed_at.get("a")
+        st = engine.frame()
+        if st.dispatches:
+            dispatched.append((batches._serial, batches._timed_at.get("a") != before))
+        time.sleep(0.002)
+    assert len(dispatched) >= 8 and dispatched[0][1]  # the first dispatch is timed
+    last = dispatched[0][0]
+    for serial, timed in dispatched[1:]:
+        assert timed == (serial - last >= 4), (serial, last, dispatched)
+        last = serial if timed else last
+    assert sum(t for _, t in dispatched) >= 2
+    run_until_idle(engine)
+    assert engine.totals.product_gpu_ms["a"] > 0
