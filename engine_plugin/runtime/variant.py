@@ -187,10 +187,14 @@ class _ParamsRing:
         self.buffer = device.create_buffer(size=self.stride * _RING_SLOTS, usage=wgpu.BufferUsage.UNIFORM | wgpu.BufferUsage.COPY_DST, label="params ring")
         self.next = 0
         self.reserved: set[int] = set()  # offsets of prepared runs' params, until submitted
+        # (offset, bytes) an immediate repeat run wrote and left there: the next repeat with
+        # the very same bytes binds that slot again without writing it. Any take() voids it.
+        self.held: tuple[int, bytes] | None = None
 
     def take(self) -> int:
         """The next free slot's byte offset. Slots of prepared runs not yet submitted
         (``reserved``) are skipped: no later run may overwrite the params they will read."""
+        self.held = None
         if not self.reserved:  # the common case: no prepared run holds a slot
             slot = self.next
             self.next = (slot + 1) % _RING_SLOTS
@@ -935,8 +939,16 @@ class Variant:
                 # host time per Python call; this path is what a game calling a kernel every
                 # frame pays.
                 ctx = self.ctx
-                offset = self._ring.take()
-                ctx.queue.write_buffer(self._ring.buffer, offset, rep.data)
+                ring = self._ring
+                held = ring.held
+                if held is not None and held[1] is rep.data:
+                    # The slot still holds these very params (nothing took a slot since they
+                    # were written): queue order makes rewriting them a no-op, so skip it.
+                    offset = held[0]
+                else:
+                    offset = ring.take()
+                    ctx.queue.write_buffer(ring.buffer, offset, rep.data)
+                    ring.held = (offset, rep.data)
                 encoder = ctx.device.create_command_encoder()  # unlabelled: a label costs ~6-9 µs
                 for op in ops:
                     encoder.clear_buffer(op[1], op[2], op[3])

@@ -89,3 +89,59 @@ def test_prepared_runs_past_the_ring_are_refused_not_overwritten(gpu):
         _submit(gpu, prepared)
     for j, (results, prepared) in enumerate(made):
         assert _read(gpu, results, prepared) == [10 * j + i for i in range(4)], j
+
+
+HELD_YAML = """\
+bindings:
+  - { name: x, kind: buffer, access: read, element: u32 }
+  - { name: out, kind: buffer, access: read_write, element: u32, count: "n" }
+params:
+  - { name: v, type: u32 }
+"""
+HELD_WGSL = """\
+@compute @workgroup_size(64)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
+    let i = zero_index(gid);
+    if (i >= zero_n()) { return; }
+    out_set(i, params.v + x_get(i));
+}
+"""
+
+
+def test_a_repeat_run_binding_its_unwritten_params_slot_again_sees_its_params_after_anything_else(gpu):
+    """An immediate repeat run (a GPU buffer input: not a deferred one-shot) with the very same
+    params binds the slot it wrote last time without writing it again; any run that takes a
+    slot in between (other params, a batch, a prepared run) makes the next repeat write
+    afresh. Every output is checked, in every order."""
+    key = "adv/ring_held"
+    variant = abi.program(key=key, schema=abi.parse(HELD_YAML, f"{key}/bindings.yaml"), wgsl=HELD_WGSL, wgsl_path=f"{key}/kernel.wgsl").variant()
+    x = gpu.device.create_buffer_with_data(data=np.arange(4, dtype=np.uint32), usage=wgpu.BufferUsage.STORAGE)
+    same = {"v": 5}
+
+    def run(params):
+        return variant.run(4, inputs={"x": x}, params=params)
+
+    def prepared_run(v):
+        results = gpu.device.create_buffer(size=256, usage=wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC | wgpu.BufferUsage.COPY_DST)
+        return results, variant.prepare(4, inputs={"x": x}, params={"v": v}, results=results)
+
+    runs = [(run(same), 5) for _ in range(3)]
+    runs.append((run({"v": 9}), 9))  # another slot, other bytes
+    runs += [(run(same), 5) for _ in range(2)]
+    with abi.batch():
+        runs += [(run({"v": 40 + j}), 40 + j) for j in range(3)]
+    runs += [(run(same), 5) for _ in range(2)]
+    results, prepared = prepared_run(70)
+    runs += [(run(same), 5) for _ in range(2)]
+    _submit(gpu, prepared)
+    assert _read(gpu, results, prepared) == [70, 71, 72, 73]
+    runs += [(run(same), 5) for _ in range(2)]
+    # Prepared runs do not replace the repeat state: 300 of them (submitted as they go) wrap
+    # the ring over the slot the repeat left its params in, with other params.
+    for j in range(300):
+        results, prepared = prepared_run(500 + j)
+        _submit(gpu, prepared)
+    runs.append((run(same), 5))
+    assert _read(gpu, results, prepared) == [799, 800, 801, 802]
+    for out, v in runs:
+        assert abi.read(out.outputs["out"]).tolist() == [v + i for i in range(4)]
