@@ -42,6 +42,9 @@ class FrameStats:
     # Product key -> GPU milliseconds of its dispatches in the frame the times were measured
     # (timestamp queries arrive a frame or more late; ``gpu_timing`` says how they were taken:
     # "timestamps", "wall" where the adapter has no timestamp-query, "" before any arrived).
+    # Timestamps are sampled (a product's first frame, then one in
+    # ``WgpuBackendConfig.gpu_timing_every``): a frame's figure is that product's GPU time in
+    # the sampled frame, and totals add up the samples, not every frame's GPU time.
     product_gpu_ms: dict[str, float] = field(default_factory=dict)
     gpu_timing: str = ""
 

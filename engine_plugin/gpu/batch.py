@@ -168,6 +168,10 @@ class BatchRecorder:
         self._timed_at[key] = self._serial
         return key
 
+    def forget_timing(self, key: str) -> None:
+        """Time the next dispatch of ``key`` (a product registered anew: a reload)."""
+        self._timed_at.pop(key, None)
+
     @contextmanager
     def batch(self) -> Iterator[None]:
         """Open a batch for the ``with`` block, submitted at its exit (``WgpuBackend.batch``);

@@ -323,6 +323,7 @@ class WgpuBackend:
 
         Readbacks it already started still complete through their callback (check ``is_live``).
         """
+        self._batches.forget_timing(str(handle.key))  # a product registered again is timed at once
         return self._products.remove(handle) is not None
 
     def is_live(self, handle: GpuProductHandle) -> bool:

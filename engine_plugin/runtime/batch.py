@@ -81,12 +81,13 @@ class Batch:
         """Record one run (and ``extra`` records, e.g. conversions, that must come before it)."""
         ring = variant._ring
         staged = self._staged.get(id(variant))
-        if staged is not None and len(staged[1]) >= ring.slots - 1:
-            self.flush()
+        if staged is not None and ring.unavailable() >= ring.slots - 1:
+            self.flush()  # this batch's own slots (and others' held ones) fill the ring
             staged = None
         if staged is None:
             staged = self._staged[id(variant)] = (variant, [])
         offset = ring.take()
+        ring.staged.add(offset)  # no other take() hands it out until this batch writes it
         ring.mirror[offset : offset + len(data)] = data
         staged[1].append(offset)
         self._held.update(buffers)  # by identity (buffers hash so): the set keeps them alive
@@ -146,6 +147,8 @@ class Batch:
         pools, held buffers are free."""
         for variant, buf in self.temps:
             variant._pool.give(buf)
+        for variant, offsets in self._staged.values():
+            variant._ring.staged.difference_update(offsets)  # written (or never to be): free
         self._held = set()
         _epoch[0] += 1
         self.records.clear()

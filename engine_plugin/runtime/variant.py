@@ -64,7 +64,7 @@ def _binding_size(nbytes: int) -> int:
     return max(nbytes, 4)
 
 
-@dataclass(slots=True)
+@dataclass
 class Run:
     """What a dispatch produced: ``outputs[name]`` for every output/append/inout binding."""
 
@@ -187,24 +187,34 @@ class _ParamsRing:
         self.buffer = device.create_buffer(size=self.stride * _RING_SLOTS, usage=wgpu.BufferUsage.UNIFORM | wgpu.BufferUsage.COPY_DST, label="params ring")
         self.next = 0
         self.reserved: set[int] = set()  # offsets of prepared runs' params, until submitted
+        # Offsets an open abi.batch() staged params into (its mirror), written when it flushes:
+        # no other take() may hand them out before (another thread's runs would write them).
+        self.staged: set[int] = set()
         # (offset, bytes) an immediate repeat run wrote and left there: the next repeat with
         # the very same bytes binds that slot again without writing it. Any take() voids it.
         self.held: tuple[int, bytes] | None = None
 
     def take(self) -> int:
         """The next free slot's byte offset. Slots of prepared runs not yet submitted
-        (``reserved``) are skipped: no later run may overwrite the params they will read."""
+        (``reserved``) and slots open batches staged params into (``staged``) are skipped: no
+        later run may overwrite the params they will read."""
         self.held = None
-        if not self.reserved:  # the common case: no prepared run holds a slot
+        reserved, staged = self.reserved, self.staged
+        if not reserved and not staged:  # the common case: no slot is held
             slot = self.next
             self.next = (slot + 1) % _RING_SLOTS
             return slot * self.stride
         for _ in range(_RING_SLOTS):
             slot = self.next
             self.next = (slot + 1) % _RING_SLOTS
-            if slot * self.stride not in self.reserved:
-                return slot * self.stride
-        raise DispatchError(f"all {_RING_SLOTS} params slots of this variant are held by prepared runs not submitted yet")
+            offset = slot * self.stride
+            if offset not in reserved and offset not in staged:
+                return offset
+        raise DispatchError(f"all {_RING_SLOTS} params slots of this variant are held by prepared runs or open batches not submitted yet")
+
+    def unavailable(self) -> int:
+        """How many slots prepared runs and open batches hold."""
+        return len(self.reserved) + len(self.staged)
 
 
 class _Repeat:

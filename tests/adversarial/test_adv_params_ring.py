@@ -145,3 +145,69 @@ def test_a_repeat_run_binding_its_unwritten_params_slot_again_sees_its_params_af
     assert _read(gpu, results, prepared) == [799, 800, 801, 802]
     for out, v in runs:
         assert abi.read(out.outputs["out"]).tolist() == [v + i for i in range(4)]
+
+
+def _held_variant(gpu, key):
+    variant = abi.program(key=key, schema=abi.parse(HELD_YAML, f"{key}/bindings.yaml"), wgsl=HELD_WGSL, wgsl_path=f"{key}/kernel.wgsl").variant()
+    x = gpu.device.create_buffer_with_data(data=np.zeros(4, dtype=np.uint32), usage=wgpu.BufferUsage.STORAGE)
+    return lambda v: variant.run(4, inputs={"x": x}, params={"v": v})
+
+
+def test_a_slot_another_threads_open_batch_staged_is_never_handed_out_before_it_is_written(gpu):
+    """Thread B's open batch stages its params in slot k (written when it flushes); this
+    thread's runs wrap the ring meanwhile. None of them may take k: a repeat that wrote k and
+    kept it as its held slot would then bind B's params (found by review)."""
+    import threading
+
+    run = _held_variant(gpu, "adv/ring_staged_race")
+    recorded, go, out = threading.Event(), threading.Event(), {}
+
+    def other():
+        with abi.batch(slices=False):
+            out["b"] = run(1000)
+            recorded.set()
+            go.wait(30)
+
+    t = threading.Thread(target=other)
+    t.start()
+    recorded.wait(30)
+    mine = [(run(j), j) for j in range(254)]
+    mine += [(run(5), 5), (run(5), 5)]
+    go.set()
+    t.join(30)
+    mine.append((run(5), 5))
+    for r, v in mine:
+        assert abi.read(r.outputs["out"]).tolist() == [v] * 4
+    assert abi.read(out["b"].outputs["out"]).tolist() == [1000] * 4
+
+
+def test_an_open_batch_never_stages_two_runs_in_one_slot_when_other_threads_wrap_the_ring(gpu):
+    import threading
+
+    run = _held_variant(gpu, "adv/ring_staged_twice")
+    first, go, outs = threading.Event(), threading.Event(), []
+
+    def other():
+        with abi.batch(slices=False):
+            outs.append(run(1000))
+            first.set()
+            go.wait(30)
+            outs.append(run(2000))
+
+    t = threading.Thread(target=other)
+    t.start()
+    first.wait(30)
+    for j in range(255):
+        run(j)
+    go.set()
+    t.join(30)
+    assert [abi.read(o.outputs["out"]).tolist() for o in outs] == [[1000] * 4, [2000] * 4]
+
+
+def test_a_run_stays_an_ordinary_object_users_can_reference_weakly_and_tag(gpu):
+    import weakref
+
+    run = _held_variant(gpu, "adv/run_object")(3)
+    ref = weakref.ref(run)
+    run.tag = "mine"  # type: ignore[attr-defined]
+    assert ref() is run and run.tag == "mine"
