@@ -815,29 +815,33 @@ class Variant:
             else:
                 defer_run(self, data, bind_group, groups, work.ops, work.temps, touched, work.extra)
         else:
-            ctx = self.ctx
             ring = self._ring
             offset = ring.take()
-            ctx.queue.write_buffer(ring.buffer, offset, data)
-            encoder = ctx.device.create_command_encoder()  # unlabelled: a label costs ~6-9 µs an encoder (H200 host)
-            ops = work.ops
-            if work.extra or any(op[0] != "clear" for op in ops):
-                encode_records(encoder, work.extra + [(self.compiled.pipeline, bind_group, offset, groups, ops)])
-            else:  # encode_records' common case, inlined: clears, then the dispatch
-                for op in ops:
-                    encoder.clear_buffer(op[1], op[2], op[3])
-                if groups[0]:
-                    cpass = encoder.begin_compute_pass()
-                    cpass.set_pipeline(self.compiled.pipeline)
-                    cpass.set_bind_group(0, bind_group, [offset])
-                    cpass.dispatch_workgroups(*groups)
-                    cpass.end()
-            submit_encoder(ctx.queue, ctx.guard, encoder)
-            if work.temps:
-                for buf in work.temps:
-                    self._pool.give(buf)
+            self.ctx.queue.write_buffer(ring.buffer, offset, data)
+            self._submit_now(offset, bind_group, groups, work.ops, work.temps, work.extra)
         self.runs += 1
         return Run(result, n, groups, self)
+
+    def _submit_now(self, offset: int, bind_group: Any, groups: tuple, ops: list, temps: list, extra: list | None = None) -> None:
+        """Encode one run (its params at ``offset``, written) in its own submission, then give
+        its temporaries back to the pool. Clears and one dispatch are encoded inline (this is
+        every immediate run's path); anything else goes through ``encode_records``."""
+        ctx = self.ctx
+        encoder = ctx.device.create_command_encoder()  # unlabelled: a label costs ~6-9 µs an encoder (H200 host)
+        if extra or any(op[0] != "clear" for op in ops):
+            encode_records(encoder, (extra or []) + [(self.compiled.pipeline, bind_group, offset, groups, ops)])
+        else:
+            for op in ops:
+                encoder.clear_buffer(op[1], op[2], op[3])
+            if groups[0]:
+                cpass = encoder.begin_compute_pass()
+                cpass.set_pipeline(self.compiled.pipeline)
+                cpass.set_bind_group(0, bind_group, [offset])
+                cpass.dispatch_workgroups(*groups)
+                cpass.end()
+        submit_encoder(ctx.queue, ctx.guard, encoder)
+        for buf in temps:
+            self._pool.give(buf)
 
     def _inout_outputs(self, bound: dict, result: dict) -> None:
         """Read_write inputs the caller supplied are outputs too: written in place."""
@@ -944,11 +948,8 @@ class Variant:
                 self.runs += 1
                 return Run(result, rn, rep.groups, self)
             if not rep.defer:
-                # Submitted at once (no batch open on any thread, nothing to defer): _submit's
-                # immediate branch for a run whose ops are clears only, inline. A run costs
-                # host time per Python call; this path is what a game calling a kernel every
-                # frame pays.
-                ctx = self.ctx
+                # Submitted at once (no batch open on this thread, nothing to defer): this is
+                # what a game calling a kernel every frame pays, so no generic _submit.
                 ring = self._ring
                 held = ring.held
                 if held is not None and held[1] is rep.data:
@@ -957,24 +958,11 @@ class Variant:
                     offset = held[0]
                 else:
                     offset = ring.take()
-                    ctx.queue.write_buffer(ring.buffer, offset, rep.data)
+                    self.ctx.queue.write_buffer(ring.buffer, offset, rep.data)
                     ring.held = (offset, rep.data)
-                encoder = ctx.device.create_command_encoder()  # unlabelled: a label costs ~6-9 µs
-                for op in ops:
-                    encoder.clear_buffer(op[1], op[2], op[3])
-                groups = rep.groups
-                if groups[0]:
-                    cpass = encoder.begin_compute_pass()
-                    cpass.set_pipeline(self.compiled.pipeline)
-                    cpass.set_bind_group(0, bind_group, [offset])
-                    cpass.dispatch_workgroups(*groups)
-                    cpass.end()
-                submit_encoder(ctx.queue, ctx.guard, encoder)
-                if temps:
-                    for buf in temps:
-                        pool.give(buf)
+                self._submit_now(offset, bind_group, rep.groups, ops, temps)
                 self.runs += 1
-                return Run(result, rn, groups, self)
+                return Run(result, rn, rep.groups, self)
             return self._submit(result, rn, rep.data, bind_group, rep.groups, _Work(ops, temps=temps), rep.bound, rep.fixed + owned, rep.defer)
         bound = dict(rep.bound)
         result = {}
