@@ -49,10 +49,10 @@ def test_headless_log_has_the_overlay_figures_every_n_frames_and_names_a_broken_
             f.write(good.replace("let v = field_get(tile);", "let v = field_get(tile)"))
         demo.library.request_reload()
         run_headless(demo, 1, None, out=open(os.devnull, "w"), log=str(log))
-        for _ in range(200):  # the reload worker prepares it off-thread; a frame applies it
-            if demo.figures.diagnostics:
-                break
+        deadline = time.monotonic() + 60.0  # the reload worker prepares it off-thread; a frame applies it
+        while not demo.figures.diagnostics and time.monotonic() < deadline:
             run_headless(demo, 1, None, out=open(os.devnull, "w"), log=str(log))
+            time.sleep(0.001)
         (record,) = [json.loads(line) for line in log.read_text().splitlines()]
         (error,) = record["errors"]
         assert error["location"] == "colorize.computeShader/colorize.wgsl:27:5"
@@ -152,12 +152,19 @@ def _edit(path: str, old: str, new: str) -> None:
         f.write(text.replace(old, new, 1))
 
 
-def _frames_until(demo: HeatDemo, done, what: str, frames: int = 300):
-    for _ in range(frames):
+def _frames_until(demo: HeatDemo, done, what: str, seconds: float = 60.0):
+    """Step frames until ``done()``. A hot reload compiles on the reload worker thread: what
+    bounds it is time, not frames (fast frames would run out before a loaded machine compiles),
+    and each frame yields the GIL to that thread as a game's paced frame loop does."""
+    deadline = time.monotonic() + seconds
+    frames = 0
+    while time.monotonic() < deadline:
         demo.step()
+        frames += 1
         if done():
             return
-    raise AssertionError(f"{what} did not happen within {frames} frames")
+        time.sleep(0.001)
+    raise AssertionError(f"{what} did not happen within {seconds:.0f} s ({frames} frames)")
 
 
 def test_the_readme_layout_edit_widens_the_summary_record_and_an_unbound_field_input_is_refused_at_its_line(assets_copy, tmp_path):
