@@ -111,7 +111,8 @@ class BatchRecorder:
         self._timer = timer
         self._timing_every = timing_every
         self._serial = 0  # batches opened so far
-        self._timed_at: dict[str, int] = {}  # product key -> the batch its last timed dispatch was in
+        # Product key -> the batch its last timed dispatch was in (unregistering forgets it).
+        self._timed_at: dict[str, int] = {}
         self._healthy = healthy
         self._fault = fault
         self._fault_state = fault_state
@@ -163,8 +164,6 @@ class BatchRecorder:
             return key  # every dispatch of a product in its timed batch: its frame's whole time
         if last is not None and self._serial - last < self._timing_every:
             return None
-        if len(self._timed_at) > 4096:  # products come and go under new keys: forget old ones
-            self._timed_at.clear()
         self._timed_at[key] = self._serial
         return key
 

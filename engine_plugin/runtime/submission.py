@@ -89,69 +89,52 @@ def encode_records(encoder: Any, records: list, timings: dict[int, tuple[Any, in
                 encoder.clear_buffer(op[1], op[2], op[3])
             elif first_in_place < 0:
                 first_in_place = i
-    if not timings and (first_in_place < 0 or first_in_place > last_dispatch):
-        # Clears, the dispatches, then (a one-shot read, readbacks) copies and zeros after
-        # the last dispatch, in order: nothing to move.
-        _encode_dispatches(encoder, records if first_in_place < 0 else records[:first_in_place])
-        for record in records[first_in_place:] if first_in_place >= 0 else ():
-            for op in record[4]:
-                if op[0] == "copy":
-                    encoder.copy_buffer_to_buffer(op[1], op[2], op[3], op[4], op[5])
-                elif op[0] == "zero":
-                    encoder.clear_buffer(op[1], op[2], op[3])
+    if first_in_place < 0 and not timings:
+        _encode_dispatches(encoder, records)  # every dispatch in one pass: a batch's path
         return
-    hoisted, sunk = _movable(records)
+    # Something can move only when an in-place op comes before a dispatch (a one-shot read's
+    # copy, a frame's readbacks with nothing to zero, come after every dispatch already).
+    hoisted, sunk = _movable(records) if 0 <= first_in_place <= last_dispatch else ([], set())
     for i, j in hoisted:
-        op = records[i][4][j]
-        encoder.clear_buffer(op[1], op[2], op[3])
+        _encode_in_place(encoder, records[i][4][j])
     moved = set(hoisted)  # by position: the same op object may be recorded twice (and zero twice)
-    cpass = current = None
+    run: list = []  # consecutive records whose dispatches share one compute pass
     for i, record in enumerate(records):
-        pipeline, bind_group, offsets, groups, ops = record[:5]
         if i in sunk:
             continue
+        ops = record[4]
         in_place = [op for j, op in enumerate(ops) if op[0] != "clear" and (i, j) not in moved] if ops else ()
-        if in_place:
-            if cpass is not None:
-                cpass.end()
-                cpass = None
-            for op in in_place:
-                if op[0] == "copy":
-                    encoder.copy_buffer_to_buffer(op[1], op[2], op[3], op[4], op[5])
-                else:  # "zero"
-                    encoder.clear_buffer(op[1], op[2], op[3])
-        if pipeline is None or groups[0] == 0:
-            continue
         timed = timings.get(i) if timings else None
-        if timed is not None:
-            if cpass is not None:
-                cpass.end()
-                cpass = None
+        if not in_place and timed is None:
+            run.append(record)
+            continue
+        _encode_dispatches(encoder, run)  # the pass ends before in-place ops and timed passes
+        run = []
+        for op in in_place:
+            _encode_in_place(encoder, op)
+        if timed is None:
+            run.append(record)
+        elif record[0] is not None and record[3][0] != 0:
             query_set, first = timed
             own = encoder.begin_compute_pass(
                 timestamp_writes={"query_set": query_set, "beginning_of_pass_write_index": first, "end_of_pass_write_index": first + 1}
             )
-            own.set_pipeline(pipeline)
-            _set_groups(own, bind_group, offsets)
-            own.dispatch_workgroups(*groups)
+            own.set_pipeline(record[0])
+            _set_groups(own, record[1], record[2])
+            own.dispatch_workgroups(*record[3])
             own.end()
-            continue
-        if cpass is None:
-            cpass = encoder.begin_compute_pass()
-            current = None
-        if pipeline is not current:  # a pass keeps its pipeline: set it once per run of equal ones
-            cpass.set_pipeline(pipeline)
-            current = pipeline
-        if type(offsets) is int and not isinstance(bind_group, tuple):
-            cpass.set_bind_group(0, bind_group, [offsets])
-        else:
-            _set_groups(cpass, bind_group, offsets)
-        cpass.dispatch_workgroups(*groups)
-    if cpass is not None:
-        cpass.end()
+    _encode_dispatches(encoder, run)
     for i in sorted(sunk):
         for op in records[i][4]:
-            encoder.copy_buffer_to_buffer(op[1], op[2], op[3], op[4], op[5])
+            _encode_in_place(encoder, op)
+
+
+def _encode_in_place(encoder: Any, op: tuple) -> None:
+    """A ``zero`` or ``copy`` op (``clear`` ops are encoded up front)."""
+    if op[0] == "copy":
+        encoder.copy_buffer_to_buffer(op[1], op[2], op[3], op[4], op[5])
+    else:  # "zero"
+        encoder.clear_buffer(op[1], op[2], op[3])
 
 
 def _op_buffers(op: tuple) -> tuple:
@@ -202,8 +185,9 @@ def _movable(records: list) -> tuple[list[tuple[int, int]], set[int]]:
 
 
 def _encode_dispatches(encoder: Any, records: list) -> None:
-    """encode_records' common case (clears already hoisted, no in-place ops, nothing timed):
-    every dispatch in one compute pass. A batch of small runs spends its host time here."""
+    """The dispatches of ``records`` (their clears encoded already, no in-place ops, nothing
+    timed) in one compute pass, none when they dispatch nothing. A batch of small runs spends
+    its host time here."""
     cpass = current = None
     for pipeline, bind_group, offsets, groups, *_ in records:
         if pipeline is None or groups[0] == 0:

@@ -190,8 +190,8 @@ class _ParamsRing:
         # Offsets an open abi.batch() staged params into (its mirror), written when it flushes:
         # no other take() may hand them out before (another thread's runs would write them).
         self.staged: set[int] = set()
-        # (offset, bytes) an immediate repeat run wrote and left there: the next repeat with
-        # the very same bytes binds that slot again without writing it. Any take() voids it.
+        # (offset, bytes) a run submitted at once wrote and left there (see place()): a run
+        # with the very same bytes binds that slot again without writing it. take() voids it.
         self.held: tuple[int, bytes] | None = None
 
     def take(self) -> int:
@@ -211,6 +211,18 @@ class _ParamsRing:
             if offset not in reserved and offset not in staged:
                 return offset
         raise DispatchError(f"all {_RING_SLOTS} params slots of this variant are held by prepared runs or open batches not submitted yet")
+
+    def place(self, queue: Any, data: bytes) -> int:
+        """The offset of a slot holding ``data`` for a run submitted at once: the slot the
+        last such run left these very bytes in (``held``; queue order makes rewriting them a
+        no-op), else a fresh slot written now."""
+        held = self.held
+        if held is not None and held[1] is data:
+            return held[0]
+        offset = self.take()
+        queue.write_buffer(self.buffer, offset, data)
+        self.held = (offset, data)
+        return offset
 
     def unavailable(self) -> int:
         """How many slots prepared runs and open batches hold."""
@@ -815,18 +827,16 @@ class Variant:
             else:
                 defer_run(self, data, bind_group, groups, work.ops, work.temps, touched, work.extra)
         else:
-            ring = self._ring
-            offset = ring.take()
-            self.ctx.queue.write_buffer(ring.buffer, offset, data)
-            self._submit_now(offset, bind_group, groups, work.ops, work.temps, work.extra)
+            self._submit_now(data, bind_group, groups, work.ops, work.temps, work.extra)
         self.runs += 1
         return Run(result, n, groups, self)
 
-    def _submit_now(self, offset: int, bind_group: Any, groups: tuple, ops: list, temps: list, extra: list | None = None) -> None:
-        """Encode one run (its params at ``offset``, written) in its own submission, then give
-        its temporaries back to the pool. Clears and one dispatch are encoded inline (this is
-        every immediate run's path); anything else goes through ``encode_records``."""
+    def _submit_now(self, data: bytes, bind_group: Any, groups: tuple, ops: list, temps: list, extra: list | None = None) -> None:
+        """Send one run (params bytes ``data``) in its own submission, then give its
+        temporaries back to the pool. Clears and one dispatch are encoded inline (this is every
+        immediate run's path); anything else goes through ``encode_records``."""
         ctx = self.ctx
+        offset = self._ring.place(ctx.queue, data)
         encoder = ctx.device.create_command_encoder()  # unlabelled: a label costs ~6-9 µs an encoder (H200 host)
         if extra or any(op[0] != "clear" for op in ops):
             encode_records(encoder, (extra or []) + [(self.compiled.pipeline, bind_group, offset, groups, ops)])
@@ -949,18 +959,9 @@ class Variant:
                 return Run(result, rn, rep.groups, self)
             if not rep.defer:
                 # Submitted at once (no batch open on this thread, nothing to defer): this is
-                # what a game calling a kernel every frame pays, so no generic _submit.
-                ring = self._ring
-                held = ring.held
-                if held is not None and held[1] is rep.data:
-                    # The slot still holds these very params (nothing took a slot since they
-                    # were written): queue order makes rewriting them a no-op, so skip it.
-                    offset = held[0]
-                else:
-                    offset = ring.take()
-                    self.ctx.queue.write_buffer(ring.buffer, offset, rep.data)
-                    ring.held = (offset, rep.data)
-                self._submit_now(offset, bind_group, rep.groups, ops, temps)
+                # what a game calling a kernel every frame pays, so no generic _submit. The
+                # repeat's params are the same bytes object run after run: place() reuses them.
+                self._submit_now(rep.data, bind_group, rep.groups, ops, temps)
                 self.runs += 1
                 return Run(result, rn, rep.groups, self)
             return self._submit(result, rn, rep.data, bind_group, rep.groups, _Work(ops, temps=temps), rep.bound, rep.fixed + owned, rep.defer)
