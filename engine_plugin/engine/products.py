@@ -36,19 +36,21 @@ class ChunkIndex:
         self.world = world
         self._meta: dict[int, tuple[int, int]] = {}
         self._sorted: dict[frozenset, list] = {}
-        self._columns: dict[frozenset, tuple[tuple[int, ...], tuple[int, ...], np.ndarray]] = {}
+        self._columns: dict[frozenset, tuple[tuple[int, ...], tuple[int, ...], np.ndarray, np.ndarray]] = {}
 
-    def sorted_columns(self, keys: set[int] | frozenset[int]) -> tuple[tuple[int, ...], tuple[int, ...], np.ndarray]:
-        """``(keys, versions, u32 slots)`` of the live chunks among ``keys``, by slot: a work
-        list's columns, made once a frame for every product owing the same chunks."""
+    def sorted_columns(self, keys: set[int] | frozenset[int]) -> tuple[tuple[int, ...], tuple[int, ...], np.ndarray, np.ndarray]:
+        """``(keys, versions, u32 slots, i64 versions)`` of the live chunks among ``keys``, by
+        slot: a work list's columns, made once a frame for every product owing the same chunks."""
         frozen = frozenset(keys)
         found = self._columns.get(frozen)
         if found is None:
             entries = self.sorted_entries(frozen)
+            versions = tuple([e[2] for e in entries])
             found = (
                 tuple([e[1] for e in entries]),
-                tuple([e[2] for e in entries]),
+                versions,
                 np.array([e[0] for e in entries], dtype=np.uint32),
+                np.array(versions, dtype=np.int64),
             )
             self._columns[frozen] = found
         return found
@@ -91,6 +93,7 @@ class Work:
     tiles: tuple[Tile, ...] = ()  # selections: (key, tile) per item
     serial: int = 0  # set when the work is sent (Product.done): tells a late failure from newer work
     slots: np.ndarray | None = None  # the chunks' slots, aligned with keys (revalidated as one vector)
+    version_array: np.ndarray | None = None  # the versions as i64, when the work has slots
 
     def __bool__(self) -> bool:
         return bool(self.keys)
@@ -149,10 +152,13 @@ class Product:
         # is computed once (rule: applied at most once per generation, chunk, version), and only
         # the failure of that very work owes it again.
         self.sent: dict[int, tuple[int, int]] = {}
-        # The same content versions by chunk slot (0: none), while every work sent carried its
-        # slots: owing a frame's changed chunks is then one vector compare. Versions are unique
-        # world-wide, so a slot's entry never matches a later chunk in that slot.
+        # The same, by chunk slot (version 0: none), while every work sent carried its slots
+        # (``sent`` stays empty meanwhile): sending a work list and owing a frame's changed
+        # chunks are then vector operations. Versions are unique world-wide, so a slot's entry
+        # never matches a later chunk in that slot.
         self._sent_at: np.ndarray | None = None
+        self._sent_serial: np.ndarray | None = None
+        self._sent_world: Any = None
         self._serials = itertools.count(1)
         self.epoch = 0  # bumped by every new selection
         # chunk -> content version its CPU fallback last computed: the fallback does not depend
@@ -226,6 +232,8 @@ class Product:
             slots = getattr(world, "max_chunks", None)
             if self._sent_at is None and not self.sent and isinstance(slots, int):
                 self._sent_at = np.zeros(slots, dtype=np.int64)
+                self._sent_serial = np.zeros(slots, dtype=np.int64)
+                self._sent_world = world
 
     # -- work lists ------------------------------------------------------------------------
     def work(self, world: Any, keys: set[int] | None = None, index: ChunkIndex | None = None) -> Work:
@@ -246,16 +254,16 @@ class Product:
                 if m is not None and k in self.selection_keys:
                     entries.append((m[0], k, m[1]))
         else:
-            keys_t, versions, slots = index.sorted_columns(owed)
+            keys_t, versions, slots, version_array = index.sorted_columns(owed)
             if keys is None and len(keys_t) != len(owed):
                 self.pending = set(keys_t)  # evicted chunks are owed nothing
             if policy is ReadbackPolicy.FULL_FIELD:
                 tiles = world.tiles_per_chunk
                 items = (slots[:, None] * np.uint32(tiles) + np.arange(tiles, dtype=np.uint32)).reshape(-1)
-                return Work(keys_t, versions, items, slots=slots)
+                return Work(keys_t, versions, items, slots=slots, version_array=version_array)
             if self.tile_work:  # NONE over a `tiles` work list: one item a tile
-                return Work(keys_t, versions, chunk_tiles(slots, world.tiles_per_chunk), slots=slots)
-            return Work(keys_t, versions, slots, slots=slots)
+                return Work(keys_t, versions, chunk_tiles(slots, world.tiles_per_chunk), slots=slots, version_array=version_array)
+            return Work(keys_t, versions, slots, slots=slots, version_array=version_array)
         if keys is None and len(entries) != len(owed):
             self.pending = {e[1] for e in entries}  # evicted chunks, and chunks no selection covers, are owed nothing
         if policy is ReadbackPolicy.SELECTED_TILES:
@@ -282,14 +290,36 @@ class Product:
     def done(self, work: Work) -> None:
         """The work's chunks are served (results applied, or on their way)."""
         self.pending.difference_update(work.keys)
-        work.serial = next(self._serials)
-        serial = work.serial
+        work.serial = serial = next(self._serials)
+        at = self._sent_at
+        if at is not None:
+            slots = work.slots
+            if slots is not None and len(slots) == len(work.keys):
+                versions = work.version_array
+                at[slots] = versions if versions is not None else np.asarray(work.versions, dtype=np.int64)
+                self._sent_serial[slots] = serial  # type: ignore[index]
+                return
+            self._sent_to_dict()  # work without slots: the dict alone answers from now on
         self.sent.update(zip(work.keys, [(v, serial) for v in work.versions]))
-        if self._sent_at is not None:
-            if work.slots is not None and len(work.slots) == len(work.keys):
-                self._sent_at[work.slots] = work.versions
-            else:
-                self._sent_at = None  # work without slots: the dict alone answers from now on
+
+    def _sent_to_dict(self) -> None:
+        """Move the by-slot record of what was sent into ``sent`` (keyed by the chunks now in
+        those slots: an entry of an evicted chunk's slot holds a version no other chunk has)."""
+        at, serials, world = self._sent_at, self._sent_serial, self._sent_world
+        self._sent_at = self._sent_serial = self._sent_world = None
+        assert at is not None and serials is not None
+        for k in world.keys():
+            slot = world.slot(k)
+            if at[slot]:
+                self.sent[k] = (int(at[slot]), int(serials[slot]))
+
+    def _sent_version(self, key: int, slot: int) -> tuple[int, int] | None:
+        """``(content version, work serial)`` last sent for chunk ``key`` at ``slot``, or None."""
+        at = self._sent_at
+        if at is None:
+            return self.sent.get(key)
+        version = int(at[slot])
+        return (version, int(self._sent_serial[slot])) if version else None  # type: ignore[index]
 
     def skip_computed(self, work: Work) -> list[int]:
         """Drop from the owed work the chunks whose current content the CPU fallback computed
@@ -307,6 +337,11 @@ class Product:
         ``versions``: the chunks' current content versions, aligned with ``keys`` (else asked
         of ``meta``)."""
         sent = self.sent
+        if self._sent_at is not None and (versions is None or slots is None):
+            pairs = [meta(k) for k in keys]  # (slot, version) of live chunks; None: evicted
+            at = self._sent_at
+            self.pending.update([k for k, m in zip(keys, pairs) if m is None or at[m[0]] != m[1]])
+            return
         if versions is not None and slots is not None and self._sent_at is not None:
             owed = self._sent_at[slots] != versions
             if owed.all():  # e.g. a whole world re-uploaded: no per-chunk selection
@@ -333,9 +368,9 @@ class Product:
         failed_sent = {k: (v, failed.serial) for k, v in zip(failed.keys, failed.versions)} if failed is not None else {}
         for k in keys:
             if k not in world:
-                self.sent.pop(k, None)
+                self.sent.pop(k, None)  # (by slot: the slot's next chunk has other versions)
                 continue
-            sent = self.sent.get(k)
+            sent = self._sent_version(k, world.slot(k)) if self._sent_at is not None else self.sent.get(k)
             if sent is None or sent[0] != world.version(k) or failed_sent.get(k) == sent:
                 self.pending.add(k)
 
@@ -362,7 +397,8 @@ def split_current(
     if is_current is None and work.slots is not None and slot_versions is not None:
         # One vector compare: versions are unique world-wide, so a slot holding the version a
         # result was computed at holds that very chunk and content (evicted slots hold 0).
-        current = (np.asarray(slot_versions(work.slots)) == np.asarray(work.versions, dtype=np.int64)).tolist()
+        versions = work.version_array if work.version_array is not None else np.asarray(work.versions, dtype=np.int64)
+        current = (np.asarray(slot_versions(work.slots)) == versions).tolist()
     else:
         is_current = is_current or world.is_current
         current = [is_current(k, v) for k, v in zip(work.keys, work.versions)]
