@@ -397,8 +397,8 @@ def split_current(
     if is_current is None and work.slots is not None and slot_versions is not None:
         # One vector compare: versions are unique world-wide, so a slot holding the version a
         # result was computed at holds that very chunk and content (evicted slots hold 0).
-        versions = work.version_array if work.version_array is not None else np.asarray(work.versions, dtype=np.int64)
-        current = (np.asarray(slot_versions(work.slots)) == versions).tolist()
+        computed_at = work.version_array if work.version_array is not None else np.asarray(work.versions, dtype=np.int64)
+        current = (np.asarray(slot_versions(work.slots)) == computed_at).tolist()
     else:
         is_current = is_current or world.is_current
         current = [is_current(k, v) for k, v in zip(work.keys, work.versions)]
