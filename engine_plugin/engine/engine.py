@@ -48,7 +48,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import PluginError, StaleHandleError
-from ..gpu.backend import ReadbackResult
+from ..gpu.backend import ReadbackResult, upload_spans
 from ..gpu.config import WgpuBackendConfig
 from ..gpu.descriptors import ReadbackDesc, ReadbackPolicy, take_dirty_changes
 from ..gpu.handles import GpuProductHandle, SlotTable
@@ -563,16 +563,17 @@ class Engine:
             for product in products:
                 product.owe_changed(changed, meta, found.versions, found.slots)
             if send:
-                upload = self.backend.upload
-                for desc in spans:
-                    if not upload(desc):
-                        if self.gpu_active:  # refused, not failed closed: that mirror is behind
-                            self._gpu.unmirror(name)
-                        else:
-                            gpu = False  # failed closed: this frame's products fall back
-                        break
-                    st.uploads += 1
-                    st.upload_bytes += desc.nbytes
+                done = 0
+                try:
+                    done = upload_spans(self.backend, spans)
+                finally:  # the spans sent count, also when a stale one raised
+                    st.uploads += done
+                    st.upload_bytes += sum([desc.nbytes for desc in spans[:done]])
+                if done < len(spans):
+                    if self.gpu_active:  # refused, not failed closed: that mirror is behind
+                        self._gpu.unmirror(name)
+                    else:
+                        gpu = False  # failed closed: this frame's products fall back
         return st
 
     def _dispatch(self, product: Product, st: FrameStats, index: ChunkIndex) -> None:

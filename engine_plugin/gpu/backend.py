@@ -8,7 +8,7 @@ registration) always leaves the caller free to run the authoritative CPU path.
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
@@ -17,7 +17,7 @@ import numpy as np
 from .descriptors import DispatchDesc, FieldMirrorDesc, GpuCapabilities, ReadbackDesc, UploadDesc
 from .handles import GpuProductHandle
 
-__all__ = ["GpuBackend", "NoGpuBackend", "ReadbackCallback", "ReadbackResult", "ReadbackStatus", "ResourceBackend"]
+__all__ = ["GpuBackend", "NoGpuBackend", "ReadbackCallback", "ReadbackResult", "ReadbackStatus", "ResourceBackend", "upload_spans"]
 
 
 class ReadbackStatus(enum.Enum):
@@ -220,3 +220,26 @@ class NoGpuBackend:
 
     def close(self) -> None:
         return None
+
+
+def upload_spans(backend: Any, spans: Sequence[UploadDesc]) -> int:
+    """Upload ``spans`` in order through ``backend``; answers how many were accepted (the
+    spans before the first refusal: nothing after one is sent). A backend with an
+    ``upload_spans`` method takes them at once (the wgpu backend checks its health once for
+    them) when its ``upload_of_spans`` names its ``upload``; any other answers
+    :meth:`ResourceBackend.upload` span by span."""
+    many = getattr(backend, "upload_spans", None)
+    # Only when ``upload`` is the one ``upload_spans`` does at once: an ``upload`` replaced on
+    # the instance or overridden by a subclass is honoured span by span.
+    if (
+        many is not None
+        and "upload" not in getattr(backend, "__dict__", ())
+        and getattr(type(backend), "upload", None) is getattr(type(backend), "upload_of_spans", None)
+    ):
+        return int(many(spans))
+    done = 0
+    for desc in spans:
+        if not backend.upload(desc):
+            break
+        done += 1
+    return done

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -343,33 +343,63 @@ class WgpuBackend:
         range past the mirror. Raises StaleSpanError when the span's chunks changed since it
         was taken (never a silent stale upload).
         """
+        return self.upload_spans((desc,)) == 1
+
+    upload_of_spans = upload  # upload_spans(d) is upload(d) for each d (see gpu.backend.upload_spans)
+
+    def upload_spans(self, descs: Sequence[UploadDesc]) -> int:
+        """:meth:`upload` of each span in order, answering how many were written: all of them,
+        or those before the first refused one (nothing after a refusal is written). A frame's
+        spans go through here at once: the checks that hold for all of them are made once.
+
+        Raises:
+            StaleSpanError: as :meth:`upload`, with the spans before it written.
+        """
         faults = self._faults
-        # The healthy case is decided without building a refusal message (a frame makes tens of
-        # uploads): no fault, not closed, no unseen loss report, the device not found lost.
+        # The healthy case is decided without building a refusal message: no fault, not
+        # closed, no unseen loss report, the device not found lost.
         if faults.message is not None or self._closed or loss_reports.count != faults.seen_reports or self._guard.lost:
-            if not self._usable(f"upload({desc.tag!r})"):
-                return False
-        f = self._fields.get(desc.tag)
-        if f is None:
-            return self._refuse(f"upload: field {desc.tag!r} is not registered")
-        if desc.dst_offset % _ALIGN or desc.nbytes % _ALIGN:
-            return self._refuse(f"upload of {desc.tag!r}: offset {desc.dst_offset} / size {desc.nbytes} not {_ALIGN}-byte aligned")
-        if desc.dst_offset < 0 or desc.dst_offset + desc.nbytes > f.total:
-            return self._refuse(f"upload of {desc.tag!r}: bytes {desc.dst_offset}+{desc.nbytes} outside the mirror")
-        data = desc.data()  # StaleSpanError before anything reaches the device
-        if data.nbytes != desc.nbytes:
-            raise bug(f"upload span of {desc.tag!r} has {data.nbytes} B, its descriptor says {desc.nbytes}")
+            if not self._usable(f"upload({descs[0].tag!r})" if descs else "upload"):
+                return 0
         if self._batches.recorded:
             self._batches.flush()  # encoded dispatches must not see bytes written after them
             if not self.healthy:
-                return self._refuse(f"upload({desc.tag!r}): the backend failed submitting its batch ({self.fault})")
+                self._refuse(f"upload: the backend failed submitting its batch ({self.fault})")
+                return 0
+        write = self.queue.write_buffer
+        fields = self._fields
+        done = sent = 0
         try:
-            self.queue.write_buffer(f.buffer, desc.dst_offset, data)
-        except Exception as exc:
-            return self._device_exception(f"upload({desc.tag!r})", exc)
-        self.stats["uploads"] += 1
-        self.stats["upload_bytes"] += desc.nbytes
-        return True
+            for desc in descs:
+                f = fields.get(desc.tag)
+                if f is None:
+                    self._refuse(f"upload: field {desc.tag!r} is not registered")
+                    break
+                offset, nbytes = desc.dst_offset, desc.nbytes
+                if offset % _ALIGN or nbytes % _ALIGN:
+                    self._refuse(f"upload of {desc.tag!r}: offset {offset} / size {nbytes} not {_ALIGN}-byte aligned")
+                    break
+                if offset < 0 or offset + nbytes > f.total:
+                    self._refuse(f"upload of {desc.tag!r}: bytes {offset}+{nbytes} outside the mirror")
+                    break
+                data = desc.data()  # StaleSpanError before anything of this span reaches the device
+                if data.nbytes != nbytes:
+                    raise bug(f"upload span of {desc.tag!r} has {data.nbytes} B, its descriptor says {nbytes}")
+                if faults.message is not None:  # a notify from another thread landed meanwhile
+                    self._refuse(f"upload({desc.tag!r}): the backend is disabled ({faults.message})")
+                    break
+                try:
+                    write(f.buffer, offset, data)
+                except Exception as exc:
+                    self._device_exception(f"upload({desc.tag!r})", exc)  # re-raises what is not the device's
+                    break
+                done += 1
+                sent += nbytes
+        finally:  # the spans written count, also when a stale one raised
+            stats = self.stats
+            stats["uploads"] += done
+            stats["upload_bytes"] += sent
+        return done
 
     def dispatch(self, desc: DispatchDesc) -> bool:
         """Validate (generation, field, chunk budget, workgroup limits), encode a compute pass

@@ -6,6 +6,7 @@ Device loss by ``device.destroy()`` runs in subprocesses: test_gpu_device_loss.p
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import threading
 import time
@@ -248,3 +249,66 @@ def test_uploads_and_readbacks_of_a_healthy_backend_are_unaffected_by_another_ba
     be.readback(ReadbackDesc(h, ReadbackPolicy.SUMMARY, size=16))
     poll_until(be, lambda: p.results)
     assert p.results[0][0] is ReadbackStatus.READY
+
+
+def _mirror_slots(be, name: str, slots: int) -> np.ndarray:
+    """The mirror read back from the GPU: one row of 16 f32 a slot (slot padding cut)."""
+    from engine_plugin.runtime.output import read_words
+
+    words = np.frombuffer(read_words(be.field_buffer(name)), np.float32)
+    return words.reshape(slots, -1)[:, :16]
+
+
+def test_upload_spans_writes_each_span_and_stops_at_the_first_refused_one(ctx, make_backend):
+    from engine_plugin.gpu.backend import upload_spans
+
+    w = World((4, 4), {"h": np.float32}, max_chunks=8)
+    for k in range(8):
+        w.add(k, {"h": np.full((4, 4), k + 1, np.float32)})
+    be = make_backend(ctx)
+    assert be.register_field(field_mirror_desc(w, "h"))
+    assert not _mirror_slots(be, "h", 8).any()  # a mirror starts as zeros
+    good = [upload_desc(w, "h", k) for k in (1, 3, 6)]
+    bad = dataclasses.replace(good[1], dst_offset=2)  # misaligned: refused
+    assert upload_spans(be, [good[0], bad, good[2]]) == 1
+    assert "aligned" in be.last_refusal
+    got = _mirror_slots(be, "h", 8)
+    assert (got[w.slot(1)] == 2).all() and not got[w.slot(6)].any()  # nothing after the refusal
+    assert be.stats["uploads"] == 1 and be.stats["upload_bytes"] == 64
+    assert upload_spans(be, good) == 3
+    got = _mirror_slots(be, "h", 8)
+    for k in (1, 3, 6):
+        assert (got[w.slot(k)] == k + 1).all()
+    assert be.stats["uploads"] == 4
+
+
+def test_upload_spans_raise_on_a_stale_span_after_writing_the_ones_before(ctx, make_backend):
+    from engine_plugin.gpu.backend import upload_spans
+
+    w = World((4, 4), {"h": np.float32}, max_chunks=4)
+    for k in range(4):
+        w.add(k, {"h": np.full((4, 4), k + 1, np.float32)})
+    be = make_backend(ctx)
+    assert be.register_field(field_mirror_desc(w, "h"))
+    spans = [upload_desc(w, "h", k) for k in range(4)]
+    w.write(2, "h", 7.0)  # span 2 is stale now
+    with pytest.raises(StaleSpanError, match="chunk 2"):
+        upload_spans(be, spans)
+    got = _mirror_slots(be, "h", 4)
+    assert (got[w.slot(0)] == 1).all() and (got[w.slot(1)] == 2).all()
+    assert not got[w.slot(2)].any() and not got[w.slot(3)].any()
+    assert be.stats["uploads"] == 2
+
+
+def test_upload_spans_honour_an_upload_replaced_on_the_backend(ctx, make_backend):
+    from engine_plugin.gpu.backend import upload_spans
+
+    w = World((4, 4), {"h": np.float32}, max_chunks=4)
+    for k in range(4):
+        w.add(k)
+    be = make_backend(ctx)
+    assert be.register_field(field_mirror_desc(w, "h"))
+    seen = []
+    be.upload = lambda desc: seen.append(desc.chunk_key) or desc.chunk_key != 2  # refuses chunk 2
+    assert upload_spans(be, [upload_desc(w, "h", k) for k in range(4)]) == 2
+    assert seen == [0, 1, 2]
