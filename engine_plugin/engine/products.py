@@ -398,15 +398,17 @@ def split_current(
         # One vector compare: versions are unique world-wide, so a slot holding the version a
         # result was computed at holds that very chunk and content (evicted slots hold 0).
         computed_at = work.version_array if work.version_array is not None else np.asarray(work.versions, dtype=np.int64)
-        current = (np.asarray(slot_versions(work.slots)) == computed_at).tolist()
+        ok = np.asarray(slot_versions(work.slots)) == computed_at
+        everything = bool(ok.all())
+        current: list[bool] = [] if everything else ok.tolist()  # per chunk, read only when some are stale
     else:
         is_current = is_current or world.is_current
         current = [is_current(k, v) for k, v in zip(work.keys, work.versions)]
+        everything = all(current)
     policy = product.policy
     plan = product.plan
-    if (policy is ReadbackPolicy.SELECTED_PATH or (plan is not None and has_whole_outputs(plan))) and not all(current):
+    if not everything and (policy is ReadbackPolicy.SELECTED_PATH or (plan is not None and has_whole_outputs(plan))):
         return None, [], list(work.keys)
-    everything = all(current)
     applied = list(work.keys) if everything else list(itertools.compress(work.keys, current))
     stale = [] if everything else [k for k, ok in zip(work.keys, current) if not ok]
     if not applied:

@@ -18,8 +18,8 @@ def test_frame_host_time_stays_far_below_the_gpu_work_it_outlasts(gpu):
     try:
         engine.invalidate()
         work, reps = ps.gpu_work_seconds(world, engine, applied), 150
-        while work < 3 * ps.PERIOD and reps < 10_000:  # a faster machine: more work until it outlasts frames
-            reps *= 2
+        while work < 3 * ps.PERIOD and reps < ps.MAX_REPS:  # a faster machine: more work until it outlasts frames
+            reps = min(2 * reps, ps.MAX_REPS)
             engine.set_params(engine.products()[0], {"reps": reps})
             work = ps.gpu_work_seconds(world, engine, applied)
         totals_before = engine.totals.deferred
@@ -119,3 +119,21 @@ def test_a_hot_reload_mid_run_never_compiles_on_the_game_thread(tmp_path, gpu, m
     finally:
         engine.close()
         lib.close()
+
+
+def test_the_heavy_kernel_hashes_every_rep_up_to_its_most(gpu):
+    """The work the pacing tests add must be real: llvmpipe ends an invocation's loops after
+    65,535 iterations in all without a word (more reps then cost nothing and hash wrongly)."""
+    from engine_plugin import abi
+
+    src = (np.arange(64 * 1024) % 7).astype(np.float32)
+    words = src[:1024].view(np.uint32).tolist()
+    run = ps.heavy_program().variant().run
+    for reps in (150, ps.MAX_REPS):
+        got = abi.read(run(1, inputs={"chunks": np.zeros(1, np.uint32), "src": src}, params={"tile_count": 1024, "reps": reps}).outputs["out"])
+        h = 2166136261
+        for _ in range(reps):
+            for w in words:
+                h = ((h ^ w) * 16777619) & 0xFFFFFFFF
+                h ^= h >> 13
+        assert int(got[0]) == h, reps
