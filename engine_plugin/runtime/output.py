@@ -27,7 +27,7 @@ from .loss import LOST_HINT, device_guard, lost_error
 from .submission import PENDING, flush_pending, submit_encoder
 from .textures import TextureOutput, read_texture
 
-__all__ = ["Output", "read", "read_words", "own_pooled"]
+__all__ = ["Output", "give_back", "read", "read_words", "own_pooled"]
 
 
 def read_words(buffer: Any, offset: int = 0, size: int | None = None, device: Any = None) -> memoryview:
@@ -90,6 +90,11 @@ class Output:
     counter's value (clamped to capacity) for append outputs, the dispatch's live count for
     ``live`` outputs. ``overflow`` is the attempted count when an append counter went past
     capacity (nothing was written out of bounds), else None.
+
+    A pooled buffer goes back to the pool when its Output is garbage, unless it was handed out
+    (``buffer``, ``counter``): whoever took it may still use it, so the pool never sees it again
+    (wgpu frees it with its last reference). Read outputs with ``abi.read(output)`` and chain
+    them as Outputs to keep them pooled.
     """
 
     __slots__ = (
@@ -140,6 +145,8 @@ class Output:
         run in queue order."""
         if PENDING[0] is not None:
             flush_pending()
+        if id(self._buffer) in _owners:  # pooled: the caller's from now on
+            _escaped.add(id(self._buffer))
         return self._buffer
 
     @property
@@ -148,6 +155,8 @@ class Output:
         out as :attr:`buffer` is."""
         if PENDING[0] is not None and self._counter is not None:
             flush_pending()
+        if self._counter is not None and (self._keep is not None or (self._counter_kind == "append" and id(self._buffer) in _owners)):
+            _escaped.add(id(self._counter))  # a pooled counter (an append's, a live snapshot): the caller's now
         return self._counter
 
     def _resolve(self) -> None:
@@ -269,10 +278,25 @@ def own_pooled(output: Output, pool: Any, buffers: tuple) -> None:
     _release_refs[id(ref)] = ref
 
 
+# id() of pooled buffers an Output handed out (``buffer``, ``counter``): their release gives
+# them up instead of pooling them. (Only pooled buffers are entered, and their release removes
+# them: the id is the buffer's all that time, as the Output holds it.)
+_escaped: set[int] = set()
+
+
+def give_back(pool: Any, buffer: Any) -> None:
+    """Return a pooled ``buffer`` whose holder is garbage, unless it was handed out: whoever
+    took it may still read or write it (wgpu frees it with its last reference)."""
+    if _escaped and id(buffer) in _escaped:
+        _escaped.discard(id(buffer))
+        return
+    pool.give(buffer)
+
+
 def _release_pooled(pool: Any, buffers: tuple, ref: Any) -> None:
     _release_refs.pop(id(ref), None)
     key = id(buffers[0])
     if _owners.get(key) is ref:
         del _owners[key]
     for buf in buffers:
-        pool.give(buf)
+        give_back(pool, buf)

@@ -45,7 +45,7 @@ from .convert import conversion_record
 from .deferred import DEFER_MAX_BYTES
 from .deferred import defer as defer_run
 from .loss import LOST_HINT, device_guard, lost_error
-from .output import Output, on_release, own_pooled
+from .output import Output, give_back, on_release, own_pooled
 from .params import ParamsPacker, exact_fingerprint
 from .submission import PENDING, encode_records, flush_pending, submit_encoder
 from .table import Table
@@ -444,19 +444,19 @@ class Variant:
         if isinstance(vt, StructType) or isinstance(value.element, StructType):
             if value.element != vt:
                 raise self._slot_error(slot, f"input {slot.name!r} is {vt.wgsl} but the chained output {value.name!r} holds {value.element.wgsl}")
-            return _Bound(value.buffer, count, 0, _binding_size(count * vt.bytes))
+            return _Bound(value._buffer, count, 0, _binding_size(count * vt.bytes))
         words = count * value.element.lanes
         if words % vt.lanes:
             raise self._slot_error(
                 slot, f"input {slot.name!r} ({vt.wgsl}) cannot take {count} {value.element.wgsl} elements of {value.name!r}: not a whole number of elements"
             )
         if value.element.scalar == vt.scalar or slot.bits or slot.atomic:
-            return _Bound(value.buffer, words // vt.lanes, 0, _binding_size(words * 4))
+            return _Bound(value._buffer, words // vt.lanes, 0, _binding_size(words * 4))
         converted = self._pool.take(_binding_size(words * 4), label=f"{slot.name} (cast)")
         work.temps.append(converted)
         if words:
-            work.extra.append(conversion_record(self.ctx, value.buffer, converted, words, value.element.scalar, vt.scalar))
-            work.read.append(value.buffer)  # held by an open batch until the conversion ran
+            work.extra.append(conversion_record(self.ctx, value._buffer, converted, words, value.element.scalar, vt.scalar))
+            work.read.append(value._buffer)  # held by an open batch until the conversion ran
         return _Bound(converted, words // vt.lanes, 0, _binding_size(words * 4))
 
     def _resolve_table(self, slot: HostSlot, value: Any) -> _Bound:
@@ -779,7 +779,7 @@ class Variant:
         if work.live_counter is not None:
             work.live_holder = _CounterHolder(work.live_counter)
             pool, counter = self._pool, work.live_counter
-            on_release(work.live_holder, lambda: pool.give(counter))
+            on_release(work.live_holder, lambda: give_back(pool, counter))
 
         env = {"n": n, **self._packer.scalars(user_params)} if self._packer.user else {"n": n}
         result: dict[str, Any] = {}  # Output, or TextureOutput for output textures

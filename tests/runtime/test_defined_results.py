@@ -102,14 +102,13 @@ def test_clear_false_opts_out_and_keeps_what_the_pool_held():
     fill = make("t13/fill", FILL_YAML, FILL_WGSL)
     keep = make("t13/keep", WHERE_YAML.replace('count: "len(src)"', 'count: "len(src)", clear: false'), WHERE_WGSL)
     junk = fill.run(n=64, params={"value": 777.0})
-    buf = junk.outputs["dst"].buffer
-    abi.read(junk.outputs["dst"])
+    abi.read(junk.outputs["dst"])  # read as an Output: its buffer stays pooled
     del junk
     gc.collect()
     zeros = get_context().device.create_buffer_with_data(data=np.zeros(64, np.float32), usage=wgpu.BufferUsage.STORAGE)
     run = keep.run(n=64, inputs={"src": zeros})
-    assert run.outputs["dst"].buffer is buf  # the pool handed the same buffer back...
-    np.testing.assert_array_equal(abi.read(run.outputs["dst"]), np.full(64, 777.0, np.float32))  # ...as it was
+    # The pool handed the junk's buffer back, as it was (where writes nothing).
+    np.testing.assert_array_equal(abi.read(run.outputs["dst"]), np.full(64, 777.0, np.float32))
 
 
 def test_clear_is_refused_on_a_binding_the_host_does_not_allocate():
@@ -300,3 +299,69 @@ def test_batch_outputs_and_plain_runs_still_share_the_pool_after_the_batch():
         add.run(n=8, inputs={"src": np.zeros(8, np.float32)}, params={"k": 1.0})
         gc.collect()
     assert pool.created == before  # parked buffers came back once the batch was submitted
+
+
+AXPY_YAML = """\
+bindings:
+  - { name: x, kind: buffer, access: read, element: f32 }
+  - { name: y, kind: buffer, access: read_write, element: f32, count: "len(x)" }
+params:
+  - { name: a, type: f32 }
+"""
+AXPY_WGSL = """\
+@compute @workgroup_size(64)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
+    let i = zero_index(gid);
+    if (i >= zero_n()) { return; }
+    y_set(i, params.a * x_get(i) + 1.0);
+}
+"""
+
+
+def _other_runs(v, n: int) -> None:
+    """Runs alive at once that take every free pooled output of the same size."""
+    runs = [v.run(n, inputs={"x": np.full(n, 100.0 + k, np.float32)}, params={"a": 3.0}) for k in range(6)]
+    for r in runs:
+        abi.read(r.outputs["y"])
+
+
+def test_a_buffer_handed_out_by_an_output_is_never_pooled_again():
+    # output.buffer is the caller's from then on (raw wgpu, abi.read later): dropping the run
+    # must not let the pool hand that buffer to a later run, which would overwrite it.
+    v = make("defined/escape", AXPY_YAML, AXPY_WGSL)
+    n = 256
+    xs = np.arange(n, dtype=np.float32)
+    run = v.run(n, inputs={"x": xs}, params={"a": 2.0})
+    buf = run.outputs["y"].buffer
+    del run
+    gc.collect()
+    _other_runs(v, n)
+    np.testing.assert_array_equal(abi.read(buf)[:n], 2.0 * xs + 1.0)
+
+
+def test_an_output_given_to_another_run_keeps_its_buffer_when_the_first_run_goes():
+    v = make("defined/given", AXPY_YAML, AXPY_WGSL)
+    n = 256
+    xs = np.arange(n, dtype=np.float32)
+    first = v.run(n, inputs={"x": xs}, params={"a": 2.0})
+    second = v.run(n, inputs={"x": xs}, params={"a": 5.0}, outputs={"y": first.outputs["y"]})
+    del first
+    gc.collect()
+    _other_runs(v, n)
+    np.testing.assert_array_equal(abi.read(second.outputs["y"]), 5.0 * xs + 1.0)
+
+
+def test_outputs_read_as_outputs_are_still_pooled():
+    v = make("defined/pooled", AXPY_YAML, AXPY_WGSL)
+    n = 256
+    xs = np.arange(n, dtype=np.float32)
+    for _ in range(3):  # settle the pool
+        abi.read(v.run(n, inputs={"x": xs}, params={"a": 2.0}).outputs["y"])
+    gc.collect()
+    from engine_plugin.runtime.buffers import pool_for
+
+    pool = pool_for(get_context())
+    created = pool.created
+    for _ in range(10):
+        np.testing.assert_array_equal(abi.read(v.run(n, inputs={"x": xs}, params={"a": 2.0}).outputs["y"]), 2.0 * xs + 1.0)
+    assert pool.created == created  # no new buffer: the runs reuse the pool's
