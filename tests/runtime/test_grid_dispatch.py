@@ -111,3 +111,41 @@ def test_a_grid_run_repeats_only_for_the_same_shape():
     a = abi.read(v.run(n=(4, 2)).outputs["xy"])
     b = abi.read(v.run(n=(2, 4)).outputs["xy"])  # same count, other shape
     assert a[:, 0].max() == 3 and b[:, 0].max() == 1
+
+
+LOOP_YAML = """\
+bindings:
+  - { name: x, kind: buffer, access: read, element: u32 }
+  - { name: y, kind: buffer, access: read_write, element: u32, count: "n" }
+params:
+  - { name: steps, type: u32 }
+"""
+LOOP_WGSL = """\
+@compute @workgroup_size(64)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
+    let i = zero_index(gid);
+    if (i >= zero_n()) { return; }
+    var h = x_get(i);
+    for (var s = 0u; s < params.steps; s = s + 1u) {
+        h = (h ^ s) * 16777619u;
+    }
+    y_set(i, h);
+}
+"""
+
+
+def test_a_looping_kernel_over_a_million_elements_is_right_on_the_default_launch(gpu):
+    # llvmpipe ends an invocation's loops after 65,535 iterations in all, silently. A kernel
+    # looping 1,100 times an element is within that; the launch must not make one invocation
+    # loop over many elements (a grid-stride cap of 2**14 invocations cut 81,920 results).
+    v = abi.program(key="t17/loop", schema=abi.parse(LOOP_YAML, "t17/loop/bindings.yaml"), wgsl=LOOP_WGSL).variant()
+    n, steps = 1 << 20, 1100
+    x = np.random.default_rng(3).integers(0, 2**32, n, dtype=np.uint32)
+    got = abi.read(v.run(n, inputs={"x": x}, params={"steps": steps}).outputs["y"])
+    # Checked at 8,192 elements (numpy over all of them takes seconds): a random sample and the
+    # last elements, which a capped launch leaves to the longest-looping invocations.
+    at = np.unique(np.concatenate([np.random.default_rng(4).integers(0, n, 4096), np.arange(n - 4096, n)]))
+    want = x[at].astype(np.uint64)
+    for s in range(steps):
+        want = ((want ^ s) * 16777619) & 0xFFFFFFFF
+    np.testing.assert_array_equal(got[at], want.astype(np.uint32))
