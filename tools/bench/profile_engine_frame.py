@@ -110,7 +110,7 @@ def _time_phases(engine: Any) -> dict[str, float]:
     wrap(engine._gpu, "check", "gpu check (twice)")
     wrap(engine, "_apply_reloads", "1 reloads")
     wrap(engine.backend, "dispatch", "  backend.dispatch")
-    wrap(engine.backend, "upload", "  backend.upload")
+    wrap(engine.backend, "upload_spans", "  backend.upload_spans")  # (wrapping upload would send the engine span by span)
     batches = getattr(engine.backend, "_batches", None)
     if batches is not None and hasattr(batches, "_submit"):
         wrap(batches, "_submit", "  submit the frame's batch")
