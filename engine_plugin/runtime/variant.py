@@ -1139,6 +1139,9 @@ def _run_bytes(work: _Work, result: dict) -> int:
 
 
 def _unwrap(value: Any) -> Any:
+    """A ``{buffer, ...}`` mapping's buffer; any other value as it is."""
+    if type(value) is np.ndarray or value is None or isinstance(value, wgpu.GPUBuffer):
+        return value  # the common cases, without the Mapping ABC's isinstance (a few µs)
     if isinstance(value, Mapping) and "buffer" in value:
         return value["buffer"]
     return value
