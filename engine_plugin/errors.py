@@ -175,7 +175,11 @@ class StaleHandleError(PluginError, LookupError):
 
 
 class StaleSpanError(PluginError, RuntimeError):
-    """An upload span was used after its chunk was mutated or evicted."""
+    """An upload span was used after its chunk was mutated or evicted.
+
+    ``written``: how many spans of the same call were written before it (``upload_spans``)."""
+
+    written = 0
 
 
 def bug(message: str) -> PluginError:

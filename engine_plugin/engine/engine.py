@@ -47,7 +47,7 @@ from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import PluginError, StaleHandleError
+from ..errors import PluginError, StaleHandleError, StaleSpanError
 from ..gpu.backend import ReadbackResult, upload_spans
 from ..gpu.config import WgpuBackendConfig
 from ..gpu.descriptors import ReadbackDesc, ReadbackPolicy, take_dirty_changes
@@ -566,7 +566,10 @@ class Engine:
                 done = 0
                 try:
                     done = upload_spans(self.backend, spans)
-                finally:  # the spans sent count, also when a stale one raised
+                except StaleSpanError as exc:
+                    done = exc.written  # the spans before the stale one were sent
+                    raise
+                finally:
                     st.uploads += done
                     st.upload_bytes += sum([desc.nbytes for desc in spans[:done]])
                 if done < len(spans):

@@ -14,6 +14,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
+from ..errors import StaleSpanError
 from .descriptors import DispatchDesc, FieldMirrorDesc, GpuCapabilities, ReadbackDesc, UploadDesc
 from .handles import GpuProductHandle
 
@@ -239,7 +240,11 @@ def upload_spans(backend: Any, spans: Sequence[UploadDesc]) -> int:
         return int(many(spans))
     done = 0
     for desc in spans:
-        if not backend.upload(desc):
-            break
+        try:
+            if not backend.upload(desc):
+                break
+        except StaleSpanError as exc:
+            exc.written = done
+            raise
         done += 1
     return done

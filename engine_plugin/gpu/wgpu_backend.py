@@ -40,7 +40,7 @@ from ..device.flags import MAP_READ as _MAP_READ
 from ..device.flags import STORAGE as _STORAGE
 from ..device.guard import guard_for
 from ..device.loss import FaultState, loss_reports
-from ..errors import StaleHandleError, bug
+from ..errors import StaleHandleError, StaleSpanError, bug
 from .batch import BatchRecorder
 from .config import WgpuBackendConfig, WgpuProductDesc, product_refusal, readback_range, source_size
 from .descriptors import DispatchDesc, FieldMirrorDesc, GpuCapabilities, ReadbackDesc, UploadDesc
@@ -382,7 +382,11 @@ class WgpuBackend:
                 if offset < 0 or offset + nbytes > f.total:
                     self._refuse(f"upload of {desc.tag!r}: bytes {offset}+{nbytes} outside the mirror")
                     break
-                data = desc.data()  # StaleSpanError before anything of this span reaches the device
+                try:
+                    data = desc.data()  # StaleSpanError before anything of this span reaches the device
+                except StaleSpanError as exc:
+                    exc.written = done
+                    raise
                 if data.nbytes != nbytes:
                     raise bug(f"upload span of {desc.tag!r} has {data.nbytes} B, its descriptor says {nbytes}")
                 if faults.message is not None:  # a notify from another thread landed meanwhile

@@ -27,7 +27,7 @@ from .loss import LOST_HINT, device_guard, lost_error
 from .submission import PENDING, flush_pending, submit_encoder
 from .textures import TextureOutput, read_texture
 
-__all__ = ["Output", "give_back", "read", "read_words", "own_pooled"]
+__all__ = ["Output", "give_back", "read", "read_words", "own_pooled", "share"]
 
 
 def read_words(buffer: Any, offset: int = 0, size: int | None = None, device: Any = None) -> memoryview:
@@ -282,6 +282,14 @@ def own_pooled(output: Output, pool: Any, buffers: tuple) -> None:
 # them up instead of pooling them. (Only pooled buffers are entered, and their release removes
 # them: the id is the buffer's all that time, as the Output holds it.)
 _escaped: set[int] = set()
+
+
+def share(output: Output) -> None:
+    """``output``'s pooled buffer is bound by another Output from now on (a read_write
+    binding the caller supplied it to): it leaves the pool when ``output`` goes, as a
+    handed-out one does."""
+    if id(output._buffer) in _owners:
+        _escaped.add(id(output._buffer))
 
 
 def give_back(pool: Any, buffer: Any) -> None:

@@ -45,7 +45,7 @@ from .convert import conversion_record
 from .deferred import DEFER_MAX_BYTES
 from .deferred import defer as defer_run
 from .loss import LOST_HINT, device_guard, lost_error
-from .output import Output, give_back, on_release, own_pooled
+from .output import Output, give_back, on_release, own_pooled, share
 from .params import ParamsPacker, exact_fingerprint
 from .submission import PENDING, encode_records, flush_pending, submit_encoder
 from .table import Table
@@ -545,11 +545,11 @@ class Variant:
         """
         if value is None:
             return _Bound(self._constant("no domain", _NO_DOMAIN), 1, 0, 4), None
-        if isinstance(value, Output):
-            if value.counter is None:
+        if isinstance(value, Output):  # its counter read, not handed out (it stays pooled)
+            if value._counter is None:
                 bound, _ = self._resolve_domain(slot, value.count, work)
                 return bound, value.capacity
-            return self._snapshot(value.counter, work), value.capacity
+            return self._snapshot(value._counter, work), value.capacity
         if isinstance(value, wgpu.GPUBuffer):
             if not (value.usage & wgpu.BufferUsage.COPY_SRC) or value.size < 4:
                 raise self._slot_error(slot, f"domain_count {slot.name!r}: buffer {value.label!r} needs COPY_SRC usage and one u32 word")
@@ -737,6 +737,8 @@ class Variant:
                 value = outputs.get(slot.name, inputs.get(slot.name))
                 if value is None and slot.role == "inout":
                     raise self._slot_error(slot, f"missing input {slot.name!r} (read_write, no count: the caller supplies it)")
+                if slot.role == "inout" and isinstance(value, Output):
+                    share(value)  # this run's Output binds its buffer too: it leaves the pool
                 b = self._resolve_input(slot, _unwrap(value), work)
                 bound[slot.binding] = b
                 lengths[slot.name] = b.count

@@ -6,12 +6,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from engine_support import Applied, cpu_summary, held_deliveries, make_world, run_until_idle, same_bits, summary_product
 
-from engine_plugin.world import World
 from engine_plugin.errors import StaleSpanError
 from engine_plugin.gpu import take_dirty_uploads
-
-from engine_support import Applied, cpu_summary, held_deliveries, make_world, run_until_idle, same_bits, summary_product
+from engine_plugin.world import World
 
 
 class PerChunkWorld(World):
@@ -70,3 +69,42 @@ def test_engine_results_and_staleness_are_the_same_over_a_slot_vector_world(make
     assert totals.chunks_stale == 2 and 9 not in applied.latest and not applied.not_current
     for k in world.keys():
         assert same_bits(applied.latest[k], cpu_summary(world, "height", k))
+
+
+def test_a_span_going_stale_mid_upload_raises_and_the_frame_counts_the_spans_sent(gpu):
+    from engine_plugin.engine import Engine, EngineConfig, FrameStats
+
+    world = World((32, 32), {"height": np.float32}, max_chunks=16)
+    for k in range(16):
+        world.add(k)
+    engine = Engine(world, device=gpu, config=EngineConfig(upload_gap_bytes=0))
+    try:
+        engine.field_buffer("height")
+        engine.frame()
+        world.write(0, "height", 1.0)
+        world.write(10, "height", 2.0)  # two spans: slots 0 and 10
+        backend = engine.backend
+
+        class MutatingQueue:  # another thread edits chunk 10 once the first span is written
+            def __init__(self, queue):
+                self.queue = queue
+
+            def write_buffer(self, *args):
+                self.queue.write_buffer(*args)
+                world.write(10, "height", 3.0)
+
+            def __getattr__(self, name):
+                return getattr(self.queue, name)
+
+        queue, backend.queue = backend.queue, MutatingQueue(backend.queue)
+        before = backend.stats["uploads"]
+        st = FrameStats()
+        try:
+            with pytest.raises(StaleSpanError, match="chunk 10"):
+                engine.upload(st)
+        finally:
+            backend.queue = queue
+        assert backend.stats["uploads"] - before == 1
+        assert (st.uploads, st.upload_bytes) == (1, world.chunk_nbytes("height"))
+    finally:
+        engine.close()

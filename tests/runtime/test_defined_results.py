@@ -365,3 +365,59 @@ def test_outputs_read_as_outputs_are_still_pooled():
     for _ in range(10):
         np.testing.assert_array_equal(abi.read(v.run(n, inputs={"x": xs}, params={"a": 2.0}).outputs["y"]), 2.0 * xs + 1.0)
     assert pool.created == created  # no new buffer: the runs reuse the pool's
+
+
+def test_a_chain_through_a_domain_count_keeps_its_counters_pooled():
+    # The domain count reads its source's counter; that is no hand-out: frame after frame the
+    # chain reuses the pool's buffers instead of making new ones.
+    from engine_plugin.runtime.buffers import pool_for
+
+    compact = make("t13/compact", COMPACT_YAML, COMPACT_WGSL)
+    live = make("t13/live", LIVE_YAML, LIVE_WGSL)
+    src = np.where(np.arange(40) % 4 == 0, 1.0, -1.0).astype(np.float32)
+
+    def frame() -> None:
+        produced = compact.run(n=40, inputs={"src": src})
+        np.testing.assert_array_equal(abi.read(live.run(domain_count=produced.outputs["kept"]).outputs["dst"]), np.ones(10, np.float32))
+
+    for _ in range(5):
+        frame()
+    gc.collect()
+    pool = pool_for(get_context())
+    created = pool.created
+    for _ in range(5):
+        frame()
+        gc.collect()
+    assert pool.created == created  # each frame took the pool's buffers back
+
+
+INOUT_YAML = """\
+bindings:
+  - { name: z, kind: buffer, access: read_write, element: f32 }
+params:
+  - { name: b, type: f32 }
+"""
+INOUT_WGSL = """\
+@compute @workgroup_size(64)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
+    let i = zero_index(gid);
+    if (i >= zero_n()) { return; }
+    z_set(i, z_get(i) + params.b);
+}
+"""
+
+
+def test_an_output_given_to_a_read_write_binding_keeps_its_buffer_when_its_run_goes():
+    v = make("defined/axpy_inout", AXPY_YAML, AXPY_WGSL)
+    w = make("defined/inout", INOUT_YAML, INOUT_WGSL)
+    n = 256
+    xs = np.arange(n, dtype=np.float32)
+    first = v.run(n, inputs={"x": xs}, params={"a": 2.0})
+    second = w.run(n, outputs={"z": first.outputs["y"]}, params={"b": 10.0})
+    # Another run of w with another buffer: w's repeat state no longer holds first's Output.
+    other = get_context().device.create_buffer_with_data(data=np.zeros(n, np.float32), usage=wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC)
+    w.run(n, outputs={"z": other}, params={"b": 1.0})
+    del first
+    gc.collect()
+    _other_runs(v, n)
+    np.testing.assert_array_equal(abi.read(second.outputs["z"]), 2.0 * xs + 11.0)

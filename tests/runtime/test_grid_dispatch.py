@@ -149,3 +149,13 @@ def test_a_looping_kernel_over_a_million_elements_is_right_on_the_default_launch
     for s in range(steps):
         want = ((want ^ s) * 16777619) & 0xFFFFFFFF
     np.testing.assert_array_equal(got[at], want.astype(np.uint32))
+
+
+def test_a_cpu_adapters_launch_of_the_largest_domain_fits_the_u32_the_entry_point_counts_in():
+    # The entry point counts launched workgroups in u32: a fold past 2**32 - 1 of them wraps
+    # its step and runs logical groups many times over.
+    for workgroup in ((1, 1, 1), (64, 1, 1), (8, 8, 1)):
+        domain = geometry.as_domain(0xFFFFFFFF)
+        cap = geometry.group_cap(workgroup, "llvmpipe (LLVM 15.0.6, 256 bits) (CPU, Vulkan)")
+        _, physical = geometry.dispatch_fields(domain, workgroup, 65535, cap)
+        assert physical[0] * physical[1] * physical[2] <= 0xFFFFFFFF - 65535, (workgroup, physical)
