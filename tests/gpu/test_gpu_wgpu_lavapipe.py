@@ -259,14 +259,20 @@ def _mirror_slots(be, name: str, slots: int) -> np.ndarray:
     return words.reshape(slots, -1)[:, :16]
 
 
-def test_upload_spans_writes_each_span_and_stops_at_the_first_refused_one(ctx, make_backend):
-    from engine_plugin.gpu.backend import upload_spans
-
-    w = World((4, 4), {"h": np.float32}, max_chunks=8)
-    for k in range(8):
+def _numbered_world(ctx, make_backend, chunks: int):
+    """A world of ``chunks`` 4x4 chunks, chunk k all k + 1, and a backend mirroring it."""
+    w = World((4, 4), {"h": np.float32}, max_chunks=chunks)
+    for k in range(chunks):
         w.add(k, {"h": np.full((4, 4), k + 1, np.float32)})
     be = make_backend(ctx)
     assert be.register_field(field_mirror_desc(w, "h"))
+    return w, be
+
+
+def test_upload_spans_writes_each_span_and_stops_at_the_first_refused_one(ctx, make_backend):
+    from engine_plugin.gpu.backend import upload_spans
+
+    w, be = _numbered_world(ctx, make_backend, 8)
     assert not _mirror_slots(be, "h", 8).any()  # a mirror starts as zeros
     good = [upload_desc(w, "h", k) for k in (1, 3, 6)]
     bad = dataclasses.replace(good[1], dst_offset=2)  # misaligned: refused
@@ -285,11 +291,7 @@ def test_upload_spans_writes_each_span_and_stops_at_the_first_refused_one(ctx, m
 def test_upload_spans_raise_on_a_stale_span_after_writing_the_ones_before(ctx, make_backend):
     from engine_plugin.gpu.backend import upload_spans
 
-    w = World((4, 4), {"h": np.float32}, max_chunks=4)
-    for k in range(4):
-        w.add(k, {"h": np.full((4, 4), k + 1, np.float32)})
-    be = make_backend(ctx)
-    assert be.register_field(field_mirror_desc(w, "h"))
+    w, be = _numbered_world(ctx, make_backend, 4)
     spans = [upload_desc(w, "h", k) for k in range(4)]
     w.write(2, "h", 7.0)  # span 2 is stale now
     with pytest.raises(StaleSpanError, match="chunk 2"):

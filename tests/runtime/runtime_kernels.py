@@ -58,3 +58,21 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
     dst_set(i, i);
 }
 """
+
+
+# y = a * x + 1 over len(x) elements (the host-path and pooling tests).
+AXPY_YAML = """\
+bindings:
+  - { name: x, kind: buffer, access: read, element: f32 }
+  - { name: y, kind: buffer, access: read_write, element: f32, count: "len(x)" }
+params:
+  - { name: a, type: f32 }
+"""
+AXPY_WGSL = """\
+@compute @workgroup_size(64)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
+    let i = zero_index(gid);
+    if (i >= zero_n()) { return; }
+    y_set(i, params.a * x_get(i) + 1.0);
+}
+"""

@@ -12,6 +12,7 @@ import gc
 import numpy as np
 import pytest
 import wgpu
+from runtime_kernels import AXPY_WGSL, AXPY_YAML
 
 from engine_plugin import abi
 from engine_plugin.device.context import get_context
@@ -301,21 +302,6 @@ def test_batch_outputs_and_plain_runs_still_share_the_pool_after_the_batch():
     assert pool.created == before  # parked buffers came back once the batch was submitted
 
 
-AXPY_YAML = """\
-bindings:
-  - { name: x, kind: buffer, access: read, element: f32 }
-  - { name: y, kind: buffer, access: read_write, element: f32, count: "len(x)" }
-params:
-  - { name: a, type: f32 }
-"""
-AXPY_WGSL = """\
-@compute @workgroup_size(64)
-fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
-    let i = zero_index(gid);
-    if (i >= zero_n()) { return; }
-    y_set(i, params.a * x_get(i) + 1.0);
-}
-"""
 
 
 def _other_runs(v, n: int) -> None:

@@ -15,6 +15,7 @@ import threading
 import numpy as np
 import pytest
 import wgpu
+from runtime_kernels import AXPY_WGSL, AXPY_YAML
 
 from engine_plugin import abi
 from engine_plugin.device.context import get_context
@@ -25,21 +26,6 @@ pytestmark = pytest.mark.gpu
 
 batch_module = importlib.import_module("engine_plugin.runtime.batch")  # the package binds `batch` to the function
 
-AXPY_YAML = """\
-bindings:
-  - { name: x, kind: buffer, access: read, element: f32 }
-  - { name: y, kind: buffer, access: read_write, element: f32, count: "len(x)" }
-params:
-  - { name: a, type: f32 }
-"""
-AXPY_WGSL = """\
-@compute @workgroup_size(64)
-fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
-    let i = zero_index(gid);
-    if (i >= zero_n()) { return; }
-    y_set(i, params.a * x_get(i) + 1.0);
-}
-"""
 STORAGE = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC | wgpu.BufferUsage.COPY_DST
 
 
