@@ -365,6 +365,17 @@ class Product:
     def reowe(self, world: Any, keys: Any, failed: Work | None = None) -> None:
         """Owe ``keys`` again after their results were discarded (or ``failed``), unless
         work for their current content is already on its way. Evicted keys are forgotten."""
+        slots_of = getattr(world, "slots_of", None)
+        if self._sent_at is not None and failed is None and slots_of is not None and keys:
+            # By slot, as one vector: a key not in the world (-1) is owed nothing; a live chunk is
+            # owed unless its current content version is the one last sent for its slot.
+            slots = slots_of(keys)
+            live = slots >= 0
+            at = np.where(live, slots, 0)
+            owe = live & (self._sent_at[at] != world.slot_versions(at))
+            if owe.any():
+                self.pending.update(itertools.compress(keys, owe.tolist()))
+            return
         failed_sent = {k: (v, failed.serial) for k, v in zip(failed.keys, failed.versions)} if failed is not None else {}
         for k in keys:
             if k not in world:

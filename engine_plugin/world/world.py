@@ -290,13 +290,18 @@ class World:
     def take_dirty_slots(self, name: str) -> np.ndarray:
         """Sorted slots of the chunks whose field ``name`` is dirty; clears them."""
         mask = self._dirty_mask[self.field(name).name]
-        slots = np.flatnonzero(mask)
-        mask[slots] = False
+        slots = mask.nonzero()[0]
+        mask.fill(False)  # every set entry was just taken: one memset, not a scatter
         return slots
 
     def slot_versions(self, slots: Any) -> np.ndarray:
         """Content versions of the chunks in ``slots`` (0 for a free slot)."""
         return self._slot_version[slots]
+
+    def slots_of(self, keys: Any) -> np.ndarray:
+        """The slots of chunks ``keys`` as i64 (-1 for a key not in the world)."""
+        get = self._slot_of.get
+        return np.fromiter((get(k, -1) for k in keys), dtype=np.int64, count=len(keys))
 
     def keys_at(self, slots: Any) -> list[int]:
         """The chunk keys in ``slots`` (None for a free slot)."""

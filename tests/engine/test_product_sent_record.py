@@ -42,6 +42,8 @@ op = st.tuples(st.sampled_from(_NAMES), st.integers(0, SLOTS + 3))
 @example([("edit", 1), ("send", 0), ("owe", 1)], 1)  # owed by versions without slots
 @example([("edit", 1), ("send", 1), ("to_dict", 0), ("owe", 1)], 1)  # sent before the switch to the dict
 @example([("edit", 1), ("send", 0), ("fail", 0), ("send", 0), ("fail", 0)], 1)  # re-owed by a failed work's serial
+@example([("send", 0), ("edit", 1), ("stale", 0)], 1)  # a stale result re-owes the chunk's new content
+@example([("send", 0), ("evict", 1), ("edit", 0), ("stale", 0)], 1)  # ... and nothing for an evicted chunk
 def test_the_by_slot_sent_record_owes_what_the_by_key_record_owes(ops, seed):
     rng = np.random.default_rng(seed)
     world = World((2, 2), {"h": np.float32}, max_chunks=SLOTS)
