@@ -143,3 +143,22 @@ def test_results_carry_records_as_the_kernel_wrote_them(world, make_engine):
     run_until_idle(engine)
     r = applied.results[0]
     assert r.record_shape == (4,) and r.records.shape == (256, 4) and r.values.shape == (256, 4)
+
+
+def test_frame_stats_add_sums_counts_keeps_the_latest_flags_and_merges_gpu_times():
+    from dataclasses import fields
+
+    from engine_plugin.engine import FrameStats
+
+    first = FrameStats(frame=1, gpu_active=True, product_gpu_ms={"a": 1.0}, gpu_timing="wall", frames_in_flight=2)
+    second = FrameStats(frame=2, gpu_lost=True, product_gpu_ms={"a": 2.0, "b": 0.5}, frames_in_flight=1)
+    for i, f in enumerate(fields(FrameStats)):  # every count field: a distinct value on each side
+        if f.type in ("int", "float") and f.name not in ("frame", "frames_in_flight"):
+            setattr(first, f.name, i + 1)
+            setattr(second, f.name, 100 * (i + 1))
+    first.add(second)
+    for i, f in enumerate(fields(FrameStats)):
+        if f.type in ("int", "float") and f.name not in ("frame", "frames_in_flight"):
+            assert getattr(first, f.name) == 101 * (i + 1), f.name
+    assert (first.frame, first.gpu_active, first.gpu_lost, first.frames_in_flight, first.gpu_timing) == (2, False, True, 1, "")
+    assert first.product_gpu_ms == {"a": 3.0, "b": 0.5}
