@@ -249,6 +249,13 @@ class WgpuBackend:
         self.stats["refusals"] += 1
         return False
 
+    def _unhealthy(self) -> bool:
+        """Whether :meth:`_usable` may refuse: a fault, closed, an unseen loss report, or the
+        device found lost. The healthy case (every upload, dispatch and readback of a frame)
+        is decided without building the refusal message a call to ``_usable`` takes."""
+        faults = self._faults
+        return faults.message is not None or self._closed or loss_reports.count != faults.seen_reports or self._guard.lost
+
     def _usable(self, what: str) -> bool:
         """Check loss reports, then whether ``what`` may run; records the refusal if not."""
         if self._faults.new_loss_report():
@@ -356,11 +363,8 @@ class WgpuBackend:
             StaleSpanError: as :meth:`upload`, with the spans before it written.
         """
         faults = self._faults
-        # The healthy case is decided without building a refusal message: no fault, not
-        # closed, no unseen loss report, the device not found lost.
-        if faults.message is not None or self._closed or loss_reports.count != faults.seen_reports or self._guard.lost:
-            if not self._usable(f"upload({descs[0].tag!r})" if descs else "upload"):
-                return 0
+        if self._unhealthy() and not self._usable(f"upload({descs[0].tag!r})" if descs else "upload"):
+            return 0
         if self._batches.recorded:
             self._batches.flush()  # encoded dispatches must not see bytes written after them
             if not self.healthy:
@@ -408,7 +412,7 @@ class WgpuBackend:
     def dispatch(self, desc: DispatchDesc) -> bool:
         """Validate (generation, field, chunk budget, workgroup limits), encode a compute pass
         and submit it. Answers whether it was submitted, not whether it finished."""
-        if not self._usable(f"dispatch({desc.product})"):
+        if self._unhealthy() and not self._usable(f"dispatch({desc.product})"):
             return False
         product = self._products.get(desc.product)
         if product is None:
@@ -521,7 +525,7 @@ class WgpuBackend:
         exactly once, READY or FAILED. Refused: stale product, NONE policy, FULL_FIELD unless
         configured, missing selection, bad range, or a count/bytes budget that would overflow.
         """
-        if not self._usable(f"readback({desc.product})"):
+        if self._unhealthy() and not self._usable(f"readback({desc.product})"):
             return False
         product = self._products.get(desc.product)
         if product is None:
