@@ -44,7 +44,7 @@ from .compile import CompiledVariant
 from .convert import conversion_record
 from .deferred import DEFER_MAX_BYTES
 from .deferred import defer as defer_run
-from .loss import LOST_HINT, device_guard, lost_error
+from .loss import LOST_HINT, lost_error
 from .output import Output, give_back, on_release, own_pooled, share
 from .params import ParamsPacker, exact_fingerprint
 from .submission import PENDING, encode_records, flush_pending, submit_encoder
@@ -679,21 +679,31 @@ class Variant:
         Raises:
             DispatchError: as :meth:`run`, and when the outputs do not fit ``results``.
         """
-        with device_guard(self.ctx), self._lock:
-            flush_pending()  # a deferred run goes first, in queue order
-            if len(self._ring.reserved) >= self._ring.slots - 1:  # one slot each, until submitted
-                raise DispatchError(f"{self._ring.slots - 1} prepared runs of this variant are not submitted yet", Span(self.yaml_path))
-            area = _Placement(results, self._storage_align)
-            result, shape, data, bind_group, groups, work, bound = self._prepare(n, inputs, params, None, domain_count, area)
-            offset = self._ring.take()
-            self.ctx.queue.write_buffer(self._ring.buffer, offset, data)
-            self._ring.reserved.add(offset)
-            self.runs += 1
-            # The buffers it binds (the params ring too): the submission may then move the
-            # zeroing of its outputs ahead of other records (see runtime.submission).
-            binds = frozenset([self._ring.buffer, *(b.buffer for b in bound.values() if b.buffer is not None)])
-            record = (self.compiled.pipeline, bind_group, offset, groups, work.ops, binds)
-            return PreparedRun(self, work.extra + [record], Run(result, shape, groups, self), work.temps, area.layout, area.end, offset)
+        # device_guard, inlined as in run(): a generator context manager costs µs a product a frame.
+        ctx = self.ctx
+        if ctx.guard.lost:
+            raise DeviceLostError(LOST_HINT)
+        try:
+            with self._lock:
+                flush_pending()  # a deferred run goes first, in queue order
+                if len(self._ring.reserved) >= self._ring.slots - 1:  # one slot each, until submitted
+                    raise DispatchError(f"{self._ring.slots - 1} prepared runs of this variant are not submitted yet", Span(self.yaml_path))
+                area = _Placement(results, self._storage_align)
+                result, shape, data, bind_group, groups, work, bound = self._prepare(n, inputs, params, None, domain_count, area)
+                offset = self._ring.take()
+                self.ctx.queue.write_buffer(self._ring.buffer, offset, data)
+                self._ring.reserved.add(offset)
+                self.runs += 1
+                # The buffers it binds (the params ring too): the submission may then move the
+                # zeroing of its outputs ahead of other records (see runtime.submission).
+                binds = frozenset([self._ring.buffer, *(b.buffer for b in bound.values() if b.buffer is not None)])
+                record = (self.compiled.pipeline, bind_group, offset, groups, work.ops, binds)
+                return PreparedRun(self, work.extra + [record], Run(result, shape, groups, self), work.temps, area.layout, area.end, offset)
+        except Exception as exc:
+            lost = lost_error(ctx, exc)
+            if lost is None or lost is exc:
+                raise
+            raise lost from None
 
     def results_bytes(self, n: int, params: Mapping[str, Any] | None = None, lengths: Mapping[str, int] | None = None) -> int:
         """Bytes a results area needs for a run over ``n`` items (``lengths``: element counts
