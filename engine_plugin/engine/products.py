@@ -366,9 +366,12 @@ class Product:
         """Owe ``keys`` again after their results were discarded (or ``failed``), unless
         work for their current content is already on its way. Evicted keys are forgotten."""
         slots_of = getattr(world, "slots_of", None)
-        if self._sent_at is not None and failed is None and slots_of is not None and keys:
+        if self._sent_at is not None and failed is None and slots_of is not None:
             # By slot, as one vector: a key not in the world (-1) is owed nothing; a live chunk is
             # owed unless its current content version is the one last sent for its slot.
+            keys = keys if type(keys) is list or type(keys) is tuple else list(keys)
+            if not keys:
+                return
             slots = slots_of(keys)
             live = slots >= 0
             at = np.where(live, slots, 0)

@@ -56,7 +56,8 @@ class FrameStats:
     def add(self, other: FrameStats) -> None:
         """Accumulate ``other`` into these totals (flags: the latest frame's; ``gpu_lost``: ever)."""
         mine, theirs = self.__dict__, other.__dict__
-        for name in _SUMMED:
+        summed = _SUMMED if type(self) is FrameStats else _summed(type(self))
+        for name in summed:
             mine[name] += theirs[name]
         for name in _LATEST:
             mine[name] = theirs[name]
@@ -78,4 +79,11 @@ class FrameStats:
 # How ``add`` treats each field (made once: ``fields()`` and a name test per field cost tens of
 # µs a frame): the latest frame's value, ever lost, GPU times by product, or summed.
 _LATEST = ("frame", "gpu_active", "frames_in_flight", "gpu_timing")
-_SUMMED = tuple(f.name for f in fields(FrameStats) if f.name not in (*_LATEST, "gpu_lost", "product_gpu_ms"))
+
+
+def _summed(cls: type) -> tuple[str, ...]:
+    """The summed fields of ``cls`` (a subclass's own fields too)."""
+    return tuple(f.name for f in fields(cls) if f.name not in (*_LATEST, "gpu_lost", "product_gpu_ms"))
+
+
+_SUMMED = _summed(FrameStats)

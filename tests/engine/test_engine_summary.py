@@ -162,3 +162,18 @@ def test_frame_stats_add_sums_counts_keeps_the_latest_flags_and_merges_gpu_times
             assert getattr(first, f.name) == 101 * (i + 1), f.name
     assert (first.frame, first.gpu_active, first.gpu_lost, first.frames_in_flight, first.gpu_timing) == (2, False, True, 1, "")
     assert first.product_gpu_ms == {"a": 3.0, "b": 0.5}
+
+
+def test_frame_stats_add_sums_a_subclasss_own_fields_too():
+    from dataclasses import dataclass
+
+    from engine_plugin.engine import FrameStats
+
+    @dataclass
+    class GameStats(FrameStats):
+        culled: int = 0
+
+    totals = GameStats()
+    for frame in range(3):
+        totals.add(GameStats(frame=frame, uploads=2, culled=5))
+    assert (totals.frame, totals.uploads, totals.culled) == (2, 6, 15)

@@ -126,3 +126,21 @@ def test_sending_a_work_list_records_it_by_slot_without_the_dict():
     index = ChunkIndex(world)
     product.owe_changed([2, 3], index.get)  # 2 is unchanged: its sent version is current
     assert product.pending == {3}
+
+
+def test_re_owing_takes_keys_as_any_iterable():
+    world = World((2, 2), {"h": np.float32}, max_chunks=8)
+    for k in range(6):
+        world.add(k)
+    product = _product()
+    product.owe_everything(world)
+    product.done(product.work(world, index=ChunkIndex(world)))
+    world.write(3, "h", 1.0)
+    forms = {"array": lambda: np.array([2, 3]), "generator": lambda: (k for k in (2, 3)), "set": lambda: {2, 3}, "list": lambda: [2, 3]}
+    for name, make_keys in forms.items():
+        product.pending = set()
+        product.reowe(world, make_keys())
+        assert product.pending == {3}, name  # 3 changed since it was sent; 2 did not
+    product.pending = set()
+    product.reowe(world, ())
+    assert product.pending == set()
