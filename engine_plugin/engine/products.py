@@ -313,11 +313,12 @@ class Product:
             if at[slot]:
                 self.sent[k] = (int(at[slot]), int(serials[slot]))
 
-    def _sent_version(self, key: int, slot: int) -> tuple[int, int] | None:
-        """``(content version, work serial)`` last sent for chunk ``key`` at ``slot``, or None."""
+    def _sent_version(self, key: int, world: Any) -> tuple[int, int] | None:
+        """``(content version, work serial)`` last sent for live chunk ``key``, or None."""
         at = self._sent_at
         if at is None:
             return self.sent.get(key)
+        slot = world.slot(key)
         version = int(at[slot])
         return (version, int(self._sent_serial[slot])) if version else None  # type: ignore[index]
 
@@ -384,7 +385,7 @@ class Product:
             if k not in world:
                 self.sent.pop(k, None)  # (by slot: the slot's next chunk has other versions)
                 continue
-            sent = self._sent_version(k, world.slot(k)) if self._sent_at is not None else self.sent.get(k)
+            sent = self._sent_version(k, world)
             if sent is None or sent[0] != world.version(k) or failed_sent.get(k) == sent:
                 self.pending.add(k)
 

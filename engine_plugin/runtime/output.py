@@ -145,8 +145,7 @@ class Output:
         run in queue order."""
         if PENDING[0] is not None:
             flush_pending()
-        if id(self._buffer) in _owners:  # pooled: the caller's from now on
-            _escaped.add(id(self._buffer))
+        share(self)  # a pooled buffer is the caller's from now on
         return self._buffer
 
     @property
@@ -285,9 +284,9 @@ _escaped: set[int] = set()
 
 
 def share(output: Output) -> None:
-    """``output``'s pooled buffer is bound by another Output from now on (a read_write
-    binding the caller supplied it to): it leaves the pool when ``output`` goes, as a
-    handed-out one does."""
+    """``output``'s pooled buffer is reachable elsewhere from now on (handed out by
+    :attr:`Output.buffer`, or bound by another Output as a read_write binding the caller
+    supplied it to): it leaves the pool when ``output`` goes."""
     if id(output._buffer) in _owners:
         _escaped.add(id(output._buffer))
 

@@ -111,14 +111,19 @@ def test_the_by_slot_sent_record_owes_what_the_by_key_record_owes(ops, seed):
         assert by_slot.pending == by_key.pending, (name, arg)
 
 
-def test_sending_a_work_list_records_it_by_slot_without_the_dict():
+def _sent_everything() -> tuple[World, Product]:
+    """Six chunks in eight slots, and a product that sent a work list over all of them."""
     world = World((2, 2), {"h": np.float32}, max_chunks=8)
     for k in range(6):
         world.add(k)
     product = _product()
     product.owe_everything(world)
-    work = product.work(world, index=ChunkIndex(world))
-    product.done(work)
+    product.done(product.work(world, index=ChunkIndex(world)))
+    return world, product
+
+
+def test_sending_a_work_list_records_it_by_slot_without_the_dict():
+    world, product = _sent_everything()
     assert product.sent == {}  # nothing per chunk on the frame's path
     assert product._sent_at is not None
     assert product._sent_at[world.slot(3)] == world.version(3)
@@ -129,12 +134,7 @@ def test_sending_a_work_list_records_it_by_slot_without_the_dict():
 
 
 def test_re_owing_takes_keys_as_any_iterable():
-    world = World((2, 2), {"h": np.float32}, max_chunks=8)
-    for k in range(6):
-        world.add(k)
-    product = _product()
-    product.owe_everything(world)
-    product.done(product.work(world, index=ChunkIndex(world)))
+    world, product = _sent_everything()
     world.write(3, "h", 1.0)
     forms = {"array": lambda: np.array([2, 3]), "generator": lambda: (k for k in (2, 3)), "set": lambda: {2, 3}, "list": lambda: [2, 3]}
     for name, make_keys in forms.items():
