@@ -50,7 +50,7 @@ from typing import Any
 from ..errors import PluginError, StaleHandleError, StaleSpanError
 from ..gpu.backend import ReadbackResult, upload_spans
 from ..gpu.config import WgpuBackendConfig
-from ..gpu.descriptors import ReadbackDesc, ReadbackPolicy, take_dirty_changes
+from ..gpu.descriptors import ReadbackDesc, ReadbackPolicy, spans_nbytes, take_dirty_changes
 from ..gpu.handles import GpuProductHandle, SlotTable
 from ..lowering import resolve_spec
 from ..runtime.batch import flush_current_batch
@@ -571,7 +571,7 @@ class Engine:
                     raise
                 finally:
                     st.uploads += done
-                    st.upload_bytes += sum([desc.nbytes for desc in spans[:done]])
+                    st.upload_bytes += spans_nbytes(spans, done)
                 if done < len(spans):
                     if self.gpu_active:  # refused, not failed closed: that mirror is behind
                         self._gpu.unmirror(name)

@@ -7,10 +7,11 @@ without importing wgpu, and any :class:`~engine_plugin.gpu.backend.GpuBackend` c
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable, Iterable
+from bisect import bisect_right
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from dataclasses import field as _field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, overload
 
 import numpy as np
 
@@ -29,10 +30,12 @@ __all__ = [
     "GpuDescriptorError",
     "ReadbackDesc",
     "ReadbackPolicy",
+    "SpanList",
     "UploadDesc",
     "coalesce_uploads",
     "field_mirror_desc",
     "take_dirty_changes",
+    "spans_nbytes",
     "take_dirty_uploads",
     "upload_desc",
 ]
@@ -254,7 +257,7 @@ def coalesce_uploads(
 
 def take_dirty_uploads(
     world: World, tag: str, max_gap: int = 0, *, spans: bool = True, meta: Callable[[int], tuple[int, int] | None] | None = None
-) -> tuple[list[int], list[UploadDesc]]:
+) -> tuple[list[int], Sequence[UploadDesc]]:
     """Take the dirty chunks of field ``tag`` (clearing them) and answer ``(their keys, the
     coalesced spans that upload them)`` (no spans with ``spans=False``).
 
@@ -272,10 +275,11 @@ class DirtyChanges:
     """What :func:`take_dirty_changes` took: the changed chunks of one field and their spans.
 
     ``versions`` (content versions, aligned with ``keys``) and ``slots`` are numpy vectors
-    when the world has the slot-vector API, else None (ask the world per key)."""
+    when the world has the slot-vector API, else None (ask the world per key); ``spans`` is then
+    a :class:`SpanList`."""
 
     keys: list[int]
-    spans: list[UploadDesc]
+    spans: Sequence[UploadDesc]
     slots: Any = None
     versions: Any = None
 
@@ -299,37 +303,13 @@ def take_dirty_changes(
     nbytes = world.chunk_nbytes(tag)
     stride = slot_stride(nbytes)
     padded = stride != nbytes
-    # Each pass over the chunks costs (a whole world is 1,024 of them): the keys and versions
-    # become tuples once, and a span slices them (a slice of a whole tuple is the tuple itself);
-    # small spans slice plain lists, not numpy (scalar indexing and small slices cost more).
-    key_tuple, version_tuple = tuple(keys), tuple(versions.tolist())
     count = len(at)
     if at[-1] - at[0] + 1 == count:  # one run of adjacent slots (e.g. the whole world)
         ends = [count]
     else:
         # (np.diff and flatnonzero cost twice this, a frame's worth of µs on the H200's host)
         ends = [*(((slots[1:] - slots[:-1]) > max_gap + 1).nonzero()[0] + 1).tolist(), count]
-    out = []
-    start = 0
-    for end in ends:
-        first = at[start]
-        span = at[end - 1] - first + 1
-        out.append(
-            _new_upload_desc(
-                tag,
-                key_tuple[start:end],
-                version_tuple[start:end],
-                first,
-                first * stride,
-                stride * span,
-                world,
-                span if span != end - start else 0,
-                slots[start:end],
-                padded,
-                clock,
-            )
-        )
-        start = end
+    out = SpanList(tag, world, keys, slots, versions, at, ends, stride, padded, clock)
     return DirtyChanges(keys, out, slots, versions)
 
 
@@ -373,6 +353,103 @@ def _new_upload_desc(
         },
     )
     return desc
+
+
+class SpanList(Sequence[UploadDesc]):
+    """The upload spans of one field's changed chunks, held as vectors: a sequence of
+    :class:`UploadDesc` that makes each descriptor only when it is read.
+
+    A frame uploads tens of spans a field and a whole world is 1,024 chunks: building a
+    frozen descriptor, its key and version tuples and its check for every span cost more host
+    time than the writes. The wgpu backend writes a span list straight from these vectors
+    (:meth:`stale_at` checks every chunk at once); any other consumer sees the descriptors.
+
+    ``firsts``/``slot_counts``: each span's first slot and the slots its bytes cover (filler
+    included); ``bounds``: where each span's chunks end in ``keys``/``key_slots``/``versions``.
+    """
+
+    __slots__ = ("tag", "world", "keys", "key_slots", "versions", "bounds", "firsts", "slot_counts", "stride", "padded", "clock", "_descs")
+
+    def __init__(
+        self,
+        tag: str,
+        world: Any,
+        keys: list,
+        key_slots: np.ndarray,
+        versions: np.ndarray,
+        at: list[int],
+        ends: list[int],
+        stride: int,
+        padded: bool,
+        clock: int | None,
+    ) -> None:
+        self.tag, self.world, self.keys, self.key_slots, self.versions = tag, world, keys, key_slots, versions
+        self.bounds = ends
+        self.firsts = firsts = [at[0], *[at[e] for e in ends[:-1]]]
+        self.slot_counts = [at[e - 1] - first + 1 for e, first in zip(ends, firsts)]
+        self.stride, self.padded, self.clock = stride, padded, clock
+        self._descs: list[UploadDesc | None] = [None] * len(ends)
+
+    def __len__(self) -> int:
+        return len(self.bounds)
+
+    @overload
+    def __getitem__(self, index: int) -> UploadDesc: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[UploadDesc]: ...
+    def __getitem__(self, index: int | slice) -> UploadDesc | list[UploadDesc]:
+        if isinstance(index, slice):
+            return [self[i] for i in range(len(self))[index]]
+        desc = self._descs[index]
+        if desc is None:
+            i = range(len(self))[index]  # IndexError past the end, as a list's
+            start, end = (self.bounds[i - 1] if i else 0), self.bounds[i]
+            first, count = self.firsts[i], self.slot_counts[i]
+            desc = self._descs[i] = _new_upload_desc(
+                self.tag,
+                tuple(self.keys[start:end]),
+                tuple(self.versions[start:end].tolist()),
+                first,
+                first * self.stride,
+                count * self.stride,
+                self.world,
+                count if count != end - start else 0,
+                self.key_slots[start:end],
+                self.padded,
+                self.clock,
+            )
+        return desc
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, (SpanList, list, tuple)):
+            return list(self) == list(other)
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]  # compared by value, as the list it stands for
+
+    def __repr__(self) -> str:
+        return f"SpanList({list(self)!r})"
+
+    def nbytes_of(self, count: int) -> int:
+        """Bytes of the first ``count`` spans."""
+        return sum(self.slot_counts[:count]) * self.stride
+
+    def stale_at(self, start: int = 0) -> int | None:
+        """The index of the first span from ``start`` on a chunk of which changed or left
+        since the spans were taken (its :meth:`UploadDesc.data` raises), or None when every
+        one is current."""
+        if self.clock is not None and getattr(self.world, "clock", None) == self.clock:
+            return None  # nothing in the world changed since
+        skip = self.bounds[start - 1] if start else 0
+        changed = (np.asarray(self.world.slot_versions(self.key_slots[skip:])) != self.versions[skip:]).nonzero()[0]
+        return bisect_right(self.bounds, skip + int(changed[0])) if len(changed) else None
+
+
+def spans_nbytes(spans: Sequence[UploadDesc], count: int) -> int:
+    """Bytes of the first ``count`` of ``spans``."""
+    if type(spans) is SpanList:
+        return spans.nbytes_of(count)
+    return sum(desc.nbytes for desc in spans[:count])
 
 
 @dataclass(frozen=True)

@@ -43,7 +43,7 @@ from ..device.loss import FaultState, loss_reports
 from ..errors import StaleHandleError, StaleSpanError, bug
 from .batch import BatchRecorder
 from .config import WgpuBackendConfig, WgpuProductDesc, product_refusal, readback_range, source_size
-from .descriptors import DispatchDesc, FieldMirrorDesc, GpuCapabilities, ReadbackDesc, UploadDesc
+from .descriptors import DispatchDesc, FieldMirrorDesc, GpuCapabilities, ReadbackDesc, SpanList, UploadDesc
 from .handles import GpuProductHandle, SlotTable
 from .ring import ReadbackRing, map_submitted
 
@@ -370,6 +370,10 @@ class WgpuBackend:
             if not self.healthy:
                 self._refuse(f"upload: the backend failed submitting its batch ({self.fault})")
                 return 0
+        if type(descs) is SpanList and not descs.padded:
+            whole = self._whole_mirror(descs)
+            if whole is not None:
+                return self._upload_span_list(descs, whole)
         write = self.queue.write_buffer
         fields = self._fields
         done = sent = 0
@@ -403,6 +407,66 @@ class WgpuBackend:
                     break
                 done += 1
                 sent += nbytes
+        finally:  # the spans written count, also when a stale one raised
+            stats = self.stats
+            stats["uploads"] += done
+            stats["upload_bytes"] += sent
+        return done
+
+    def _whole_mirror(self, spans: SpanList) -> np.ndarray | None:
+        """The world's whole array of the spans' field when a span's bytes are rows of it
+        (registered field, slot-major rows of the mirror's stride, a world with a mutation
+        clock), else None."""
+        mirror = getattr(spans.world, "mirror", None)
+        if spans.tag not in self._fields or mirror is None or spans.clock is None or spans.stride % _ALIGN:
+            return None
+        whole = mirror(spans.tag)
+        return whole if whole.flags.c_contiguous and whole.ndim and whole.strides[0] == spans.stride else None
+
+    def _upload_span_list(self, spans: SpanList, whole: np.ndarray) -> int:
+        """:meth:`upload_spans` of a field's :class:`SpanList`, with the same checks in the
+        same order, made over its vectors: one range check (spans ascend by slot); chunks
+        checked current right before each span is written, as a span's ``data()`` does, but
+        through the world's mutation clock: the versions are compared (every remaining chunk
+        at once) only when the clock moved. Each span's bytes are a row slice of the field's
+        ``whole`` array; a descriptor is made only for a span that is refused."""
+        f = self._fields[spans.tag]
+        world, firsts, counts, stride = spans.world, spans.firsts, spans.slot_counts, spans.stride
+        stop = len(firsts)
+        while stop and (firsts[stop - 1] + counts[stop - 1]) * stride > f.total:
+            stop -= 1  # past the mirror's end: refused, with every span after it
+        write, buffer, faults = self.queue.write_buffer, f.buffer, self._faults
+        verified, stale = spans.clock, None  # every chunk was current at the clock the spans were taken at
+        done = sent = 0
+        try:
+            while done < stop:
+                now = world.clock
+                if now != verified:  # read before the check: a change during it moves the clock again
+                    stale, verified = spans.stale_at(done), now
+                if stale == done:
+                    break
+                if faults.message is not None:  # a notify from another thread landed meanwhile
+                    self._refuse(f"upload({spans.tag!r}): the backend is disabled ({faults.message})")
+                    return done
+                first, count = firsts[done], counts[done]
+                try:
+                    write(buffer, first * stride, whole[first : first + count])
+                except Exception as exc:
+                    self._device_exception(f"upload({spans.tag!r})", exc)  # re-raises what is not the device's
+                    return done
+                done += 1
+                sent += count * stride
+            if done < len(firsts):
+                desc = spans[done]
+                if done == stop:  # a span's range is checked before its chunks
+                    self._refuse(f"upload of {desc.tag!r}: bytes {desc.dst_offset}+{desc.nbytes} outside the mirror")
+                    return done
+                try:
+                    desc.data()  # raises the span's StaleSpanError, naming the chunk
+                except StaleSpanError as exc:
+                    exc.written = done
+                    raise
+                raise bug(f"upload span {done} of {spans.tag!r} was found stale, but its chunks are current")
         finally:  # the spans written count, also when a stale one raised
             stats = self.stats
             stats["uploads"] += done
