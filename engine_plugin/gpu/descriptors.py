@@ -357,7 +357,8 @@ def _new_upload_desc(
 
 class SpanList(Sequence[UploadDesc]):
     """The upload spans of one field's changed chunks, held as vectors: a sequence of
-    :class:`UploadDesc` that makes each descriptor only when it is read.
+    :class:`UploadDesc` that makes each descriptor only when it is read (indexing, iteration,
+    slicing to a list, comparison with a list; not a list itself: ``list(spans)`` is one).
 
     A frame uploads tens of spans a field and a whole world is 1,024 chunks: building a
     frozen descriptor, its key and version tuples and its check for every span cost more host
@@ -383,7 +384,10 @@ class SpanList(Sequence[UploadDesc]):
         padded: bool,
         clock: int | None,
     ) -> None:
-        self.tag, self.world, self.keys, self.key_slots, self.versions = tag, world, keys, key_slots, versions
+        # Its own keys and versions: the caller's list and vector (DirtyChanges') may change.
+        versions = versions.copy()
+        versions.flags.writeable = False
+        self.tag, self.world, self.keys, self.key_slots, self.versions = tag, world, tuple(keys), key_slots, versions
         self.bounds = ends
         self.firsts = firsts = [at[0], *[at[e] for e in ends[:-1]]]
         self.slot_counts = [at[e - 1] - first + 1 for e, first in zip(ends, firsts)]
@@ -421,7 +425,7 @@ class SpanList(Sequence[UploadDesc]):
         return desc
 
     def __eq__(self, other: object) -> bool:
-        if isinstance(other, (SpanList, list, tuple)):
+        if isinstance(other, (SpanList, list)):  # as the list it stands for (a list is never equal to a tuple)
             return list(self) == list(other)
         return NotImplemented
 

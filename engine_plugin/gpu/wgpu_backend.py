@@ -41,6 +41,7 @@ from ..device.flags import STORAGE as _STORAGE
 from ..device.guard import guard_for
 from ..device.loss import FaultState, loss_reports
 from ..errors import StaleHandleError, StaleSpanError, bug
+from ..world import World
 from .batch import BatchRecorder
 from .config import WgpuBackendConfig, WgpuProductDesc, product_refusal, readback_range, source_size
 from .descriptors import DispatchDesc, FieldMirrorDesc, GpuCapabilities, ReadbackDesc, SpanList, UploadDesc
@@ -415,12 +416,16 @@ class WgpuBackend:
 
     def _whole_mirror(self, spans: SpanList) -> np.ndarray | None:
         """The world's whole array of the spans' field when a span's bytes are rows of it
-        (registered field, slot-major rows of the mirror's stride, a world with a mutation
-        clock), else None."""
-        mirror = getattr(spans.world, "mirror", None)
-        if spans.tag not in self._fields or mirror is None or spans.clock is None or spans.stride % _ALIGN:
+        (a :class:`World` whose ``slab`` and ``mirror`` are its own, a registered field,
+        slot-major rows of the mirror's stride), else None."""
+        world = spans.world
+        # Only World's own rows: a subclass (or another world type) answering other bytes from
+        # ``slab`` than ``mirror``'s rows takes the per-span path, which writes ``slab``.
+        if getattr(type(world), "slab", None) is not World.slab or getattr(type(world), "mirror", None) is not World.mirror:
             return None
-        whole = mirror(spans.tag)
+        if spans.tag not in self._fields or spans.clock is None or spans.stride % _ALIGN:
+            return None
+        whole = world.mirror(spans.tag)
         return whole if whole.flags.c_contiguous and whole.ndim and whole.strides[0] == spans.stride else None
 
     def _upload_span_list(self, spans: SpanList, whole: np.ndarray) -> int:

@@ -196,3 +196,36 @@ def test_a_span_list_past_the_mirror_is_refused_after_the_spans_before_it(ctx, m
     for slot, k in order[:2]:
         assert (got[slot] == k + 1).all()
     assert be.stats["uploads"] == 1 and be.stats["upload_bytes"] == 2 * 64
+
+
+def test_a_span_list_keeps_its_own_keys_and_versions(backend):
+    """The caller's keys list and versions vector (``DirtyChanges``') may change after the take:
+    the spans still check and name the chunks they were taken for (review: they shared them)."""
+    w = _world()
+    for k in (30, 10, 20):  # slots 0, 1, 2
+        w.add(k)
+    found = take_dirty_changes(w, "h")
+    found.keys.sort()
+    found.keys.pop()
+    w.write(20, "h", 1.0)  # chunk 20 changes after the take
+    found.versions[:] = w.slot_versions(found.slots)  # the caller refreshes its vector in place
+    with pytest.raises(StaleSpanError, match="chunk 20 ") as info:
+        upload_spans(backend, found.spans)
+    assert info.value.written == 0
+    assert found.spans == [UploadDesc("h", (30, 10, 20), tuple(found.spans.versions.tolist()), 0, 0, 3 * 64, w)]
+    assert found.spans != tuple(found.spans)  # compared as the list it stands for
+
+
+def test_a_world_whose_slab_answers_other_bytes_is_written_through_slab(backend):
+    """The vector path slices World's own rows; a world type whose ``slab`` differs is written
+    span by span through ``slab`` (review: it wrote the mirror's rows)."""
+
+    class Offset(World):
+        def slab(self, name, first_slot, count=1):
+            return np.ascontiguousarray(super().slab(name, first_slot, count) + 100)
+
+    w = Offset(TILE, {"h": np.float32}, max_chunks=SLOTS)
+    for k in range(3):
+        w.add(k, {"h": np.full(TILE, k + 1, np.float32)})
+    assert upload_spans(backend, take_dirty_changes(w, "h").spans) == 1
+    np.testing.assert_array_equal(_mirror(backend)[:3], np.repeat([[101.0], [102.0], [103.0]], 16, axis=1))
