@@ -205,7 +205,9 @@ def read(x: Any, as_u32: bool = False) -> np.ndarray:
         if isinstance(vt, StructType) and not as_u32:
             return np.frombuffer(raw, dtype=vt.numpy_dtype).copy()  # a structured array, WGSL's offsets
         dtype = "<u4" if as_u32 else vt.numpy_dtype
-        arr = np.frombuffer(raw, dtype=dtype).copy()
+        arr = np.frombuffer(raw, dtype=dtype)
+        if not arr.flags.writeable:  # the read's own copy is writeable (a fresh bytearray): no second copy
+            arr = arr.copy()
         return arr.reshape(count, vt.lanes) if vt.lanes > 1 else arr
     if isinstance(x, wgpu.GPUTexture):
         w, h, d = x.size

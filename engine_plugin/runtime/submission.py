@@ -92,6 +92,15 @@ def encode_records(encoder: Any, records: list, timings: dict[int, tuple[Any, in
     if first_in_place < 0 and not timings:
         _encode_dispatches(encoder, records)  # every dispatch in one pass: a batch's path
         return
+    if first_in_place > last_dispatch and not timings:
+        # Every in-place op comes after every dispatch (a one-shot read's copy, a frame's
+        # readbacks with nothing to zero): nothing can move; one pass, then the ops in order.
+        _encode_dispatches(encoder, records)
+        for record in records[first_in_place:]:
+            for op in record[4]:
+                if op[0] != "clear":
+                    _encode_in_place(encoder, op)
+        return
     # Something can move only when an in-place op comes before a dispatch (a one-shot read's
     # copy, a frame's readbacks with nothing to zero, come after every dispatch already).
     hoisted, sunk = _movable(records) if 0 <= first_in_place <= last_dispatch else ([], set())

@@ -264,7 +264,7 @@ class _Repeat:
         self.fixed = [b.buffer for b in bound.values() if b.buffer is not None]
         self.bind_groups: dict[tuple, Any] = {}
         self.simple = False  # pooled plain outputs only, no inout bindings (set by _remember)
-        self.host: dict = {}  # input name -> (slot, dtype, shape): numpy inputs, uploaded each run
+        self.host: dict = {}  # input name -> (slot, dtype, shape, direct): numpy inputs, uploaded each run
         self.defer = False  # a deferrable run (runtime.deferred)
 
 
@@ -419,6 +419,26 @@ class Variant:
             self.ctx.queue.write_buffer(buf, 0, arr)
         temps.append(buf)
         return _Bound(buf, int(info), 0, _binding_size(arr.nbytes))
+
+    def _direct_upload(self, slot: HostSlot, value: np.ndarray) -> tuple | None:
+        """For the repeat path: (size class, count, binding size) when arrays of ``value``'s
+        dtype and shape go up as they are (the binding's own dtype, no bits, not empty: what
+        :func:`prepare_array` would answer unchanged), else None."""
+        vt = slot.value_type
+        if isinstance(vt, StructType) or slot.bits or slot.atomic or not value.nbytes or value.dtype != np.dtype(vt.numpy_dtype):
+            return None
+        return size_class(value.nbytes), value.size // vt.lanes, _binding_size(value.nbytes)
+
+    def _upload_again(self, slot: HostSlot, value: np.ndarray, temps: list, direct: tuple | None) -> _Bound:
+        """:meth:`_upload` of a repeat's numpy input (its dtype and shape checked equal to the
+        remembered run's): written as it is when ``direct`` (see :meth:`_direct_upload`)."""
+        if direct is None or not value.flags.c_contiguous:
+            return self._upload(slot, value, temps)
+        cls, count, size = direct
+        buf = self._pool.take_class(cls, STORAGE_USAGE, slot.name)
+        self.ctx.queue.write_buffer(buf, 0, value)
+        temps.append(buf)
+        return _Bound(buf, count, 0, size)
 
     def _resolve_input(self, slot: HostSlot, value: Any, work: _Work) -> _Bound:
         vt = slot.value_type
@@ -891,8 +911,10 @@ class Variant:
         defer: bool = False,
     ) -> None:
         outs = {s.binding for s in self.lowered.host_slots if s.role in ("output", "append")}
-        host = {name: (self._slots[name], inputs[name].dtype, inputs[name].shape) for name in arrays or ()}
-        outs |= {slot.binding for slot, _, _ in host.values()}  # uploaded afresh each run
+        host = {
+            name: (self._slots[name], inputs[name].dtype, inputs[name].shape, self._direct_upload(self._slots[name], inputs[name])) for name in arrays or ()
+        }
+        outs |= {slot.binding for slot, _, _, _ in host.values()}  # uploaded afresh each run
         outs |= {s.counter_binding for s in self.lowered.host_slots if s.role == "append"}
         plan = []
         for slot, _, _ in self._output_slots:
@@ -937,7 +959,7 @@ class Variant:
             result: dict[str, Output] = {}
             owned: list = []
             temps: list = []
-            ups = [(slot.binding, self._upload(slot, inputs[name], temps)) for name, (slot, _, _) in rep.host.items()] if rep.host else ()
+            ups = [(slot.binding, self._upload_again(slot, inputs[name], temps, direct)) for name, (slot, _, _, direct) in rep.host.items()] if rep.host else ()
             take = pool.take_class
             for slot, size, nbytes, cls, _, vt in rep.plan:
                 buf = take(cls, STORAGE_USAGE, slot.name)

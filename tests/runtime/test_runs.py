@@ -289,3 +289,43 @@ def test_a_chained_output_of_another_scalar_type_is_cast_by_value_on_the_gpu():
     # by value, truncating toward zero; out-of-range values saturate to the largest f32 inside
     # the i32 range (WGSL's conversion: 2**31 - 128)
     np.testing.assert_array_equal(got, np.array([3, -5, 2**31 - 128, -(2**31)], np.int32))
+
+
+def test_a_repeated_numpy_input_is_uploaded_afresh_whatever_its_layout():
+    """The repeat path writes a numpy input as it is when it is C-contiguous in the binding's
+    own dtype; any other layout of the same dtype and shape (a strided view, a transposed
+    grid) goes through the general conversion. Every run sees its own values."""
+    from runtime_kernels import AXPY_WGSL, AXPY_YAML
+
+    variant = make("t/axpy_repeat_upload", AXPY_YAML, AXPY_WGSL)
+    rng = np.random.default_rng(11)
+    n = 256
+    big = rng.uniform(-1, 1, 2 * n).astype(np.float32)
+    cases = [
+        rng.uniform(-1, 1, n).astype(np.float32),  # contiguous: written as it is
+        big[::2],  # strided view, same dtype and shape
+        rng.uniform(-1, 1, n).astype(np.float32),
+        big[1::2],
+        np.ascontiguousarray(big[:n]),
+    ]
+    for x in cases * 2:
+        got = abi.read(variant.run(n, inputs={"x": x}, params={"a": 3.0}).outputs["y"])
+        np.testing.assert_array_equal(got, np.float32(3.0) * x + np.float32(1.0))
+
+
+def test_abi_read_answers_an_array_of_its_own():
+    """abi.read's array owns its memory: writeable, and a later read or run never changes it."""
+    from runtime_kernels import AXPY_WGSL, AXPY_YAML
+
+    variant = make("t/axpy_read_owned", AXPY_YAML, AXPY_WGSL)
+    x = np.arange(64, dtype=np.float32)
+    y = variant.run(64, inputs={"x": x}, params={"a": 2.0}).outputs["y"]
+    first, second = abi.read(y), abi.read(y)
+    assert first.flags.writeable
+    first[:] = -1
+    np.testing.assert_array_equal(second, 2 * x + 1)
+    np.testing.assert_array_equal(abi.read(y), 2 * x + 1)
+    abi.read(variant.run(64, inputs={"x": x + 5}, params={"a": 2.0}).outputs["y"])
+    np.testing.assert_array_equal(second, 2 * x + 1)
+    empty = abi.read(variant.run(0, inputs={"x": x[:0]}, params={"a": 2.0}).outputs["y"])
+    assert empty.size == 0 and empty.flags.writeable
