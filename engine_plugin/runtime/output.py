@@ -30,24 +30,25 @@ from .textures import TextureOutput, read_texture
 __all__ = ["Output", "give_back", "read", "read_words", "own_pooled", "share"]
 
 
-def read_words(buffer: Any, offset: int = 0, size: int | None = None, device: Any = None) -> memoryview:
+def read_words(buffer: Any, offset: int = 0, size: int | None = None, device: Any = None, dtype: Any = None) -> Any:
     """Copy ``size`` bytes of ``buffer`` back to the CPU, waiting for the GPU (not for frame paths).
 
-    Staging buffers are pooled per device: ``queue.read_buffer`` makes (and destroys) a new
-    one per call, which dominates small reads.
+    Answers a memoryview of the bytes; with ``dtype``, a numpy array of that dtype that owns
+    them (copied once, straight from the mapped range). Staging buffers are pooled per device:
+    ``queue.read_buffer`` makes (and destroys) a new one per call, which dominates small reads.
     """
     if not (buffer.usage & wgpu.BufferUsage.COPY_SRC):
         raise DispatchError(f"cannot read buffer {buffer.label!r}: it was created without COPY_SRC usage")
     size = buffer.size - offset if size is None else size
     if size <= 0:
-        return memoryview(b"")
+        return memoryview(b"") if dtype is None else np.empty(0, dtype)
     ctx = get_context(device or buffer._device)
     # device_guard, inlined (this is every one-shot read's path)
     if ctx.guard.lost:
         raise DeviceLostError(LOST_HINT)
     try:
         flush_current_batch()  # a read inside abi.batch() sees every run recorded before it
-        return _read_words(buffer, offset, size, ctx)
+        return _read_words(buffer, offset, size, ctx, dtype)
     except Exception as exc:
         lost = lost_error(ctx, exc)
         if lost is None or lost is exc:
@@ -55,7 +56,7 @@ def read_words(buffer: Any, offset: int = 0, size: int | None = None, device: An
         raise lost from None
 
 
-def _read_words(buffer: Any, offset: int, size: int, ctx: Any) -> memoryview:
+def _read_words(buffer: Any, offset: int, size: int, ctx: Any, dtype: Any = None) -> Any:
     dev = ctx.device
     padded = (size + 3) & ~3
     cls = size_class(padded)
@@ -75,12 +76,15 @@ def _read_words(buffer: Any, offset: int, size: int, ctx: Any) -> memoryview:
     mapped = submit_encoder(dev.queue, ctx.guard, encoder, "abi.read", partial(map_submitted, staging, cls))
     mapped.sync_wait()
     try:
-        data = staging.read_mapped(0, padded, copy=True)
+        if dtype is None:
+            data = staging.read_mapped(0, padded, copy=True)
+        else:  # one copy, into an array that owns it (the view is gone before the unmap)
+            array = np.frombuffer(staging.read_mapped(0, padded, copy=False), dtype, size // np.dtype(dtype).itemsize).copy()
     finally:
         staging.unmap()
     if len(free) < 8:
         free.append(staging)
-    return memoryview(data)[:size]
+    return memoryview(data)[:size] if dtype is None else array
 
 
 class Output:
@@ -201,13 +205,10 @@ def read(x: Any, as_u32: bool = False) -> np.ndarray:
     if isinstance(x, Output):
         count = x.count
         vt = x.element
-        raw = read_words(x._buffer, 0, count * vt.bytes) if count else memoryview(b"")
-        if isinstance(vt, StructType) and not as_u32:
-            return np.frombuffer(raw, dtype=vt.numpy_dtype).copy()  # a structured array, WGSL's offsets
         dtype = "<u4" if as_u32 else vt.numpy_dtype
-        arr = np.frombuffer(raw, dtype=dtype)
-        if not arr.flags.writeable:  # the read's own copy is writeable (a fresh bytearray): no second copy
-            arr = arr.copy()
+        arr = read_words(x._buffer, 0, count * vt.bytes, dtype=dtype) if count else np.empty(0, dtype)
+        if isinstance(vt, StructType) and not as_u32:
+            return arr  # a structured array, WGSL's offsets
         return arr.reshape(count, vt.lanes) if vt.lanes > 1 else arr
     if isinstance(x, wgpu.GPUTexture):
         w, h, d = x.size
