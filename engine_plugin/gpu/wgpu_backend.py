@@ -371,7 +371,7 @@ class WgpuBackend:
             if not self.healthy:
                 self._refuse(f"upload: the backend failed submitting its batch ({self.fault})")
                 return 0
-        if type(descs) is SpanList and not descs.padded:
+        if type(descs) is SpanList:
             whole = self._whole_mirror(descs)
             if whole is not None:
                 return self._upload_span_list(descs, whole)
@@ -417,13 +417,13 @@ class WgpuBackend:
     def _whole_mirror(self, spans: SpanList) -> np.ndarray | None:
         """The world's whole array of the spans' field when a span's bytes are rows of it
         (a :class:`World` whose ``slab`` and ``mirror`` are its own, a registered field,
-        slot-major rows of the mirror's stride), else None."""
+        unpadded slot-major rows of the mirror's stride), else None."""
         world = spans.world
         # Only World's own rows: a subclass (or another world type) answering other bytes from
         # ``slab`` than ``mirror``'s rows takes the per-span path, which writes ``slab``.
         if getattr(type(world), "slab", None) is not World.slab or getattr(type(world), "mirror", None) is not World.mirror:
             return None
-        if spans.tag not in self._fields or spans.clock is None or spans.stride % _ALIGN:
+        if spans.padded or spans.tag not in self._fields or spans.clock is None or spans.stride % _ALIGN:
             return None
         whole = world.mirror(spans.tag)
         return whole if whole.flags.c_contiguous and whole.ndim and whole.strides[0] == spans.stride else None

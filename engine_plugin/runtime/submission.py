@@ -101,8 +101,8 @@ def encode_records(encoder: Any, records: list, timings: dict[int, tuple[Any, in
                 if op[0] != "clear":
                     _encode_in_place(encoder, op)
         return
-    # Something can move only when an in-place op comes before a dispatch (a one-shot read's
-    # copy, a frame's readbacks with nothing to zero, come after every dispatch already).
+    # Something can move only when an in-place op comes before a dispatch (with timings, the
+    # cases above come here too and move nothing).
     hoisted, sunk = _movable(records) if 0 <= first_in_place <= last_dispatch else ([], set())
     for i, j in hoisted:
         _encode_in_place(encoder, records[i][4][j])
