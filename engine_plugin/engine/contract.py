@@ -32,6 +32,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -120,8 +121,10 @@ class ProductPlan:
     inputs: tuple[str, ...] = ()  # bindings the caller supplies at registration (inputs=)
     domain_count: bool = False  # the kernel has a domain_count binding: the item count
 
-    @property
+    @cached_property
     def field_names(self) -> tuple[str, ...]:
+        """The world fields the product reads, each once, in binding order (made once: the
+        upload step asks every product every frame)."""
         return tuple(dict.fromkeys(f.field for f in self.fields))
 
 

@@ -10,7 +10,7 @@ of ``revalidate="fields"``.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -194,7 +194,7 @@ class Delivery:
 
         return fields_current
 
-    def note_changes(self, name: str, keys: list[int], index: Any) -> None:
+    def note_changes(self, name: str, keys: Sequence[int], index: Any) -> None:
         """Remember when field ``name`` of ``keys`` last changed (``revalidate="fields"``)."""
         at = self._changes_of(name)
         meta = index.get if index is not None else (lambda k: (self._world.slot(k), self._world.version(k)))

@@ -9,13 +9,13 @@ readback or CPU fallback) :func:`split_current` keeps what is still true of the 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from ..gpu.descriptors import ReadbackPolicy
+from ..gpu.descriptors import ChunkKeys, ReadbackPolicy
 from ..gpu.handles import GpuProductHandle
 from .contract import CHUNK_POLICIES, TILE_ITEMS, ProductError, ProductPlan, ProductResult
 from .records import has_whole_outputs, select_items
@@ -68,7 +68,7 @@ class ChunkIndex:
             self._sorted[frozen] = found
         return found
 
-    def learn(self, keys: list[int], slots: Any, versions: Any) -> None:
+    def learn(self, keys: Sequence[int], slots: Any, versions: Any) -> None:
         """Record ``(slot, version)`` of live chunks the caller read in bulk (the uploads)."""
         self._meta.update(zip(keys, zip(slots.tolist(), versions.tolist())))
 
@@ -345,10 +345,11 @@ class Product:
             return
         if versions is not None and slots is not None and self._sent_at is not None:
             owed = self._sent_at[slots] != versions
-            if owed.all():  # e.g. a whole world re-uploaded: no per-chunk selection
+            count = np.count_nonzero(owed)
+            if count == len(owed):  # e.g. a whole world changed: no per-chunk selection
                 self.pending.update(keys)
-            elif owed.any():
-                self.pending.update(itertools.compress(keys, owed.tolist()))
+            elif count:
+                self.pending.update(keys.vector[owed].tolist() if type(keys) is ChunkKeys else itertools.compress(keys, owed.tolist()))
             return
         if versions is not None:
             get = sent.get

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import enum
 from bisect import bisect_right
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from dataclasses import field as _field
 from typing import TYPE_CHECKING, Any, overload
@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from ..world import World
 
 __all__ = [
+    "ChunkKeys",
     "DirtyChanges",
     "DispatchDesc",
     "FieldMirrorDesc",
@@ -267,7 +268,71 @@ def take_dirty_uploads(
     :func:`coalesce_uploads`.
     """
     found = take_dirty_changes(world, tag, max_gap, spans=spans, meta=meta)
-    return found.keys, found.spans
+    return list(found.keys), found.spans
+
+
+class ChunkKeys(Sequence[int]):
+    """Chunk keys held as a read-only i64 vector: a sequence of ints whose Python list is made
+    once, when something reads the keys one by one (iteration, indexing, ``tolist``).
+
+    A whole world changed is 1,024 keys a field: its list of ints costs more host time than
+    the numpy work that finds them, and an upload step that owes nothing (content unchanged,
+    as after ``mark_dirty``) never reads them. The vector is a snapshot taken with the slots
+    (``World.key_vector``): later adds and evictions do not change it.
+    """
+
+    __slots__ = ("vector", "_list")
+
+    def __init__(self, vector: np.ndarray) -> None:
+        """``vector``: the keys as i64, kept read-only: an array owning its data (as
+        ``World.key_vector`` answers) is taken over and made read-only; a view is copied."""
+        vector = np.asarray(vector, dtype=np.int64)
+        if not vector.flags.owndata:
+            vector = vector.copy()
+        vector.flags.writeable = False
+        self.vector = vector
+        self._list: list[int] | None = None
+
+    def _keys(self) -> list[int]:
+        found = self._list
+        if found is None:
+            found = self._list = self.vector.tolist()
+        return found
+
+    def tolist(self) -> list[int]:
+        """The keys as a new list of ints."""
+        return list(self._keys())
+
+    def __len__(self) -> int:
+        return len(self.vector)
+
+    def __bool__(self) -> bool:
+        return len(self.vector) > 0
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self._keys())
+
+    @overload
+    def __getitem__(self, index: int) -> int: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[int]: ...
+    def __getitem__(self, index: int | slice) -> int | list[int]:
+        return self._keys()[index]
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._keys()
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, ChunkKeys):
+            return bool(np.array_equal(self.vector, other.vector))
+        if isinstance(other, list):  # as the list it stands for
+            return self._keys() == other
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]  # compared by value, as the list it stands for
+
+    def __repr__(self) -> str:
+        return f"ChunkKeys({self._keys()!r})"
 
 
 @dataclass(frozen=True)
@@ -275,10 +340,11 @@ class DirtyChanges:
     """What :func:`take_dirty_changes` took: the changed chunks of one field and their spans.
 
     ``versions`` (content versions, aligned with ``keys``) and ``slots`` are numpy vectors
-    when the world has the slot-vector API, else None (ask the world per key); ``spans`` is then
-    a :class:`SpanList`."""
+    when the world has the slot-vector API, else None (ask the world per key); ``keys`` is then
+    a :class:`ChunkKeys` (a list where the world has keys past i64) and ``spans`` a
+    :class:`SpanList`. ``versions`` is read-only: the span list shares it."""
 
-    keys: list[int]
+    keys: Sequence[int]
     spans: Sequence[UploadDesc]
     slots: Any = None
     versions: Any = None
@@ -291,25 +357,33 @@ def take_dirty_changes(
     engine owes and revalidates with them, without asking the world chunk by chunk)."""
     take = getattr(world, "take_dirty_slots", None)
     if take is None:
-        keys = [k for k, _ in world.take_dirty(tag)]
-        return DirtyChanges(keys, coalesce_uploads(world, tag, keys, max_gap, meta) if spans and keys else [])
+        listed = [k for k, _ in world.take_dirty(tag)]
+        return DirtyChanges(listed, coalesce_uploads(world, tag, listed, max_gap, meta) if spans and listed else [])
     slots = np.asarray(take(tag), dtype=np.int64)
-    at = slots.tolist()
-    keys = world.keys_at(at)
-    versions = np.asarray(world.slot_versions(slots))
-    if not spans or not at:
+    vector = getattr(world, "key_vector", None)
+    found = vector(slots) if vector is not None else None
+    keys: Sequence[int] = ChunkKeys(found) if found is not None else world.keys_at(slots.tolist())
+    versions = np.asarray(world.slot_versions(slots), dtype=np.int64)
+    if not versions.flags.owndata:
+        versions = versions.copy()  # its own vector (made read-only): not a view of the world's
+    versions.flags.writeable = False
+    count = len(slots)
+    if not spans or not count:
         return DirtyChanges(keys, [], slots, versions)
-    clock = getattr(world, "clock", None)
     nbytes = world.chunk_nbytes(tag)
     stride = slot_stride(nbytes)
-    padded = stride != nbytes
-    count = len(at)
-    if at[-1] - at[0] + 1 == count:  # one run of adjacent slots (e.g. the whole world)
-        ends = [count]
+    first, last = int(slots[0]), int(slots[-1])
+    if last - first + 1 == count:  # one run of adjacent slots (e.g. the whole world)
+        ends, firsts, counts = [count], [first], [count]
     else:
         # (np.diff and flatnonzero cost twice this, a frame's worth of µs on the H200's host)
-        ends = [*(((slots[1:] - slots[:-1]) > max_gap + 1).nonzero()[0] + 1).tolist(), count]
-    out = SpanList(tag, world, keys, slots, versions, at, ends, stride, padded, clock)
+        cuts = ((slots[1:] - slots[:-1]) > max_gap + 1).nonzero()[0]
+        starts = np.concatenate(([0], cuts + 1))
+        ends = [*(cuts + 1).tolist(), count]
+        first_slots = slots[starts]
+        firsts = first_slots.tolist()
+        counts = (slots[np.asarray(ends) - 1] - first_slots + 1).tolist()
+    out = SpanList(tag, world, keys, slots, versions, ends, firsts, counts, stride, stride != nbytes, getattr(world, "clock", None))
     return DirtyChanges(keys, out, slots, versions)
 
 
@@ -375,22 +449,24 @@ class SpanList(Sequence[UploadDesc]):
         self,
         tag: str,
         world: Any,
-        keys: list,
+        keys: Sequence[int],
         key_slots: np.ndarray,
         versions: np.ndarray,
-        at: list[int],
         ends: list[int],
+        firsts: list[int],
+        slot_counts: list[int],
         stride: int,
         padded: bool,
         clock: int | None,
     ) -> None:
-        # Its own keys and versions: the caller's list and vector (DirtyChanges') may change.
-        versions = versions.copy()
-        versions.flags.writeable = False
-        self.tag, self.world, self.keys, self.key_slots, self.versions = tag, world, tuple(keys), key_slots, versions
+        # Its own keys and versions: a caller's list or writeable vector may change later.
+        if versions.flags.writeable:
+            versions = versions.copy()
+            versions.flags.writeable = False
+        self.tag, self.world, self.key_slots, self.versions = tag, world, key_slots, versions
+        self.keys: Sequence[int] = keys if type(keys) is ChunkKeys else tuple(keys)
         self.bounds = ends
-        self.firsts = firsts = [at[0], *[at[e] for e in ends[:-1]]]
-        self.slot_counts = [at[e - 1] - first + 1 for e, first in zip(ends, firsts)]
+        self.firsts, self.slot_counts = firsts, slot_counts
         self.stride, self.padded, self.clock = stride, padded, clock
         self._descs: list[UploadDesc | None] = [None] * len(ends)
 

@@ -421,7 +421,8 @@ class WgpuBackend:
         world = spans.world
         # Only World's own rows: a subclass (or another world type) answering other bytes from
         # ``slab`` than ``mirror``'s rows takes the per-span path, which writes ``slab``.
-        if getattr(type(world), "slab", None) is not World.slab or getattr(type(world), "mirror", None) is not World.mirror:
+        cls = type(world)
+        if cls is not World and (getattr(cls, "slab", None) is not World.slab or getattr(cls, "mirror", None) is not World.mirror):
             return None
         if spans.padded or spans.tag not in self._fields or spans.clock is None or spans.stride % _ALIGN:
             return None

@@ -61,6 +61,12 @@ class World:
             self._base[name] = base
         self._slot_of: dict[int, int] = {}
         self._key_at: list[int | None] = [None] * self.max_chunks
+        # The same keys as an i64 vector (free slots hold 0), read in bulk by the uploader: a
+        # frame's changed keys are one fancy index, not a Python list of ints. A key outside
+        # i64 is counted; while one is live, ``key_vector`` answers None (use ``keys_at``).
+        self._key_vec = np.zeros(self.max_chunks, dtype=np.int64)
+        self._wide_keys = 0
+        self._chunk_nbytes = {name: self.tiles_per_chunk * spec.value_bytes for name, spec in self._fields.items()}
         self._free: list[int] = list(range(self.max_chunks))  # already a heap
         self._version: dict[int, int] = {}
         self._clock = 0
@@ -86,7 +92,8 @@ class World:
 
     def chunk_nbytes(self, name: str) -> int:
         """Bytes one chunk of field ``name`` occupies (in the world and in its mirror)."""
-        return self.tiles_per_chunk * self.field(name).value_bytes
+        found = self._chunk_nbytes.get(name)
+        return found if found is not None else self.tiles_per_chunk * self.field(name).value_bytes
 
     # ---- chunks ----------------------------------------------------------------------
 
@@ -122,6 +129,10 @@ class World:
             self._dirty_mask[name][slot] = True
         self._slot_of[key] = slot
         self._key_at[slot] = key
+        if _I64_MIN <= key <= _I64_MAX:
+            self._key_vec[slot] = key
+        else:
+            self._wide_keys += 1
         self._bump(key)
         return slot
 
@@ -136,6 +147,10 @@ class World:
         del self._slot_of[key]
         del self._version[key]
         self._key_at[slot] = None
+        if _I64_MIN <= key <= _I64_MAX:
+            self._key_vec[slot] = 0
+        else:
+            self._wide_keys -= 1
         heapq.heappush(self._free, slot)
         for mask in self._dirty_mask.values():
             mask[slot] = False
@@ -289,13 +304,16 @@ class World:
 
     def take_dirty_slots(self, name: str) -> np.ndarray:
         """Sorted slots of the chunks whose field ``name`` is dirty; clears them."""
-        mask = self._dirty_mask[self.field(name).name]
+        mask = self._dirty_mask.get(name)
+        if mask is None:
+            mask = self._dirty_mask[self.field(name).name]  # WorldError naming the fields
         slots = mask.nonzero()[0]
         mask.fill(False)  # every set entry was just taken: one memset, not a scatter
         return slots
 
     def slot_versions(self, slots: Any) -> np.ndarray:
-        """Content versions of the chunks in ``slots`` (0 for a free slot)."""
+        """Content versions of the chunks in ``slots`` (0 for a free slot): a new vector for
+        an index vector (a slice answers a view)."""
         return self._slot_version[slots]
 
     def slots_of(self, keys: Any) -> np.ndarray:
@@ -309,6 +327,14 @@ class World:
         if len(at) < 2:
             return [self._key_at[s] for s in at]  # type: ignore[misc]
         return list(itemgetter(*at)(self._key_at))  # one C call: a whole world's slots at once
+
+    def key_vector(self, slots: Any) -> np.ndarray | None:
+        """The keys of the live chunks in ``slots`` as a new i64 vector (a snapshot: later
+        adds and evictions do not change it), or None while a live key does not fit in i64.
+        A free slot reads 0: ask ``keys_at`` for slots that may be free."""
+        if self._wide_keys:
+            return None
+        return self._key_vec.take(slots)
 
     def mark_dirty(self, key: int | None = None, name: str | None = None) -> None:
         """Mark fields dirty without changing data (e.g. to re-upload after a new device)."""
@@ -326,6 +352,9 @@ class World:
     def __repr__(self) -> str:
         fields = ", ".join(f"{s.name}:{s.format.name}" for s in self.fields)
         return f"<World {self.chunk_shape} [{fields}] {len(self)}/{self.max_chunks} chunks>"
+
+
+_I64_MIN, _I64_MAX = int(np.iinfo(np.int64).min), int(np.iinfo(np.int64).max)
 
 
 def _check_key(key: Any) -> int:

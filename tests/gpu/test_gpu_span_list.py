@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from engine_plugin.errors import StaleSpanError
 from engine_plugin.gpu import field_mirror_desc
 from engine_plugin.gpu.backend import upload_spans
-from engine_plugin.gpu.descriptors import SpanList, UploadDesc, spans_nbytes, take_dirty_changes
+from engine_plugin.gpu.descriptors import ChunkKeys, SpanList, UploadDesc, spans_nbytes, take_dirty_changes
 from engine_plugin.runtime.output import read_words
 from engine_plugin.world import World
 
@@ -199,21 +199,57 @@ def test_a_span_list_past_the_mirror_is_refused_after_the_spans_before_it(ctx, m
 
 
 def test_a_span_list_keeps_its_own_keys_and_versions(backend):
-    """The caller's keys list and versions vector (``DirtyChanges``') may change after the take:
-    the spans still check and name the chunks they were taken for (review: they shared them)."""
+    """The keys and versions a take answers cannot change under its spans: the keys are an
+    immutable sequence over a read-only vector, the versions vector is read-only (review: the
+    spans once shared a caller's list and vector, which the caller could change)."""
     w = _world()
     for k in (30, 10, 20):  # slots 0, 1, 2
         w.add(k)
     found = take_dirty_changes(w, "h")
-    found.keys.sort()
-    found.keys.pop()
+    assert isinstance(found.keys, ChunkKeys) and found.keys == [30, 10, 20]
+    with pytest.raises(AttributeError):
+        found.keys.sort()  # type: ignore[attr-defined]
+    with pytest.raises(ValueError):
+        found.keys.vector[0] = 99
+    with pytest.raises(ValueError):
+        found.versions[:] = w.slot_versions(found.slots)
     w.write(20, "h", 1.0)  # chunk 20 changes after the take
-    found.versions[:] = w.slot_versions(found.slots)  # the caller refreshes its vector in place
     with pytest.raises(StaleSpanError, match="chunk 20 ") as info:
         upload_spans(backend, found.spans)
     assert info.value.written == 0
     assert found.spans == [UploadDesc("h", (30, 10, 20), tuple(found.spans.versions.tolist()), 0, 0, 3 * 64, w)]
     assert found.spans != tuple(found.spans)  # compared as the list it stands for
+
+
+def test_taken_keys_are_a_snapshot_of_the_slots_at_the_take():
+    """A chunk evicted and its slot reused after the take: the keys still name the chunks that
+    were taken (the vector is copied at the take, not read from the world later)."""
+    w = _world()
+    for k in (30, 10, 20):
+        w.add(k)
+    found = take_dirty_changes(w, "h", spans=False)
+    w.evict(10)
+    w.add(77)  # takes slot 1, 10's
+    assert list(found.keys) == [30, 10, 20] and found.keys.tolist() == [30, 10, 20]
+    assert found.keys[1] == 10 and 10 in found.keys and 77 not in found.keys
+
+
+def test_keys_past_i64_take_the_list_path_with_the_same_spans(backend):
+    """A world holding a key outside i64 answers its keys as a list (no vector can hold them);
+    the spans and the bytes written are the same as for small keys."""
+    big = 2**70
+    w = _world()
+    for k in (5, big, 7):
+        w.add(k, {"h": np.full(TILE, 3.0, np.float32)})
+    assert w.key_vector(np.array([0, 1, 2])) is None
+    found = take_dirty_changes(w, "h")
+    assert type(found.keys) is list and found.keys == [5, big, 7]
+    assert [d.chunk_keys for d in found.spans] == [(5, big, 7)]
+    assert upload_spans(backend, found.spans) == 1
+    np.testing.assert_array_equal(_mirror(backend)[:3], np.full((3, 16), 3.0, np.float32))
+    w.evict(big)  # the last wide key gone: the vector path again
+    w.write(5, "h", 1.0)
+    assert isinstance(take_dirty_changes(w, "h").keys, ChunkKeys)
 
 
 def test_a_world_whose_slab_answers_other_bytes_is_written_through_slab(backend):

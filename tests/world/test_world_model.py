@@ -10,9 +10,11 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 from engine_plugin.errors import StaleSpanError
 from engine_plugin.gpu import upload_desc
+from engine_plugin.gpu.descriptors import ChunkKeys, take_dirty_changes
 from engine_plugin.world import World
 
-KEYS = st.integers(0, 5)
+# Small keys, the i64 bounds, and keys past i64 (the world then answers no key vector).
+KEYS = st.sampled_from([0, 1, 2, 3, 2**63 - 1, -(2**63), 2**64, -(2**70)])
 FIELDS = st.sampled_from(["h", "n"])
 TILES = st.tuples(st.integers(0, 2), st.integers(0, 2))
 
@@ -29,6 +31,7 @@ class WorldModel(RuleBasedStateMachine):
         self.dirty: set[tuple[int, str]] = set()
         self.spans: list = []
         self.history: set[tuple[int, int]] = set()
+        self.taken: list[tuple[object, list[int]]] = []  # take_dirty_changes' keys, as taken
 
     def _mutated(self, key: int, fields: list[str]) -> None:
         new = self.world.version(key)
@@ -92,6 +95,18 @@ class WorldModel(RuleBasedStateMachine):
         assert taken == expected
         self.dirty -= expected
 
+    @rule(field=FIELDS)
+    def take_dirty_changes(self, field: str) -> None:
+        found = take_dirty_changes(self.world, field, spans=False)
+        expected = sorted((self.world.slot(k), k) for k, f in self.dirty if f == field)
+        assert list(found.keys) == [k for _, k in expected]
+        assert found.slots.tolist() == [s for s, _ in expected]
+        assert found.versions.tolist() == [self.versions[k] for _, k in expected]
+        wide = any(not -(2**63) <= k < 2**63 for k in self.data)
+        assert isinstance(found.keys, list) if wide else isinstance(found.keys, ChunkKeys)
+        self.dirty = {d for d in self.dirty if d[1] != field}
+        self.taken.append((found.keys, [k for _, k in expected]))
+
     @rule(key=KEYS, field=FIELDS)
     def take_span(self, key: int, field: str) -> None:
         if key in self.data:
@@ -108,6 +123,18 @@ class WorldModel(RuleBasedStateMachine):
             assert w.version(key) == self.versions[key]
             for name, arr in fields.items():
                 assert np.array_equal(w.read(key, name), arr)
+
+    @invariant()
+    def key_vector_matches_the_slots(self) -> None:
+        w = self.world
+        slots = np.array(sorted(w.slot(k) for k in self.data), dtype=np.int64)
+        vector = w.key_vector(slots)
+        if any(not -(2**63) <= k < 2**63 for k in self.data):
+            assert vector is None
+        else:
+            assert vector is not None and vector.tolist() == w.keys_at(slots.tolist())
+        for keys, expected in self.taken:  # a snapshot: later adds and evictions change nothing
+            assert list(keys) == expected
 
     @invariant()
     def spans_are_valid_exactly_while_their_chunk_is_unchanged(self) -> None:
