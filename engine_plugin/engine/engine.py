@@ -50,7 +50,7 @@ from typing import Any
 from ..errors import PluginError, StaleHandleError, StaleSpanError
 from ..gpu.backend import ReadbackResult, upload_spans
 from ..gpu.config import WgpuBackendConfig
-from ..gpu.descriptors import ReadbackDesc, ReadbackPolicy, spans_nbytes, take_dirty_changes
+from ..gpu.descriptors import ReadbackDesc, ReadbackPolicy, UploadDesc, spans_nbytes, take_dirty_changes
 from ..gpu.handles import GpuProductHandle, SlotTable
 from ..lowering import resolve_spec
 from ..runtime.batch import flush_current_batch
@@ -549,11 +549,14 @@ class Engine:
                 readers.setdefault(name, []).append(product)
         gpu = self.gpu_active
         meta = index.get if index is not None else ChunkIndex(self.world).get
+        # Every field's changes are taken and owed first, then every field's spans written: the
+        # bookkeeping runs before the megabytes of copies evict it from the CPU's caches.
+        sends: list[tuple[str, Any]] = []
         for name, products in readers.items():
             send = gpu and self._gpu.mirrored(name)
             gap = 0 if self._gpu.kernel_written(name) else self.config.upload_gap_bytes // self.world.chunk_nbytes(name)
             found = take_dirty_changes(self.world, name, gap, spans=send, meta=meta)
-            changed, spans = found.keys, found.spans
+            changed = found.keys
             if not changed:
                 continue
             if index is not None and found.versions is not None:
@@ -563,21 +566,42 @@ class Engine:
             for product in products:
                 product.owe_changed(changed, meta, found.versions, found.slots)
             if send:
-                done = 0
-                try:
-                    done = upload_spans(self.backend, spans)
-                except StaleSpanError as exc:
-                    done = exc.written  # the spans before the stale one were sent
-                    raise
-                finally:
-                    st.uploads += done
-                    st.upload_bytes += spans_nbytes(spans, done)
-                if done < len(spans):
-                    if self.gpu_active:  # refused, not failed closed: that mirror is behind
-                        self._gpu.unmirror(name)
-                    else:
-                        gpu = False  # failed closed: this frame's products fall back
+                sends.append((name, found.spans))
+        stale: StaleSpanError | None = None
+        for name, spans in sends:
+            if not gpu:
+                break  # an earlier field's write failed closed: this frame's products fall back
+            done = 0
+            try:
+                done = upload_spans(self.backend, spans)
+            except StaleSpanError as exc:
+                # The spans before the stale one were sent; the other fields' changes were taken
+                # already, so they are still written before this is raised.
+                done = exc.written
+                stale = stale or exc
+                self._redirty(name, spans[done:])
+                continue
+            finally:
+                st.uploads += done
+                st.upload_bytes += spans_nbytes(spans, done)
+            if done < len(spans):
+                if self.gpu_active:  # refused, not failed closed: that mirror is behind
+                    self._gpu.unmirror(name)
+                else:
+                    gpu = False
+        if stale is not None:
+            raise stale
         return st
+
+    def _redirty(self, name: str, unsent: Sequence[UploadDesc]) -> None:
+        """Mark field ``name`` of the live chunks of ``unsent`` spans dirty again: their
+        changes were taken, and a stale span stopped the writes before them (the next upload
+        sends them; the chunk that changed is dirty again by its own change)."""
+        world = self.world
+        for desc in unsent:
+            for key in desc.chunk_keys:
+                if key in world:
+                    world.mark_dirty(key, name)
 
     def _dispatch(self, product: Product, st: FrameStats, index: ChunkIndex) -> None:
         """Steps 3 and 4 for one product: dispatch its owed work, request the readback.

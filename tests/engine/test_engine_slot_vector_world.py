@@ -108,3 +108,53 @@ def test_a_span_going_stale_mid_upload_raises_and_the_frame_counts_the_spans_sen
         assert (st.uploads, st.upload_bytes) == (1, world.chunk_nbytes("height"))
     finally:
         engine.close()
+
+
+def test_a_stale_span_loses_nothing_the_other_fields_and_later_spans_still_reach_the_gpu(gpu):
+    """A span goes stale mid-upload (another thread edits its chunk): the frame raises, but
+    the field's unsent chunks are dirty again and the other field's changes are written; the
+    next upload makes both mirrors equal to the world (review: the changes after a stale span
+    were taken and never sent)."""
+    from engine_plugin.engine import Engine, EngineConfig
+    from engine_plugin.runtime.output import read_words
+
+    world = World((4, 4), {"height": np.float32, "moisture": np.float32}, max_chunks=16)
+    for k in range(16):
+        world.add(k)
+    engine = Engine(world, device=gpu, config=EngineConfig(upload_gap_bytes=0))
+    try:
+        for name in ("height", "moisture"):
+            engine.field_buffer(name)
+        engine.frame()
+        for k in (0, 5, 10):  # three height spans: slots 0, 5 and 10
+            world.write(k, "height", float(k + 1))
+        world.write(7, "moisture", 7.5)
+        backend = engine.backend
+        edits = []
+
+        class MutatingQueue:  # another thread edits chunk 5 once the first span is written
+            def __init__(self, queue):
+                self.queue = queue
+
+            def write_buffer(self, *args):
+                self.queue.write_buffer(*args)
+                if not edits:
+                    edits.append(world.write(5, "height", 50.0))
+
+            def __getattr__(self, name):
+                return getattr(self.queue, name)
+
+        queue, backend.queue = backend.queue, MutatingQueue(backend.queue)
+        try:
+            with pytest.raises(StaleSpanError, match="chunk 5"):
+                engine.upload()
+        finally:
+            backend.queue = queue
+        assert world.is_dirty(5, "height") and world.is_dirty(10, "height")  # unsent: owed to the GPU again
+        assert not world.is_dirty(0, "height") and not world.is_dirty(7, "moisture")  # sent
+        engine.upload()
+        for name in ("height", "moisture"):
+            got = np.frombuffer(read_words(engine.field_buffer(name)), np.float32).reshape(16, 4, 4)
+            np.testing.assert_array_equal(got, world.mirror(name))
+    finally:
+        engine.close()
