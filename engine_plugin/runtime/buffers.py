@@ -55,6 +55,14 @@ class BufferPool:
         """A buffer of exactly ``size`` bytes, a :func:`size_class` (a run's repeat path
         computes the class once)."""
         with self._lock:
+            returned = self._returned
+            if returned and not self._parked and not open_batches():
+                # Nothing can be held by a batch (the common case, a run after run): the
+                # returned buffers go straight to the free lists, as _drain would put them.
+                free_lists = self._free
+                while returned:
+                    buffer, kind = returned.popleft()
+                    free_lists[(buffer.size, kind)].append(buffer)
             free = self._free.get((size, usage))
             # Inside an open batch what comes back is mostly held by it (it would be parked): a
             # free buffer at hand is taken without sorting the returned ones, which would cost

@@ -863,14 +863,14 @@ class Variant:
         self.runs += 1
         return Run(result, n, groups, self)
 
-    def _submit_now(self, data: bytes, bind_group: Any, groups: tuple, ops: list, temps: list, extra: list | None = None) -> None:
+    def _submit_now(self, data: bytes, bind_group: Any, groups: tuple, ops: list, temps: list, extra: list | None = None, clears_only: bool = False) -> None:
         """Send one run (params bytes ``data``) in its own submission, then give its
         temporaries back to the pool. Clears and one dispatch are encoded inline (this is every
         immediate run's path); anything else goes through ``encode_records``."""
         ctx = self.ctx
         offset = self._ring.place(ctx.queue, data)
         encoder = ctx.device.create_command_encoder()  # unlabelled: a label costs ~6-9 µs an encoder (H200 host)
-        if extra or any(op[0] != "clear" for op in ops):
+        if extra or not (clears_only or all(op[0] == "clear" for op in ops)):
             encode_records(encoder, (extra or []) + [(self.compiled.pipeline, bind_group, offset, groups, ops)])
         else:
             for op in ops:
@@ -995,7 +995,7 @@ class Variant:
                 # Submitted at once (no batch open on this thread, nothing to defer): this is
                 # what a game calling a kernel every frame pays, so no generic _submit. The
                 # repeat's params are the same bytes object run after run: place() reuses them.
-                self._submit_now(rep.data, bind_group, rep.groups, ops, temps)
+                self._submit_now(rep.data, bind_group, rep.groups, ops, temps, clears_only=True)  # ops: the outputs' clears
                 self.runs += 1
                 return Run(result, rn, rep.groups, self)
             return self._submit(result, rn, rep.data, bind_group, rep.groups, _Work(ops, temps=temps), rep.bound, rep.fixed + owned, rep.defer)
