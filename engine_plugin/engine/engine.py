@@ -552,43 +552,54 @@ class Engine:
         # Every field's changes are taken and owed first, then every field's spans written: the
         # bookkeeping runs before the megabytes of copies evict it from the CPU's caches.
         sends: list[tuple[str, Any]] = []
-        for name, products in readers.items():
-            send = gpu and self._gpu.mirrored(name)
-            gap = 0 if self._gpu.kernel_written(name) else self.config.upload_gap_bytes // self.world.chunk_nbytes(name)
-            found = take_dirty_changes(self.world, name, gap, spans=send, meta=meta)
-            changed = found.keys
-            if not changed:
-                continue
-            if index is not None and found.versions is not None:
-                index.learn(changed, found.slots, found.versions)  # the frame's work lists look them up
-            if self.config.revalidate == "fields":
-                self._delivery.note_changes(name, changed, index)
-            for product in products:
-                product.owe_changed(changed, meta, found.versions, found.slots)
-            if send:
-                sends.append((name, found.spans))
-        stale: StaleSpanError | None = None
-        for name, spans in sends:
-            if not gpu:
-                break  # an earlier field's write failed closed: this frame's products fall back
-            done = 0
-            try:
-                done = upload_spans(self.backend, spans)
-            except StaleSpanError as exc:
-                # The spans before the stale one were sent; the other fields' changes were taken
-                # already, so they are still written before this is raised.
-                done = exc.written
-                stale = stale or exc
-                self._redirty(name, spans[done:])
-                continue
-            finally:
-                st.uploads += done
-                st.upload_bytes += spans_nbytes(spans, done)
-            if done < len(spans):
-                if self.gpu_active:  # refused, not failed closed: that mirror is behind
-                    self._gpu.unmirror(name)
-                else:
-                    gpu = False
+        written = 0  # entries of ``sends`` whose writes are settled (sent, or re-dirtied)
+        try:
+            for name, products in readers.items():
+                send = gpu and self._gpu.mirrored(name)
+                gap = 0 if self._gpu.kernel_written(name) else self.config.upload_gap_bytes // self.world.chunk_nbytes(name)
+                found = take_dirty_changes(self.world, name, gap, spans=send, meta=meta)
+                changed = found.keys
+                if not changed:
+                    continue
+                if send:
+                    sends.append((name, found.spans))
+                if index is not None and found.versions is not None:
+                    index.learn(changed, found.slots, found.versions)  # the frame's work lists look them up
+                if self.config.revalidate == "fields":
+                    self._delivery.note_changes(name, changed, index)
+                for product in products:
+                    product.owe_changed(changed, meta, found.versions, found.slots)
+            stale: StaleSpanError | None = None
+            for name, spans in sends:
+                if not gpu:
+                    break  # an earlier field's write failed closed: this frame's products fall back
+                done = 0
+                try:
+                    done = upload_spans(self.backend, spans)
+                except StaleSpanError as exc:
+                    # The spans before the stale one were sent; the other fields' changes were
+                    # taken already, so they are still written before this is raised.
+                    done = exc.written
+                    stale = stale or exc
+                    written += 1
+                    self._redirty(name, spans[done:])
+                    continue
+                finally:
+                    st.uploads += done
+                    st.upload_bytes += spans_nbytes(spans, done)
+                written += 1
+                if done < len(spans):
+                    if self.gpu_active:  # refused, not failed closed: that mirror is behind
+                        self._gpu.unmirror(name)
+                    else:
+                        gpu = False
+        except BaseException:
+            # Anything else raised (a bug, no memory, an interrupt) between a take and its write:
+            # what was taken and not settled is dirty again (sending twice is harmless; losing a
+            # change leaves the mirror wrong until the chunk changes again).
+            for name, spans in sends[written:]:
+                self._redirty(name, spans)
+            raise
         if stale is not None:
             raise stale
         return st

@@ -11,16 +11,14 @@ from bisect import bisect_right
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from dataclasses import field as _field
-from typing import TYPE_CHECKING, Any, overload
+from typing import Any, overload
 
 import numpy as np
 
 from ..errors import PluginError, StaleSpanError
 from ..formats import GpuFieldFormat
+from ..world import World
 from .handles import GpuProductHandle
-
-if TYPE_CHECKING:
-    from ..world import World
 
 __all__ = [
     "ChunkKeys",
@@ -271,6 +269,13 @@ def take_dirty_uploads(
     return list(found.keys), found.spans
 
 
+def _frozen(array: np.ndarray) -> np.ndarray:
+    """A read-only view of ``array`` (which nothing else may hold), whose base is read-only
+    too: numpy refuses to make such a view writeable again."""
+    array.flags.writeable = False
+    return array.view()
+
+
 class ChunkKeys(Sequence[int]):
     """Chunk keys held as a read-only i64 vector: a sequence of ints whose Python list is made
     once, when something reads the keys one by one (iteration, indexing, ``tolist``).
@@ -283,15 +288,26 @@ class ChunkKeys(Sequence[int]):
 
     __slots__ = ("vector", "_list")
 
-    def __init__(self, vector: np.ndarray) -> None:
-        """``vector``: the keys as i64, kept read-only: an array owning its data (as
-        ``World.key_vector`` answers) is taken over and made read-only; a view is copied."""
-        vector = np.asarray(vector, dtype=np.int64)
-        if not vector.flags.owndata:
-            vector = vector.copy()
-        vector.flags.writeable = False
-        self.vector = vector
+    def __init__(self, vector: Any) -> None:
+        """``vector``: the keys (anything numpy reads as i64); copied, so the caller's array
+        stays the caller's."""
+        self.vector = _frozen(np.array(vector, dtype=np.int64))
         self._list: list[int] | None = None
+
+    @classmethod
+    def _adopt(cls, vector: np.ndarray) -> ChunkKeys:
+        """Keys over a new i64 vector nothing else holds (``World.key_vector``'s answer),
+        without copying it."""
+        keys = cls.__new__(cls)
+        keys.vector = _frozen(vector)
+        keys._list = None
+        return keys
+
+    def __reduce__(self) -> tuple:
+        return (ChunkKeys, (self.vector,))
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        return self.vector if dtype is None else self.vector.astype(dtype)
 
     def _keys(self) -> list[int]:
         found = self._list
@@ -360,13 +376,20 @@ def take_dirty_changes(
         listed = [k for k, _ in world.take_dirty(tag)]
         return DirtyChanges(listed, coalesce_uploads(world, tag, listed, max_gap, meta) if spans and listed else [])
     slots = np.asarray(take(tag), dtype=np.int64)
-    vector = getattr(world, "key_vector", None)
-    found = vector(slots) if vector is not None else None
-    keys: Sequence[int] = ChunkKeys(found) if found is not None else world.keys_at(slots.tolist())
+    # World's own vector answers (new arrays, keys as keys_at answers them); a subclass that
+    # answers other keys from keys_at, or another world type, is asked through keys_at and
+    # its versions copied.
+    cls = type(world)
+    own_vectors = cls is World or (
+        getattr(cls, "keys_at", None) is World.keys_at
+        and getattr(cls, "key_vector", None) is World.key_vector
+        and getattr(cls, "slot_versions", None) is World.slot_versions
+    )
+    found = world.key_vector(slots) if own_vectors else None
+    keys: Sequence[int] = ChunkKeys._adopt(found) if found is not None else world.keys_at(slots.tolist())
     versions = np.asarray(world.slot_versions(slots), dtype=np.int64)
-    if not versions.flags.owndata:
-        versions = versions.copy()  # its own vector (made read-only): not a view of the world's
-    versions.flags.writeable = False
+    # Its own read-only vector: World answers a new one; another world's answer is copied.
+    versions = _frozen(versions if own_vectors else versions.copy())
     count = len(slots)
     if not spans or not count:
         return DirtyChanges(keys, [], slots, versions)
@@ -443,7 +466,7 @@ class SpanList(Sequence[UploadDesc]):
     included); ``bounds``: where each span's chunks end in ``keys``/``key_slots``/``versions``.
     """
 
-    __slots__ = ("tag", "world", "keys", "key_slots", "versions", "bounds", "firsts", "slot_counts", "stride", "padded", "clock", "_descs")
+    __slots__ = ("tag", "world", "_keys", "_key_tuple", "key_slots", "versions", "bounds", "firsts", "slot_counts", "stride", "padded", "clock", "_descs")
 
     def __init__(
         self,
@@ -460,15 +483,23 @@ class SpanList(Sequence[UploadDesc]):
         clock: int | None,
     ) -> None:
         # Its own keys and versions: a caller's list or writeable vector may change later.
-        if versions.flags.writeable:
-            versions = versions.copy()
-            versions.flags.writeable = False
+        if versions.flags.writeable or versions.base is None or versions.base.flags.writeable:
+            versions = _frozen(np.array(versions, dtype=np.int64))  # a vector only it holds
         self.tag, self.world, self.key_slots, self.versions = tag, world, key_slots, versions
-        self.keys: Sequence[int] = keys if type(keys) is ChunkKeys else tuple(keys)
+        self._keys: Sequence[int] = keys if type(keys) is ChunkKeys else tuple(keys)
+        self._key_tuple: tuple[int, ...] | None = None
         self.bounds = ends
         self.firsts, self.slot_counts = firsts, slot_counts
         self.stride, self.padded, self.clock = stride, padded, clock
         self._descs: list[UploadDesc | None] = [None] * len(ends)
+
+    @property
+    def keys(self) -> tuple[int, ...]:
+        """Every chunk's key, in span order (made when first read)."""
+        found = self._key_tuple
+        if found is None:
+            found = self._key_tuple = tuple(self._keys)
+        return found
 
     def __len__(self) -> int:
         return len(self.bounds)
@@ -487,7 +518,7 @@ class SpanList(Sequence[UploadDesc]):
             first, count = self.firsts[i], self.slot_counts[i]
             desc = self._descs[i] = _new_upload_desc(
                 self.tag,
-                tuple(self.keys[start:end]),
+                tuple(self._keys[start:end]),
                 tuple(self.versions[start:end].tolist()),
                 first,
                 first * self.stride,

@@ -144,10 +144,11 @@ class World:
         slot = self.slot(key)
         if key in self._editing:
             raise ChunkBusyError(f"chunk {key} cannot be evicted inside its own edit")
+        stored = self._key_at[slot]  # the int added (``key`` may be a float equal to it)
         del self._slot_of[key]
         del self._version[key]
         self._key_at[slot] = None
-        if _I64_MIN <= key <= _I64_MAX:
+        if _I64_MIN <= stored <= _I64_MAX:  # type: ignore[operator]
             self._key_vec[slot] = 0
         else:
             self._wide_keys -= 1

@@ -158,3 +158,47 @@ def test_a_stale_span_loses_nothing_the_other_fields_and_later_spans_still_reach
             np.testing.assert_array_equal(got, world.mirror(name))
     finally:
         engine.close()
+
+
+def test_an_error_in_the_write_step_loses_no_field_s_changes(gpu):
+    """Any error raised between a field's take and its write (here the first write raises
+    MemoryError) leaves every taken and unsent change dirty: the next upload makes every mirror
+    equal to the world (review: the other fields' changes were taken and never sent)."""
+    from engine_plugin.engine import Engine
+    from engine_plugin.runtime.output import read_words
+
+    world = World((4, 4), {"height": np.float32, "moisture": np.float32}, max_chunks=8)
+    for k in range(8):
+        world.add(k)
+    engine = Engine(world, device=gpu)
+    try:
+        for name in ("height", "moisture"):
+            engine.field_buffer(name)
+        engine.frame()
+        world.write(3, "height", 1.0)
+        world.write(3, "moisture", 2.0)
+        backend = engine.backend
+
+        class FailingQueue:
+            def __init__(self, queue):
+                self.queue = queue
+
+            def write_buffer(self, *args):
+                raise MemoryError("no staging memory")
+
+            def __getattr__(self, name):
+                return getattr(self.queue, name)
+
+        queue, backend.queue = backend.queue, FailingQueue(backend.queue)
+        try:
+            with pytest.raises(MemoryError):
+                engine.upload()
+        finally:
+            backend.queue = queue
+        assert world.is_dirty(3, "height") and world.is_dirty(3, "moisture")
+        engine.upload()
+        for name in ("height", "moisture"):
+            got = np.frombuffer(read_words(engine.field_buffer(name)), np.float32).reshape(8, 4, 4)
+            np.testing.assert_array_equal(got, world.mirror(name))
+    finally:
+        engine.close()

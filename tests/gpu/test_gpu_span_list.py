@@ -265,3 +265,46 @@ def test_a_world_whose_slab_answers_other_bytes_is_written_through_slab(backend)
         w.add(k, {"h": np.full(TILE, k + 1, np.float32)})
     assert upload_spans(backend, take_dirty_changes(w, "h").spans) == 1
     np.testing.assert_array_equal(_mirror(backend)[:3], np.repeat([[101.0], [102.0], [103.0]], 16, axis=1))
+
+
+def test_a_wide_key_evicted_through_an_equal_float_leaves_the_vector_path():
+    """The wide-key count follows the key stored, not the object evict was called with (a
+    float equal to 2**63 once left the world on the slow list path for good)."""
+    w = _world()
+    w.add(2**63)
+    w.evict(np.float64(2.0**63))
+    w.add(1)
+    assert w.key_vector(np.array([0])) is not None
+    assert isinstance(take_dirty_changes(w, "h").keys, ChunkKeys)
+
+
+def test_a_world_subclass_answering_its_own_keys_at_is_asked_through_it():
+    class Renamed(World):
+        def keys_at(self, slots):
+            return [k + 1000 for k in super().keys_at(slots)]
+
+    w = Renamed(TILE, {"h": np.float32}, max_chunks=SLOTS)
+    for k in (1, 2):
+        w.add(k)
+    found = take_dirty_changes(w, "h")
+    assert list(found.keys) == [1001, 1002] and found.spans[0].chunk_keys == (1001, 1002)
+
+
+def test_chunk_keys_and_versions_cannot_be_made_writeable_or_alias_the_caller():
+    import pickle
+
+    mine = np.arange(4)
+    keys = ChunkKeys(mine)
+    mine[0] = 99  # the caller's array stays the caller's, and writeable
+    assert keys == [0, 1, 2, 3] and np.asarray(keys).dtype == np.int64
+    for k in (keys, pickle.loads(pickle.dumps(keys))):
+        assert k == [0, 1, 2, 3]
+        with pytest.raises(ValueError):
+            k.vector.flags.writeable = True
+    w = _world()
+    w.add(5)
+    found = take_dirty_changes(w, "h")
+    for vector in (found.versions, found.spans.versions, found.keys.vector):
+        with pytest.raises(ValueError):
+            vector.flags.writeable = True
+    assert found.spans.keys == (5,)
