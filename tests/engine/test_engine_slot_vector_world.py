@@ -19,6 +19,27 @@ class PerChunkWorld(World):
     take_dirty_slots = None  # type: ignore[assignment]
 
 
+class HookedQueue:
+    """A backend's queue whose ``write_buffer`` calls ``hook(queue, *args)`` instead."""
+
+    def __init__(self, queue, hook):
+        self.queue, self.hook = queue, hook
+
+    def write_buffer(self, *args):
+        self.hook(self.queue, *args)
+
+    def __getattr__(self, name):
+        return getattr(self.queue, name)
+
+
+def assert_mirrors_equal_world(engine, world: World) -> None:
+    from engine_plugin.runtime.output import read_words
+
+    for spec in world.fields:
+        got = np.frombuffer(read_words(engine.field_buffer(spec.name)), spec.dtype).reshape(world.mirror(spec.name).shape)
+        np.testing.assert_array_equal(got, world.mirror(spec.name))
+
+
 def vector_world(n: int = 64) -> World:
     return make_world(n=n)
 
@@ -116,7 +137,6 @@ def test_a_stale_span_loses_nothing_the_other_fields_and_later_spans_still_reach
     next upload makes both mirrors equal to the world (review: the changes after a stale span
     were taken and never sent)."""
     from engine_plugin.engine import Engine, EngineConfig
-    from engine_plugin.runtime.output import read_words
 
     world = World((4, 4), {"height": np.float32, "moisture": np.float32}, max_chunks=16)
     for k in range(16):
@@ -132,19 +152,12 @@ def test_a_stale_span_loses_nothing_the_other_fields_and_later_spans_still_reach
         backend = engine.backend
         edits = []
 
-        class MutatingQueue:  # another thread edits chunk 5 once the first span is written
-            def __init__(self, queue):
-                self.queue = queue
+        def write_then_edit(queue, *args):  # another thread edits chunk 5 once the first span is written
+            queue.write_buffer(*args)
+            if not edits:
+                edits.append(world.write(5, "height", 50.0))
 
-            def write_buffer(self, *args):
-                self.queue.write_buffer(*args)
-                if not edits:
-                    edits.append(world.write(5, "height", 50.0))
-
-            def __getattr__(self, name):
-                return getattr(self.queue, name)
-
-        queue, backend.queue = backend.queue, MutatingQueue(backend.queue)
+        queue, backend.queue = backend.queue, HookedQueue(backend.queue, write_then_edit)
         try:
             with pytest.raises(StaleSpanError, match="chunk 5"):
                 engine.upload()
@@ -153,9 +166,7 @@ def test_a_stale_span_loses_nothing_the_other_fields_and_later_spans_still_reach
         assert world.is_dirty(5, "height") and world.is_dirty(10, "height")  # unsent: owed to the GPU again
         assert not world.is_dirty(0, "height") and not world.is_dirty(7, "moisture")  # sent
         engine.upload()
-        for name in ("height", "moisture"):
-            got = np.frombuffer(read_words(engine.field_buffer(name)), np.float32).reshape(16, 4, 4)
-            np.testing.assert_array_equal(got, world.mirror(name))
+        assert_mirrors_equal_world(engine, world)
     finally:
         engine.close()
 
@@ -165,7 +176,6 @@ def test_an_error_in_the_write_step_loses_no_field_s_changes(gpu):
     MemoryError) leaves every taken and unsent change dirty: the next upload makes every mirror
     equal to the world (review: the other fields' changes were taken and never sent)."""
     from engine_plugin.engine import Engine
-    from engine_plugin.runtime.output import read_words
 
     world = World((4, 4), {"height": np.float32, "moisture": np.float32}, max_chunks=8)
     for k in range(8):
@@ -179,17 +189,10 @@ def test_an_error_in_the_write_step_loses_no_field_s_changes(gpu):
         world.write(3, "moisture", 2.0)
         backend = engine.backend
 
-        class FailingQueue:
-            def __init__(self, queue):
-                self.queue = queue
+        def fail(queue, *args):
+            raise MemoryError("no staging memory")
 
-            def write_buffer(self, *args):
-                raise MemoryError("no staging memory")
-
-            def __getattr__(self, name):
-                return getattr(self.queue, name)
-
-        queue, backend.queue = backend.queue, FailingQueue(backend.queue)
+        queue, backend.queue = backend.queue, HookedQueue(backend.queue, fail)
         try:
             with pytest.raises(MemoryError):
                 engine.upload()
@@ -197,8 +200,6 @@ def test_an_error_in_the_write_step_loses_no_field_s_changes(gpu):
             backend.queue = queue
         assert world.is_dirty(3, "height") and world.is_dirty(3, "moisture")
         engine.upload()
-        for name in ("height", "moisture"):
-            got = np.frombuffer(read_words(engine.field_buffer(name)), np.float32).reshape(8, 4, 4)
-            np.testing.assert_array_equal(got, world.mirror(name))
+        assert_mirrors_equal_world(engine, world)
     finally:
         engine.close()
