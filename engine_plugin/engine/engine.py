@@ -606,8 +606,8 @@ class Engine:
 
     def _redirty(self, name: str, unsent: Sequence[UploadDesc]) -> None:
         """Mark field ``name`` of the live chunks of ``unsent`` spans dirty again: their
-        changes were taken, and a stale span stopped the writes before them (the next upload
-        sends them; the chunk that changed is dirty again by its own change)."""
+        changes were taken, and a stale span or an error stopped the writes before them (the
+        next upload sends them)."""
         world = self.world
         for desc in unsent:
             for key in desc.chunk_keys:

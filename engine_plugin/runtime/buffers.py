@@ -55,14 +55,8 @@ class BufferPool:
         """A buffer of exactly ``size`` bytes, a :func:`size_class` (a run's repeat path
         computes the class once)."""
         with self._lock:
-            returned = self._returned
-            if returned and not self._parked and not open_batches():
-                # Nothing can be held by a batch (the common case, a run after run): the
-                # returned buffers go straight to the free lists, as _drain would put them.
-                free_lists = self._free
-                while returned:
-                    buffer, kind = returned.popleft()
-                    free_lists[(buffer.size, kind)].append(buffer)
+            if self._returned and not self._parked and not open_batches():
+                self._free_returned()  # nothing can be held by a batch: the common case, run after run
             free = self._free.get((size, usage))
             # Inside an open batch what comes back is mostly held by it (it would be parked): a
             # free buffer at hand is taken without sorting the returned ones, which would cost
@@ -95,11 +89,8 @@ class BufferPool:
         else:
             candidates = []
         returned = self._returned
-        if not candidates and not open_batches():  # nothing can be held: straight to the free lists
-            free = self._free
-            while returned:
-                buffer, usage = returned.popleft()
-                free[(buffer.size, usage)].append(buffer)
+        if not candidates and not open_batches():
+            self._free_returned()
             return
         while returned:
             candidates.append(returned.popleft())
@@ -108,6 +99,14 @@ class BufferPool:
                 self._parked.append((buffer, usage))
             else:
                 self._free[(buffer.size, usage)].append(buffer)
+
+    def _free_returned(self) -> None:
+        """Move every returned buffer straight to the free lists (nothing can hold them: no
+        batch is open and none is parked)."""
+        returned, free = self._returned, self._free
+        while returned:
+            buffer, usage = returned.popleft()
+            free[(buffer.size, usage)].append(buffer)
 
     @property
     def free_count(self) -> int:
