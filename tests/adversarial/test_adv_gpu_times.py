@@ -5,16 +5,11 @@ from __future__ import annotations
 
 import time
 
-from engine_support import make_world, run_until_idle, summary_product
+from engine_support import frames_until, make_world, run_until_idle, summary_product
 
 
 def _first_sample(engine, key):
-    for _ in range(400):
-        st = engine.frame()
-        if st.gpu_timing == "timestamps" and key in st.product_gpu_ms:
-            return st
-        time.sleep(0.002)
-    raise AssertionError("no timestamp sample landed")
+    return frames_until(engine, lambda st: st.gpu_timing == "timestamps" and key in st.product_gpu_ms, f"a timestamp sample of {key!r}")
 
 
 def test_a_frames_gpu_times_are_positive_and_keyed_by_product(make_engine):
@@ -24,13 +19,13 @@ def test_a_frames_gpu_times_are_positive_and_keyed_by_product(make_engine):
     summary_product(engine, "moisture", key="b")
     assert engine.backend.timestamps
     seen = {}
-    for _ in range(400):
-        st = engine.frame()
+
+    def both_timed(st):
         if st.gpu_timing == "timestamps":
             seen.update(st.product_gpu_ms)
-        if {"a", "b"} <= set(seen):
-            break
-        time.sleep(0.002)
+        return {"a", "b"} <= set(seen)
+
+    frames_until(engine, both_timed, "a timestamp sample of both products")
     assert set(seen) == {"a", "b"} and all(0 < ms < 10_000 for ms in seen.values())
 
 
@@ -65,11 +60,7 @@ def test_every_product_that_dispatched_gets_a_gpu_time_in_a_busy_frame(make_engi
     world.set_tile(0, "moisture", (0, 0), 1.0)
     st = engine.frame()
     assert st.dispatches == 65  # a: 32, b: 32, then c: 1 (the 65th timed dispatch of the submission)
-    for _ in range(400):
-        st = engine.frame()
-        if st.gpu_timing == "timestamps" and "b" in st.product_gpu_ms:
-            break
-        time.sleep(0.002)
+    st = frames_until(engine, lambda st: st.gpu_timing == "timestamps" and "b" in st.product_gpu_ms, "the busy frame's timestamps")
     assert st.gpu_timing == "timestamps"
     assert set(st.product_gpu_ms) == {"a", "b", "c"}
 
@@ -100,8 +91,11 @@ def test_a_product_is_timed_in_its_first_frame_then_once_every_gpu_timing_every_
     assert engine.backend.timestamps  # lavapipe and the H200 have timestamp queries (as every test here assumes)
     batches = engine.backend._batches
     dispatched = []  # (batch serial, timed) of each frame that dispatched "a"
-    for frame in range(40):
+    deadline = time.monotonic() + 60  # dispatching frames, not host frames, are what it needs
+    frame = 0
+    while len(dispatched) < 12 and time.monotonic() < deadline:
         world.write(1 + frame % 3, "height", float(frame))
+        frame += 1
         before = batches._timed_at.get("a")
         st = engine.frame()
         if st.dispatches:

@@ -4,11 +4,10 @@ per-item one, the bytes a split needs are not proportional to its chunks."""
 
 from __future__ import annotations
 
-import time
 
 import numpy as np
 import pytest
-from engine_support import Applied
+from engine_support import Applied, frames_until
 
 from engine_plugin import abi
 from engine_plugin.engine import EngineConfig
@@ -50,11 +49,7 @@ def test_a_fixed_whole_output_still_splits_within_the_readback_budget(make_engin
     h = engine.register_product(prog, fields={"height": "height"}, apply=applied)  # no fallback: the GPU must serve it
     gpu = engine.product(h).gpu
     assert gpu.readback_bytes(36) <= 1600 < gpu.readback_bytes(50)
-    for _ in range(100):
-        engine.frame()
-        if engine.idle:
-            break
-        time.sleep(0.001)
+    frames_until(engine, lambda st: engine.idle, "every chunk served")
     assert sorted(applied.keys_applied) == list(range(n)), f"{len(applied.keys_applied)} of {n} chunks served, {engine.totals.refused} refused"
     for r in applied.results:
         assert r.outputs["hist"].tolist() == list(range(256))

@@ -5,6 +5,7 @@ import os
 import subprocess
 
 import numpy as np
+from demo_support import advance
 from PIL import Image
 from window_support import PAUSE_AT  # the windowed demo pauses there (conftest's demo_window)
 
@@ -16,10 +17,7 @@ def headless_pixels(assets: str, cache: str, frames: int, order: str = "rgba") -
     """The picture after ``frames`` game frames (host frames the engine defers advance nothing)."""
     demo = HeatDemo(assets, cache, pixel_order=order)
     try:
-        for _ in range(1000 * frames):
-            if demo.frame_index >= frames:
-                break
-            demo.step()
+        advance(demo, frames)
         assert demo.frame_index == frames
         return demo.read_pixels()
     finally:

@@ -6,10 +6,12 @@ every demo product is timed in ``FrameStats.product_gpu_ms``."""
 from __future__ import annotations
 
 import os
+import time
 
 import numpy as np
 import pytest
 import wgpu
+from demo_support import advance, frames_until
 from heat_reference import colorize, heat_step, world_picture
 
 from engine_plugin import abi
@@ -20,16 +22,6 @@ from engine_plugin.engine import Engine
 from engine_plugin.world import World
 
 EDITED_COOLING = np.float32(10.0) * np.float32(STEP_PARAMS["cooling"])  # `10.0 * params.cooling`, in f32
-
-
-def advance(demo: HeatDemo, frames: int, host_limit: int = 5000) -> None:
-    """Run ``frames`` game frames (host frames the engine defers advance nothing)."""
-    target = demo.frame_index + frames
-    for _ in range(host_limit):
-        if demo.frame_index >= target:
-            return
-        demo.step()
-    raise AssertionError(f"the demo reached frame {demo.frame_index}, not {target}, in {host_limit} host frames")
 
 
 def gpu_heat(demo: HeatDemo) -> np.ndarray:
@@ -59,7 +51,9 @@ def test_a_reset_while_paused_is_stepped_once_and_counted_as_the_games_first_fra
     advance(demo, 4)
     demo.paused = True
     demo.reset()  # rewritten heat and heaters: the engine steps them once, paused or not
-    for _ in range(200):
+    frames_until(demo, lambda: demo.frame_index == 1, "the reset's step")
+    frames_until(demo, lambda: demo.engine.idle, "the engine idle after the reset's step")
+    for _ in range(20):  # paused and idle: nothing steps again
         demo.step()
     assert demo.frame_index == 1 and demo.paused
     assert np.array_equal(gpu_heat(demo), heat_step(np.zeros_like(heaters(0)), heaters(0)))
@@ -81,10 +75,10 @@ def test_the_colouring_product_stores_each_pixels_nearest_tile_colour_for_a_know
     try:
         palette = abi.table({"color": PALETTE}, device=gpu)
         register_colorize(engine, grid=GRID, chunk=CHUNK, palette=palette, pixels=pixels, pixel_order=order)
-        for _ in range(100):
+        deadline = time.monotonic() + 60
+        while not engine.idle and time.monotonic() < deadline:
             engine.frame()
-            if engine.idle:
-                break
+            time.sleep(0.001)
         assert engine.idle and engine.gpu_active
         got = abi.read(pixels)
         if order == "bgra":
@@ -107,12 +101,9 @@ def test_a_body_edit_of_heat_step_hot_reloads_into_the_product_and_a_broken_one_
         f.write(edited)
     gen0 = demo.step_ref.generation
     demo.library.request_reload("heat_step.computeShader")
-    for _ in range(2000):  # the reload worker prepares it off-thread; a frame swaps it in
-        advance(demo, 1)
-        if demo.step_ref.generation > gen0 and demo.engine.product(handle).program is demo.step_ref.program():
-            break
-    else:
-        raise AssertionError("the edited heat_step never reached the product")
+    # The reload worker prepares it off-thread; a frame swaps it in.
+    frames_until(demo, lambda: demo.step_ref.generation > gen0 and demo.engine.product(handle).program is demo.step_ref.program(),
+                 "the edited heat_step reaching the product")
     (entry,) = [r for r in demo.figures.reloads if r.asset == "heat_step.computeShader"]
     assert entry.kind == "body"
 
@@ -127,10 +118,7 @@ def test_a_body_edit_of_heat_step_hot_reloads_into_the_product_and_a_broken_one_
     with open(wgsl, "w") as f:
         f.write(edited.replace("let avg = sum / count;", "let avg = sum / count"))
     demo.library.request_reload("heat_step.computeShader")
-    for _ in range(2000):
-        advance(demo, 1)
-        if demo.figures.diagnostics:
-            break
+    frames_until(demo, lambda: bool(demo.figures.diagnostics), "the broken save's diagnostic")
     (diag,) = demo.figures.diagnostics
     assert diag.asset == "heat_step" and diag.location.startswith("heat_step.computeShader/heat_step.wgsl:")
     before = gpu_heat(demo)
@@ -141,10 +129,8 @@ def test_a_body_edit_of_heat_step_hot_reloads_into_the_product_and_a_broken_one_
 
 def test_frame_stats_time_every_demo_product_and_the_overlay_lists_them(demo):
     assert PRODUCTS == ("heat_step", "heat_copy", "colorize", "summary", "hotspots")
-    for _ in range(200):
-        advance(demo, 1)
-        if set(demo.engine.totals.product_gpu_ms) >= set(PRODUCTS) and demo.figures.gpu_timing == "timestamps":
-            break
+    frames_until(demo, lambda: set(demo.engine.totals.product_gpu_ms) >= set(PRODUCTS) and demo.figures.gpu_timing == "timestamps",
+                 "a GPU time for every product")
     assert set(demo.engine.totals.product_gpu_ms) == set(PRODUCTS)
     assert all(ms > 0 for ms in demo.engine.totals.product_gpu_ms.values())
     assert demo.figures.product_names() == PRODUCTS

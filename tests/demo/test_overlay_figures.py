@@ -8,6 +8,7 @@ import time
 
 import numpy as np
 import pytest
+from demo_support import frames_until
 
 from engine_plugin.assets import AssetLibrary
 from engine_plugin.demo.figures import Diagnostic, Figures
@@ -152,21 +153,6 @@ def _edit(path: str, old: str, new: str) -> None:
         f.write(text.replace(old, new, 1))
 
 
-def _frames_until(demo: HeatDemo, done, what: str, seconds: float = 60.0):
-    """Step frames until ``done()``. A hot reload compiles on the reload worker thread: what
-    bounds it is time, not frames (fast frames would run out before a loaded machine compiles),
-    and each frame yields the GIL to that thread as a game's paced frame loop does."""
-    deadline = time.monotonic() + seconds
-    frames = 0
-    while time.monotonic() < deadline:
-        demo.step()
-        frames += 1
-        if done():
-            return
-        time.sleep(0.001)
-    raise AssertionError(f"{what} did not happen within {seconds:.0f} s ({frames} frames)")
-
-
 def test_the_readme_layout_edit_widens_the_summary_record_and_an_unbound_field_input_is_refused_at_its_line(assets_copy, tmp_path):
     """README, "a layout edit": summary's record grows from vec2 to vec4 (coldest tile, spread);
     the product re-registers and the overlay shows the new lanes. A kernel the engine cannot
@@ -174,7 +160,7 @@ def test_the_readme_layout_edit_widens_the_summary_record_and_an_unbound_field_i
     the product error at its bindings.yaml line."""
     demo = HeatDemo(assets_copy, str(tmp_path / "cache"))
     try:
-        _frames_until(demo, lambda: demo.figures.heat.get("heat_max", 0) > 0, "a first summary")
+        frames_until(demo, lambda: demo.figures.heat.get("heat_max", 0) > 0, "a first summary")
         folder = os.path.join(assets_copy, "summary.computeShader")
         yaml_path, wgsl = os.path.join(folder, "bindings.yaml"), os.path.join(folder, "summary.wgsl")
         _edit(yaml_path, "element: vec2<f32>", "element: vec4<f32>")
@@ -182,7 +168,7 @@ def test_the_readme_layout_edit_widens_the_summary_record_and_an_unbound_field_i
         _edit(wgsl, "hottest = max(hottest, v);", "hottest = max(hottest, v);\n        coldest = min(coldest, v);")
         _edit(wgsl, "vec2<f32>(hottest, sum * params.inv_tile_count)", "vec4<f32>(hottest, sum * params.inv_tile_count, coldest, hottest - coldest)")
         demo.library.request_reload("summary.computeShader")
-        _frames_until(demo, lambda: "summary_extra" in demo.figures.heat, "the widened record")
+        frames_until(demo, lambda: "summary_extra" in demo.figures.heat, "the widened record")
         (entry,) = [r for r in demo.figures.reloads if r.asset == "summary.computeShader"]
         assert (entry.kind, entry.recompiled, entry.generation) == ("layout", 1, 1) and entry.ms > 0
         coldest, spread = demo.figures.heat["summary_extra"]
@@ -193,7 +179,7 @@ def test_the_readme_layout_edit_widens_the_summary_record_and_an_unbound_field_i
               "  - { name: heat,   kind: buffer, access: read, element: f32 }\n"
               "  - { name: moisture, kind: buffer, access: read, element: f32 }")
         demo.library.request_reload("summary.computeShader")
-        _frames_until(demo, lambda: demo.figures.diagnostics, "the contract error")
+        frames_until(demo, lambda: demo.figures.diagnostics, "the contract error")
         (diag,) = demo.figures.diagnostics
         assert diag.asset == "summary" and diag.location == "summary.computeShader/bindings.yaml:7"
         assert "'moisture' is bound to no world field" in diag.message and diag.source.strip().startswith("- { name: moisture")

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import numpy as np
 
 from engine_plugin.engine import Engine, FrameStats, ProductResult, fallbacks, kernel_program
 from engine_plugin.gpu import ReadbackPolicy
+from engine_plugin.gpu.readback import settled_now
 from engine_plugin.world import World
 
 SHAPE = (32, 32)
@@ -66,6 +67,38 @@ def run_until_idle(engine: Engine, timeout: float = 10.0) -> FrameStats:
         if time.monotonic() > deadline:
             raise AssertionError(f"engine not idle after {timeout} s: {engine!r}, {totals}")
         time.sleep(0.001)
+
+
+def frames_until(engine: Engine, done: Callable[[FrameStats], bool], what: str, seconds: float = 60.0,
+                 before: Callable[[int], None] | None = None) -> FrameStats:
+    """Frames until ``done(stats)`` holds for one; answers that frame's stats. ``before(n)``
+    runs before the n-th frame (edits a test makes each frame). Bounded by time, not frames:
+    readbacks resolve on wgpu's thread and hot reloads compile on the reload worker, and on a
+    loaded machine any fixed count of fast frames can run out first; each frame yields a
+    millisecond to those threads, as a game's paced frame loop does."""
+    deadline = time.monotonic() + seconds
+    frames = 0
+    while True:
+        if before is not None:
+            before(frames)
+        st = engine.frame()
+        frames += 1
+        if done(st):
+            return st
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what} did not happen within {seconds:.0f} s ({frames} frames): {engine!r}")
+        time.sleep(0.001)
+
+
+def wait_for_gpu(engine: Engine, seconds: float = 60.0) -> None:
+    """Wait, without a frame, until the map of every readback in flight has settled: the GPU
+    finished their work (a fixed sleep would guess; a loaded machine can take longer)."""
+    deadline = time.monotonic() + seconds
+    for req in engine.backend._ring.tracker.requests():
+        while req.promise is not None and not settled_now(req.promise):
+            if time.monotonic() > deadline:
+                raise AssertionError(f"a readback's map did not settle within {seconds:.0f} s: {engine!r}")
+            time.sleep(0.001)
 
 
 @contextlib.contextmanager

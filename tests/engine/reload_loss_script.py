@@ -51,17 +51,17 @@ out["error_after_loss"] = str(ref.error) if ref.error is not None else None
 out["failures"] = ref.failures
 out["gpu_active_after_loss"] = engine.gpu_active
 out["recovered"] = engine.recover_gpu()
-for _ in range(200):
+deadline = time.monotonic() + 60  # bounded by time: the reload worker compiles off-thread
+while not (engine.idle and ref.generation == 1) and time.monotonic() < deadline:
     engine.frame()
-    if engine.idle and ref.generation == 1:
-        break
     time.sleep(0.005)
 out["generation"] = ref.generation
 out["error"] = str(ref.error) if ref.error is not None else None
 world.write(3, "height", 2.0)  # computed by the reloaded kernel on the new device
-for _ in range(200):
+deadline = time.monotonic() + 60
+while True:
     engine.frame()
-    if engine.idle:
+    if engine.idle or time.monotonic() > deadline:
         break
     time.sleep(0.005)
 want = cpu_summary(world, "height", 3)

@@ -13,7 +13,7 @@ from engine_plugin.engine import Engine, ProductError
 from engine_plugin.gpu import NoGpuBackend, ReadbackPolicy
 from engine_plugin.world import World
 
-from engine_support import Applied, held_deliveries, run_until_idle
+from engine_support import Applied, frames_until, held_deliveries, run_until_idle
 
 SHAPE = (8, 8)
 BINS = 16
@@ -271,14 +271,17 @@ def test_frame_stats_carry_each_products_gpu_time_from_timestamps(make_engine):
     engine.register_product(_program("shape/write", WRITE_YAML, WRITE_WGSL), key="double", fields={"height": "height"}, policy=ReadbackPolicy.NONE)
     assert engine.backend.timestamps  # lavapipe has timestamp-query; the engine asks for it
     seen = {}
-    for _ in range(200):
+
+    def edit_every_chunk(_frame):
         for k in world.keys():
             world.set_tile(k, "kind", (0, 0), 1)
             world.set_tile(k, "height", (0, 0), 1.0)
-        st = engine.frame()
+
+    def both_timed(st):
         seen.update(st.product_gpu_ms)
-        if {"hist", "double"} <= set(seen) and st.gpu_timing == "timestamps":
-            break
+        return {"hist", "double"} <= set(seen) and st.gpu_timing == "timestamps"
+
+    st = frames_until(engine, both_timed, "a timestamp sample for both products", before=edit_every_chunk)
     assert st.gpu_timing == "timestamps" and {"hist", "double"} <= set(seen)
     assert all(ms > 0 for ms in seen.values())
     assert engine.totals.product_gpu_ms["hist"] >= seen["hist"]

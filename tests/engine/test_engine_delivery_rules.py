@@ -9,7 +9,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 
 import numpy as np
 
@@ -18,7 +17,7 @@ from engine_plugin.engine import Engine, EngineConfig, fallbacks, kernel_program
 from engine_plugin.gpu import NoGpuBackend, ReadbackPolicy, WgpuBackendConfig
 from engine_plugin.world import World
 
-from engine_support import Applied, cpu_summary, held_deliveries, make_world, run_until_idle, same_bits, summary_product
+from engine_support import Applied, cpu_summary, frames_until, held_deliveries, make_world, run_until_idle, same_bits, summary_product, wait_for_gpu
 
 HERE = os.path.dirname(__file__)
 
@@ -119,11 +118,7 @@ def test_work_past_the_dispatch_and_readback_bounds_is_split_and_everything_serv
     engine = make_engine(world, config=EngineConfig(backend=cfg))
     seen = Applied(world)
     engine.register_product(kernel_program("summary"), fields={"src": "h"}, apply=seen)  # no fallback
-    for _ in range(3000):
-        engine.frame()
-        if engine.idle:
-            break
-        time.sleep(0.001)  # the readbacks' maps resolve on wgpu's thread
+    frames_until(engine, lambda st: engine.idle, "every chunk served")  # the readbacks' maps resolve on wgpu's thread
     assert sorted(seen.latest) == list(range(2000)), f"{len(seen.latest)} of 2000 chunks served"
     assert max(len(r.keys) for r in seen.results) <= 100 and {r.source for r in seen.results} == {"gpu"}
     assert engine.totals.refused == 0 and not seen.not_current
@@ -248,11 +243,7 @@ def test_a_readback_that_keeps_failing_moves_the_product_to_the_cpu_reported_onc
     summary_product(engine, "height", applied)
     _failing_maps(engine)
     frames = []
-    for _ in range(300):
-        frames.append(engine.frame())
-        if engine.idle:
-            break
-        time.sleep(0.002)
+    frames_until(engine, lambda st: frames.append(st) or engine.idle, "the product served")
     assert engine.idle and sorted(applied.latest) == world.keys()
     assert applied.results[-1].source == "cpu"
     assert sum(f.readbacks_failed for f in frames) <= EngineConfig().max_readback_failures
@@ -300,7 +291,7 @@ def test_a_readback_is_applied_by_the_frame_after_its_request_once_the_gpu_is_do
         requested = engine.frame()
         if not applied.results:  # not landed within its own frame: the GPU gets time to finish
             assert requested.readbacks_requested == 1
-            time.sleep(0.2)
+            wait_for_gpu(engine)  # the GPU is done (waited for, not guessed)
             engine.frame()
         assert [(r.keys, r.versions) for r in applied.results] == [((3,), (version,))]
         assert not applied.not_current

@@ -4,13 +4,12 @@ and staging buffers are reused rather than made and destroyed per readback."""
 
 from __future__ import annotations
 
-import time
-
 import numpy as np
 
 from engine_plugin.engine import EngineConfig
 
 import pacing_support as ps
+from engine_support import frames_until
 
 
 def test_frame_host_time_stays_far_below_the_gpu_work_it_outlasts(gpu):
@@ -59,10 +58,8 @@ def test_staging_buffers_are_reused_across_frames_not_made_per_readback(gpu):
     try:
         ring = engine.backend._ring
         created = ring.created
-        for f in range(60):
-            world.set_tile(f % 64, "h", (0, 0), float(f))
-            engine.frame()
-            time.sleep(0.001)
+        frames_until(engine, lambda st: engine.totals.readbacks_requested >= 20, "20 readbacks requested",
+                     before=lambda f: world.set_tile(f % 64, "h", (0, 0), float(f)))
         requested = engine.totals.readbacks_requested
         assert requested >= 20 and ring.created - created <= 2, (requested, ring.created - created)
         assert ring.reused >= requested - 2 and engine.backend.live_staging_buffers <= 1
@@ -107,14 +104,10 @@ def test_a_hot_reload_mid_run_never_compiles_on_the_game_thread(tmp_path, gpu, m
         with open(kernel, "w") as f:
             f.write(text.replace("sum * params.inv_tile_count, sum)", "sum * params.inv_tile_count + 2.0, sum)"))
         lib.request_reload("engine/summary.computeShader")
-        reloaded = 0
-        for f in range(400):  # frames go on while the worker compiles; the swap lands in one of them
-            world.set_tile(f % 16, "height", (0, 0), float(f))
-            reloaded += engine.frame().reregistered
-            if reloaded:
-                break
-            time.sleep(0.002)
-        assert reloaded == 1
+        # Frames go on while the worker compiles; the swap lands in one of them.
+        st = frames_until(engine, lambda st: st.reregistered > 0, "the reloaded kernel's swap",
+                          before=lambda f: world.set_tile(f % 16, "height", (0, 0), float(f)))
+        assert st.reregistered == 1
         assert calls and threading.get_ident() not in calls  # compiled on the reload worker only
     finally:
         engine.close()

@@ -90,11 +90,12 @@ engine.register_product("engine/summary.computeShader", spec={"T": "f32"}, field
                         policy=ReadbackPolicy.SUMMARY, apply=lambda r: applied.append(r), cpu_fallback=fallbacks.summary)
 world.write(3, "height", np.full((32, 32), 2.0, np.float32))
 import time
-for _ in range(300):
+deadline = time.monotonic() + 60  # readbacks complete asynchronously: bounded by time, not frames
+while True:
     engine.frame()
-    if applied:
+    if applied or time.monotonic() > deadline:
         break
-    time.sleep(0.01)  # readbacks complete asynchronously
+    time.sleep(0.01)
 engine.close()
 print("applied", len(applied))
 """
