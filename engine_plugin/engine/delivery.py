@@ -18,7 +18,7 @@ import numpy as np
 from ..gpu.backend import ReadbackResult
 from ..gpu.descriptors import ReadbackPolicy
 from .contract import ProductError, ProductResult, ProductWork
-from .products import InFlight, Product, split_current
+from .products import UNKNOWN_VERSION, InFlight, Product, split_current
 from .records import decode_outputs, fallback_outputs
 from .stats import FrameStats
 
@@ -197,11 +197,14 @@ class Delivery:
     def note_changes(self, name: str, keys: Sequence[int], index: Any) -> None:
         """Remember when field ``name`` of ``keys`` last changed (``revalidate="fields"``)."""
         at = self._changes_of(name)
-        meta = index.get if index is not None else (lambda k: (self._world.slot(k), self._world.version(k)))
+        world = self._world
+        meta = index.get if index is not None else (lambda k: (world.slot(k), world.version(k)))
         for k in keys:
             m = meta(k)
             if m is not None:
-                at[m[0]] = m[1]
+                # A version the index cannot vouch for: the current one, at least as new as the
+                # change (a later "changed at" only refuses more results as stale).
+                at[m[0]] = m[1] if m[1] != UNKNOWN_VERSION else world.version(k)
 
     def _call_apply(self, product: Product, result: ProductResult) -> None:
         if product.apply is None:

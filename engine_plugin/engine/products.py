@@ -21,19 +21,31 @@ from .contract import CHUNK_POLICIES, TILE_ITEMS, ProductError, ProductPlan, Pro
 from .records import has_whole_outputs, select_items
 from .selection import Tile, linear_index
 
-__all__ = ["ChunkIndex", "InFlight", "Product", "Work", "chunk_tiles", "split_current"]
+__all__ = ["UNKNOWN_VERSION", "ChunkIndex", "InFlight", "Product", "Work", "chunk_tiles", "split_current"]
+
+
+UNKNOWN_VERSION = -1
+"""The version a work list carries for a chunk whose mirrored bytes it cannot vouch for: no
+chunk ever has it, so its result is dropped as stale when it lands and the chunk is owed again."""
 
 
 class ChunkIndex:
     """``(slot, version)`` of live chunks, looked up once for every product of a frame.
 
-    Valid while the world does not change: the engine makes a new one after callbacks ran.
+    Made before the frame's uploads take the world's changes, and valid while the world does
+    not change: the engine makes a new one after callbacks ran. A version tags the result a GPU
+    computes from the mirrors, so it must be the one the mirrors hold. That holds for every
+    version read while the world's mutation clock still reads as it did when the index was
+    made. Once another thread changed the world meanwhile (the world is single-threaded by
+    contract; this keeps a breach from applying a wrong number), a chunk first looked up after
+    it answers :data:`UNKNOWN_VERSION`: its mirror may hold older bytes than its version says.
     """
 
-    __slots__ = ("world", "_meta", "_sorted", "_columns")
+    __slots__ = ("world", "_clock", "_meta", "_sorted", "_columns")
 
     def __init__(self, world: Any) -> None:
         self.world = world
+        self._clock: int | None = getattr(world, "clock", None)  # None: a world without one is trusted
         self._meta: dict[int, tuple[int, int]] = {}
         self._sorted: dict[frozenset, list] = {}
         self._columns: dict[frozenset, tuple[tuple[int, ...], tuple[int, ...], np.ndarray, np.ndarray]] = {}
@@ -68,9 +80,17 @@ class ChunkIndex:
             self._sorted[frozen] = found
         return found
 
+    @property
+    def moved(self) -> bool:
+        """Whether the world changed since the index was made (by another thread)."""
+        return self._clock is not None and self.world.clock != self._clock
+
     def learn(self, keys: Sequence[int], slots: Any, versions: Any) -> None:
-        """Record ``(slot, version)`` of live chunks the caller read in bulk (the uploads)."""
-        self._meta.update(zip(keys, zip(slots.tolist(), versions.tolist())))
+        """Record ``(slot, version)`` of live chunks the caller read in bulk (the uploads), unless
+        the world moved since the index was made: versions taken then may be newer than another
+        field's mirror holds (that chunk's lookup answers :data:`UNKNOWN_VERSION`)."""
+        if not self.moved:
+            self._meta.update(zip(keys, zip(slots.tolist(), versions.tolist())))
 
     def get(self, key: int) -> tuple[int, int] | None:
         """``(slot, version)`` of live chunk ``key``, or None when it is not in the world."""
@@ -79,7 +99,10 @@ class ChunkIndex:
             world = self.world
             if key not in world:
                 return None
-            found = self._meta[key] = (world.slot(key), world.version(key))
+            found = (world.slot(key), world.version(key))
+            if self.moved:  # read after the mirrors were filled: they may hold older bytes
+                found = (found[0], UNKNOWN_VERSION)
+            self._meta[key] = found
         return found
 
 

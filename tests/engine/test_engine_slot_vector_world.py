@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from engine_support import Applied, cpu_summary, held_deliveries, make_world, run_until_idle, same_bits, summary_product
 
+from engine_plugin.engine import EngineConfig
 from engine_plugin.errors import StaleSpanError
 from engine_plugin.gpu import take_dirty_uploads
 from engine_plugin.world import World
@@ -32,10 +33,12 @@ class HookedQueue:
         return getattr(self.queue, name)
 
 
-def assert_mirrors_equal_world(engine, world: World) -> None:
+def assert_mirrors_equal_world(engine, world: World, names=None) -> None:
     from engine_plugin.runtime.output import read_words
 
     for spec in world.fields:
+        if names is not None and spec.name not in names:
+            continue
         got = np.frombuffer(read_words(engine.field_buffer(spec.name)), spec.dtype).reshape(world.mirror(spec.name).shape)
         np.testing.assert_array_equal(got, world.mirror(spec.name))
 
@@ -203,3 +206,88 @@ def test_an_error_in_the_write_step_loses_no_field_s_changes(gpu):
         assert_mirrors_equal_world(engine, world)
     finally:
         engine.close()
+
+
+
+class TakeHookWorld(World):
+    """A World that runs ``hook(names taken so far)`` at the start of each field's take (as
+    another thread editing the world between two fields' takes would)."""
+
+    hook = None
+
+    def take_dirty_slots(self, name):
+        self.taken = [*getattr(self, "taken", []), name]
+        if self.hook is not None:
+            self.hook(self.taken)
+        return super().take_dirty_slots(name)
+
+
+def _summaries_match_the_world(engine, world, applied_by_field):
+    run_until_idle(engine)
+    assert_mirrors_equal_world(engine, world, applied_by_field)
+    for name, applied in applied_by_field.items():
+        for k in world.keys():
+            assert same_bits(applied.latest[k], cpu_summary(world, name, k)), (name, k)
+
+
+@pytest.mark.parametrize("revalidate", ["chunk", "fields"])
+def test_a_chunk_edited_by_another_thread_mid_upload_is_never_applied_from_its_old_bytes(make_engine, revalidate):
+    """Review finding: a chunk owed but in no upload span (all are owed after ``invalidate``)
+    that another thread edits while the upload writes: the frame's work read its new version,
+    the GPU computed it from the mirror's old bytes, and the result was applied as current,
+    never to be recomputed (the version sent was the current one). It is now tagged with a
+    version no chunk has: dropped as stale when it lands, and recomputed."""
+    world = make_world(n=16)
+    engine = make_engine(world, config=EngineConfig(upload_gap_bytes=0, revalidate=revalidate))
+    applied = Applied(world)
+    handle = summary_product(engine, "height", applied)
+    run_until_idle(engine)
+    engine.invalidate(handle)
+    world.write(0, "height", 1.0)  # the frame's one span (slot 0)
+    edits = []
+
+    def write_then_edit(queue, *args):
+        queue.write_buffer(*args)
+        if not edits:
+            edits.append(world.write(9, "height", 123.0))
+
+    backend = engine.backend
+    queue, backend.queue = backend.queue, HookedQueue(backend.queue, write_then_edit)
+    try:
+        st = engine.frame()
+    finally:
+        backend.queue = queue
+    assert edits and st.dispatches == 1
+    _summaries_match_the_world(engine, world, {"height": applied})
+    assert not applied.not_current
+
+
+@pytest.mark.parametrize("revalidate", ["chunk", "fields"])
+def test_a_chunk_edited_between_two_fields_takes_is_never_applied_from_its_old_bytes(make_engine, revalidate):
+    """The same between two fields' takes: the second field's take answers the chunk's new
+    version, which the first field's mirror does not hold (its change is taken next frame)."""
+    base = make_world(n=16)
+    world = TakeHookWorld(base.chunk_shape, {"height": np.float32, "moisture": np.float32}, max_chunks=16)
+    for k in base.keys():
+        world.add(k, {"height": base.read(k, "height"), "moisture": base.read(k, "moisture")})
+    engine = make_engine(world, config=EngineConfig(revalidate=revalidate))
+    by_field = {name: Applied(world) for name in ("height", "moisture")}
+    handles = [summary_product(engine, name, applied, key=name) for name, applied in by_field.items()]
+    run_until_idle(engine)
+    for h in handles:
+        engine.invalidate(h)
+    edits = []
+
+    def edit_both_fields(taken):  # the first field's take is over, the second's to come
+        if len(taken) == 2 and not edits:
+            edits.append(world.write(9, taken[0], 123.0))  # its mirror keeps the old bytes this frame
+            edits.append(world.set_tile(9, taken[1], (0, 0), 0.5))  # taken (and sent) now
+
+    world.taken, world.hook = [], edit_both_fields
+    try:
+        engine.frame()
+    finally:
+        world.hook = None
+    assert edits
+    _summaries_match_the_world(engine, world, by_field)
+    assert not any(applied.not_current for applied in by_field.values())
