@@ -9,16 +9,17 @@ of ``revalidate="fields"``.
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ..gpu.backend import ReadbackResult
-from ..gpu.descriptors import ReadbackPolicy
+from ..gpu.descriptors import DirtyChanges, ReadbackPolicy
 from .contract import ProductError, ProductResult, ProductWork
-from .products import UNKNOWN_VERSION, InFlight, Product, split_current
+from .products import InFlight, Product, split_current
 from .records import decode_outputs, fallback_outputs
 from .stats import FrameStats
 
@@ -194,17 +195,19 @@ class Delivery:
 
         return fields_current
 
-    def note_changes(self, name: str, keys: Sequence[int], index: Any) -> None:
-        """Remember when field ``name`` of ``keys`` last changed (``revalidate="fields"``)."""
+    def note_changes(self, name: str, changes: DirtyChanges) -> None:
+        """Remember when field ``name`` of the chunks a take answered (a :class:`DirtyChanges`)
+        last changed (``revalidate="fields"``): the versions the take read after clearing their
+        dirty flags, at least as new as the change (a later "changed at" only refuses more
+        results as stale), never another field's take's or a lookup's."""
         at = self._changes_of(name)
+        if changes.slots is not None and changes.versions is not None:
+            at[changes.slots] = changes.versions
+            return
         world = self._world
-        meta = index.get if index is not None else (lambda k: (world.slot(k), world.version(k)))
-        for k in keys:
-            m = meta(k)
-            if m is not None:
-                # A version the index cannot vouch for: the current one, at least as new as the
-                # change (a later "changed at" only refuses more results as stale).
-                at[m[0]] = m[1] if m[1] != UNKNOWN_VERSION else world.version(k)
+        for k in changes.keys:
+            with contextlib.suppress(KeyError):  # evicted meanwhile (another thread): nothing of it is current
+                at[world.slot(k)] = world.version(k)
 
     def _call_apply(self, product: Product, result: ProductResult) -> None:
         if product.apply is None:
@@ -262,9 +265,12 @@ class Delivery:
         else:
             values = answer if isinstance(answer, Mapping) else np.asarray(answer)
         try:
-            made, _, _ = split_current(product, self._world, work, values, product.handle, 0, "cpu", st.frame)  # type: ignore[arg-type]
+            made, _, stale = split_current(product, self._world, work, values, product.handle, 0, "cpu", st.frame)  # type: ignore[arg-type]
         except ProductError as exc:
             self._errors.append(exc)
             return
+        if stale:  # changed while the fallback computed (another thread): computed again
+            st.chunks_stale += len(stale)
+            product.reowe(self._world, stale)
         if made is not None and product.policy is not ReadbackPolicy.NONE:
             self._call_apply(product, made)

@@ -47,6 +47,8 @@ from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from ..errors import PluginError, StaleHandleError, StaleSpanError
 from ..gpu.backend import ReadbackResult, upload_spans
 from ..gpu.config import WgpuBackendConfig
@@ -548,7 +550,8 @@ class Engine:
             for name in product.field_names:
                 readers.setdefault(name, []).append(product)
         gpu = self.gpu_active
-        meta = index.get if index is not None else ChunkIndex(self.world).get
+        index = index if index is not None else ChunkIndex(self.world)
+        meta = index.get
         # Every field's changes are taken and owed first, then every field's spans written: the
         # bookkeeping runs before the megabytes of copies evict it from the CPU's caches.
         sends: list[tuple[str, Any]] = []
@@ -563,12 +566,14 @@ class Engine:
                     continue
                 if send:
                     sends.append((name, found.spans))
-                if index is not None and found.versions is not None:
+                if found.versions is not None:
                     index.learn(changed, found.slots, found.versions)  # the frame's work lists look them up
                 if self.config.revalidate == "fields":
-                    self._delivery.note_changes(name, changed, index)
+                    self._delivery.note_changes(name, found)
                 for product in products:
                     product.owe_changed(changed, meta, found.versions, found.slots)
+            if index.moved:
+                self._redirty_moved(index.clock)
             stale: StaleSpanError | None = None
             for name, spans in sends:
                 if not gpu:
@@ -613,6 +618,28 @@ class Engine:
             for key in desc.chunk_keys:
                 if key in world:
                     world.mark_dirty(key, name)
+
+    def _redirty_moved(self, since: int | None) -> None:
+        """Mark every field of the chunks changed since clock ``since`` dirty again: another
+        thread changed the world during the takes (single-threaded by contract), and a change
+        landing inside a take (between reading and clearing the dirty flags) would otherwise
+        lose its flag and never reach the mirror. Sending a chunk twice is harmless."""
+        world = self.world
+        if since is None:
+            return
+        versions, keys_at = getattr(world, "slot_versions", None), getattr(world, "keys_at", None)
+        if versions is not None and keys_at is not None and hasattr(world, "max_chunks"):
+            slots = np.flatnonzero(np.asarray(versions(np.arange(world.max_chunks))) > since)
+            keys = [k for k in keys_at(slots) if k is not None]
+        else:
+            keys = []
+            for k in list(world.keys()):
+                with contextlib.suppress(KeyError):  # evicted meanwhile
+                    if world.version(k) > since:
+                        keys.append(k)
+        for k in keys:
+            with contextlib.suppress(KeyError):  # evicted meanwhile
+                world.mark_dirty(k)
 
     def _dispatch(self, product: Product, st: FrameStats, index: ChunkIndex) -> None:
         """Steps 3 and 4 for one product: dispatch its owed work, request the readback.

@@ -41,11 +41,13 @@ class ChunkIndex:
     it answers :data:`UNKNOWN_VERSION`: its mirror may hold older bytes than its version says.
     """
 
-    __slots__ = ("world", "_clock", "_meta", "_sorted", "_columns")
+    __slots__ = ("world", "clock", "_meta", "_sorted", "_columns")
 
-    def __init__(self, world: Any) -> None:
+    def __init__(self, world: Any, for_mirrors: bool = True) -> None:
         self.world = world
-        self._clock: int | None = getattr(world, "clock", None)  # None: a world without one is trusted
+        # The world's clock when made (None: a world without one, or work computed from the
+        # world itself, as a CPU fallback's: a version read before the bytes is never newer).
+        self.clock: int | None = getattr(world, "clock", None) if for_mirrors else None
         self._meta: dict[int, tuple[int, int]] = {}
         self._sorted: dict[frozenset, list] = {}
         self._columns: dict[frozenset, tuple[tuple[int, ...], tuple[int, ...], np.ndarray, np.ndarray]] = {}
@@ -83,7 +85,7 @@ class ChunkIndex:
     @property
     def moved(self) -> bool:
         """Whether the world changed since the index was made (by another thread)."""
-        return self._clock is not None and self.world.clock != self._clock
+        return self.clock is not None and self.world.clock != self.clock
 
     def learn(self, keys: Sequence[int], slots: Any, versions: Any) -> None:
         """Record ``(slot, version)`` of live chunks the caller read in bulk (the uploads), unless
@@ -265,7 +267,7 @@ class Product:
         Evicted chunks are dropped from ``pending``; selections only keep their own chunks.
         ``index``: the frame's slot/version cache (products share it).
         """
-        index = index if index is not None else ChunkIndex(world)
+        index = index if index is not None else ChunkIndex(world, for_mirrors=False)
         policy = self.policy
         selective = policy in (ReadbackPolicy.SELECTED_TILES, ReadbackPolicy.SELECTED_PATH)
         owed = self.pending if keys is None else keys

@@ -1,0 +1,224 @@
+"""Another thread changing the world while a frame runs (outside the single-threaded contract,
+which the engine still must not turn into a wrong number or a chunk left wrong for good):
+hooks in the world's own calls stand for that thread at a chosen moment. Each case is a review
+finding; the check is the same: once edits stop, every chunk's latest applied result is the
+one its current content gives, and no result was applied from bytes other than its version's."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from engine_support import Applied, cpu_summary, held_deliveries, make_world, run_until_idle, same_bits, summary_product, wait_for_gpu
+
+from engine_plugin.engine import Engine, EngineConfig, fallbacks, kernel_program
+from engine_plugin.gpu import NoGpuBackend, ReadbackPolicy
+from engine_plugin.world import World
+
+MODES = ["chunk", "fields"]
+
+
+class HookWorld(World):
+    """A World whose takes, version reads and membership tests can run a hook first."""
+
+    on_take = on_versions = on_contains = None
+    race_in_take = None  # runs inside take_dirty_slots, between reading and clearing the flags
+
+    def take_dirty_slots(self, name):
+        if self.on_take is not None:
+            self.on_take(name)
+        if self.race_in_take is None:
+            return super().take_dirty_slots(name)
+        mask = self._dirty_mask[name]
+        slots = mask.nonzero()[0]
+        race, self.race_in_take = self.race_in_take, None
+        race(name)
+        mask.fill(False)
+        return slots
+
+    def slot_versions(self, slots):
+        out = super().slot_versions(slots)
+        if self.on_versions is not None:
+            self.on_versions()
+        return out
+
+    def __contains__(self, key):
+        if self.on_contains is not None:
+            self.on_contains()
+        return super().__contains__(key)
+
+
+def hook_world(n: int = 16) -> HookWorld:
+    base = make_world(n=n)
+    world = HookWorld(base.chunk_shape, {"height": np.float32, "moisture": np.float32}, max_chunks=n)
+    for k in base.keys():
+        world.add(k, {"height": base.read(k, "height"), "moisture": base.read(k, "moisture")})
+    return world
+
+
+def assert_latest_match_world(world, applied: Applied, name: str) -> None:
+    wrong = [k for k in world.keys() if not same_bits(applied.latest[k], cpu_summary(world, name, k))]
+    assert wrong == [], f"chunks whose latest {name} result is not their content's: {wrong}"
+
+
+class Checked(Applied):
+    """Records, at apply time, results whose numbers are not the world's for ``name``."""
+
+    def __init__(self, world, name):
+        super().__init__(world)
+        self.name, self.wrong = name, []
+
+    def __call__(self, result):
+        for key, version, value in zip(result.keys, result.versions, result.values):
+            if self.world.is_current(key, version) and not same_bits(value, cpu_summary(self.world, self.name, key)):
+                self.wrong.append((key, version))
+        super().__call__(result)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_change_landing_inside_a_take_still_reaches_the_mirror(gpu, mode):
+    """Review: a write landing between a take's read and clear of the dirty flags lost its
+    flag: the chunk never reached the mirror, was never owed again (the old result stayed, the
+    engine idle), and after ``invalidate`` was computed from the old bytes and applied with its
+    current version. Chunks changed during the takes are now marked dirty again."""
+    world = hook_world()
+    engine = Engine(world, device=gpu, config=EngineConfig(revalidate=mode, upload_gap_bytes=0))
+    try:
+        applied = Checked(world, "height")
+        handle = summary_product(engine, "height", applied)
+        run_until_idle(engine)
+        world.write(0, "height", 1.0)
+        world.race_in_take = lambda name: world.write(9, "height", 123.0)
+        engine.frame()
+        run_until_idle(engine)
+        assert_latest_match_world(world, applied, "height")
+        engine.invalidate(handle)
+        run_until_idle(engine)
+        assert_latest_match_world(world, applied, "height")
+        assert applied.wrong == [] and not applied.not_current
+    finally:
+        engine.close()
+
+
+def test_fields_revalidation_takes_a_later_fields_change_at_its_own_take(gpu):
+    """Review: with revalidate="fields", a field's change was recorded at the version an
+    earlier field's take had learned for the chunk (older than the change): a result in flight,
+    computed from the old bytes of the later field, passed revalidation and was applied."""
+    world = hook_world()
+    engine = Engine(world, device=gpu, config=EngineConfig(revalidate="fields"))
+    try:
+        applied = Checked(world, "moisture")
+        # height (read by a CPU-only product: no mirror, no spans) is taken before moisture
+        engine.register_product(None, key="cpu-height", fields=["height"], policy=ReadbackPolicy.SUMMARY,
+                                cpu_fallback=lambda w, work: np.zeros((len(work.keys), 4), np.float32), apply=lambda r: None)
+        handle = summary_product(engine, "moisture", applied)
+        run_until_idle(engine)
+        engine.invalidate(handle)
+        with held_deliveries(engine):
+            engine.frame()  # chunk 9 computed from the current moisture: in flight
+        world.mark_dirty(9, "height")  # taken next frame at chunk 9's current version
+        wait_for_gpu(engine)
+        edits = []
+
+        def between_the_takes(name):
+            if name == "moisture" and not edits:
+                edits.append(world.write(9, "moisture", 123.0))
+
+        world.on_take = between_the_takes
+        engine.frame()
+        world.on_take = None
+        assert edits
+        run_until_idle(engine)
+        assert applied.wrong == [] and not applied.not_current
+        assert_latest_match_world(world, applied, "moisture")
+    finally:
+        engine.close()
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_change_while_the_cpu_fallback_builds_its_work_leaves_no_chunk_wrong(mode):
+    """Review: the fallback's work list tagged every chunk looked up after another thread's
+    edit with a version no chunk has (the GPU frame's rule, wrong for work computed from the
+    world itself): their results were dropped and, the fallback re-owing nothing, left wrong."""
+    world = hook_world()
+    engine = Engine(world, backend=NoGpuBackend(), config=EngineConfig(revalidate=mode))
+    applied = Applied(world)
+    summary_product(engine, "height", applied)
+    run_until_idle(engine)
+    for k in world.keys():
+        world.write(k, "height", float(k) + 0.5)
+    countdown = [3]
+
+    def edit_chunk_0():
+        countdown[0] -= 1
+        if countdown[0] == 0:
+            world.write(0, "height", 7.0)
+
+    world.on_contains = edit_chunk_0
+    engine.frame()
+    world.on_contains = None
+    assert countdown[0] <= 0
+    run_until_idle(engine)
+    assert engine.idle
+    assert_latest_match_world(world, applied, "height")
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_chunk_changed_while_its_cpu_fallback_runs_is_computed_again(mode):
+    """Review (also before): another thread edits a field the product does not read while its
+    ``cpu_fallback`` runs: the result is dropped as stale, and the fallback now owes it again
+    (counted in ``chunks_stale``)."""
+    world = make_world(n=16)
+    engine = Engine(world, backend=NoGpuBackend(), config=EngineConfig(revalidate=mode))
+    applied = Applied(world)
+    armed = []
+
+    def fallback(w, work):
+        if armed:
+            armed.clear()
+            world.write(3, "moisture", 0.25)
+            world.write(5, "height", 9.0)
+        return fallbacks.summary(w, work)
+
+    engine.register_product(kernel_program("summary"), key="s", spec={"T": "f32"}, fields={"src": "height"},
+                            policy=ReadbackPolicy.SUMMARY, apply=applied, cpu_fallback=fallback)
+    run_until_idle(engine)
+    for k in world.keys():
+        world.write(k, "height", float(k) + 0.5)
+    armed.append(1)
+    st = engine.frame()
+    assert not armed and st.chunks_stale >= 1
+    run_until_idle(engine)
+    assert engine.idle
+    assert_latest_match_world(world, applied, "height")
+
+
+def test_a_chunk_evicted_after_a_take_does_not_break_fields_revalidation():
+    """Review: recording a take's change asked the world for the version of a chunk another
+    thread had just evicted (UnknownChunkError out of frame(), that field's changes never
+    owed)."""
+    world = hook_world()
+    engine = Engine(world, backend=NoGpuBackend(), config=EngineConfig(revalidate="fields"))
+    by_field = {name: Applied(world) for name in ("height", "moisture")}
+    for name, applied in by_field.items():
+        summary_product(engine, name, applied)
+    run_until_idle(engine)
+    world.write(9, "height", 1.0)
+    world.write(9, "moisture", 1.0)
+    world.write(4, "moisture", 2.0)
+    taken = []
+
+    def on_take(name):
+        taken.append(name)
+        if len(taken) == 1:
+            world.write(0, name, 5.0)  # the clock moves before the first take
+
+    def on_versions():
+        if len(taken) == 2 and 9 in world:
+            world.evict(9)  # right after the second take read its slots
+
+    world.on_take, world.on_versions = on_take, on_versions
+    engine.frame()
+    world.on_take = world.on_versions = None
+    run_until_idle(engine)
+    for name, applied in by_field.items():
+        assert_latest_match_world(world, applied, name)
