@@ -20,6 +20,13 @@ which snapshots the chunk's content under its new version. Each applied result i
 
 What lavapipe cannot do on purpose is injected at the backend boundary only: an upload refusal
 (``backend.upload`` answers False) and a failing map (the readback waiter reports an error).
+
+**Mid-frame edits** stand for another thread changing the world while a frame runs (outside
+the single-threaded contract, which must still never yield a wrong number or a chunk left
+wrong): a one-shot hook edits, evicts or adds a chunk at a chosen moment inside the frame,
+before a field's take, inside one (between reading and clearing its dirty flags), after a
+span's write, or at the n-th chunk lookup. A frame may then raise ``StaleSpanError`` (a span
+went stale mid-upload: the next frame sends it), nothing else.
 """
 
 from __future__ import annotations
@@ -34,6 +41,7 @@ from typing import Any
 import numpy as np
 
 from engine_plugin.engine import Engine, EngineConfig, ProductError, fallbacks, kernel_program
+from engine_plugin.errors import StaleSpanError
 from engine_plugin.gpu import ReadbackPolicy, WgpuBackendConfig
 from engine_plugin.world import World
 
@@ -42,6 +50,52 @@ TILES = 16
 ASSET = "engine/summary.computeShader"
 K_FRAMES = 400  # liveness: at least this many frames once edits stop (readbacks land within a few ms each)
 LIVE_SECONDS = 30.0  # ... and at least this long: on a loaded machine the GPU may need more than 400 fast frames
+
+
+class HookWorld(World):
+    """A World with one armed hook: ``(point, countdown, edit)`` runs ``edit`` at the
+    ``countdown``-th time the frame reaches ``point`` ("take", "inside_take", "contains", or
+    "write", reached by the backend's queue wrapper)."""
+
+    armed: tuple[str, int, Any] | None = None
+
+    def fire(self, point: str) -> None:
+        armed = self.armed
+        if armed is None or armed[0] != point:
+            return
+        if armed[1] > 1:
+            self.armed = (point, armed[1] - 1, armed[2])
+            return
+        self.armed = None
+        armed[2]()
+
+    def take_dirty_slots(self, name: str) -> np.ndarray:
+        self.fire("take")
+        if self.armed is None or self.armed[0] != "inside_take":
+            return super().take_dirty_slots(name)
+        mask = self._dirty_mask[name]  # World.take_dirty_slots, with the edit in its middle
+        slots = mask.nonzero()[0]
+        self.fire("inside_take")
+        mask.fill(False)
+        return slots
+
+    def __contains__(self, key: object) -> bool:
+        self.fire("contains")
+        return super().__contains__(key)
+
+
+class _WriteHook:
+    """The backend's queue: each ``write_buffer`` is sent, then reaches the world's "write" hook."""
+
+    def __init__(self, queue: Any, world: HookWorld) -> None:
+        self.queue, self.world = queue, world
+
+    def write_buffer(self, *args: Any) -> None:
+        self.queue.write_buffer(*args)
+        self.world.fire("write")
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.queue, name)
 
 
 @dataclass
@@ -134,7 +188,7 @@ class Sequence:
         self.asset = asset
         self.steps = steps
         self.report = Report()
-        self.world = World(SHAPE, {"h": np.float32, "g": np.float32}, max_chunks=10)
+        self.world = HookWorld(SHAPE, {"h": np.float32, "g": np.float32}, max_chunks=10)
         self.snap: dict[tuple[int, int], dict[str, np.ndarray]] = {}
         self.next_key = 0
         for _ in range(6):
@@ -187,6 +241,17 @@ class Sequence:
         else:
             self.world.write(key, "h", self._values()["h"])
         self._record(key)
+
+    def _edit_mid_frame(self) -> None:
+        """The other thread's change, inside a frame: an edit, an eviction or an add."""
+        what = self.rng.random()
+        keys = self.world.keys()
+        if what < 0.15 and keys:
+            self.world.evict(self.rng.choice(keys))
+        elif what < 0.3:
+            self._add()
+        else:
+            self._mutate()
 
     # ---- products ------------------------------------------------------------------------
     def _apply_for(self, name: str, registration: int) -> Any:
@@ -260,6 +325,7 @@ class Sequence:
             return real(desc)
 
         backend.upload = upload
+        backend.queue = _WriteHook(backend.queue, self.world)
         self.flaky = _FlakyMaps(backend._ring.waiter.done)
         backend._ring.waiter.done = self.flaky
 
@@ -305,7 +371,16 @@ class Sequence:
             else:
                 engine.recover_gpu()
                 rep.note("recover")
-        engine.frame()
+        elif x < 0.80:
+            self._mutate()  # something for the frame to take
+            point = r.choice(["take", "inside_take", "contains", "write"])
+            self.world.armed = (point, r.randrange(1, 4), self._edit_mid_frame)
+            rep.note("mid_frame:" + point)
+        try:
+            engine.frame()
+        except StaleSpanError:
+            rep.note("stale_span")  # a span went stale mid-upload: its chunks are dirty again
+        self.world.armed = None  # not reached this frame: disarmed
         rep.steps += 1
         rep.frames += 1
 
