@@ -550,6 +550,7 @@ class Engine:
             for name in product.field_names:
                 readers.setdefault(name, []).append(product)
         gpu = self.gpu_active
+        shared = index is not None  # the frame's: its work lists look up what the takes learn
         index = index if index is not None else ChunkIndex(self.world)
         meta = index.get
         # Every field's changes are taken and owed first, then every field's spans written: the
@@ -566,7 +567,7 @@ class Engine:
                     continue
                 if send:
                     sends.append((name, found.spans))
-                if found.versions is not None:
+                if shared and found.versions is not None:
                     index.learn(changed, found.slots, found.versions)  # the frame's work lists look them up
                 if self.config.revalidate == "fields":
                     self._delivery.note_changes(name, found)
