@@ -217,7 +217,9 @@ class Engine:
             fields: binding -> world field, or world fields in field-input order.
             policy: what is read back (see :class:`~engine_plugin.gpu.ReadbackPolicy`).
             apply: called with each :class:`ProductResult` that is still current.
-            cpu_fallback: ``fn(world, work) -> records``, the same contract as the kernel.
+            cpu_fallback: ``fn(world, work) -> records``, the same contract as the kernel (it
+                reads the world and changes nothing: a chunk that changes while it computes
+                makes its result stale, and it is computed again next frame).
             params: the kernel's own params (the engine fills ``tile_count`` and friends).
             tiles, path: the selection of a ``SELECTED_TILES`` / ``SELECTED_PATH`` product.
             inputs: bindings supplied once, by name (tables, pages and columns, textures,
@@ -621,12 +623,18 @@ class Engine:
                     world.mark_dirty(key, name)
 
     def _redirty_moved(self, since: int | None) -> None:
-        """Mark every field of the chunks changed since clock ``since`` dirty again: another
-        thread changed the world during the takes (single-threaded by contract), and a change
-        landing inside a take (between reading and clearing the dirty flags) would otherwise
-        lose its flag and never reach the mirror. Sending a chunk twice is harmless."""
+        """Mark the world-mirrored fields of the chunks changed since clock ``since`` dirty
+        again: another thread changed the world during the takes (single-threaded by
+        contract), and a change landing inside a take (between reading and clearing the dirty
+        flags) would otherwise lose its flag and never reach the mirror. Sending such a field
+        twice is harmless. A field a kernel writes is left alone: its mirror holds the GPU's
+        state, which the world's bytes would overwrite (which field a change touched is not
+        known, only that the chunk changed)."""
         world = self.world
         if since is None:
+            return
+        names = [spec.name for spec in getattr(world, "fields", ()) if not self._gpu.kernel_written(spec.name)]
+        if not names:
             return
         versions, keys_at = getattr(world, "slot_versions", None), getattr(world, "keys_at", None)
         if versions is not None and keys_at is not None and hasattr(world, "max_chunks"):
@@ -639,8 +647,9 @@ class Engine:
                     if world.version(k) > since:
                         keys.append(k)
         for k in keys:
-            with contextlib.suppress(KeyError):  # evicted meanwhile
-                world.mark_dirty(k)
+            for name in names:
+                with contextlib.suppress(KeyError):  # evicted meanwhile
+                    world.mark_dirty(k, name)
 
     def _dispatch(self, product: Product, st: FrameStats, index: ChunkIndex) -> None:
         """Steps 3 and 4 for one product: dispatch its owed work, request the readback.

@@ -14,7 +14,9 @@ class FrameStats:
     Readbacks are counted as wholes: *applied* when at least one chunk's results were applied,
     *stale* when everything in them was discarded (a dead generation, or every chunk changed or
     evicted since its upload), *failed* when the device never delivered them. ``chunks_applied``
-    and ``chunks_stale`` count the chunks inside, so a partly stale readback shows in both.
+    and ``chunks_stale`` count the chunks inside, so a partly stale readback shows in both;
+    ``chunks_stale`` also counts the chunks of CPU fallback results discarded because the chunk
+    changed while the fallback computed (they are computed again).
     """
 
     frame: int = 0

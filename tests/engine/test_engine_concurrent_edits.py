@@ -222,3 +222,37 @@ def test_a_chunk_evicted_after_a_take_does_not_break_fields_revalidation():
     run_until_idle(engine)
     for name, applied in by_field.items():
         assert_latest_match_world(world, applied, name)
+
+
+def test_marking_changed_chunks_dirty_again_leaves_a_field_a_kernel_writes_alone(gpu):
+    """Review of the re-marking: it marked every field of a chunk changed during the takes
+    dirty, also a field whose mirror a kernel writes (``kernel_writes=True``, as the demo's
+    heat): the next upload overwrote the GPU's state with the world's old bytes."""
+    from engine_plugin.runtime.output import read_words
+
+    world = HookWorld((8, 8), {"heat": np.float32, "source": np.float32}, max_chunks=4)
+    for k in range(4):
+        world.add(k)
+    engine = Engine(world, device=gpu)
+    try:
+        heat = engine.field_buffer("heat", kernel_writes=True)
+        engine.field_buffer("source")
+        engine.frame()
+        engine.backend.queue.write_buffer(heat, 0, np.full(4 * 64, 7.0, np.float32).tobytes())  # "the kernel's" heat
+        edits = []
+
+        def other_thread(name):
+            if not edits:
+                edits.append(world.write(0, "source", 1.0))
+
+        world.on_take = other_thread
+        engine.frame()
+        world.on_take = None
+        engine.frame()
+        assert edits and not world.is_dirty(0, "source")
+        got = np.frombuffer(read_words(heat), np.float32).reshape(4, 64)
+        assert (got == 7.0).all(), got[:, 0]
+        source = np.frombuffer(read_words(engine.field_buffer("source")), np.float32).reshape(4, 64)
+        np.testing.assert_array_equal(source, world.mirror("source").reshape(4, 64))
+    finally:
+        engine.close()
