@@ -17,9 +17,10 @@ from engine_plugin.world import World
 SHAPE = (32, 32)
 
 
-def make_world(n: int = 256, seed: int = 0, max_chunks: int | None = None) -> World:
-    """``n`` chunks of 32x32 with two f32 fields of non-trivial values (sums are not exact)."""
-    world = World(SHAPE, {"height": np.float32, "moisture": np.float32}, max_chunks=max_chunks or n)
+def make_world(n: int = 256, seed: int = 0, max_chunks: int | None = None, cls: type[World] = World) -> World:
+    """``n`` chunks of 32x32 with two f32 fields of non-trivial values (sums are not exact);
+    ``cls``: a World subclass to make (the same values)."""
+    world = cls(SHAPE, {"height": np.float32, "moisture": np.float32}, max_chunks=max_chunks or n)
     rng = np.random.default_rng(seed)
     for k in range(n):
         world.add(k, {"height": rng.standard_normal(SHAPE, dtype=np.float32) * 100,

@@ -48,11 +48,7 @@ class HookWorld(World):
 
 
 def hook_world(n: int = 16) -> HookWorld:
-    base = make_world(n=n)
-    world = HookWorld(base.chunk_shape, {"height": np.float32, "moisture": np.float32}, max_chunks=n)
-    for k in base.keys():
-        world.add(k, {"height": base.read(k, "height"), "moisture": base.read(k, "moisture")})
-    return world
+    return make_world(n=n, cls=HookWorld)  # type: ignore[return-value]
 
 
 def assert_latest_match_world(world, applied: Applied, name: str) -> None:

@@ -48,11 +48,7 @@ def vector_world(n: int = 64) -> World:
 
 
 def per_chunk_world(n: int = 64) -> World:
-    vec = make_world(n=n)
-    world = PerChunkWorld(vec.chunk_shape, {"height": np.float32, "moisture": np.float32}, max_chunks=n)
-    for k in vec.keys():
-        world.add(k, {"height": vec.read(k, "height"), "moisture": vec.read(k, "moisture")})
-    return world
+    return make_world(n=n, cls=PerChunkWorld)
 
 
 def test_the_vector_path_takes_the_same_spans_as_the_per_chunk_path():
@@ -266,10 +262,7 @@ def test_a_chunk_edited_by_another_thread_mid_upload_is_never_applied_from_its_o
 def test_a_chunk_edited_between_two_fields_takes_is_never_applied_from_its_old_bytes(make_engine, revalidate):
     """The same between two fields' takes: the second field's take answers the chunk's new
     version, which the first field's mirror does not hold (its change is taken next frame)."""
-    base = make_world(n=16)
-    world = TakeHookWorld(base.chunk_shape, {"height": np.float32, "moisture": np.float32}, max_chunks=16)
-    for k in base.keys():
-        world.add(k, {"height": base.read(k, "height"), "moisture": base.read(k, "moisture")})
+    world = make_world(n=16, cls=TakeHookWorld)
     engine = make_engine(world, config=EngineConfig(revalidate=revalidate))
     by_field = {name: Applied(world) for name in ("height", "moisture")}
     handles = [summary_product(engine, name, applied, key=name) for name, applied in by_field.items()]
