@@ -683,7 +683,7 @@ class Engine:
         gpu = product.gpu
         work = product.work(self.world, index=index)
         if not work:
-            return False  # only evicted chunks were owed (dropped), or a path waits for its chunks
+            return False  # only evicted chunks were owed (dropped), or a path through one (owed when it is back)
         if work.items.size > gpu.capacity:
             self._gpu.reregister(product)  # outgrown (a selection): bigger buffers next frame
             return False

@@ -294,7 +294,12 @@ class Product:
         if policy is ReadbackPolicy.SELECTED_TILES:
             return self._tiles_work(world, {e[1] for e in entries}, index)
         if not entries or not all(k in world for k in self.selection_keys):
-            return Work((), (), np.zeros(0, np.uint32))  # nothing owed, or a path through an evicted chunk
+            # Nothing owed, or a path through an evicted chunk: it is not computed, and owes
+            # nothing until that chunk is back (its add owes the path, computed whole then), as
+            # when the evicted chunk was the one that changed.
+            if keys is None:
+                self.pending.clear()
+            return Work((), (), np.zeros(0, np.uint32))
         return self._tiles_work(world, set(self.selection_keys), index)
 
     def _tiles_work(self, world: Any, due: set[int], index: ChunkIndex) -> Work:
