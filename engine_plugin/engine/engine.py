@@ -575,8 +575,9 @@ class Engine:
                     self._delivery.note_changes(name, found)
                 for product in products:
                     product.owe_changed(changed, meta, found.versions, found.slots)
-            if index.moved:
-                self._redirty_moved(index.clock)
+            since = index.clock
+            if since is not None and index.moved:
+                self._redirty_moved(since)
             stale: StaleSpanError | None = None
             for name, spans in sends:
                 if not gpu:
@@ -622,7 +623,7 @@ class Engine:
                 if key in world:
                     world.mark_dirty(key, name)
 
-    def _redirty_moved(self, since: int | None) -> None:
+    def _redirty_moved(self, since: int) -> None:
         """Mark the world-mirrored fields of the chunks changed since clock ``since`` dirty
         again: another thread changed the world during the takes (single-threaded by
         contract), and a change landing inside a take (between reading and clearing the dirty
@@ -631,8 +632,6 @@ class Engine:
         state, which the world's bytes would overwrite (which field a change touched is not
         known, only that the chunk changed)."""
         world = self.world
-        if since is None:
-            return
         names = [spec.name for spec in getattr(world, "fields", ()) if not self._gpu.kernel_written(spec.name)]
         if not names:
             return

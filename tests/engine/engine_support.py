@@ -59,15 +59,13 @@ class Applied:
 def run_until_idle(engine: Engine, timeout: float = 10.0) -> FrameStats:
     """Frames until nothing is owed or in flight (the backend's too); answers their totals."""
     totals = FrameStats()
-    deadline = time.monotonic() + timeout
-    while True:
-        totals.add(engine.frame())
-        backend_idle = getattr(engine.backend, "inflight_readbacks", 0) == 0
-        if engine.idle and backend_idle:
-            return totals
-        if time.monotonic() > deadline:
-            raise AssertionError(f"engine not idle after {timeout} s: {engine!r}, {totals}")
-        time.sleep(0.001)
+
+    def idle(st: FrameStats) -> bool:
+        totals.add(st)
+        return engine.idle and getattr(engine.backend, "inflight_readbacks", 0) == 0
+
+    frames_until(engine, idle, "the engine going idle", timeout)
+    return totals
 
 
 def frames_until(engine: Engine, done: Callable[[FrameStats], bool], what: str, seconds: float = 60.0,
