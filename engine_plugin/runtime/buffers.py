@@ -75,9 +75,16 @@ class BufferPool:
     def give(self, buffer: Any, usage: int = STORAGE_USAGE) -> None:
         """Return a buffer. GPU work already submitted that uses it still runs first (queue
         order); work recorded in an open batch keeps it parked until that batch is submitted."""
-        if self.ctx.lost:
+        if self.ctx.guard.lost:
             return
-        self._returned.append((buffer, usage))
+        if not open_batches() and not self._parked:
+            # Nothing can hold it (no batch is open, none parked): straight to its free list,
+            # without the lock (a list append is atomic; this may run inside take() on this
+            # thread, from the garbage collector). Last in, first out: the next run of the
+            # same kernel gets this very buffer, and with it its cached bind group.
+            self._free[(buffer.size, usage)].append(buffer)
+        else:
+            self._returned.append((buffer, usage))
 
     def _drain(self) -> None:
         """Move returned buffers to the free lists, except those a run recorded in an open
@@ -110,7 +117,8 @@ class BufferPool:
 
     @property
     def free_count(self) -> int:
-        return sum(len(v) for v in self._free.values()) + len(self._returned) + len(self._parked)
+        # list(): give() may add a free list from another thread (a C-level copy is atomic)
+        return sum(len(v) for v in list(self._free.values())) + len(self._returned) + len(self._parked)
 
 
 def pool_for(ctx: DeviceContext) -> BufferPool:

@@ -87,6 +87,9 @@ def _read_words(buffer: Any, offset: int, size: int, ctx: Any, dtype: Any = None
     return memoryview(data)[:size] if dtype is None else array
 
 
+_new_output = object.__new__
+
+
 class Output:
     """One output binding after a run: ``buffer``, ``count``, ``capacity``, ``counter``, ``overflow``.
 
@@ -113,6 +116,8 @@ class Output:
         "_counter_kind",
         "_counter_limit",
         "_keep",
+        "_pool",
+        "_pooled",
         "__weakref__",
     )
 
@@ -130,6 +135,8 @@ class Output:
         bits: bool = False,
         keep: Any = None,
     ):
+        self._pool: Any = None  # first: __del__ reads it (see own_pooled)
+        self._pooled: tuple = ()
         self._buffer = buffer
         self._keep = keep  # what owns ``counter`` when it is shared (a live count's snapshot)
         self.capacity = capacity
@@ -141,6 +148,28 @@ class Output:
         self._counter_limit = capacity if counter_limit is None else counter_limit
         self._count = count
         self._attempted: int | None = None
+
+    @classmethod
+    def pooled(cls, buffer: Any, capacity: int, element: ValueType | StructType, name: str, bits: bool, pool: Any) -> "Output":
+        """A plain output of all ``capacity`` elements in a pooled ``buffer``, given back to
+        ``pool`` when it is garbage: ``__init__`` and :func:`own_pooled` for a run's common
+        case, without the keyword call (half of its cost; this runs once per output per run).
+        Sets every slot ``__init__`` sets."""
+        out = _new_output(cls)
+        out._pool = pool
+        out._pooled = (buffer,)
+        out._buffer = buffer
+        out._keep = None
+        out.capacity = capacity
+        out.element = element
+        out.bits = bits
+        out.name = name
+        out._counter = None
+        out._counter_kind = ""
+        out._counter_limit = capacity
+        out._count = capacity
+        out._attempted = None
+        return out
 
     @property
     def buffer(self) -> Any:
@@ -156,11 +185,29 @@ class Output:
     def counter(self) -> Any:
         """The GPU counter of an append or ``live`` output (None for plain outputs); handed
         out as :attr:`buffer` is."""
-        if PENDING[0] is not None and self._counter is not None:
+        counter = self._counter
+        if PENDING[0] is not None and counter is not None:
             flush_pending()
-        if self._counter is not None and (self._keep is not None or (self._counter_kind == "append" and id(self._buffer) in _owners)):
-            _escaped.add(id(self._counter))  # a pooled counter (an append's, a live snapshot): the caller's now
-        return self._counter
+        if counter is not None:
+            if self._keep is not None:
+                _escaped.add(id(counter))  # a live count's pooled snapshot: the caller's now
+            elif any(b is counter for b in self._pooled):  # an append's pooled counter: it leaves the pool
+                self._pooled = tuple(b for b in self._pooled if b is not counter)
+        return counter
+
+    def __del__(self) -> None:
+        # A pooled output gives its buffers back when it is garbage: a finaliser costs a
+        # fraction of a weakref callback (a weakref, a partial and two registry entries a
+        # run), and this runs once per output per run. GPU work already submitted that uses
+        # the buffers runs first (queue order); an open batch parks them (BufferPool.give).
+        pool = self._pool
+        if pool is not None:
+            self._pool = None
+            try:
+                for buf in self._pooled:
+                    pool.give(buf)
+            except Exception:  # interpreter shutdown: module state may be gone; nothing to return to
+                pass
 
     def _resolve(self) -> None:
         if self._count is not None:
@@ -233,34 +280,29 @@ def read(x: Any, as_u32: bool = False) -> np.ndarray:
 
 
 _release_refs: dict[int, Any] = {}
-# id(buffer) -> weakref of the live Output the host allocated it for: abi.read(output.buffer)
-# answers that output's live elements. An entry goes when its Output does (release hook).
+# id(buffer) -> weakref of the live Output that handed its host-allocated buffer out
+# (``Output.buffer``): abi.read(output.buffer) answers that output's live elements. An entry
+# goes when its Output does.
 _owners: dict[int, Any] = {}
 
 
-def own_buffer(output: Output) -> None:
-    """Mark ``output.buffer`` as allocated for ``output`` (until the output is garbage)."""
-    _owners[id(output._buffer)] = weakref.ref(output)
-
-
-def disown_buffer(buffer: Any, output_ref: Any = None) -> None:
-    ref = _owners.get(id(buffer))
-    if ref is not None and (output_ref is None or ref is output_ref or ref() is None):
-        _owners.pop(id(buffer), None)
+def _forget_owner(key: int, ref: Any) -> None:
+    if _owners.get(key) is ref:
+        del _owners[key]
 
 
 def output_of(buffer: Any) -> Output | None:
-    """The live Output whose host-allocated storage ``buffer`` is, if any."""
+    """The live Output whose host-allocated storage ``buffer`` is (once handed out), if any."""
     ref = _owners.get(id(buffer))
     out = ref() if ref is not None else None
     return out if out is not None and out._buffer is buffer else None
 
 
-def on_release(output: Output, callback: Callable[[], None]) -> None:
-    """Call ``callback`` once the Output is garbage (its pooled buffer may then be reused).
+def on_release(output: Any, callback: Callable[[], None]) -> None:
+    """Call ``callback`` once ``output`` is garbage (its pooled buffer may then be reused).
 
     A bare weakref with a callback (kept in a dict until it fires) costs a fraction of
-    ``weakref.finalize``, and this runs once per output per run.
+    ``weakref.finalize``.
     """
 
     def fire(ref: Any) -> None:
@@ -272,26 +314,32 @@ def on_release(output: Output, callback: Callable[[], None]) -> None:
 
 
 def own_pooled(output: Output, pool: Any, buffers: tuple) -> None:
-    """:func:`own_buffer` and :func:`on_release` giving ``buffers`` back to ``pool``, with one
-    weakref (this runs once per output per run; a closure and a second weakref cost as much
-    as the rest of the bookkeeping)."""
-    ref = weakref.ref(output, partial(_release_pooled, pool, buffers))
-    _owners[id(buffers[0])] = ref
-    _release_refs[id(ref)] = ref
+    """``buffers`` (the output's buffer, an append's counter) go back to ``pool`` when
+    ``output`` is garbage, unless handed out first (:func:`share`, :attr:`Output.counter`)."""
+    output._pooled = buffers
+    output._pool = pool
 
 
-# id() of pooled buffers an Output handed out (``buffer``, ``counter``): their release gives
-# them up instead of pooling them. (Only pooled buffers are entered, and their release removes
-# them: the id is the buffer's all that time, as the Output holds it.)
+# id() of pooled buffers a live count's holder owns and an Output handed out (``counter``):
+# their release gives them up instead of pooling them. (Only pooled buffers are entered, and
+# their release removes them: the id is the buffer's all that time, as the holder keeps it.)
 _escaped: set[int] = set()
 
 
 def share(output: Output) -> None:
-    """``output``'s pooled buffer is reachable elsewhere from now on (handed out by
+    """``output``'s buffer is reachable elsewhere from now on (handed out by
     :attr:`Output.buffer`, or bound by another Output as a read_write binding the caller
-    supplied it to): it leaves the pool when ``output`` goes."""
-    if id(output._buffer) in _owners:
-        _escaped.add(id(output._buffer))
+    supplied it to). A host-allocated one leaves the pool when ``output`` goes, and is
+    remembered as ``output``'s until then (:func:`output_of`)."""
+    if output._pool is None:
+        return  # the caller's own buffer (or already given back): never pooled
+    buffer = output._buffer
+    if any(b is buffer for b in output._pooled):
+        output._pooled = tuple(b for b in output._pooled if b is not buffer)
+    key = id(buffer)
+    ref = _owners.get(key)
+    if ref is None or ref() is not output:
+        _owners[key] = weakref.ref(output, partial(_forget_owner, key))
 
 
 def give_back(pool: Any, buffer: Any) -> None:
@@ -301,12 +349,3 @@ def give_back(pool: Any, buffer: Any) -> None:
         _escaped.discard(id(buffer))
         return
     pool.give(buffer)
-
-
-def _release_pooled(pool: Any, buffers: tuple, ref: Any) -> None:
-    _release_refs.pop(id(ref), None)
-    key = id(buffers[0])
-    if _owners.get(key) is ref:
-        del _owners[key]
-    for buf in buffers:
-        give_back(pool, buf)

@@ -949,7 +949,9 @@ class Variant:
             return None
         if not _same_params(params, rep):
             return None
-        if not ((_same_inputs(inputs, rep) if rep.host else _same_objects(inputs, rep.inputs)) and _same_objects(outputs, rep.outputs)):
+        if not (_same_inputs(inputs, rep) if rep.host else _same_objects(inputs, rep.inputs)):
+            return None
+        if (outputs or rep.outputs) and not _same_objects(outputs, rep.outputs):
             return None
         if rep.chained and any(isinstance(v, Output) and not v.count_known for _, v in rep.inputs):
             return None  # a chained count read on the GPU: take the full path
@@ -965,9 +967,7 @@ class Variant:
                 buf = take(cls, STORAGE_USAGE, slot.name)
                 if slot.clear:
                     ops.append(("clear", buf, 0, nbytes))
-                out = Output(buf, size, vt, name=slot.name, count=size, bits=slot.bits)
-                own_pooled(out, pool, (buf,))
-                result[slot.name] = out
+                result[slot.name] = Output.pooled(buf, size, vt, slot.name, slot.bits, pool)
                 owned.append(buf)
             if temps:
                 owned = temps + owned
@@ -1011,9 +1011,7 @@ class Variant:
                 if slot.clear:
                     ops.append(("clear", buf, 0, nbytes))
                 bound[slot.binding] = _Bound(buf, size, 0, nbytes)
-                out = Output(buf, size, vt, name=slot.name, count=size, bits=slot.bits)
-                own_pooled(out, pool, (buf,))
-                result[slot.name] = out
+                result[slot.name] = out = Output.pooled(buf, size, vt, slot.name, slot.bits, pool)
             else:
                 result[slot.name] = out = self._allocate(slot, size, outputs[slot.name] if kind == "given" else None, count, work, bound)
             owned.append(out._buffer)
@@ -1106,6 +1104,8 @@ class Variant:
             out = Output(buf, size, vt, name=slot.name, counter=work.live_counter, counter_kind="live", counter_limit=n, bits=slot.bits, keep=work.live_holder)
         elif slot.live and work.live_count is not None:
             out = Output(buf, size, vt, name=slot.name, count=min(work.live_count, n), bits=slot.bits)
+        elif given is None:
+            return Output.pooled(buf, size, vt, slot.name, slot.bits, self._pool)
         else:
             out = Output(buf, size, vt, name=slot.name, count=size, bits=slot.bits)
         if given is None:

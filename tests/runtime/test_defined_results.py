@@ -325,6 +325,27 @@ def test_a_buffer_handed_out_by_an_output_is_never_pooled_again():
     np.testing.assert_array_equal(abi.read(buf)[:n], 2.0 * xs + 1.0)
 
 
+def test_an_append_counter_handed_out_is_never_pooled_again_but_its_elements_are():
+    # output.counter is the caller's from then on, as output.buffer is: later runs taking
+    # pooled buffers of its size must not overwrite the count it holds. The elements buffer,
+    # never handed out, goes back to the pool.
+    from engine_plugin.runtime.buffers import pool_for
+
+    compact = make("defined/escape_counter", COMPACT_YAML, COMPACT_WGSL)
+    src = np.where(np.arange(40) % 4 == 0, 1.0, -1.0).astype(np.float32)  # 10 kept
+    run = compact.run(n=40, inputs={"src": src})
+    counter = run.outputs["kept"].counter
+    pool = pool_for(get_context())
+    free_before = pool.free_count
+    del run
+    gc.collect()
+    assert pool.free_count == free_before + 1  # the elements buffer, not the counter
+    many = np.ones(40, np.float32)  # 40 kept: every counter these runs reset and fill says 40
+    runs = [compact.run(n=40, inputs={"src": many}) for _ in range(6)]
+    assert [r.outputs["kept"].count for r in runs] == [40] * 6
+    assert int(abi.read(counter, as_u32=True)[0]) == 10
+
+
 def test_an_output_given_to_another_run_keeps_its_buffer_when_the_first_run_goes():
     v = make("defined/given", AXPY_YAML, AXPY_WGSL)
     n = 256
@@ -407,3 +428,18 @@ def test_an_output_given_to_a_read_write_binding_keeps_its_buffer_when_its_run_g
     gc.collect()
     _other_runs(v, n)
     np.testing.assert_array_equal(abi.read(second.outputs["z"]), 2.0 * xs + 11.0)
+
+
+def test_a_pooled_outputs_fast_constructor_sets_what_init_and_own_pooled_set():
+    # Output.pooled is every run's constructor; __init__ + own_pooled the general one. A slot
+    # one sets and the other misses would be an AttributeError (or a stale value) in a run.
+    from engine_plugin.lowering.types import ValueType  # noqa: F401  (the element's type)
+    from engine_plugin.runtime.output import Output, own_pooled
+
+    pool, buf, element = object(), object(), object()
+    general = Output(buf, 7, element, name="y", count=7, bits=True)  # type: ignore[arg-type]
+    own_pooled(general, pool, (buf,))
+    fast = Output.pooled(buf, 7, element, "y", True, pool)  # type: ignore[arg-type]
+    slots = [s for s in Output.__slots__ if s != "__weakref__"]
+    assert {s: getattr(fast, s) for s in slots} == {s: getattr(general, s) for s in slots}
+    general._pool = fast._pool = None  # nothing to give back to a stand-in pool
