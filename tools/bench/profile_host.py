@@ -7,7 +7,7 @@ For the plugin's run and the raw run (``bench.host_cases.RawAxpy.once``) it prin
 wall time of a call, then the time spent inside each wgpu-py method per call (timing wrappers
 around the backend's classes, so the two sides' wgpu calls are compared one by one), then a
 cProfile of the plugin's run. The same for the one-shot run+read and for recording 100 runs in
-``abi.batch()``. On the H200 the run carried ~52 µs over raw that a lavapipe profile did not
+``abi.batch()``; last, the run and the batch again with the driver stubbed out (pure Python). On the H200 the run carried ~52 µs over raw that a lavapipe profile did not
 show: this says whether that time is in wgpu calls or in Python.
 """
 
@@ -34,6 +34,18 @@ def _median(fn: Callable[[], object], calls: int) -> float:
     return statistics.median(samples)
 
 
+def _best_block(fn: Callable[[], object], calls: int, blocks: int = 5) -> float:
+    """Seconds a call over the fastest of ``blocks`` runs of ``calls`` back-to-back calls (no
+    timer around each call: what is measured is small enough for that to matter)."""
+    best = float("inf")
+    for _ in range(blocks):
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        best = min(best, (time.perf_counter() - t0) / calls)
+    return best
+
+
 def _wrap_wgpu(spent: collections.Counter, counts: collections.Counter) -> None:
     """Time every public method of wgpu-py's native backend classes into ``spent``."""
     import wgpu.backends.wgpu_native as native
@@ -58,6 +70,31 @@ def _wrap_wgpu(spent: collections.Counter, counts: collections.Counter) -> None:
             if attr.startswith("_") or not callable(fn) or isinstance(fn, (type, staticmethod, classmethod)):
                 continue
             setattr(cls, attr, timed(fn, f"{name}.{attr}"))
+
+
+def _stub_wgpu() -> None:
+    """Replace wgpu-py's encoders, submit and write_buffer with no-ops (irreversibly, so last):
+    what is left of a call is the Python around the driver, ours and raw's, measured without
+    the driver's work evicting it from the CPU's caches between calls."""
+    import wgpu.backends.wgpu_native as native
+
+    class Pass:
+        def set_pipeline(self, *a: Any) -> None: ...
+        def set_bind_group(self, *a: Any) -> None: ...
+        def dispatch_workgroups(self, *a: Any) -> None: ...
+        def end(self) -> None: ...
+
+    class Encoder:
+        def clear_buffer(self, *a: Any) -> None: ...
+        def copy_buffer_to_buffer(self, *a: Any) -> None: ...
+        def begin_compute_pass(self, **k: Any) -> Pass:
+            return Pass()
+
+        def finish(self, **k: Any) -> None: ...
+
+    native.GPUDevice.create_command_encoder = lambda self, **k: Encoder()  # type: ignore[method-assign,assignment]
+    native.GPUQueue.submit = lambda self, buffers: None  # type: ignore[method-assign,assignment]
+    native.GPUQueue.write_buffer = lambda self, *a, **k: None  # type: ignore[method-assign,assignment]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -138,6 +175,15 @@ def main(argv: list[str] | None = None) -> int:
         pstats.Stats(prof, stream=text).sort_stats("tottime").print_stats(25)
         print(f"\n## {label}: cProfile of the plugin side ({calls} calls), by own time", file=out)
         print(text.getvalue(), file=out)
+    # Last: the driver stubbed out for good (the one-shot reads back, so it is left out).
+    _stub_wgpu()
+    print("\n## pure Python: the same calls with wgpu's encoder, submit and writes stubbed", file=out)
+    for label, (plugin, rawfn, calls) in sides.items():
+        if label.startswith("one-shot"):
+            continue
+        times = [(_best_block(plugin, calls), _best_block(rawfn, calls)) for _ in range(3)]
+        for p, r in times:
+            print(f"  {label:28s} plugin {p * 1e6:9.1f} µs, raw {r * 1e6:9.1f} µs: {(p - r) * 1e6:8.1f} µs more (fastest of 5 blocks)", file=out)
     report = out.getvalue()
     if args.out:
         with open(args.out, "w") as f:
