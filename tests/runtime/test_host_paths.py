@@ -217,6 +217,30 @@ def test_one_shot_runs_and_reads_from_two_threads_each_read_their_own_result(axp
     assert not errors, errors
 
 
+def test_runs_held_on_two_threads_never_share_a_pooled_output(axpy):
+    # The pool hands out and takes back buffers on both threads at once (take_class pops
+    # without the lock when nothing waits to be sorted): no buffer may go to two live outputs.
+    errors: list = []
+    xs = axpy.ctx.device.create_buffer_with_data(data=XS, usage=STORAGE)
+
+    def worker(a: float) -> None:
+        try:
+            for i in range(12):
+                held = [axpy.run(256, inputs={"x": xs}, params={"a": a + k}) for k in range(8)]
+                for k, run in enumerate(held):
+                    got = abi.read(run.outputs["y"])
+                    np.testing.assert_array_equal(got, (a + k) * XS + 1.0, err_msg=f"a={a} k={k} round {i}")
+        except Exception as exc:  # reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=worker, args=(a,)) for a in (2.0, 20.0)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+
+
 LOSS_SCRIPT = textwrap.dedent("""
     import numpy as np
     from engine_plugin import abi
