@@ -141,6 +141,8 @@ class Engine:
 
     def __init__(self, world: Any, library: Any = None, backend: Any = None, *, config: EngineConfig | None = None, device: Any = None) -> None:
         self.world = world
+        # A world without a lock (a duck-typed one) is the engine thread's alone (SPEC section 4).
+        self._world_lock: Any = getattr(world, "lock", None) or contextlib.nullcontext()
         self.library = library
         self.config = config or EngineConfig()
         if device is None and library is not None:
@@ -425,10 +427,18 @@ class Engine:
     def frame(self) -> FrameStats:
         """Run one frame (SPEC section 4 order); never waits for the GPU.
 
+        Holds the world's lock (``World.lock``) throughout: a change another thread makes
+        waits for the frame to end, so no frame sees half of one. The engine thread's own
+        changes (from ``apply`` callbacks) go through.
+
         Raises:
             the first exception an ``apply`` or ``cpu_fallback`` callback raised, after the
             frame is complete (the other callbacks still ran).
         """
+        with self._world_lock:
+            return self._frame_steps()
+
+    def _frame_steps(self) -> FrameStats:
         t0 = time.perf_counter()
         # Runs recorded in an open abi.batch() come first: this frame's submission follows them.
         flush_current_batch()
@@ -438,7 +448,7 @@ class Engine:
         self._apply_reloads(st)  # 1
         self._reattach(st)
         index = ChunkIndex(self.world)  # the world holds still until step 5
-        self.upload(st, index)  # 2
+        self._upload(st, index)  # 2
         wall: dict[str, float] = {}
         if self._paced(st):
             with self._submission():  # 3, 4: one submission for the frame
@@ -545,7 +555,12 @@ class Engine:
         """Step 2 of :meth:`frame` on its own: the products reading a changed field owe its
         chunks; the changed chunk fields go to their GPU mirrors, adjacent slots coalesced
         into one write. Answers (or adds to) ``st``'s upload counts. (``index``: the frame's
-        slot/version cache, shared with the dispatch step.)"""
+        slot/version cache, shared with the dispatch step.) Holds the world's lock, as
+        :meth:`frame` does."""
+        with self._world_lock:
+            return self._upload(st, index)
+
+    def _upload(self, st: FrameStats | None, index: ChunkIndex | None) -> FrameStats:
         st = st if st is not None else FrameStats(frame=self._frame)
         readers: dict[str, list[Product]] = {name: [] for name in self._gpu.kept}
         for product in self._order:

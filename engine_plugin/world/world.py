@@ -11,16 +11,20 @@ after more edits, and not after the key is evicted and added again. Upload spans
 revalidation rely on exactly that.
 
 The arrays behind the world are not writeable from outside: readers get read-only views (numpy
-refuses to flip them back), and the only ways to change data are the mutation methods.
+refuses to flip them back), and the only ways to change data are the mutation methods. Each
+holds ``World.lock``, which ``Engine.frame()`` holds for the whole frame: a change made on
+another thread lands between frames, whole.
 """
 
 from __future__ import annotations
 
+import functools
 import heapq
-from collections.abc import Iterator, Mapping
+import threading
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from operator import itemgetter
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -29,6 +33,20 @@ from .errors import ChunkBusyError, UnknownChunkError, WorldError, WorldFullErro
 from .fields import FieldSpec, check_chunk_shape, declare_fields
 
 __all__ = ["World"]
+
+_Method = TypeVar("_Method", bound=Callable[..., Any])
+
+
+def _mutation(method: _Method) -> _Method:
+    """Run ``method`` holding the world's :attr:`World.lock`: a mutation is whole before any
+    frame sees it."""
+
+    @functools.wraps(method)
+    def locked(self: World, *args: Any, **kwargs: Any) -> Any:
+        with self.lock:
+            return method(self, *args, **kwargs)
+
+    return locked  # type: ignore[return-value]
 
 
 class World:
@@ -75,6 +93,11 @@ class World:
         self._dirty_mask: dict[str, np.ndarray] = {name: np.zeros(self.max_chunks, dtype=bool) for name in self._fields}
         self._slot_version = np.zeros(self.max_chunks, dtype=np.int64)
         self._editing: set[int] = set()
+        # Held by every mutation, and by Engine.frame() for the whole frame: a change made on
+        # another thread lands between frames, never halfway through one (an add or evict is
+        # several steps; a frame that saw half of one could apply a wrong result). Reentrant:
+        # the engine thread may change the world inside a frame (apply callbacks).
+        self.lock = threading.RLock()
 
     # ---- declarations ----------------------------------------------------------------
 
@@ -107,6 +130,7 @@ class World:
         """Live chunk keys, sorted."""
         return sorted(self._slot_of)
 
+    @_mutation
     def add(self, key: int, values: Mapping[str, Any] | None = None) -> int:
         """Add chunk ``key`` (zero-filled, or from ``values``) and answer its mirror slot.
 
@@ -136,6 +160,7 @@ class World:
         self._bump(key)
         return slot
 
+    @_mutation
     def evict(self, key: int) -> int:
         """Remove chunk ``key``; answer the slot it freed (reused by a later ``add``).
 
@@ -216,6 +241,7 @@ class World:
 
     # ---- mutation --------------------------------------------------------------------
 
+    @_mutation
     def write(self, key: int, name: str, values: Any) -> int:
         """Replace field ``name`` of chunk ``key`` (values broadcast to the chunk shape).
 
@@ -227,6 +253,7 @@ class World:
         self._dirty_mask[name][self._slot_of[key]] = True
         return self._bump(key)
 
+    @_mutation
     def set_tile(self, key: int, name: str, tile: tuple[int, ...], value: Any) -> int:
         """Set one tile (``(y, x)`` for a 2-D chunk) of field ``name``; answers the new version."""
         slot = self._mutable_slot(key)
@@ -252,22 +279,25 @@ class World:
         exception inside the block discards the edit. While it is open, other mutations of the
         chunk raise ChunkBusyError.
         """
-        slot = self._mutable_slot(key)
-        self._editing.add(key)
+        with self.lock:  # not held while the block runs: only its start and its commit
+            slot = self._mutable_slot(key)
+            self._editing.add(key)
         edit = ChunkEdit(self, key, slot)
         try:
             yield edit
         except BaseException:
             edit._close()
+            with self.lock:
+                self._editing.discard(key)
             raise
-        finally:
+        with self.lock:
             self._editing.discard(key)
-        taken = edit._close()
-        if taken:
-            for name, arr in taken.items():
-                self._rw[name][slot] = arr
-                self._dirty_mask[name][self._slot_of[key]] = True
-            self._bump(key)
+            taken = edit._close()
+            if taken:
+                for name, arr in taken.items():
+                    self._rw[name][slot] = arr
+                    self._dirty_mask[name][self._slot_of[key]] = True
+                self._bump(key)
 
     def _mutable_slot(self, key: int) -> int:
         slot = self.slot(key)
@@ -296,6 +326,7 @@ class World:
         slot = self._slot_of.get(key)
         return slot is not None and bool(self._dirty_mask[self.field(name).name][slot])
 
+    @_mutation
     def take_dirty(self, name: str | None = None) -> list[tuple[int, str]]:
         """Answer ``dirty(name)`` and clear those entries (the uploader's call)."""
         found = self.dirty(name)
@@ -303,6 +334,7 @@ class World:
             self._dirty_mask[n][:] = False
         return found
 
+    @_mutation
     def take_dirty_slots(self, name: str) -> np.ndarray:
         """Sorted slots of the chunks whose field ``name`` is dirty; clears them."""
         mask = self._dirty_mask.get(name)
@@ -337,6 +369,7 @@ class World:
             return None
         return self._key_vec.take(slots)
 
+    @_mutation
     def mark_dirty(self, key: int | None = None, name: str | None = None) -> None:
         """Mark fields dirty without changing data (e.g. to re-upload after a new device)."""
         keys = [key] if key is not None else list(self._slot_of)

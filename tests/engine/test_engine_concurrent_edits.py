@@ -252,3 +252,63 @@ def test_marking_changed_chunks_dirty_again_leaves_a_field_a_kernel_writes_alone
         np.testing.assert_array_equal(source, world.mirror("source").reshape(4, 64))
     finally:
         engine.close()
+
+
+class PausingWorld(World):
+    """A World whose next take runs ``pause`` first (inside the frame, holding its lock)."""
+
+    pause = None
+
+    def take_dirty_slots(self, name):
+        pause, self.pause = self.pause, None
+        if pause is not None:
+            pause()
+        return super().take_dirty_slots(name)
+
+
+@pytest.mark.parametrize("change", ["add", "evict", "write", "edit"])
+@pytest.mark.parametrize("gpu_side", [False, True], ids=["cpu", "gpu"])
+def test_a_change_on_another_thread_lands_between_frames_never_inside_one(change, gpu_side):
+    # World.add and evict are several steps: a frame that saw half of one could apply a wrong
+    # result. The world's lock, held by every mutation and by frame(), keeps the other
+    # thread's change out until the frame ends; without it the change lands during the pause.
+    import threading
+
+    world = make_world(n=8, max_chunks=16, cls=PausingWorld)
+    engine = Engine(world, config=EngineConfig()) if gpu_side else Engine(world, backend=NoGpuBackend())
+    applied = Applied(world)
+    summary_product(engine, "height", applied)
+    run_until_idle(engine)
+    inside, finished = threading.Event(), threading.Event()
+
+    def other_thread() -> None:
+        inside.wait(10)
+        if change == "add":
+            world.add(100, {"height": np.full(world.chunk_shape, 5.0, np.float32)})
+        elif change == "evict":
+            world.evict(3)
+        elif change == "write":
+            world.write(3, "height", 7.0)
+        else:
+            with world.edit(3) as f:
+                f["height"][...] = 9.0
+        finished.set()
+
+    landed_inside: list[bool] = []
+
+    def pause() -> None:
+        inside.set()
+        landed_inside.append(finished.wait(0.3))
+
+    world.pause = pause
+    thread = threading.Thread(target=other_thread)
+    thread.start()
+    engine.frame()
+    thread.join(10)
+    assert landed_inside == [False]  # the frame ran whole without the other thread's change...
+    assert finished.is_set()  # ...which landed once it ended
+    run_until_idle(engine)
+    assert not applied.not_current
+    for k in world.keys():
+        assert same_bits(applied.latest[k], cpu_summary(world, "height", k)), k
+    engine.close()
