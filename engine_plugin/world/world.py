@@ -18,6 +18,7 @@ another thread lands between frames, whole.
 
 from __future__ import annotations
 
+import copy
 import functools
 import heapq
 import threading
@@ -382,6 +383,33 @@ class World:
     def _edit_field(self, slot: int, name: str) -> np.ndarray:
         self.field(name)
         return self._rw[name][slot].copy()
+
+    # ---- copies ----------------------------------------------------------------------
+
+    def __getstate__(self) -> dict[str, Any]:
+        """A consistent snapshot for ``pickle`` and ``copy.deepcopy``, taken under the lock
+        (the lock itself and the writeable aliases are rebuilt by ``__setstate__``)."""
+        with self.lock:
+            state = {k: v for k, v in self.__dict__.items() if k not in ("lock", "_rw")}
+            state["_base"] = {name: np.array(base) for name, base in self._base.items()}
+            for key in ("_slot_of", "_version", "_key_at", "_free"):
+                state[key] = copy.copy(state[key])
+            state["_dirty_mask"] = {name: mask.copy() for name, mask in self._dirty_mask.items()}
+            state["_key_vec"], state["_slot_version"] = self._key_vec.copy(), self._slot_version.copy()
+            state["_editing"] = set()  # an open edit belongs to this world, not to a copy
+            return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        # The private writeable alias must be a view of the same memory the read-only base
+        # shows (a copy of each would make writes invisible to reads).
+        self._rw = {}
+        for name, base in list(self._base.items()):
+            owned = np.array(base)
+            self._rw[name] = owned[...]
+            owned.flags.writeable = False
+            self._base[name] = owned
+        self.lock = threading.RLock()
 
     def __repr__(self) -> str:
         fields = ", ".join(f"{s.name}:{s.format.name}" for s in self.fields)

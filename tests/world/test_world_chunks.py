@@ -250,3 +250,27 @@ def test_dirty_tracking_is_per_chunk_and_field_and_ordered_by_field_then_slot():
     w.take_dirty()
     w.mark_dirty(name="solid")
     assert w.dirty() == [(5, "solid")]
+
+
+@pytest.mark.parametrize("how", ["deepcopy", "pickle"])
+def test_a_copied_world_is_a_whole_independent_world(how):
+    # A copy's writes must show in its own reads (its writeable alias a view of its own data),
+    # leave the original alone, and keep versions, dirty flags and slots; it has its own lock.
+    import copy
+    import pickle
+
+    world = World((4, 4), {"h": "float32", "m": "uint8"}, max_chunks=4)
+    world.add(1)
+    world.write(1, "h", 2.0)
+    world.take_dirty()
+    world.write(1, "m", 5)
+    twin = copy.deepcopy(world) if how == "deepcopy" else pickle.loads(pickle.dumps(world))
+    assert twin.version(1) == world.version(1) and twin.dirty() == world.dirty() == [(1, "m")]
+    assert twin.lock is not world.lock
+    version = twin.write(1, "h", 3.0)
+    assert version > world.version(1)
+    assert twin.read(1, "h")[0, 0] == 3.0 and world.read(1, "h")[0, 0] == 2.0
+    assert np.array_equal(twin.mirror("h")[twin.slot(1)], np.full((4, 4), 3.0, np.float32))
+    assert twin.add(2) == 1 and 2 not in world
+    with pytest.raises(ValueError):
+        twin.mirror("h")[0, 0, 0] = 1.0  # still read-only from outside
