@@ -198,47 +198,46 @@ def test_flush_submits_the_deferred_run(axpy, submits):
     np.testing.assert_array_equal(abi.read(out), 2.0 * XS + 1.0)
 
 
-def test_one_shot_runs_and_reads_from_two_threads_each_read_their_own_result(axpy):
+def _on_threads(worker, args: tuple) -> None:
+    """Run ``worker(arg)`` on a thread per arg at once; re-raise what any of them raised."""
     errors: list = []
 
-    def worker(a: float) -> None:
+    def guarded(arg) -> None:
         try:
-            for i in range(40):
-                got = abi.read(axpy.run(256, inputs={"x": XS + i}, params={"a": a}).outputs["y"])
-                np.testing.assert_array_equal(got, a * (XS + i) + 1.0, err_msg=f"a={a} i={i} got[:4]={got[:4]}")
+            worker(arg)
         except Exception as exc:  # reported below
             errors.append(exc)
 
-    threads = [threading.Thread(target=worker, args=(a,)) for a in (2.0, 3.0)]
+    threads = [threading.Thread(target=guarded, args=(a,)) for a in args]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
     assert not errors, errors
+
+
+def test_one_shot_runs_and_reads_from_two_threads_each_read_their_own_result(axpy):
+    def worker(a: float) -> None:
+        for i in range(40):
+            got = abi.read(axpy.run(256, inputs={"x": XS + i}, params={"a": a}).outputs["y"])
+            np.testing.assert_array_equal(got, a * (XS + i) + 1.0, err_msg=f"a={a} i={i} got[:4]={got[:4]}")
+
+    _on_threads(worker, (2.0, 3.0))
 
 
 def test_runs_held_on_two_threads_never_share_a_pooled_output(axpy):
     # The pool hands out and takes back buffers on both threads at once (take_class pops
     # without the lock when nothing waits to be sorted): no buffer may go to two live outputs.
-    errors: list = []
     xs = axpy.ctx.device.create_buffer_with_data(data=XS, usage=STORAGE)
 
     def worker(a: float) -> None:
-        try:
-            for i in range(12):
-                held = [axpy.run(256, inputs={"x": xs}, params={"a": a + k}) for k in range(8)]
-                for k, run in enumerate(held):
-                    got = abi.read(run.outputs["y"])
-                    np.testing.assert_array_equal(got, (a + k) * XS + 1.0, err_msg=f"a={a} k={k} round {i}")
-        except Exception as exc:  # reported below
-            errors.append(exc)
+        for i in range(12):
+            held = [axpy.run(256, inputs={"x": xs}, params={"a": a + k}) for k in range(8)]
+            for k, run in enumerate(held):
+                got = abi.read(run.outputs["y"])
+                np.testing.assert_array_equal(got, (a + k) * XS + 1.0, err_msg=f"a={a} k={k} round {i}")
 
-    threads = [threading.Thread(target=worker, args=(a,)) for a in (2.0, 20.0)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert not errors, errors
+    _on_threads(worker, (2.0, 20.0))
 
 
 LOSS_SCRIPT = textwrap.dedent("""
