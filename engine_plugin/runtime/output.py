@@ -188,24 +188,39 @@ class Output:
         counter = self._counter
         if PENDING[0] is not None and counter is not None:
             flush_pending()
-        if counter is not None:
-            if self._keep is not None:
-                _escaped.add(id(counter))  # a live count's pooled snapshot: the caller's now
-            elif any(b is counter for b in self._pooled):  # an append's pooled counter: it leaves the pool
-                self._pooled = tuple(b for b in self._pooled if b is not counter)
+        if counter is not None and (self._keep is not None or any(b is counter for b in self._pooled)):
+            _escaped.add(id(counter))  # a pooled counter (an append's, a live snapshot): the caller's now
         return counter
+
+    def __copy__(self) -> "Output":
+        """A second Output over the same GPU buffers: they are handed out (as :attr:`buffer`
+        does), so neither object gives them back to the pool; wgpu frees them with the last."""
+        twin = _new_output(Output)
+        for name in Output.__slots__:
+            if name != "__weakref__":
+                setattr(twin, name, getattr(self, name))
+        twin._pool, twin._pooled = None, ()
+        share(self)
+        if self._counter is not None and any(b is self._counter for b in self._pooled):
+            _escaped.add(id(self._counter))
+        return twin
+
+    def __deepcopy__(self, memo: dict) -> "Output":
+        return self.__copy__()  # GPU buffers are not copied: a view of the same ones
 
     def __del__(self) -> None:
         # A pooled output gives its buffers back when it is garbage: a finaliser costs a
         # fraction of a weakref callback (a weakref, a partial and two registry entries a
         # run), and this runs once per output per run. GPU work already submitted that uses
         # the buffers runs first (queue order); an open batch parks them (BufferPool.give).
-        pool = self._pool
+        # Handed-out buffers (``_escaped``: a set add, atomic when two threads hand out the
+        # buffer and the counter at once) stay out.
+        pool = getattr(self, "_pool", None)  # None too for an object __init__ never finished
         if pool is not None:
             self._pool = None
             try:
                 for buf in self._pooled:
-                    pool.give(buf)
+                    give_back(pool, buf)
             except Exception:  # interpreter shutdown: module state may be gone; nothing to return to
                 pass
 
@@ -320,9 +335,10 @@ def own_pooled(output: Output, pool: Any, buffers: tuple) -> None:
     output._pool = pool
 
 
-# id() of pooled buffers a live count's holder owns and an Output handed out (``counter``):
-# their release gives them up instead of pooling them. (Only pooled buffers are entered, and
-# their release removes them: the id is the buffer's all that time, as the holder keeps it.)
+# id() of pooled buffers handed out (``Output.buffer``, ``Output.counter``, a copy, an inout
+# binding): their release gives them up instead of pooling them. (Only pooled buffers are
+# entered, and their release removes them: the id is the buffer's all that time, as its
+# Output or live count holder keeps it.)
 _escaped: set[int] = set()
 
 
@@ -335,7 +351,7 @@ def share(output: Output) -> None:
         return  # the caller's own buffer (or already given back): never pooled
     buffer = output._buffer
     if any(b is buffer for b in output._pooled):
-        output._pooled = tuple(b for b in output._pooled if b is not buffer)
+        _escaped.add(id(buffer))  # given up, not pooled, when ``output`` goes (give_back)
     key = id(buffer)
     ref = _owners.get(key)
     if ref is None or ref() is not output:

@@ -443,3 +443,63 @@ def test_a_pooled_outputs_fast_constructor_sets_what_init_and_own_pooled_set():
     slots = [s for s in Output.__slots__ if s != "__weakref__"]
     assert {s: getattr(fast, s) for s in slots} == {s: getattr(general, s) for s in slots}
     general._pool = fast._pool = None  # nothing to give back to a stand-in pool
+
+
+def test_handing_out_an_append_outputs_buffer_and_counter_on_two_threads_keeps_both_out_of_the_pool():
+    # Output.buffer and Output.counter mark what they hand out; on two threads at once
+    # neither mark may undo the other (a handed-out buffer back in the pool would be
+    # overwritten by a later run). Stand-in pool and buffers; frequent thread switches.
+    import sys
+    import threading
+
+    from engine_plugin.runtime.output import Output, own_pooled
+
+    class Pool:
+        def __init__(self) -> None:
+            self.given: list = []
+
+        def give(self, buffer, usage=None) -> None:
+            self.given.append(buffer)
+
+    pool, handed_back = Pool(), 0
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        for _ in range(2000):
+            buf, counter = object(), object()
+            out = Output(buf, 8, None, name="kept", counter=counter, counter_kind="append")  # type: ignore[arg-type]
+            own_pooled(out, pool, (buf, counter))
+            start = threading.Barrier(2)
+            threads = [threading.Thread(target=lambda: (start.wait(), out.buffer)), threading.Thread(target=lambda: (start.wait(), out.counter))]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            pool.given.clear()
+            del out
+            handed_back += len(pool.given)
+    finally:
+        sys.setswitchinterval(interval)
+    assert handed_back == 0
+
+
+@pytest.mark.parametrize("how", ["copy", "deepcopy"])
+def test_a_copied_output_reads_its_run_and_its_buffer_never_goes_to_two_later_runs(how):
+    import copy
+
+    v = make("defined/copy", AXPY_YAML, AXPY_WGSL)
+    n = 256
+    xs = np.arange(n, dtype=np.float32)
+    run = v.run(n, inputs={"x": xs}, params={"a": 2.0})
+    twin = copy.copy(run.outputs["y"]) if how == "copy" else copy.deepcopy(run.outputs["y"])
+    del run
+    gc.collect()
+    _other_runs(v, n)  # the original is gone: its buffer must not have gone back to the pool
+    np.testing.assert_array_equal(abi.read(twin), 2.0 * xs + 1.0)
+    del twin
+    gc.collect()
+    x = get_context().device.create_buffer_with_data(data=xs, usage=wgpu.BufferUsage.STORAGE)
+    first, second = (v.run(n, inputs={"x": x}, params={"a": a}) for a in (10.0, 20.0))
+    assert first.outputs["y"]._buffer is not second.outputs["y"]._buffer
+    np.testing.assert_array_equal(abi.read(first.outputs["y"]), 10.0 * xs + 1.0)
+    np.testing.assert_array_equal(abi.read(second.outputs["y"]), 20.0 * xs + 1.0)
