@@ -234,6 +234,12 @@ class Delivery:
                 return
             if product.policy is not ReadbackPolicy.SELECTED_PATH:  # a path is computed whole
                 work = product.work(self._world, keys=set(fresh))
+        world = self._world
+        if not all(k in world for k in work.keys):
+            # A chunk went while the work was listed (a change outside the engine thread, which
+            # World.lock keeps out of frames; another world may let it in). The fallback is
+            # asked about live chunks only: what is still owed is listed afresh next frame.
+            return
         plan = product.plan
         job = ProductWork(
             policy=product.policy,

@@ -56,6 +56,7 @@ from ..gpu.descriptors import ReadbackDesc, ReadbackPolicy, UploadDesc, spans_nb
 from ..gpu.handles import GpuProductHandle, SlotTable
 from ..lowering import resolve_spec
 from ..runtime.batch import flush_current_batch
+from ..world import World
 from .contract import ENGINE_PARAMS, ProductError, ProductResult, ProductWork, engine_param_values, plan_product
 from .delivery import Delivery
 from .gpu_side import GpuSide
@@ -141,8 +142,10 @@ class Engine:
 
     def __init__(self, world: Any, library: Any = None, backend: Any = None, *, config: EngineConfig | None = None, device: Any = None) -> None:
         self.world = world
-        # A world without a lock (a duck-typed one) is the engine thread's alone (SPEC section 4).
-        self._world_lock: Any = getattr(world, "lock", None) or contextlib.nullcontext()
+        # Only World's own lock: another world's ``lock`` may be a plain Lock its own methods
+        # take (a frame holding it would deadlock on them). Such a world is the engine
+        # thread's alone (SPEC section 4).
+        self._world_lock: Any = world.lock if isinstance(world, World) else contextlib.nullcontext()
         self.library = library
         self.config = config or EngineConfig()
         if device is None and library is not None:

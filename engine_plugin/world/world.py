@@ -19,13 +19,12 @@ another thread lands between frames, whole.
 from __future__ import annotations
 
 import copy
-import functools
 import heapq
 import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from operator import itemgetter
-from typing import Any, TypeVar
+from typing import Any
 
 import numpy as np
 
@@ -34,20 +33,6 @@ from .errors import ChunkBusyError, UnknownChunkError, WorldError, WorldFullErro
 from .fields import FieldSpec, check_chunk_shape, declare_fields
 
 __all__ = ["World"]
-
-_Method = TypeVar("_Method", bound=Callable[..., Any])
-
-
-def _mutation(method: _Method) -> _Method:
-    """Run ``method`` holding the world's :attr:`World.lock`: a mutation is whole before any
-    frame sees it."""
-
-    @functools.wraps(method)
-    def locked(self: World, *args: Any, **kwargs: Any) -> Any:
-        with self.lock:
-            return method(self, *args, **kwargs)
-
-    return locked  # type: ignore[return-value]
 
 
 class World:
@@ -131,7 +116,6 @@ class World:
         """Live chunk keys, sorted."""
         return sorted(self._slot_of)
 
-    @_mutation
     def add(self, key: int, values: Mapping[str, Any] | None = None) -> int:
         """Add chunk ``key`` (zero-filled, or from ``values``) and answer its mirror slot.
 
@@ -141,49 +125,50 @@ class World:
             WorldError: ``key`` is live already, not an int, or ``values`` names an unknown field.
             WorldFullError: no slot is free.
         """
-        key = _check_key(key)
-        if key in self._slot_of:
-            raise WorldError(f"chunk {key} is already in the world (slot {self._slot_of[key]}); evict it first")
-        if not self._free:
-            raise WorldFullError(f"all {self.max_chunks} chunk slots are taken; evict a chunk or raise max_chunks")
-        converted = {name: self._convert(name, v) for name, v in (values or {}).items()}
-        slot = heapq.heappop(self._free)
-        for name, rw in self._rw.items():
-            # A reused slot still holds the evicted chunk's data: always overwrite it.
-            rw[slot] = converted.get(name, 0)
-            self._dirty_mask[name][slot] = True
-        self._slot_of[key] = slot
-        self._key_at[slot] = key
-        if _I64_MIN <= key <= _I64_MAX:
-            self._key_vec[slot] = key
-        else:
-            self._wide_keys += 1
-        self._bump(key)
-        return slot
+        with self.lock:
+            key = _check_key(key)
+            if key in self._slot_of:
+                raise WorldError(f"chunk {key} is already in the world (slot {self._slot_of[key]}); evict it first")
+            if not self._free:
+                raise WorldFullError(f"all {self.max_chunks} chunk slots are taken; evict a chunk or raise max_chunks")
+            converted = {name: self._convert(name, v) for name, v in (values or {}).items()}
+            slot = heapq.heappop(self._free)
+            for name, rw in self._rw.items():
+                # A reused slot still holds the evicted chunk's data: always overwrite it.
+                rw[slot] = converted.get(name, 0)
+                self._dirty_mask[name][slot] = True
+            self._slot_of[key] = slot
+            self._key_at[slot] = key
+            if _I64_MIN <= key <= _I64_MAX:
+                self._key_vec[slot] = key
+            else:
+                self._wide_keys += 1
+            self._bump(key)
+            return slot
 
-    @_mutation
     def evict(self, key: int) -> int:
         """Remove chunk ``key``; answer the slot it freed (reused by a later ``add``).
 
         Upload spans and versions of the chunk go stale; its dirty entries are dropped.
         """
-        slot = self.slot(key)
-        if key in self._editing:
-            raise ChunkBusyError(f"chunk {key} cannot be evicted inside its own edit")
-        stored = self._key_at[slot]  # the int added (``key`` may be a float equal to it)
-        del self._slot_of[key]
-        del self._version[key]
-        self._key_at[slot] = None
-        if _I64_MIN <= stored <= _I64_MAX:  # type: ignore[operator]
-            self._key_vec[slot] = 0
-        else:
-            self._wide_keys -= 1
-        heapq.heappush(self._free, slot)
-        for mask in self._dirty_mask.values():
-            mask[slot] = False
-        self._slot_version[slot] = 0
-        self._clock += 1  # eviction is a change of the world, if not of a live chunk
-        return slot
+        with self.lock:
+            slot = self.slot(key)
+            if key in self._editing:
+                raise ChunkBusyError(f"chunk {key} cannot be evicted inside its own edit")
+            stored = self._key_at[slot]  # the int added (``key`` may be a float equal to it)
+            del self._slot_of[key]
+            del self._version[key]
+            self._key_at[slot] = None
+            if _I64_MIN <= stored <= _I64_MAX:  # type: ignore[operator]
+                self._key_vec[slot] = 0
+            else:
+                self._wide_keys -= 1
+            heapq.heappush(self._free, slot)
+            for mask in self._dirty_mask.values():
+                mask[slot] = False
+            self._slot_version[slot] = 0
+            self._clock += 1  # eviction is a change of the world, if not of a live chunk
+            return slot
 
     def slot(self, key: int) -> int:
         """The mirror slot of live chunk ``key``. Raises UnknownChunkError."""
@@ -242,31 +227,31 @@ class World:
 
     # ---- mutation --------------------------------------------------------------------
 
-    @_mutation
     def write(self, key: int, name: str, values: Any) -> int:
         """Replace field ``name`` of chunk ``key`` (values broadcast to the chunk shape).
 
         Answers the chunk's new version. Raises WorldError for a wrong shape or an unsafe cast
         (float into an int field, an int out of the field's range).
         """
-        slot = self._mutable_slot(key)
-        self._rw[name][slot] = self._convert(name, values)
-        self._dirty_mask[name][self._slot_of[key]] = True
-        return self._bump(key)
+        with self.lock:
+            slot = self._mutable_slot(key)
+            self._rw[name][slot] = self._convert(name, values)
+            self._dirty_mask[name][self._slot_of[key]] = True
+            return self._bump(key)
 
-    @_mutation
     def set_tile(self, key: int, name: str, tile: tuple[int, ...], value: Any) -> int:
         """Set one tile (``(y, x)`` for a 2-D chunk) of field ``name``; answers the new version."""
-        slot = self._mutable_slot(key)
-        spec = self.field(name)
-        idx = tuple(tile) if isinstance(tile, (tuple, list)) else (tile,)
-        if len(idx) != len(self.chunk_shape) or not all(
-            isinstance(i, (int, np.integer)) and not isinstance(i, bool) and 0 <= i < n for i, n in zip(idx, self.chunk_shape, strict=True)
-        ):
-            raise WorldError(f"tile {tile!r} is outside chunk shape {self.chunk_shape}")
-        self._rw[name][(slot, *idx)] = _cast(np.asarray(value), spec, name, ())
-        self._dirty_mask[name][self._slot_of[key]] = True
-        return self._bump(key)
+        with self.lock:
+            slot = self._mutable_slot(key)
+            spec = self.field(name)
+            idx = tuple(tile) if isinstance(tile, (tuple, list)) else (tile,)
+            if len(idx) != len(self.chunk_shape) or not all(
+                isinstance(i, (int, np.integer)) and not isinstance(i, bool) and 0 <= i < n for i, n in zip(idx, self.chunk_shape, strict=True)
+            ):
+                raise WorldError(f"tile {tile!r} is outside chunk shape {self.chunk_shape}")
+            self._rw[name][(slot, *idx)] = _cast(np.asarray(value), spec, name, ())
+            self._dirty_mask[name][self._slot_of[key]] = True
+            return self._bump(key)
 
     @contextmanager
     def edit(self, key: int) -> Iterator[ChunkEdit]:
@@ -286,19 +271,19 @@ class World:
         edit = ChunkEdit(self, key, slot)
         try:
             yield edit
-        except BaseException:
-            edit._close()
             with self.lock:
-                self._editing.discard(key)
-            raise
-        with self.lock:
+                taken = edit._close()
+                if taken:
+                    for name, arr in taken.items():
+                        self._rw[name][slot] = arr
+                        self._dirty_mask[name][self._slot_of[key]] = True
+                    self._bump(key)
+        finally:
+            # Whatever ends the edit (the block raised, or an interrupt while the commit waits
+            # for the lock), the chunk is free again and the edit's arrays are closed.
+            if edit._open:
+                edit._close()
             self._editing.discard(key)
-            taken = edit._close()
-            if taken:
-                for name, arr in taken.items():
-                    self._rw[name][slot] = arr
-                    self._dirty_mask[name][self._slot_of[key]] = True
-                self._bump(key)
 
     def _mutable_slot(self, key: int) -> int:
         slot = self.slot(key)
@@ -327,23 +312,23 @@ class World:
         slot = self._slot_of.get(key)
         return slot is not None and bool(self._dirty_mask[self.field(name).name][slot])
 
-    @_mutation
     def take_dirty(self, name: str | None = None) -> list[tuple[int, str]]:
         """Answer ``dirty(name)`` and clear those entries (the uploader's call)."""
-        found = self.dirty(name)
-        for n in [name] if name is not None else list(self._fields):
-            self._dirty_mask[n][:] = False
-        return found
+        with self.lock:
+            found = self.dirty(name)
+            for n in [name] if name is not None else list(self._fields):
+                self._dirty_mask[n][:] = False
+            return found
 
-    @_mutation
     def take_dirty_slots(self, name: str) -> np.ndarray:
         """Sorted slots of the chunks whose field ``name`` is dirty; clears them."""
-        mask = self._dirty_mask.get(name)
-        if mask is None:
-            mask = self._dirty_mask[self.field(name).name]  # WorldError naming the fields
-        slots = mask.nonzero()[0]
-        mask.fill(False)  # every set entry was just taken: one memset, not a scatter
-        return slots
+        with self.lock:
+            mask = self._dirty_mask.get(name)
+            if mask is None:
+                mask = self._dirty_mask[self.field(name).name]  # WorldError naming the fields
+            slots = mask.nonzero()[0]
+            mask.fill(False)  # every set entry was just taken: one memset, not a scatter
+            return slots
 
     def slot_versions(self, slots: Any) -> np.ndarray:
         """Content versions of the chunks in ``slots`` (0 for a free slot): a new vector for
@@ -370,15 +355,15 @@ class World:
             return None
         return self._key_vec.take(slots)
 
-    @_mutation
     def mark_dirty(self, key: int | None = None, name: str | None = None) -> None:
         """Mark fields dirty without changing data (e.g. to re-upload after a new device)."""
-        keys = [key] if key is not None else list(self._slot_of)
-        names = [name] if name is not None else list(self._fields)
-        for k in keys:
-            slot = self.slot(k)
-            for n in names:
-                self._dirty_mask[self.field(n).name][slot] = True
+        with self.lock:
+            keys = [key] if key is not None else list(self._slot_of)
+            names = [name] if name is not None else list(self._fields)
+            for k in keys:
+                slot = self.slot(k)
+                for n in names:
+                    self._dirty_mask[self.field(n).name][slot] = True
 
     def _edit_field(self, slot: int, name: str) -> np.ndarray:
         self.field(name)
@@ -387,9 +372,13 @@ class World:
     # ---- copies ----------------------------------------------------------------------
 
     def __getstate__(self) -> dict[str, Any]:
-        """A consistent snapshot for ``pickle`` and ``copy.deepcopy``, taken under the lock
-        (the lock itself and the writeable aliases are rebuilt by ``__setstate__``)."""
-        with self.lock:
+        """A snapshot for ``pickle`` and ``copy.deepcopy``, under the lock when it is free (the
+        lock itself and the writeable aliases are rebuilt by ``__setstate__``)."""
+        # Not waited for: the thread holding it may be waiting for this copy (a frame whose
+        # cpu_fallback hands the world to a process pool, pickled on the pool's own thread).
+        # A frame reads the world without changing it, so a copy made meanwhile is whole.
+        held = self.lock.acquire(blocking=False)
+        try:
             state = {k: v for k, v in self.__dict__.items() if k not in ("lock", "_rw")}
             state["_base"] = {name: np.array(base) for name, base in self._base.items()}
             for key in ("_slot_of", "_version", "_key_at", "_free"):
@@ -398,6 +387,9 @@ class World:
             state["_key_vec"], state["_slot_version"] = self._key_vec.copy(), self._slot_version.copy()
             state["_editing"] = set()  # an open edit belongs to this world, not to a copy
             return state
+        finally:
+            if held:
+                self.lock.release()
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)

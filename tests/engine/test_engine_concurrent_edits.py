@@ -312,3 +312,95 @@ def test_a_change_on_another_thread_lands_between_frames_never_inside_one(change
     for k in world.keys():
         assert same_bits(applied.latest[k], cpu_summary(world, "height", k)), k
     engine.close()
+
+
+def test_a_duck_typed_world_with_its_own_plain_lock_is_not_locked_by_the_engine():
+    # Only World's own lock is the engine's to hold: a wrapper whose methods take their own
+    # (non-reentrant) ``lock`` would wait for the frame holding it, for ever.
+    import threading
+
+    class SafeWorld:
+        def __init__(self, inner: World) -> None:
+            self._inner, self.lock = inner, threading.Lock()
+
+        def __getattr__(self, name):
+            return getattr(self._inner, name)
+
+        def __contains__(self, key) -> bool:
+            return key in self._inner
+
+        def __len__(self) -> int:
+            return len(self._inner)
+
+        def take_dirty_slots(self, name):
+            with self.lock:
+                return self._inner.take_dirty_slots(name)
+
+    world = SafeWorld(make_world(n=4))
+    engine = Engine(world, backend=NoGpuBackend())
+    applied = Applied(world)
+    summary_product(engine, "height", applied)
+    frame = threading.Thread(target=engine.frame, daemon=True)
+    frame.start()
+    frame.join(20)
+    assert not frame.is_alive()
+    assert sorted(applied.keys_applied) == sorted(world.keys())
+
+
+def test_a_cpu_fallback_may_copy_the_world_on_another_thread_while_the_frame_holds_its_lock():
+    # A fallback handing the world to a process pool has it pickled on the pool's own
+    # thread while the frame (holding World.lock) waits for the answer: the copy must not
+    # wait for the lock.
+    import pickle
+    import threading
+
+    world = make_world(n=4)
+    engine = Engine(world, backend=NoGpuBackend())
+
+    def fallback(w, work):
+        copied: list = []
+        t = threading.Thread(target=lambda: copied.append(pickle.loads(pickle.dumps(w))), daemon=True)
+        t.start()
+        t.join(20)
+        assert copied, "copying the world waited for the frame's lock"
+        return fallbacks.summary(copied[0], work)
+
+    applied = Applied(world)
+    engine.register_product(
+        kernel_program("summary"), key="summary:copied", spec={"T": "f32"}, fields={"src": "height"},
+        policy=ReadbackPolicy.SUMMARY, apply=applied, cpu_fallback=fallback,
+    )
+    engine.frame()
+    for k in world.keys():
+        assert same_bits(applied.latest[k], cpu_summary(world, "height", k)), k
+
+
+class EvictingWorld(World):
+    """A World that evicts ``victim`` inside its n-th membership test after arming."""
+
+    arm = None  # (membership tests to let pass first, key to evict)
+
+    def __contains__(self, key):
+        if self.arm is not None:
+            skip, victim = self.arm
+            self.arm = (skip - 1, victim) if skip else None
+            if not skip:
+                self.evict(victim)
+        return super().__contains__(key)
+
+
+@pytest.mark.parametrize("skip", range(10))
+def test_a_chunk_evicted_while_the_fallback_work_is_listed_is_never_handed_to_the_fallback(skip):
+    # The CPU fallback is asked about live chunks only (fallbacks.summary reads each chunk's
+    # slot: an evicted one raised UnknownChunkError out of the frame). Found by the fuzzer.
+    world = make_world(n=8, cls=EvictingWorld)
+    engine = Engine(world, backend=NoGpuBackend())
+    applied = Applied(world)
+    summary_product(engine, "height", applied)
+    run_until_idle(engine)
+    for k in world.keys():
+        world.write(k, "height", float(k + 1))
+    world.arm = (skip, 5)
+    run_until_idle(engine)
+    for k in world.keys():
+        assert same_bits(applied.latest[k], cpu_summary(world, "height", k)), k

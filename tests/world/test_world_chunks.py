@@ -274,3 +274,32 @@ def test_a_copied_world_is_a_whole_independent_world(how):
     assert twin.add(2) == 1 and 2 not in world
     with pytest.raises(ValueError):
         twin.mirror("h")[0, 0, 0] = 1.0  # still read-only from outside
+
+
+def test_an_edit_whose_commit_is_interrupted_leaves_its_chunk_free():
+    # Ctrl-C while the commit waits for the world's lock (a frame on another thread holds
+    # it): the edit is dropped, as when its block raises, and the chunk is not left busy.
+    world = World((4, 4), {"h": "float32"}, max_chunks=4)
+    world.add(1)
+    real = world.lock
+
+    class InterruptedSecondTime:
+        entered = 0
+
+        def __enter__(self):
+            self.entered += 1
+            if self.entered == 2:  # the edit's commit
+                raise KeyboardInterrupt
+            return real.__enter__()
+
+        def __exit__(self, *exc):
+            return real.__exit__(*exc)
+
+    world.lock = InterruptedSecondTime()  # type: ignore[assignment]
+    with pytest.raises(KeyboardInterrupt):
+        with world.edit(1) as f:
+            f["h"][...] = 3.0
+    world.lock = real
+    assert world.read(1, "h")[0, 0] == 0.0  # not committed
+    world.write(1, "h", 2.0)  # not busy
+    assert world.read(1, "h")[0, 0] == 2.0
