@@ -188,9 +188,14 @@ class Output:
         counter = self._counter
         if PENDING[0] is not None and counter is not None:
             flush_pending()
-        if counter is not None and (self._keep is not None or any(b is counter for b in self._pooled)):
-            _escaped.add(id(counter))  # a pooled counter (an append's, a live snapshot): the caller's now
+        self._hand_out_counter()
         return counter
+
+    def _hand_out_counter(self) -> None:
+        """A pooled counter (an append's, a live snapshot) is the caller's from now on."""
+        counter = self._counter
+        if counter is not None and (self._keep is not None or any(b is counter for b in self._pooled)):
+            _escaped.add(id(counter))
 
     def __copy__(self) -> "Output":
         """A second Output over the same GPU buffers: they are handed out (as :attr:`buffer`
@@ -201,8 +206,7 @@ class Output:
                 setattr(twin, name, getattr(self, name))
         twin._pool, twin._pooled = None, ()
         share(self)
-        if self._counter is not None and any(b is self._counter for b in self._pooled):
-            _escaped.add(id(self._counter))
+        self._hand_out_counter()
         return twin
 
     def __deepcopy__(self, memo: dict) -> "Output":

@@ -397,7 +397,8 @@ class World:
         # shows (a copy of each would make writes invisible to reads).
         self._rw = {}
         for name, base in list(self._base.items()):
-            owned = np.array(base)
+            # Unpickled and deep-copied arrays own their data already: copied only otherwise.
+            owned = base if base.flags.owndata and base.flags.writeable else np.array(base)
             self._rw[name] = owned[...]
             owned.flags.writeable = False
             self._base[name] = owned
