@@ -113,6 +113,7 @@ class Output:
         "name",
         "_count",
         "_attempted",
+        "_epoch",
         "_counter_kind",
         "_counter_limit",
         "_keep",
@@ -148,6 +149,7 @@ class Output:
         self._counter_limit = capacity if counter_limit is None else counter_limit
         self._count = count
         self._attempted: int | None = None
+        self._epoch = 0  # the counter's rewrite epoch ``_count`` was read at (counter_rewritten)
 
     @classmethod
     def pooled(cls, buffer: Any, capacity: int, element: ValueType | StructType, name: str, bits: bool, pool: Any) -> "Output":
@@ -169,6 +171,7 @@ class Output:
         out._counter_limit = capacity
         out._count = capacity
         out._attempted = None
+        out._epoch = 0
         return out
 
     @property
@@ -228,12 +231,20 @@ class Output:
             except Exception:  # interpreter shutdown: module state may be gone; nothing to return to
                 pass
 
+    def _stale(self) -> bool:
+        """Whether the count read earlier predates a run that appended to the same counter
+        (the Output given back through ``outputs=``): any Output over it reads it again."""
+        return bool(_rewrites) and self._counter is not None and _rewrites.get(self._counter, 0) != self._epoch
+
     def _resolve(self) -> None:
-        if self._count is not None:
+        if self._count is not None and not self._stale():
             return
-        raw = int(np.frombuffer(read_words(self._counter, 0, 4), dtype="<u4")[0])
+        counter = self._counter
+        epoch = _rewrites.get(counter, 0) if _rewrites else 0  # before the read: a later rewrite reads again
+        raw = int(np.frombuffer(read_words(counter, 0, 4), dtype="<u4")[0])
         self._attempted = raw
         self._count = min(raw, self._counter_limit)
+        self._epoch = epoch
 
     @property
     def count(self) -> int:
@@ -249,11 +260,12 @@ class Output:
 
     @property
     def count_known(self) -> bool:
-        """Whether ``count`` is known without a GPU read (plain outputs, or already read)."""
-        return self._count is not None
+        """Whether ``count`` is known without a GPU read (plain outputs, or already read and
+        not appended to since)."""
+        return self._count is not None and not self._stale()
 
     def __repr__(self) -> str:
-        count = self._count if self._count is not None else "on GPU"
+        count = self._count if self.count_known else "on GPU"
         return f"Output({self.name!r}, {self.element.wgsl}, count={count}, capacity={self.capacity})"
 
 
@@ -330,6 +342,17 @@ def on_release(output: Any, callback: Callable[[], None]) -> None:
 
     ref = weakref.ref(output, fire)
     _release_refs[id(ref)] = ref
+
+
+# Counters a run was given to append to (an Output passed back through ``outputs=``), with how
+# many times: an Output whose count was read at an older epoch reads it again. Keyed weakly by
+# the counter buffer, so a freed counter leaves no entry (and no id reuse can alias one).
+_rewrites: "weakref.WeakKeyDictionary[Any, int]" = weakref.WeakKeyDictionary()
+
+
+def counter_rewritten(counter: Any) -> None:
+    """A run appends to ``counter`` after earlier runs did: counts read before are stale."""
+    _rewrites[counter] = _rewrites.get(counter, 0) + 1
 
 
 def own_pooled(output: Output, pool: Any, buffers: tuple) -> None:

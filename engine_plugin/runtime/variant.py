@@ -45,7 +45,7 @@ from .convert import conversion_record
 from .deferred import DEFER_MAX_BYTES
 from .deferred import defer as defer_run
 from .loss import LOST_HINT, lost_error
-from .output import Output, give_back, on_release, own_pooled, share
+from .output import Output, counter_rewritten, give_back, on_release, own_pooled, share
 from .params import ParamsPacker, exact_fingerprint
 from .submission import PENDING, encode_records, flush_pending, submit_encoder
 from .table import Table
@@ -1096,6 +1096,8 @@ class Variant:
             counter = self._pool.take(16, label=f"{slot.name}_count")
         if slot.role == "append" and not keep_count:
             work.ops.append(("clear", counter, 0, 16))
+        elif slot.role == "append":
+            counter_rewritten(counter)  # appends continue: counts read from it so far are stale
         bound[slot.binding] = _Bound(buf, size, 0, nbytes)
         if slot.role == "append":
             bound[slot.counter_binding] = _Bound(counter, 1, 0, 4)

@@ -330,3 +330,33 @@ def test_abi_read_answers_an_array_of_its_own():
     np.testing.assert_array_equal(second, 2 * x + 1)
     empty = abi.read(variant.run(0, inputs={"x": x[:0]}, params={"a": 2.0}).outputs["y"])
     assert empty.size == 0 and empty.flags.writeable
+
+
+def test_an_append_output_given_back_through_outputs_counts_what_the_second_run_appended():
+    # Passing an append output back through outputs= keeps its counter (appends continue). Its
+    # count, already read before the second run, must not stay the first run's: the Output and
+    # every copy of it answer the counter's value now, and chaining it runs over that count.
+    import copy
+
+    variant = make("t/filter", FILTER_YAML, FILTER_WGSL)
+    src = np.arange(1, 101, dtype=np.float32)
+    first = variant.run(n=100, inputs={"src": src}, params={"threshold": 90.0, "cap": 256}).outputs["hits"]
+    assert first.count == 10 and first.count_known
+    twin = copy.copy(first)
+    assert twin.count == 10
+    second = variant.run(n=100, inputs={"src": src}, params={"threshold": 50.0, "cap": 256}, outputs={"hits": first}).outputs["hits"]
+    want = np.sort(np.concatenate([src[src > 90.0], src[src > 50.0]]))
+    assert second.count == 60
+    assert not first.count_known
+    assert first.count == 60 and twin.count == 60
+    np.testing.assert_array_equal(np.sort(abi.read(first)), want)
+    np.testing.assert_array_equal(np.sort(abi.read(twin)), want)
+    # A third run through the second run's Output: the first one's count follows again.
+    variant.run(n=100, inputs={"src": src}, params={"threshold": 95.0, "cap": 256}, outputs={"hits": second})
+    assert first.count == 65 and second.count == 65
+    doubled = make("t/double_live", DOUBLE_LIVE_YAML, DOUBLE_LIVE_WGSL).run(inputs={"src": first}, domain_count=first).outputs["dst"]
+    assert doubled.count == 65
+    # The same call twice (the second takes the repeat path): each appends, each is counted.
+    for total in (100, 135):
+        variant.run(n=100, inputs={"src": src}, params={"threshold": 65.0, "cap": 256}, outputs={"hits": first})
+        assert first.count == total and twin.count == total
