@@ -14,7 +14,8 @@ previous submission, so a slice makes Python wait for the CPU's own "GPU" work m
 submission unless ``abi.batch(slices=True)``. ``slices=False`` keeps one submission anywhere.
 
 Order: slices go to the queue in order, and a run's params are written before the submission
-carrying it, so runs execute in recording order whatever the slicing.
+carrying it, so runs execute in recording order whatever the slicing. A nested batch submits
+what the batches around it recorded first (before its own slices and at its exit).
 
 Buffer lifetime: outside a batch a run is submitted at once, so a buffer its outputs release
 later is reused only by work queued after it (WebGPU's queue order). Inside a batch a recorded
@@ -76,6 +77,7 @@ class Batch:
         self.temps: list = []
         self._staged: dict[int, tuple[Any, list[int]]] = {}  # id(variant) -> (variant, offsets)
         self._held: set = set()  # every buffer a recorded run touches, until the flush
+        self.outer: tuple[Batch, ...] = ()  # the batches this one is nested in (this thread's)
 
     def add(self, variant: Any, data: bytes, bind_group: Any, groups: tuple, ops: list, temps: list, buffers: list, extra: list | None = None) -> None:
         """Record one run (and ``extra`` records, e.g. conversions, that must come before it)."""
@@ -117,7 +119,12 @@ class Batch:
         return any(records for _, records in self.records.values())
 
     def flush(self) -> None:
-        """Submit what was recorded so far (a slice, or the rest at exit)."""
+        """Submit what was recorded so far (a slice, or the rest at exit), after what the
+        batches it is nested in recorded before it opened: runs go to the queue in the order
+        they were recorded, nested or not."""
+        for outer in self.outer:
+            if outer.pending:
+                outer.flush()
         self._slice_start = 0.0
         self._limit = SLICE_S
         try:
@@ -234,6 +241,7 @@ def batch(slices: bool | None = None) -> Iterator[Batch]:
     if stack is None:
         stack = _local.stack = []
     b = Batch(slices)
+    b.outer = tuple(stack)
     stack.append(b)
     with _open_lock:
         _open.append(b)

@@ -99,6 +99,7 @@ class _Work:
     live_count: int | None = None  # known on the host (an int domain count, or none given)
     live_counter: Any = None  # else a snapshot counter on the GPU...
     live_holder: Any = None  # ... owned by this holder, which the live outputs keep alive
+    inout_owned: dict = field(default_factory=dict)  # binding -> pooled upload a read_write Output owns
 
 
 class _CounterHolder:
@@ -160,12 +161,14 @@ class PreparedRun:
     layout: dict[str, Placed]
     end: int
     params_offset: int = 0
+    holds: tuple = ()  # Outputs it reads (chained inputs): kept from the pool until submitted
     _done: bool = False
 
     def submitted(self) -> None:
         if self._done:
             return
         self._done = True
+        self.holds = ()  # on the queue now: queue order protects their buffers
         self.variant._ring.reserved.discard(self.params_offset)
         for buf in self.temps:
             self.variant._pool.give(buf)
@@ -232,8 +235,9 @@ class _ParamsRing:
 class _Repeat:
     """What the last fully checked run derived, for the repeat path (see ``_remember``).
 
-    ``fixed``: the buffers every repeat binds (inputs, tables, given outputs), which a batch
-    holds; ``bind_groups``: groups by the run's own output buffers (keys hold them, so no
+    ``chained``: (Output, the count it was bound at, None when it was not known) for each
+    Output input; ``fixed``: the buffers every repeat binds (inputs, tables, given outputs),
+    which a batch holds; ``bind_groups``: groups by the run's own output buffers (keys hold them, so no
     ``id`` is ever reused while cached).
     """
 
@@ -256,7 +260,7 @@ class _Repeat:
     )
 
     def __init__(
-        self, n: Any, inputs: tuple, outputs: tuple, chained: bool, param_items: tuple, fingerprint: Any, bound: dict, plan: list, data: bytes, groups: tuple
+        self, n: Any, inputs: tuple, outputs: tuple, chained: tuple, param_items: tuple, fingerprint: Any, bound: dict, plan: list, data: bytes, groups: tuple
     ):
         self.n, self.inputs, self.outputs, self.chained = n, inputs, outputs, chained
         self.param_items, self.fingerprint = param_items, fingerprint
@@ -300,6 +304,15 @@ def _same_objects(given: Any, items: tuple) -> bool:
 
 
 _SAME_IF_IDENTICAL = (float, int, bool, str)
+
+
+def _same_counts(chained: tuple) -> bool:
+    """Whether every chained Output's count is known and the one the remembered run bound (a
+    count read, or appended to, since then binds another length)."""
+    for out, count in chained:
+        if count is None or not out.count_known or out.count != count:
+            return False
+    return True
 
 
 def _same_params(params: Any, rep: _Repeat) -> bool:
@@ -472,6 +485,12 @@ class Variant:
             )
         if value.element.scalar == vt.scalar or slot.bits or slot.atomic:
             return _Bound(value._buffer, words // vt.lanes, 0, _binding_size(words * 4))
+        if slot.role == "inout":  # the kernel would write a converted copy, not the caller's output
+            raise self._slot_error(
+                slot,
+                f"read_write input {slot.name!r} ({vt.wgsl}) cannot take {value.element.wgsl} output {value.name!r}: "
+                "it is written in place, so it must hold the binding's own type",
+            )
         converted = self._pool.take(_binding_size(words * 4), label=f"{slot.name} (cast)")
         work.temps.append(converted)
         if words:
@@ -718,7 +737,8 @@ class Variant:
                 # zeroing of its outputs ahead of other records (see runtime.submission).
                 binds = frozenset([self._ring.buffer, *(b.buffer for b in bound.values() if b.buffer is not None)])
                 record = (self.compiled.pipeline, bind_group, offset, groups, work.ops, binds)
-                return PreparedRun(self, work.extra + [record], Run(result, shape, groups, self), work.temps, area.layout, area.end, offset)
+                holds = tuple(v for v in (*(inputs or {}).values(), domain_count) if isinstance(_unwrap(v), Output))
+                return PreparedRun(self, work.extra + [record], Run(result, shape, groups, self), work.temps, area.layout, area.end, offset, holds)
         except Exception as exc:
             lost = lost_error(ctx, exc)
             if lost is None or lost is exc:
@@ -764,12 +784,17 @@ class Variant:
         domain_capacity = None
         for slot in self.lowered.host_slots:
             if slot.role in ("input", "inout"):
-                value = outputs.get(slot.name, inputs.get(slot.name))
+                value = _unwrap(outputs.get(slot.name, inputs.get(slot.name)))
                 if value is None and slot.role == "inout":
                     raise self._slot_error(slot, f"missing input {slot.name!r} (read_write, no count: the caller supplies it)")
                 if slot.role == "inout" and isinstance(value, Output):
                     share(value)  # this run's Output binds its buffer too: it leaves the pool
-                b = self._resolve_input(slot, _unwrap(value), work)
+                b = self._resolve_input(slot, value, work)
+                if slot.role == "inout" and work.temps and work.temps[-1] is b.buffer:
+                    # Host data uploaded for a read_write binding: the kernel's result lives
+                    # there, so the answered Output owns it (a temporary would go back to the
+                    # pool after the submission, and the next run would overwrite it).
+                    work.inout_owned[slot.binding] = work.temps.pop()
                 bound[slot.binding] = b
                 lengths[slot.name] = b.count
             elif slot.role == "table":
@@ -822,7 +847,7 @@ class Variant:
             else:
                 result[slot.name] = self._allocate(slot, size, outputs.get(slot.name) if outputs else None, n, work, bound)
             lengths[slot.name] = size
-        self._inout_outputs(bound, result)
+        self._inout_outputs(bound, result, work.inout_owned)
         if self._texture_outputs:
             shape3 = domain.extent if shape is not None else (n, 1, 1)
             env.update(nx=shape3[0], ny=shape3[1], nz=shape3[2])
@@ -885,11 +910,14 @@ class Variant:
         for buf in temps:
             self._pool.give(buf)
 
-    def _inout_outputs(self, bound: dict, result: dict) -> None:
-        """Read_write inputs the caller supplied are outputs too: written in place."""
+    def _inout_outputs(self, bound: dict, result: dict, owned: dict | None = None) -> None:
+        """Read_write inputs the caller supplied are outputs too: written in place (``owned``:
+        the bindings whose buffer the run uploaded, which their Output gives back to the pool)."""
         for slot in self._inout_slots:
             b = bound[slot.binding]
-            result[slot.name] = Output(b.buffer, b.count, slot.value_type, name=slot.name, count=b.count, bits=slot.bits)
+            out = result[slot.name] = Output(b.buffer, b.count, slot.value_type, name=slot.name, count=b.count, bits=slot.bits)
+            if owned and slot.binding in owned:
+                own_pooled(out, self._pool, (b.buffer,))
 
     # -- the repeat path ---------------------------------------------------------------------
     # A game calls the same kernel every frame with the same buffers and params. When a call
@@ -930,7 +958,7 @@ class Variant:
             n,
             items,
             tuple(outputs.items()),
-            any(isinstance(v, Output) for _, v in items),
+            tuple((v, v.count if v.count_known else None) for _, v in items if isinstance(v, Output)),
             tuple(params.items()) if params else (),
             exact_fingerprint(params),
             {i: b for i, b in bound.items() if i not in outs},
@@ -953,8 +981,8 @@ class Variant:
             return None
         if (outputs or rep.outputs) and not _same_objects(outputs, rep.outputs):
             return None
-        if rep.chained and any(isinstance(v, Output) and not v.count_known for _, v in rep.inputs):
-            return None  # a chained count read on the GPU: take the full path
+        if rep.chained and not _same_counts(rep.chained):
+            return None  # a chained count on the GPU, or another than was bound: the full path
         pool = self._pool
         if rep.simple:  # pooled plain outputs only (the common case): no bound dict unless a group is made
             ops: list = []

@@ -503,3 +503,120 @@ def test_a_copied_output_reads_its_run_and_its_buffer_never_goes_to_two_later_ru
     assert first.outputs["y"]._buffer is not second.outputs["y"]._buffer
     np.testing.assert_array_equal(abi.read(first.outputs["y"]), 10.0 * xs + 1.0)
     np.testing.assert_array_equal(abi.read(second.outputs["y"]), 20.0 * xs + 1.0)
+
+
+# Review helper 24's defects (this pass): each reproduces a wrong number from the public API.
+
+
+def test_a_nested_batch_submits_after_the_runs_its_outer_batch_recorded_first():
+    add = make("t13/add", ADD_YAML, ADD_WGSL)
+    x = np.arange(8, dtype=np.float32)
+    for slices in (None, True, False):
+        with abi.batch(slices=slices):
+            y = add.run(n=8, inputs={"src": x}, params={"k": 1.0}).outputs["dst"]  # recorded in the outer batch
+            with abi.batch(slices=slices):
+                z = add.run(n=8, inputs={"src": y}, params={"k": 10.0}).outputs["dst"]  # reads y
+            w = add.run(n=8, inputs={"src": z}, params={"k": 100.0}).outputs["dst"]  # after the inner batch
+        np.testing.assert_array_equal(abi.read(z), x + 11.0)
+        np.testing.assert_array_equal(abi.read(w), x + 111.0)
+
+
+def test_repeating_a_chained_append_output_after_reading_its_count_binds_its_live_elements():
+    # The first call binds the whole capacity (the count is still on the GPU); once the count is
+    # known, the same call must bind the live elements, as a first call would, not repeat the
+    # remembered capacity.
+    compact = make("t13/compact", COMPACT_YAML, COMPACT_WGSL)
+    add = make("t13/add", ADD_YAML, ADD_WGSL)
+    src = np.array([1, -1, 2, -1, 3, -1, -1, -1], np.float32)
+    kept = compact.run(n=8, inputs={"src": src}).outputs["kept"]
+    add.run(n=8, inputs={"src": kept}, params={"k": 2.0})  # count unknown: bound at capacity
+    assert kept.count == 3
+    again = add.run(n=8, inputs={"src": kept}, params={"k": 2.0}).outputs["dst"]
+    fresh = add.run(n=8, inputs={"src": kept}, params={"k": 2.5}).outputs["dst"]
+    np.testing.assert_array_equal(np.sort(abi.read(again)), np.array([3.0, 4.0, 5.0], np.float32))
+    np.testing.assert_array_equal(np.sort(abi.read(fresh)), np.array([3.5, 4.5, 5.5], np.float32))
+
+
+ADD_INTO_YAML = """\
+bindings:
+  - { name: x, kind: buffer, access: read, element: f32 }
+  - { name: z, kind: buffer, access: read_write, element: f32 }
+params:
+  - { name: a, type: f32 }
+"""
+ADD_INTO_WGSL = """\
+@compute @workgroup_size(64)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
+    let i = zero_index(gid);
+    if (i >= zero_n()) { return; }
+    z_set(i, z_get(i) + params.a * x_get(i));
+}
+"""
+TO_I32_YAML = """\
+bindings:
+  - { name: x, kind: buffer, access: read, element: f32 }
+  - { name: y, kind: buffer, access: read_write, element: i32, count: "len(x)" }
+"""
+TO_I32_WGSL = """\
+@compute @workgroup_size(64)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
+    let i = zero_index(gid);
+    if (i >= zero_n()) { return; }
+    y_set(i, i32(x_get(i)));
+}
+"""
+
+
+@pytest.mark.parametrize("batched", [False, True])
+def test_an_inout_binding_given_host_data_answers_an_output_no_later_run_overwrites(batched):
+    inout = make("t13/inout", ADD_INTO_YAML, ADD_INTO_WGSL)
+    to_i32 = make("t13/to_i32", TO_I32_YAML, TO_I32_WGSL)
+    z0 = np.arange(16, dtype=np.float32)
+    if batched:
+        with abi.batch():
+            z = inout.run(16, inputs={"x": np.ones(16, np.float32), "z": z0}, params={"a": 1.0}).outputs["z"]
+    else:
+        z = inout.run(16, inputs={"x": np.ones(16, np.float32), "z": z0}, params={"a": 1.0}).outputs["z"]
+    np.testing.assert_array_equal(abi.read(z), z0 + 1.0)
+    for _ in range(3):  # later runs of host data take buffers from the same pool
+        to_i32.run(16, inputs={"x": np.full(16, 5, np.float32)})
+        inout.run(16, inputs={"x": np.full(16, 9, np.float32), "z": np.zeros(16, np.float32)}, params={"a": 1.0})
+    np.testing.assert_array_equal(abi.read(z), z0 + 1.0)
+
+
+def test_an_inout_binding_given_an_output_of_another_type_is_refused_not_written_in_a_copy():
+    # Converting by value would write the kernel's result into a temporary copy: the caller's
+    # output would not change, and the answered one would live in a recycled buffer.
+    from engine_plugin.errors import DispatchError
+
+    inout = make("t13/inout", ADD_INTO_YAML, ADD_INTO_WGSL)
+    ints = make("t13/to_i32", TO_I32_YAML, TO_I32_WGSL).run(8, inputs={"x": np.arange(8, dtype=np.float32)}).outputs["y"]
+    with pytest.raises(DispatchError, match="'z'"):
+        inout.run(8, inputs={"x": np.ones(8, np.float32), "z": ints}, params={"a": 100.0})
+    np.testing.assert_array_equal(abi.read(ints), np.arange(8, dtype=np.int32))
+
+
+def test_a_prepared_run_keeps_the_outputs_it_chains_until_it_is_submitted():
+    from engine_plugin.runtime.submission import Submission
+
+    axpy = make("t13/axpy_prepared", AXPY_YAML, AXPY_WGSL)
+    ctx = get_context()
+    n = 16
+    x = axpy.run(n, inputs={"x": np.arange(n, dtype=np.float32)}, params={"a": 1.0}).outputs["y"]
+    abi.read(x)
+    area = ctx.device.create_buffer(size=axpy.results_bytes(n, {"a": 10.0}, {"x": n}), usage=wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC | wgpu.BufferUsage.COPY_DST)
+    prepared = axpy.prepare(n, inputs={"x": x}, params={"a": 10.0}, results=area)
+    del x  # the prepared run reads it: its buffer must stay out of the pool
+    gc.collect()
+    # Later runs take buffers from the pool (uploads and outputs), kept so none goes back.
+    later = [axpy.run(n, inputs={"x": np.full(n, 1000, np.float32)}, params={"a": float(k)}).outputs["y"] for k in range(8)]
+    sub = Submission()
+    for record in prepared.records:
+        sub.add(record)
+    sub.submit(ctx.device, ctx.queue, ctx.guard, "test")
+    prepared.submitted()
+    placed = prepared.layout["y"]
+    got = np.frombuffer(ctx.queue.read_buffer(area), np.float32)[placed.offset // 4 : placed.offset // 4 + n]
+    np.testing.assert_array_equal(got, 10.0 * (np.arange(n, dtype=np.float32) + 1.0) + 1.0)
+    for k, out in enumerate(later):
+        np.testing.assert_array_equal(abi.read(out), np.full(n, 1000.0 * k + 1.0, np.float32))
