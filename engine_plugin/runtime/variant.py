@@ -353,6 +353,7 @@ class Variant:
         self._counted_inputs = [s for s in lowered.host_slots if s.role == "input" and s.count is not None]
         self._output_names = {s.name for s in lowered.host_slots if s.role in ("output", "append", "inout", "texture_output", "storage_texture")}
         self._input_names = {s.name for s in lowered.host_slots if s.role not in ("output", "append")} | {c.name for c in lowered.columns}
+        self._domain_name = lowered.domain_count  # its binding may be handed through inputs= too
         self._ring = _ParamsRing(self.ctx.device, lowered.params.size, self.ctx.limit("min-uniform-buffer-offset-alignment"))
         self._bind_groups: "OrderedDict[tuple, Any]" = OrderedDict()
         self._last_pages: Any = None
@@ -678,6 +679,8 @@ class Variant:
         try:
             if PENDING[0] is not None:
                 flush_pending()  # a deferred run goes first, in queue order
+            if self._domain_name is not None and inputs and self._domain_name in inputs:
+                inputs, domain_count = self._domain_input(inputs, domain_count)
             # One run of a variant at a time: its params memo, ring and repeat state are shared.
             with self._lock:
                 rep = self._repeat
@@ -691,6 +694,15 @@ class Variant:
             if lost is None or lost is exc:
                 raise
             raise lost from None
+
+    def _domain_input(self, inputs: Mapping[str, Any], domain_count: Any) -> tuple[dict[str, Any], Any]:
+        """``inputs`` without the domain_count binding's entry, and that entry as the run's
+        ``domain_count`` (the keyword and the binding's name are one way to hand it)."""
+        name = self._domain_name
+        given = inputs[name]
+        if domain_count is not None and given is not domain_count:
+            raise self._slot_error(self._slots.get(name), f"domain_count {name!r} handed twice (inputs[{name!r}] and domain_count=): hand it once")
+        return {k: v for k, v in inputs.items() if k != name}, given
 
     def _run(self, n: Any, inputs: Any, params: Any, outputs: Any, domain_count: Any) -> Run:
         result, shape, data, bind_group, groups, work, bound = self._prepare(n, inputs, params, outputs, domain_count, None)
@@ -723,6 +735,8 @@ class Variant:
         if ctx.guard.lost:
             raise DeviceLostError(LOST_HINT)
         try:
+            if self._domain_name is not None and inputs and self._domain_name in inputs:
+                inputs, domain_count = self._domain_input(inputs, domain_count)
             with self._lock:
                 flush_pending()  # a deferred run goes first, in queue order
                 if len(self._ring.reserved) >= self._ring.slots - 1:  # one slot each, until submitted

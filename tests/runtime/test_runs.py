@@ -360,3 +360,23 @@ def test_an_append_output_given_back_through_outputs_counts_what_the_second_run_
     for total in (100, 135):
         variant.run(n=100, inputs={"src": src}, params={"threshold": 65.0, "cap": 256}, outputs={"hits": first})
         assert first.count == total and twin.count == total
+
+
+def test_a_domain_count_handed_through_inputs_is_the_live_count_as_the_keyword_is():
+    # A domain_count binding is named like every other binding: handing it through inputs=
+    # must count (it was accepted and ignored: zero_n() stayed n and the live count was wrong).
+    from engine_plugin.errors import DispatchError
+
+    second = make("t/double_live", DOUBLE_LIVE_YAML, DOUBLE_LIVE_WGSL)
+    src = np.arange(10, dtype=np.float32)
+    by_input = second.run(n=10, inputs={"src": src, "live": 4}).outputs["dst"]
+    assert by_input.count == 4
+    np.testing.assert_array_equal(abi.read(by_input), src[:4] * 2)
+    hits = make("t/filter", FILTER_YAML, FILTER_WGSL).run(n=10, inputs={"src": src}, params={"threshold": 4.5, "cap": 10}).outputs["hits"]
+    chained = second.run(inputs={"src": hits, "live": hits}).outputs["dst"]  # n defaults to the capacity
+    assert chained.count == 5
+    np.testing.assert_array_equal(np.sort(abi.read(chained)), np.sort(src[src > 4.5] * 2))
+    with pytest.raises(DispatchError, match="live"):
+        second.run(n=10, inputs={"src": src, "live": "junk"})
+    with pytest.raises(DispatchError, match="live"):
+        second.run(n=10, inputs={"src": src, "live": 3}, domain_count=4)
