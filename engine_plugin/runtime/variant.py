@@ -698,7 +698,7 @@ class Variant:
     def _domain_input(self, inputs: Mapping[str, Any], domain_count: Any) -> tuple[dict[str, Any], Any]:
         """``inputs`` without the domain_count binding's entry, and that entry as the run's
         ``domain_count`` (the keyword and the binding's name are one way to hand it)."""
-        name = self._domain_name
+        name = self._domain_name or ""
         given = inputs[name]
         if domain_count is not None and given is not domain_count:
             raise self._slot_error(self._slots.get(name), f"domain_count {name!r} handed twice (inputs[{name!r}] and domain_count=): hand it once")
