@@ -57,6 +57,7 @@ class Emitter:
 
     lines: list[tuple[str, int]] = field(default_factory=list)
     names: dict[str, tuple[int, str]] = field(default_factory=dict)  # name -> (origin line, what)
+    atomics: dict[str, tuple[str, str]] = field(default_factory=dict)  # helper name -> (op, scalar)
 
     def emit(self, text: str, origin: int) -> None:
         for row in text.split("\n"):
@@ -103,11 +104,13 @@ class Emitter:
         vword = to_word("zero_v", t)
         exchange = from_word(f"atomicExchange({ptr}, {vword})", t)
         self.fn(f"{prefix}_atomic_exchange", sig, f"{index_code} return {exchange};", origin, what)
+        self.atomics[f"{prefix}_atomic_exchange"] = ("exchange", t)
         native = {"u32": ("min", "max", "add", "and", "or", "xor"), "i32": ("add", "and", "or", "xor"), "f32": ()}[t]
         cas = {"u32": (), "i32": ("min", "max"), "f32": ("add", "min", "max")}[t]
         for op in native:
             call = f"atomic{op.capitalize()}({ptr}, {vword})"
             self.fn(f"{prefix}_atomic_{op}", sig, f"{index_code} return {from_word(call, t)};", origin, what)
+            self.atomics[f"{prefix}_atomic_{op}"] = (op, t)
         for op in cas:
             old = from_word("zero_old", t)
             combine = {"add": f"{old} + zero_v", "min": f"min({old}, zero_v)", "max": f"max({old}, zero_v)"}[op]
@@ -127,6 +130,7 @@ class Emitter:
                 ]
             )
             self.fn(f"{prefix}_atomic_{op}", sig, body, origin, what)
+            self.atomics[f"{prefix}_atomic_{op}"] = (op, t)
 
     # -- binding kinds --------------------------------------------------------------------------
     def buffer(self, name: str, vt: ValueType, access: str, bits: bool, atomic: bool, origin: int) -> None:

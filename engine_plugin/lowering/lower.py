@@ -8,7 +8,7 @@ sends every lowered line back to the user's file (a module's line to the module'
 
 from __future__ import annotations
 
-from typing import Mapping
+from typing import Any, Mapping
 
 from ..errors import LoweringError, Span
 from .emit import Emitter, GeneratedNameClash, natural_element
@@ -450,6 +450,57 @@ class _Lowerer:
                     where(call),
                     call.col,
                 )
+            self.check_exact_atomics(body_text, where)
+
+    def check_exact_atomics(self, body_text: str, where: Any) -> None:
+        """determinism: exact allows the atomics whose final words do not depend on the order
+        invocations reach them: integer add/min/max/and/or/xor (and f32 min/max) as statements
+        of their own. Refused: ``_atomic_exchange`` (the last writer wins), f32 ``_atomic_add``
+        (float summation order) and any atomic whose returned (old) value is used (it differs
+        with the order: a hand-made append)."""
+        atomics = self.em.atomics
+        if not atomics:
+            return
+        toks = list(tokens(body_text))
+        for i, tok in enumerate(toks):
+            found = atomics.get(tok.text) if tok.kind == "ident" else None
+            if found is None or i + 1 >= len(toks) or toks[i + 1].text != "(":
+                continue
+            op, scalar = found
+            if op == "exchange":
+                why = "the last invocation to reach it wins"
+            elif op == "add" and scalar == "f32":
+                why = "a float sum depends on the order invocations add in"
+            elif not _discarded_call(toks, i):
+                why = "the old value it returns depends on the order invocations reach it"
+            else:
+                continue
+            raise self.error(
+                f"{tok.text}() is unordered ({why}), and this shader is determinism: exact (repeated runs give identical bytes); "
+                "declare determinism: float_order, or call it as a statement of its own where that is enough",
+                where(tok),
+                tok.col,
+            )
+
+
+def _discarded_call(toks: list, i: int) -> bool:
+    """Whether the call whose name is ``toks[i]`` is a statement of its own (``f(...);`` or
+    ``_ = f(...);``): its value is not used."""
+    before = toks[i - 1].text if i else ";"
+    if before == "=" and i >= 2 and toks[i - 2].text == "_":
+        before = toks[i - 3].text if i >= 3 else ";"
+    if before not in (";", "{", "}"):
+        return False
+    depth = 0
+    for j in range(i + 1, len(toks)):
+        text = toks[j].text
+        if text in ("(", "[", "{"):
+            depth += 1
+        elif text in (")", "]", "}"):
+            depth -= 1
+            if depth == 0:
+                return j + 1 < len(toks) and toks[j + 1].text == ";"
+    return False
 
 
 _CLOSING = {"(": ")", "[": "]", "{": "}"}

@@ -17,6 +17,8 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 EVERY_KIND = "tests/lowering/assets/every_kind.computeShader"
 # The line of every_kind's body that only a float_order shader may have.
 APPEND_LINE = "    _ = hits_append(v);\n"
+# Calls determinism: exact refuses: append, exchange (the last writer wins), f32 add (sum order).
+_ORDER_DEPENDENT = re.compile(r"hits_append\(|_atomic_exchange\(|\b(af|b_f32)_atomic_add\(")
 
 # Table column names handed to every variant that has the table (unused names are harmless).
 TABLE_COLUMNS = {
@@ -90,8 +92,9 @@ def every_kind_assets() -> list[Asset]:
         float_order.yaml_path,
         float_order.yaml_text.replace("determinism: float_order", "determinism: exact"),
         float_order.wgsl_path,
-        # Blank the one float_order-only line, keeping every other line where it was.
-        float_order.wgsl_text.replace(APPEND_LINE, "\n"),
+        # Blank the float_order-only lines (the append, and the atomics whose words depend on
+        # the order invocations reach them), keeping every other line where it was.
+        "".join("\n" if _ORDER_DEPENDENT.search(line) else line for line in float_order.wgsl_text.splitlines(keepends=True)),
     )
     return [float_order, exact]
 

@@ -721,3 +721,58 @@ def test_a_body_may_shadow_generated_names_inside_functions(gpu):
     lowered = lower(parse(text), body, {})
     assert "let src_get = 1u;" in lowered.source
     gpu.device.create_shader_module(code=lowered.source)  # WGSL allows the local to shadow the fn
+
+
+# SPEC §2, determinism: "exact: repeated runs on the same inputs give identical bytes; no
+# unordered atomics". An exchange (the last writer wins), an f32 add (the float sum's order) and
+# any atomic whose returned old value is used (a hand-made append) are refused under exact, at
+# the call's line and column; integer atomics as statements of their own (a histogram) are not.
+_ATOMICS_YAML = """\
+bindings:
+  - { name: src, kind: buffer, access: read, element: f32 }
+  - { name: hu, kind: buffer, access: read_write, element: u32, count: "4", atomic: true }
+  - { name: hf, kind: buffer, access: read_write, element: f32, count: "4", atomic: true }
+  - { name: out, kind: buffer, access: read_write, element: u32, count: "n" }
+determinism: DET
+"""
+
+
+def _atomics_body(line: str) -> str:
+    return (
+        "@compute @workgroup_size(64)\nfn main(@builtin(global_invocation_id) gid: vec3<u32>) {\n"
+        "    let i = zero_index(gid);\n    if (i >= zero_n()) { return; }\n"
+        f"{line}\n}}\n"
+    )
+
+
+@pytest.mark.parametrize(
+    "line, col",
+    [
+        ("    _ = hu_atomic_exchange(0u, i);", 9),
+        ("    hf_atomic_add(0u, src_get(i));", 5),
+        ("    _ = hf_atomic_exchange(1u, 2.0);", 9),
+        ("    let slot = hu_atomic_add(0u, 1u); out_set(slot, i);", 16),
+        ("    out_set(i, hu_atomic_max(1u, i));", 16),
+        ("    if (hu_atomic_min(2u, i) > 3u) { out_set(i, 1u); }", 9),
+    ],
+)
+def test_determinism_exact_refuses_atomics_whose_bytes_depend_on_order(line, col):
+    yaml = _ATOMICS_YAML.replace("DET", "exact")
+    with pytest.raises(LoweringError) as info:
+        lower(parse(yaml, "k/bindings.yaml"), _atomics_body(line), {}, wgsl_path="k/kernel.wgsl")
+    err = info.value
+    assert err.span.path == "k/kernel.wgsl" and err.span.line == 5 and err.span.col == col, str(err)
+    assert "determinism: exact" in str(err) and "float_order" in str(err)
+    lower(parse(_ATOMICS_YAML.replace("DET", "float_order"), "k/bindings.yaml"), _atomics_body(line), {}, wgsl_path="k/kernel.wgsl")
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "    hu_atomic_add(u32(src_get(i)) % 4u, 1u);",
+        "    _ = hu_atomic_max(1u, i);",
+        "    if (i > 2u) { hu_atomic_or(2u, i); _ = hf_atomic_min(0u, src_get(i)); }",
+    ],
+)
+def test_determinism_exact_keeps_order_free_atomics(line):
+    lower(parse(_ATOMICS_YAML.replace("DET", "exact"), "k/bindings.yaml"), _atomics_body(line), {}, wgsl_path="k/kernel.wgsl")
