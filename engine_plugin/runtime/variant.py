@@ -1093,6 +1093,19 @@ class Variant:
         from ..substrate.binding import page_binding
 
         result = page_binding(self.lowered, cols)
+        device = self.ctx.device
+        for page, buffer in result.pages.items():
+            # wgpu-py 0.32 keeps a buffer's device as ``_device``; binding another device's
+            # buffer is a wgpu validation error naming no file of the user's.
+            owner = getattr(buffer, "_device", device)
+            if owner is not device:
+                line = next((c.line for c in self.lowered.columns if c.page == page), None)
+                raise DispatchError(
+                    f"page {page!r}: its buffer {buffer.label!r} lives on another device than this variant's; "
+                    "make the Substrate on the variant's device (Substrate(device=None) is the plugin's default) "
+                    "or make the program on the substrate's device (abi.program(..., device=...))",
+                    Span(self.yaml_path, line),
+                )
         self._last_pages = (cache_key, result, cols)  # cols kept alive so the ids stay theirs
         return result
 

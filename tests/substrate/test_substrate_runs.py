@@ -290,3 +290,28 @@ def test_the_package_exports_a_sorted_curated_surface():
     assert list(substrate.__all__) == sorted(substrate.__all__)
     assert all(hasattr(substrate, name) for name in substrate.__all__)
     assert {"Substrate", "RunHandle", "page_binding", "PageBinding", "StaleRunError"} <= set(substrate.__all__)
+
+
+def test_a_run_on_another_devices_substrate_is_a_plugin_error_naming_the_page():
+    # Substrate(device) takes the caller's device; a variant made on the plugin's own device
+    # cannot bind its pages. That was a raw wgpu validation error, not a PluginError.
+    from engine_plugin.errors import DispatchError
+
+    other = wgpu.gpu.request_adapter_sync(power_preference="high-performance").request_device_sync()
+    arena = Substrate(other, page_bytes=4096, label="other device")
+    try:
+        yaml = (
+            "bindings:\n  - { name: PA, kind: page, access: read_write }\n"
+            "  - { name: m, kind: column, page: PA, element: f32 }\n"
+        )
+        body = (
+            "@compute @workgroup_size(64)\nfn main(@builtin(global_invocation_id) gid: vec3<u32>) {\n"
+            "    let i = zero_index(gid);\n    if (i >= zero_n()) { return; }\n    m_set(i, 1.0);\n}\n"
+        )
+        variant = abi.program(key="t/other_device_page", schema=abi.parse(yaml, "t/other_device_page/bindings.yaml"), wgsl=body).variant()
+        run = arena.alloc("f32", 10, name="m_other")
+        with pytest.raises(DispatchError, match="another device") as info:
+            variant.run(n=10, inputs={"m": run})
+        assert "t/other_device_page/bindings.yaml:3" in str(info.value)
+    finally:
+        arena.close()
