@@ -191,7 +191,12 @@ class Delivery:
             if key not in world:
                 return False
             slot = world.slot(key)
-            return all(not world.is_dirty(key, f) and changed[f][slot] <= version for f in names)
+            if any(changed[f][slot] > version for f in names):
+                return False
+            # A dirty flag is a change not taken yet, unless the chunk's content is still the
+            # version the result was computed from: ``mark_dirty`` (a re-upload) changes
+            # nothing, and such a result is current (refused, nothing would owe it again).
+            return world.version(key) == version or not any(world.is_dirty(key, f) for f in names)
 
         return fields_current
 

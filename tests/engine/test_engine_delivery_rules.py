@@ -295,3 +295,32 @@ def test_a_readback_is_applied_by_the_frame_after_its_request_once_the_gpu_is_do
             engine.frame()
         assert [(r.keys, r.versions) for r in applied.results] == [((3,), (version,))]
         assert not applied.not_current
+
+
+def test_a_mark_dirty_from_an_apply_never_drops_another_products_result_with_fields_revalidation():
+    # revalidate="fields" took a field's dirty flag as a change: world.mark_dirty() (a re-upload,
+    # no new content) from one product's apply discarded the other's current result for that
+    # chunk, and since its version had not moved, nothing owed it again: lost for good.
+    world = World((4, 4), {"h": np.float32}, max_chunks=4)
+    for k in range(3):
+        world.add(k, {"h": np.full((4, 4), k + 1, np.float32)})
+    engine = Engine(world, config=EngineConfig(revalidate="fields"))
+    try:
+        got: dict[str, dict[int, float]] = {"A": {}, "B": {}}
+
+        def apply_a(r):
+            got["A"].update({k: float(r.values[i][3]) for i, k in enumerate(r.keys)})
+            world.mark_dirty(0, "h")
+
+        def apply_b(r):
+            got["B"].update({k: float(r.values[i][3]) for i, k in enumerate(r.keys)})
+
+        for name, fn in (("A", apply_a), ("B", apply_b)):
+            engine.register_product(kernel_program("summary"), key=name, spec={"T": "f32"}, fields={"src": "h"}, apply=fn, cpu_fallback=fallbacks.summary)
+        with held_deliveries(engine):  # both readbacks land in the same frame
+            engine.frame()
+        run_until_idle(engine)
+        want = {k: float(world.read(k, "h").sum()) for k in world.keys()}
+        assert got["A"] == want and got["B"] == want
+    finally:
+        engine.close()
