@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Mapping
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -43,8 +44,9 @@ class Delivery:
         engine_params: the engine-filled kernel params of the world (read only).
     """
 
-    def __init__(self, world: Any, config: Any, products: Any, gpu: GpuSide, engine_params: Mapping[str, Any]) -> None:
+    def __init__(self, world: Any, config: Any, products: Any, gpu: GpuSide, engine_params: Mapping[str, Any], dirty_token: int | None = None) -> None:
         self._world = world
+        self._dirty_token = dirty_token  # the engine's own dirty flags (World.claim_dirty), if not the world's
         self._config = config
         self._products = products
         self._gpu = gpu
@@ -186,6 +188,8 @@ class Delivery:
         world = self._world
         names = product.field_names
         changed = {f: self._changes_of(f) for f in names}
+        token = self._dirty_token
+        is_dirty = world.is_dirty if token is None else partial(world.is_dirty, consumer=token)
 
         def fields_current(key: int, version: int) -> bool:
             if key not in world:
@@ -196,7 +200,7 @@ class Delivery:
             # A dirty flag is a change not taken yet, unless the chunk's content is still the
             # version the result was computed from: ``mark_dirty`` (a re-upload) changes
             # nothing, and such a result is current (refused, nothing would owe it again).
-            return world.version(key) == version or not any(world.is_dirty(key, f) for f in names)
+            return world.version(key) == version or not any(is_dirty(key, f) for f in names)
 
         return fields_current
 

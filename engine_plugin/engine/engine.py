@@ -155,8 +155,12 @@ class Engine:
         self._frame = 0
         self._engine_params = engine_param_values(world)
         self.totals = FrameStats()
-        self._gpu = GpuSide(world, self.config, self._order, self._engine_params, self._on_readback, backend, device)
-        self._delivery = Delivery(world, self.config, self._products, self._gpu, self._engine_params)
+        # Dirty flags this engine takes: the world's own, or (a second engine on the world) a
+        # set of its own, so neither engine's uploads hide a change from the other's mirrors.
+        claim = getattr(world, "claim_dirty", None)
+        self._dirty_token: int | None = claim(self) if claim is not None else None
+        self._gpu = GpuSide(world, self.config, self._order, self._engine_params, self._on_readback, backend, device, self._dirty_token)
+        self._delivery = Delivery(world, self.config, self._products, self._gpu, self._engine_params, self._dirty_token)
 
     def _on_readback(self, result: ReadbackResult) -> None:
         """Every product's readback callback (inside ``backend.poll``): delivery keeps it."""
@@ -581,7 +585,7 @@ class Engine:
             for name, products in readers.items():
                 send = gpu and self._gpu.mirrored(name)
                 gap = 0 if self._gpu.kernel_written(name) else self.config.upload_gap_bytes // self.world.chunk_nbytes(name)
-                found = take_dirty_changes(self.world, name, gap, spans=send, meta=meta)
+                found = take_dirty_changes(self.world, name, gap, spans=send, meta=meta, consumer=self._dirty_token)
                 changed = found.keys
                 if not changed:
                     continue
@@ -795,6 +799,9 @@ class Engine:
             self.unregister_product(product.handle)  # type: ignore[arg-type]
         if self._gpu.owns_backend:
             self.backend.close()
+        release = getattr(self.world, "release_dirty", None)
+        if release is not None:
+            release(self, self._dirty_token)
 
     def __enter__(self) -> Engine:
         return self

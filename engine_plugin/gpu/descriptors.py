@@ -367,15 +367,22 @@ class DirtyChanges:
 
 
 def take_dirty_changes(
-    world: World, tag: str, max_gap: int = 0, *, spans: bool = True, meta: Callable[[int], tuple[int, int] | None] | None = None
+    world: World,
+    tag: str,
+    max_gap: int = 0,
+    *,
+    spans: bool = True,
+    meta: Callable[[int], tuple[int, int] | None] | None = None,
+    consumer: int | None = None,
 ) -> DirtyChanges:
     """:func:`take_dirty_uploads`, answering the changed chunks' slots and versions too (the
-    engine owes and revalidates with them, without asking the world chunk by chunk)."""
+    engine owes and revalidates with them, without asking the world chunk by chunk).
+    ``consumer``: the flags of a second engine on the world (``World.claim_dirty``)."""
     take = getattr(world, "take_dirty_slots", None)
     if take is None:
-        listed = [k for k, _ in world.take_dirty(tag)]
+        listed = [k for k, _ in (world.take_dirty(tag) if consumer is None else world.take_dirty(tag, consumer=consumer))]
         return DirtyChanges(listed, coalesce_uploads(world, tag, listed, max_gap, meta) if spans and listed else [])
-    slots = np.asarray(take(tag), dtype=np.int64)
+    slots = np.asarray(take(tag) if consumer is None else take(tag, consumer=consumer), dtype=np.int64)
     # World's own vector answers (new arrays, keys as keys_at answers them); a subclass that
     # answers other keys from keys_at, or another world type, is asked through keys_at and
     # its versions copied.

@@ -21,6 +21,7 @@ from __future__ import annotations
 import copy
 import heapq
 import threading
+import weakref
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from operator import itemgetter
@@ -78,6 +79,12 @@ class World:
         # dirty chunks and their versions with a few vector operations, not a Python loop.
         self._dirty_mask: dict[str, np.ndarray] = {name: np.zeros(self.max_chunks, dtype=bool) for name in self._fields}
         self._slot_version = np.zeros(self.max_chunks, dtype=np.int64)
+        # Dirty flags are taken by the one engine uploading them. A second engine on the same
+        # world keeps flags of its own (``claim_dirty``): a take by one never hides a change
+        # from the other, whose mirrors would go stale.
+        self._dirty_owner: Any = None  # weakref to the consumer of ``_dirty_mask``
+        self._dirty_rows: dict[int, dict[str, np.ndarray]] = {}  # token -> another consumer's flags
+        self._next_dirty_token = 1
         self._editing: set[int] = set()
         # Held by every mutation, and by Engine.frame() for the whole frame: a change made on
         # another thread lands between frames, never halfway through one (an add or evict is
@@ -136,7 +143,7 @@ class World:
             for name, rw in self._rw.items():
                 # A reused slot still holds the evicted chunk's data: always overwrite it.
                 rw[slot] = converted.get(name, 0)
-                self._dirty_mask[name][slot] = True
+                self._set_dirty(name, slot)
             self._slot_of[key] = slot
             self._key_at[slot] = key
             if _I64_MIN <= key <= _I64_MAX:
@@ -164,8 +171,9 @@ class World:
             else:
                 self._wide_keys -= 1
             heapq.heappush(self._free, slot)
-            for mask in self._dirty_mask.values():
-                mask[slot] = False
+            for masks in (self._dirty_mask, *self._dirty_rows.values()):
+                for mask in masks.values():
+                    mask[slot] = False
             self._slot_version[slot] = 0
             self._clock += 1  # eviction is a change of the world, if not of a live chunk
             return slot
@@ -236,7 +244,7 @@ class World:
         with self.lock:
             slot = self._mutable_slot(key)
             self._rw[name][slot] = self._convert(name, values)
-            self._dirty_mask[name][self._slot_of[key]] = True
+            self._set_dirty(name, slot)
             return self._bump(key)
 
     def set_tile(self, key: int, name: str, tile: tuple[int, ...], value: Any) -> int:
@@ -250,7 +258,7 @@ class World:
             ):
                 raise WorldError(f"tile {tile!r} is outside chunk shape {self.chunk_shape}")
             self._rw[name][(slot, *idx)] = _cast(np.asarray(value), spec, name, ())
-            self._dirty_mask[name][self._slot_of[key]] = True
+            self._set_dirty(name, slot)
             return self._bump(key)
 
     @contextmanager
@@ -276,7 +284,7 @@ class World:
                 if taken:
                     for name, arr in taken.items():
                         self._rw[name][slot] = arr
-                        self._dirty_mask[name][self._slot_of[key]] = True
+                        self._set_dirty(name, slot)
                     self._bump(key)
         finally:
             # Whatever ends the edit (the block raised, or an interrupt while the commit waits
@@ -302,30 +310,74 @@ class World:
 
     # ---- dirty tracking --------------------------------------------------------------
 
-    def dirty(self, name: str | None = None) -> list[tuple[int, str]]:
-        """The dirty (chunk key, field) pairs, sorted by field declaration order then slot."""
+    def _set_dirty(self, name: str, slot: int) -> None:
+        self._dirty_mask[name][slot] = True
+        if self._dirty_rows:
+            for masks in self._dirty_rows.values():
+                masks[name][slot] = True
+
+    def _masks(self, consumer: int | None) -> dict[str, np.ndarray]:
+        if consumer is None:
+            return self._dirty_mask
+        masks = self._dirty_rows.get(consumer)
+        if masks is None:
+            raise WorldError(f"dirty-flag consumer {consumer!r} is not registered with this world (released, or another world's)")
+        return masks
+
+    def claim_dirty(self, owner: Any) -> int | None:
+        """Register ``owner`` (an engine) as a consumer of dirty flags. The first live one takes
+        the world's own flags (None: what ``dirty()`` answers); another gets a token for flags
+        of its own, set for every live chunk (its mirrors start empty), which every change
+        sets too and only its takes clear. Released with :meth:`release_dirty`, or when
+        ``owner`` is garbage."""
+        with self.lock:
+            held = self._dirty_owner() if self._dirty_owner is not None else None
+            if held is None or held is owner:
+                self._dirty_owner = weakref.ref(owner)
+                return None
+            token = self._next_dirty_token
+            self._next_dirty_token += 1
+            live = np.zeros(self.max_chunks, dtype=bool)
+            live[list(self._slot_of.values())] = True
+            self._dirty_rows[token] = {name: live.copy() for name in self._fields}
+            weakref.finalize(owner, self._dirty_rows.pop, token, None)
+            return token
+
+    def release_dirty(self, owner: Any, token: int | None) -> None:
+        """``owner`` takes no more dirty flags (``token`` as :meth:`claim_dirty` answered)."""
+        with self.lock:
+            if token is not None:
+                self._dirty_rows.pop(token, None)
+            elif self._dirty_owner is not None and self._dirty_owner() is owner:
+                self._dirty_owner = None
+
+    def dirty(self, name: str | None = None, consumer: int | None = None) -> list[tuple[int, str]]:
+        """The dirty (chunk key, field) pairs, sorted by field declaration order then slot
+        (``consumer``: a second engine's own flags, see :meth:`claim_dirty`)."""
         names = [self.field(name).name] if name is not None else list(self._fields)
-        key_at = self._key_at
-        return [(key_at[slot], n) for n in names for slot in np.flatnonzero(self._dirty_mask[n]).tolist()]  # type: ignore[misc]
+        key_at, masks = self._key_at, self._masks(consumer)
+        return [(key_at[slot], n) for n in names for slot in np.flatnonzero(masks[n]).tolist()]  # type: ignore[misc]
 
-    def is_dirty(self, key: int, name: str) -> bool:
+    def is_dirty(self, key: int, name: str, consumer: int | None = None) -> bool:
         slot = self._slot_of.get(key)
-        return slot is not None and bool(self._dirty_mask[self.field(name).name][slot])
+        return slot is not None and bool(self._masks(consumer)[self.field(name).name][slot])
 
-    def take_dirty(self, name: str | None = None) -> list[tuple[int, str]]:
+    def take_dirty(self, name: str | None = None, consumer: int | None = None) -> list[tuple[int, str]]:
         """Answer ``dirty(name)`` and clear those entries (the uploader's call)."""
         with self.lock:
-            found = self.dirty(name)
+            found = self.dirty(name, consumer)
+            masks = self._masks(consumer)
             for n in [name] if name is not None else list(self._fields):
-                self._dirty_mask[n][:] = False
+                masks[n][:] = False
             return found
 
-    def take_dirty_slots(self, name: str) -> np.ndarray:
+    def take_dirty_slots(self, name: str, consumer: int | None = None) -> np.ndarray:
         """Sorted slots of the chunks whose field ``name`` is dirty; clears them."""
         with self.lock:
-            mask = self._dirty_mask.get(name)
+            masks = self._dirty_mask if consumer is None else self._masks(consumer)
+            mask = masks.get(name)
             if mask is None:
-                mask = self._dirty_mask[self.field(name).name]  # WorldError naming the fields
+                mask = masks[self.field(name).name]  # WorldError naming the fields
             slots = mask.nonzero()[0]
             mask.fill(False)  # every set entry was just taken: one memset, not a scatter
             return slots
@@ -363,7 +415,7 @@ class World:
             for k in keys:
                 slot = self.slot(k)
                 for n in names:
-                    self._dirty_mask[self.field(n).name][slot] = True
+                    self._set_dirty(self.field(n).name, slot)
 
     def _edit_field(self, slot: int, name: str) -> np.ndarray:
         self.field(name)
@@ -386,6 +438,7 @@ class World:
             state["_dirty_mask"] = {name: mask.copy() for name, mask in self._dirty_mask.items()}
             state["_key_vec"], state["_slot_version"] = self._key_vec.copy(), self._slot_version.copy()
             state["_editing"] = set()  # an open edit belongs to this world, not to a copy
+            state["_dirty_owner"], state["_dirty_rows"] = None, {}  # a copy has no engines yet
             return state
         finally:
             if held:

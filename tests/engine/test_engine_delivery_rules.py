@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import numpy as np
 
@@ -324,3 +325,46 @@ def test_a_mark_dirty_from_an_apply_never_drops_another_products_result_with_fie
         assert got["A"] == want and got["B"] == want
     finally:
         engine.close()
+
+
+def test_two_engines_on_one_world_each_upload_every_change_to_their_own_mirrors():
+    # The world's dirty flags were taken by whichever engine uploaded first: the other never
+    # sent those chunks and applied results computed from an all-zero mirror as current.
+    world = World((4, 4), {"h": np.float32}, max_chunks=4)
+    world.add(0, {"h": np.ones((4, 4), np.float32)})
+    got: dict[str, dict[int, float]] = {"A": {}, "B": {}}
+    engines = {}
+    try:
+        for name in ("A", "B"):
+            engine = Engine(world)
+            engine.register_product(
+                kernel_program("summary"), key="s", spec={"T": "f32"}, fields={"src": "h"}, cpu_fallback=fallbacks.summary,
+                apply=lambda r, n=name: got[n].update({k: float(r.values[i][3]) for i, k in enumerate(r.keys)}),
+            )
+            engines[name] = engine
+
+        def settle() -> None:
+            deadline = time.monotonic() + 30.0
+            while time.monotonic() < deadline:
+                for e in engines.values():
+                    e.frame()
+                if all(e.idle and e.backend.inflight_readbacks == 0 for e in engines.values()):
+                    return
+                time.sleep(0.001)
+            raise AssertionError("the engines did not settle")
+
+        settle()
+        assert got == {"A": {0: 16.0}, "B": {0: 16.0}}
+        for value, key in ((2.0, 0), (3.0, 1)):  # later changes, and a chunk added after both registered
+            if key in world:
+                world.write(key, "h", value)
+            else:
+                world.add(key, {"h": np.full((4, 4), value, np.float32)})
+            settle()
+            want = {k: float(world.read(k, "h").sum()) for k in world.keys()}
+            assert got["A"] == want and got["B"] == want
+        assert world.dirty() == []  # the first engine took the world's own flags, as before
+    finally:
+        for e in engines.values():
+            e.close()
+    assert world._dirty_rows == {}  # the second engine's flags went with it

@@ -303,3 +303,35 @@ def test_an_edit_whose_commit_is_interrupted_leaves_its_chunk_free():
     assert world.read(1, "h")[0, 0] == 0.0  # not committed
     world.write(1, "h", 2.0)  # not busy
     assert world.read(1, "h")[0, 0] == 2.0
+
+
+def test_a_second_dirty_consumer_sees_every_change_the_first_took_and_copies_carry_none():
+    import copy
+    import pickle
+
+    world = World((2, 2), {"h": np.float32}, max_chunks=4)
+    world.add(1)
+
+    class Owner:  # what claims flags: an engine
+        pass
+
+    first, second = Owner(), Owner()
+    assert world.claim_dirty(first) is None  # the world's own flags
+    token = world.claim_dirty(second)
+    assert token is not None
+    assert world.take_dirty("h") == [(1, "h")]
+    assert world.dirty("h", consumer=token) == [(1, "h")]  # not hidden by the first's take
+    world.write(1, "h", 2.0)
+    world.add(3)
+    assert sorted(world.take_dirty_slots("h", consumer=token).tolist()) == sorted([world.slot(1), world.slot(3)])
+    assert world.dirty("h") == [(1, "h"), (3, "h")] and world.dirty("h", consumer=token) == []
+    for clone in (copy.deepcopy(world), pickle.loads(pickle.dumps(world))):
+        assert clone.claim_dirty(Owner()) is None and clone.dirty("h") == [(1, "h"), (3, "h")]
+    world.release_dirty(second, token)
+    with pytest.raises(WorldError):
+        world.dirty("h", consumer=token)
+    del first
+    import gc
+
+    gc.collect()
+    assert world.claim_dirty(Owner()) is None  # the first owner is gone: its flags are free again
