@@ -25,6 +25,7 @@ from .buffers import size_class
 from .deferred import flush_deferred
 from .loss import LOST_HINT, device_guard, lost_error
 from .submission import PENDING, flush_pending, submit_encoder
+from .table import Table, unpack_table
 from .textures import TextureOutput, read_texture
 
 __all__ = ["Output", "give_back", "read", "read_words", "own_pooled", "share"]
@@ -276,8 +277,9 @@ def read(x: Any, as_u32: bool = False) -> np.ndarray:
         x: an :class:`Output` (a typed array of its live elements, (count,) or (count,
             lanes)); the buffer of a live host-allocated Output (the same: its live elements,
             as the seed's ``abi.read(run.outputs.dst.buffer)``); any other GPUBuffer (all its
-            words, f32 or u32 with ``as_u32``); or anything with a ``read_back()`` method
-            (substrate handles).
+            words, f32 or u32 with ``as_u32``); an ``abi.table`` (a dict of its columns by name,
+            as read back from its buffer; its packed u32 words with ``as_u32``); or anything
+            with a ``read_back()`` method (substrate handles).
         as_u32: read raw u32 words instead of the element type.
     """
     if isinstance(x, Output):
@@ -301,13 +303,16 @@ def read(x: Any, as_u32: bool = False) -> np.ndarray:
             return read_texture(ctx, x, read_words)
     if hasattr(x, "read_back"):
         return x.read_back(as_u32=as_u32)
+    if isinstance(x, Table):  # its columns by name, as abi.table took them (as_u32: the packed words)
+        words = read_words(x.buffer, 0, x.words.nbytes, dtype="<u4")
+        return words if as_u32 else unpack_table(words, x)  # type: ignore[return-value]
     if isinstance(x, wgpu.GPUBuffer):
         owner = output_of(x)
         if owner is not None:
             return read(owner, as_u32)
         raw = read_words(x)
         return np.frombuffer(raw, dtype="<u4" if as_u32 else "<f4").copy()
-    raise DispatchError(f"abi.read takes a GPUBuffer, an Output or a substrate handle, not {type(x).__name__}")
+    raise DispatchError(f"abi.read takes a GPUBuffer, an Output, a Table or a substrate handle, not {type(x).__name__}")
 
 
 _release_refs: dict[int, Any] = {}

@@ -16,7 +16,7 @@ from ..errors import DispatchError
 from ..lowering.types import KIND_CODE, NUMPY_DTYPE
 from .buffers import STORAGE_USAGE, dtype_kind
 
-__all__ = ["Table", "table", "pack_table"]
+__all__ = ["Table", "table", "pack_table", "unpack_table"]
 
 
 @dataclass
@@ -66,6 +66,18 @@ def pack_table(columns: Mapping[str, Any], order: Sequence[str] | None = None) -
         kinds.append(kind)
     words = np.concatenate([np.asarray(header, dtype="<u4"), *datas]) if datas else np.asarray(header, dtype="<u4")
     return words, names, tuple(counts), tuple(lanes_t), tuple(kinds)
+
+
+def unpack_table(words: np.ndarray, t: Table) -> dict[str, np.ndarray]:
+    """The columns of ``t`` from its packed ``words`` (read back from its buffer, so a kernel's
+    writes to a read_write columns binding show): name -> array of shape (n,) or (n, lanes)."""
+    out = {}
+    for c, name in enumerate(t.names):
+        first = int(t.words[1 + 4 * c])  # the layout the host packed (the header is not re-read)
+        lanes, count, kind = t.lanes[c], t.counts[c], t.kinds[c]
+        data = np.ascontiguousarray(words[first : first + count * lanes]).view(NUMPY_DTYPE[kind]).copy()
+        out[name] = data.reshape(count, lanes) if lanes > 1 else data
+    return out
 
 
 def table(columns: Mapping[str, Any], *, order: Sequence[str] | None = None, device: Any = None, label: str = "table") -> Table:

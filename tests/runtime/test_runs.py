@@ -380,3 +380,29 @@ def test_a_domain_count_handed_through_inputs_is_the_live_count_as_the_keyword_i
         second.run(n=10, inputs={"src": src, "live": "junk"})
     with pytest.raises(DispatchError, match="live"):
         second.run(n=10, inputs={"src": src, "live": 3}, domain_count=4)
+
+
+def test_abi_read_of_a_table_answers_its_columns_as_a_kernel_left_them():
+    # abi.table answers a Table; abi.read refused it ("takes a GPUBuffer, an Output ...").
+    yaml = "bindings:\n  - { name: cols, kind: columns, access: read_write }\n"
+    body = (
+        "@compute @workgroup_size(64)\nfn main(@builtin(global_invocation_id) gid: vec3<u32>) {\n"
+        "    let i = zero_index(gid);\n    if (i >= zero_n()) { return; }\n"
+        "    cols_set_f32(0u, i, 0u, cols_f32(0u, i, 0u) * 2.0);\n"
+        "    cols_set_i32(1u, i, 1u, cols_i32(1u, i, 1u) - 7);\n}\n"
+    )
+    variant = abi.program(key="t/table_rw", schema=abi.parse(yaml, "t/table_rw/bindings.yaml"), wgsl=body).variant(columns={"cols": ["f", "v"]})
+    f = np.linspace(-2.0, 5.0, 12).astype(np.float32)
+    v = np.arange(24, dtype=np.int32).reshape(12, 2)
+    t = abi.table({"f": f, "v": v}, order=["f", "v"])
+    before = abi.read(t)
+    assert list(before) == ["f", "v"]
+    np.testing.assert_array_equal(before["f"], f)
+    np.testing.assert_array_equal(before["v"], v)
+    variant.run(n=12, inputs={"cols": t})
+    after = abi.read(t)
+    np.testing.assert_array_equal(after["f"], f * 2.0)
+    np.testing.assert_array_equal(after["v"], np.stack([v[:, 0], v[:, 1] - 7], 1))
+    assert after["v"].dtype == np.int32
+    words = abi.read(t, as_u32=True)
+    assert words.dtype == np.uint32 and words.size == t.words.size and words[0] == 2
