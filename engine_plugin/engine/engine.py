@@ -41,6 +41,7 @@ Delivery rules (issue 14), each held by a test and by the model-based fuzzer:
 from __future__ import annotations
 
 import contextlib
+import inspect
 import logging
 import time
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
@@ -157,7 +158,7 @@ class Engine:
         self.totals = FrameStats()
         # Dirty flags this engine takes: the world's own, or (a second engine on the world) a
         # set of its own, so neither engine's uploads hide a change from the other's mirrors.
-        claim = getattr(world, "claim_dirty", None)
+        claim = getattr(world, "claim_dirty", None) if _takes_consumer(world) else None
         self._dirty_token: int | None = claim(self) if claim is not None else None
         self._gpu = GpuSide(world, self.config, self._order, self._engine_params, self._on_readback, backend, device, self._dirty_token)
         self._delivery = Delivery(world, self.config, self._products, self._gpu, self._engine_params, self._dirty_token)
@@ -812,3 +813,18 @@ class Engine:
     def __repr__(self) -> str:
         where = "GPU" if self.gpu_active else f"CPU ({self.gpu_fault or type(self.backend).__name__})"
         return f"<Engine {len(self._order)} products on {where}, frame {self._frame}>"
+
+
+def _takes_consumer(world: Any) -> bool:
+    """Whether ``world``'s dirty-flag calls take ``consumer=`` (a World, or a subclass whose
+    overrides kept it): only then can a second engine keep flags of its own."""
+    for name in ("take_dirty_slots", "take_dirty", "is_dirty"):
+        fn = getattr(world, name, None)
+        if fn is None:
+            continue
+        try:
+            if "consumer" not in inspect.signature(fn).parameters:
+                return False
+        except (TypeError, ValueError):
+            return False
+    return True

@@ -171,7 +171,7 @@ class World:
             else:
                 self._wide_keys -= 1
             heapq.heappush(self._free, slot)
-            for masks in (self._dirty_mask, *self._dirty_rows.values()):
+            for masks in (self._dirty_mask, *tuple(self._dirty_rows.values())):
                 for mask in masks.values():
                     mask[slot] = False
             self._slot_version[slot] = 0
@@ -313,7 +313,8 @@ class World:
     def _set_dirty(self, name: str, slot: int) -> None:
         self._dirty_mask[name][slot] = True
         if self._dirty_rows:
-            for masks in self._dirty_rows.values():
+            # A snapshot: a released engine's finaliser may drop its row meanwhile (GC, any thread).
+            for masks in tuple(self._dirty_rows.values()):
                 masks[name][slot] = True
 
     def _masks(self, consumer: int | None) -> dict[str, np.ndarray]:

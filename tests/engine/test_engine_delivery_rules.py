@@ -368,3 +368,64 @@ def test_two_engines_on_one_world_each_upload_every_change_to_their_own_mirrors(
         for e in engines.values():
             e.close()
     assert world._dirty_rows == {}  # the second engine's flags went with it
+
+
+def test_two_engines_on_a_world_subclass_whose_take_has_no_consumer_share_its_flags_as_before():
+    # A subclass overriding take_dirty_slots(name) (as the suite's hook worlds do) cannot hand a
+    # second engine flags of its own: both engines then share the world's, as before, and run.
+    class HookedWorld(World):
+        def take_dirty_slots(self, name):
+            return super().take_dirty_slots(name)
+
+    world = HookedWorld((4, 4), {"h": np.float32}, max_chunks=4)
+    world.add(0, {"h": np.ones((4, 4), np.float32)})
+    engines = [Engine(world), Engine(world)]
+    try:
+        for e in engines:
+            e.register_product(kernel_program("summary"), key="s", spec={"T": "f32"}, fields={"src": "h"}, cpu_fallback=fallbacks.summary, apply=lambda r: None)
+        for _ in range(3):
+            for e in engines:
+                e.frame()
+        assert world._dirty_rows == {}
+    finally:
+        for e in engines:
+            e.close()
+
+
+def test_releasing_an_engines_dirty_flags_while_another_thread_writes_never_breaks_the_write():
+    import threading
+
+    world = World((4, 4), {"a": np.float32}, max_chunks=8)
+    world.add(0)
+
+    class Owner:
+        pass
+
+    first = Owner()
+    assert world.claim_dirty(first) is None
+    errors: list[str] = []
+    stop = threading.Event()
+
+    def writer() -> None:
+        try:
+            while not stop.is_set():
+                world.set_tile(0, "a", (0, 0), 1.0)
+        except Exception as exc:  # noqa: BLE001 - what the writer must never see
+            errors.append(repr(exc))
+
+    switch = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    t = threading.Thread(target=writer)
+    t.start()
+    try:
+        owner = Owner()
+        for _ in range(50000):
+            world.claim_dirty(owner)
+            owner = Owner()  # the last one is garbage: its finaliser drops its row
+            if errors:
+                break
+    finally:
+        stop.set()
+        t.join()
+        sys.setswitchinterval(switch)
+    assert errors == []
