@@ -100,6 +100,7 @@ class _Work:
     live_counter: Any = None  # else a snapshot counter on the GPU...
     live_holder: Any = None  # ... owned by this holder, which the live outputs keep alive
     inout_owned: dict = field(default_factory=dict)  # binding -> pooled upload a read_write Output owns
+    chained: list = field(default_factory=list)  # (Output, the count bound, None for its capacity)
 
 
 class _CounterHolder:
@@ -474,7 +475,9 @@ class Variant:
         (in this run's submission) when it holds another scalar type, unless the binding takes
         raw words (``bits``/``atomic``)."""
         vt = slot.value_type
-        count = value.count if value.count_known else value.capacity
+        known = value.count_known  # read once: another thread may learn the count meanwhile
+        count = value.count if known else value.capacity
+        work.chained.append((value, count if known else None))  # what a repeat must find again
         if isinstance(vt, StructType) or isinstance(value.element, StructType):
             if value.element != vt:
                 raise self._slot_error(slot, f"input {slot.name!r} is {vt.wgsl} but the chained output {value.name!r} holds {value.element.wgsl}")
@@ -716,7 +719,7 @@ class Variant:
             and len(work.temps) == len(arrays)
             and all(isinstance(v, (Output, wgpu.GPUBuffer)) for v in (outputs or {}).values())
         ):
-            self._remember(shape, inputs or {}, params, outputs or {}, bound, result, data, groups, arrays, defer)
+            self._remember(shape, inputs or {}, params, outputs or {}, bound, result, data, groups, work.chained, arrays, defer)
         return self._submit(result, shape, data, bind_group, groups, work, bound, None, defer)
 
     def prepare(
@@ -949,6 +952,7 @@ class Variant:
         result: dict,
         data: bytes,
         groups: tuple,
+        chained: list,
         arrays: list | None = None,
         defer: bool = False,
     ) -> None:
@@ -972,7 +976,7 @@ class Variant:
             n,
             items,
             tuple(outputs.items()),
-            tuple((v, v.count if v.count_known else None) for _, v in items if isinstance(v, Output)),
+            tuple(chained),
             tuple(params.items()) if params else (),
             exact_fingerprint(params),
             {i: b for i, b in bound.items() if i not in outs},

@@ -620,3 +620,30 @@ def test_a_prepared_run_keeps_the_outputs_it_chains_until_it_is_submitted():
     np.testing.assert_array_equal(got, 10.0 * (np.arange(n, dtype=np.float32) + 1.0) + 1.0)
     for k, out in enumerate(later):
         np.testing.assert_array_equal(abi.read(out), np.full(n, 1000.0 * k + 1.0, np.float32))
+
+
+def test_repeats_rebind_a_chained_output_handed_as_a_buffer_mapping_or_as_a_read_write_output():
+    # Review helper 27: the repeat's count check saw only bare Outputs in inputs=; an Output
+    # inside {"buffer": ...}, or a read_write Output handed through outputs=, kept its old length.
+    compact = make("t13/compact", COMPACT_YAML, COMPACT_WGSL)
+    add = make("t13/add", ADD_YAML, ADD_WGSL)
+    src = np.array([1, -1, 2, -1, 3, -1, -1, -1], np.float32)
+    kept = compact.run(n=8, inputs={"src": src}).outputs["kept"]
+    wrapped = {"src": {"buffer": kept}}
+    add.run(n=8, inputs=wrapped, params={"k": 2.0})  # count unknown: bound at capacity
+    assert kept.count == 3
+    again = add.run(n=8, inputs=wrapped, params={"k": 2.0}).outputs["dst"]
+    np.testing.assert_array_equal(np.sort(abi.read(again)), np.array([3.0, 4.0, 5.0], np.float32))
+
+    inc = make("t13/inc", "bindings:\n  - { name: z, kind: buffer, access: read_write, element: f32 }\n",
+               "@compute @workgroup_size(64)\nfn main(@builtin(global_invocation_id) gid: vec3<u32>) {\n"
+               "    let i = zero_index(gid);\n    if (i >= z_len()) { return; }\n    z_set(i, z_get(i) + 100.0);\n}\n")
+    big = make("t13/compact16", COMPACT_YAML.replace('capacity: "len(src)"', 'capacity: "16"'), COMPACT_WGSL)
+    kept = big.run(n=8, inputs={"src": src}).outputs["kept"]
+    assert kept.count == 3
+    inc.run(n=16, outputs={"z": kept})  # +100 on the 3 live elements
+    big.run(n=8, inputs={"src": src}, outputs={"kept": kept})  # appends 3 more
+    assert kept.count == 6
+    z = inc.run(n=16, outputs={"z": kept}).outputs["z"]  # the same call again: all 6 now
+    assert z.count == 6
+    np.testing.assert_array_equal(np.sort(abi.read(kept)), np.array([101, 102, 103, 201, 202, 203], np.float32))
