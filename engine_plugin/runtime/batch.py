@@ -78,6 +78,7 @@ class Batch:
         self._staged: dict[int, tuple[Any, list[int]]] = {}  # id(variant) -> (variant, offsets)
         self._held: set = set()  # every buffer a recorded run touches, until the flush
         self.outer: tuple[Batch, ...] = ()  # the batches this one is nested in (this thread's)
+        self.on_drop: list = []  # called once its records are submitted (or dropped)
 
     def add(self, variant: Any, data: bytes, bind_group: Any, groups: tuple, ops: list, temps: list, buffers: list, extra: list | None = None) -> None:
         """Record one run (and ``extra`` records, e.g. conversions, that must come before it)."""
@@ -158,6 +159,9 @@ class Batch:
             variant._ring.staged.difference_update(offsets)  # written (or never to be): free
         self._held = set()
         _epoch[0] += 1
+        calls, self.on_drop = self.on_drop, []
+        for call in calls:
+            call()
         self.records.clear()
         self.temps.clear()
         self._staged.clear()

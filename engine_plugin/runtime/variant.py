@@ -27,6 +27,7 @@ import math
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, Mapping
 
 import numpy as np
@@ -1157,6 +1158,9 @@ class Variant:
             work.ops.append(("clear", counter, 0, 16))
         elif slot.role == "append":
             counter_rewritten(counter)  # appends continue: counts read from it so far are stale
+            batch = current_batch() if open_batches() else None
+            if batch is not None:  # a count read meanwhile (another thread) is stale once it runs
+                batch.on_drop.append(partial(counter_rewritten, counter))
         bound[slot.binding] = _Bound(buf, size, 0, nbytes)
         if slot.role == "append":
             bound[slot.counter_binding] = _Bound(counter, 1, 0, 4)

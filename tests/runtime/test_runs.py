@@ -406,3 +406,31 @@ def test_abi_read_of_a_table_answers_its_columns_as_a_kernel_left_them():
     assert after["v"].dtype == np.int32
     words = abi.read(t, as_u32=True)
     assert words.dtype == np.uint32 and words.size == t.words.size and words[0] == 2
+
+
+def test_a_count_read_on_another_thread_while_a_batch_holds_the_append_is_read_again_after_it():
+    # The count was read (old value) after the run was recorded in another thread's batch but
+    # before that batch was submitted: it must not stay the old value once the batch has run.
+    import threading
+
+    variant = make("t/filter", FILTER_YAML, FILTER_WGSL)
+    src = np.arange(1, 101, dtype=np.float32)
+    first = variant.run(n=100, inputs={"src": src}, params={"threshold": 90.0, "cap": 256}).outputs["hits"]
+    assert first.count == 10
+    recorded, read_done = threading.Event(), threading.Event()
+
+    def appender() -> None:
+        with abi.batch():
+            variant.run(n=100, inputs={"src": src}, params={"threshold": 50.0, "cap": 256}, outputs={"hits": first})
+            recorded.set()
+            read_done.wait(30)
+
+    t = threading.Thread(target=appender)
+    t.start()
+    try:
+        assert recorded.wait(30)
+        assert first.count == 10  # not submitted yet: the GPU still holds 10
+    finally:
+        read_done.set()
+        t.join()
+    assert first.count == 60 and abi.read(first).size == 60
