@@ -72,12 +72,6 @@ class allow_network:
 LOCAL, REMOTE, LOWERED = "local", "remote", "lowered"
 
 
-def _derived_from(lowered: Lowered, schema_text: str, wgsl: str, spec: VariantSpec) -> bool:
-    """Whether ``lowered`` says it was lowered from these texts and this spec."""
-    texts = lowered.source_map.texts
-    return lowered.spec == spec and len(texts) >= 2 and texts[0] == schema_text and texts[1] == wgsl.replace("\r\n", "\n")
-
-
 class _AssetStore:
     """The ``LoweredStore`` an asset's programs use: a small memory front over the shared
     variant cache (and the remote tier behind it), entries rebased onto this asset's own
@@ -141,13 +135,14 @@ class _AssetStore:
         with self._lock:
             return key in self._memory
 
-    def remembered(self, key: str, derived_from: tuple | None = None) -> Lowered | None:
+    def remembered(self, key: str, derived_from: tuple[str, str, VariantSpec]) -> Lowered | None:
         """Memory, then the local cache (no usage recorded, no network).
 
-        ``derived_from`` is (schema text, WGSL text, spec) when the caller has them: a cache
-        entry that was not lowered from exactly those (one copied under another key, or a
-        forged one with its checksum recomputed) is refused as a miss, counted and logged, and
-        the variant is lowered again, which overwrites it. Cheap: no re-lowering.
+        ``derived_from`` is (schema text, WGSL text, spec): a cache entry that was not lowered
+        from exactly those (one copied under another key, or a forged one with its checksum
+        recomputed) is refused as a miss, counted and logged, and the variant is lowered again,
+        which overwrites it. Cheap: no re-lowering. Only verified entries enter the memory
+        tier (this, :meth:`put` of a local lowering, :meth:`adopt_remote` of a verified one).
         """
         with self._lock:
             found = self._memory.get(key)
@@ -156,7 +151,7 @@ class _AssetStore:
                 return found
         if self.cache is not None:
             found = self.cache.get(key)
-            if found is not None and derived_from is not None and not _derived_from(found, *derived_from):
+            if found is not None and not found.lowered_from(*derived_from):
                 self.foreign_entries += 1
                 log.warning("%s: the cache entry %s... was not lowered from this asset's text and spec; refused, lowering again", self.rel, key[:16])
                 return None
@@ -179,7 +174,10 @@ class _AssetStore:
         return found
 
     def get(self, key: str) -> Lowered | None:
-        found = self.remembered(key)
+        """The memory tier's entry (verified when it entered): a caller that cannot say what
+        the key was derived from gets nothing from the disk cache (use :meth:`lookup`)."""
+        with self._lock:
+            found = self._memory.get(key)
         if found is not None:
             self._record(found)
         return found

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import time
 from collections import Counter
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -11,12 +12,14 @@ from ..cache import VariantCache, encode_entry
 from ..cache.remote import RemoteCache
 from ..errors import PluginError
 from ..lowering import VariantSpec
-from .plan import chunk_jobs, plan_assets
+from .plan import AssetPlan, chunk_jobs, plan_assets
 from .progress import NoProgress
 from .report import BakeReport
 from .runners import InlineRunner
 from .verify import check_chunk
-from .worker import ChunkJob, ChunkResult, Failure, VariantOutcome, failure_from, worker_versions
+from .worker import BakeItem, ChunkJob, ChunkResult, Failure, VariantOutcome, failure_from, worker_versions
+
+log = logging.getLogger(__name__)
 
 __all__ = ["bake"]
 
@@ -237,7 +240,7 @@ def bake(
             # Keys are content hashes: two copies of one asset share their variants, which
             # bake once. A valid entry is skipped; get() decodes it (tens of microseconds),
             # so a corrupt one is removed, counted and baked again rather than skipped.
-            if item.key in planned or (not force and store.get(item.key) is not None):
+            if item.key in planned or (not force and _cached(store, plan, item)):
                 report.add(plan.folder, item.key, item.spec, "skipped")
                 if item.key not in planned:
                     skipped.append(item.key)
@@ -275,3 +278,17 @@ def bake(
     report.variants.sort(key=lambda v: order.get((v.asset, v.key), len(order)))
     report.wall_s = time.perf_counter() - t0
     return report
+
+
+def _cached(store: Any, plan: AssetPlan, item: BakeItem) -> bool:
+    """Whether the cache holds a usable entry for ``item``: it decodes (get() removes and
+    counts a corrupt one) and says it was lowered from this asset's texts and this spec. An
+    entry filed under another variant's key (copied, or forged with its checksum recomputed)
+    is baked again, which overwrites it, rather than skipped and served."""
+    found = store.get(item.key)
+    if found is None:
+        return False
+    if plan.schema is not None and plan.source is not None and not found.lowered_from(plan.schema.text, plan.source.wgsl_text, item.spec):
+        log.warning("%s: the cache entry %s... was not lowered from this asset's text and spec; baking it again", plan.folder, item.key[:16])
+        return False
+    return True

@@ -216,6 +216,12 @@ class Lowered:
             h.update(repr((b.binding, b.name, b.role, b.storage_type, b.access)).encode())
         return h.hexdigest()[:32]
 
+    def lowered_from(self, schema_text: str, wgsl: str, spec: VariantSpec) -> bool:
+        """Whether this says it was lowered from these texts and this spec: a cache entry
+        copied under another key (or forged with its checksum recomputed) says otherwise."""
+        texts = self.source_map.texts
+        return self.spec == spec and len(texts) >= 2 and texts[0] == schema_text and texts[1] == wgsl.replace("\r\n", "\n")
+
     def slot(self, name: str) -> HostSlot | None:
         for s in self.host_slots:
             if s.name == name:

@@ -334,3 +334,34 @@ def test_a_forged_local_entry_is_refused_and_the_variant_lowered_again(asset_roo
     assert out.dtype == np.int32 and out.tolist() == [2, 4, 6, 8]
     assert other._store.foreign_entries == 1
     assert VariantCache(str(tmp_path / "cache")).get(i32_key).spec.as_dict() == {"T": "i32"}  # overwritten by the honest lowering
+
+
+def test_a_forged_local_entry_is_refused_by_prefetch_and_baked_again_by_bake(asset_root, make_library, tmp_path):
+    """Review helper 28: prefetch put the forged entry into the memory tier unverified (and
+    then served it), and bake skipped it as already baked."""
+    import shutil
+
+    import numpy as np
+
+    from engine_plugin import abi
+    from engine_plugin.bake import bake
+    from engine_plugin.cache import VariantCache
+
+    lib = make_library(asset_root)
+    ref = lib.load("k.computeShader")
+    f32 = ref.program().variant({"T": "f32"})
+    i32_key = ref.program().variant_key(ref.program().variant({"T": "i32"}).spec)
+    cache_dir = str(tmp_path / "cache")
+    VariantCache(cache_dir).put(i32_key, f32.lowered)  # forged: the f32 program under the i32 key
+    shutil.copytree(os.path.join(asset_root, "k.computeShader"), os.path.join(asset_root, "k2.computeShader"))
+    fresh = make_library(asset_root)
+    fresh.prefetch({"k2.computeShader": [{"T": "i32"}]})
+    variant = fresh.load("k2.computeShader").program().variant({"T": "i32"})
+    assert variant.lowered.spec.as_dict() == {"T": "i32"}
+    out = abi.read(variant.run(n=4, inputs={"src": np.arange(1, 5, dtype=np.int32)}).outputs["dst"])
+    assert out.dtype == np.int32 and out.tolist() == [2, 4, 6, 8]
+
+    VariantCache(cache_dir).put(i32_key, f32.lowered)  # forged again, then a bake over it
+    report = bake([asset_root], cache_dir)
+    assert not report.failures
+    assert VariantCache(cache_dir).get(i32_key).spec.as_dict() == {"T": "i32"}  # baked again, not skipped
