@@ -142,10 +142,29 @@ def read_modules(wgsl_text: str, wgsl_path: str, search: Sequence[str], root: st
         for base in search:
             path = os.path.join(base, *name.split("/")) + ".wgsl"
             if os.path.lexists(path):
-                return path, _read_text(path, root if root is not None else base)
+                _check_utf8_name(path)
+                # Inside the asset root, files stay in it; a module folder passed from outside
+                # it (AssetLibrary(modules=[...])) bounds its own files.
+                return path, _read_text(path, root if root is not None and _within(base, root) else base)
         return None
 
     return resolve_imports(wgsl_text, wgsl_path, find, ", ".join(search) or "no module folders")
+
+
+def _check_utf8_name(path: str) -> None:
+    """Paths travel in lowered sources, cache entries and messages as UTF-8: a name whose bytes
+    are not UTF-8 (undecodable bytes Python keeps as surrogates) is refused, named readably."""
+    try:
+        path.encode("utf-8")
+    except UnicodeEncodeError:
+        shown = os.fsencode(path).decode("utf-8", "backslashreplace")
+        raise AssetError("this path is not valid UTF-8 (its bytes name no text); rename the file or folder", Span(shown)) from None
+
+
+def _within(path: str, root: str) -> bool:
+    """Whether ``path`` (resolved) is ``root`` or inside it."""
+    real, top = os.path.realpath(path), os.path.realpath(root)
+    return real == top or real.startswith(top.rstrip(os.sep) + os.sep)
 
 
 def read_asset_folder(folder: str, root: str | None = None, modules: Sequence[str] = ()) -> AssetSource:
@@ -183,6 +202,8 @@ def read_asset_folder(folder: str, root: str | None = None, modules: Sequence[st
     # Other files (notes, images) are reported by callers, not fatal: they cannot change the kernel.
     others = tuple(n for n in names if n not in ("bindings.yaml", wgsl[0]) and not is_editor_noise(n))
     wgsl_path = os.path.join(folder, wgsl[0])
+    for path in (yaml_path, wgsl_path):
+        _check_utf8_name(path)
     texts = [_read_text(path, root) for path in (yaml_path, wgsl_path)]
     search = module_search_path(folder, root if root != folder else None, modules)
     # Module files must stay inside the asset root, or (an asset read on its own) inside the

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Sequence
 
 from ..errors import PluginError
-from ..lowering import Lowered, Schema, VariantSpec, enumerate_variants, parse, resolve_spec
+from ..lowering import Lowered, Schema, VariantSpec, iter_variants, parse, resolve_spec
 from .folder import AssetSource, is_editor_noise, read_asset_folder
 
 if TYPE_CHECKING:
@@ -214,9 +214,10 @@ def prepare(
         if not old_variants:
             # Nothing in use: validate one variant (the first the bake would make), if any can be named.
             try:
-                specs = enumerate_variants(schema)
+                first = next(iter_variants(schema), None)  # not the whole cross product: it may be huge
             except PluginError:
-                specs = []
+                first = None
+            specs = [first] if first is not None else []
             if specs:
                 out.validation = specs[0]
                 out.lowered[specs[0]] = candidate.lowered(specs[0])

@@ -107,7 +107,14 @@ def cmd_watch(args: argparse.Namespace, rep: Reporter) -> int:
     lib = AssetLibrary(root, cache=None if args.no_cache else args.cache, quiet=args.quiet_ms / 1000.0, remote=args.remote or None)
     refs = [lib.load(os.path.relpath(f, root), strict=False) for f in folders]
     if args.all_variants and lib.remote is not None:
-        found = lib.prefetch({r.path: list(enumerate_variants(r.program().schema)) for r in refs if r.error is None})
+        wanted = {}
+        for r in refs:
+            if r.error is None:
+                try:
+                    wanted[r.path] = enumerate_variants(r.program().schema)
+                except PluginError:
+                    pass  # too many to enumerate: reported below, when they are compiled
+        found = lib.prefetch(wanted)
         rep.say(f"prefetched: {found.local} local, {found.remote} remote, {found.missed} to lower ({found.rejected} refused)")
     for ref in refs:
         if ref.error is not None:

@@ -5,7 +5,7 @@ from .lower import LOWERING_VERSION, lower
 from .lowered import ColumnSlot, HostSlot, Lowered, LoweredBinding, ParamField, ParamsLayout, SourceMap
 from .parse import MAX_PAGES, parse
 from .schema import Binding, Param, Schema, SpecParam
-from .variants import VariantSpec, enumerate_variants, resolve_spec, variant_count
+from .variants import VariantSpec, enumerate_variants, iter_variants, resolve_spec, variant_count
 
 __all__ = [
     "Binding",
@@ -24,6 +24,7 @@ __all__ = [
     "SpecParam",
     "VariantSpec",
     "enumerate_variants",
+    "iter_variants",
     "evaluate",
     "is_extended",
     "lower",

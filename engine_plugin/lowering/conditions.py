@@ -57,6 +57,11 @@ def _conjunctions_compatible(a, b) -> bool:
     return True
 
 
+# Bounds on what a schema may ask the overlap check to compare (pairs of alternatives of pairs
+# of same-named bindings: quadratic twice), so a hostile bindings.yaml parses in milliseconds.
+MAX_ALTERNATIVES = 64
+
+
 def parse_condition(text: str) -> Condition:
     """Parse a ``when`` string.
 
@@ -67,7 +72,10 @@ def parse_condition(text: str) -> Condition:
         raise ConditionSyntaxError("empty condition; expected e.g. 'T=f32' or 'MODE=a|b; MODE=c FOLD=add'", 0)
     alternatives = []
     pos = 0
-    for part in text.split(";"):
+    parts = text.split(";")
+    if len(parts) > MAX_ALTERNATIVES:
+        raise ConditionSyntaxError(f"{len(parts)} alternatives; a condition takes at most {MAX_ALTERNATIVES} (name options with '|' instead)", 0)
+    for part in parts:
         conj: list[tuple[str, frozenset[str]]] = []
         seen: dict[str, int] = {}
         if not part.strip():

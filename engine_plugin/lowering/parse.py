@@ -30,6 +30,10 @@ from .textures import ADDRESS_MODES, FILTERS, SAMPLE_TYPES, STORAGE_FORMATS, TEX
 from .types import WGSL_KEYWORDS, is_value_type, parse_value_type
 from .yaml_nodes import EditorLines, compose_bounded
 
+# Declarations of one binding name (each under its own 'when'): the overlap check compares
+# every pair, so it is bounded (with conditions.MAX_ALTERNATIVES) to keep parsing fast.
+MAX_SAME_NAME = 16
+
 __all__ = ["parse", "MAX_PAGES"]
 
 MAX_PAGES = 8
@@ -629,6 +633,12 @@ class _Parser:
     def check_names(self, bindings: list[Binding]) -> None:
         first: dict[str, list[Binding]] = {}
         for b in bindings:
+            if len(first.get(b.name, ())) >= MAX_SAME_NAME:
+                raise SchemaError(
+                    f"binding {b.name!r} is declared {MAX_SAME_NAME + 1} times; at most {MAX_SAME_NAME} declarations may share a name "
+                    "(one per set of 'when' conditions)",
+                    self._bspan(b),
+                )
             for other in first.get(b.name, []):
                 if b.when is None or other.when is None or b.when.may_hold_with(other.when):
                     raise SchemaError(

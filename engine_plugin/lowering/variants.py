@@ -5,7 +5,7 @@ from __future__ import annotations
 import itertools
 import re
 from dataclasses import dataclass
-from typing import Mapping, Sequence
+from typing import Iterator, Mapping, Sequence
 
 from ..errors import Span, SpecializationError
 from .schema import Schema
@@ -102,27 +102,47 @@ def unset_value(sp) -> str:
     return sp.options[0]
 
 
-def enumerate_variants(schema: Schema) -> list[VariantSpec]:
-    """The variants to bake: the schema's ``bake:`` list, else the cross product of all options
-    (source parameters take their ``default``, or each of their options when they list some)."""
+# The most variants a cross product may enumerate (a bake, a validation): 40 two-option
+# parameters are 2**40 variants, a list no machine holds. Past it, name them in ``bake:``.
+MAX_ENUMERATED_VARIANTS = 65536
+
+
+def iter_variants(schema: Schema) -> Iterator[VariantSpec]:
+    """:func:`enumerate_variants` one at a time, without the count check (the first few of
+    any schema, e.g. the one a reload validates)."""
     if schema.bake is not None:
-        baked = []
         for combo in schema.bake:
             values: dict = dict(combo)
             columns = values.pop("columns", None)
-            baked.append(resolve_spec(schema, values, {t: list(c) for t, c in columns} if columns else None))
-        return baked
+            yield resolve_spec(schema, values, {t: list(c) for t, c in columns} if columns else None)
+        return
     axes: list[list[str]] = []
     for sp in schema.specialize:
         if sp.kind == "source" and not sp.options:
             axes.append([unset_value(sp)])
         else:
             axes.append(list(sp.options))
-    out = []
     for choice in itertools.product(*axes):
         values = dict(zip((sp.name for sp in schema.specialize), choice))
-        out.append(resolve_spec(schema, values))
-    return out
+        yield resolve_spec(schema, values)
+
+
+def enumerate_variants(schema: Schema) -> list[VariantSpec]:
+    """The variants to bake: the schema's ``bake:`` list, else the cross product of all options
+    (source parameters take their ``default``, or each of their options when they list some).
+
+    Raises:
+        SpecializationError: the cross product is past :data:`MAX_ENUMERATED_VARIANTS`.
+    """
+    count = variant_count(schema)
+    if schema.bake is None and count > MAX_ENUMERATED_VARIANTS:
+        line = schema.specialize[0].line if schema.specialize else None
+        raise SpecializationError(
+            f"the specialize options make {count} variants, past the {MAX_ENUMERATED_VARIANTS} a bake enumerates; "
+            "list the ones to bake under 'bake:' (or bake from a usage log)",
+            Span(schema.path, line),
+        )
+    return list(iter_variants(schema))
 
 
 def variant_count(schema: Schema) -> int:

@@ -1,0 +1,135 @@
+"""Hostile assets a review helper found (issue 15's ninth pass): each once crashed, hung or
+broke the library; each must now be a PluginError naming the user's file, or just work."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+
+from engine_plugin import abi
+from engine_plugin.bake import bake
+from engine_plugin.errors import AssetError, LoweringError, PluginError, SchemaError
+from engine_plugin.lowering import lower, parse
+
+from asset_support import make_asset, pump, wait_watching, write
+
+SIMPLE_YAML = 'bindings:\n  - { name: dst, kind: buffer, access: read_write, element: f32, count: "n" }\n'
+
+
+def simple_body(expr: str) -> str:
+    return (
+        "@compute @workgroup_size(64)\nfn main(@builtin(global_invocation_id) gid: vec3<u32>) {\n"
+        f"    let i = zero_index(gid);\n    if (i >= zero_n()) {{ return; }}\n    dst_set(i, {expr});\n}}\n"
+    )
+
+
+def test_an_operator_chain_naga_would_overflow_its_stack_on_is_a_lowering_error_at_its_line():
+    # 20,000 terms killed the process (SIGSEGV inside create_shader_module), in a hot reload too.
+    with pytest.raises(LoweringError) as info:
+        lower(parse(SIMPLE_YAML, "k/bindings.yaml"), simple_body("1.0 + " * 20000 + "1.0"), {}, wgsl_path="k/kernel.wgsl")
+    assert info.value.span.path == "k/kernel.wgsl" and info.value.span.line == 5
+    assert "operators" in str(info.value)
+    # A long chain split by commas or statements is fine; so is one well under the bound.
+    lower(parse(SIMPLE_YAML, "k/bindings.yaml"), simple_body("1.0 + " * 1000 + "1.0"), {}, wgsl_path="k/kernel.wgsl")
+
+
+def test_a_hot_reload_to_an_operator_bomb_keeps_the_last_good_kernel(tmp_path, make_library):
+    root = str(tmp_path / "assets")
+    folder = os.path.join(root, "k.computeShader")
+    os.makedirs(folder)
+    write(os.path.join(folder, "bindings.yaml"), SIMPLE_YAML)
+    write(os.path.join(folder, "kernel.wgsl"), simple_body("1.0"))
+    lib = make_library(root)
+    ref = lib.load("k.computeShader")
+    assert abi.read(ref.variant().run(n=4).outputs["dst"]).tolist() == [1.0] * 4
+    lib.watch()
+    wait_watching(lib, folder)
+    tmp = os.path.join(folder, ".kernel.tmp")
+    write(tmp, simple_body("1.0 + " * 20000 + "1.0"))
+    os.replace(tmp, os.path.join(folder, "kernel.wgsl"))
+    pump(lib, lambda: ref.diagnostics is not None, what="the refused reload")
+    assert "kernel.wgsl:5" in ref.diagnostics
+    assert abi.read(ref.variant().run(n=4).outputs["dst"]).tolist() == [1.0] * 4  # the last good kernel
+
+
+HUGE_SPECIALIZE = SIMPLE_YAML + "specialize:\n" + "".join(f"  - {{ name: S{i}, options: [x, y] }}\n" for i in range(40))
+
+
+def test_a_cross_product_of_2_to_the_40_variants_fails_its_bake_at_once_and_reloads_validate_one(tmp_path, make_library):
+    root = str(tmp_path / "assets")
+    big = os.path.join(root, "big.computeShader")
+    os.makedirs(big)
+    write(os.path.join(big, "bindings.yaml"), HUGE_SPECIALIZE)
+    write(os.path.join(big, "kernel.wgsl"), simple_body("1.0"))
+    make_asset(root, "k")
+    t0 = time.monotonic()
+    report = bake([root], str(tmp_path / "cache"))
+    assert time.monotonic() - t0 < 60
+    failed = [f for f in report.failures if "big.computeShader" in str(f)]
+    assert failed and "bake:" in str(failed[0])
+    # The library validates one variant of an asset nothing uses yet: it loads at once.
+    lib = make_library(root)
+    ref = lib.load("big.computeShader")
+    spec = {f"S{i}": "y" for i in range(40)}
+    assert abi.read(ref.program().variant(spec).run(n=2).outputs["dst"]).tolist() == [1.0, 1.0]
+
+
+def test_a_when_condition_of_thousands_of_alternatives_is_refused_fast():
+    alts = "; ".join(f"S=o{k}" for k in range(8000))
+    text = (
+        "bindings:\n"
+        f'  - {{ name: b, kind: buffer, access: read, element: f32, when: "{alts}" }}\n'
+        "specialize:\n  - { name: S, options: [" + ", ".join(f"o{k}" for k in range(8000)) + "] }\n"
+    )
+    t0 = time.monotonic()
+    with pytest.raises(SchemaError) as info:
+        parse(text, "k/bindings.yaml")
+    assert time.monotonic() - t0 < 5
+    assert info.value.span.path == "k/bindings.yaml" and info.value.span.line == 2
+
+
+def test_many_same_named_bindings_are_refused_fast():
+    rows = "".join(f'  - {{ name: b, kind: buffer, access: read, element: f32, when: "S=o{k}" }}\n' for k in range(4000))
+    text = "bindings:\n" + rows + "specialize:\n  - { name: S, options: [" + ", ".join(f"o{k}" for k in range(4000)) + "] }\n"
+    t0 = time.monotonic()
+    with pytest.raises(SchemaError) as info:
+        parse(text, "k/bindings.yaml")
+    assert time.monotonic() - t0 < 5
+    assert info.value.span.line == 18  # the 17th declaration of 'b'
+
+
+def test_a_module_folder_outside_the_asset_root_is_read(tmp_path, make_library):
+    root = str(tmp_path / "assets")
+    folder = os.path.join(root, "k.computeShader")
+    os.makedirs(folder)
+    shared = str(tmp_path / "shared_modules")
+    os.makedirs(shared)
+    write(os.path.join(shared, "twice.wgsl"), "fn twice(x: f32) -> f32 { return 2.0 * x; }\n")
+    write(os.path.join(folder, "bindings.yaml"), SIMPLE_YAML)
+    write(os.path.join(folder, "kernel.wgsl"), "#import twice\n" + simple_body("twice(1.5)"))
+    lib = make_library(root, modules=[shared])
+    ref = lib.load("k.computeShader")
+    assert abi.read(ref.variant().run(n=4).outputs["dst"]).tolist() == [3.0] * 4
+
+
+@pytest.mark.parametrize("which", ["folder", "file"])
+def test_a_file_or_folder_name_that_is_not_utf8_is_an_asset_error_naming_it(tmp_path, make_library, which):
+    root = str(tmp_path / "assets")
+    asset = os.fsdecode(b"k\xff.computeShader") if which == "folder" else "k.computeShader"
+    body = os.fsdecode(b"kern\xff.wgsl") if which == "file" else "kernel.wgsl"
+    folder = os.path.join(root, asset)
+    try:
+        os.makedirs(folder)
+    except (UnicodeEncodeError, OSError):
+        pytest.skip("this filesystem does not take non-UTF-8 names")
+    write(os.path.join(folder, "bindings.yaml"), SIMPLE_YAML)
+    write(os.path.join(folder, body), simple_body("1.0"))
+    lib = make_library(root)
+    with pytest.raises(AssetError) as info:
+        lib.load(asset).variant()
+    message = str(info.value)
+    assert "\\xff" in message and "UTF-8" in message
+    message.encode("utf-8")  # printable: no lone surrogates
+    assert isinstance(info.value, PluginError)
