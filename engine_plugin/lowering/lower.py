@@ -380,6 +380,8 @@ class _Lowerer:
             return LoweringError(message, Span(module.path, line, col, shown), notes=notes)
 
         found = _bracket_error(tokens(text)) or _chain_error(tokens(text))
+        if found is None and self.schema.determinism == "exact":
+            found = _exact_atomic_error(tokens(text), self.em.atomics)
         if found is not None:
             tok, message = found
             raise fail(message, tok.line, tok.col)  # type: ignore[attr-defined]
@@ -453,43 +455,72 @@ class _Lowerer:
             self.check_exact_atomics(body_text, where)
 
     def check_exact_atomics(self, body_text: str, where: Any) -> None:
-        """determinism: exact allows the atomics whose final words do not depend on the order
-        invocations reach them: integer add/min/max/and/or/xor (and f32 min/max) as statements
-        of their own. Refused: ``_atomic_exchange`` (the last writer wins), f32 ``_atomic_add``
-        (float summation order) and any atomic whose returned (old) value is used (it differs
-        with the order: a hand-made append)."""
-        atomics = self.em.atomics
-        if not atomics:
-            return
-        toks = list(tokens(body_text))
-        for i, tok in enumerate(toks):
-            found = atomics.get(tok.text) if tok.kind == "ident" else None
-            if found is None or i + 1 >= len(toks) or toks[i + 1].text != "(":
+        """determinism: exact refuses the atomics whose words depend on invocation order
+        (see :func:`_exact_atomic_error`), at the user's line and column."""
+        found = _exact_atomic_error(tokens(body_text), self.em.atomics)
+        if found is not None:
+            tok, message = found
+            raise self.error(message, where(tok), tok.col)  # type: ignore[attr-defined]
+
+
+# WGSL's own atomics, by op (the generated NAME_atomic_* helpers are in Emitter.atomics).
+_BUILTIN_ATOMICS = {
+    "atomicAdd": "add",
+    "atomicSub": "sub",
+    "atomicMax": "max",
+    "atomicMin": "min",
+    "atomicAnd": "and",
+    "atomicOr": "or",
+    "atomicXor": "xor",
+    "atomicExchange": "exchange",
+    "atomicCompareExchangeWeak": "exchange",
+}
+
+
+def _exact_atomic_error(tokens_iter: Any, helpers: dict[str, tuple[str, str]]) -> tuple[Any, str] | None:
+    """The first atomic call ``determinism: exact`` refuses, as (token, message), or None.
+
+    Allowed: the atomics whose final words do not depend on the order invocations reach them,
+    integer add/sub/min/max/and/or/xor (and f32 min/max) as statements of their own (a
+    histogram), also in a ``for`` header. Refused: exchange and compare-exchange (the last
+    writer wins), f32 add (float summation order), and any atomic whose returned old value is
+    used (a hand-made append), the generated ``NAME_atomic_*`` helpers and WGSL's own alike.
+    (Reading a word other invocations still change, with ``atomicLoad`` or ``NAME_get``, is
+    order-dependent too and is not detected.)"""
+    toks = list(tokens_iter)
+    for i, tok in enumerate(toks):
+        if tok.kind != "ident" or i + 1 >= len(toks) or toks[i + 1].text != "(":
+            continue
+        found = helpers.get(tok.text)
+        if found is None:
+            op = _BUILTIN_ATOMICS.get(tok.text)
+            if op is None:
                 continue
-            op, scalar = found
-            if op == "exchange":
-                why = "the last invocation to reach it wins"
-            elif op == "add" and scalar == "f32":
-                why = "a float sum depends on the order invocations add in"
-            elif not _discarded_call(toks, i):
-                why = "the old value it returns depends on the order invocations reach it"
-            else:
-                continue
-            raise self.error(
-                f"{tok.text}() is unordered ({why}), and this shader is determinism: exact (repeated runs give identical bytes); "
-                "declare determinism: float_order, or call it as a statement of its own where that is enough",
-                where(tok),
-                tok.col,
-            )
+            found = (op, "")
+        op, scalar = found
+        if op == "exchange":
+            why = "the last invocation to reach it wins"
+        elif op == "add" and scalar == "f32":
+            why = "a float sum depends on the order invocations add in"
+        elif not _discarded_call(toks, i):
+            why = "the old value it returns depends on the order invocations reach it"
+        else:
+            continue
+        return tok, (
+            f"{tok.text}() is unordered ({why}), and this shader is determinism: exact (repeated runs give identical bytes); "
+            "declare determinism: float_order, or call it as a statement of its own where that is enough"
+        )
+    return None
 
 
 def _discarded_call(toks: list, i: int) -> bool:
-    """Whether the call whose name is ``toks[i]`` is a statement of its own (``f(...);`` or
-    ``_ = f(...);``): its value is not used."""
+    """Whether the call whose name is ``toks[i]`` is a statement of its own (``f(...);``,
+    ``_ = f(...);``, or the init or update of a ``for`` header): its value is not used."""
     before = toks[i - 1].text if i else ";"
     if before == "=" and i >= 2 and toks[i - 2].text == "_":
         before = toks[i - 3].text if i >= 3 else ";"
-    if before not in (";", "{", "}"):
+    header = _in_for_header(toks, i)
+    if before not in (";", "{", "}") and not (header and before == "("):
         return False
     depth = 0
     for j in range(i + 1, len(toks)):
@@ -499,7 +530,22 @@ def _discarded_call(toks: list, i: int) -> bool:
         elif text in (")", "]", "}"):
             depth -= 1
             if depth == 0:
-                return j + 1 < len(toks) and toks[j + 1].text == ";"
+                after = toks[j + 1].text if j + 1 < len(toks) else ""
+                return after == ";" or (header and after == ")")
+    return False
+
+
+def _in_for_header(toks: list, i: int) -> bool:
+    """Whether ``toks[i]`` stands directly inside a ``for (...)`` header's parentheses."""
+    depth = 0
+    for j in range(i - 1, -1, -1):
+        text = toks[j].text
+        if text in (")", "]", "}"):
+            depth += 1
+        elif text in ("(", "[", "{"):
+            if depth == 0:
+                return text == "(" and j > 0 and toks[j - 1].text == "for"
+            depth -= 1
     return False
 
 

@@ -739,7 +739,7 @@ determinism: DET
 
 def _atomics_body(line: str) -> str:
     return (
-        "@compute @workgroup_size(64)\nfn main(@builtin(global_invocation_id) gid: vec3<u32>) {\n"
+        "var<workgroup> wgc: atomic<u32>;\n@compute @workgroup_size(64)\nfn main(@builtin(global_invocation_id) gid: vec3<u32>) {\n"
         "    let i = zero_index(gid);\n    if (i >= zero_n()) { return; }\n"
         f"{line}\n}}\n"
     )
@@ -754,6 +754,9 @@ def _atomics_body(line: str) -> str:
         ("    let slot = hu_atomic_add(0u, 1u); out_set(slot, i);", 16),
         ("    out_set(i, hu_atomic_max(1u, i));", 16),
         ("    if (hu_atomic_min(2u, i) > 3u) { out_set(i, 1u); }", 9),
+        ("    out_set(i, atomicAdd(&hu[0], 1u));", 16),  # WGSL's own atomics on the binding
+        ("    _ = atomicExchange(&hu[0], i);", 9),
+        ("    let s = atomicAdd(&wgc, 1u); out_set(i, s);", 13),  # a slot from a workgroup atomic
     ],
 )
 def test_determinism_exact_refuses_atomics_whose_bytes_depend_on_order(line, col):
@@ -761,7 +764,7 @@ def test_determinism_exact_refuses_atomics_whose_bytes_depend_on_order(line, col
     with pytest.raises(LoweringError) as info:
         lower(parse(yaml, "k/bindings.yaml"), _atomics_body(line), {}, wgsl_path="k/kernel.wgsl")
     err = info.value
-    assert err.span.path == "k/kernel.wgsl" and err.span.line == 5 and err.span.col == col, str(err)
+    assert err.span.path == "k/kernel.wgsl" and err.span.line == 6 and err.span.col == col, str(err)
     assert "determinism: exact" in str(err) and "float_order" in str(err)
     lower(parse(_ATOMICS_YAML.replace("DET", "float_order"), "k/bindings.yaml"), _atomics_body(line), {}, wgsl_path="k/kernel.wgsl")
 
@@ -772,7 +775,28 @@ def test_determinism_exact_refuses_atomics_whose_bytes_depend_on_order(line, col
         "    hu_atomic_add(u32(src_get(i)) % 4u, 1u);",
         "    _ = hu_atomic_max(1u, i);",
         "    if (i > 2u) { hu_atomic_or(2u, i); _ = hf_atomic_min(0u, src_get(i)); }",
+        "    for (var k = 0u; k < 2u; hu_atomic_add(0u, 1u)) { k++; }",  # a for header's update
+        "    for (hu_atomic_add(0u, 1u); i < 0u; ) { }",  # and its init
+        "    atomicAdd(&wgc, 1u);",
     ],
 )
 def test_determinism_exact_keeps_order_free_atomics(line):
     lower(parse(_ATOMICS_YAML.replace("DET", "exact"), "k/bindings.yaml"), _atomics_body(line), {}, wgsl_path="k/kernel.wgsl")
+
+
+def test_determinism_exact_checks_the_atomics_of_imported_modules_at_their_own_line():
+    yaml = """\
+bindings:
+  - { name: hu, kind: buffer, access: read_write, element: u32, count: "4", atomic: true }
+  - { name: out, kind: buffer, access: read_write, element: u32, count: "n" }
+determinism: exact
+"""
+    module = "// slots\nfn take_slot() -> u32 { return hu_atomic_add(0u, 1u); }\n"
+    body = (
+        "#import slots\n@compute @workgroup_size(64)\nfn main(@builtin(global_invocation_id) gid: vec3<u32>) {\n"
+        "    let i = zero_index(gid);\n    if (i >= zero_n()) { return; }\n    out_set(take_slot(), i);\n}\n"
+    )
+    with pytest.raises(LoweringError) as info:
+        lower(parse(yaml, "k/bindings.yaml"), body, {}, wgsl_path="k/kernel.wgsl", modules={"slots": ("modules/slots.wgsl", module)})
+    assert info.value.span.path == "modules/slots.wgsl" and info.value.span.line == 2, str(info.value)
+    lower(parse(yaml.replace("exact", "float_order"), "k/bindings.yaml"), body, {}, wgsl_path="k/kernel.wgsl", modules={"slots": ("modules/slots.wgsl", module)})
