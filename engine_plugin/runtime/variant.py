@@ -24,6 +24,7 @@ dtype and shape) skips the checks whose outcome it cannot change.
 from __future__ import annotations
 
 import math
+import numbers
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -704,7 +705,8 @@ class Variant:
         ``domain_count`` (the keyword and the binding's name are one way to hand it)."""
         name = self._domain_name or ""
         given = inputs[name]
-        if domain_count is not None and given is not domain_count:
+        same = given is domain_count or (isinstance(given, numbers.Integral) and isinstance(domain_count, numbers.Integral) and int(given) == int(domain_count))
+        if domain_count is not None and not same:
             raise self._slot_error(self._slots.get(name), f"domain_count {name!r} handed twice (inputs[{name!r}] and domain_count=): hand it once")
         return {k: v for k, v in inputs.items() if k != name}, given
 

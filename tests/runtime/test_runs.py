@@ -380,6 +380,8 @@ def test_a_domain_count_handed_through_inputs_is_the_live_count_as_the_keyword_i
         second.run(n=10, inputs={"src": src, "live": "junk"})
     with pytest.raises(DispatchError, match="live"):
         second.run(n=10, inputs={"src": src, "live": 3}, domain_count=4)
+    same = second.run(n=10, inputs={"src": src, "live": np.int64(4)}, domain_count=4).outputs["dst"]  # the same count twice
+    assert same.count == 4
 
 
 def test_abi_read_of_a_table_answers_its_columns_as_a_kernel_left_them():
