@@ -90,6 +90,10 @@ class BufferPool:
         order); work recorded in an open batch keeps it parked until that batch is submitted."""
         if self.ctx.guard.lost:
             return
+        if buffer._internal is None:
+            # Released by wgpu already: a refused run's Output and its buffer died in one
+            # garbage cycle, the buffer's finaliser first (pooled, it would break a later run).
+            return
         if not open_batches() and not self._parked:
             # Nothing can hold it (no batch is open, none parked): straight to its free list,
             # without the lock (a list append is atomic; this may run inside take() on this

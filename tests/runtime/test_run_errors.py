@@ -116,3 +116,44 @@ def test_wgsl_errors_point_at_the_users_own_file_and_line():
     err = info.value
     assert err.path == "t/bad/kernel.wgsl" and err.line == 5
     assert "kernel.wgsl:5:" in str(err) and "dst_set" in str(err)
+
+
+def test_a_refused_run_kept_in_a_garbage_cycle_never_hands_a_released_buffer_to_a_later_run():
+    # Review helper 30: a run refused after its outputs were allocated, its error kept in a
+    # local (a frame <-> traceback cycle). The collector ran the buffer's finaliser (wgpu
+    # released it) before the Output's, which gave the dead buffer to the pool: the next valid
+    # run raised a raw TypeError from cffi.
+    import gc
+
+    from engine_plugin.errors import DispatchError
+
+    yaml = """
+bindings:
+  - { name: src, kind: buffer, access: read, element: f32 }
+  - { name: dst, kind: buffer, access: read_write, element: f32, count: "n" }
+  - { name: extra, kind: buffer, access: read_write, element: f32, count: "m" }
+params:
+  - { name: m, type: i32 }
+"""
+    wgsl = """
+@compute @workgroup_size(64)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
+    let i = zero_index(gid);
+    if (i >= zero_n()) { return; }
+    dst_set(i, src_get(i) + 1.0); if (i == 0u) { extra_set(0u, 5.0); }
+}
+"""
+    v = abi.program(key="t/refused_cycle", schema=abi.parse(yaml, "t/refused_cycle/bindings.yaml"), wgsl=wgsl).variant()
+
+    def attempt() -> None:
+        try:
+            v.run(n=8, inputs={"src": np.zeros(8, np.float32)}, params={"m": -1})
+        except DispatchError as e:
+            kept = e  # noqa: F841 - the cycle a caller keeping the error makes
+
+    for _ in range(3):
+        attempt()
+    gc.collect()
+    for _ in range(3):
+        out = v.run(n=8, inputs={"src": np.arange(8, dtype=np.float32)}, params={"m": 1}).outputs["dst"]
+        np.testing.assert_array_equal(abi.read(out), np.arange(8, dtype=np.float32) + 1.0)
