@@ -457,11 +457,23 @@ class Variant:
         temps.append(buf)
         return _Bound(buf, count, 0, size)
 
+    def _foreign(self, slot: HostSlot, buffer: Any) -> None:
+        """Refuse a buffer of another device (one made before a loss and recovery, say): wgpu
+        would raise a validation error naming no file of the user's."""
+        if getattr(buffer, "_device", self.ctx.device) is not self.ctx.device:
+            raise self._slot_error(
+                slot,
+                f"input {slot.name!r}: its buffer {buffer.label!r} lives on another device than this variant's "
+                "(made before the device was lost and the variant compiled anew?); hand it data of this device",
+            )
+
     def _resolve_input(self, slot: HostSlot, value: Any, work: _Work) -> _Bound:
         vt = slot.value_type
         if isinstance(value, Output):
+            self._foreign(slot, value._buffer)
             return self._chained(slot, value, work)
         if isinstance(value, wgpu.GPUBuffer):
+            self._foreign(slot, value)
             if not (value.usage & wgpu.BufferUsage.STORAGE):
                 raise self._slot_error(slot, f"input {slot.name!r}: buffer {value.label!r} lacks STORAGE usage")
             count = value.size // vt.bytes

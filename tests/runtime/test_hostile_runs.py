@@ -129,3 +129,36 @@ def test_a_lost_device_raises_device_lost_error_and_the_next_call_gets_a_new_dev
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert proc.stdout.count("DeviceLostError") == 2 and "recovered" in proc.stdout
     assert "GPUValidationError" not in proc.stdout + proc.stderr.split("Traceback")[0]
+
+
+OLD_OUTPUT_SCRIPT = textwrap.dedent("""
+    import numpy as np
+    from engine_plugin import abi
+    from engine_plugin.errors import DispatchError
+    YAML = "bindings:\\n  - { name: src, kind: buffer, access: read, element: f32 }\\n  - { name: dst, kind: buffer, access: read_write, element: f32, count: 'n' }\\n"
+    WGSL = "@compute @workgroup_size(64)\\nfn main(@builtin(global_invocation_id) gid: vec3<u32>) {\\n    let i = zero_index(gid);\\n    if (i >= zero_n()) { return; }\\n    dst_set(i, src_get(i) + 1.0);\\n}\\n"
+    program = abi.program(key="old", schema=abi.parse(YAML), wgsl=WGSL)
+    v = program.variant()
+    old = v.run(n=8, inputs={"src": np.arange(8, dtype=np.float32)}).outputs["dst"]
+    abi.read(old)
+    v.ctx.device.destroy()
+    again = program.variant()  # the documented recovery: compiled on a new device
+    for given in (old, old.buffer):
+        try:
+            again.run(n=8, inputs={"src": given})
+        except DispatchError as exc:
+            print("DispatchError", str(exc).splitlines()[0])
+    for _ in range(3):  # nothing of the refused runs poisons the new device's pool
+        out = again.run(n=8, inputs={"src": np.arange(8, dtype=np.float32)}).outputs["dst"]
+        assert abi.read(out).tolist() == [float(k + 1) for k in range(8)]
+    print("recovered")
+""")
+
+
+def test_an_output_of_a_lost_device_handed_to_the_recovered_variant_is_a_dispatch_error(tmp_path):
+    # Review helper 30: a raw wgpu GPUValidationError (not a PluginError) from create_bind_group.
+    script = tmp_path / "old_output.py"
+    script.write_text(OLD_OUTPUT_SCRIPT)
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120, env=dict(os.environ))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.count("DispatchError") == 2 and "another device" in proc.stdout and "recovered" in proc.stdout
