@@ -85,6 +85,10 @@ class SubmissionGuard:
                 self.mark_lost("device lost (reported on the wgpu logger, confirmed by a probe)")
         return self.lost
 
+    def probe_lost(self) -> bool:
+        """Whether the device is lost, by one 4-byte write (which raises only when it is)."""
+        return self._probe_lost()
+
     def _probe_lost(self) -> bool:
         with self.lock:
             try:

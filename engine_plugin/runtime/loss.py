@@ -33,10 +33,21 @@ def lost_error(ctx: DeviceContext, exc: BaseException) -> DeviceLostError | None
     ``exc`` is no loss; for hot paths that inline the guard with a plain ``try``."""
     if isinstance(exc, DeviceLostError):
         return exc
-    if classify(exc) == DeviceFault.LOST or is_poll_thread_stopped(exc):
+    if classify(exc) == DeviceFault.LOST or is_poll_thread_stopped(exc) or _lost_behind(ctx, exc):
         mark_lost(ctx)
         return DeviceLostError(LOST_HINT)
     return None
+
+
+def _lost_behind(ctx: DeviceContext, exc: BaseException) -> bool:
+    """Whether ``exc``, no wgpu error, came from a device that is gone: wgpu-py's own code
+    fails on a reset device with plain Python errors (``map_async``'s ``AttributeError:
+    'NoneType' object has no attribute 'get_token'``, cffi's ``TypeError``). One 4-byte probe
+    write tells; it raises only on a lost device."""
+    if not isinstance(exc, (AttributeError, TypeError, RuntimeError)):
+        return False
+    probe = getattr(ctx.guard, "probe_lost", None)
+    return bool(probe()) if probe is not None else False
 
 
 @contextmanager
@@ -49,7 +60,7 @@ def device_guard(ctx: DeviceContext) -> Iterator[None]:
     except DeviceLostError:
         raise
     except Exception as exc:
-        lost = classify(exc) == DeviceFault.LOST or is_poll_thread_stopped(exc)
+        lost = classify(exc) == DeviceFault.LOST or is_poll_thread_stopped(exc) or _lost_behind(ctx, exc)
         if not lost:
             raise
         mark_lost(ctx)

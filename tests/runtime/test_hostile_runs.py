@@ -162,3 +162,59 @@ def test_an_output_of_a_lost_device_handed_to_the_recovered_variant_is_a_dispatc
     proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120, env=dict(os.environ))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert proc.stdout.count("DispatchError") == 2 and "another device" in proc.stdout and "recovered" in proc.stdout
+
+
+RESET_DURING_READ_SCRIPT = '''# A GPU reset (device lost without the application's guarded destroy) while abi.read submits:
+# map_async raises wgpu-py's AttributeError, which escapes abi.read as is.
+import threading, time, faulthandler
+import numpy as np
+from engine_plugin import abi
+from engine_plugin.errors import DeviceLostError, PluginError
+Y = """
+bindings:
+  - { name: src, kind: buffer, access: read, element: f32 }
+  - { name: dst, kind: buffer, access: read_write, element: f32, count: "n" }
+params:
+  - { name: iters, type: u32 }
+"""
+W = """
+@compute @workgroup_size(64)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
+    let i = zero_index(gid);
+    if (i >= zero_n()) { return; }
+    var s = src_get(i);
+    for (var k = 0u; k < params.iters; k++) { s = fract(sin(s * 12.9898 + f32(k)) * 43758.5453); }
+    dst_set(i, s);
+}
+"""
+faulthandler.dump_traceback_later(60, exit=True)
+v = abi.program(key="slow", schema=abi.parse(Y), wgsl=W).variant()
+x = np.ones(262144, np.float32)
+abi.read(v.run(n=262144, inputs={"src": x}, params={"iters": 1}).outputs["dst"])  # warm
+out = v.run(n=262144, inputs={"src": x}, params={"iters": 2000}).outputs["dst"]   # ~1 s of GPU work
+dev = v.ctx.device
+threading.Timer(0.3, lambda: type(dev).destroy(dev)).start()  # a GPU reset, on another thread
+try:
+    abi.read(out)
+    print("read returned")
+except DeviceLostError:
+    print("DeviceLostError (expected)")
+except Exception as e:
+    print("LEAKED", type(e).__name__, e, "| PluginError:", isinstance(e, PluginError), "| ctx.lost:", v.ctx.lost)
+else:
+    pass
+if v.ctx.lost:
+    again = abi.program(key="slow", schema=abi.parse(Y), wgsl=W).variant()
+    print("recovered", abi.read(again.run(n=4, inputs={"src": np.ones(4, np.float32)}, params={"iters": 0}).outputs["dst"]).tolist())
+'''
+
+
+def test_a_gpu_reset_while_a_read_waits_is_a_device_lost_error_not_a_raw_attribute_error(tmp_path):
+    # Review helper 30: wgpu-py's map_async fails on a reset device with AttributeError
+    # ('NoneType' object has no attribute 'get_token'), which escaped abi.read as it was.
+    script = tmp_path / "reset.py"
+    script.write_text(RESET_DURING_READ_SCRIPT)
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=180, env=dict(os.environ))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "LEAKED" not in proc.stdout, proc.stdout
+    assert "DeviceLostError (expected)" in proc.stdout or "read returned" in proc.stdout, proc.stdout
