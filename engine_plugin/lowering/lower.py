@@ -551,32 +551,46 @@ def _in_for_header(toks: list, i: int) -> bool:
 
 _CLOSING = {"(": ")", "[": "]", "{": "}"}
 
-# The most binary operators one operand list may chain: naga (inside wgpu, in this process)
-# recurses once per operator of a chain and overflows the thread's stack, killing the game,
-# somewhere past 14,000 on an 8 MiB stack. No hand-written shader comes near this.
+# Bounds on one expression's depth: naga (inside wgpu, in this process) recurses once per
+# operator along an expression's path, and per nesting level, and overflows the thread's stack
+# (killing the game) somewhere past 14,000 on an 8 MiB stack. No hand-written shader comes near.
 MAX_OPERATOR_CHAIN = 4096
-_OPERATORS = frozenset("+-*/%&|^<>=!")
+MAX_NESTING = 255
+_OPERATORS = frozenset("+-*/%&|^<>=!~")
 
 
 def _chain_error(tokens_iter) -> tuple[object, str] | None:
-    """The operator past :data:`MAX_OPERATOR_CHAIN` binary operators in one expression
-    (between commas, brackets and statements), as (token, message), or None."""
-    counts = [0]
+    """The token past :data:`MAX_OPERATOR_CHAIN` operators along one expression's path (the
+    operators of enclosing levels count; siblings between commas do not), or past
+    :data:`MAX_NESTING` brackets deep, as (token, message), or None. A sign on a number literal
+    is part of the literal (a table of negative constants is flat)."""
+    # Per bracket level: [operators on the path when it opened, on the path now, the most any
+    # of its comma-separated parts reached]. A closed bracket is an operand of its level: what
+    # it holds lies below that level's chain, so its depth carries up.
+    stack = [[0, 0, 0]]
     prev = None
     for tok in tokens_iter:
         text = tok.text
         if text in ("(", "["):
-            counts.append(0)
+            stack.append([stack[-1][1], stack[-1][1], stack[-1][1]])
+            if len(stack) > MAX_NESTING:
+                return tok, f"brackets nest more than {MAX_NESTING} deep here; the shader compiler would overflow its stack (use a loop or temporaries)"
         elif text in (")", "]"):
-            if len(counts) > 1:
-                counts.pop()
+            if len(stack) > 1:
+                _, now, peak = stack.pop()
+                stack[-1][1] = max(stack[-1][1], now, peak)
         elif text in (";", "{", "}"):
-            counts = [0]
+            stack = [[0, 0, 0]]
         elif text == ",":
-            counts[-1] = 0
-        elif text in _OPERATORS and prev is not None and (prev.kind in ("ident", "number") or prev.text in (")", "]")):
-            counts[-1] += 1
-            if counts[-1] > MAX_OPERATOR_CHAIN:
+            level = stack[-1]
+            level[2] = max(level[2], level[1])
+            level[1] = level[0]
+        elif text in _OPERATORS:
+            operand_before = prev is not None and (prev.kind in ("ident", "number") or prev.text in (")", "]"))
+            sign = not operand_before and text == "-"
+            if not sign or prev is None or prev.text not in (",", "(", "["):
+                stack[-1][1] += 1
+            if stack[-1][1] > MAX_OPERATOR_CHAIN:
                 return tok, (
                     f"this expression chains more than {MAX_OPERATOR_CHAIN} operators; the shader compiler would overflow "
                     "its stack on it (split it over several statements, or loop)"

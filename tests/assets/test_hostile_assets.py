@@ -35,6 +35,29 @@ def test_an_operator_chain_naga_would_overflow_its_stack_on_is_a_lowering_error_
     lower(parse(SIMPLE_YAML, "k/bindings.yaml"), simple_body("1.0 + " * 1000 + "1.0"), {}, wgsl_path="k/kernel.wgsl")
 
 
+@pytest.mark.parametrize(
+    "expr",
+    [
+        "(" * 5000 + "1.0" + ")" * 5000,  # nesting (review helper 29: each of these killed the process)
+        "abs(" * 20000 + "1.0" + ")" * 20000,
+        "- " * 20000 + "1.0",
+        "(" * 6 + "1.0" + (" + 1.0" * 4000 + ")") * 6,  # chains on every level: the path adds them up
+    ],
+)
+def test_deep_nesting_and_chains_over_nested_levels_are_lowering_errors(expr):
+    with pytest.raises(LoweringError) as info:
+        lower(parse(SIMPLE_YAML, "k/bindings.yaml"), simple_body(expr), {}, wgsl_path="k/kernel.wgsl")
+    assert info.value.span.path == "k/kernel.wgsl" and info.value.span.line == 5
+
+
+def test_wide_expressions_are_not_deep_ones():
+    # A table of 5,000 signed literals, and three sibling arguments of 2,000 operators each.
+    table = "array<f32, 5000>(" + ", ".join(f"-{k}.5" for k in range(5000)) + ")[i % 5000u]"
+    lower(parse(SIMPLE_YAML, "k/bindings.yaml"), simple_body(table), {}, wgsl_path="k/kernel.wgsl")
+    siblings = "max(" + ", ".join(["1.0" + " + 1.0" * 2000] * 2) + ")"
+    lower(parse(SIMPLE_YAML, "k/bindings.yaml"), simple_body(siblings), {}, wgsl_path="k/kernel.wgsl")
+
+
 def test_a_hot_reload_to_an_operator_bomb_keeps_the_last_good_kernel(tmp_path, make_library):
     root = str(tmp_path / "assets")
     folder = os.path.join(root, "k.computeShader")
