@@ -162,9 +162,11 @@ def _check_utf8_name(path: str) -> None:
 
 
 def _within(path: str, root: str) -> bool:
-    """Whether ``path`` (resolved) is ``root`` or inside it."""
-    real, top = os.path.realpath(path), os.path.realpath(root)
-    return real == top or real.startswith(top.rstrip(os.sep) + os.sep)
+    """Whether ``path`` lies at or under ``root`` as written (links not followed: a
+    ``modules/`` link inside the root to a folder outside it is the root's, and its files
+    must still resolve inside the root)."""
+    here, top = os.path.abspath(path), os.path.abspath(root)
+    return here == top or here.startswith(top.rstrip(os.sep) + os.sep)
 
 
 def read_asset_folder(folder: str, root: str | None = None, modules: Sequence[str] = ()) -> AssetSource:

@@ -156,3 +156,20 @@ def test_a_file_or_folder_name_that_is_not_utf8_is_an_asset_error_naming_it(tmp_
     assert "\\xff" in message and "UTF-8" in message
     message.encode("utf-8")  # printable: no lone surrogates
     assert isinstance(info.value, PluginError)
+
+
+def test_a_modules_link_inside_the_root_to_a_folder_outside_it_is_still_refused(tmp_path, make_library):
+    # Review helper 29: the root's own modules/ folder, a link to outside, counted as a module
+    # folder outside the root, which bounded its own files: the asset read a file outside.
+    outside = str(tmp_path / "outside")
+    os.makedirs(outside)
+    write(os.path.join(outside, "secret.wgsl"), "fn secret() -> f32 { return 42.0; }\n")
+    root = str(tmp_path / "assets")
+    folder = os.path.join(root, "k.computeShader")
+    os.makedirs(folder)
+    os.symlink(outside, os.path.join(root, "modules"))
+    write(os.path.join(folder, "bindings.yaml"), SIMPLE_YAML)
+    write(os.path.join(folder, "kernel.wgsl"), "#import secret\n" + simple_body("secret()"))
+    lib = make_library(root)
+    with pytest.raises(AssetError, match="outside the asset root"):
+        lib.load("k.computeShader").variant()
