@@ -38,7 +38,6 @@ from typing import Iterator
 
 from ..errors import CacheError, Span
 from ..lowering import Lowered
-from ..lowering.fingerprint import variant_key
 from .entry import MAX_ENTRY_BYTES, BadEntry, decode_entry, encode_entry
 
 __all__ = ["VariantCache", "CacheStats", "CacheEntryInfo", "DEFAULT_MAX_BYTES", "ENTRY_SUFFIX", "read_entry_file"]
@@ -398,9 +397,7 @@ class VariantCache:
         bad = {}
         for info in list(self.entries()):
             try:
-                lowered = decode_entry(info.key, read_entry_file(info.path))
-                if _misfiled(info.key, lowered):
-                    bad[info.key] = "filed under another variant's key (its texts and spec make another key)"
+                decode_entry(info.key, read_entry_file(info.path))
             except BadEntry as exc:
                 bad[info.key] = exc.reason
             except FileNotFoundError:
@@ -420,14 +417,3 @@ class VariantCache:
         c = self._counts
         return f"VariantCache({self.folder!r}, hits={c['hits']}, misses={c['misses']}, corrupt={c['corrupt']}, evictions={c['evictions']})"
 
-
-def _misfiled(key: str, lowered: Lowered) -> bool:
-    """Whether an entry's own texts and spec make another key than the one it is filed under
-    (copied or forged). Entries of assets importing modules are not judged (the key holds the
-    modules' names, which an entry does not keep)."""
-    texts = lowered.source_map.texts
-    if len(texts) != 2:
-        return False
-    schema_text, wgsl = texts
-    # The entry keeps the body with \n line ends; its key was made from the file as read.
-    return all(variant_key(schema_text, body, lowered.spec) != key for body in (wgsl, wgsl.replace("\n", "\r\n")))
