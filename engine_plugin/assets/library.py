@@ -135,11 +135,11 @@ class _AssetStore:
         with self._lock:
             return key in self._memory
 
-    def remembered(self, key: str, derived_from: tuple[str, str, VariantSpec]) -> Lowered | None:
+    def remembered(self, key: str, derived_from: tuple[str, str, VariantSpec, tuple[str, ...]]) -> Lowered | None:
         """Memory, then the local cache (no usage recorded, no network).
 
-        ``derived_from`` is (schema text, WGSL text, spec): a cache entry that was not lowered
-        from exactly those (one copied under another key, or a forged one with its checksum
+        ``derived_from`` is (schema text, WGSL text, spec, imported module texts): a cache entry
+        that was not lowered from exactly those (one copied under another key, or a forged one with its checksum
         recomputed) is refused as a miss, counted and logged, and the variant is lowered again,
         which overwrites it. Cheap: no re-lowering. Only verified entries enter the memory
         tier (this, :meth:`put` of a local lowering, :meth:`adopt_remote` of a verified one).
@@ -186,7 +186,7 @@ class _AssetStore:
         self, key: str, schema: Schema, wgsl: str, spec: VariantSpec, wgsl_path: str | None, modules: Mapping[str, tuple[str, str]] | None = None
     ) -> Lowered | None:
         """:meth:`get`, then (on a thread allowed the network) the remote tier, verified."""
-        found = self.remembered(key, (schema.text, wgsl, spec))
+        found = self.remembered(key, (schema.text, wgsl, spec, tuple(text for _, text in (modules or {}).values())))
         if found is None and self.remote is not None and (self.on_demand or getattr(_NET, "allowed", False)):
             fetched = self.remote.fetch(key, schema=schema, wgsl=wgsl, spec=spec, wgsl_path=wgsl_path, modules=modules)
             if fetched is not None:

@@ -83,7 +83,7 @@ def prefetch(lib: "AssetLibrary", variants: Mapping[str, Any] | None = None, *, 
             key = prog.variant_key(spec)
             if key in seen or ref._store.in_memory(key):
                 report.memory += 1
-            elif ref._store.remembered(key, (prog.schema.text, prog.wgsl, spec)) is not None:
+            elif ref._store.remembered(key, (prog.schema.text, prog.wgsl, spec, tuple(m.text for m in prog.imports()))) is not None:
                 report.local += 1
             else:
                 pending.append((ref, key, prog.schema, prog.wgsl, spec, prog.wgsl_path, prog.modules))

@@ -6,7 +6,7 @@ from __future__ import annotations
 import functools
 import hashlib
 from dataclasses import asdict, dataclass, field, fields
-from typing import Any
+from typing import Any, Sequence
 
 from ..errors import Span
 from .param_types import ParamType, parse_param_type
@@ -216,11 +216,17 @@ class Lowered:
             h.update(repr((b.binding, b.name, b.role, b.storage_type, b.access)).encode())
         return h.hexdigest()[:32]
 
-    def lowered_from(self, schema_text: str, wgsl: str, spec: VariantSpec) -> bool:
-        """Whether this says it was lowered from these texts and this spec: a cache entry
-        copied under another key (or forged with its checksum recomputed) says otherwise."""
+    def lowered_from(self, schema_text: str, wgsl: str, spec: VariantSpec, module_texts: Sequence[str] = ()) -> bool:
+        """Whether this says it was lowered from these texts (the schema, the body and the
+        texts of the modules it imports, in any order) and this spec: a cache entry copied
+        under another key, lowered before a module changed, or forged with its checksum
+        recomputed says otherwise."""
         texts = self.source_map.texts
-        return self.spec == spec and len(texts) >= 2 and texts[0] == schema_text and texts[1] == wgsl.replace("\r\n", "\n")
+        if self.spec != spec or len(texts) != 2 + len(module_texts) or texts[0] != schema_text:
+            return False
+        if texts[1] != wgsl.replace("\r\n", "\n"):
+            return False
+        return sorted(t.replace("\r\n", "\n") for t in texts[2:]) == sorted(t.replace("\r\n", "\n") for t in module_texts)
 
     def slot(self, name: str) -> HostSlot | None:
         for s in self.host_slots:

@@ -7,6 +7,7 @@ object keeps working for whoever holds it, which is how hot reload keeps the las
 
 from __future__ import annotations
 
+import logging
 import threading
 from typing import Any, Mapping, Protocol
 
@@ -16,6 +17,8 @@ from ..lowering.fingerprint import variant_key
 from ..lowering.modules import Module, ModuleTexts, from_mapping, resolve_imports
 from .compile import compile_lowered
 from .variant import Variant
+
+log = logging.getLogger(__name__)
 
 __all__ = ["Program", "program", "adopt_program", "LoweredStore", "lowering_count", "registered_program"]
 
@@ -164,6 +167,11 @@ class Program:
                 found = lookup(key, live._schema, live._wgsl, spec, live._wgsl_path, modules={m.name: (m.path, m.text) for m in imports})
             else:
                 found = live._store.get(key)
+                if found is not None and not found.lowered_from(live._schema.text, live._wgsl, spec, tuple(m.text for m in imports)):
+                    # A plain store (a VariantCache) cannot tell: an entry filed under this key
+                    # that was lowered from other texts or another spec is lowered again.
+                    log.warning("%s: the stored entry %s... was not lowered from this program's texts and spec; lowering it again", self.key, key[:16])
+                    found = None
             if found is not None:
                 return found
         result = lower(live._schema, live._wgsl, spec, wgsl_path=live._wgsl_path, modules={m.name: (m.path, m.text) for m in imports})

@@ -365,3 +365,51 @@ def test_a_forged_local_entry_is_refused_by_prefetch_and_baked_again_by_bake(ass
     report = bake([asset_root], cache_dir)
     assert not report.failures
     assert VariantCache(cache_dir).get(i32_key).spec.as_dict() == {"T": "i32"}  # baked again, not skipped
+
+
+def test_a_plain_variant_cache_store_never_serves_another_variants_lowering(tmp_path):
+    # Review helper 29: abi.program(store=VariantCache) took store.get() on trust.
+    from engine_plugin import abi
+    from engine_plugin.cache import VariantCache
+    from engine_plugin.lowering import parse, resolve_spec
+
+    yaml = 'bindings:\n  - { name: dst, kind: buffer, access: read_write, element: T, count: "n" }\nspecialize:\n  - { name: T, options: [f32, i32] }\n'
+    body = "@compute @workgroup_size(64)\nfn main(@builtin(global_invocation_id) gid: vec3<u32>) {\n    let i = zero_index(gid);\n    if (i >= zero_n()) { return; }\n    dst_set(i, T(7));\n}\n"
+    schema = parse(yaml, "k/bindings.yaml")
+    cache = VariantCache(str(tmp_path / "cache"))
+    f32 = abi.program(key="t/plain_store_f32", schema=schema, wgsl=body).variant({"T": "f32"})
+    prog = abi.program(key="t/plain_store", schema=schema, wgsl=body, store=cache)
+    cache.put(prog.variant_key(resolve_spec(schema, {"T": "i32"})), f32.lowered)
+    v = prog.variant({"T": "i32"})
+    out = abi.read(v.run(n=3).outputs["dst"])
+    assert v.lowered.spec.as_dict() == {"T": "i32"} and out.dtype.kind == "i" and out.tolist() == [7, 7, 7]
+
+
+def test_an_entry_lowered_before_a_module_changed_is_not_served_under_the_new_key(tmp_path, make_library):
+    # Review helper 29: the derivation check compared the schema and body, not the modules.
+    import numpy as np
+
+    from engine_plugin import abi
+    from engine_plugin.cache import VariantCache
+    from engine_plugin.lowering import resolve_spec
+
+    root = str(tmp_path / "assets")
+    folder = os.path.join(root, "k.computeShader")
+    os.makedirs(folder)
+    os.makedirs(os.path.join(root, "modules"))
+    mod = os.path.join(root, "modules", "val.wgsl")
+    with open(mod, "w") as f:
+        f.write("fn val() -> f32 { return 1.0; }\n")
+    with open(os.path.join(folder, "bindings.yaml"), "w") as f:
+        f.write('bindings:\n  - { name: dst, kind: buffer, access: read_write, element: f32, count: "n" }\n')
+    with open(os.path.join(folder, "kernel.wgsl"), "w") as f:
+        f.write("#import val\n@compute @workgroup_size(64)\nfn main(@builtin(global_invocation_id) gid: vec3<u32>) {\n"
+                "    let i = zero_index(gid);\n    if (i >= zero_n()) { return; }\n    dst_set(i, val());\n}\n")
+    cache_dir = str(tmp_path / "cache")
+    old = make_library(root, cache=cache_dir).load("k.computeShader").variant().lowered
+    with open(mod, "w") as f:
+        f.write("fn val() -> f32 { return 2.0; }\n")
+    ref = make_library(root, cache=cache_dir).load("k.computeShader")
+    prog = ref.program()
+    VariantCache(cache_dir).put(prog.variant_key(resolve_spec(prog.schema, {})), old)  # stale, under the new key
+    np.testing.assert_array_equal(abi.read(ref.variant().run(n=2).outputs["dst"]), [2.0, 2.0])
