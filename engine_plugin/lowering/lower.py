@@ -8,7 +8,7 @@ sends every lowered line back to the user's file (a module's line to the module'
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from ..errors import LoweringError, Span
 from .emit import Emitter, GeneratedNameClash, natural_element
@@ -72,6 +72,7 @@ class _Lowerer:
         self.user_lines = self.wgsl.split("\n")
         self.em = Emitter()
         self.module_texts = modules
+        self._reached: set[str] | None = None  # module functions the body reaches (set by lower)
 
     def error(self, message: str, line: int, col: int | None = None, notes=()) -> LoweringError:
         text = self.user_lines[line - 1] if 1 <= line <= len(self.user_lines) else None
@@ -137,8 +138,12 @@ class _Lowerer:
         self.emit_builtins(domain)
         self.emit_accessors(present)
 
-        for m, mlines in zip(modules, module_lines):
-            self.check_module(m, "\n".join(mlines))
+        module_texts = ["\n".join(mlines) for mlines in module_lines]
+        # The module functions the body can reach: exact's atomics check skips the rest (a
+        # shared module may hold helpers meant for float_order assets).
+        self._reached = _reached_functions(body_text, module_texts)
+        for m, text in zip(modules, module_texts):
+            self.check_module(m, text)
         self.check_body(body_text, body.user_lines, present)
         wx, wy, wz = self.workgroup
         init = workgroup_init_function(tuple(ln for ml in module_lines for ln in ml) + tuple(body.lines), wx * wy * wz)
@@ -381,7 +386,7 @@ class _Lowerer:
 
         found = _bracket_error(tokens(text)) or _chain_error(tokens(text))
         if found is None and self.schema.determinism == "exact":
-            found = _exact_atomic_error(tokens(text), self.em.atomics)
+            found = _exact_atomic_error(_function_tokens(text, self._reached), self.em.atomics)
         if found is not None:
             tok, message = found
             raise fail(message, tok.line, tok.col)  # type: ignore[attr-defined]
@@ -464,6 +469,8 @@ class _Lowerer:
 
 
 # WGSL's own atomics, by op (the generated NAME_atomic_* helpers are in Emitter.atomics).
+# atomicCompareExchangeWeak is not judged: a compare-exchange loop may build an order-free op
+# (a max) as well as an order-dependent one, and the text does not say which.
 _BUILTIN_ATOMICS = {
     "atomicAdd": "add",
     "atomicSub": "sub",
@@ -473,8 +480,73 @@ _BUILTIN_ATOMICS = {
     "atomicOr": "or",
     "atomicXor": "xor",
     "atomicExchange": "exchange",
-    "atomicCompareExchangeWeak": "exchange",
 }
+
+
+def _function_spans(toks: list) -> dict[str, tuple[int, int]]:
+    """Module-scope ``fn NAME(...) ... { ... }``: name -> (first token, one past its ``}``)."""
+    spans: dict[str, tuple[int, int]] = {}
+    depth = 0
+    i = 0
+    while i < len(toks):
+        text = toks[i].text
+        if text == "{":
+            depth += 1
+        elif text == "}":
+            depth -= 1
+        elif depth == 0 and text == "fn" and i + 1 < len(toks) and toks[i + 1].kind == "ident":
+            j = i + 2
+            while j < len(toks) and toks[j].text != "{":
+                j += 1
+            level = 0
+            k = j
+            while k < len(toks):
+                if toks[k].text == "{":
+                    level += 1
+                elif toks[k].text == "}":
+                    level -= 1
+                    if level == 0:
+                        break
+                k += 1
+            spans[toks[i + 1].text] = (i, k + 1)
+            i = k + 1
+            continue
+        i += 1
+    return spans
+
+
+def _called(toks: list) -> set[str]:
+    return {t.text for t, nxt in zip(toks, toks[1:]) if t.kind == "ident" and nxt.text == "("}
+
+
+def _reached_functions(body_text: str, module_texts: Sequence[str]) -> set[str]:
+    """Names of the module functions the body calls, directly or through other modules'."""
+    bodies: dict[str, list] = {}
+    for text in module_texts:
+        toks = list(tokens(text))
+        for name, (a, b) in _function_spans(toks).items():
+            bodies[name] = toks[a:b]
+    reached: set[str] = set()
+    todo = [n for n in _called(list(tokens(body_text))) if n in bodies]
+    while todo:
+        name = todo.pop()
+        if name in reached:
+            continue
+        reached.add(name)
+        todo.extend(n for n in _called(bodies[name]) if n in bodies and n not in reached)
+    return reached
+
+
+def _function_tokens(text: str, reached: set[str] | None) -> list:
+    """The tokens of ``text``'s functions in ``reached`` (all of ``text`` when None)."""
+    toks = list(tokens(text))
+    if reached is None:
+        return toks
+    out: list = []
+    for name, (a, b) in _function_spans(toks).items():
+        if name in reached:
+            out.extend(toks[a:b])
+    return out
 
 
 def _exact_atomic_error(tokens_iter: Any, helpers: dict[str, tuple[str, str]]) -> tuple[Any, str] | None:

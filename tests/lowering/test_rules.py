@@ -800,3 +800,28 @@ determinism: exact
         lower(parse(yaml, "k/bindings.yaml"), body, {}, wgsl_path="k/kernel.wgsl", modules={"slots": ("modules/slots.wgsl", module)})
     assert info.value.span.path == "modules/slots.wgsl" and info.value.span.line == 2, str(info.value)
     lower(parse(yaml.replace("exact", "float_order"), "k/bindings.yaml"), body, {}, wgsl_path="k/kernel.wgsl", modules={"slots": ("modules/slots.wgsl", module)})
+
+
+def test_determinism_exact_judges_only_the_module_functions_the_body_reaches_and_not_compare_exchange():
+    # Review helper 29: an unused float_order helper in a shared module refused every exact
+    # asset importing it; an order-free compare-exchange max (workgroup memory) was refused.
+    yaml = 'bindings:\n  - { name: src, kind: buffer, access: read, element: f32 }\n  - { name: out, kind: buffer, access: read_write, element: u32, count: "n" }\ndeterminism: exact\n'
+    module = (
+        "fn wg_take(p: ptr<workgroup, atomic<u32>>) -> u32 { return atomicAdd(p, 1u); }\n"
+        "fn hash(x: u32) -> u32 { return x * 747796405u + 2891336453u; }\n"
+        "fn via(x: u32) -> u32 { return hash(x); }\n"
+    )
+    body = (
+        "#import util\nvar<workgroup> wmax: atomic<u32>;\n@compute @workgroup_size(64)\n"
+        "fn main(@builtin(global_invocation_id) gid: vec3<u32>) {\n"
+        "    let i = zero_index(gid);\n    if (i >= zero_n()) { return; }\n"
+        "    let v = bitcast<u32>(abs(src_get(i)));\n    var old = atomicLoad(&wmax);\n"
+        "    loop {\n        let r = atomicCompareExchangeWeak(&wmax, old, max(old, v));\n"
+        "        if (r.exchanged || r.old_value >= v) { break; }\n        old = r.old_value;\n    }\n"
+        "    out_set(i, via(i));\n}\n"
+    )
+    modules = {"util": ("modules/util.wgsl", module)}
+    lower(parse(yaml, "k/bindings.yaml"), body, {}, wgsl_path="k/kernel.wgsl", modules=modules)
+    with pytest.raises(LoweringError) as info:  # once the body reaches wg_take, it is judged
+        lower(parse(yaml, "k/bindings.yaml"), body.replace("via(i)", "via(i) + wg_take(&wmax)"), {}, wgsl_path="k/kernel.wgsl", modules=modules)
+    assert info.value.span.path == "modules/util.wgsl" and info.value.span.line == 1
