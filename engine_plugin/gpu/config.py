@@ -23,7 +23,9 @@ class WgpuBackendConfig:
         max_chunks_per_dispatch: the chunk budget of one dispatch.
         max_workgroups_x: the total workgroup-X count of one dispatch (WebGPU guarantees 65,535).
         max_inflight_readbacks: accepted readbacks not yet delivered by ``poll``.
-        max_inflight_readback_bytes: their staging bytes together.
+        max_inflight_readback_bytes: the bytes they read back, together. (Staging buffers are
+            pooled by power-of-two size class, at least 256 B: the staging memory in flight is
+            under twice this, and the idle pool keeps at most this much besides.)
         allow_full_field: opt in to the debug-only ``ReadbackPolicy.FULL_FIELD``.
         stall_probe_s: when a readback has been pending this long, ``poll`` probes the device
             (one 4-byte write) at most this often: ``device.destroy()`` stops wgpu's poll thread,
