@@ -782,6 +782,7 @@ class Variant:
         of the inputs the count expressions read)."""
         user = self._packer.check(params)
         env = {"n": n, **self._packer.scalars(user)} if self._packer.user else {"n": n}
+        env.update(nx=n, ny=1, nz=1)  # a count over n items: one axis
         sizes = dict(lengths or {})
         area = _Placement(None, self._storage_align)
         for slot, key, text in self._output_slots:
@@ -871,6 +872,8 @@ class Variant:
             on_release(work.live_holder, lambda: give_back(pool, counter))
 
         env = {"n": n, **self._packer.scalars(user_params)} if self._packer.user else {"n": n}
+        shape3 = domain.extent if shape is not None else (n, 1, 1)
+        env.update(nx=shape3[0], ny=shape3[1], nz=shape3[2])  # the grid's axes, as counts may name them
         result: dict[str, Any] = {}  # Output, or TextureOutput for output textures
         for slot, key, text in self._output_slots:
             size = self._size(slot, key, text, env, lengths)
@@ -881,8 +884,6 @@ class Variant:
             lengths[slot.name] = size
         self._inout_outputs(bound, result, work.inout_owned)
         if self._texture_outputs:
-            shape3 = domain.extent if shape is not None else (n, 1, 1)
-            env.update(nx=shape3[0], ny=shape3[1], nz=shape3[2])
             for slot in self._texture_outputs:
                 result[slot.name] = self._texture_output(slot, env, lengths, bound, outputs.get(slot.name) if outputs else None)
         for slot in self._counted_inputs:

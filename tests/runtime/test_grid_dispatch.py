@@ -159,3 +159,22 @@ def test_a_cpu_adapters_launch_of_the_largest_domain_fits_the_u32_the_entry_poin
         cap = geometry.group_cap(workgroup, "llvmpipe (LLVM 15.0.6, 256 bits) (CPU, Vulkan)")
         _, physical = geometry.dispatch_fields(domain, workgroup, 65535, cap)
         assert physical[0] * physical[1] * physical[2] <= 0xFFFFFFFF - 65535, (workgroup, physical)
+
+
+def test_buffer_counts_may_name_the_grid_axes_as_the_parser_allows():
+    # Review helper 32: nx/ny/nz passed parse, lowering and bake, then every run refused them
+    # ("unknown name 'nx'"): only texture sizes saw them.
+    yaml = 'bindings:\n  - { name: row, kind: buffer, access: read_write, element: u32, count: "ny" }\n  - { name: all, kind: buffer, access: read_write, element: u32, count: "nx * ny" }\nworkgroup: [8, 8]\n'
+    wgsl = (
+        "@compute @workgroup_size(8, 8)\nfn main(@builtin(global_invocation_id) gid: vec3<u32>) {\n"
+        "    let i = zero_index(gid);\n    if (i >= zero_n()) { return; }\n"
+        "    all_set(i, gid.x + 100u * gid.y);\n    if (gid.x == 0u) { row_set(gid.y, gid.y); }\n}\n"
+    )
+    v = abi.program(key="t/grid_counts", schema=abi.parse(yaml, "t/grid_counts/bindings.yaml"), wgsl=wgsl).variant()
+    run = v.run(n=(16, 5))
+    assert run.outputs["all"].count == 80 and run.outputs["row"].count == 5
+    x, y = np.meshgrid(np.arange(16), np.arange(5))
+    np.testing.assert_array_equal(abi.read(run.outputs["all"]), (x + 100 * y).reshape(-1).astype(np.uint32))
+    np.testing.assert_array_equal(abi.read(run.outputs["row"]), np.arange(5, dtype=np.uint32))
+    flat = v.run(n=7)  # a 1-D domain: nx = n, ny = 1
+    assert flat.outputs["all"].count == 7 and flat.outputs["row"].count == 1
