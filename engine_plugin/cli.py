@@ -8,10 +8,11 @@ around every one of them.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from typing import Sequence
 
-from .commands.contract import CONTRACT, EXIT_USAGE, OneLineParser, Reporter, configure_logging
+from .commands.contract import CONTRACT, EXIT_FAILED, EXIT_USAGE, OneLineParser, Reporter, configure_logging
 
 __all__ = ["build_parser", "main"]
 
@@ -92,6 +93,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if rest[:1] == ["bench"] and not {"-h", "--help", "--version"} & set(globals_):
         # bench owns its options (--json, --quick, --help); argparse's REMAINDER would not pass them.
         return _run_bench(globals_, rest[1:])
+    if rest[:1] != ["bake"]:
+        # '--json -' (stdout) as bake takes it: the other commands' --json is stdout already.
+        args_list = [a for i, a in enumerate(args_list) if not (a == "-" and i and args_list[i - 1] == "--json")]
     parser = build_parser()
     args, extra = parser.parse_known_args(args_list)
     if extra:
@@ -104,6 +108,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(args.func(args, rep) or 0)
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        # The reader went away (`| head`): no bug. Nothing more can be written; stdout goes to
+        # devnull so the interpreter's own flush at exit does not fail again.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return EXIT_FAILED
     except Exception as exc:
         return rep.exception(exc)
 

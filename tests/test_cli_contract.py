@@ -240,3 +240,21 @@ def test_watch_prints_a_refused_reload_once_as_one_line_on_stderr(broken):
     assert len(lines) == 1, err  # once: the library's own warning is not printed as well
     assert lines[0].startswith("engine-plugin watch: ") and "reload of broken.computeShader failed" in lines[0] and "kernel.wgsl:5:29:" in lines[0]
     assert "heigth2" not in out
+
+
+def test_json_dash_writes_to_stdout_under_every_subcommand_and_a_closed_pipe_is_no_bug(tmp_path):
+    # Review helper 32: 'info --json -' and 'cache stats --json -' were usage errors, though the
+    # contract says '--json -' writes to stdout; 'info --json | head' reported a bug.
+    samples = os.path.join(REPO, "assets", "samples")
+    info = cli("info", samples, "--json", "-")
+    assert info.returncode == 0, info.stderr
+    assert json.loads(info.stdout)["assets"]
+    assert cli("info", "--json", samples).returncode == 0  # a path right after --json is still the path
+    stats = cli("cache", "stats", "--cache", str(tmp_path / "cache"), "--json", "-")
+    assert stats.returncode == 0 and json.loads(stats.stdout)["exists"] is False
+    proc = subprocess.Popen([sys.executable, "-m", "engine_plugin", "info", samples, "--json"], cwd=REPO,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=dict(os.environ))
+    proc.stdout.close()  # the reader is gone before anything is written (`| head -c 0`)
+    err = proc.stderr.read().decode()
+    proc.wait(timeout=120)
+    assert "bug" not in err and "Traceback" not in err, err
