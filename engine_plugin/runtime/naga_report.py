@@ -61,6 +61,13 @@ def clean_naga_text(text: str) -> str:
     text = _render_types(text)
     text = re.sub(r"\[\d+\] \(of type ([^()]*(?:\([^()]*\))?[^()]*)\)", r"`\1`", text)
     text = re.sub(r"naga::ir::\w+ ?", "", text)
+    # A handle that names nothing else: say what it is, not a blank ("Loading of  can't be done").
+    text = re.sub(
+        r"Loading of \[\d+\] can't be done",
+        "this is not a value that can be loaded (a binding is a storage array: read an element with NAME_get(i))",
+        text,
+    )
+    text = re.sub(r"\b(of|to|from|for) \[\d+\]", r"\1 this value", text)
     text = re.sub(r"\s*\[\d+\]", "", text)
     return re.sub(r"\s{2,}", " ", text).strip()
 

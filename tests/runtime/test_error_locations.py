@@ -112,3 +112,16 @@ def test_unbalanced_brackets_are_named_where_the_user_typed_them(body, line, col
         program.variant()
     assert (info.value.path, info.value.line) == ("k.wgsl", line)
     assert message in str(info.value)
+
+
+def test_a_binding_used_as_a_value_is_explained_not_left_blank():
+    # Review helper 32: naga names the binding only by an arena handle, which the cleaning
+    # dropped: "Loading of  can't be done".
+    from engine_plugin.errors import PluginError
+
+    yaml = 'bindings:\n  - { name: x, kind: buffer, access: read, element: f32 }\n  - { name: y, kind: buffer, access: read, element: f32 }\n  - { name: dst, kind: buffer, access: read_write, element: f32, count: "n" }\n'
+    wgsl = "fn f(a: f32) -> f32 { return a * y; }\n@compute @workgroup_size(64)\nfn main(@builtin(global_invocation_id) gid: vec3<u32>) {\n    let i = zero_index(gid);\n    if (i >= zero_n()) { return; }\n    dst_set(i, f(x_get(i)));\n}\n"
+    with pytest.raises(PluginError) as info:
+        abi.program(key="t/load_of", schema=abi.parse(yaml, "k/bindings.yaml"), wgsl=wgsl, wgsl_path="k/kernel.wgsl").variant()
+    text = str(info.value)
+    assert text.startswith("k/kernel.wgsl:1:") and "NAME_get(i)" in text and "of  " not in text
