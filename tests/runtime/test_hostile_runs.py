@@ -94,6 +94,16 @@ def test_a_cast_by_value_that_would_change_a_value_is_refused(elem, values, matc
     v.run(n=1, inputs={"src": np.array([5], np.int64)})  # in range: cast by value as before
 
 
+def _run_script(tmp_path, text: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    """``text`` as a script in a fresh interpreter (a device loss there leaves this one's
+    device alone); it must exit 0."""
+    script = tmp_path / "script.py"
+    script.write_text(text)
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=timeout, env=dict(os.environ))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return proc
+
+
 LOSS_SCRIPT = textwrap.dedent("""
     import numpy as np, wgpu
     from engine_plugin import abi
@@ -123,10 +133,7 @@ LOSS_SCRIPT = textwrap.dedent("""
 
 
 def test_a_lost_device_raises_device_lost_error_and_the_next_call_gets_a_new_device(tmp_path):
-    script = tmp_path / "loss.py"
-    script.write_text(LOSS_SCRIPT)
-    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120, env=dict(os.environ))
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+    proc = _run_script(tmp_path, LOSS_SCRIPT, timeout=120)
     assert proc.stdout.count("DeviceLostError") == 2 and "recovered" in proc.stdout
     assert "GPUValidationError" not in proc.stdout + proc.stderr.split("Traceback")[0]
 
@@ -157,10 +164,7 @@ OLD_OUTPUT_SCRIPT = textwrap.dedent("""
 
 def test_an_output_of_a_lost_device_handed_to_the_recovered_variant_is_a_dispatch_error(tmp_path):
     # Review helper 30: a raw wgpu GPUValidationError (not a PluginError) from create_bind_group.
-    script = tmp_path / "old_output.py"
-    script.write_text(OLD_OUTPUT_SCRIPT)
-    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120, env=dict(os.environ))
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+    proc = _run_script(tmp_path, OLD_OUTPUT_SCRIPT, timeout=120)
     assert proc.stdout.count("DispatchError") == 2 and "another device" in proc.stdout and "recovered" in proc.stdout
 
 
@@ -212,9 +216,6 @@ if v.ctx.lost:
 def test_a_gpu_reset_while_a_read_waits_is_a_device_lost_error_not_a_raw_attribute_error(tmp_path):
     # Review helper 30: wgpu-py's map_async fails on a reset device with AttributeError
     # ('NoneType' object has no attribute 'get_token'), which escaped abi.read as it was.
-    script = tmp_path / "reset.py"
-    script.write_text(RESET_DURING_READ_SCRIPT)
-    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=180, env=dict(os.environ))
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+    proc = _run_script(tmp_path, RESET_DURING_READ_SCRIPT, timeout=180)
     assert "LEAKED" not in proc.stdout, proc.stdout
     assert "DeviceLostError (expected)" in proc.stdout or "read returned" in proc.stdout, proc.stdout
