@@ -18,6 +18,15 @@ from asset_support import make_asset, pump, wait_watching, write
 SIMPLE_YAML = 'bindings:\n  - { name: dst, kind: buffer, access: read_write, element: f32, count: "n" }\n'
 
 
+def simple_asset(root: str, name: str, body: str, yaml: str = SIMPLE_YAML) -> str:
+    """An asset folder ``name.computeShader`` under ``root`` (made as needed); answers it."""
+    folder = os.path.join(root, f"{name}.computeShader")
+    os.makedirs(folder, exist_ok=True)
+    write(os.path.join(folder, "bindings.yaml"), yaml)
+    write(os.path.join(folder, "kernel.wgsl"), body)
+    return folder
+
+
 def simple_body(expr: str) -> str:
     return (
         "@compute @workgroup_size(64)\nfn main(@builtin(global_invocation_id) gid: vec3<u32>) {\n"
@@ -60,10 +69,7 @@ def test_wide_expressions_are_not_deep_ones():
 
 def test_a_hot_reload_to_an_operator_bomb_keeps_the_last_good_kernel(tmp_path, make_library):
     root = str(tmp_path / "assets")
-    folder = os.path.join(root, "k.computeShader")
-    os.makedirs(folder)
-    write(os.path.join(folder, "bindings.yaml"), SIMPLE_YAML)
-    write(os.path.join(folder, "kernel.wgsl"), simple_body("1.0"))
+    folder = simple_asset(root, "k", simple_body("1.0"))
     lib = make_library(root)
     ref = lib.load("k.computeShader")
     assert abi.read(ref.variant().run(n=4).outputs["dst"]).tolist() == [1.0] * 4
@@ -82,10 +88,7 @@ HUGE_SPECIALIZE = SIMPLE_YAML + "specialize:\n" + "".join(f"  - {{ name: S{i}, o
 
 def test_a_cross_product_of_2_to_the_40_variants_fails_its_bake_at_once_and_reloads_validate_one(tmp_path, make_library):
     root = str(tmp_path / "assets")
-    big = os.path.join(root, "big.computeShader")
-    os.makedirs(big)
-    write(os.path.join(big, "bindings.yaml"), HUGE_SPECIALIZE)
-    write(os.path.join(big, "kernel.wgsl"), simple_body("1.0"))
+    simple_asset(root, "big", simple_body("1.0"), HUGE_SPECIALIZE)
     make_asset(root, "k")
     t0 = time.monotonic()
     report = bake([root], str(tmp_path / "cache"))
@@ -125,13 +128,10 @@ def test_many_same_named_bindings_are_refused_fast():
 
 def test_a_module_folder_outside_the_asset_root_is_read(tmp_path, make_library):
     root = str(tmp_path / "assets")
-    folder = os.path.join(root, "k.computeShader")
-    os.makedirs(folder)
     shared = str(tmp_path / "shared_modules")
     os.makedirs(shared)
     write(os.path.join(shared, "twice.wgsl"), "fn twice(x: f32) -> f32 { return 2.0 * x; }\n")
-    write(os.path.join(folder, "bindings.yaml"), SIMPLE_YAML)
-    write(os.path.join(folder, "kernel.wgsl"), "#import twice\n" + simple_body("twice(1.5)"))
+    simple_asset(root, "k", "#import twice\n" + simple_body("twice(1.5)"))
     lib = make_library(root, modules=[shared])
     ref = lib.load("k.computeShader")
     assert abi.read(ref.variant().run(n=4).outputs["dst"]).tolist() == [3.0] * 4
@@ -165,11 +165,9 @@ def test_a_modules_link_inside_the_root_to_a_folder_outside_it_is_still_refused(
     os.makedirs(outside)
     write(os.path.join(outside, "secret.wgsl"), "fn secret() -> f32 { return 42.0; }\n")
     root = str(tmp_path / "assets")
-    folder = os.path.join(root, "k.computeShader")
-    os.makedirs(folder)
+    os.makedirs(root)
     os.symlink(outside, os.path.join(root, "modules"))
-    write(os.path.join(folder, "bindings.yaml"), SIMPLE_YAML)
-    write(os.path.join(folder, "kernel.wgsl"), "#import secret\n" + simple_body("secret()"))
+    simple_asset(root, "k", "#import secret\n" + simple_body("secret()"))
     lib = make_library(root)
     with pytest.raises(AssetError, match="outside the asset root"):
         lib.load("k.computeShader").variant()
