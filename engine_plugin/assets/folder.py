@@ -162,11 +162,14 @@ def _check_utf8_name(path: str) -> None:
 
 
 def _within(path: str, root: str) -> bool:
-    """Whether ``path`` lies at or under ``root`` as written (links not followed: a
-    ``modules/`` link inside the root to a folder outside it is the root's, and its files
-    must still resolve inside the root)."""
-    here, top = os.path.abspath(path), os.path.abspath(root)
-    return here == top or here.startswith(top.rstrip(os.sep) + os.sep)
+    """Whether ``path`` lies at or under ``root``, as written or resolved: a ``modules/`` link
+    inside the root to a folder outside it is the root's (its files must still resolve inside
+    the root), and so is a folder named through another spelling of the root (a link to it)."""
+
+    def under(here: str, top: str) -> bool:
+        return here == top or here.startswith(top.rstrip(os.sep) + os.sep)
+
+    return under(os.path.abspath(path), os.path.abspath(root)) or under(os.path.realpath(path), os.path.realpath(root))
 
 
 def read_asset_folder(folder: str, root: str | None = None, modules: Sequence[str] = ()) -> AssetSource:

@@ -171,3 +171,19 @@ def test_a_modules_link_inside_the_root_to_a_folder_outside_it_is_still_refused(
     lib = make_library(root)
     with pytest.raises(AssetError, match="outside the asset root"):
         lib.load("k.computeShader").variant()
+
+
+def test_a_module_folder_inside_the_root_spelled_through_a_link_is_the_roots(tmp_path, make_library):
+    # Review helper 31: judged as written only, a module folder named through a link to the
+    # root (or the root named through one) counted as outside it, and its in-root links were refused.
+    real = tmp_path / "real"
+    root = str(real / "assets")
+    os.makedirs(os.path.join(root, "common"))
+    os.makedirs(os.path.join(root, "shared"))
+    os.symlink(str(real), str(tmp_path / "link"))
+    write(os.path.join(root, "common", "val.wgsl"), "fn val() -> f32 { return 3.0; }\n")
+    os.symlink("../common/val.wgsl", os.path.join(root, "shared", "val.wgsl"))  # a link inside the root
+    simple_asset(root, "k", "#import val\n" + simple_body("val()"))
+    for lib_root, shared in ((root, str(tmp_path / "link" / "assets" / "shared")), (str(tmp_path / "link" / "assets"), os.path.join(root, "shared"))):
+        ref = make_library(lib_root, modules=[shared]).load("k.computeShader")
+        assert abi.read(ref.variant().run(n=2).outputs["dst"]).tolist() == [3.0, 3.0]
