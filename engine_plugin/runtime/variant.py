@@ -463,7 +463,7 @@ class Variant:
         if getattr(buffer, "_device", self.ctx.device) is not self.ctx.device:
             raise self._slot_error(
                 slot,
-                f"input {slot.name!r}: its buffer {buffer.label!r} lives on another device than this variant's "
+                f"{slot.name!r}: the buffer {buffer.label!r} handed to it lives on another device than this variant's "
                 "(made before the device was lost and the variant compiled anew?); hand it data of this device",
             )
 
@@ -517,6 +517,8 @@ class Variant:
         return _Bound(converted, words // vt.lanes, 0, _binding_size(words * 4))
 
     def _resolve_table(self, slot: HostSlot, value: Any) -> _Bound:
+        if isinstance(value, (Table, wgpu.GPUBuffer)):
+            self._foreign(slot, value.buffer if isinstance(value, Table) else value)
         if isinstance(value, Table):
             want = dict(self.lowered.table_columns).get(slot.name)
             if want is not None and tuple(want) != value.names[: len(want)]:
@@ -606,8 +608,10 @@ class Variant:
             if value._counter is None:
                 bound, _ = self._resolve_domain(slot, value.count, work)
                 return bound, value.capacity
+            self._foreign(slot, value._counter)
             return self._snapshot(value._counter, work), value.capacity
         if isinstance(value, wgpu.GPUBuffer):
+            self._foreign(slot, value)
             if not (value.usage & wgpu.BufferUsage.COPY_SRC) or value.size < 4:
                 raise self._slot_error(slot, f"domain_count {slot.name!r}: buffer {value.label!r} needs COPY_SRC usage and one u32 word")
             return self._snapshot(value, work), None
@@ -1156,6 +1160,9 @@ class Variant:
         keep_count = False
         if given is not None:
             buf, counter, cap = _given_output(given)
+            self._foreign(slot, buf)
+            if counter is not None:
+                self._foreign(slot, counter)
             if buf.size < size * vt.bytes:
                 raise self._slot_error(slot, f"outputs[{slot.name!r}] holds {buf.size // vt.bytes} elements; {slot.name!r} needs {size}")
             size = cap if cap is not None else size

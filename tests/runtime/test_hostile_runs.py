@@ -155,6 +155,10 @@ OLD_OUTPUT_SCRIPT = textwrap.dedent("""
             again.run(n=8, inputs={"src": given})
         except DispatchError as exc:
             print("DispatchError", str(exc).splitlines()[0])
+        try:  # the same through outputs=
+            again.run(n=8, inputs={"src": np.arange(8, dtype=np.float32)}, outputs={"dst": given})
+        except DispatchError as exc:
+            print("DispatchError", str(exc).splitlines()[0])
     for _ in range(3):  # nothing of the refused runs poisons the new device's pool
         out = again.run(n=8, inputs={"src": np.arange(8, dtype=np.float32)}).outputs["dst"]
         assert abi.read(out).tolist() == [float(k + 1) for k in range(8)]
@@ -165,7 +169,7 @@ OLD_OUTPUT_SCRIPT = textwrap.dedent("""
 def test_an_output_of_a_lost_device_handed_to_the_recovered_variant_is_a_dispatch_error(tmp_path):
     # Review helper 30: a raw wgpu GPUValidationError (not a PluginError) from create_bind_group.
     proc = _run_script(tmp_path, OLD_OUTPUT_SCRIPT, timeout=120)
-    assert proc.stdout.count("DispatchError") == 2 and "another device" in proc.stdout and "recovered" in proc.stdout
+    assert proc.stdout.count("DispatchError") == 4 and "another device" in proc.stdout and "recovered" in proc.stdout
 
 
 RESET_DURING_READ_SCRIPT = '''# A GPU reset (device lost without the application's guarded destroy) while abi.read submits:
