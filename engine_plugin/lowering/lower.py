@@ -629,44 +629,64 @@ _CLOSING = {"(": ")", "[": "]", "{": "}"}
 MAX_OPERATOR_CHAIN = 4096
 MAX_NESTING = 255
 _OPERATORS = frozenset("+-*/%&|^<>=!~")
+# Names a '<' after which opens a template list (its commas and '>' are not operators).
+_TEMPLATED = frozenset(("array", "vec2", "vec3", "vec4", "ptr", "atomic", "var", "bitcast", "binding_array"))
+
+
+def depth_error(text: str) -> tuple[Any, str] | None:
+    """:func:`_chain_error` of WGSL ``text`` (a lowered source too: what a cache served was
+    lowered elsewhere, perhaps by an older version without the bound)."""
+    return _chain_error(tokens(text))
+
+
+def _templated(name: str) -> bool:
+    return name in _TEMPLATED or name.startswith(("mat", "texture_"))
 
 
 def _chain_error(tokens_iter) -> tuple[object, str] | None:
-    """The token past :data:`MAX_OPERATOR_CHAIN` operators along one expression's path (the
-    operators of enclosing levels count; siblings between commas do not), or past
-    :data:`MAX_NESTING` brackets deep, as (token, message), or None. A sign on a number literal
-    is part of the literal (a table of negative constants is flat)."""
-    # Per bracket level: [operators on the path when it opened, on the path now, the most any
-    # of its comma-separated parts reached]. A closed bracket is an operand of its level: what
-    # it holds lies below that level's chain, so its depth carries up.
-    stack = [[0, 0, 0]]
+    """The token where an expression's depth (an upper bound of naga's recursion: the
+    operators of every enclosing chain, plus the deepest bracketed operand's, plus the
+    brackets) passes :data:`MAX_OPERATOR_CHAIN`, or where brackets and template lists nest
+    past :data:`MAX_NESTING`, as (token, message), or None.
+
+    Per bracket level: [operators of the current comma-separated part, the deepest bracketed
+    operand closed in it, the deepest finished part, whether it is a template list]. Shallow
+    terms side by side (``(a*b) + (c*d) + ...``) count once each, not their operators summed;
+    a sign on a number literal is part of the literal (a table of negative constants is flat).
+    """
+    stack: list[list] = [[0, 0, 0, False]]
     prev = None
     for tok in tokens_iter:
         text = tok.text
-        if text in ("(", "["):
-            stack.append([stack[-1][1], stack[-1][1], stack[-1][1]])
+        top = stack[-1]
+        if text in ("(", "[") or (text == "<" and prev is not None and prev.kind == "ident" and _templated(prev.text)):
+            stack.append([0, 0, 0, text == "<"])
             if len(stack) > MAX_NESTING:
                 return tok, f"brackets nest more than {MAX_NESTING} deep here; the shader compiler would overflow its stack (use a loop or temporaries)"
-        elif text in (")", "]"):
+        elif text in (")", "]") or (text == ">" and top[3]):
             if len(stack) > 1:
-                _, now, peak = stack.pop()
-                stack[-1][1] = max(stack[-1][1], now, peak)
+                ops, child, best, _ = stack.pop()
+                stack[-1][1] = max(stack[-1][1], max(best, ops + child) + 1)
         elif text in (";", "{", "}"):
-            stack = [[0, 0, 0]]
+            stack = [[0, 0, 0, False]]
         elif text == ",":
-            level = stack[-1]
-            level[2] = max(level[2], level[1])
-            level[1] = level[0]
-        elif text in _OPERATORS:
+            if len(stack) > 1:  # a part of a call, constructor or template list ends
+                top[2] = max(top[2], top[0] + top[1])
+                top[0] = top[1] = 0
+        elif text in _OPERATORS and not top[3]:
             operand_before = prev is not None and (prev.kind in ("ident", "number") or prev.text in (")", "]"))
-            sign = not operand_before and text == "-"
-            if not sign or prev is None or prev.text not in (",", "(", "["):
-                stack[-1][1] += 1
-            if stack[-1][1] > MAX_OPERATOR_CHAIN:
-                return tok, (
-                    f"this expression chains more than {MAX_OPERATOR_CHAIN} operators; the shader compiler would overflow "
-                    "its stack on it (split it over several statements, or loop)"
-                )
+            sign = not operand_before and text == "-" and prev is not None and prev.text in (",", "(", "[")
+            if not sign:
+                top[0] += 1
+        else:
+            prev = tok
+            continue
+        depth = sum(level[0] + level[1] for level in stack) + len(stack)
+        if depth > MAX_OPERATOR_CHAIN:
+            return tok, (
+                f"this expression chains more than {MAX_OPERATOR_CHAIN} operators deep; the shader compiler would overflow "
+                "its stack on it (split it over several statements, or loop)"
+            )
         prev = tok
     return None
 

@@ -19,6 +19,7 @@ import wgpu
 from ..device.context import DeviceContext, get_context
 from ..device.loss import DeviceFault, classify
 from ..errors import CompileError, DeviceLostError, PluginError, Span, bug
+from ..lowering.lower import depth_error
 from ..lowering.lowered import Lowered
 from ..lowering.portability import portability_issues
 from .loss import LOST_HINT, mark_lost
@@ -126,6 +127,11 @@ def compile_lowered(lowered: Lowered, label: str | None = None, device: Any = No
         label = label or key[:12]
         if ctx.lost:
             raise DeviceLostError(LOST_HINT)
+        too_deep = depth_error(lowered.source)
+        if too_deep is not None:  # naga would take the process down with it
+            tok, message = too_deep
+            where = lowered.source_map.locate(tok.line, tok.col) or Span(lowered.source_map.files[0] if lowered.source_map.files else None)
+            raise CompileError(message, where)
         try:
             module = dev.create_shader_module(code=lowered.source, label=label)
         except wgpu.GPUError as exc:

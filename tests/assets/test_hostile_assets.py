@@ -51,6 +51,8 @@ def test_an_operator_chain_naga_would_overflow_its_stack_on_is_a_lowering_error_
         "abs(" * 20000 + "1.0" + ")" * 20000,
         "- " * 20000 + "1.0",
         "(" * 6 + "1.0" + (" + 1.0" * 4000 + ")") * 6,  # chains on every level: the path adds them up
+        ("1.0 + " * 3000 + "array<f32, 1>(1.0)[0] + ") * 7 + "1.0",  # a template's comma is no break in the chain
+        "array<" * 400 + "f32" + ", 1>" * 400 + "()[0]",  # template lists nest too
     ],
 )
 def test_deep_nesting_and_chains_over_nested_levels_are_lowering_errors(expr):
@@ -65,6 +67,10 @@ def test_wide_expressions_are_not_deep_ones():
     lower(parse(SIMPLE_YAML, "k/bindings.yaml"), simple_body(table), {}, wgsl_path="k/kernel.wgsl")
     siblings = "max(" + ", ".join(["1.0" + " + 1.0" * 2000] * 2) + ")"
     lower(parse(SIMPLE_YAML, "k/bindings.yaml"), simple_body(siblings), {}, wgsl_path="k/kernel.wgsl")
+    # Review helper 31: 2,100 bracketed terms side by side (a generated filter) are 2,100 deep,
+    # not 4,200 (their operators summed).
+    terms = " + ".join(["(f32(i) * 0.5)"] * 2100)
+    lower(parse(SIMPLE_YAML, "k/bindings.yaml"), simple_body(terms), {}, wgsl_path="k/kernel.wgsl")
 
 
 def test_a_hot_reload_to_an_operator_bomb_keeps_the_last_good_kernel(tmp_path, make_library):
@@ -187,3 +193,34 @@ def test_a_module_folder_inside_the_root_spelled_through_a_link_is_the_roots(tmp
     for lib_root, shared in ((root, str(tmp_path / "link" / "assets" / "shared")), (str(tmp_path / "link" / "assets"), os.path.join(root, "shared"))):
         ref = make_library(lib_root, modules=[shared]).load("k.computeShader")
         assert abi.read(ref.variant().run(n=2).outputs["dst"]).tolist() == [3.0, 3.0]
+
+
+CACHED_BOMB_SCRIPT = """
+import dataclasses
+from engine_plugin.errors import CompileError
+from engine_plugin.lowering import lower, parse
+from engine_plugin.runtime.compile import compile_lowered
+YAML = 'bindings:\\n  - { name: dst, kind: buffer, access: read_write, element: f32, count: "n" }\\n'
+BODY = ("@compute @workgroup_size(64)\\nfn main(@builtin(global_invocation_id) gid: vec3<u32>) {\\n"
+        "    let i = zero_index(gid);\\n    if (i >= zero_n()) { return; }\\n    dst_set(i, 1.0);\\n}\\n")
+safe = lower(parse(YAML, "k/bindings.yaml"), BODY, {}, wgsl_path="k/kernel.wgsl")
+bomb = "(" * 5000 + "1.0" + ")" * 5000
+old = dataclasses.replace(safe, source=safe.source.replace("dst_set(i, 1.0)", "dst_set(i, " + bomb + ")"))
+try:
+    compile_lowered(old)
+except CompileError as exc:
+    print("CompileError", str(exc).splitlines()[0])
+"""
+
+
+def test_a_cached_lowering_past_the_depth_bound_is_refused_before_naga_sees_it(tmp_path):
+    # Review helper 31: entries an older lowering wrote (before the bound) are served from the
+    # cache without lowering again: compiling one killed the process at every start.
+    import subprocess
+    import sys
+
+    script = tmp_path / "cached_bomb.py"
+    script.write_text(CACHED_BOMB_SCRIPT)
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120, env=dict(os.environ))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "CompileError k/kernel.wgsl:5" in proc.stdout, proc.stdout
