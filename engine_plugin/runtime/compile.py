@@ -127,7 +127,7 @@ def compile_lowered(lowered: Lowered, label: str | None = None, device: Any = No
         label = label or key[:12]
         if ctx.lost:
             raise DeviceLostError(LOST_HINT)
-        too_deep = depth_error(lowered.source)
+        too_deep = depth_error(_user_lines(lowered))
         if too_deep is not None:  # naga would take the process down with it
             tok, message = too_deep
             where = lowered.source_map.locate(tok.line, tok.col) or Span(lowered.source_map.files[0] if lowered.source_map.files else None)
@@ -163,3 +163,13 @@ def compile_lowered(lowered: Lowered, label: str | None = None, device: Any = No
 def compiled(key: str, device: Any = None) -> CompiledVariant | None:
     """The compiled variant standing under a dispatch key on ``device``, if any."""
     return get_context(device).cache("compiled").get(key)
+
+
+def _user_lines(lowered: Lowered) -> str:
+    """The lowered source with only the lines that came from the user's body and modules (the
+    rest blank, so line numbers hold): the expression bound's check reads these again, since a
+    cached entry may have been lowered by a version without it; the generated lines are bounded
+    by construction, and skipping them keeps the check to the size of the user's code."""
+    entries = lowered.source_map.entries
+    lines = lowered.source.split("\n")
+    return "\n".join(line if k < len(entries) and entries[k][0] >= 1 else "" for k, line in enumerate(lines))
