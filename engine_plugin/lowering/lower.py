@@ -623,14 +623,17 @@ def _in_for_header(toks: list, i: int) -> bool:
 
 _CLOSING = {"(": ")", "[": "]", "{": "}"}
 
-# Bounds on one expression's depth: naga (inside wgpu, in this process) recurses once per
-# operator along an expression's path, and per nesting level, and overflows the thread's stack
-# (killing the game) somewhere past 14,000 on an 8 MiB stack. No hand-written shader comes near.
-MAX_OPERATOR_CHAIN = 4096
+# Bounds on one statement, so naga (inside wgpu, in this process) never overflows its stack
+# and kills the game: it recurses once per operator and per member or index step along an
+# expression's path (it crashed at ~14,500 deep on an 8 MiB stack, ~16,700 for swizzles), and
+# a nesting level costs about six of those (~2,450 nested calls, ~4,000 nested template types).
+# The cost below bounds that depth from above whatever the parse (counts over the whole
+# statement, nesting as its deepest point, every '<' as a possible template level), so it is
+# sound without parsing WGSL's templates or precedence; long flat expressions stay well inside.
+MAX_STATEMENT_COST = 8192
 MAX_NESTING = 255
-_OPERATORS = frozenset("+-*/%&|^<>=!~")
-# Names a '<' after which opens a template list (its commas and '>' are not operators).
-_TEMPLATED = frozenset(("array", "vec2", "vec3", "vec4", "ptr", "atomic", "var", "bitcast", "binding_array"))
+_NESTING_COST = 6
+_OPERATORS = frozenset("+-*/%&|^>=!~")
 
 
 def depth_error(text: str) -> tuple[Any, str] | None:
@@ -639,53 +642,43 @@ def depth_error(text: str) -> tuple[Any, str] | None:
     return _chain_error(tokens(text))
 
 
-def _templated(name: str) -> bool:
-    return name in _TEMPLATED or name.startswith(("mat", "texture_"))
-
-
 def _chain_error(tokens_iter) -> tuple[object, str] | None:
-    """The token where an expression's depth (an upper bound of naga's recursion: the
-    operators of every enclosing chain, plus the deepest bracketed operand's, plus the
-    brackets) passes :data:`MAX_OPERATOR_CHAIN`, or where brackets and template lists nest
-    past :data:`MAX_NESTING`, as (token, message), or None.
-
-    Per bracket level: [operators of the current comma-separated part, the deepest bracketed
-    operand closed in it, the deepest finished part, whether it is a template list]. Shallow
-    terms side by side (``(a*b) + (c*d) + ...``) count once each, not their operators summed;
-    a sign on a number literal is part of the literal (a table of negative constants is flat).
-    """
-    stack: list[list] = [[0, 0, 0, False]]
+    """The token where a statement passes :data:`MAX_STATEMENT_COST` (operators, member and
+    index steps, every ``<`` as a template level, plus the deepest bracket nesting times
+    :data:`_NESTING_COST`) or brackets nest past :data:`MAX_NESTING`, as (token, message), or
+    None. A sign on a number literal right after ``,``/``(``/``[`` is part of the literal (a
+    table of negative constants costs nothing for its signs)."""
+    cost = depth = deepest = 0
     prev = None
     for tok in tokens_iter:
         text = tok.text
-        top = stack[-1]
-        if text in ("(", "[") or (text == "<" and prev is not None and prev.kind == "ident" and _templated(prev.text)):
-            stack.append([0, 0, 0, text == "<"])
-            if len(stack) > MAX_NESTING:
-                return tok, f"brackets nest more than {MAX_NESTING} deep here; the shader compiler would overflow its stack (use a loop or temporaries)"
-        elif text in (")", "]") or (text == ">" and top[3]):
-            if len(stack) > 1:
-                ops, child, best, _ = stack.pop()
-                stack[-1][1] = max(stack[-1][1], max(best, ops + child) + 1)
+        if text in ("(", "["):
+            depth += 1
+            if depth > deepest:
+                deepest = depth
+                if depth > MAX_NESTING:
+                    return tok, f"brackets nest more than {MAX_NESTING} deep here; the shader compiler would overflow its stack (use a loop or temporaries)"
+            if text == "[":
+                cost += 1
+        elif text in (")", "]"):
+            depth = max(0, depth - 1)
         elif text in (";", "{", "}"):
-            stack = [[0, 0, 0, False]]
-        elif text == ",":
-            if len(stack) > 1:  # a part of a call, constructor or template list ends
-                top[2] = max(top[2], top[0] + top[1])
-                top[0] = top[1] = 0
-        elif text in _OPERATORS and not top[3]:
-            operand_before = prev is not None and (prev.kind in ("ident", "number") or prev.text in (")", "]"))
-            sign = not operand_before and text == "-" and prev is not None and prev.text in (",", "(", "[")
+            cost = depth = deepest = 0
+        elif text == "<":
+            cost += _NESTING_COST
+        elif text == ".":
+            cost += 1
+        elif text in _OPERATORS:
+            sign = text == "-" and prev is not None and prev.text in (",", "(", "[")
             if not sign:
-                top[0] += 1
+                cost += 1
         else:
             prev = tok
             continue
-        depth = sum(level[0] + level[1] for level in stack) + len(stack)
-        if depth > MAX_OPERATOR_CHAIN:
+        if cost + _NESTING_COST * deepest > MAX_STATEMENT_COST:
             return tok, (
-                f"this expression chains more than {MAX_OPERATOR_CHAIN} operators deep; the shader compiler would overflow "
-                "its stack on it (split it over several statements, or loop)"
+                f"this statement is too deep for the shader compiler (over {MAX_STATEMENT_COST} operators, member and index "
+                "steps and nesting): it would overflow its stack; split it over several statements, or loop"
             )
         prev = tok
     return None
