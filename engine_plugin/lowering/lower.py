@@ -632,6 +632,7 @@ _CLOSING = {"(": ")", "[": "]", "{": "}"}
 # sound without parsing WGSL's templates or precedence; long flat expressions stay well inside.
 MAX_STATEMENT_COST = 8192
 MAX_NESTING = 255
+MAX_ELSE_IF = 1024  # naga crashed past ~6,150 arms
 _NESTING_COST = 6
 _OPERATORS = frozenset("+-*/%&|^>=!~")
 
@@ -650,8 +651,22 @@ def _chain_error(tokens_iter) -> tuple[object, str] | None:
     table of negative constants costs nothing for its signs)."""
     cost = depth = deepest = 0
     prev = None
+    braces = 0
+    chains: dict[int, int] = {}  # brace depth -> 'else if' links of the chain open there
     for tok in tokens_iter:
         text = tok.text
+        if text == "if" and tok.kind == "ident":
+            # naga nests each 'else if' arm inside the one before and recurses through them; the
+            # braces of the source never nest, so the brace reset below would hide the chain.
+            links = chains.get(braces, 0) + 1 if prev is not None and prev.text == "else" else 0
+            chains[braces] = links
+            if links > MAX_ELSE_IF:
+                return tok, f"an if chain of more than {MAX_ELSE_IF} 'else if' arms; the shader compiler would overflow its stack (use a switch)"
+        if text == "{":
+            braces += 1
+        elif text == "}":
+            chains.pop(braces, None)
+            braces = max(0, braces - 1)
         if text in ("(", "["):
             depth += 1
             if depth > deepest:

@@ -27,6 +27,9 @@ class Token:
     offset: int  # 0-based offset in the text
 
 
+_LINE_BREAK = re.compile("[\n\r\x0b\x0c\x85\u2028\u2029]")
+
+
 def tokens(text: str) -> Iterator[Token]:
     """Identifiers, numbers and single punctuation characters, skipping comments and space."""
     i, n = 0, len(text)
@@ -38,12 +41,14 @@ def tokens(text: str) -> Iterator[Token]:
             line_start = i + 1
             i += 1
             continue
-        if c in " \t\r":
+        if c in " \t\r\x0b\x0c\x85\u2028\u2029":
             i += 1
             continue
         if c == "/" and i + 1 < n and text[i + 1] == "/":
-            j = text.find("\n", i)
-            i = n if j < 0 else j
+            # A line comment ends where WGSL (and naga) end it, at any line break, not only
+            # at \n: text after a lone \r is code to the compiler, so to every check too.
+            m = _LINE_BREAK.search(text, i)
+            i = n if m is None else m.start()
             continue
         if c == "/" and i + 1 < n and text[i + 1] == "*":
             depth, i = 1, i + 2

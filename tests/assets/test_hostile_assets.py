@@ -230,3 +230,23 @@ def test_a_cached_lowering_past_the_depth_bound_is_refused_before_naga_sees_it(t
     proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120, env=dict(os.environ))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "CompileError k/kernel.wgsl:5" in proc.stdout, proc.stdout
+
+
+def _else_if_body(arms: int) -> str:
+    chain = "if (i == 0u) { v = 0.0; }" + "".join(f" else if (i == {k}u) {{ v = {k}.0; }}" for k in range(1, arms))
+    return (
+        "@compute @workgroup_size(64)\nfn main(@builtin(global_invocation_id) gid: vec3<u32>) {\n"
+        f"    let i = zero_index(gid);\n    if (i >= zero_n()) {{ return; }}\n    var v = 1.0;\n    {chain}\n    dst_set(i, v);\n}}\n"
+    )
+
+
+def test_a_long_else_if_chain_is_refused_and_a_comment_ends_where_naga_ends_it():
+    # Review helper 34: naga nests else-if arms (it crashed past ~6,150); and text after a lone
+    # \r (or another line break WGSL knows) in a // comment is code to naga, hidden from checks.
+    lower(parse(SIMPLE_YAML, "k/bindings.yaml"), _else_if_body(500), {}, wgsl_path="k/kernel.wgsl")
+    with pytest.raises(LoweringError, match="else if"):
+        lower(parse(SIMPLE_YAML, "k/bindings.yaml"), _else_if_body(2000), {}, wgsl_path="k/kernel.wgsl")
+    for brk in ("\r", "\x0b", "\x0c", "\u0085", "\u2028", "\u2029"):
+        body = simple_body("0.0 //" + brk + "+ " + "(" * 300 + "1.0" + ")" * 300)
+        with pytest.raises(LoweringError, match="nest"):
+            lower(parse(SIMPLE_YAML, "k/bindings.yaml"), body, {}, wgsl_path="k/kernel.wgsl")
