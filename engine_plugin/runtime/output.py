@@ -378,13 +378,16 @@ def share(output: Output) -> None:
     """``output``'s buffer is reachable elsewhere from now on (handed out by
     :attr:`Output.buffer`, or bound by another Output as a read_write binding the caller
     supplied it to). A host-allocated one leaves the pool when ``output`` goes, and is
-    remembered as ``output``'s until then (:func:`output_of`)."""
-    if output._pool is None:
-        return  # the caller's own buffer (or already given back): never pooled
+    remembered as ``output``'s until then (:func:`output_of`). An Output over a host-allocated
+    buffer another Output handed out (handed back through ``outputs=``) takes that over: the
+    buffer's reads answer the newest one's live elements, also once the first is gone."""
     buffer = output._buffer
-    if any(b is buffer for b in output._pooled):
-        _escaped.add(id(buffer))  # given up, not pooled, when ``output`` goes (give_back)
     key = id(buffer)
+    if output._pool is None:
+        if key not in _owners:
+            return  # the caller's own buffer: all its words are the caller's
+    elif any(b is buffer for b in output._pooled):
+        _escaped.add(key)  # given up, not pooled, when ``output`` goes (give_back)
     ref = _owners.get(key)
     if ref is None or ref() is not output:
         _owners[key] = weakref.ref(output, partial(_forget_owner, key))

@@ -43,7 +43,7 @@ from ..lowering.textures import format_sample
 from .batch import current_batch, open_batches
 from .buffers import STORAGE_USAGE, pool_for, prepare_array, size_class
 from .compile import CompiledVariant
-from .convert import conversion_record
+from .convert import clamp_record, conversion_record
 from .deferred import DEFER_MAX_BYTES
 from .deferred import defer as defer_run
 from .loss import LOST_HINT, lost_error
@@ -605,11 +605,13 @@ class Variant:
         if value is None:
             return _Bound(self._constant("no domain", _NO_DOMAIN), 1, 0, 4), None
         if isinstance(value, Output):  # its counter read, not handed out (it stays pooled)
-            if value._counter is None:
+            if value._counter is None or value.count_known:  # its count, on the host already
                 bound, _ = self._resolve_domain(slot, value.count, work)
                 return bound, value.capacity
             self._foreign(slot, value._counter)
-            return self._snapshot(value._counter, work), value.capacity
+            # Its count, not the raw counter: an append past its capacity, or a live count
+            # before its run's clamp, holds more than the Output has.
+            return self._snapshot(value._counter, work, value._counter_limit), value.capacity
         if isinstance(value, wgpu.GPUBuffer):
             self._foreign(slot, value)
             if not (value.usage & wgpu.BufferUsage.COPY_SRC) or value.size < 4:
@@ -623,9 +625,14 @@ class Variant:
             return _Bound(buf, 1, 0, 4), int(value)
         raise self._slot_error(slot, f"domain_count {slot.name!r} takes an Output, a GPUBuffer or a count (0 to 2**32-1), not {value!r}")
 
-    def _snapshot(self, source: Any, work: _Work) -> _Bound:
+    def _snapshot(self, source: Any, work: _Work, limit: int | None = None) -> _Bound:
         counter = self._pool.take(16, label="live count")
-        work.ops.append(("copy", source, 0, counter, 0, 4))
+        if limit is None:
+            work.ops.append(("copy", source, 0, counter, 0, 4))
+        else:  # clamped on the GPU, in this run's submission
+            self.ctx.queue.write_buffer(counter, 4, np.array([limit], dtype="<u4"))
+            work.extra.append(clamp_record(self.ctx, source, counter))
+            work.read.append(source)  # held by an open batch until the clamp ran
         work.live_counter = counter
         return _Bound(counter, 1, 0, 4)
 
@@ -1197,6 +1204,8 @@ class Variant:
             out = Output(buf, size, vt, name=slot.name, count=size, bits=slot.bits)
         if given is None:
             own_pooled(out, self._pool, (buf, counter) if slot.role == "append" else (buf,))
+        else:
+            share(out)  # a host-allocated buffer handed back: its reads answer this Output now
         return out
 
     def _bind_group(self, bound: dict[int, _Bound]) -> Any:
@@ -1273,6 +1282,10 @@ def _given_output(given: Any) -> tuple[Any, Any, int | None]:
         return given.buffer, given.counter, given.capacity
     if isinstance(given, wgpu.GPUBuffer):
         return given, None, None
+    if isinstance(given, Mapping) and isinstance(given.get("buffer"), Output):  # {buffer: Output}
+        buf, counter, cap = _given_output(given["buffer"])
+        cap = given.get("capacity", given.get("count", cap))
+        return buf, given.get("counter", counter), None if cap is None else int(cap)
     if isinstance(given, Mapping) and "buffer" in given:
         cap = given.get("capacity", given.get("count"))
         return given["buffer"], given.get("counter"), None if cap is None else int(cap)

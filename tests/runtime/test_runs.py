@@ -436,3 +436,39 @@ def test_a_count_read_on_another_thread_while_a_batch_holds_the_append_is_read_a
         read_done.set()
         t.join()
     assert first.count == 60 and abi.read(first).size == 60
+
+
+def test_a_live_or_overflowed_output_as_domain_count_hands_over_its_count_not_its_raw_counter():
+    # Review helper 36: the counter word went over as it was: a live output's holds the count
+    # before its run's clamp to n, an overflowed append's the attempted count.
+    src = np.ones(100, np.float32)
+    live = make("t/double_live", DOUBLE_LIVE_YAML, DOUBLE_LIVE_WGSL)
+    kept = make("t/filter", FILTER_YAML, FILTER_WGSL).run(n=100, inputs={"src": src}, params={"threshold": 0.5, "cap": 100}).outputs["hits"]
+    first = live.run(n=10, inputs={"src": src}, domain_count=kept).outputs["dst"]  # 100 live upstream, 10 here
+    second = live.run(n=30, inputs={"src": src}, domain_count=first).outputs["dst"]
+    assert second.count == 10
+    over = make("t/filter", FILTER_YAML, FILTER_WGSL).run(n=100, inputs={"src": src}, params={"threshold": 0.5, "cap": 2}).outputs["hits"]
+    third = live.run(n=64, inputs={"src": src}, domain_count=over).outputs["dst"]
+    assert third.count == 2 and abi.read(third).size == 2
+    assert over.overflow == 100  # the count read after: the source is unchanged
+    # Known on the host already: the same answer through the host path.
+    assert live.run(n=30, inputs={"src": src}, domain_count=first).outputs["dst"].count == 10
+
+
+def test_an_append_handed_back_reads_its_live_elements_through_its_buffer_and_takes_a_buffer_mapping():
+    # Review helper 36: abi.read(kept2.buffer) answered the whole buffer once the first Output
+    # was gone; {"buffer": Output} in outputs= raised a raw AttributeError.
+    import gc
+
+    variant = make("t/filter", FILTER_YAML, FILTER_WGSL)
+    params = {"threshold": 0.5, "cap": 64}
+    src = np.array([1, 2, 3, 0, 0, 0], np.float32)
+    kept = variant.run(n=6, inputs={"src": src}, params=params).outputs["hits"]
+    kept2 = variant.run(n=6, inputs={"src": src}, params=params, outputs={"hits": kept}).outputs["hits"]
+    assert abi.read(kept2.buffer).size == 6
+    del kept
+    gc.collect()
+    assert kept2.count == 6 and abi.read(kept2.buffer).size == 6
+    kept3 = variant.run(n=6, inputs={"src": src}, params=params, outputs={"hits": {"buffer": kept2}}).outputs["hits"]
+    assert kept3.count == 9
+    np.testing.assert_array_equal(np.sort(abi.read(kept3)), np.sort(np.tile([1.0, 2.0, 3.0], 3)).astype(np.float32))
