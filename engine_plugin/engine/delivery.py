@@ -46,7 +46,7 @@ class Delivery:
 
     def __init__(self, world: Any, config: Any, products: Any, gpu: GpuSide, engine_params: Mapping[str, Any], dirty_token: int | None = None) -> None:
         self._world = world
-        self._dirty_token = dirty_token  # the engine's own dirty flags (World.claim_dirty), if not the world's
+        self.dirty_token = dirty_token  # the engine's own dirty flags (World.claim_dirty), if not the world's
         self._config = config
         self._products = products
         self._gpu = gpu
@@ -188,7 +188,7 @@ class Delivery:
         world = self._world
         names = product.field_names
         changed = {f: self._changes_of(f) for f in names}
-        token = self._dirty_token
+        token = self.dirty_token
         is_dirty = world.is_dirty if token is None else partial(world.is_dirty, consumer=token)
 
         def fields_current(key: int, version: int) -> bool:

@@ -158,8 +158,9 @@ class Engine:
         self.totals = FrameStats()
         # Dirty flags this engine takes: the world's own, or (a second engine on the world) a
         # set of its own, so neither engine's uploads hide a change from the other's mirrors.
-        claim = getattr(world, "claim_dirty", None) if _takes_consumer(world) else None
-        self._dirty_token: int | None = claim(self) if claim is not None else None
+        self._claims = _takes_consumer(world) and hasattr(world, "claim_dirty")
+        self._dirty_token: int | None = world.claim_dirty(self) if self._claims else None
+        self._dirty_released = False
         self._gpu = GpuSide(world, self.config, self._order, self._engine_params, self._on_readback, backend, device, self._dirty_token)
         self._delivery = Delivery(world, self.config, self._products, self._gpu, self._engine_params, self._dirty_token)
 
@@ -568,7 +569,27 @@ class Engine:
         with self._world_lock:
             return self._upload(st, index)
 
+    def _claim_dirty(self) -> None:
+        """Keep this engine's dirty flags right: flags of its own go back to being the world's
+        once the engine that held those is gone (``world.dirty()`` is cleared again), and an
+        engine used after :meth:`close` claims flags again (a change meanwhile reached it)."""
+        world = self.world
+        if self._dirty_released:
+            self._dirty_released = False
+            token = world.claim_dirty(self)
+            if token is None:  # the world's own flags were free: another may have taken some
+                for spec in getattr(world, "fields", ()):
+                    if not self._gpu.kernel_written(spec.name):  # its mirror holds the GPU's state
+                        world.mark_dirty(None, spec.name)
+        elif self._dirty_token is not None:
+            token = world.reclaim_dirty(self, self._dirty_token)
+        else:
+            return
+        self._dirty_token = self._gpu.dirty_token = self._delivery.dirty_token = token
+
     def _upload(self, st: FrameStats | None, index: ChunkIndex | None) -> FrameStats:
+        if self._claims and (self._dirty_token is not None or self._dirty_released):
+            self._claim_dirty()
         st = st if st is not None else FrameStats(frame=self._frame)
         readers: dict[str, list[Product]] = {name: [] for name in self._gpu.kept}
         for product in self._order:
@@ -800,9 +821,9 @@ class Engine:
             self.unregister_product(product.handle)  # type: ignore[arg-type]
         if self._gpu.owns_backend:
             self.backend.close()
-        release = getattr(self.world, "release_dirty", None)
-        if release is not None:
-            release(self, self._dirty_token)
+        if self._claims and not self._dirty_released:
+            self.world.release_dirty(self, self._dirty_token)
+            self._dirty_released = True  # claimed again if the engine is used after all
 
     def __enter__(self) -> Engine:
         return self

@@ -53,7 +53,7 @@ class GpuSide:
         dirty_token: int | None = None,
     ) -> None:
         self._world = world
-        self._dirty_token = dirty_token  # the engine's own dirty flags (World.claim_dirty), if not the world's
+        self.dirty_token = dirty_token  # the engine's own dirty flags (World.claim_dirty), if not the world's
         self._config = config
         self._products = products
         self._engine_params = engine_params
@@ -200,7 +200,7 @@ class GpuSide:
             log.warning("field %r has no GPU mirror (%s); its products run on the CPU", name, getattr(self.backend, "last_refusal", "refused"))
             return False
         # Dirty chunks go up with the next frame's uploads anyway; send the rest now.
-        token = self._dirty_token
+        token = self.dirty_token
         clean = [k for k in world.keys() if not (world.is_dirty(k, name) if token is None else world.is_dirty(k, name, consumer=token))]
         for desc in coalesce_uploads(world, name, clean):
             if not self.backend.upload(desc):

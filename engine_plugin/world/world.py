@@ -344,6 +344,21 @@ class World:
             weakref.finalize(owner, self._dirty_rows.pop, token, None)
             return token
 
+    def reclaim_dirty(self, owner: Any, token: int) -> int | None:
+        """``token`` (flags of ``owner``'s own) while another live consumer holds the world's
+        flags; else None: the world's flags are ``owner``'s now, its own merged into them (a
+        chunk flagged in either is sent again: harmless)."""
+        with self.lock:
+            held = self._dirty_owner() if self._dirty_owner is not None else None
+            if held is not None and held is not owner:
+                return token
+            rows = self._dirty_rows.pop(token, None)
+            if rows is not None:
+                for name, mask in rows.items():
+                    self._dirty_mask[name] |= mask
+            self._dirty_owner = weakref.ref(owner)
+            return None
+
     def release_dirty(self, owner: Any, token: int | None) -> None:
         """``owner`` takes no more dirty flags (``token`` as :meth:`claim_dirty` answered)."""
         with self.lock:

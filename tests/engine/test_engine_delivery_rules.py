@@ -429,3 +429,57 @@ def test_releasing_an_engines_dirty_flags_while_another_thread_writes_never_brea
         t.join()
         sys.setswitchinterval(switch)
     assert errors == []
+
+
+def _summary_engine(world, got=None):
+    engine = Engine(world, backend=NoGpuBackend())
+    engine.register_product(kernel_program("summary"), key="s", spec={"T": "f32"}, fields={"src": "h"}, cpu_fallback=fallbacks.summary,
+                            apply=lambda r: got.update({k: float(r.values[i][3]) for i, k in enumerate(r.keys)}) if got is not None else None)
+    return engine
+
+
+def test_the_last_engine_left_takes_the_worlds_own_flags_back():
+    # Review helper 35: an engine on flags of its own kept them after the engine holding the
+    # world's flags went (dropped, or closed): world.dirty() was never cleared again.
+    import gc
+
+    for how in ("dropped", "closed"):
+        world = World((4, 4), {"h": np.float32}, max_chunks=4)
+        world.add(0)
+        first = _summary_engine(world)
+        first.frame()
+        second = _summary_engine(world)
+        assert second._dirty_token is not None
+        if how == "dropped":
+            del first
+            gc.collect()
+        else:
+            first.close()
+        world.write(0, "h", 2.0)
+        second.frame()
+        assert second._dirty_token is None and world.dirty() == [] and world._dirty_rows == {}
+        second.close()
+
+
+def test_an_engine_used_after_close_claims_flags_again_and_sees_every_change():
+    # Review helper 35: after close() the engine still ran, on the world's flags another engine
+    # had claimed meanwhile: that one never saw the next write.
+    world = World((4, 4), {"h": np.float32}, max_chunks=4)
+    world.add(0, {"h": np.ones((4, 4), np.float32)})
+    got_a: dict = {}
+    got_c: dict = {}
+    a = _summary_engine(world, got_a)
+    a.close()
+    a.register_product(kernel_program("summary"), key="s2", spec={"T": "f32"}, fields={"src": "h"}, cpu_fallback=fallbacks.summary,
+                       apply=lambda r: got_a.update({k: float(r.values[i][3]) for i, k in enumerate(r.keys)}))
+    c = _summary_engine(world, got_c)
+    for _ in range(2):
+        a.frame()
+        c.frame()
+    world.write(0, "h", 5.0)
+    for _ in range(3):
+        a.frame()
+        c.frame()
+    assert got_a == {0: 80.0} and got_c == {0: 80.0}
+    a.close()
+    c.close()
