@@ -577,10 +577,14 @@ class Engine:
         if self._dirty_released:
             self._dirty_released = False
             token = world.claim_dirty(self)
+            written = [spec.name for spec in getattr(world, "fields", ()) if self._gpu.kernel_written(spec.name)]
             if token is None:  # the world's own flags were free: another may have taken some
                 for spec in getattr(world, "fields", ()):
-                    if not self._gpu.kernel_written(spec.name):  # its mirror holds the GPU's state
+                    if spec.name not in written:  # a kernel-written mirror holds the GPU's state
                         world.mark_dirty(None, spec.name)
+            else:  # flags of its own, all set: not for a kernel-written mirror (same reason)
+                for name in written:
+                    world.take_dirty_slots(name, consumer=token)
         elif self._dirty_token is not None:
             token = world.reclaim_dirty(self, self._dirty_token)
         else:

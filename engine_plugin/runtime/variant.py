@@ -781,6 +781,8 @@ class Variant:
                 binds = frozenset([self._ring.buffer, *(b.buffer for b in bound.values() if b.buffer is not None)])
                 record = (self.compiled.pipeline, bind_group, offset, groups, work.ops, binds)
                 holds = tuple(v for v in (*(inputs or {}).values(), domain_count) if isinstance(_unwrap(v), Output))
+                if work.live_holder is not None:  # its snapshot counter: not reused before the records run
+                    holds += (work.live_holder,)
                 return PreparedRun(self, work.extra + [record], Run(result, shape, groups, self), work.temps, area.layout, area.end, offset, holds)
         except Exception as exc:
             lost = lost_error(ctx, exc)

@@ -57,3 +57,31 @@ def test_a_products_mirror_writes_survive_uploads_of_neighbouring_chunks(make_en
     got = np.frombuffer(abi.read(mirror), dtype=np.float32).reshape(-1, *SHAPE)
     for k in world.keys():
         assert np.array_equal(got[world.slot(k)], world.read(k, "height") * 2), f"chunk {k}"
+
+
+def test_an_engine_used_after_close_keeps_its_kernel_written_mirror(gpu):
+    # Review helper 37: claiming flags again after close() (another engine holds the world's)
+    # set every field's flags, a kernel-written one too: the world's bytes would overwrite the
+    # GPU state its mirror holds.
+    from engine_plugin.device.context import get_context
+    from engine_plugin.engine import Engine
+    from engine_plugin.gpu import NoGpuBackend, WgpuBackend, WgpuBackendConfig
+
+    world = _world()
+    backend = WgpuBackend(get_context(), WgpuBackendConfig())  # the caller's: close() leaves it running
+    engine = Engine(world, backend=backend)
+    try:
+        prog = abi.program(key="adv/write", schema=abi.parse(WRITE_YAML, "adv/write/bindings.yaml"), wgsl=WRITE_WGSL, wgsl_path="adv/write/kernel.wgsl")
+        mirror = engine.field_buffer("height", kernel_writes=True)
+        engine.register_product(prog, fields={"height": "height"}, policy=ReadbackPolicy.NONE, cpu_fallback=lambda w, j: None)
+        run_until_idle(engine)
+        engine.close()
+        other = Engine(world, backend=NoGpuBackend())  # takes the world's own flags meanwhile
+        engine.frame()  # used after close(): flags of its own
+        got = np.frombuffer(abi.read(mirror), dtype=np.float32).reshape(-1, *SHAPE)
+        for k in world.keys():
+            assert np.array_equal(got[world.slot(k)], world.read(k, "height") * 2), f"chunk {k}"
+        other.close()
+    finally:
+        engine.close()
+        backend.close()

@@ -647,3 +647,30 @@ def test_repeats_rebind_a_chained_output_handed_as_a_buffer_mapping_or_as_a_read
     z = inc.run(n=16, outputs={"z": kept}).outputs["z"]  # the same call again: all 6 now
     assert z.count == 6
     np.testing.assert_array_equal(np.sort(abi.read(kept)), np.array([101, 102, 103, 201, 202, 203], np.float32))
+
+
+def test_a_prepared_run_keeps_its_domain_count_snapshot_until_it_is_submitted():
+    # Review helper 37: the prepared run's snapshot counter went back to the pool at prepare();
+    # a run meanwhile took it and wrote its own limit into it (the prepared run clamped to 2).
+    from runtime_kernels import DOUBLE_LIVE_WGSL, DOUBLE_LIVE_YAML, FILTER_WGSL, FILTER_YAML
+
+    from engine_plugin.runtime.submission import Submission
+
+    gpu = get_context()
+    src = np.ones(100, np.float32)
+    filt = make("t13/filter", FILTER_YAML, FILTER_WGSL)
+    live = make("t13/double_live", DOUBLE_LIVE_YAML, DOUBLE_LIVE_WGSL)
+    kept = filt.run(n=100, inputs={"src": src}, params={"threshold": 0.5, "cap": 100}).outputs["hits"]
+    over = filt.run(n=100, inputs={"src": src}, params={"threshold": 0.5, "cap": 2}).outputs["hits"]
+    area = gpu.device.create_buffer(size=4096, usage=wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC | wgpu.BufferUsage.COPY_DST)
+    prepared = live.prepare(64, {"src": src}, None, domain_count=kept, results=area)
+    other = live.run(n=64, inputs={"src": src}, domain_count=over).outputs["dst"]  # a run meanwhile
+    sub = Submission()
+    for record in prepared.records:
+        sub.add(record)
+    sub.submit(gpu.device, gpu.queue, gpu.guard, "test")
+    prepared.submitted()
+    placed = prepared.layout["dst"]
+    got = np.frombuffer(gpu.queue.read_buffer(area), dtype="<f4")[placed.offset // 4 : placed.offset // 4 + 64]
+    assert int((got == 2.0).sum()) == 64
+    assert other.count == 2
