@@ -152,6 +152,7 @@ class _AssetStore:
         if self.cache is not None:
             found = self.cache.get(key)
             if found is not None and not found.lowered_from(*derived_from):
+                self.cache.refused(key)
                 self.foreign_entries += 1
                 log.warning("%s: the cache entry %s... was not lowered from this asset's text and spec; refused, lowering again", self.rel, key[:16])
                 return None

@@ -290,6 +290,7 @@ def _cached(store: Any, plan: AssetPlan, item: BakeItem) -> bool:
         return False
     derived = (plan.schema.text, plan.source.wgsl_text, item.spec, tuple(m.text for m in plan.source.modules)) if plan.schema and plan.source else None
     if derived is not None and not found.lowered_from(*derived):
+        store.refused(item.key)
         log.warning("%s: the cache entry %s... was not lowered from this asset's text and spec; baking it again", plan.folder, item.key[:16])
         return False
     return True

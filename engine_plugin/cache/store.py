@@ -180,6 +180,13 @@ class VariantCache:
             raise ValueError(f"a variant cache key is 64 lowercase hex digits (variant_key()), not {key!r}")
         return os.path.join(self.folder, key + ENTRY_SUFFIX)
 
+    def refused(self, key: str) -> None:
+        """The entry :meth:`get` just answered for ``key`` was refused by its caller (lowered
+        from other texts than the caller's): it counts as a miss, not a hit."""
+        with self._lock:
+            self._counts["hits"] -= 1
+            self._counts["misses"] += 1
+
     def _count(self, name: str, by: int = 1) -> None:
         with self._lock:
             self._counts[name] += by

@@ -92,7 +92,7 @@ def verify_entry(
         BadEntry: with a one-line reason, whatever is wrong.
     """
     try:  # the key covers every module the body imports (``modules``: {name: (path, text)})
-        imports = resolve_imports(wgsl, wgsl_path, from_mapping(modules))
+        imports = resolve_imports(wgsl.replace("\r\n", "\n"), wgsl_path, from_mapping(modules))  # as lower() reads it
     except Exception as exc:
         raise BadEntry(f"this asset's imports do not resolve ({type(exc).__name__})") from None
     expected = variant_key(schema.text, wgsl, spec, imports)

@@ -128,7 +128,10 @@ class Program:
         if live._imports is None:
             given = ", ".join(sorted(live._modules))
             live._imports = resolve_imports(
-                live._wgsl, live._wgsl_path, from_mapping(live._modules), f"the modules given: {given}" if given else "no modules were given"
+                live._wgsl.replace("\r\n", "\n"),  # as lower() reads the body (an #import line ends at \n)
+                live._wgsl_path,
+                from_mapping(live._modules),
+                f"the modules given: {given}" if given else "no modules were given",
             )
         return live._imports
 
@@ -168,6 +171,9 @@ class Program:
             else:
                 found = live._store.get(key)
                 if found is not None and not found.lowered_from(live._schema.text, live._wgsl, spec, tuple(m.text for m in imports)):
+                    refused = getattr(live._store, "refused", None)
+                    if refused is not None:
+                        refused(key)
                     # A plain store (a VariantCache) cannot tell: an entry filed under this key
                     # that was lowered from other texts or another spec is lowered again.
                     log.warning("%s: the stored entry %s... was not lowered from this program's texts and spec; lowering it again", self.key, key[:16])
@@ -247,8 +253,8 @@ def program(
         programs = _registry(ctx)
         found = programs.get(key)
         if found is not None and found.same_content(schema, wgsl, wgsl_path, modules):
-            if store is not None and found.store is None:
-                found.store = store
+            if store is not None and found.store is not store:
+                found.store = store  # the newest library's cache serves it (an older one may be closed)
             return found
         made = programs[key] = Program(key, schema, wgsl, wgsl_path=wgsl_path, ctx=ctx, store=store, modules=modules)
         return made

@@ -413,3 +413,41 @@ def test_an_entry_lowered_before_a_module_changed_is_not_served_under_the_new_ke
     prog = ref.program()
     VariantCache(cache_dir).put(prog.variant_key(resolve_spec(prog.schema, {})), old)  # stale, under the new key
     np.testing.assert_array_equal(abi.read(ref.variant().run(n=2).outputs["dst"]), [2.0, 2.0])
+
+
+def test_a_crlf_body_importing_a_module_lowers_through_the_program_api_and_a_refused_entry_is_a_miss(tmp_path):
+    # Review helper 39: lower() read the CRLF body, Program.imports() did not ("malformed
+    # '#import'"); a cache entry refused by its derivation counted as a hit.
+    from engine_plugin import abi
+    from engine_plugin.cache import VariantCache
+    from engine_plugin.lowering import enumerate_variants, parse, resolve_spec
+
+    schema_text = 'bindings:\r\n  - { name: dst, kind: buffer, access: read_write, element: T, count: "n" }\r\nspecialize:\r\n  - { name: T, options: [f32, i32] }\r\n'
+    body = "#import base\n@compute @workgroup_size(64)\nfn main(@builtin(global_invocation_id) gid: vec3<u32>) {\n    let i = zero_index(gid);\n    if (i >= zero_n()) { return; }\n    dst_set(i, T(base_f()));\n}\n".replace("\n", "\r\n")
+    modules = {"base": ("m/base.wgsl", "fn base_f() -> f32 {\n    return 3.0;\n}\n")}
+    schema = parse(schema_text, "k/bindings.yaml")
+    cache = VariantCache(str(tmp_path / "cache"))
+    prog = abi.program(key="t/crlf_import", schema=schema, wgsl=body, wgsl_path="k/kernel.wgsl", modules=modules, store=cache)
+    f32, i32 = (resolve_spec(schema, {"T": t}) for t in ("f32", "i32"))
+    assert set(enumerate_variants(schema)) == {f32, i32}
+    assert abi.read(prog.variant({"T": "f32"}).run(n=2).outputs["dst"]).tolist() == [3.0, 3.0]
+    cache.put(prog.variant_key(i32), prog.lowered(f32))  # f32's lowering filed under i32's key
+    before = cache.stats()
+    assert prog.lowered(i32).spec == i32
+    after = cache.stats()
+    assert after.hits == before.hits and after.misses == before.misses + 1
+
+
+def test_a_second_library_in_one_process_serves_from_its_own_cache(tmp_path, asset_root, make_library):
+    # Review helper 39: the standing program kept the first library's store: the second
+    # library's cache saw nothing, and its variants went into the first's (perhaps closed) cache.
+    from engine_plugin.cache import VariantCache
+
+    first = make_library(asset_root, cache=str(tmp_path / "one"))
+    first.load("k.computeShader").program().variant({"T": "f32"})
+    first.close()
+    second = make_library(asset_root, cache=str(tmp_path / "two"))
+    ref = second.load("k.computeShader")
+    assert ref.program().store is ref._store
+    ref.program().variant({"T": "i32"})
+    assert VariantCache(str(tmp_path / "two")).stats(scan=True).entries >= 1
