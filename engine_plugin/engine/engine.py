@@ -50,7 +50,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import PluginError, StaleHandleError, StaleSpanError
+from ..errors import PluginError, Span, StaleHandleError, StaleSpanError
 from ..gpu.backend import ReadbackResult, upload_spans
 from ..gpu.config import WgpuBackendConfig
 from ..gpu.descriptors import ReadbackDesc, ReadbackPolicy, UploadDesc, spans_nbytes, take_dirty_changes
@@ -316,13 +316,14 @@ class Engine:
         plan = plan_product(
             lowered, self.world, product.fields_arg, product.policy, program.yaml_path, params=product.params, inputs=product.inputs, readback=product.readback
         )
-        self._check_params(product, plan)
+        self._check_params(product, plan, program=program)
         product.plan, product.spec_values, product.program = plan, vspec.as_dict(), program
         # A read_write binding bound to a field writes its mirror: never gap-coalesce over it.
         self._gpu.note_kernel_writes(f.field for f in plan.fields if f.writes)
 
-    def _check_params(self, product: Product, plan: Any = None, params: Mapping[str, Any] | None = None) -> None:
+    def _check_params(self, product: Product, plan: Any = None, params: Mapping[str, Any] | None = None, program: Any = None) -> None:
         plan = plan if plan is not None else product.plan
+        program = program if program is not None else product.program
         given = set(product.params if params is None else params)
         clash = sorted(given & set(ENGINE_PARAMS))
         if clash:
@@ -334,7 +335,7 @@ class Engine:
             raise ProductError(f"unknown param {unknown[0]!r}; product {product.key!r} takes: {', '.join(plan.user_params) or 'none'}")
         missing = [p for p in plan.user_params if p not in given]
         if missing:
-            raise ProductError(f"product {product.key!r} needs param {missing[0]!r} (params={{...}})")
+            raise ProductError(f"product {product.key!r} needs param {missing[0]!r} (params={{...}})", _param_span(program, missing[0]))
 
     def unregister_product(self, handle: GpuProductHandle) -> bool:
         """Forget a product. Its readbacks still in flight are discarded when they land."""
@@ -853,3 +854,15 @@ def _takes_consumer(world: Any) -> bool:
         except (TypeError, ValueError):
             return False
     return True
+
+
+def _param_span(program: Any, name: str) -> Span | None:
+    """Where ``program``'s bindings.yaml declares param ``name`` (file, line, column)."""
+    schema = getattr(program, "schema", None)
+    found = next((p for p in getattr(schema, "params", ()) if p.name == name), None)
+    if schema is None or found is None or not found.line:
+        return None
+    lines = (schema.text or "").split("\n")
+    text = lines[found.line - 1] if 0 < found.line <= len(lines) else None
+    col = text.find(name) + 1 if text and name in text else None
+    return Span(program.yaml_path, found.line, col or None, text)

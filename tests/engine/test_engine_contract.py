@@ -175,3 +175,14 @@ bindings:
   - { name: out, kind: buffer, access: read_write, element: u32, count: "n" }
 """)
     assert engine.register_product(p2, cpu_fallback=lambda w, work: np.zeros(len(work.keys), np.uint32))
+
+
+def test_a_missing_param_names_the_line_and_column_that_declares_it(cpu_engine):
+    # Review helper 38: a reload adding a required param was refused with no file, line or column.
+    count = kernel_program("count_above")
+    with pytest.raises(ProductError) as info:
+        cpu_engine.register_product(count, fields=["height"])
+    span = info.value.span
+    assert span is not None and span.path.endswith("bindings.yaml") and span.line and span.col
+    declared = count.schema.text.split("\n")[span.line - 1]
+    assert declared[span.col - 1 :].startswith("threshold")
