@@ -255,11 +255,9 @@ class HeatDemo:
 
     # -- output -------------------------------------------------------------------------------
     def read_pixels(self) -> np.ndarray:
-        """The last coloured frame as an (h, w, 4) uint8 array, RGBA order."""
-        img = abi.read(self.pixels)
-        if self.pixel_order == "bgra":
-            img[..., [0, 2]] = img[..., [2, 0]]
-        return img
+        """The last coloured frame as an (h, w, 4) uint8 array, RGBA order (``abi.read`` answers
+        a bgra8 texture's texels in RGBA order too)."""
+        return abi.read(self.pixels)
 
     def snapshot(self, path: str) -> str:
         from PIL import Image

@@ -147,9 +147,7 @@ class DemoWindow:
         from .. import abi
 
         os.makedirs(self.screenshots, exist_ok=True)
-        img = abi.read(texture)
-        if "bgra" in self.format:
-            img = img[..., [2, 1, 0, 3]]
+        img = abi.read(texture)  # RGBA order, a bgra8 texture's too
         path = os.path.join(self.screenshots, f"demo-{time.strftime('%Y%m%d-%H%M%S')}-{self.shown:06d}.png")
         Image.fromarray(np.ascontiguousarray(img), "RGBA").save(path)
         return path

@@ -51,8 +51,9 @@ def _texel_bytes(fmt: str) -> int:
     return format_channels(fmt) * np.dtype(format_numpy(fmt)).itemsize
 
 
-def upload_texture(ctx: DeviceContext, values: Any, dim: str, name: str) -> tuple[Any, str, tuple[int, int, int]]:
-    """A texture holding ``values``; answers (texture, format, size).
+def upload_texture(ctx: DeviceContext, values: Any, dim: str, name: str, storage_format: str | None = None) -> tuple[Any, str, tuple[int, int, int]]:
+    """A texture holding ``values``; answers (texture, format, size). ``storage_format``: the
+    format of the storage binding it is for (the texels cast to it, storage usage added).
 
     Raises:
         DispatchError: a shape or dtype no texture format holds.
@@ -71,7 +72,12 @@ def upload_texture(ctx: DeviceContext, values: Any, dim: str, name: str) -> tupl
     if arr.shape[-1] == 3:  # no 3-channel formats: pad with an opaque alpha
         alpha = np.full(arr.shape[:-1] + (1,), 255 if arr.dtype == np.uint8 else 1, arr.dtype)
         arr = np.concatenate([arr, alpha], axis=-1)
-    fmt = upload_format(arr.dtype.newbyteorder("<").str.lstrip("|") if arr.dtype.itemsize > 1 else arr.dtype.str.lstrip("|"), arr.shape[-1])
+    if storage_format is not None:
+        fmt: str | None = storage_format
+        if arr.shape[-1] != format_channels(storage_format):
+            raise DispatchError(f"storage texture {name!r} is {storage_format} ({format_channels(storage_format)} channels); got {arr.shape[-1]}")
+    else:
+        fmt = upload_format(arr.dtype.newbyteorder("<").str.lstrip("|") if arr.dtype.itemsize > 1 else arr.dtype.str.lstrip("|"), arr.shape[-1])
     if fmt is None:
         raise DispatchError(f"texture {name!r}: no texture format holds {arr.dtype} texels (use uint8, float16, float32, uint32 or int32)")
     arr = np.ascontiguousarray(arr, dtype=np.dtype(format_numpy(fmt)))
@@ -82,7 +88,10 @@ def upload_texture(ctx: DeviceContext, values: Any, dim: str, name: str) -> tupl
         d, h, w = arr.shape[:3]
         size = (w, h, d)
     _check_size(ctx, name, size, dim)
-    texture = ctx.device.create_texture(size=size, format=fmt, usage=_USAGE_IN, dimension="3d" if dim == "3d" else "2d", label=name)
+    if fmt.startswith("bgra8"):  # held in memory as B, G, R, A; numpy's texels are R, G, B, A
+        arr = np.ascontiguousarray(arr[..., [2, 1, 0, 3]])
+    usage = _USAGE_IN if storage_format is None else _USAGE_OUT
+    texture = ctx.device.create_texture(size=size, format=fmt, usage=usage, dimension="3d" if dim == "3d" else "2d", label=name)
     ctx.queue.write_texture({"texture": texture}, arr, {"bytes_per_row": w * _texel_bytes(fmt), "rows_per_image": h}, size)
     return texture, fmt, size
 
@@ -125,4 +134,6 @@ def read_texture(ctx: DeviceContext, out: TextureOutput, read_words: Any) -> np.
         ctx.queue.submit([encoder.finish()])
     raw = np.frombuffer(read_words(staging), dtype=np.uint8).reshape(d, h, pitch)[:, :, : w * texel]
     texels = np.ascontiguousarray(raw).view(np.dtype(format_numpy(out.format))).reshape(d, h, w, format_channels(out.format))
+    if out.format.startswith("bgra8"):  # memory order B, G, R, A: the texel's channels are R, G, B, A
+        texels = texels[..., [2, 1, 0, 3]]
     return texels[0] if out.dim == "2d" else texels

@@ -538,16 +538,16 @@ class Variant:
         raise self._slot_error(slot, f"table {slot.name!r} takes an abi.table(...) or a GPUBuffer, not {type(value).__name__}")
 
     # -- textures ----------------------------------------------------------------------------
-    def _texture_of(self, slot: HostSlot, value: Any) -> tuple[Any, str]:
-        """(texture, format) of an input: a numpy array (uploaded), a GPUTexture, or an earlier
-        run's TextureOutput."""
+    def _texture_of(self, slot: HostSlot, value: Any, storage_format: str | None = None) -> tuple[Any, str]:
+        """(texture, format) of an input: a numpy array (uploaded; in ``storage_format`` for a
+        storage binding), a GPUTexture, or an earlier run's TextureOutput."""
         if isinstance(value, TextureOutput):
             return value.texture, value.format
         if isinstance(value, wgpu.GPUTexture):
             return value, str(value.format)
         if value is None:
             raise self._slot_error(slot, f"missing texture {slot.name!r}: pass a numpy array, a GPUTexture or an earlier run's texture output")
-        texture, fmt, _ = upload_texture(self.ctx, value, slot.texture[0], slot.name)
+        texture, fmt, _ = upload_texture(self.ctx, value, slot.texture[0], slot.name, storage_format)
         return texture, fmt
 
     def _resolve_texture(self, slot: HostSlot, value: Any) -> _Bound:
@@ -566,7 +566,7 @@ class Variant:
         dim, fmt, _ = slot.texture
         if value is None:
             raise self._slot_error(slot, f"missing storage texture {slot.name!r} ({fmt}): pass a GPUTexture or an earlier run's texture output")
-        texture, have = self._texture_of(slot, value)
+        texture, have = self._texture_of(slot, value, fmt)
         if have != fmt:
             raise self._slot_error(slot, f"storage texture {slot.name!r} is {fmt}, not {have}")
         return _Bound(texture, 0, resource=view_of(texture, dim), transient=True)

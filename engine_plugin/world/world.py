@@ -489,7 +489,9 @@ def _check_key(key: Any) -> int:
 
 def _cast(arr: np.ndarray, spec: FieldSpec, name: str, shape: tuple[int, ...]) -> np.ndarray:
     """Cast ``arr`` to the field's dtype, refusing what would silently change values:
-    floats into integer or bool fields, integers outside the field's range, non-numbers."""
+    floats into integer or bool fields, integers outside the field's range, finite floats past a
+    float field's range (they would become inf), non-numbers. (Integers into a float field, and
+    floats into a narrower one, round to its precision, as a float store does.)"""
     if arr.shape != shape and arr.shape != ():
         raise WorldError(f"field {name!r} takes shape {shape}, not {arr.shape}")
     target, kind = spec.dtype, arr.dtype.kind
@@ -503,4 +505,13 @@ def _cast(arr: np.ndarray, spec: FieldSpec, name: str, shape: tuple[int, ...]) -
         top = 1 if target.kind == "b" else info.max
         if lo < info.min or hi > top:
             raise WorldError(f"field {name!r} holds {target} ({info.min}..{top}); got values {lo}..{hi}")
+    if target.kind == "f" and kind == "f" and arr.size and target.itemsize < arr.dtype.itemsize:
+        # Finite values past the field's range would become inf (rounding to the field's
+        # precision is a float store's nature; overflow is not).
+        big = float(np.finfo(target).max)
+        finite = arr[np.isfinite(arr)]
+        if finite.size and (float(finite.max()) > big or float(finite.min()) < -big):
+            raise WorldError(
+                f"field {name!r} holds {target} (at most {big:.4g} in magnitude); got values up to {max(abs(float(finite.max())), abs(float(finite.min()))):.4g}"
+            )
     return arr.astype(target, copy=False)

@@ -161,3 +161,27 @@ def test_texture_runs_keep_no_dropped_texture_alive():
     for _ in range(40):
         abi.read(double.run(n=(8, 8), inputs={"src": image}).outputs["out"])
     assert textures() <= before + 2  # each run's upload and output go with the run
+
+
+def test_a_bgra8_storage_texture_reads_back_in_rgba_order_and_numpy_feeds_a_storage_binding():
+    # Review helper 40: abi.read of a bgra8unorm output swapped B and R; a numpy array handed to
+    # a read or read_write storage texture raised a raw wgpu error (no STORAGE_BINDING usage).
+    yaml = 'bindings:\n  - { name: out, kind: storage_texture, format: bgra8unorm, size: [nx, ny] }\nworkgroup: [8, 8]\n'
+    wgsl = (
+        "@compute @workgroup_size(8, 8)\nfn main(@builtin(global_invocation_id) gid: vec3<u32>) {\n"
+        "    if (zero_index(gid) >= zero_n()) { return; }\n    textureStore(out, gid.xy, vec4<f32>(1.0, 0.0, 0.2, 0.6));\n}\n"
+    )
+    v = abi.program(key="t/bgra_out", schema=abi.parse(yaml, "t/bgra_out/bindings.yaml"), wgsl=wgsl).variant()
+    assert abi.read(v.run(n=(2, 2)).outputs["out"])[0, 0].tolist() == [255, 0, 51, 153]
+    for access in ("read", "read_write"):
+        yaml = (
+            f"bindings:\n  - {{ name: img, kind: storage_texture, format: r32float, access: {access} }}\n"
+            '  - { name: dst, kind: buffer, access: read_write, element: f32, count: "n" }\nworkgroup: [8, 8]\n'
+        )
+        wgsl = (
+            "@compute @workgroup_size(8, 8)\nfn main(@builtin(global_invocation_id) gid: vec3<u32>) {\n"
+            "    let i = zero_index(gid);\n    if (i >= zero_n()) { return; }\n    dst_set(i, textureLoad(img, gid.xy).x);\n}\n"
+        )
+        v = abi.program(key=f"t/storage_in_{access}", schema=abi.parse(yaml, "t/storage_in/bindings.yaml"), wgsl=wgsl).variant()
+        a = np.arange(12, dtype=np.float32).reshape(3, 4)
+        np.testing.assert_array_equal(abi.read(v.run(n=(4, 3), inputs={"img": a}).outputs["dst"]), a.reshape(-1))

@@ -335,3 +335,15 @@ def test_a_second_dirty_consumer_sees_every_change_the_first_took_and_copies_car
 
     gc.collect()
     assert world.claim_dirty(Owner()) is None  # the first owner is gone: its flags are free again
+
+
+def test_a_finite_value_past_a_float_fields_range_is_refused_not_stored_as_inf():
+    # Review helper 41: write() of 1e39 into an f32 field stored inf (only a numpy warning).
+    world = World((2,), {"f32": np.float32}, max_chunks=1)
+    world.add(0)
+    with pytest.raises(WorldError, match="f32"):
+        world.write(0, "f32", np.float64(1e39))
+    with pytest.raises(WorldError):
+        world.set_tile(0, "f32", (1,), -1e300)
+    world.write(0, "f32", np.array([np.inf, 3.5]))  # inf itself is a value the field holds
+    assert world.read(0, "f32").tolist() == [np.inf, 3.5]
