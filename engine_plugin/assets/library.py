@@ -150,11 +150,9 @@ class _AssetStore:
                 self.memory_hits += 1
                 return found
         if self.cache is not None:
-            found = self.cache.get(key)
-            if found is not None and not found.lowered_from(*derived_from):
-                self.cache.refused(key)
+            found, foreign = self.cache.get_lowered_from(key, derived_from, self.rel)
+            if foreign:
                 self.foreign_entries += 1
-                log.warning("%s: the cache entry %s... was not lowered from this asset's text and spec; refused, lowering again", self.rel, key[:16])
                 return None
             if found is not None:
                 found = self._rebase(found)

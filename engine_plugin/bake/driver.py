@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import time
 from collections import Counter
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -18,8 +17,6 @@ from .report import BakeReport
 from .runners import InlineRunner
 from .verify import check_chunk
 from .worker import BakeItem, ChunkJob, ChunkResult, Failure, VariantOutcome, failure_from, worker_versions
-
-log = logging.getLogger(__name__)
 
 __all__ = ["bake"]
 
@@ -285,12 +282,7 @@ def _cached(store: Any, plan: AssetPlan, item: BakeItem) -> bool:
     counts a corrupt one) and says it was lowered from this asset's texts and this spec. An
     entry filed under another variant's key (copied, or forged with its checksum recomputed)
     is baked again, which overwrites it, rather than skipped and served."""
-    found = store.get(item.key)
-    if found is None:
-        return False
-    derived = (plan.schema.text, plan.source.wgsl_text, item.spec, tuple(m.text for m in plan.source.modules)) if plan.schema and plan.source else None
-    if derived is not None and not found.lowered_from(*derived):
-        store.refused(item.key)
-        log.warning("%s: the cache entry %s... was not lowered from this asset's text and spec; baking it again", plan.folder, item.key[:16])
-        return False
-    return True
+    if plan.schema is None or plan.source is None:
+        return store.get(item.key) is not None
+    derived = (plan.schema.text, plan.source.wgsl_text, item.spec, tuple(m.text for m in plan.source.modules))
+    return store.get_lowered_from(item.key, derived, plan.folder)[0] is not None

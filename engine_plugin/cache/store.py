@@ -180,13 +180,6 @@ class VariantCache:
             raise ValueError(f"a variant cache key is 64 lowercase hex digits (variant_key()), not {key!r}")
         return os.path.join(self.folder, key + ENTRY_SUFFIX)
 
-    def refused(self, key: str) -> None:
-        """The entry :meth:`get` just answered for ``key`` was refused by its caller (lowered
-        from other texts than the caller's): it counts as a miss, not a hit."""
-        with self._lock:
-            self._counts["hits"] -= 1
-            self._counts["misses"] += 1
-
     def _count(self, name: str, by: int = 1) -> None:
         with self._lock:
             self._counts[name] += by
@@ -201,6 +194,31 @@ class VariantCache:
     # -- the LoweredStore protocol ---------------------------------------------------------
     def get(self, key: str) -> Lowered | None:
         """The lowered variant under ``key``, or None (a miss; a bad entry is removed and counted)."""
+        found = self._read(key)
+        if found is not None:
+            self._count("hits")
+        return found
+
+    def get_lowered_from(self, key: str, derived_from: tuple, what: str = "") -> tuple[Lowered | None, bool]:
+        """:meth:`get` of an entry that must say it was lowered from ``derived_from`` (schema
+        text, WGSL text, spec, imported module texts; see ``Lowered.lowered_from``); answers
+        (the entry or None, whether one was refused). A refused entry (filed under another
+        variant's key, lowered before a module changed, or forged with its checksum
+        recomputed) is a logged miss (``what``: the asset or program, for the log): the caller
+        lowers again, which overwrites it."""
+        found = self._read(key)
+        if found is None:
+            return None, False
+        if not found.lowered_from(*derived_from):
+            self._count("misses")
+            log.warning("%sthe cache entry %s... was not lowered from these texts and spec; refused, lowering again", f"{what}: " if what else "", key[:16])
+            return None, True
+        self._count("hits")
+        return found, False
+
+    def _read(self, key: str) -> Lowered | None:
+        """The decoded entry under ``key`` (its use stamped), or None, a miss or a bad entry
+        counted; a hit is the caller's to count."""
         path = self.path(key)
         try:
             data = read_entry_file(path)
@@ -220,7 +238,6 @@ class VariantCache:
             os.utime(path, ns=(stamp, stamp))  # LRU: a hit is a use
         except OSError:
             pass  # evicted or replaced meanwhile: the data read is still good
-        self._count("hits")
         return lowered
 
     def put(self, key: str, lowered: Lowered) -> bool:

@@ -169,15 +169,17 @@ class Program:
             if lookup is not None:
                 found = lookup(key, live._schema, live._wgsl, spec, live._wgsl_path, modules={m.name: (m.path, m.text) for m in imports})
             else:
-                found = live._store.get(key)
-                if found is not None and not found.lowered_from(live._schema.text, live._wgsl, spec, tuple(m.text for m in imports)):
-                    refused = getattr(live._store, "refused", None)
-                    if refused is not None:
-                        refused(key)
-                    # A plain store (a VariantCache) cannot tell: an entry filed under this key
-                    # that was lowered from other texts or another spec is lowered again.
-                    log.warning("%s: the stored entry %s... was not lowered from this program's texts and spec; lowering it again", self.key, key[:16])
-                    found = None
+                # A plain store cannot verify on its own: an entry filed under this key that was
+                # lowered from other texts or another spec is refused and lowered again.
+                derived = (live._schema.text, live._wgsl, spec, tuple(m.text for m in imports))
+                checked = getattr(live._store, "get_lowered_from", None)  # a VariantCache's
+                if checked is not None:
+                    found = checked(key, derived, self.key)[0]
+                else:
+                    found = live._store.get(key)
+                    if found is not None and not found.lowered_from(*derived):
+                        log.warning("%s: the stored entry %s... was not lowered from this program's texts and spec; lowering it again", self.key, key[:16])
+                        found = None
             if found is not None:
                 return found
         result = lower(live._schema, live._wgsl, spec, wgsl_path=live._wgsl_path, modules={m.name: (m.path, m.text) for m in imports})
