@@ -578,14 +578,15 @@ class Engine:
         if self._dirty_released:
             self._dirty_released = False
             token = world.claim_dirty(self)
-            written = [spec.name for spec in getattr(world, "fields", ()) if self._gpu.kernel_written(spec.name)]
-            if token is None:  # the world's own flags were free: another may have taken some
-                for spec in getattr(world, "fields", ()):
-                    if spec.name not in written:  # a kernel-written mirror holds the GPU's state
+            # The world's own flags were free (another may have taken some): every field is
+            # sent again; flags of its own start all set. A kernel-written mirror holds the
+            # GPU's state, which the world's bytes must not overwrite: not that one.
+            for spec in getattr(world, "fields", ()):
+                if not self._gpu.kernel_written(spec.name):
+                    if token is None:
                         world.mark_dirty(None, spec.name)
-            else:  # flags of its own, all set: not for a kernel-written mirror (same reason)
-                for name in written:
-                    world.take_dirty_slots(name, consumer=token)
+                elif token is not None:
+                    world.take_dirty_slots(spec.name, consumer=token)
         elif self._dirty_token is not None:
             token = world.reclaim_dirty(self, self._dirty_token)
         else:

@@ -139,12 +139,14 @@ class _Lowerer:
         self.emit_accessors(present)
 
         module_texts = ["\n".join(mlines) for mlines in module_lines]
+        module_toks = [list(tokens(text)) for text in module_texts]  # each text tokenized once
+        body_toks = list(tokens(body_text))
         # The module functions the body can reach: exact's atomics check skips the rest (a
         # shared module may hold helpers meant for float_order assets).
-        self._reached = _reached_functions(body_text, module_texts)
-        for m, text in zip(modules, module_texts):
-            self.check_module(m, text)
-        self.check_body(body_text, body.user_lines, present)
+        self._reached = _reached_functions(body_toks, module_toks)
+        for m, text, toks in zip(modules, module_texts, module_toks):
+            self.check_module(m, text, toks)
+        self.check_body(body_text, body_toks, body.user_lines, present)
         wx, wy, wz = self.workgroup
         init = workgroup_init_function(tuple(ln for ml in module_lines for ln in ml) + tuple(body.lines), wx * wy * wz)
         if init is not None:
@@ -367,15 +369,16 @@ class _Lowerer:
             if name not in tables:
                 raise LoweringError(f"columns= names table {name!r}, which this variant does not have", Span(self.yaml_path))
 
-    def check_brackets(self, body_text: str, where) -> None:
+    def check_brackets(self, toks: list, where) -> None:
         """A half-typed body (the commonest live-editing mistake) is named at the user's bracket:
-        naga would report it past the end of the body, in generated code or at a later line."""
-        found = _bracket_error(tokens(body_text)) or _chain_error(tokens(body_text))
+        naga would report it past the end of the body, in generated code or at a later line.
+        So is a statement too deep for naga (:func:`_chain_error`)."""
+        found = _bracket_error(toks) or _chain_error(toks)
         if found is not None:
             tok, message = found
             raise self.error(message, where(tok), tok.col)  # type: ignore[attr-defined]
 
-    def check_module(self, module: Module, text: str) -> None:
+    def check_module(self, module: Module, text: str, toks: list) -> None:
         """A module is shared WGSL: brackets balanced, no generated name redeclared, no
         binding or entry point of its own (those belong to each asset)."""
         src_lines = module.text.split("\n")
@@ -384,9 +387,9 @@ class _Lowerer:
             shown = src_lines[line - 1] if 1 <= line <= len(src_lines) else None
             return LoweringError(message, Span(module.path, line, col, shown), notes=notes)
 
-        found = _bracket_error(tokens(text)) or _chain_error(tokens(text))
+        found = _bracket_error(toks) or _chain_error(toks)
         if found is None and self.schema.determinism == "exact":
-            found = _exact_atomic_error(_function_tokens(text, self._reached), self.em.atomics)
+            found = _exact_atomic_error(_function_tokens(toks, self._reached), self.em.atomics)
         if found is not None:
             tok, message = found
             raise fail(message, tok.line, tok.col)  # type: ignore[attr-defined]
@@ -403,16 +406,15 @@ class _Lowerer:
                 )
             if tok.text == "main":
                 raise fail(f"module {module.name} declares 'main'; the entry point belongs to the asset's own .wgsl, a module holds helpers", tok.line, tok.col)
-        toks = list(tokens(text))
         for i, t in enumerate(toks):
             if t.text == "binding" and i > 0 and toks[i - 1].text == "@":
                 raise fail(f"module {module.name} declares a @binding; bindings belong to each asset's bindings.yaml", t.line, t.col - 1)
 
-    def check_body(self, body_text: str, user_lines: tuple[int, ...], present: list[Binding]) -> None:
+    def check_body(self, body_text: str, toks: list, user_lines: tuple[int, ...], present: list[Binding]) -> None:
         def where(tok):
             return user_lines[tok.line - 1] if tok.line - 1 < len(user_lines) else tok.line
 
-        self.check_brackets(body_text, where)
+        self.check_brackets(toks, where)
         decls = module_declarations(body_text)
         for tok in decls:
             hit = self.em.names.get(tok.text)
@@ -431,7 +433,6 @@ class _Lowerer:
                 1,
                 1,
             )
-        toks = list(tokens(body_text))
         for i, t in enumerate(toks):
             if t.text == "binding" and i > 0 and toks[i - 1].text == "@":
                 raise self.error(
@@ -457,12 +458,12 @@ class _Lowerer:
                     where(call),
                     call.col,
                 )
-            self.check_exact_atomics(body_text, where)
+            self.check_exact_atomics(toks, where)
 
-    def check_exact_atomics(self, body_text: str, where: Any) -> None:
+    def check_exact_atomics(self, toks: list, where: Any) -> None:
         """determinism: exact refuses the atomics whose words depend on invocation order
         (see :func:`_exact_atomic_error`), at the user's line and column."""
-        found = _exact_atomic_error(tokens(body_text), self.em.atomics)
+        found = _exact_atomic_error(toks, self.em.atomics)
         if found is not None:
             tok, message = found
             raise self.error(message, where(tok), tok.col)  # type: ignore[attr-defined]
@@ -519,15 +520,14 @@ def _called(toks: list) -> set[str]:
     return {t.text for t, nxt in zip(toks, toks[1:]) if t.kind == "ident" and nxt.text == "("}
 
 
-def _reached_functions(body_text: str, module_texts: Sequence[str]) -> set[str]:
+def _reached_functions(body_toks: list, module_toks: Sequence[list]) -> set[str]:
     """Names of the module functions the body calls, directly or through other modules'."""
     bodies: dict[str, list] = {}
-    for text in module_texts:
-        toks = list(tokens(text))
+    for toks in module_toks:
         for name, (a, b) in _function_spans(toks).items():
             bodies[name] = toks[a:b]
     reached: set[str] = set()
-    todo = [n for n in _called(list(tokens(body_text))) if n in bodies]
+    todo = [n for n in _called(body_toks) if n in bodies]
     while todo:
         name = todo.pop()
         if name in reached:
@@ -537,9 +537,8 @@ def _reached_functions(body_text: str, module_texts: Sequence[str]) -> set[str]:
     return reached
 
 
-def _function_tokens(text: str, reached: set[str] | None) -> list:
-    """The tokens of ``text``'s functions in ``reached`` (all of ``text`` when None)."""
-    toks = list(tokens(text))
+def _function_tokens(toks: list, reached: set[str] | None) -> list:
+    """The tokens ``toks`` of a module's functions in ``reached`` (all of them when None)."""
     if reached is None:
         return toks
     out: list = []

@@ -457,10 +457,15 @@ class Variant:
         temps.append(buf)
         return _Bound(buf, count, 0, size)
 
+    def _other_device(self, buffer: Any) -> bool:
+        """Whether ``buffer`` lives on another device than this variant's (wgpu-py 0.32 keeps a
+        buffer's device as ``_device``): binding it is a wgpu validation error naming no file
+        of the user's."""
+        return getattr(buffer, "_device", self.ctx.device) is not self.ctx.device
+
     def _foreign(self, slot: HostSlot, buffer: Any) -> None:
-        """Refuse a buffer of another device (one made before a loss and recovery, say): wgpu
-        would raise a validation error naming no file of the user's."""
-        if getattr(buffer, "_device", self.ctx.device) is not self.ctx.device:
+        """Refuse a buffer of another device (one made before a loss and recovery, say)."""
+        if self._other_device(buffer):
             raise self._slot_error(
                 slot,
                 f"{slot.name!r}: the buffer {buffer.label!r} handed to it lives on another device than this variant's "
@@ -1126,12 +1131,8 @@ class Variant:
         from ..substrate.binding import page_binding
 
         result = page_binding(self.lowered, cols)
-        device = self.ctx.device
         for page, buffer in result.pages.items():
-            # wgpu-py 0.32 keeps a buffer's device as ``_device``; binding another device's
-            # buffer is a wgpu validation error naming no file of the user's.
-            owner = getattr(buffer, "_device", device)
-            if owner is not device:
+            if self._other_device(buffer):
                 line = next((c.line for c in self.lowered.columns if c.page == page), None)
                 raise DispatchError(
                     f"page {page!r}: its buffer {buffer.label!r} lives on another device than this variant's; "

@@ -332,7 +332,7 @@ class World:
         sets too and only its takes clear. Released with :meth:`release_dirty`, or when
         ``owner`` is garbage."""
         with self.lock:
-            held = self._dirty_owner() if self._dirty_owner is not None else None
+            held = self._dirty_holder()
             if held is None or held is owner:
                 self._dirty_owner = weakref.ref(owner)
                 return None
@@ -349,7 +349,7 @@ class World:
         flags; else None: the world's flags are ``owner``'s now, its own merged into them (a
         chunk flagged in either is sent again: harmless)."""
         with self.lock:
-            held = self._dirty_owner() if self._dirty_owner is not None else None
+            held = self._dirty_holder()
             if held is not None and held is not owner:
                 return token
             rows = self._dirty_rows.pop(token, None)
@@ -364,8 +364,12 @@ class World:
         with self.lock:
             if token is not None:
                 self._dirty_rows.pop(token, None)
-            elif self._dirty_owner is not None and self._dirty_owner() is owner:
+            elif self._dirty_holder() is owner:
                 self._dirty_owner = None
+
+    def _dirty_holder(self) -> Any:
+        """The live consumer of the world's own dirty flags, or None."""
+        return self._dirty_owner() if self._dirty_owner is not None else None
 
     def dirty(self, name: str | None = None, consumer: int | None = None) -> list[tuple[int, str]]:
         """The dirty (chunk key, field) pairs, sorted by field declaration order then slot
