@@ -133,6 +133,8 @@ class GpuProduct:
         """Unregister (late readbacks of this generation are then stale) and drop the buffers."""
         if self.handle is not None:
             self.backend.unregister_product(self.handle)
+        if self.results is not None:
+            self.variant.forget_placed(self.results)
         self.results = None
         self._inputs = {}
 

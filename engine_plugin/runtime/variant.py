@@ -336,6 +336,44 @@ def _same_params(params: Any, rep: _Repeat) -> bool:
     return fingerprint is not None and fingerprint == rep.fingerprint
 
 
+class _PlacedRepeat:
+    """What checked prepared runs derived, for the prepare repeat path (an engine product
+    dispatching its work list every frame; see ``Variant._prepare_again``).
+
+    Valid while a prepare hands the very same results buffer, the same non-array inputs (by
+    identity) and exactly the same params: then a run's params bytes, workgroups, placed
+    layout, zeroing and bindings depend only on ``n`` and the numpy inputs' dtypes and
+    shapes, which key ``entries``. Numpy inputs are uploaded afresh every prepare.
+    """
+
+    __slots__ = ("results", "inputs", "arrays", "param_items", "fingerprint", "entries")
+
+    def __init__(self, results: Any, inputs: tuple, arrays: dict, param_items: tuple, fingerprint: Any):
+        self.results, self.inputs, self.arrays = results, inputs, arrays
+        self.param_items, self.fingerprint = param_items, fingerprint
+        # (n, ((name, dtype, shape), ...)) -> (data, groups, layout, end, ops, fixed bound)
+        self.entries: "OrderedDict[tuple, tuple]" = OrderedDict()
+
+    def same(self, results: Any, inputs: Any, params: Any) -> bool:
+        """Whether a prepare with these arguments may use an entry (see the class)."""
+        if results is not self.results or not inputs or len(inputs) != len(self.inputs):
+            return False
+        arrays = self.arrays
+        for (k, v), (rk, rv) in zip(inputs.items(), self.inputs):
+            if k != rk:
+                return False
+            if k in arrays:
+                if type(v) is not np.ndarray or not v.flags.c_contiguous or v.dtype != arrays[k][1]:
+                    return False
+            elif v is not rv:
+                return False
+        return _same_params(params, self)  # type: ignore[arg-type]  # the same two fields as _Repeat's
+
+
+_PLACED_ENTRIES = 64  # (n, array shapes) a prepare repeat keeps: a product's work lists vary in length
+_PLACED_AREAS = 8  # results areas a variant keeps repeats for (products of one kernel; released ones are forgotten)
+
+
 class Variant:
     """One specialisation of a program, compiled on one device."""
 
@@ -363,6 +401,15 @@ class Variant:
         self._sizes: dict[tuple, int] = {}
         self._repeat: _Repeat | None = None
         self._repeat_group: tuple | None = None
+        # Prepare repeats by results area (its id: each holds its area, so no id is reused while kept).
+        self._placed: "OrderedDict[int, _PlacedRepeat]" = OrderedDict()
+        # Prepared runs can repeat when every binding is a plain input (a buffer, or numpy data
+        # uploaded as it is) or a plain output, and the domain count, if any, is not given.
+        self._placed_repeatable = (
+            not lowered.columns
+            and all(s.role in ("input", "output", "domain_count") for s in lowered.host_slots)
+            and all(s.role != "output" or not s.live for s in lowered.host_slots)
+        )
         # Kernels whose every binding is an input, output, table or append can take the repeat path.
         # Runs of host data that bind nothing a caller could reach otherwise may be deferred.
         self._deferrable = not lowered.columns and all(s.role in ("input", "output", "append", "domain_count") for s in lowered.host_slots)
@@ -395,6 +442,7 @@ class Variant:
         self._packer = ParamsPacker(lowered, self.yaml_path, {p.name: p.line for p in program.schema.params})
         self._repeat = None
         self._repeat_group = None
+        self._placed.clear()
 
     def __repr__(self) -> str:
         return f"Variant({self.program.key!r}, {self.spec.label()})"
@@ -775,25 +823,112 @@ class Variant:
                 flush_pending()  # a deferred run goes first, in queue order
                 if len(self._ring.reserved) >= self._ring.slots - 1:  # one slot each, until submitted
                     raise DispatchError(f"{self._ring.slots - 1} prepared runs of this variant are not submitted yet", Span(self.yaml_path))
+                placed = self._placed.get(id(results))
+                if placed is not None and domain_count is None and type(n) is int and placed.same(results, inputs, params):
+                    again = self._prepare_again(placed, n, inputs)  # type: ignore[arg-type]  # same() saw inputs
+                    if again is not None:
+                        return again
                 area = _Placement(results, self._storage_align)
                 result, shape, data, bind_group, groups, work, bound = self._prepare(n, inputs, params, None, domain_count, area)
-                offset = self._ring.take()
-                self.ctx.queue.write_buffer(self._ring.buffer, offset, data)
-                self._ring.reserved.add(offset)
-                self.runs += 1
-                # The buffers it binds (the params ring too): the submission may then move the
-                # zeroing of its outputs ahead of other records (see runtime.submission).
-                binds = frozenset([self._ring.buffer, *(b.buffer for b in bound.values() if b.buffer is not None)])
-                record = (self.compiled.pipeline, bind_group, offset, groups, work.ops, binds)
+                if self._placed_repeatable and domain_count is None and type(n) is int and inputs and not work.extra and not work.chained:
+                    self._remember_placed(n, inputs, params, results, data, groups, area, work, bound)
                 holds = tuple(v for v in (*(inputs or {}).values(), domain_count) if isinstance(_unwrap(v), Output))
                 if work.live_holder is not None:  # its snapshot counter: not reused before the records run
                     holds += (work.live_holder,)
-                return PreparedRun(self, work.extra + [record], Run(result, shape, groups, self), work.temps, area.layout, area.end, offset, holds)
+                return self._prepared(result, shape, data, bind_group, groups, work.ops, work.temps, bound, area.layout, area.end, work.extra, holds)
         except Exception as exc:
             lost = lost_error(ctx, exc)
             if lost is None or lost is exc:
                 raise
             raise lost from None
+
+    def _prepared(
+        self,
+        result: dict,
+        shape: Any,
+        data: bytes,
+        bind_group: Any,
+        groups: tuple,
+        ops: list,
+        temps: list,
+        bound: dict,
+        layout: dict,
+        end: int,
+        extra: list,
+        holds: tuple,
+    ) -> PreparedRun:
+        """A checked run's PreparedRun, its params written into a reserved ring slot."""
+        offset = self._ring.take()
+        self.ctx.queue.write_buffer(self._ring.buffer, offset, data)
+        self._ring.reserved.add(offset)
+        self.runs += 1
+        # The buffers it binds (the params ring too): the submission may then move the
+        # zeroing of its outputs ahead of other records (see runtime.submission).
+        binds = frozenset([self._ring.buffer, *(b.buffer for b in bound.values() if b.buffer is not None)])
+        record = (self.compiled.pipeline, bind_group, offset, groups, ops, binds)
+        return PreparedRun(self, extra + [record], Run(result, shape, groups, self), temps, layout, end, offset, holds)
+
+    def _remember_placed(
+        self, n: int, inputs: Mapping[str, Any], params: Any, results: Any, data: bytes, groups: tuple, area: _Placement, work: _Work, bound: dict
+    ) -> None:
+        """Keep what a fully checked prepare derived (see :class:`_PlacedRepeat`), when every
+        input is a buffer or numpy data uploaded as it is."""
+        arrays: dict[str, tuple] = {}
+        for name, value in inputs.items():
+            slot = self._slots.get(name)
+            if slot is None or slot.role != "input":
+                return
+            if type(value) is np.ndarray:
+                direct = self._direct_upload(slot, value) if value.flags.c_contiguous else None
+                if direct is None:
+                    return  # converted on upload: the full path's checks every time
+                arrays[name] = (slot, value.dtype)
+            elif not isinstance(value, wgpu.GPUBuffer):
+                return
+        placed = self._placed.get(id(results))
+        if placed is None or not placed.same(results, inputs, params):
+            placed = self._placed[id(results)] = _PlacedRepeat(
+                results, tuple(inputs.items()), arrays, tuple(params.items()) if params else (), exact_fingerprint(params)
+            )
+            while len(self._placed) > _PLACED_AREAS:
+                self._placed.popitem(last=False)
+        self._placed.move_to_end(id(results))
+        uploaded = {slot.binding for slot, _ in arrays.values()}
+        fixed = {i: b for i, b in bound.items() if i not in uploaded}
+        if len(work.temps) != len(arrays) or any(b.transient for b in fixed.values()):
+            return  # a temporary besides the uploads (none today): not derived from the key
+        key = (n, tuple((k, inputs[k].shape) for k in arrays))
+        directs = tuple((slot, self._direct_upload(slot, inputs[k])) for k, (slot, _) in arrays.items())
+        placed.entries[key] = (data, groups, dict(area.layout), area.end, tuple(work.ops), fixed, directs)
+        while len(placed.entries) > _PLACED_ENTRIES:
+            placed.entries.popitem(last=False)
+
+    def forget_placed(self, results: Any) -> None:
+        """Drop the prepare repeats of results area ``results`` (its product is released:
+        the repeats would keep the area's buffer alive)."""
+        with self._lock:
+            placed = self._placed.get(id(results))
+            if placed is not None and placed.results is results:
+                del self._placed[id(results)]
+
+    def _prepare_again(self, placed: _PlacedRepeat, n: int, inputs: Mapping[str, Any]) -> PreparedRun | None:
+        """A prepare that repeats a remembered one (same results area, inputs and params; this
+        ``n`` and these array shapes seen before): the numpy inputs are uploaded afresh and
+        bound, everything else is what the full checks derived then. None: not seen."""
+        arrays = placed.arrays
+        key = (n, tuple((k, inputs[k].shape) for k in arrays))
+        entry = placed.entries.get(key)
+        if entry is None:
+            return None
+        data, groups, layout, end, ops, fixed, directs = entry
+        placed.entries.move_to_end(key)
+        self._last_pages = None
+        bound = dict(fixed)
+        temps: list = []
+        for (slot, direct), value in zip(directs, [inputs[k] for k in arrays]):
+            bound[slot.binding] = self._upload_again(slot, value, temps, direct)  # dtype, shape and layout as remembered
+        bind_group = self._bind_group(bound)
+        return self._prepared(dict(layout), n, data, bind_group, groups, list(ops), temps, bound, dict(layout), end, [], ())
 
     def results_bytes(self, n: int, params: Mapping[str, Any] | None = None, lengths: Mapping[str, int] | None = None) -> int:
         """Bytes a results area needs for a run over ``n`` items (``lengths``: element counts

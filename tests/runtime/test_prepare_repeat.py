@@ -1,0 +1,129 @@
+"""The prepare repeat path (an engine product preparing its work list every frame): a prepare
+that repeats a checked one reuses what was derived, and answers exactly what the full checks
+answer. Checked against a numpy model over random sequences of prepares, on the GPU."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import wgpu
+
+from engine_plugin import abi
+from engine_plugin.device.context import get_context
+from engine_plugin.errors import DispatchError
+from engine_plugin.runtime.submission import Submission
+
+pytestmark = pytest.mark.gpu
+
+# y[i] = a * src[items[i]] + b over the n work items; a whole-dispatch output the size of the
+# params' count k (k <= n): z[j] = k + j (a count from params, placed after y).
+GATHER_YAML = """\
+bindings:
+  - { name: items, kind: buffer, access: read, element: u32 }
+  - { name: src,   kind: buffer, access: read, element: f32 }
+  - { name: y,     kind: buffer, access: read_write, element: f32, count: "n" }
+  - { name: z,     kind: buffer, access: read_write, element: u32, count: "k" }
+params:
+  - { name: a, type: f32 }
+  - { name: b, type: f32 }
+  - { name: k, type: u32 }
+"""
+GATHER_WGSL = """\
+@compute @workgroup_size(64)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
+    let i = zero_index(gid);
+    if (i < zero_n()) { y_set(i, params.a * src_get(items_get(i)) + params.b); }
+    if (i < z_len()) { z_set(i, params.k + i); }
+}
+"""
+
+STORAGE = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC | wgpu.BufferUsage.COPY_DST
+
+
+def _variant(key: str):
+    schema = abi.parse(GATHER_YAML, f"{key}/bindings.yaml")
+    return abi.program(key=key, schema=schema, wgsl=GATHER_WGSL, wgsl_path=f"{key}/kernel.wgsl").variant()
+
+
+def _submit(ctx, prepared) -> None:
+    sub = Submission()
+    for record in prepared.records:
+        sub.add(record)
+    sub.submit(ctx.device, ctx.queue, ctx.guard, "test")
+    prepared.submitted()
+
+
+def _read(ctx, area, placed, n, dtype):
+    words = np.frombuffer(ctx.queue.read_buffer(area), dtype)
+    return words[placed.offset // 4 : placed.offset // 4 + n]
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_prepares_repeating_checked_ones_answer_what_the_full_checks_answer(seed, monkeypatch):
+    ctx = get_context()
+    variant = _variant(f"t15/gather_model{seed}")
+    full = []
+    real = type(variant)._prepare
+    monkeypatch.setattr(type(variant), "_prepare", lambda self, *a: full.append(1) or real(self, *a))
+    rng = np.random.default_rng(seed)
+    host = [rng.standard_normal(256).astype(np.float32) for _ in range(2)]
+    srcs = [ctx.device.create_buffer_with_data(data=h, usage=STORAGE) for h in host]
+    areas = [ctx.device.create_buffer(size=4096, usage=STORAGE) for _ in range(2)]
+    inputs_of_area: list[dict] = [{}, {}]
+    params_kept = {"a": 2.0, "b": 0.5, "k": 3}
+    made = 0
+    for step in range(60):
+        area_k = int(rng.integers(2))
+        src_k = int(rng.integers(2))
+        n = int(rng.choice([4, 7, 64, 65, 100]))  # >= k: the entry point runs n invocations
+        items = rng.integers(0, 256, size=n).astype(np.uint32)
+        if rng.random() < 0.2:
+            items = items.astype(np.int64)  # another dtype: converted on upload, the full path each time
+        choice = rng.random()
+        if choice < 0.15:
+            params_kept = {"a": float(rng.integers(1, 4)), "b": 0.5, "k": int(rng.integers(1, 5))}  # a new dict
+        elif choice < 0.25:
+            params_kept["b"] = float(rng.integers(0, 3))  # the same dict, changed in place
+        elif choice < 0.3:
+            params_kept["a"] = np.float32(rng.integers(1, 4))  # a numpy value
+        inputs = inputs_of_area[area_k]
+        inputs.clear()  # the same dict object, refilled (the engine makes a new one each time)
+        inputs.update(items=items, src=srcs[src_k])
+        prepared = variant.prepare(n, inputs, dict(params_kept) if rng.random() < 0.5 else params_kept, results=areas[area_k])
+        made += 1
+        area = areas[area_k]
+        _submit(ctx, prepared)
+        a, b, k = np.float32(params_kept["a"]), np.float32(params_kept["b"]), int(params_kept["k"])
+        want_y = a * host[src_k][items.astype(np.int64)] + b
+        np.testing.assert_array_equal(_read(ctx, area, prepared.layout["y"], n, np.float32), want_y, err_msg=f"step {step}")
+        np.testing.assert_array_equal(_read(ctx, area, prepared.layout["z"], k, np.uint32), k + np.arange(k, dtype=np.uint32), err_msg=f"step {step}")
+        assert prepared.layout["y"].capacity == n and prepared.layout["z"].capacity == k
+    assert len(full) < made  # some prepares repeated a checked one (else this test checks nothing new)
+
+
+def test_a_repeat_is_refused_where_the_full_checks_refuse():
+    # A results area too small for a larger n: the repeat of a smaller n must not hide that.
+    ctx = get_context()
+    variant = _variant("t15/gather_refused")
+    src = ctx.device.create_buffer_with_data(data=np.ones(64, np.float32), usage=STORAGE)
+    area = ctx.device.create_buffer(size=512, usage=STORAGE)
+    params = {"a": 1.0, "b": 0.0, "k": 1}
+    for _ in range(2):
+        _submit(ctx, variant.prepare(8, {"items": np.zeros(8, np.uint32), "src": src}, params, results=area))
+    with pytest.raises(DispatchError, match="results area"):
+        variant.prepare(200, {"items": np.zeros(200, np.uint32), "src": src}, params, results=area)
+    with pytest.raises(DispatchError, match="unknown input"):
+        variant.prepare(8, {"items": np.zeros(8, np.uint32), "src": src, "extra": src}, params, results=area)
+    with pytest.raises(DispatchError):
+        variant.prepare(8, {"items": np.zeros(8, np.uint32), "src": src}, {"a": 1.0, "b": 0.0}, results=area)  # k missing
+
+
+def test_a_released_products_results_area_is_forgotten():
+    ctx = get_context()
+    variant = _variant("t15/gather_forget")
+    src = ctx.device.create_buffer_with_data(data=np.ones(64, np.float32), usage=STORAGE)
+    areas = [ctx.device.create_buffer(size=1024, usage=STORAGE) for _ in range(2)]
+    for area in areas:
+        _submit(ctx, variant.prepare(8, {"items": np.zeros(8, np.uint32), "src": src}, {"a": 1.0, "b": 0.0, "k": 1}, results=area))
+    variant.forget_placed(areas[0])
+    assert [p.results for p in variant._placed.values()] == [areas[1]]
