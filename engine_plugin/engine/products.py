@@ -17,6 +17,7 @@ import numpy as np
 
 from ..gpu.descriptors import ChunkKeys, ReadbackPolicy
 from ..gpu.handles import GpuProductHandle
+from ..world.world import World
 from .contract import CHUNK_POLICIES, TILE_ITEMS, ProductError, ProductPlan, ProductResult
 from .records import has_whole_outputs, select_items
 from .selection import Tile, linear_index
@@ -41,7 +42,7 @@ class ChunkIndex:
     it answers :data:`UNKNOWN_VERSION`: its mirror may hold older bytes than its version says.
     """
 
-    __slots__ = ("world", "clock", "_meta", "_sorted", "_columns")
+    __slots__ = ("world", "clock", "_meta", "_sorted", "_columns", "_vectors")
 
     def __init__(self, world: Any, for_mirrors: bool = True) -> None:
         self.world = world
@@ -51,6 +52,12 @@ class ChunkIndex:
         self._meta: dict[int, tuple[int, int]] = {}
         self._sorted: dict[frozenset, list] = {}
         self._columns: dict[frozenset, tuple[tuple[int, ...], tuple[int, ...], np.ndarray, np.ndarray]] = {}
+        # World's own slot and version vectors (a subclass answering other slots or versions
+        # is asked chunk by chunk, through get).
+        cls = type(world)
+        self._vectors = cls is World or all(
+            getattr(cls, name, None) is getattr(World, name) for name in ("slots_of", "slot_versions", "slot", "version", "__contains__")
+        )
 
     def sorted_columns(self, keys: set[int] | frozenset[int]) -> tuple[tuple[int, ...], tuple[int, ...], np.ndarray, np.ndarray]:
         """``(keys, versions, u32 slots, i64 versions)`` of the live chunks among ``keys``, by
@@ -58,16 +65,41 @@ class ChunkIndex:
         frozen = frozenset(keys)
         found = self._columns.get(frozen)
         if found is None:
-            entries = self.sorted_entries(frozen)
-            versions = tuple([e[2] for e in entries])
-            found = (
-                tuple([e[1] for e in entries]),
-                versions,
-                np.array([e[0] for e in entries], dtype=np.uint32),
-                np.array(versions, dtype=np.int64),
-            )
+            found = self._vector_columns(frozen) if self._vectors else None
+            if found is None:
+                entries = self.sorted_entries(frozen)
+                versions = tuple([e[2] for e in entries])
+                found = (
+                    tuple([e[1] for e in entries]),
+                    versions,
+                    np.array([e[0] for e in entries], dtype=np.uint32),
+                    np.array(versions, dtype=np.int64),
+                )
             self._columns[frozen] = found
         return found
+
+    def _vector_columns(self, frozen: frozenset[int]) -> tuple[tuple[int, ...], tuple[int, ...], np.ndarray, np.ndarray] | None:
+        """:meth:`sorted_columns` read from the world's vectors (a frame owes ~100 chunks a
+        product: one lookup each cost more than the dispatch), or None once the world moved.
+        While it holds still every lookup of :meth:`get` answers the chunk's current slot and
+        version (what the takes learned were current then, and nothing changed since), so the
+        vectors answer the same columns."""
+        if self.clock is None or self.moved:
+            return None
+        world = self.world
+        listed = list(frozen)
+        slots = world.slots_of(listed)
+        order = np.argsort(slots, kind="stable")
+        slots = slots[order]
+        live = int(np.searchsorted(slots, 0))  # evicted keys (-1) sort first: dropped
+        order, slots = order[live:], slots[live:]
+        version_array = np.asarray(world.slot_versions(slots), dtype=np.int64)
+        return (
+            tuple([listed[i] for i in order.tolist()]),
+            tuple(version_array.tolist()),
+            slots.astype(np.uint32),
+            version_array,
+        )
 
     def sorted_entries(self, keys: set[int] | frozenset[int]) -> list[tuple[int, int, int]]:
         """``(slot, key, version)`` of the live chunks among ``keys``, by slot (shared by the
@@ -447,16 +479,23 @@ def split_current(
         ok = np.asarray(slot_versions(work.slots)) == computed_at
         everything = bool(ok.all())
         current: list[bool] = [] if everything else ok.tolist()  # per chunk, read only when some are stale
+        mask: np.ndarray | None = ok
     else:
         is_current = is_current or world.is_current
         current = [is_current(k, v) for k, v in zip(work.keys, work.versions)]
         everything = all(current)
+        mask = None
     policy = product.policy
     plan = product.plan
     if not everything and (policy is ReadbackPolicy.SELECTED_PATH or (plan is not None and has_whole_outputs(plan))):
         return None, [], list(work.keys)
     applied = list(work.keys) if everything else list(itertools.compress(work.keys, current))
-    stale = [] if everything else [k for k, ok in zip(work.keys, current) if not ok]
+    if everything:
+        stale = []
+    elif mask is not None:  # one C pass, not a Python loop over every chunk
+        stale = list(itertools.compress(work.keys, (~mask).tolist()))
+    else:
+        stale = [k for k, ok in zip(work.keys, current) if not ok]
     if not applied:
         return None, [], stale
     if plan is None:  # a CPU-only product: one array of records, one a chunk or tile
@@ -486,7 +525,7 @@ def split_current(
     else:
         if policy is ReadbackPolicy.FULL_FIELD:
             by_chunk = (len(work.keys), *world.chunk_shape)
-        keep = None if everything else np.array(current, dtype=bool)
+        keep = None if everything else (mask if mask is not None else np.array(current, dtype=bool))
     if plan_for is not None:
         outputs = select_items(plan_for, outputs, keep, by_chunk)
     else:
