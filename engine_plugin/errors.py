@@ -50,6 +50,7 @@ __all__ = [
     "StaleHandleError",
     "StaleSpanError",
     "bug",
+    "in_source",
 ]
 
 
@@ -77,6 +78,22 @@ class Span:
         line = self.text.rstrip("\n").expandtabs(4)
         col = max(1, self.col or 1)
         return f"\n    {line}\n    {' ' * (col - 1)}^"
+
+
+def in_source(path: str | None, text: str | None, line: int | None, col: int | None = None) -> Span:
+    """A :class:`Span` at 1-based ``line`` of a user's file whose ``text`` is known, with that
+    line for the caret; ``col`` defaults to where the line's entry starts (its first character
+    after the indentation and a YAML list dash). Without a line (or the text) only the path."""
+    lines = text.splitlines() if text and line else []
+    if not line or not 0 < line <= len(lines):
+        return Span(path, line or None, col)
+    source = lines[line - 1]
+    if col is None:
+        body = source.lstrip()
+        if body.startswith("- "):
+            body = body[2:].lstrip()
+        col = len(source) - len(body) + 1
+    return Span(path, line, col, source)
 
 
 class PluginError(Exception):

@@ -37,7 +37,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import PluginError, Span
+from ..errors import PluginError, Span, in_source
 from ..gpu.descriptors import ReadbackPolicy
 from ..gpu.handles import GpuProductHandle
 from ..lowering.expressions import parse_expression
@@ -154,8 +154,30 @@ def plan_product(
         inputs: bindings the caller supplies once (tables, pages, columns, textures, buffers).
         readback: the outputs read back (default: every output; none for ``NONE``).
     Raises:
-        ProductError: naming the binding (and its bindings.yaml line) that breaks the contract.
+        ProductError: naming the binding (and its bindings.yaml line and column) that breaks
+            the contract.
     """
+    try:
+        return _plan_product(lowered, world, fields, policy, where, params=params, inputs=inputs, readback=readback)
+    except ProductError as exc:
+        span, texts = exc.span, lowered.source_map.texts
+        if span is not None and span.line and span.col is None and texts:
+            exc.span = in_source(span.path, texts[0], span.line)  # the column and the caret
+            exc.args = (exc.render(),)
+        raise
+
+
+def _plan_product(
+    lowered: Any,
+    world: Any,
+    fields: Mapping[str, str] | Sequence[str] | None,
+    policy: ReadbackPolicy,
+    where: str | None,
+    *,
+    params: Mapping[str, Any] | None,
+    inputs: Mapping[str, Any] | None,
+    readback: Sequence[str] | None,
+) -> ProductPlan:
     variant = where
     given = dict(inputs or {})
     for c in lowered.columns:

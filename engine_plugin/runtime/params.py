@@ -7,7 +7,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from ..errors import DispatchError, Span
+from ..errors import DispatchError, in_source
 from ..lowering.lowered import Lowered
 
 __all__ = ["ParamsPacker"]
@@ -37,7 +37,8 @@ class ParamsPacker:
 
     def error(self, message: str, name: str | None = None) -> DispatchError:
         line = self._lines.get(name) if name else None
-        return DispatchError(message, Span(self.yaml_path, line))
+        texts = self.lowered.source_map.texts
+        return DispatchError(message, in_source(self.yaml_path, texts[0] if texts else None, line))
 
     def check(self, params: Mapping[str, Any] | None) -> dict[str, Any]:
         """Validate user params (all present, none unknown, right types) before any GPU work."""

@@ -34,7 +34,7 @@ from typing import Any, Mapping
 import numpy as np
 import wgpu
 
-from ..errors import DeviceLostError, DispatchError, ExpressionError, Span, bug
+from ..errors import DeviceLostError, DispatchError, ExpressionError, Span, bug, in_source
 from ..lowering.expressions import parse_expression
 from ..lowering.geometry import Domain, as_domain, dispatch_fields, group_cap
 from ..lowering.lowered import HostSlot, Lowered
@@ -450,7 +450,12 @@ class Variant:
     # -- errors ----------------------------------------------------------------------------
     def _slot_error(self, slot: HostSlot | None, message: str) -> DispatchError:
         line = slot.line if slot is not None else None
-        return DispatchError(message, Span(self.yaml_path, line))
+        return DispatchError(message, self._source_span(line))
+
+    def _source_span(self, line: int | None) -> Span:
+        """Where ``line`` of this variant's bindings.yaml is, with its column and text."""
+        texts = self.lowered.source_map.texts
+        return in_source(self.yaml_path, texts[0] if texts else None, line)
 
     # -- inputs ----------------------------------------------------------------------------
     def length_of(self, name: str, value: Any) -> int | None:
@@ -1261,7 +1266,7 @@ class Variant:
             c = missing[0]
             raise DispatchError(
                 f"missing column {c.name!r} (a run of page {c.page!r}): pass a substrate handle, a run name or a GPUBuffer",
-                Span(self.yaml_path, c.line),
+                self._source_span(c.line),
             )
         from ..substrate.binding import page_binding
 
@@ -1273,7 +1278,7 @@ class Variant:
                     f"page {page!r}: its buffer {buffer.label!r} lives on another device than this variant's; "
                     "make the Substrate on the variant's device (Substrate(device=None) is the plugin's default) "
                     "or make the program on the substrate's device (abi.program(..., device=...))",
-                    Span(self.yaml_path, line),
+                    self._source_span(line),
                 )
         self._last_pages = (cache_key, result, cols)  # cols kept alive so the ids stay theirs
         return result
