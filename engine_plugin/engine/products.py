@@ -42,7 +42,7 @@ class ChunkIndex:
     it answers :data:`UNKNOWN_VERSION`: its mirror may hold older bytes than its version says.
     """
 
-    __slots__ = ("world", "clock", "_meta", "_sorted", "_columns", "_vectors")
+    __slots__ = ("world", "clock", "_meta", "_learned", "_sorted", "_columns", "_vectors")
 
     def __init__(self, world: Any, for_mirrors: bool = True) -> None:
         self.world = world
@@ -50,6 +50,7 @@ class ChunkIndex:
         # world itself, as a CPU fallback's: a version read before the bytes is never newer).
         self.clock: int | None = getattr(world, "clock", None) if for_mirrors else None
         self._meta: dict[int, tuple[int, int]] = {}
+        self._learned: list[tuple[Sequence[int], Any, Any]] = []  # learn()'s vectors, made into _meta when get() first needs them
         self._sorted: dict[frozenset, list] = {}
         self._columns: dict[frozenset, tuple[tuple[int, ...], tuple[int, ...], np.ndarray, np.ndarray]] = {}
         # World's own slot and version vectors (a subclass answering other slots or versions
@@ -123,11 +124,15 @@ class ChunkIndex:
         """Record ``(slot, version)`` of live chunks the caller read in bulk (the uploads), unless
         the world moved since the index was made: versions taken then may be newer than another
         field's mirror holds (that chunk's lookup answers :data:`UNKNOWN_VERSION`)."""
-        if not self.moved:
-            self._meta.update(zip(keys, zip(slots.tolist(), versions.tolist())))
+        if not self.moved:  # kept as vectors: a frame whose work lists read the world's vectors never asks
+            self._learned.append((keys, slots, versions))
 
     def get(self, key: int) -> tuple[int, int] | None:
         """``(slot, version)`` of live chunk ``key``, or None when it is not in the world."""
+        if self._learned:
+            learned, self._learned = self._learned, []
+            for keys, slots, versions in learned:
+                self._meta.update(zip(keys, zip(slots.tolist(), versions.tolist())))
         found = self._meta.get(key)
         if found is None:
             world = self.world

@@ -55,3 +55,17 @@ def test_a_moved_world_is_looked_up_chunk_by_chunk():
     keys, versions, slots, _ = index.sorted_columns({1, 2, 3})
     assert keys == (1, 2, 3)
     assert versions[0] == first[1] and versions[1] == UNKNOWN_VERSION and versions[2] == UNKNOWN_VERSION
+
+
+def test_chunks_learned_from_the_uploads_keep_their_versions_after_the_world_moved():
+    world = World((2, 2), {"h": np.float32}, max_chunks=8)
+    for k in range(6):
+        world.add(k)
+    index = ChunkIndex(world)
+    slots = np.array([world.slot(k) for k in (1, 2)], dtype=np.int64)
+    versions = world.slot_versions(slots)
+    index.learn([1, 2], slots, versions)  # what the upload's take read (the mirrors hold it)
+    world.write(1, "h", 5.0)  # another thread's change after the index was made
+    keys, got, _, _ = index.sorted_columns({1, 2, 3})
+    assert keys == (1, 2, 3)
+    assert got == (int(versions[0]), int(versions[1]), UNKNOWN_VERSION)
