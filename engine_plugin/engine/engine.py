@@ -427,9 +427,12 @@ class Engine:
         return self.backend.field_buffer(name)
 
     def invalidate(self, handle: GpuProductHandle | None = None) -> None:
-        """Recompute every chunk of one product (all products when None) from the next frame."""
+        """Recompute every chunk of one product (all products when None) from the next frame.
+        Results in flight are void (computed before the call: from inputs the engine cannot
+        see changing, say); each chunk is applied once, from its recomputation."""
         for product in [self.product(handle)] if handle is not None else self._order:
             product.cpu_done.clear()  # recomputed on the CPU too, not skipped as computed
+            product.epoch += 1  # a result of an older epoch is dropped as stale when it lands
             product.owe_everything(self.world)
 
     # ---- the frame ---------------------------------------------------------------------

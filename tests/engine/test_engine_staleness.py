@@ -233,3 +233,23 @@ def test_revalidate_takes_chunk_or_fields_only():
 
     with pytest.raises(ProductError, match="'chunk' or 'fields'"):
         EngineConfig(revalidate="never")
+
+
+def test_invalidate_voids_the_results_in_flight_and_applies_each_chunk_once(world, make_engine):
+    # Review helper 43: results in flight when invalidate() was called still landed and were
+    # applied, then the recomputed ones were applied again: every chunk twice. A result
+    # computed before the call (from inputs the engine cannot see changing, say) is void.
+    engine = make_engine(world)
+    applied = Applied(world)
+    handle = summary_product(engine, "height", applied)
+    run_until_idle(engine)
+    with held_deliveries(engine):
+        world.write(3, "height", 7.0)
+        engine.frame()  # chunk 3's result in flight
+    engine.invalidate(handle)
+    before = len(applied.results)
+    stats = run_until_idle(engine)
+    after = [k for r in applied.results[before:] for k in r.keys]
+    assert sorted(after) == sorted(world.keys())  # every chunk recomputed, each applied once
+    assert stats.readbacks_stale >= 1
+    assert same_bits(applied.latest[3], cpu_summary(world, "height", 3))
