@@ -828,19 +828,25 @@ class Variant:
                 flush_pending()  # a deferred run goes first, in queue order
                 if len(self._ring.reserved) >= self._ring.slots - 1:  # one slot each, until submitted
                     raise DispatchError(f"{self._ring.slots - 1} prepared runs of this variant are not submitted yet", Span(self.yaml_path))
-                placed = self._placed.get(id(results))
-                if placed is not None and domain_count is None and type(n) is int and placed.same(results, inputs, params):
+                # Repeats take mappings only (what the signature says; a list of pairs goes the full path).
+                plain = domain_count is None and type(n) is int and _mapping(inputs) and (params is None or _mapping(params))
+                placed = self._placed.get(id(results)) if plain else None
+                if placed is not None and placed.same(results, inputs, params):
                     again = self._prepare_again(placed, n, inputs)  # type: ignore[arg-type]  # same() saw inputs
                     if again is not None:
                         return again
                 area = _Placement(results, self._storage_align)
                 result, shape, data, bind_group, groups, work, bound = self._prepare(n, inputs, params, None, domain_count, area)
-                if self._placed_repeatable and domain_count is None and type(n) is int and inputs and not work.extra and not work.chained:
-                    self._remember_placed(n, inputs, params, results, data, groups, area, work, bound)
-                holds = tuple(v for v in (*(inputs or {}).values(), domain_count) if isinstance(_unwrap(v), Output))
-                if work.live_holder is not None:  # its snapshot counter: not reused before the records run
-                    holds += (work.live_holder,)
-                return self._prepared(result, shape, data, bind_group, groups, work.ops, work.temps, bound, area.layout, area.end, work.extra, holds)
+                try:
+                    if self._placed_repeatable and plain and inputs and not work.extra and not work.chained:
+                        self._remember_placed(n, inputs, params, results, data, groups, area, work, bound)  # type: ignore[arg-type]
+                    holds = tuple(v for v in (*(inputs or {}).values(), domain_count) if isinstance(_unwrap(v), Output))
+                    if work.live_holder is not None:  # its snapshot counter: not reused before the records run
+                        holds += (work.live_holder,)
+                    return self._prepared(result, shape, data, bind_group, groups, work.ops, work.temps, bound, area.layout, area.end, work.extra, holds)
+                except BaseException:
+                    self._pool_back(work.temps)  # never submitted: the uploads go back to the pool
+                    raise
         except Exception as exc:
             lost = lost_error(ctx, exc)
             if lost is None or lost is exc:
@@ -892,9 +898,10 @@ class Variant:
                 return
         placed = self._placed.get(id(results))
         if placed is None or not placed.same(results, inputs, params):
-            placed = self._placed[id(results)] = _PlacedRepeat(
-                results, tuple(inputs.items()), arrays, tuple(params.items()) if params else (), exact_fingerprint(params)
-            )
+            # Arrays are compared by dtype and shape, never by identity: not kept (a work list
+            # of a first frame is not held for the area's life).
+            kept = tuple((k, None if k in arrays else v) for k, v in inputs.items())
+            placed = self._placed[id(results)] = _PlacedRepeat(results, kept, arrays, tuple(params.items()) if params else (), exact_fingerprint(params))
             while len(self._placed) > _PLACED_AREAS:
                 self._placed.popitem(last=False)
         self._placed.move_to_end(id(results))
@@ -930,10 +937,18 @@ class Variant:
         self._last_pages = None
         bound = dict(fixed)
         temps: list = []
-        for (slot, direct), value in zip(directs, [inputs[k] for k in arrays]):
-            bound[slot.binding] = self._upload_again(slot, value, temps, direct)  # dtype, shape and layout as remembered
-        bind_group = self._bind_group(bound)
-        return self._prepared(dict(layout), n, data, bind_group, groups, list(ops), temps, bound, dict(layout), end, [], ())
+        try:
+            for (slot, direct), value in zip(directs, [inputs[k] for k in arrays]):
+                bound[slot.binding] = self._upload_again(slot, value, temps, direct)  # dtype, shape and layout as remembered
+            bind_group = self._bind_group(bound)
+            return self._prepared(dict(layout), n, data, bind_group, groups, list(ops), temps, bound, dict(layout), end, [], ())
+        except BaseException:
+            self._pool_back(temps)  # never submitted: the uploads go back to the pool
+            raise
+
+    def _pool_back(self, temps: list) -> None:
+        for buf in temps:
+            self._pool.give(buf)
 
     def results_bytes(self, n: int, params: Mapping[str, Any] | None = None, lengths: Mapping[str, int] | None = None) -> int:
         """Bytes a results area needs for a run over ``n`` items (``lengths``: element counts
@@ -1409,6 +1424,11 @@ def _host_only(inputs: Any, domain_count: Any) -> bool:
 def _run_bytes(work: _Work, result: dict) -> int:
     """Bytes a run uploads and allocates (what a deferral holds back)."""
     return sum(b.size for b in work.temps) + sum(out._buffer.size for out in result.values())
+
+
+def _mapping(value: Any) -> bool:
+    """Whether ``value`` is a mapping (a dict at the cost of a type check)."""
+    return type(value) is dict or isinstance(value, Mapping)
 
 
 def _unwrap(value: Any) -> Any:
