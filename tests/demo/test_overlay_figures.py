@@ -181,9 +181,9 @@ def test_the_readme_layout_edit_widens_the_summary_record_and_an_unbound_field_i
         demo.library.request_reload("summary.computeShader")
         frames_until(demo, lambda: demo.figures.diagnostics, "the contract error")
         (diag,) = demo.figures.diagnostics
-        assert diag.asset == "summary" and diag.location == "summary.computeShader/bindings.yaml:7"
+        assert diag.asset == "summary" and diag.location == "summary.computeShader/bindings.yaml:7:5"  # line and column
         assert "'moisture' is bound to no world field" in diag.message and diag.source.strip().startswith("- { name: moisture")
-        assert diag.caret == " " * diag.source.index("-") + "^"
+        assert diag.caret == " " * diag.source.index("{") + "^"  # under the entry, as schema errors put it
         assert "summary_extra" in demo.figures.heat  # the previous kernel keeps running
     finally:
         demo.close()
