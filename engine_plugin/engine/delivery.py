@@ -112,7 +112,7 @@ class Delivery:
             and product.gpu is not None
             and product.gpu.handle == inflight.gpu_handle
             and self._gpu.backend.is_live(inflight.gpu_handle)
-            and inflight.epoch == product.epoch  # a result of an older selection, or from before invalidate(), is void
+            and inflight.epoch == product.epoch  # a result of an older selection is void
         )
         if records is None:
             st.readbacks_failed += 1

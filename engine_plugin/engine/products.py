@@ -171,7 +171,7 @@ class InFlight:
     frame: int
     plan: ProductPlan
     layout: Mapping[str, Any] = field(default_factory=dict)  # output -> runtime Placed
-    epoch: int = 0  # the product's epoch at dispatch (select_tiles and invalidate make older results void)
+    epoch: int = 0  # the product's selection epoch at dispatch (select_tiles makes older results void)
 
 
 class Product:
@@ -222,7 +222,7 @@ class Product:
         self._sent_serial: np.ndarray | None = None
         self._sent_world: Any = None
         self._serials = itertools.count(1)
-        self.epoch = 0  # bumped by every new selection and by invalidate()
+        self.epoch = 0  # bumped by every new selection
         # chunk -> content version its CPU fallback last computed: the fallback does not depend
         # on the kernel, so a new GPU generation served by the CPU does not compute it again.
         self.cpu_done: dict[int, int] = {}
