@@ -57,6 +57,7 @@ from ..gpu.descriptors import ReadbackDesc, ReadbackPolicy, UploadDesc, spans_nb
 from ..gpu.handles import GpuProductHandle, SlotTable
 from ..lowering import resolve_spec
 from ..runtime.batch import flush_current_batch
+from ..runtime.params import ParamsPacker
 from ..world import World
 from .contract import ENGINE_PARAMS, ProductError, ProductResult, ProductWork, engine_param_values, plan_product
 from .delivery import Delivery
@@ -317,6 +318,11 @@ class Engine:
             lowered, self.world, product.fields_arg, product.policy, program.yaml_path, params=product.params, inputs=product.inputs, readback=product.readback
         )
         self._check_params(product, plan, program=program)
+        # The values too, as a run checks them (and whatever device serves, or none): a value
+        # refused only when the GPU registers would send the product to its CPU fallback,
+        # which would compute with it.
+        engine_values = {n: self._engine_params[n] for n in plan.engine_params}
+        ParamsPacker(lowered, program.yaml_path, {p.name: p.line for p in program.schema.params}).check({**engine_values, **product.params})
         product.plan, product.spec_values, product.program = plan, vspec.as_dict(), program
         # A read_write binding bound to a field writes its mirror: never gap-coalesce over it.
         self._gpu.note_kernel_writes(f.field for f in plan.fields if f.writes)
@@ -428,11 +434,12 @@ class Engine:
 
     def invalidate(self, handle: GpuProductHandle | None = None) -> None:
         """Recompute every chunk of one product (all products when None) from the next frame.
-        Results in flight are void (computed before the call: from inputs the engine cannot
-        see changing, say); each chunk is applied once, from its recomputation."""
+
+        Results already in flight still land and are applied (each was computed from the state
+        at its dispatch: a product invalidated every frame, whose state changes on the GPU,
+        would otherwise never apply one); the recomputation is applied after them."""
         for product in [self.product(handle)] if handle is not None else self._order:
             product.cpu_done.clear()  # recomputed on the CPU too, not skipped as computed
-            product.epoch += 1  # a result of an older epoch is dropped as stale when it lands
             product.owe_everything(self.world)
 
     # ---- the frame ---------------------------------------------------------------------

@@ -130,7 +130,23 @@ class ParamType:
             lo, hi = _RANGE[self.scalar]
             if arr.min() < lo or arr.max() > hi:
                 return f"is {self.wgsl}: a value is out of range [{lo}, {hi}]"
+        if self.scalar == "f32" and arr.size and f32_overflow(arr):
+            return f"is {self.wgsl}: a finite value is past f32's range (+-{F32_MAX:.7g}; it would be inf)"
         return None
+
+
+F32_MAX = float(np.finfo(np.float32).max)
+
+
+def f32_overflow(values: Any) -> bool:
+    """Whether a finite value of ``values`` becomes inf as f32 (what packing it would raise, or
+    silently make inf)."""
+    arr = np.asarray(values)
+    if arr.dtype.kind in "iu" or arr.dtype == np.float32:
+        return arr.dtype.kind in "iu" and bool(np.any(np.abs(arr.astype(np.float64)) > F32_MAX))
+    wide = arr.astype(np.float64)
+    with np.errstate(over="ignore", invalid="ignore"):
+        return bool(np.any(np.isfinite(wide) & np.isinf(wide.astype(np.float32))))
 
 
 def split_array_type(inner: str) -> tuple[str, str] | None:

@@ -9,6 +9,7 @@ import numpy as np
 
 from ..errors import DispatchError, in_source
 from ..lowering.lowered import Lowered
+from ..lowering.param_types import F32_MAX
 
 __all__ = ["ParamsPacker"]
 
@@ -80,6 +81,9 @@ class ParamsPacker:
             if scalar == "f32":
                 if not isinstance(v, (int, float, np.integer, np.floating)):
                     raise self.error(f"param {name!r} ({self._type(name)}) takes numbers, not {v!r}", name)
+                if not _fits_f32(v):
+                    shown = repr(v) if len(repr(v)) <= 40 else repr(v)[:37] + "..."
+                    raise self.error(f"param {name!r} ({self._type(name)}): {shown} is past f32's range (+-{F32_MAX:.7g}; it would be inf)", name)
             else:
                 if isinstance(v, (float, np.floating)) and not float(v).is_integer():
                     raise self.error(f"param {name!r} is {self._type(name)}, not {v!r}: pass an integer", name)
@@ -151,3 +155,13 @@ def _as_list(value: Any) -> list | None:
     if isinstance(value, np.ndarray):
         return value.reshape(-1).tolist() if value.ndim <= 1 else None
     return [value]
+
+
+def _fits_f32(value: Any) -> bool:
+    """Whether a number packs as f32: inf and nan do (asked for), a finite value past f32's
+    range does not (struct refuses it)."""
+    try:
+        struct.pack("<f", float(value))
+    except (OverflowError, struct.error):
+        return False
+    return True

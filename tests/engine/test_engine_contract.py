@@ -186,3 +186,42 @@ def test_a_missing_param_names_the_line_and_column_that_declares_it(cpu_engine):
     assert span is not None and span.path.endswith("bindings.yaml") and span.line and span.col
     declared = count.schema.text.split("\n")[span.line - 1]
     assert declared[span.col - 1 :].startswith("threshold")
+
+
+@pytest.mark.parametrize("bad", [None, True, "abc", [1.0, 2.0], 1e40])
+def test_set_params_refuses_values_a_registration_refuses_and_keeps_the_product_as_it_was(make_engine, bad):
+    # Review helper 44: set_params checked names only; the value was refused when the GPU
+    # registered anew, the product went to its CPU fallback, which computed with it (None as
+    # NaN: 0 tiles above for every chunk, applied).
+    from engine_plugin.errors import DispatchError
+
+    from engine_support import run_until_idle
+
+    world = make_world(n=8)
+    engine = make_engine(world)
+    got = {}
+    handle = engine.register_product(
+        kernel_program("count_above"), key="c", fields={"src": "height"}, params={"threshold": 0.0},
+        apply=lambda r: got.update(zip(r.keys, np.asarray(r.values).reshape(-1).tolist())), cpu_fallback=fallbacks.count_above,
+    )
+    run_until_idle(engine)
+    on_gpu = engine.product(handle).gpu is not None
+    with pytest.raises(DispatchError, match="threshold"):
+        engine.set_params(handle, {"threshold": bad})
+    assert engine.product(handle).params == {"threshold": 0.0}
+    assert (engine.product(handle).gpu is not None) == on_gpu
+    world.write(1, "height", np.full(world.chunk_shape, 5.0, np.float32))
+    run_until_idle(engine)
+    assert got[1] == world.chunk_shape[0] * world.chunk_shape[1]  # every tile above 0.0
+    with pytest.raises(DispatchError, match="threshold"):
+        engine.register_product(kernel_program("count_above"), key="d", fields={"src": "height"}, params={"threshold": bad},
+                                apply=lambda r: None, cpu_fallback=fallbacks.count_above)
+
+
+def test_a_cpu_only_engine_refuses_a_param_value_the_kernel_cannot_take(cpu_engine):
+    from engine_plugin.errors import DispatchError
+
+    with pytest.raises(DispatchError, match="threshold"):
+        cpu_engine.register_product(kernel_program("count_above"), key="c", fields={"src": "height"}, params={"threshold": None},
+                                    apply=lambda r: None, cpu_fallback=fallbacks.count_above)
+    assert len(cpu_engine._order) == 0

@@ -70,3 +70,35 @@ def test_a_product_contract_refusal_names_the_line_and_column():
     assert err.line == 3 and err.col == 5, str(err)
     assert str(err).startswith("t15/errcols/bindings.yaml:3:5: ")
     assert "^" in str(err)
+
+
+F32_PARAMS_YAML = """\
+bindings:
+  - { name: x, kind: buffer, access: read, element: f32 }
+  - { name: y, kind: buffer, access: read_write, element: f32, count: "len(x)" }
+params:
+  - { name: a, type: f32 }
+  - { name: m, type: mat2x2<f32> }
+  - { name: v, type: vec2<f32> }
+"""
+F32_PARAMS_WGSL = """\
+@compute @workgroup_size(64)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
+    let i = zero_index(gid);
+    if (i >= zero_n()) { return; }
+    y_set(i, params.a * x_get(i) + params.m[0][0] + params.v.x);
+}
+"""
+
+
+@pytest.mark.parametrize(("bad", "line"), [({"a": 1e40}, 5), ({"a": 10**400}, 5), ({"a": np.float64(-1e39)}, 5), ({"m": [[1e40, 0.0], [0.0, 1.0]]}, 6), ({"v": [0.0, -1e40]}, 7)])
+def test_an_f32_param_past_f32s_range_is_a_dispatch_error_not_an_overflow_or_inf(bad, line):
+    # A finite value that packs as inf: struct raised OverflowError out of run() (not a
+    # PluginError), and a matrix went to the GPU as inf with a numpy warning.
+    variant = abi.program(key="t15/f32params", schema=abi.parse(F32_PARAMS_YAML, "t15/f32params/bindings.yaml"), wgsl=F32_PARAMS_WGSL).variant()
+    params = {"a": 1.0, "m": [[1.0, 0.0], [0.0, 1.0]], "v": [0.0, 0.0], **bad}
+    with pytest.raises(DispatchError, match="past f32's range") as info:
+        variant.run(4, inputs={"x": np.ones(4, np.float32)}, params=params)
+    assert info.value.line == line
+    y = variant.run(4, inputs={"x": np.ones(4, np.float32)}, params={"a": np.inf, "m": [[1.0, 0.0], [0.0, 1.0]], "v": [0.0, 0.0]}).outputs["y"]
+    assert np.all(np.isinf(abi.read(y)))  # inf itself is a value one may ask for
