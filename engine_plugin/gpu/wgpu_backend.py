@@ -519,8 +519,9 @@ class WgpuBackend:
                 self.queue.write_buffer(buffer, offset, data)
             if not self.healthy:  # a notify from another thread landed meanwhile
                 return self._refuse(f"dispatch: the backend was disabled while encoding ({self.fault})")
-            from ..runtime.submission import submit_records  # here: engine_plugin.gpu imports no wgpu
+            from ..runtime.submission import flush_open_batches, submit_records  # here: engine_plugin.gpu imports no wgpu
 
+            flush_open_batches()  # runs an open abi.batch() recorded first: a prepared run may read them
             submit_records(self.device, self.queue, self._guard, self._dispatch_records(desc, product), f"dispatch.{desc.product.key}")
         except Exception as exc:
             return self._device_exception(f"dispatch({desc.product})", exc)

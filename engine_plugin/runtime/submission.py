@@ -41,7 +41,7 @@ from typing import Any
 from ..device.loss import DeviceFault, classify
 from ..errors import DeviceLostError
 
-__all__ = ["PENDING", "Submission", "encode_records", "flush_pending", "submit_records", "submit_encoder"]
+__all__ = ["PENDING", "Submission", "encode_records", "flush_open_batches", "flush_pending", "submit_records", "submit_encoder"]
 
 # The deferred run (runtime.deferred), as (context, batch), or None. Every submission the
 # runtime makes sends it first, so queue order is as if it had been submitted at once.
@@ -54,6 +54,16 @@ def flush_pending() -> None:
         from .deferred import flush_deferred
 
         flush_deferred()
+
+
+def flush_open_batches() -> None:
+    """Submit what this thread's open ``abi.batch()`` blocks recorded so far, before a
+    submission made outside them (records made later may read what those runs write). Not for
+    a batch's own flush, which submits through :func:`submit_records`."""
+    from .batch import flush_current_batch, open_batches
+
+    if open_batches():
+        flush_current_batch()
 
 
 def _set_groups(cpass: Any, bind_group: Any, offsets: Any) -> None:
@@ -279,9 +289,12 @@ class Submission:
 
     def submit(self, device: Any, queue: Any, guard: Any, label: str, timer: Any = None) -> None:
         """Encode and submit the records (nothing when there are none), then run the
-        ``after_submit`` callbacks. Raises what the device raises; the callbacks then never run."""
+        ``after_submit`` callbacks. Raises what the device raises; the callbacks then never run.
+        Runs this thread's open ``abi.batch()`` recorded go to the queue first (a prepared run
+        may read their outputs)."""
         if PENDING[0] is not None:
             flush_pending()
+        flush_open_batches()
         records, self.records = self.records, []
         after, self.after = self.after, []
         timed, self.timed = self.timed, []

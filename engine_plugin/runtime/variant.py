@@ -1054,7 +1054,9 @@ class Variant:
                 result[slot.name] = self._place(slot, size, area, n, work, bound)
             else:
                 result[slot.name] = self._allocate(slot, size, outputs.get(slot.name) if outputs else None, n, work, bound)
-            lengths[slot.name] = size
+            # What the kernel's length (and appends' capacity) reads: what is bound, which is a
+            # given output's own capacity when one was handed (_allocate checked it holds size).
+            lengths[slot.name] = result[slot.name].capacity
         self._inout_outputs(bound, result, work.inout_owned)
         if self._texture_outputs:
             for slot in self._texture_outputs:
@@ -1071,9 +1073,37 @@ class Variant:
         fixed.update(geometry)
         for name, field_name in self._len_fields:
             fixed[field_name] = lengths[name]
+        self._check_aliasing(bound)
         data = self._packer.pack(user_params, fixed)
         bind_group = self._bind_group(bound)
         return result, shape or n, data, bind_group, groups, work, bound
+
+    def _check_aliasing(self, bound: dict[int, _Bound]) -> None:
+        """Refuse one buffer bound both read-only and read_write in this dispatch: WebGPU
+        refuses those usages together, at the submission's ``finish()`` (a raw validation
+        error then, and an open batch's other runs lost). Several read_write bindings of one
+        buffer are allowed (an engine product's outputs placed in one results area)."""
+        plans = self.lowered.bindings
+        writers: dict[int, int] = {}
+        readers: dict[int, int] = {}
+        for i, b in bound.items():
+            if b.buffer is None or b.resource is not None:
+                continue
+            (writers if plans[i].access == "read_write" else readers).setdefault(id(b.buffer), i)
+        for key, w in writers.items():
+            r = readers.get(key)
+            if r is not None:
+                raise self._slot_error(
+                    self._slot_of_binding(r) or self._slot_of_binding(w),
+                    f"{plans[r].name!r} ({plans[r].access}) and {plans[w].name!r} (read_write) are the same buffer; "
+                    "a dispatch cannot read a buffer it also writes through another binding: hand a copy, or bind it once as read_write",
+                )
+
+    def _slot_of_binding(self, binding: int) -> HostSlot | None:
+        for slot in self.lowered.host_slots:
+            if slot.binding == binding or slot.counter_binding == binding:
+                return slot
+        return None
 
     def _submit(
         self, result: dict, n: Any, data: bytes, bind_group: Any, groups: tuple, work: _Work, bound: dict, touched: list | None = None, defer: bool = False
@@ -1330,6 +1360,13 @@ class Variant:
                 self._foreign(slot, counter)
             if buf.size < size * vt.bytes:
                 raise self._slot_error(slot, f"outputs[{slot.name!r}] holds {buf.size // vt.bytes} elements; {slot.name!r} needs {size}")
+            if cap is not None and cap < size:  # an Output's (or the mapping's) capacity: what it holds
+                raise self._slot_error(slot, f"outputs[{slot.name!r}] holds {cap} elements; {slot.name!r} needs {size}")
+            inner = given.get("buffer") if isinstance(given, Mapping) else None
+            if isinstance(inner, Output) and cap is not None and cap > inner.capacity:
+                raise self._slot_error(
+                    slot, f"outputs[{slot.name!r}]: capacity {cap} is past the {inner.capacity} elements of its Output (the buffer's slack is not its own)"
+                )
             size = cap if cap is not None else size
             if size * vt.bytes > buf.size:
                 raise self._slot_error(slot, f"outputs[{slot.name!r}] holds {buf.size // vt.bytes} elements; its capacity says {size}")
