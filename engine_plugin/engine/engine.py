@@ -393,8 +393,13 @@ class Engine:
                 self._gpu.register(product)
 
     def set_params(self, handle: GpuProductHandle, params: Mapping[str, Any]) -> None:
-        """New values of a product's params: a new GPU generation, every chunk recomputed."""
+        """New values of a product's params: a new GPU generation, every chunk recomputed.
+
+        A hot reload the product refused (it keeps its previous kernel) is adopted when it
+        fits these params: a reload that adds a param is taken up by setting it."""
         product = self.product(handle)
+        if product.refused_program is not None and self._adopt_refused(product, params):
+            return
         self._check_params(product, params=params)
         old = product.params
         product.params = dict(params)
@@ -407,6 +412,24 @@ class Engine:
         product.cpu_done.clear()
         self._gpu.reregister(product)
         product.owe_everything(self.world)  # the fallback's results depend on the params too
+
+    def _adopt_refused(self, product: Product, params: Mapping[str, Any]) -> bool:
+        """Plan ``product``'s refused reload with ``params``; on success it runs from the next
+        frame (a new generation, everything recomputed). Nothing changes when it still does
+        not fit."""
+        old = product.params
+        product.params = dict(params)
+        try:
+            self._plan(product, product.refused_program)
+        except PluginError:
+            product.params = old
+            return False
+        product.refused_program = None
+        product.fail(None)
+        product.cpu_done.clear()
+        self._gpu.reregister(product)
+        product.owe_everything(self.world)
+        return True
 
     def field_buffer(self, name: str, *, kernel_writes: bool = False) -> Any | None:
         """The GPU mirror of world field ``name`` (slot-major, what product kernels read), kept

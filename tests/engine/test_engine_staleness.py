@@ -266,3 +266,42 @@ def test_a_product_invalidated_every_frame_still_applies_results(world, make_eng
         engine.frame()
         time.sleep(0.001)
     assert applied.results, "nothing applied in 60 s of frames that each invalidate the product"
+
+
+def test_a_reload_that_adds_a_param_is_adopted_by_setting_it(tmp_path, gpu, make_engine):
+    # Review helper 44: the reload was refused ("needs param 'bias'") and set_params refused
+    # the new param against the old kernel's plan: only unregistering reached the new kernel.
+    from engine_plugin.assets import AssetLibrary
+    from engine_plugin.engine import ProductError
+
+    from engine_support import make_world
+
+    world = make_world(n=8)
+    root = tmp_path / "assets"
+    shutil.copytree(kernel_folder("count_above"), root / "engine" / "count_above.computeShader")
+    lib = AssetLibrary(str(root), cache=str(tmp_path / "cache"), device=gpu)
+    try:
+        engine = make_engine(world, library=lib)
+        got = {}
+        h = engine.register_product("engine/count_above.computeShader", fields={"src": "height"}, params={"threshold": 0.0},
+                                    apply=lambda r: got.update(zip(r.keys, np.asarray(r.values).reshape(-1).tolist())),
+                                    cpu_fallback=fallbacks.count_above)
+        run_until_idle(engine)
+        folder = root / "engine" / "count_above.computeShader"
+        yaml_path = folder / "bindings.yaml"
+        yaml_path.write_text(yaml_path.read_text().replace("  - { name: threshold, type: f32 }", "  - { name: threshold, type: f32 }\n  - { name: bias, type: f32 }"))
+        kernel = folder / "kernel.wgsl"
+        kernel.write_text(kernel.read_text().replace("> params.threshold", "> params.threshold + params.bias"))
+        lib.request_reload("engine/count_above.computeShader")
+        _wait_prepared(lib)
+        generation = engine.generation(h)
+        engine.frame()
+        assert engine.generation(h) == generation and "bias" in str(engine.product_error(h))  # refused: the old kernel runs
+        with pytest.raises(ProductError, match="unknown param 'nope'"):
+            engine.set_params(h, {"threshold": 0.0, "nope": 1.0})  # fits neither: nothing changes
+        engine.set_params(h, {"threshold": 0.0, "bias": 1e9})
+        assert engine.product_error(h) is None and engine.generation(h) != generation
+        run_until_idle(engine)
+        assert all(got[k] == 0 for k in world.keys())  # nothing is above 0 + 1e9: the new kernel ran
+    finally:
+        lib.close()
