@@ -84,10 +84,12 @@ def in_source(path: str | None, text: str | None, line: int | None, col: int | N
     """A :class:`Span` at 1-based ``line`` of a user's file whose ``text`` is known, with that
     line for the caret; ``col`` defaults to where the line's entry starts (its first character
     after the indentation and a YAML list dash). Without a line (or the text) only the path."""
-    lines = text.splitlines() if text and line else []
+    # Lines as the schema counts them (by "\n"; splitlines() would also split at U+2028 and
+    # the like, and name another line than the error's).
+    lines = text.split("\n") if text and line else []
     if not line or not 0 < line <= len(lines):
         return Span(path, line or None, col)
-    source = lines[line - 1]
+    source = lines[line - 1].rstrip("\r")
     if col is None:
         body = source.lstrip()
         if body.startswith("- "):

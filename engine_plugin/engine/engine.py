@@ -406,8 +406,8 @@ class Engine:
         if product.program is not None:
             try:  # output counts may read params (k records per item): plan them anew
                 self._plan(product, product.program)
-            except PluginError:
-                product.params = old
+            except BaseException:
+                product.params = old  # refused (or a bug): the product stays as it was
                 raise
         product.cpu_done.clear()
         self._gpu.reregister(product)
@@ -421,7 +421,7 @@ class Engine:
         product.params = dict(params)
         try:
             self._plan(product, product.refused_program)
-        except PluginError:
+        except Exception:
             product.params = old
             return False
         product.refused_program = None

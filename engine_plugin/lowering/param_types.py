@@ -142,11 +142,12 @@ def f32_overflow(values: Any) -> bool:
     """Whether a finite value of ``values`` becomes inf as f32 (what packing it would raise, or
     silently make inf)."""
     arr = np.asarray(values)
-    if arr.dtype.kind in "iu" or arr.dtype == np.float32:
-        return arr.dtype.kind in "iu" and bool(np.any(np.abs(arr.astype(np.float64)) > F32_MAX))
-    wide = arr.astype(np.float64)
-    with np.errstate(over="ignore", invalid="ignore"):
-        return bool(np.any(np.isfinite(wide) & np.isinf(wide.astype(np.float32))))
+    if arr.dtype.kind in "iu":
+        return bool(np.any(np.abs(arr.astype(np.float64)) > F32_MAX))
+    if arr.dtype.kind != "f" or arr.dtype.itemsize <= 4:
+        return False
+    with np.errstate(over="ignore", invalid="ignore"):  # converted as given (a long double too)
+        return bool(np.any(np.isfinite(arr) & np.isinf(arr.astype(np.float32))))
 
 
 def split_array_type(inner: str) -> tuple[str, str] | None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import struct
 from typing import Any, Mapping
 
@@ -126,6 +127,8 @@ class ParamsPacker:
         for name, _, _, lanes, scalar in self._user_plan:
             if lanes == 1:
                 v = params[name]
+                if isinstance(v, (list, tuple, np.ndarray)):  # one value, as check() takes it
+                    v = _as_list(v)[0]  # type: ignore[index]
                 out[name] = float(v) if scalar == "f32" else int(v)
         return out
 
@@ -161,7 +164,9 @@ def _fits_f32(value: Any) -> bool:
     """Whether a number packs as f32: inf and nan do (asked for), a finite value past f32's
     range does not (struct refuses it)."""
     try:
-        struct.pack("<f", float(value))
+        wide = float(value)
+        struct.pack("<f", wide)
     except (OverflowError, struct.error):
         return False
-    return True
+    # A long double past float64's range is inf as a float, but finite as given.
+    return not (math.isinf(wide) and isinstance(value, np.floating) and bool(np.isfinite(value)))

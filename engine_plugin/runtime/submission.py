@@ -290,8 +290,10 @@ class Submission:
     def submit(self, device: Any, queue: Any, guard: Any, label: str, timer: Any = None) -> None:
         """Encode and submit the records (nothing when there are none), then run the
         ``after_submit`` callbacks. Raises what the device raises; the callbacks then never run.
-        Runs this thread's open ``abi.batch()`` recorded go to the queue first (a prepared run
-        may read their outputs)."""
+        Runs this thread's open ``abi.batch()`` recorded before this call go to the queue
+        first (a prepared run may read their outputs): queue order follows the calls that put
+        work on the queue (``run()`` into a batch, and this submit), not when records were
+        added to the submission."""
         if PENDING[0] is not None:
             flush_pending()
         flush_open_batches()

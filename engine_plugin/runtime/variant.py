@@ -103,6 +103,7 @@ class _Work:
     live_holder: Any = None  # ... owned by this holder, which the live outputs keep alive
     inout_owned: dict = field(default_factory=dict)  # binding -> pooled upload a read_write Output owns
     chained: list = field(default_factory=list)  # (Output, the count bound, None for its capacity)
+    shares: list = field(default_factory=list)  # Outputs whose buffers this run binds elsewhere: share()d once every check passed
 
 
 class _CounterHolder:
@@ -592,7 +593,10 @@ class Variant:
             want = dict(self.lowered.table_columns).get(slot.name)
             if want:
                 raise self._slot_error(slot, f"missing table {slot.name!r}: the variant names columns {list(want)}; pass abi.table({{...}})")
-            return _Bound(self._constant("empty table", _EMPTY_TABLE), 0, 0, 4)
+            # A read_write one binds a constant of its own: WebGPU refuses one buffer bound read
+            # and read_write in a dispatch (two unbound tables of either access, say).
+            written = self.lowered.bindings[slot.binding].access == "read_write"
+            return _Bound(self._constant("empty table (read_write)" if written else "empty table", _EMPTY_TABLE), 0, 0, 4)
         raise self._slot_error(slot, f"table {slot.name!r} takes an abi.table(...) or a GPUBuffer, not {type(value).__name__}")
 
     # -- textures ----------------------------------------------------------------------------
@@ -994,7 +998,7 @@ class Variant:
                 if value is None and slot.role == "inout":
                     raise self._slot_error(slot, f"missing input {slot.name!r} (read_write, no count: the caller supplies it)")
                 if slot.role == "inout" and isinstance(value, Output):
-                    share(value)  # this run's Output binds its buffer too: it leaves the pool
+                    work.shares.append(value)  # this run's Output binds its buffer too: it leaves the pool
                 b = self._resolve_input(slot, value, work)
                 if slot.role == "inout" and work.temps and work.temps[-1] is b.buffer:
                     # Host data uploaded for a read_write binding: the kernel's result lives
@@ -1076,6 +1080,8 @@ class Variant:
         self._check_aliasing(bound)
         data = self._packer.pack(user_params, fixed)
         bind_group = self._bind_group(bound)
+        for out in work.shares:  # every check passed: a refused run leaves no Output changed
+            share(out)
         return result, shape or n, data, bind_group, groups, work, bound
 
     def _check_aliasing(self, bound: dict[int, _Bound]) -> None:
@@ -1087,16 +1093,19 @@ class Variant:
         writers: dict[int, int] = {}
         readers: dict[int, int] = {}
         for i, b in bound.items():
-            if b.buffer is None or b.resource is not None:
+            if b.buffer is None:  # a sampler
                 continue
-            (writers if plans[i].access == "read_write" else readers).setdefault(id(b.buffer), i)
+            # A texture view's ``buffer`` is its texture: one written as a storage texture and
+            # sampled or read through another binding aliases as a buffer does.
+            writes = plans[i].access in ("read_write", "write")
+            (writers if writes else readers).setdefault(id(b.buffer), i)
         for key, w in writers.items():
             r = readers.get(key)
             if r is not None:
                 raise self._slot_error(
                     self._slot_of_binding(r) or self._slot_of_binding(w),
-                    f"{plans[r].name!r} ({plans[r].access}) and {plans[w].name!r} (read_write) are the same buffer; "
-                    "a dispatch cannot read a buffer it also writes through another binding: hand a copy, or bind it once as read_write",
+                    f"{plans[r].name!r} (read) and {plans[w].name!r} (written) are the same buffer or texture; "
+                    "a dispatch cannot read what it also writes through another binding: hand a copy, or bind it once as read_write",
                 )
 
     def _slot_of_binding(self, binding: int) -> HostSlot | None:
@@ -1400,7 +1409,7 @@ class Variant:
         if given is None:
             own_pooled(out, self._pool, (buf, counter) if slot.role == "append" else (buf,))
         else:
-            share(out)  # a host-allocated buffer handed back: its reads answer this Output now
+            work.shares.append(out)  # a host-allocated buffer handed back: its reads answer this Output now
         return out
 
     def _bind_group(self, bound: dict[int, _Bound]) -> Any:

@@ -102,3 +102,33 @@ def test_an_f32_param_past_f32s_range_is_a_dispatch_error_not_an_overflow_or_inf
     assert info.value.line == line
     y = variant.run(4, inputs={"x": np.ones(4, np.float32)}, params={"a": np.inf, "m": [[1.0, 0.0], [0.0, 1.0]], "v": [0.0, 0.0]}).outputs["y"]
     assert np.all(np.isinf(abi.read(y)))  # inf itself is a value one may ask for
+
+
+def test_a_one_value_list_for_a_scalar_param_runs_as_the_value():
+    # Review helper 46: check() took [2.0] for an f32, count expressions' scalars() raised a
+    # raw TypeError (and set_params left the product on its CPU fallback).
+    variant = abi.program(key="t15/f32params_list", schema=abi.parse(F32_PARAMS_YAML, "t15/f32params_list/bindings.yaml"), wgsl=F32_PARAMS_WGSL).variant()
+    y = variant.run(4, inputs={"x": np.ones(4, np.float32)}, params={"a": [2.0], "m": [[1.0, 0.0], [0.0, 1.0]], "v": [0.0, 0.0]}).outputs["y"]
+    np.testing.assert_array_equal(abi.read(y), np.full(4, 3.0, np.float32))
+
+
+def test_a_long_double_past_float64s_range_is_refused_not_made_inf():
+    variant = abi.program(key="t15/f32params_ld", schema=abi.parse(F32_PARAMS_YAML, "t15/f32params_ld/bindings.yaml"), wgsl=F32_PARAMS_WGSL).variant()
+    huge = np.longdouble("1e400")
+    if not np.isfinite(huge):
+        pytest.skip("this platform's long double is float64")
+    with pytest.raises(DispatchError, match="past f32's range"):
+        variant.run(4, inputs={"x": np.ones(4, np.float32)}, params={"a": huge, "m": [[1.0, 0.0], [0.0, 1.0]], "v": [0.0, 0.0]})
+    with pytest.raises(DispatchError, match="past f32's range"):
+        variant.run(4, inputs={"x": np.ones(4, np.float32)}, params={"a": 1.0, "m": np.full((2, 2), huge), "v": [0.0, 0.0]})
+
+
+def test_the_caret_line_is_counted_as_the_schema_counts_lines():
+    # Review helper 46: str.splitlines() also splits at U+2028: a comment holding one moved
+    # every later caret to another line.
+    text = "# gain \u2028\n" + F32_PARAMS_YAML
+    variant = abi.program(key="t15/ls", schema=abi.parse(text, "t15/ls/bindings.yaml"), wgsl=F32_PARAMS_WGSL).variant()
+    with pytest.raises(DispatchError) as info:
+        variant.run(4, inputs={"x": np.ones(4, np.float32)}, params={"a": "abc", "m": [[1.0, 0.0], [0.0, 1.0]], "v": [0.0, 0.0]})
+    assert (info.value.line, info.value.col) == (6, 5)
+    assert str(info.value).splitlines()[1].strip() == "- { name: a, type: f32 }"

@@ -68,3 +68,65 @@ def test_a_prepared_run_submitted_inside_a_batch_reads_the_runs_recorded_before_
     placed = prepared.layout["y"]
     got = np.frombuffer(ctx.queue.read_buffer(area), np.float32)[placed.offset // 4 : placed.offset // 4 + 8]
     np.testing.assert_array_equal(got, 10.0 * (x + 1.0) + 1.0)
+
+
+TEX_YAML = """\
+bindings:
+  - { name: img, kind: texture, sample: float }
+  - { name: out, kind: storage_texture, format: r32float, access: read_write, size: [nx, ny] }
+workgroup: [8, 8]
+"""
+TEX_WGSL = """\
+@compute @workgroup_size(8, 8)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
+    if (zero_index(gid) >= zero_n()) { return; }
+    textureStore(out, gid.xy, textureLoad(img, gid.xy, 0) + vec4<f32>(1.0));
+}
+"""
+
+
+def test_a_texture_sampled_and_written_by_one_dispatch_is_a_dispatch_error_and_the_batch_survives():
+    # Review helper 46: the aliasing check skipped texture views; a raw validation error at
+    # the batch's exit lost its other runs.
+    v = make("t15g/tex_alias", TEX_YAML, TEX_WGSL)
+    o = v.run(n=(8, 8), inputs={"img": np.zeros((8, 8), np.float32)}).outputs["out"]
+    with abi.batch():
+        good = v.run(n=(8, 8), inputs={"img": np.zeros((8, 8), np.float32)}).outputs["out"]
+        with pytest.raises(DispatchError, match="same buffer or texture"):
+            v.run(n=(8, 8), inputs={"img": o}, outputs={"out": o})
+    np.testing.assert_array_equal(abi.read(good).reshape(-1), np.ones(64, np.float32))
+
+
+def test_a_refused_run_leaves_the_outputs_it_was_given_as_they_were():
+    # Review helper 46: the given Output was share()d before the aliasing check refused the
+    # run: reading its buffer then answered the pooled slack too.
+    axpy = make("t15g/axpy_n", AXPY_YAML.replace('count: "len(x)"', 'count: "n"'), AXPY_WGSL)
+    y = axpy.run(8, inputs={"x": np.arange(8, dtype=np.float32)}, params={"a": 1.0}).outputs["y"]
+    buf = y.buffer  # handed out: reads of it answer y's live elements
+    assert abi.read(buf).size == 8
+    with pytest.raises(DispatchError, match="same buffer"):
+        axpy.run(4, inputs={"x": y}, params={"a": 1.0}, outputs={"y": {"buffer": y, "capacity": 4}})
+    assert abi.read(buf).size == 8 and y.count == 8
+
+
+COLUMNS_YAML = """\
+bindings:
+  - { name: a, kind: columns, access: read }
+  - { name: b, kind: columns, access: read_write }
+  - { name: y, kind: buffer, access: read_write, element: f32, count: "n" }
+"""
+COLUMNS_WGSL = """\
+@compute @workgroup_size(64)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
+    let i = zero_index(gid);
+    if (i >= zero_n()) { return; }
+    y_set(i, f32(i) + 1.0);
+}
+"""
+
+
+def test_unbound_read_and_read_write_tables_run_as_empty_tables():
+    # Review helper 46: both bound the one shared empty-table constant: refused as aliasing
+    # (a raw validation error before), though the caller passed nothing.
+    v = make("t15g/empty_tables", COLUMNS_YAML, COLUMNS_WGSL)
+    np.testing.assert_array_equal(abi.read(v.run(4).outputs["y"]), np.arange(1, 5, dtype=np.float32))
