@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 
+from .lowering.casts import cast_refusal
 from .lowering.structs import StructType
 from .lowering.types import ValueType
 
@@ -32,12 +33,17 @@ def prepare_array(values: Any, vt: ValueType | StructType, bits: bool) -> tuple[
     """
     if isinstance(vt, StructType):
         return vt.pack(values)
-    arr = np.asarray(values)
+    try:
+        arr = np.asarray(values)
+    except (ValueError, TypeError):  # a ragged list, say
+        return None, "not a rectangular array of numbers"
     if arr.dtype.kind not in "fiub":
         return None, f"dtype {arr.dtype} is not numeric"
     # Any shape whose elements are whole (an image (h, w, 4) for a vec4 binding, a grid (h, w)
     # for a scalar one): the elements go up in C order, row-major like zero_index.
     if vt.lanes > 1:
+        if arr.ndim == 0:
+            return None, f"one value is not a {vt.wgsl} element ({vt.lanes} values)"
         if arr.ndim >= 2 and arr.shape[-1] != vt.lanes:
             return None, f"shape {arr.shape} has {arr.shape[-1]} lanes in its last axis, the element {vt.wgsl} has {vt.lanes}"
         if arr.ndim == 1 and arr.size % vt.lanes:
@@ -51,32 +57,8 @@ def prepare_array(values: Any, vt: ValueType | StructType, bits: bool) -> tuple[
     else:
         target = np.dtype(vt.numpy_dtype)
         if arr.dtype != target:
-            reason = _out_of_range(arr, target)
+            reason = cast_refusal(arr, target)
             if reason:
                 return None, reason
         out = np.ascontiguousarray(arr, dtype=target).reshape(-1) if arr.dtype != target else np.ascontiguousarray(arr).reshape(-1)
     return out, str(out.size // vt.lanes)
-
-
-def _out_of_range(arr: np.ndarray, target: np.dtype) -> str | None:
-    """Why casting ``arr`` to ``target`` by value would change a value (wrap, truncate to
-    garbage, overflow to inf), or None. Float to int truncates toward zero, as WGSL does."""
-    if arr.size == 0:
-        return None
-    if target.kind in "iu":
-        info = np.iinfo(target)
-        if arr.dtype.kind == "f":
-            if not np.all(np.isfinite(arr)):
-                return f"a NaN or infinity cannot be cast to {target.name}"
-        lo, hi = arr.min(), arr.max()
-        if lo < info.min or hi > info.max:
-            bad = lo if lo < info.min else hi
-            return (
-                f"value {bad} is outside {target.name}'s range [{info.min}, {info.max}]; cast it yourself "
-                f"(e.g. arr.astype(np.{target.name})) if wrapping is what you want"
-            )
-    elif target.kind == "f" and arr.dtype.kind == "f" and arr.dtype.itemsize > 4:
-        finite = arr[np.isfinite(arr)]
-        if finite.size and np.abs(finite).max() > np.finfo(np.float32).max:
-            return "a value is beyond f32's range (it would become infinity); scale it or cast it yourself"
-    return None

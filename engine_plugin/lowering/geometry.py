@@ -52,7 +52,15 @@ def as_domain(n: object) -> Domain | None:
 
 
 def _is_int(v: object) -> bool:
-    return hasattr(v, "__index__") and not isinstance(v, float)
+    """An int, or what indexes as one (a numpy integer, a 0-d integer array); not a float or
+    an array of several values."""
+    if isinstance(v, float) or not hasattr(v, "__index__"):
+        return False
+    try:
+        v.__index__()
+    except TypeError:
+        return False
+    return True
 
 
 def logical_groups(domain: Domain, workgroup: tuple[int, int, int]) -> tuple[int, int, int]:

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .casts import cast_refusal
 from .types import NUMPY_DTYPE, ValueType
 
 __all__ = ["StructType", "StructField", "layout_struct"]
@@ -75,7 +76,10 @@ class StructType:
 
     def pack(self, values: object) -> tuple[np.ndarray | None, str]:
         """u32 words of ``values`` (a structured array with these field names), or (None, why)."""
-        arr = np.asarray(values)
+        try:
+            arr = np.asarray(values)
+        except (ValueError, TypeError):
+            return None, f"a {self.name} binding takes a numpy structured array with fields {[f.name for f in self.fields]}"
         names = arr.dtype.names
         if names is None:
             return None, f"a {self.name} binding takes a numpy structured array with fields {[f.name for f in self.fields]}"
@@ -88,6 +92,9 @@ class StructType:
             want = (out.shape[0], f.lanes) if f.lanes > 1 else (out.shape[0],)
             if column.shape != want:
                 return None, f"field {f.name!r} has shape {column.shape[1:]}, {self.name}.{f.name} is {f.value_type.wgsl}"
+            reason = cast_refusal(column, np.dtype(NUMPY_DTYPE[f.scalar])) if column.dtype != np.dtype(NUMPY_DTYPE[f.scalar]) else None
+            if reason:  # cast by value, as a plain binding's array is
+                return None, f"field {f.name!r}: {reason}"
             out[f.name] = column
         return np.frombuffer(out.tobytes(), dtype="<u4"), str(out.shape[0])
 

@@ -774,7 +774,7 @@ class Variant:
             # One run of a variant at a time: its params memo, ring and repeat state are shared.
             with self._lock:
                 rep = self._repeat
-                if rep is not None and domain_count is None:
+                if rep is not None and domain_count is None and _plain_args(inputs, params, outputs):
                     done = self._run_repeat(rep, n, inputs, params, outputs)
                     if done is not None:
                         return done
@@ -804,6 +804,7 @@ class Variant:
         if (
             self._repeatable
             and domain_count is None
+            and _plain_args(inputs, params, outputs)
             and len(work.temps) == len(arrays)
             and all(isinstance(v, (Output, wgpu.GPUBuffer)) for v in (outputs or {}).values())
         ):
@@ -975,6 +976,9 @@ class Variant:
         workgroups, work, bound). Nothing is submitted."""
         inputs = inputs if inputs is not None else {}
         outputs = outputs if outputs is not None else {}
+        for what, given in (("inputs", inputs), ("outputs", outputs)):
+            if not _mapping(given):
+                raise DispatchError(f"{what}= maps binding names to values (a dict), not {type(given).__name__}", Span(self.yaml_path))
         self._last_pages = None  # page placement is resolved afresh each run
         for name in inputs:
             if name not in self._input_names and name not in self._slots:
@@ -1363,19 +1367,22 @@ class Variant:
         buf = counter = None
         keep_count = False
         if given is not None:
-            buf, counter, cap = _given_output(given)
+            try:
+                buf, counter, cap, owned = _given_output(given)
+            except DispatchError as exc:
+                raise self._slot_error(slot, f"outputs[{slot.name!r}]: {exc.message}") from None
             self._foreign(slot, buf)
             if counter is not None:
                 self._foreign(slot, counter)
+            if owned is not None:  # an Output's own bytes (the pool's slack behind them is not its own)
+                if cap is None:
+                    cap = owned // vt.bytes  # its elements, counted in this binding's element type
+                elif cap * vt.bytes > owned:
+                    raise self._slot_error(slot, f"outputs[{slot.name!r}]: capacity {cap} is past the {owned // vt.bytes} {vt.wgsl} elements its Output holds")
             if buf.size < size * vt.bytes:
                 raise self._slot_error(slot, f"outputs[{slot.name!r}] holds {buf.size // vt.bytes} elements; {slot.name!r} needs {size}")
-            if cap is not None and cap < size:  # an Output's (or the mapping's) capacity: what it holds
+            if cap is not None and cap < size:  # what it holds, in this binding's elements
                 raise self._slot_error(slot, f"outputs[{slot.name!r}] holds {cap} elements; {slot.name!r} needs {size}")
-            inner = given.get("buffer") if isinstance(given, Mapping) else None
-            if isinstance(inner, Output) and cap is not None and cap > inner.capacity:
-                raise self._slot_error(
-                    slot, f"outputs[{slot.name!r}]: capacity {cap} is past the {inner.capacity} elements of its Output (the buffer's slack is not its own)"
-                )
             size = cap if cap is not None else size
             if size * vt.bytes > buf.size:
                 raise self._slot_error(slot, f"outputs[{slot.name!r}] holds {buf.size // vt.bytes} elements; its capacity says {size}")
@@ -1477,6 +1484,16 @@ def _mapping(value: Any) -> bool:
     return type(value) is dict or isinstance(value, Mapping)
 
 
+def _plain_args(inputs: Any, params: Any, outputs: Any) -> bool:
+    """Whether a run's arguments are mappings (or None), as the repeat path compares them;
+    anything else takes the full path, which refuses it or (params as pairs) reads it."""
+    return (
+        (inputs is None or type(inputs) is dict or _mapping(inputs))
+        and (params is None or type(params) is dict or _mapping(params))
+        and (outputs is None or type(outputs) is dict or _mapping(outputs))
+    )
+
+
 def _unwrap(value: Any) -> Any:
     """A ``{buffer, ...}`` mapping's buffer; any other value as it is."""
     if type(value) is np.ndarray or value is None or isinstance(value, wgpu.GPUBuffer):
@@ -1486,16 +1503,30 @@ def _unwrap(value: Any) -> Any:
     return value
 
 
-def _given_output(given: Any) -> tuple[Any, Any, int | None]:
+def _given_output(given: Any) -> tuple[Any, Any, int | None, int | None]:
+    """``(buffer, counter, capacity given, bytes an Output owns)`` of an ``outputs=`` entry:
+    a GPUBuffer, an Output, or ``{buffer, count, capacity, counter}`` (its buffer either).
+
+    Raises:
+        DispatchError: an entry of another shape (the caller names the binding).
+    """
     if isinstance(given, Output):
-        return given.buffer, given.counter, given.capacity
+        return given.buffer, given.counter, None, given.capacity * given.element.bytes
     if isinstance(given, wgpu.GPUBuffer):
-        return given, None, None
-    if isinstance(given, Mapping) and isinstance(given.get("buffer"), Output):  # {buffer: Output}
-        buf, counter, cap = _given_output(given["buffer"])
-        cap = given.get("capacity", given.get("count", cap))
-        return buf, given.get("counter", counter), None if cap is None else int(cap)
+        return given, None, None, None
     if isinstance(given, Mapping) and "buffer" in given:
+        inner = given["buffer"]
+        if isinstance(inner, Output):
+            buf, counter, _, owned = _given_output(inner)
+        elif isinstance(inner, wgpu.GPUBuffer):
+            buf, counter, owned = inner, None, None
+        else:
+            raise DispatchError(f"'buffer' is a GPUBuffer or an Output, not {type(inner).__name__}")
+        counter = given.get("counter", counter)
+        if counter is not None and not isinstance(counter, wgpu.GPUBuffer):
+            raise DispatchError(f"'counter' is a GPUBuffer, not {type(counter).__name__}")
         cap = given.get("capacity", given.get("count"))
-        return given["buffer"], given.get("counter"), None if cap is None else int(cap)
-    raise DispatchError(f"an outputs= entry is a GPUBuffer or {{buffer, count, capacity, counter}}, not {type(given).__name__}")
+        if cap is not None and (isinstance(cap, bool) or not isinstance(cap, (int, np.integer)) or cap < 0):
+            raise DispatchError(f"'capacity' (or 'count') is a whole number of elements, not {cap!r}")
+        return buf, counter, None if cap is None else int(cap), owned
+    raise DispatchError(f"an outputs= entry is a GPUBuffer, an Output or {{buffer, count, capacity, counter}}, not {type(given).__name__}")

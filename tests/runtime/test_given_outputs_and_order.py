@@ -32,7 +32,7 @@ def test_a_given_output_smaller_than_the_run_needs_is_refused():
     small = axpy.run(10, inputs={"x": np.zeros(10, np.float32)}, params={"a": 1.0}).outputs["y"]
     with pytest.raises(DispatchError, match="holds 10 elements; 'y' needs 40"):
         axpy.run(40, inputs={"x": np.arange(40, dtype=np.float32)}, params={"a": 1.0}, outputs={"y": small})
-    with pytest.raises(DispatchError, match="past the 10 elements"):
+    with pytest.raises(DispatchError, match="past the 10 f32 elements"):
         axpy.run(10, inputs={"x": np.arange(10, dtype=np.float32)}, params={"a": 1.0}, outputs={"y": {"buffer": small, "capacity": 50}})
     filt = make("t15g/filter_small", FILTER_YAML, FILTER_WGSL)
     one = filt.run(n=1, inputs={"src": np.array([1.0], np.float32)}, params={"threshold": 0.0, "cap": 1}).outputs["hits"]

@@ -1,0 +1,35 @@
+"""When casting host values by value into a binding's storage type would change them."""
+
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["cast_refusal"]
+
+
+def cast_refusal(arr: np.ndarray, target: np.dtype) -> str | None:
+    """Why casting ``arr`` to ``target`` by value would change a value (wrap, truncate to
+    garbage, overflow to inf), or None. Float to int truncates toward zero, as WGSL does."""
+    if arr.size == 0:
+        return None
+    if arr.dtype.kind not in "fiub":
+        return f"dtype {arr.dtype} is not numeric"
+    if target.kind in "iu":
+        info = np.iinfo(target)
+        if arr.dtype.kind == "f":
+            if not np.all(np.isfinite(arr)):
+                return f"a NaN or infinity cannot be cast to {target.name}"
+        # As Python numbers: numpy compares a float32 with an int in float32, where
+        # 2147483647 is 2147483648.0 (a value just past the range would pass).
+        lo, hi = arr.min().item(), arr.max().item()
+        if lo < info.min or hi > info.max:
+            bad = lo if lo < info.min else hi
+            return (
+                f"value {bad} is outside {target.name}'s range [{info.min}, {info.max}]; cast it yourself "
+                f"(e.g. arr.astype(np.{target.name})) if wrapping is what you want"
+            )
+    elif target.kind == "f" and arr.dtype.kind == "f" and arr.dtype.itemsize > 4:
+        finite = arr[np.isfinite(arr)]
+        if finite.size and np.abs(finite).max() > np.finfo(np.float32).max:
+            return "a value is beyond f32's range (it would become infinity); scale it or cast it yourself"
+    return None
