@@ -86,10 +86,10 @@ def in_source(path: str | None, text: str | None, line: int | None, col: int | N
     after the indentation and a YAML list dash). Without a line (or the text) only the path."""
     # Lines as the schema counts them (by "\n"; splitlines() would also split at U+2028 and
     # the like, and name another line than the error's).
-    lines = text.split("\n") if text and line else []
+    lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n") if text and line else []
     if not line or not 0 < line <= len(lines):
         return Span(path, line or None, col)
-    source = lines[line - 1].rstrip("\r")
+    source = lines[line - 1]
     if col is None:
         body = source.lstrip()
         if body.startswith("- "):

@@ -128,7 +128,7 @@ class ParamType:
             if arr.dtype.kind == "f" and not np.all(np.mod(arr, 1) == 0):
                 return f"is {self.wgsl}: pass integers"
             lo, hi = _RANGE[self.scalar]
-            if arr.min() < lo or arr.max() > hi:
+            if arr.min().item() < lo or arr.max().item() > hi:  # as Python numbers (float32 would round hi)
                 return f"is {self.wgsl}: a value is out of range [{lo}, {hi}]"
         if self.scalar == "f32" and arr.size and f32_overflow(arr):
             return f"is {self.wgsl}: a finite value is past f32's range (+-{F32_MAX:.7g}; it would be inf)"

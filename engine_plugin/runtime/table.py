@@ -13,6 +13,7 @@ import numpy as np
 
 from ..device.context import get_context
 from ..errors import DispatchError
+from ..lowering.casts import cast_refusal
 from ..lowering.types import KIND_CODE, NUMPY_DTYPE
 from .buffers import STORAGE_USAGE, dtype_kind
 
@@ -57,7 +58,11 @@ def pack_table(columns: Mapping[str, Any], order: Sequence[str] | None = None) -
             lanes = arr.shape[1]
         else:
             raise DispatchError(f"table column {name!r}: shape {arr.shape}; expected (n,) or (n, lanes) with 1-4 lanes")
-        data = np.ascontiguousarray(arr, dtype=NUMPY_DTYPE[kind]).reshape(-1).view("<u4")
+        target = np.dtype(NUMPY_DTYPE[kind])
+        reason = cast_refusal(arr, target) if arr.dtype != target else None
+        if reason:  # by value: a value the column's kind cannot hold is refused, as a buffer's is
+            raise DispatchError(f"table column {name!r}: {reason}")
+        data = np.ascontiguousarray(arr, dtype=target).reshape(-1).view("<u4")
         header += [first, lanes, arr.shape[0], KIND_CODE[kind]]
         first += data.size
         datas.append(data)

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import operator
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -104,6 +105,7 @@ class _Work:
     inout_owned: dict = field(default_factory=dict)  # binding -> pooled upload a read_write Output owns
     chained: list = field(default_factory=list)  # (Output, the count bound, None for its capacity)
     shares: list = field(default_factory=list)  # Outputs whose buffers this run binds elsewhere: share()d once every check passed
+    handouts: list = field(default_factory=list)  # (Output given in outputs=, its counter too): handed out once every check passed
 
 
 class _CounterHolder:
@@ -974,8 +976,8 @@ class Variant:
     def _prepare(self, n: Any, inputs: Any, params: Any, outputs: Any, domain_count: Any, area: _Placement | None) -> tuple:
         """Validate and bind one run: (outputs, domain as given, params bytes, bind group,
         workgroups, work, bound). Nothing is submitted."""
-        inputs = inputs if inputs is not None else {}
-        outputs = outputs if outputs is not None else {}
+        inputs = inputs if inputs is not None and not (type(inputs) in (list, tuple) and not inputs) else {}
+        outputs = outputs if outputs is not None and not (type(outputs) in (list, tuple) and not outputs) else {}
         for what, given in (("inputs", inputs), ("outputs", outputs)):
             if not _mapping(given):
                 raise DispatchError(f"{what}= maps binding names to values (a dict), not {type(given).__name__}", Span(self.yaml_path))
@@ -995,6 +997,7 @@ class Variant:
         work = _Work()
         bound: dict[int, _Bound] = {}
         lengths: dict[str, int] = {}
+        bound_len: dict[str, int] = {}  # given outputs bound over more than this run's size
         domain_capacity = None
         for slot in self.lowered.host_slots:
             if slot.role in ("input", "inout"):
@@ -1062,9 +1065,11 @@ class Variant:
                 result[slot.name] = self._place(slot, size, area, n, work, bound)
             else:
                 result[slot.name] = self._allocate(slot, size, outputs.get(slot.name) if outputs else None, n, work, bound)
-            # What the kernel's length (and appends' capacity) reads: what is bound, which is a
-            # given output's own capacity when one was handed (_allocate checked it holds size).
-            lengths[slot.name] = result[slot.name].capacity
+            lengths[slot.name] = size  # what later count expressions read: this run's own size
+            if result[slot.name].capacity != size:
+                # A given output is bound over its own capacity (_allocate checked it holds
+                # size): its NAME_len() (an append's capacity) reads that.
+                bound_len[slot.name] = result[slot.name].capacity
         self._inout_outputs(bound, result, work.inout_owned)
         if self._texture_outputs:
             for slot in self._texture_outputs:
@@ -1080,12 +1085,11 @@ class Variant:
         geometry, groups = self._geometry(domain)
         fixed.update(geometry)
         for name, field_name in self._len_fields:
-            fixed[field_name] = lengths[name]
+            fixed[field_name] = bound_len.get(name, lengths[name])
         self._check_aliasing(bound)
         data = self._packer.pack(user_params, fixed)
         bind_group = self._bind_group(bound)
-        for out in work.shares:  # every check passed: a refused run leaves no Output changed
-            share(out)
+        _settle_shares(work)  # every check passed: a refused run leaves no Output changed
         return result, shape or n, data, bind_group, groups, work, bound
 
     def _check_aliasing(self, bound: dict[int, _Bound]) -> None:
@@ -1297,6 +1301,7 @@ class Variant:
                 owned.append(out._counter)
         if self._inout_slots:
             self._inout_outputs(bound, result)
+        _settle_shares(work)
         # The pool hands back the buffers the last (dropped) run released: same buffers, same
         # group. Inside a batch the buffers differ run to run (each is held until the batch is
         # submitted): the groups made for them are kept with the repeat state.
@@ -1368,12 +1373,17 @@ class Variant:
         keep_count = False
         if given is not None:
             try:
-                buf, counter, cap, owned = _given_output(given)
+                buf, counter, cap, owned, source = _given_output(given)
             except DispatchError as exc:
                 raise self._slot_error(slot, f"outputs[{slot.name!r}]: {exc.message}") from None
             self._foreign(slot, buf)
             if counter is not None:
                 self._foreign(slot, counter)
+            for what, b in (("buffer", buf), ("counter", counter)):
+                if b is not None and not (b.usage & wgpu.BufferUsage.STORAGE):
+                    raise self._slot_error(slot, f"outputs[{slot.name!r}]: its {what} {b.label!r} lacks STORAGE usage")
+            if source is not None:  # the given Output's buffers are handed out once every check passed
+                work.handouts.append((source, counter is not None and counter is source._counter))
             if owned is not None:  # an Output's own bytes (the pool's slack behind them is not its own)
                 if cap is None:
                     cap = owned // vt.bytes  # its elements, counted in this binding's element type
@@ -1479,6 +1489,18 @@ def _run_bytes(work: _Work, result: dict) -> int:
     return sum(b.size for b in work.temps) + sum(out._buffer.size for out in result.values())
 
 
+def _settle_shares(work: _Work) -> None:
+    """What a checked run changes on the Outputs it binds: given Outputs' buffers handed out
+    (``outputs=``: the caller's from now on, as ``output.buffer`` hands it), and Outputs whose
+    buffers it binds elsewhere shared (their reads answer the newest)."""
+    for source, counter_too in work.handouts:
+        source.buffer  # noqa: B018  # the property hands the buffer out (see Output.buffer)
+        if counter_too:
+            source.counter  # noqa: B018
+    for out in work.shares:
+        share(out)
+
+
 def _mapping(value: Any) -> bool:
     """Whether ``value`` is a mapping (a dict at the cost of a type check)."""
     return type(value) is dict or isinstance(value, Mapping)
@@ -1503,30 +1525,38 @@ def _unwrap(value: Any) -> Any:
     return value
 
 
-def _given_output(given: Any) -> tuple[Any, Any, int | None, int | None]:
-    """``(buffer, counter, capacity given, bytes an Output owns)`` of an ``outputs=`` entry:
-    a GPUBuffer, an Output, or ``{buffer, count, capacity, counter}`` (its buffer either).
+def _given_output(given: Any) -> tuple[Any, Any, int | None, int | None, Output | None]:
+    """``(buffer, counter, capacity given, bytes an Output owns, that Output)`` of an
+    ``outputs=`` entry: a GPUBuffer, an Output, or ``{buffer, count, capacity, counter}`` (its
+    buffer either). Nothing is handed out here: the caller does, once its checks passed.
 
     Raises:
         DispatchError: an entry of another shape (the caller names the binding).
     """
     if isinstance(given, Output):
-        return given.buffer, given.counter, None, given.capacity * given.element.bytes
+        return given._buffer, given._counter, None, given.capacity * given.element.bytes, given
     if isinstance(given, wgpu.GPUBuffer):
-        return given, None, None, None
+        return given, None, None, None, None
     if isinstance(given, Mapping) and "buffer" in given:
         inner = given["buffer"]
         if isinstance(inner, Output):
-            buf, counter, _, owned = _given_output(inner)
+            buf, counter, _, owned, source = _given_output(inner)
         elif isinstance(inner, wgpu.GPUBuffer):
-            buf, counter, owned = inner, None, None
+            buf, counter, owned, source = inner, None, None, None
         else:
             raise DispatchError(f"'buffer' is a GPUBuffer or an Output, not {type(inner).__name__}")
         counter = given.get("counter", counter)
         if counter is not None and not isinstance(counter, wgpu.GPUBuffer):
             raise DispatchError(f"'counter' is a GPUBuffer, not {type(counter).__name__}")
         cap = given.get("capacity", given.get("count"))
-        if cap is not None and (isinstance(cap, bool) or not isinstance(cap, (int, np.integer)) or cap < 0):
-            raise DispatchError(f"'capacity' (or 'count') is a whole number of elements, not {cap!r}")
-        return buf, counter, None if cap is None else int(cap), owned
+        if cap is not None:
+            try:
+                if isinstance(cap, (bool, np.bool_)) or isinstance(cap, float):
+                    raise TypeError
+                cap = operator.index(cap)
+            except TypeError:
+                raise DispatchError(f"'capacity' (or 'count') is a whole number of elements, not {cap!r}") from None
+            if cap < 0:
+                raise DispatchError(f"'capacity' (or 'count') is a whole number of elements, not {cap!r}")
+        return buf, counter, cap, owned, source
     raise DispatchError(f"an outputs= entry is a GPUBuffer, an Output or {{buffer, count, capacity, counter}}, not {type(given).__name__}")

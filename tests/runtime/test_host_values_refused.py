@@ -101,3 +101,108 @@ def test_one_value_is_not_a_vector_element():
     v = copy("t15h/v2", "vec2<f32>")
     with pytest.raises(DispatchError, match="not a vec2<f32> element"):
         v.run(n=1, inputs={"x": np.float32(5)})
+
+
+def test_a_handed_back_buffer_reads_its_newest_outputs_elements_on_the_repeat_path_too():
+    # Review helper 48: the repeat path collected the share and never made it: from the second
+    # identical run, reading the handed-back buffer answered raw words of another type.
+    v = copy("t15h/u32_share", "u32")
+    first = v.run(n=8, inputs={"x": np.arange(100, 108, dtype=np.uint32)}).outputs["y"]
+    buf = first.buffer
+    src = v.run(n=2, inputs={"x": np.array([7, 9], np.uint32)}).outputs["y"]
+    for _ in range(3):
+        run = v.run(n=2, inputs={"x": src}, outputs={"y": buf})  # its Output is the buffer's newest
+        got = abi.read(buf)
+        assert got.dtype == np.uint32 and got.tolist() == [7, 9] and run.outputs["y"].count == 2
+
+
+def test_outputs_sized_from_a_given_output_follow_this_runs_size():
+    # Review helper 48: the given output's capacity (16) fed len(y) for z: z reported 12
+    # unwritten zeros as results.
+    yaml = """bindings:
+  - { name: x, kind: buffer, access: read, element: f32 }
+  - { name: y, kind: buffer, access: read_write, element: f32, count: "len(x)" }
+  - { name: z, kind: buffer, access: read_write, element: f32, count: "len(y)" }
+"""
+    wgsl = COPY_WGSL.replace("y_set(i, x_get(i));", "y_set(i, x_get(i)); z_set(i, 2.0 * x_get(i));")
+    v = abi.program(key="t15h/sized_from", schema=abi.parse(yaml, "t15h/sized_from/bindings.yaml"), wgsl=wgsl).variant()
+    big = v.run(n=16, inputs={"x": np.arange(16, dtype=np.float32)}).outputs["y"]
+    run = v.run(n=4, inputs={"x": np.ones(4, np.float32)}, outputs={"y": big})
+    assert run.outputs["z"].capacity == 4
+    np.testing.assert_array_equal(abi.read(run.outputs["z"]), np.full(4, 2.0, np.float32))
+
+
+def test_a_refused_given_output_stays_pooled():
+    # Review helper 48: reading the given Output's buffer handed it out before the checks: a
+    # refused run marked it the caller's for good, and the pool lost it.
+    import gc
+
+    import engine_plugin.runtime.output as output
+
+    f32, v4 = copy("t15h/f32_pool", "f32"), copy("t15h/v4_pool", "vec4<f32>")
+    y = f32.run(n=4, inputs={"x": np.arange(4, dtype=np.float32)}).outputs["y"]
+    buf = y._buffer
+    with pytest.raises(DispatchError):
+        v4.run(n=2, inputs={"x": np.ones((2, 4), np.float32)}, outputs={"y": y})  # holds 1 vec4, needs 2
+    assert id(buf) not in output._escaped and id(buf) not in output._owners  # still pooled, still y's
+    given_back = []
+    pool = f32._pool
+    real = pool.give
+    pool.give = lambda b: given_back.append(b) or real(b)
+    try:
+        del y
+        gc.collect()
+    finally:
+        del pool.give
+    assert any(b is buf for b in given_back)  # back to the pool with y
+
+
+def test_a_given_buffer_without_storage_usage_is_a_dispatch_error():
+    import wgpu
+
+    from engine_plugin.device.context import get_context
+
+    plain = get_context().device.create_buffer(size=64, usage=wgpu.BufferUsage.COPY_SRC | wgpu.BufferUsage.COPY_DST)
+    with pytest.raises(DispatchError, match="lacks STORAGE"):
+        copy("t15h/f32_usage", "f32").run(n=4, inputs={"x": np.ones(4, np.float32)}, outputs={"y": plain})
+
+
+def test_empty_sequences_and_a_0d_capacity_are_taken():
+    v = copy("t15h/f32_empty", "f32")
+    np.testing.assert_array_equal(abi.read(v.run(n=2, inputs={"x": np.ones(2, np.float32)}, outputs=[]).outputs["y"]), np.ones(2, np.float32))
+    out = v.run(n=4, inputs={"x": np.ones(4, np.float32)}).outputs["y"]
+    got = v.run(n=3, inputs={"x": np.full(3, 2.0, np.float32)}, outputs={"y": {"buffer": out, "capacity": np.array(3)}}).outputs["y"]
+    np.testing.assert_array_equal(abi.read(got), np.full(3, 2.0, np.float32))
+
+
+ARRAY_PARAMS_YAML = """\
+params:
+  - { name: a, type: "array<vec4<i32>, 1>" }
+bindings:
+  - { name: y, kind: buffer, access: read_write, element: vec4<i32>, count: "1" }
+"""
+ARRAY_PARAMS_WGSL = """\
+@compute @workgroup_size(64)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
+    if (gid.x > 0u) { return; }
+    y_set(0u, params.a[0]);
+}
+"""
+
+
+def test_float32_array_params_just_past_an_int_range_are_refused_and_tables_cast_by_value():
+    v = abi.program(key="t15h/array_params", schema=abi.parse(ARRAY_PARAMS_YAML, "t15h/array_params/bindings.yaml"), wgsl=ARRAY_PARAMS_WGSL).variant()
+    with pytest.raises(DispatchError, match="out of range"):
+        v.run(n=1, params={"a": np.array([[2147483648.0, 0, 0, 0]], np.float32)})
+    for column in (np.array([2**31, 1], np.int64), np.array([1e40, 1.0]), np.array([2**32 + 5, 1], np.uint64)):
+        with pytest.raises(DispatchError, match="table column 'c'"):
+            abi.table({"c": column})
+    np.testing.assert_array_equal(abi.read(abi.table({"c": np.array([3, 1], np.int64)}))["c"], [3, 1])
+
+
+def test_a_cr_only_schema_keeps_its_column_and_caret():
+    text = COPY_YAML_F32 = "bindings:\r  - { name: x, kind: buffer, access: read, element: f32 }\r  - { name: y, kind: buffer, access: read_write, element: f32, count: \"len(x)\" }\r"
+    v = abi.program(key="t15h/cr", schema=abi.parse(text, "t15h/cr/bindings.yaml"), wgsl=COPY_WGSL).variant()
+    with pytest.raises(DispatchError) as info:
+        v.run(n=2, inputs={"x": np.zeros(2, np.complex64)})
+    assert (info.value.line, info.value.col) == (2, 5) and "^" in str(info.value), COPY_YAML_F32
