@@ -162,6 +162,7 @@ class Engine:
         self._claims = _takes_consumer(world) and hasattr(world, "claim_dirty")
         self._dirty_token: int | None = world.claim_dirty(self) if self._claims else None
         self._dirty_released = False
+        self._taken_clock: int | None = None  # the world's clock when this engine last took its flags
         self._gpu = GpuSide(world, self.config, self._order, self._engine_params, self._on_readback, backend, device, self._dirty_token)
         self._delivery = Delivery(world, self.config, self._products, self._gpu, self._engine_params, self._dirty_token)
 
@@ -613,13 +614,16 @@ class Engine:
             token = world.claim_dirty(self)
             # The world's own flags were free (another may have taken some): every field is
             # sent again; flags of its own start all set. A kernel-written mirror holds the
-            # GPU's state, which the world's bytes must not overwrite: not that one.
+            # GPU's state, which the world's bytes must not overwrite: only the chunks the world
+            # changed since this engine's last take are sent (the world is authoritative).
+            since = self._taken_clock if self._taken_clock is not None else -1
             for spec in getattr(world, "fields", ()):
                 if not self._gpu.kernel_written(spec.name):
                     if token is None:
                         world.mark_dirty(None, spec.name)
-                elif token is not None:
-                    world.take_dirty_slots(spec.name, consumer=token)
+                    continue
+                world.take_dirty_slots(spec.name, consumer=token)
+                world.flag_changed_since(since, spec.name, consumer=token)
         elif self._dirty_token is not None:
             token = world.reclaim_dirty(self, self._dirty_token)
         else:
@@ -629,6 +633,8 @@ class Engine:
     def _upload(self, st: FrameStats | None, index: ChunkIndex | None) -> FrameStats:
         if self._claims and (self._dirty_token is not None or self._dirty_released):
             self._claim_dirty()
+        if self._claims:
+            self._taken_clock = self.world.clock  # every change after it is flagged for the takes below
         st = st if st is not None else FrameStats(frame=self._frame)
         readers: dict[str, list[Product]] = {name: [] for name in self._gpu.kept}
         for product in self._order:
@@ -758,6 +764,16 @@ class Engine:
         free = budget - int(getattr(self.backend, "inflight_readback_bytes", 0))
         return min(most, max(0, free) // per_chunk), min(most, max(0, budget) // per_chunk)
 
+    def _reads_gpu_state(self, product: Product) -> bool:
+        """Whether ``product`` reads a kernel-written mirror (state the world's bytes lack)."""
+        return any(self._gpu.kernel_written(name) for name in product.field_names)
+
+    def _readbacks_full(self) -> bool:
+        """Whether the backend's readback count budget (``max_inflight_readbacks``) is taken by
+        readbacks in flight: a dispatch now would be refused its readback."""
+        most = getattr(getattr(self.backend, "config", None), "max_inflight_readbacks", None)
+        return isinstance(most, int) and most >= 1 and int(getattr(self.backend, "inflight_readbacks", 0)) >= most
+
     def _dispatch_once(self, product: Product, st: FrameStats, index: ChunkIndex) -> bool:
         """One bounded dispatch of ``product``'s owed work; answers whether to go on."""
         if not self._serves(product):
@@ -768,6 +784,11 @@ class Engine:
             return False  # only evicted chunks were owed (dropped), or a path through one (owed when it is back)
         if work.items.size > gpu.capacity:
             self._gpu.reregister(product)  # outgrown (a selection): bigger buffers next frame
+            return False
+        if product.policy is not ReadbackPolicy.NONE and self._reads_gpu_state(product) and self._readbacks_full():
+            # Its readback would be refused and the CPU fallback would serve it from the world's
+            # bytes, which a kernel-written mirror has left behind: next frame instead.
+            st.deferred += 1
             return False
         now, most = self._chunk_budget(product, work)
         splittable = product.policy is not ReadbackPolicy.SELECTED_PATH  # a path is all or nothing

@@ -346,8 +346,10 @@ class World:
 
     def reclaim_dirty(self, owner: Any, token: int) -> int | None:
         """``token`` (flags of ``owner``'s own) while another live consumer holds the world's
-        flags; else None: the world's flags are ``owner``'s now, its own merged into them (a
-        chunk flagged in either is sent again: harmless)."""
+        flags; else None: the world's flags are ``owner``'s now, and they are its own (every
+        change set them, and only its takes cleared them). The world's flags as they were are
+        the gone holder's: merged in, they would send again chunks ``owner`` sent already,
+        overwriting a kernel-written mirror's GPU state with the world's older bytes."""
         with self.lock:
             held = self._dirty_holder()
             if held is not None and held is not owner:
@@ -355,9 +357,17 @@ class World:
             rows = self._dirty_rows.pop(token, None)
             if rows is not None:
                 for name, mask in rows.items():
-                    self._dirty_mask[name] |= mask
+                    self._dirty_mask[name][:] = mask
             self._dirty_owner = weakref.ref(owner)
             return None
+
+    def flag_changed_since(self, since: int, name: str, consumer: int | None = None) -> None:
+        """Set ``consumer``'s dirty flag of field ``name`` (the world's own flags for None) for
+        every live chunk whose content changed after mutation clock ``since``: what an engine
+        back after ``close()`` missed, its other flags left alone."""
+        with self.lock:
+            mask = self._masks(consumer)[self.field(name).name]
+            mask |= self._slot_version > since  # a free slot's version is 0
 
     def release_dirty(self, owner: Any, token: int | None) -> None:
         """``owner`` takes no more dirty flags (``token`` as :meth:`claim_dirty` answered)."""

@@ -1,0 +1,161 @@
+"""A kernel-written mirror (GPU state the world does not hold) is overwritten only by what the
+world changed, whichever engines come and go, and a product reading it is never served from
+the world's stale bytes because a readback slot was taken (review helper 49)."""
+
+from __future__ import annotations
+
+import gc
+import time
+
+import numpy as np
+import pytest
+
+from engine_plugin import abi
+from engine_plugin.engine import Engine, EngineConfig
+from engine_plugin.gpu import NoGpuBackend, ReadbackPolicy, WgpuBackendConfig
+from engine_plugin.world import World
+
+pytestmark = pytest.mark.gpu
+
+SHAPE = (4, 4)
+DECAY_YAML = """\
+bindings:
+  - { name: tiles, kind: buffer, access: read, element: u32 }
+  - { name: heat,  kind: buffer, access: read_write, element: f32 }
+params:
+  - { name: k, type: f32 }
+"""
+DECAY_WGSL = """\
+@compute @workgroup_size(64)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
+    let i = zero_index(gid);
+    if (i >= zero_n()) { return; }
+    let t = tiles_get(i);
+    heat_set(t, heat_get(t) * params.k);
+}
+"""
+SUM_YAML = """\
+bindings:
+  - { name: chunks, kind: buffer, access: read, element: u32 }
+  - { name: heat, kind: buffer, access: read, element: f32 }
+  - { name: out, kind: buffer, access: read_write, element: f32, count: "n" }
+params:
+  - { name: tile_count, type: u32 }
+"""
+SUM_WGSL = """\
+@compute @workgroup_size(64)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
+    let i = zero_index(gid);
+    if (i >= zero_n()) { return; }
+    let base = chunks_get(i) * params.tile_count;
+    var s = 0.0;
+    for (var t = 0u; t < params.tile_count; t = t + 1u) { s = s + heat_get(base + t); }
+    out_set(i, s);
+}
+"""
+
+
+def _program(key, yaml, wgsl):
+    return abi.program(key=key, schema=abi.parse(yaml, f"{key}/bindings.yaml"), wgsl=wgsl, wgsl_path=f"{key}/kernel.wgsl")
+
+
+def _world(values):
+    world = World(SHAPE, {"heat": np.float32}, max_chunks=len(values))
+    for k, v in enumerate(values):
+        world.add(k, {"heat": np.full(SHAPE, v, np.float32)})
+    return world
+
+
+def _decay(engine, k=0.5):
+    handle = engine.register_product(_program("t15k/decay", DECAY_YAML, DECAY_WGSL), key="decay", fields={"heat": "heat"}, policy=ReadbackPolicy.NONE, params={"k": k})
+    engine.field_buffer("heat", kernel_writes=True)
+    return handle
+
+
+def _drain(engine):
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        engine.frame()
+        if engine.idle and getattr(engine.backend, "inflight_readbacks", 0) == 0:
+            return
+        time.sleep(0.002)
+    raise AssertionError("the engine never went idle")
+
+
+def _mirror(engine, world):
+    words = np.frombuffer(abi.read(engine.backend.field_buffer("heat")), np.float32)
+    return words.reshape(world.max_chunks, -1)[:, 0]
+
+
+@pytest.mark.parametrize("how", ["close", "gc"])
+def test_the_flag_holder_going_away_does_not_send_the_worlds_old_bytes_again(gpu, how):
+    world = _world([1.0, 2.0])
+    a = Engine(world, device=gpu)  # takes the world's own flags
+    b = Engine(world, device=gpu)  # flags of its own
+    try:
+        h = _decay(b)
+        for _ in range(3):
+            b.invalidate(h)
+            b.frame()
+            _drain(b)
+        before = _mirror(b, world).copy()
+        assert before.tolist() == [0.125, 0.25]
+        if how == "close":
+            a.close()
+        else:
+            del a
+            gc.collect()
+        b.frame()
+        _drain(b)
+        np.testing.assert_array_equal(_mirror(b, world), before)  # nothing changed in the world
+        world.write(1, "heat", np.full(SHAPE, 9.0, np.float32))
+        _drain(b)
+        assert _mirror(b, world).tolist() == [0.125, 4.5]  # the world's 9.0 sent (and owed: decayed once), nothing else
+    finally:
+        b.close()
+
+
+def test_an_engine_used_after_close_sends_what_the_world_changed_meanwhile(gpu):
+    from engine_plugin.gpu import WgpuBackend
+
+    world = _world([1.0, 1.0, 1.0, 1.0])
+    backend = WgpuBackend(gpu, WgpuBackendConfig())
+    engine = Engine(world, backend=backend)
+    h = _decay(engine)
+    engine.invalidate(h)
+    _drain(engine)
+    engine.close()
+    other = Engine(world, backend=NoGpuBackend())  # holds the world's flags meanwhile
+    world.write(2, "heat", np.full(SHAPE, 9.0, np.float32))  # authoritative
+    other.frame()
+    engine.field_buffer("heat", kernel_writes=True)
+    engine.frame()
+    _drain(engine)
+    assert _mirror(engine, world).tolist() == [0.5, 0.5, 9.0, 0.5]
+    other.close()
+    engine.close()
+
+
+def test_a_taken_readback_slot_defers_a_product_instead_of_its_cpu_fallback(gpu):
+    world = _world([1.0, 1.0])
+    engine = Engine(world, device=gpu, config=EngineConfig(backend=WgpuBackendConfig(max_inflight_readbacks=1)))
+    try:
+        _decay(engine)
+        got: dict[str, list] = {"a": [], "b": []}
+
+        def from_world(w, work):  # the world's bytes: not what the GPU holds
+            return np.array([w.read(k, "heat").sum(dtype=np.float32) for k in work.keys], np.float32)
+
+        for key in ("a", "b"):
+            engine.register_product(_program("t15k/sum", SUM_YAML, SUM_WGSL), key=key, fields={"heat": "heat"},
+                                    apply=lambda r, key=key: got[key].append((r.source, r.records.tolist())), cpu_fallback=from_world)
+        for _ in range(3):
+            engine.invalidate()
+            engine.frame()
+            _drain(engine)
+        sums = (_mirror(engine, world) * SHAPE[0] * SHAPE[1]).tolist()
+        for key in ("a", "b"):
+            assert all(source == "gpu" for source, _ in got[key]), got[key]
+            assert got[key][-1][1] == sums
+    finally:
+        engine.close()
