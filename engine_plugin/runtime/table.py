@@ -37,7 +37,14 @@ class Table:
 
 def pack_table(columns: Mapping[str, Any], order: Sequence[str] | None = None) -> tuple[np.ndarray, tuple, tuple, tuple, tuple]:
     """Pack columns to words; answers (words, names, counts, lanes, kinds)."""
+    if not isinstance(columns, Mapping):
+        raise DispatchError(f"table: columns is a mapping of column name to array, not {type(columns).__name__}")
+    if order is not None and (isinstance(order, (str, bytes)) or not isinstance(order, Sequence)):
+        raise DispatchError(f"table: order is a list of column names, not {order!r}")
     names = tuple(order) if order is not None else tuple(columns)
+    bad = [n for n in names if not isinstance(n, str)]
+    if bad or len(set(names)) != len(names):
+        raise DispatchError(f"table: column names are distinct strings, not {list(names)!r}")
     missing = [n for n in names if n not in columns]
     if missing:
         raise DispatchError(f"table: order names columns not given: {', '.join(missing)}")
@@ -48,7 +55,10 @@ def pack_table(columns: Mapping[str, Any], order: Sequence[str] | None = None) -
     datas, counts, lanes_t, kinds = [], [], [], []
     first = 1 + 4 * len(names)
     for name in names:
-        arr = np.asarray(columns[name])
+        try:
+            arr = np.asarray(columns[name])
+        except (ValueError, TypeError):  # a ragged list, say
+            raise DispatchError(f"table column {name!r}: not a rectangular array of numbers") from None
         kind = dtype_kind(arr.dtype)
         if kind is None:
             raise DispatchError(f"table column {name!r}: dtype {arr.dtype} is not numeric (f32, i32 or u32 by value)")

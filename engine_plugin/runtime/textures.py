@@ -18,6 +18,7 @@ import wgpu
 
 from ..device.context import DeviceContext
 from ..errors import DispatchError
+from ..lowering.casts import cast_refusal
 from ..lowering.textures import format_channels, format_numpy, upload_format
 from .submission import flush_pending
 
@@ -65,18 +66,23 @@ def upload_texture(ctx: DeviceContext, values: Any, dim: str, name: str, storage
     if arr.ndim != spatial + 1 or arr.shape[-1] not in (1, 2, 3, 4):
         want = "(h, w) or (h, w, channels)" if dim == "2d" else f"({'layers' if dim == '2d_array' else 'depth'}, h, w[, channels])"
         raise DispatchError(f"texture {name!r} ({dim}) takes an array of shape {want} with 1, 2 or 4 channels, not {arr.shape}")
-    if arr.dtype == np.float64:
-        arr = arr.astype(np.float32)
-    elif arr.dtype == np.bool_:
-        arr = arr.astype(np.uint8) * 255
-    if arr.shape[-1] == 3:  # no 3-channel formats: pad with an opaque alpha
-        alpha = np.full(arr.shape[:-1] + (1,), 255 if arr.dtype == np.uint8 else 1, arr.dtype)
-        arr = np.concatenate([arr, alpha], axis=-1)
     if storage_format is not None:
+        # The binding's format decides: the texels go up as the values the kernel reads.
+        arr = _storage_texels(arr, storage_format, name)
         fmt: str | None = storage_format
         if arr.shape[-1] != format_channels(storage_format):
             raise DispatchError(f"storage texture {name!r} is {storage_format} ({format_channels(storage_format)} channels); got {arr.shape[-1]}")
     else:
+        if arr.dtype == np.float64:
+            reason = cast_refusal(arr, np.dtype(np.float32))
+            if reason:
+                raise DispatchError(f"texture {name!r}: {reason}")
+            arr = arr.astype(np.float32)
+        elif arr.dtype == np.bool_:
+            arr = arr.astype(np.uint8) * 255
+        if arr.shape[-1] == 3:  # no 3-channel formats: pad with an opaque alpha
+            alpha = np.full(arr.shape[:-1] + (1,), 255 if arr.dtype == np.uint8 else 1, arr.dtype)
+            arr = np.concatenate([arr, alpha], axis=-1)
         fmt = upload_format(arr.dtype.newbyteorder("<").str.lstrip("|") if arr.dtype.itemsize > 1 else arr.dtype.str.lstrip("|"), arr.shape[-1])
     if fmt is None:
         raise DispatchError(f"texture {name!r}: no texture format holds {arr.dtype} texels (use uint8, float16, float32, uint32 or int32)")
@@ -94,6 +100,50 @@ def upload_texture(ctx: DeviceContext, values: Any, dim: str, name: str, storage
     texture = ctx.device.create_texture(size=size, format=fmt, usage=usage, dimension="3d" if dim == "3d" else "2d", label=name)
     ctx.queue.write_texture({"texture": texture}, arr, {"bytes_per_row": w * _texel_bytes(fmt), "rows_per_image": h}, size)
     return texture, fmt, size
+
+
+_NORM_SCALE = {"unorm": 255.0, "snorm": 127.0}  # the 8-bit normalised storage formats
+
+
+def _storage_texels(arr: np.ndarray, fmt: str, name: str) -> np.ndarray:
+    """``arr``'s texels in storage format ``fmt``'s host representation, by value: a unorm or
+    snorm texel takes its own integer dtype as it is or floats in [0, 1] / [-1, 1] (scaled and
+    rounded, as WebGPU stores them); any other format takes values its channel type holds
+    (cast_refusal). A 3-channel array gains an opaque alpha (1, as the kernel reads it).
+
+    Raises:
+        DispatchError: a value the format cannot hold, or a dtype it cannot take.
+    """
+    target = np.dtype(format_numpy(fmt))
+    norm = next((kind for kind in _NORM_SCALE if kind in fmt), None)
+    if arr.dtype == np.bool_:
+        arr = arr.astype(np.uint8)
+    if norm is not None:
+        lo = -1.0 if norm == "snorm" else 0.0
+        if arr.dtype == target:
+            out = arr
+        elif arr.dtype.kind == "f":
+            if arr.size and (not np.all(np.isfinite(arr)) or arr.min() < lo or arr.max() > 1.0):
+                raise DispatchError(f"storage texture {name!r} is {fmt}: a float texel must be in [{lo:g}, 1] (or pass {target.name} texels)")
+            out = np.rint(arr.astype(np.float64) * _NORM_SCALE[norm]).astype(target)
+        else:
+            raise DispatchError(f"storage texture {name!r} is {fmt}: it takes {target.name} texels or floats in [{lo:g}, 1], not {arr.dtype}")
+        one = target.type(_NORM_SCALE[norm])
+    else:
+        if arr.dtype.kind not in "fiu":
+            raise DispatchError(f"storage texture {name!r} is {fmt}: {arr.dtype} texels are not numbers")
+        reason = cast_refusal(arr, target) if arr.dtype != target else None
+        if reason is None and target == np.float16 and arr.dtype.kind == "f" and arr.dtype.itemsize > 2:
+            finite = arr[np.isfinite(arr)]
+            if finite.size and np.abs(finite).max() > np.finfo(np.float16).max:
+                reason = "a value is beyond f16's range (it would become infinity)"
+        if reason:
+            raise DispatchError(f"storage texture {name!r} ({fmt}): {reason}")
+        out = arr.astype(target)
+        one = target.type(1)
+    if out.shape[-1] == 3:  # no 3-channel formats: an opaque alpha, as the kernel reads it
+        out = np.concatenate([out, np.full(out.shape[:-1] + (1,), one, target)], axis=-1)
+    return out
 
 
 def _check_size(ctx: DeviceContext, name: str, size: tuple[int, int, int], dim: str) -> None:

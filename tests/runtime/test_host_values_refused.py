@@ -206,3 +206,60 @@ def test_a_cr_only_schema_keeps_its_column_and_caret():
     with pytest.raises(DispatchError) as info:
         v.run(n=2, inputs={"x": np.zeros(2, np.complex64)})
     assert (info.value.line, info.value.col) == (2, 5) and "^" in str(info.value), COPY_YAML_F32
+
+
+STORAGE_LOAD_YAML = """\
+bindings:
+  - {{ name: img, kind: storage_texture, format: {fmt}, access: read }}
+  - {{ name: dst, kind: buffer, access: read_write, element: vec4<{scalar}>, count: "n" }}
+workgroup: [8, 8]
+"""
+STORAGE_LOAD_WGSL = """\
+@compute @workgroup_size(8, 8)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
+    let i = zero_index(gid);
+    if (i >= zero_n()) { return; }
+    dst_set(i, textureLoad(img, gid.xy));
+}
+"""
+
+
+@pytest.mark.parametrize(
+    ("fmt", "scalar", "texel", "want"),
+    [
+        ("rgba8unorm", "f32", np.array([0.5, 0.25, 1.0, 0.0], np.float32), np.array([128, 64, 255, 0]) / 255.0),  # floats scaled, as stored
+        ("rgba8unorm", "f32", np.array([200, 255, 128, 0], np.uint8), np.array([200, 255, 128, 0]) / 255.0),  # its own bytes as they are
+        ("rgba32uint", "u32", np.array([1.0, 5.0, 7.0, 9.0], np.float32), np.array([1, 5, 7, 9])),
+        ("rgba32float", "f32", np.array([1, 2, 3], np.uint8), np.array([1.0, 2.0, 3.0, 1.0])),  # by value, an opaque alpha of 1
+    ],
+)
+def test_numpy_texels_go_into_a_storage_texture_as_the_values_the_kernel_reads(fmt, scalar, texel, want):
+    # Review helper 51: cast by numpy's own rules, 0.5 into rgba8unorm read back as 0, and a
+    # uint8 RGB array into rgba32float got an alpha of 255.
+    v = abi.program(key=f"t15h/st_{fmt}_{texel.dtype}", schema=abi.parse(STORAGE_LOAD_YAML.format(fmt=fmt, scalar=scalar), "t15h/st/bindings.yaml"), wgsl=STORAGE_LOAD_WGSL).variant()
+    got = abi.read(v.run(n=(1, 1), inputs={"img": texel.reshape(1, 1, -1)}).outputs["dst"])
+    np.testing.assert_allclose(got.reshape(-1), want, rtol=0, atol=1e-7)
+
+
+@pytest.mark.parametrize(
+    ("fmt", "scalar", "texel"),
+    [
+        ("rgba8unorm", "f32", np.array([300, -1, 2, 255], np.int32)),  # ints other than its own: ambiguous
+        ("rgba8unorm", "f32", np.array([1.5, 0, 0, 0], np.float32)),  # past [0, 1]
+        ("rgba8snorm", "f32", np.array([200, 255, 128, 0], np.uint8)),
+        ("rgba32uint", "u32", np.array([-1, -5, 1.7, np.nan], np.float32)),
+        ("rgba32float", "f32", np.array([1e300, 0, 0, 0], np.float64)),
+    ],
+)
+def test_texels_a_storage_format_cannot_hold_are_refused(fmt, scalar, texel):
+    v = abi.program(key=f"t15h/stbad_{fmt}_{texel.dtype}", schema=abi.parse(STORAGE_LOAD_YAML.format(fmt=fmt, scalar=scalar), "t15h/stbad/bindings.yaml"), wgsl=STORAGE_LOAD_WGSL).variant()
+    with pytest.raises(DispatchError, match="storage texture 'img'"):
+        v.run(n=(1, 1), inputs={"img": texel.reshape(1, 1, -1)})
+
+
+@pytest.mark.parametrize("columns", ["abc", None, np.zeros(3), {"a": [[1, 2], [3]]}])
+def test_malformed_tables_are_dispatch_errors(columns):
+    with pytest.raises(DispatchError, match="table"):
+        abi.table(columns)
+    with pytest.raises(DispatchError, match="distinct strings"):
+        abi.table({"a": np.zeros(2)}, order=["a", "a"])
