@@ -162,7 +162,7 @@ class Engine:
         self._claims = _takes_consumer(world) and hasattr(world, "claim_dirty")
         self._dirty_token: int | None = world.claim_dirty(self) if self._claims else None
         self._dirty_released = False
-        self._taken_clock: int | None = None  # the world's clock when this engine last took its flags
+        self._parked: int | None = None  # flags parked at close(): what the world changes meanwhile
         self._gpu = GpuSide(world, self.config, self._order, self._engine_params, self._on_readback, backend, device, self._dirty_token)
         self._delivery = Delivery(world, self.config, self._products, self._gpu, self._engine_params, self._dirty_token)
 
@@ -496,7 +496,7 @@ class Engine:
         wall: dict[str, float] = {}
         if self._paced(st):
             with self._submission():  # 3, 4: one submission for the frame
-                for product in self._order:
+                for product in self._dispatch_order():
                     if product.pending:
                         t, before = time.perf_counter(), st.dispatches
                         self._dispatch(product, st, index)
@@ -613,17 +613,17 @@ class Engine:
             self._dirty_released = False
             token = world.claim_dirty(self)
             # The world's own flags were free (another may have taken some): every field is
-            # sent again; flags of its own start all set. A kernel-written mirror holds the
-            # GPU's state, which the world's bytes must not overwrite: only the chunks the world
-            # changed since this engine's last take are sent (the world is authoritative).
-            since = self._taken_clock if self._taken_clock is not None else -1
-            for spec in getattr(world, "fields", ()):
-                if not self._gpu.kernel_written(spec.name):
-                    if token is None:
-                        world.mark_dirty(None, spec.name)
-                    continue
-                world.take_dirty_slots(spec.name, consumer=token)
-                world.flag_changed_since(since, spec.name, consumer=token)
+            # sent again (this engine's flags only); flags of its own start all set. A
+            # kernel-written mirror holds the GPU's state, which the world's bytes must not
+            # overwrite: it gets the flags parked at close(), what the world changed since.
+            parked, self._parked = self._parked, None
+            kernel = [spec.name for spec in getattr(world, "fields", ()) if self._gpu.kernel_written(spec.name)]
+            if token is None:
+                for spec in getattr(world, "fields", ()):
+                    if spec.name not in kernel:
+                        world.set_dirty_flags(spec.name)
+            if parked is not None:
+                world.unpark_dirty(parked, kernel, consumer=token)
         elif self._dirty_token is not None:
             token = world.reclaim_dirty(self, self._dirty_token)
         else:
@@ -633,8 +633,6 @@ class Engine:
     def _upload(self, st: FrameStats | None, index: ChunkIndex | None) -> FrameStats:
         if self._claims and (self._dirty_token is not None or self._dirty_released):
             self._claim_dirty()
-        if self._claims:
-            self._taken_clock = self.world.clock  # every change after it is flagged for the takes below
         st = st if st is not None else FrameStats(frame=self._frame)
         readers: dict[str, list[Product]] = {name: [] for name in self._gpu.kept}
         for product in self._order:
@@ -764,6 +762,13 @@ class Engine:
         free = budget - int(getattr(self.backend, "inflight_readback_bytes", 0))
         return min(most, max(0, free) // per_chunk), min(most, max(0, budget) // per_chunk)
 
+    def _dispatch_order(self) -> list[Product]:
+        """Products in registration order, those that waited for a readback slot first (the
+        longest waiting first), so each gets one in turn."""
+        if not any(p.slot_waits for p in self._order):
+            return self._order
+        return sorted(self._order, key=lambda p: -p.slot_waits)
+
     def _reads_gpu_state(self, product: Product) -> bool:
         """Whether ``product`` reads a kernel-written mirror (state the world's bytes lack)."""
         return any(self._gpu.kernel_written(name) for name in product.field_names)
@@ -787,7 +792,9 @@ class Engine:
             return False
         if product.policy is not ReadbackPolicy.NONE and self._reads_gpu_state(product) and self._readbacks_full():
             # Its readback would be refused and the CPU fallback would serve it from the world's
-            # bytes, which a kernel-written mirror has left behind: next frame instead.
+            # bytes, which a kernel-written mirror has left behind: a later frame instead, and
+            # first in line then (products owed every frame would take every freed slot).
+            product.slot_waits += 1
             st.deferred += 1
             return False
         now, most = self._chunk_budget(product, work)
@@ -837,6 +844,7 @@ class Engine:
             return False
         st.readbacks_requested += 1
         product.inflight += 1
+        product.slot_waits = 0
         self._gpu.readback_requested(st.frame)
         product.done(work)
         return True
@@ -884,6 +892,7 @@ class Engine:
         if self._claims and not self._dirty_released:
             self.world.release_dirty(self, self._dirty_token)
             self._dirty_released = True  # claimed again if the engine is used after all
+            self._parked = self.world.park_dirty(self)  # what changes meanwhile, for a reuse
 
     def __enter__(self) -> Engine:
         return self

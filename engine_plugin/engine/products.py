@@ -234,6 +234,7 @@ class Product:
         self.selection_keys: frozenset[int] = frozenset()
         self._linear: tuple[int, ...] = ()
         self.inflight = 0
+        self.slot_waits = 0  # frames it waited for a readback slot (GPU-state readers: first in line)
         self.error: str | None = None  # the last error, rendered (see ``exception``)
         self.exception: BaseException | None = None  # ... and as raised: a PluginError carries its span
         self.refused_program: Any = None  # a reloaded program that did not fit (not retried)

@@ -361,13 +361,35 @@ class World:
             self._dirty_owner = weakref.ref(owner)
             return None
 
-    def flag_changed_since(self, since: int, name: str, consumer: int | None = None) -> None:
-        """Set ``consumer``'s dirty flag of field ``name`` (the world's own flags for None) for
-        every live chunk whose content changed after mutation clock ``since``: what an engine
-        back after ``close()`` missed, its other flags left alone."""
+    def park_dirty(self, owner: Any) -> int:
+        """Flags of ``owner``'s own, all clear, that every change sets from now on (an engine
+        closed for a while: what it misses, per field, ``mark_dirty`` included); answers
+        their token for :meth:`unpark_dirty`. Dropped when ``owner`` is garbage."""
+        with self.lock:
+            token = self._next_dirty_token
+            self._next_dirty_token += 1
+            self._dirty_rows[token] = {name: np.zeros(self.max_chunks, dtype=bool) for name in self._fields}
+            weakref.finalize(owner, self._dirty_rows.pop, token, None)
+            return token
+
+    def unpark_dirty(self, parked: int, names: list[str], consumer: int | None = None) -> None:
+        """Make ``consumer``'s flags of fields ``names`` (the world's own for None) those parked
+        under ``parked``, exactly what changed since, and drop the parked flags."""
+        with self.lock:
+            rows = self._dirty_rows.pop(parked, None)
+            if rows is None:
+                return
+            masks = self._masks(consumer)
+            for name in names:
+                masks[self.field(name).name][:] = rows[self.field(name).name]
+
+    def set_dirty_flags(self, name: str, consumer: int | None = None) -> None:
+        """Set ``consumer``'s dirty flag of field ``name`` (the world's own for None) for every
+        live chunk, and no other consumer's (``mark_dirty`` sets everyone's: another engine
+        would send again chunks it has, overwriting a mirror its kernels write)."""
         with self.lock:
             mask = self._masks(consumer)[self.field(name).name]
-            mask |= self._slot_version > since  # a free slot's version is 0
+            mask[list(self._slot_of.values())] = True
 
     def release_dirty(self, owner: Any, token: int | None) -> None:
         """``owner`` takes no more dirty flags (``token`` as :meth:`claim_dirty` answered)."""
