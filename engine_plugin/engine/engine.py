@@ -496,7 +496,7 @@ class Engine:
         wall: dict[str, float] = {}
         if self._paced(st):
             with self._submission():  # 3, 4: one submission for the frame
-                for product in self._dispatch_order():
+                for product in self._order:
                     if product.pending:
                         t, before = time.perf_counter(), st.dispatches
                         self._dispatch(product, st, index)
@@ -762,22 +762,22 @@ class Engine:
         free = budget - int(getattr(self.backend, "inflight_readback_bytes", 0))
         return min(most, max(0, free) // per_chunk), min(most, max(0, budget) // per_chunk)
 
-    def _dispatch_order(self) -> list[Product]:
-        """Products in registration order, those that waited for a readback slot first (the
-        longest waiting first), so each gets one in turn."""
-        if not any(p.slot_waits for p in self._order):
-            return self._order
-        return sorted(self._order, key=lambda p: -p.slot_waits)
-
     def _reads_gpu_state(self, product: Product) -> bool:
         """Whether ``product`` reads a kernel-written mirror (state the world's bytes lack)."""
         return any(self._gpu.kernel_written(name) for name in product.field_names)
 
-    def _readbacks_full(self) -> bool:
-        """Whether the backend's readback count budget (``max_inflight_readbacks``) is taken by
-        readbacks in flight: a dispatch now would be refused its readback."""
+    def _no_slot_for(self, product: Product) -> bool:
+        """Whether the backend's readback count budget (``max_inflight_readbacks``) leaves
+        ``product`` no slot now: none is free, or the free ones are owed to readers of GPU
+        state that waited longer (so each gets one in turn, in registration order)."""
         most = getattr(getattr(self.backend, "config", None), "max_inflight_readbacks", None)
-        return isinstance(most, int) and most >= 1 and int(getattr(self.backend, "inflight_readbacks", 0)) >= most
+        if not isinstance(most, int) or most < 1:
+            return False
+        free = most - int(getattr(self.backend, "inflight_readbacks", 0))
+        if free <= 0:
+            return True
+        longer = sum(1 for p in self._order if p is not product and p.slot_waits > product.slot_waits and p.pending)
+        return longer >= free
 
     def _dispatch_once(self, product: Product, st: FrameStats, index: ChunkIndex) -> bool:
         """One bounded dispatch of ``product``'s owed work; answers whether to go on."""
@@ -790,10 +790,10 @@ class Engine:
         if work.items.size > gpu.capacity:
             self._gpu.reregister(product)  # outgrown (a selection): bigger buffers next frame
             return False
-        if product.policy is not ReadbackPolicy.NONE and self._reads_gpu_state(product) and self._readbacks_full():
+        if product.policy is not ReadbackPolicy.NONE and self._reads_gpu_state(product) and self._no_slot_for(product):
             # Its readback would be refused and the CPU fallback would serve it from the world's
-            # bytes, which a kernel-written mirror has left behind: a later frame instead, and
-            # first in line then (products owed every frame would take every freed slot).
+            # bytes, which a kernel-written mirror has left behind: a later frame instead, when
+            # readers that waited longer leave it a slot (the frame keeps registration order).
             product.slot_waits += 1
             st.deferred += 1
             return False
@@ -890,9 +890,13 @@ class Engine:
         if self._gpu.owns_backend:
             self.backend.close()
         if self._claims and not self._dirty_released:
-            self.world.release_dirty(self, self._dirty_token)
+            if any(self._gpu.kernel_written(spec.name) for spec in getattr(self.world, "fields", ())):
+                # Its flags are parked (the untaken ones, and what changes meanwhile): a reuse
+                # sends a mirror its kernels write exactly what the world changed.
+                self._parked = self.world.park_dirty(self, self._dirty_token)
+            else:
+                self.world.release_dirty(self, self._dirty_token)  # a reuse sends everything again
             self._dirty_released = True  # claimed again if the engine is used after all
-            self._parked = self.world.park_dirty(self)  # what changes meanwhile, for a reuse
 
     def __enter__(self) -> Engine:
         return self

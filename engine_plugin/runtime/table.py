@@ -37,14 +37,17 @@ class Table:
 
 def pack_table(columns: Mapping[str, Any], order: Sequence[str] | None = None) -> tuple[np.ndarray, tuple, tuple, tuple, tuple]:
     """Pack columns to words; answers (words, names, counts, lanes, kinds)."""
-    if not isinstance(columns, Mapping):
+    if columns is None or isinstance(columns, (str, bytes, np.ndarray)) or not (hasattr(columns, "__getitem__") and hasattr(columns, "__iter__")):
         raise DispatchError(f"table: columns is a mapping of column name to array, not {type(columns).__name__}")
-    if order is not None and (isinstance(order, (str, bytes)) or not isinstance(order, Sequence)):
+    if order is not None and (isinstance(order, (str, bytes)) or not hasattr(order, "__iter__")):
         raise DispatchError(f"table: order is a list of column names, not {order!r}")
     names = tuple(order) if order is not None else tuple(columns)
-    bad = [n for n in names if not isinstance(n, str)]
-    if bad or len(set(names)) != len(names):
-        raise DispatchError(f"table: column names are distinct strings, not {list(names)!r}")
+    try:
+        distinct = len(set(names)) == len(names)
+    except TypeError:  # an unhashable name
+        distinct = False
+    if not distinct:
+        raise DispatchError(f"table: column names are distinct names, not {list(names)!r}")
     missing = [n for n in names if n not in columns]
     if missing:
         raise DispatchError(f"table: order names columns not given: {', '.join(missing)}")

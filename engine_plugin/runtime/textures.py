@@ -116,16 +116,19 @@ def _storage_texels(arr: np.ndarray, fmt: str, name: str) -> np.ndarray:
     """
     target = np.dtype(format_numpy(fmt))
     norm = next((kind for kind in _NORM_SCALE if kind in fmt), None)
-    if arr.dtype == np.bool_:
-        arr = arr.astype(np.uint8)
+    if arr.dtype == np.bool_:  # a mask: 1 as the kernel reads it (1.0 in a normalised format)
+        arr = arr.astype(np.float32 if norm is not None else np.uint8)
     if norm is not None:
         lo = -1.0 if norm == "snorm" else 0.0
-        if arr.dtype == target:
-            out = arr
-        elif arr.dtype.kind == "f":
+        if arr.dtype.kind == "f":
             if arr.size and (not np.all(np.isfinite(arr)) or arr.min() < lo or arr.max() > 1.0):
                 raise DispatchError(f"storage texture {name!r} is {fmt}: a float texel must be in [{lo:g}, 1] (or pass {target.name} texels)")
             out = np.rint(arr.astype(np.float64) * _NORM_SCALE[norm]).astype(target)
+        elif arr.dtype.kind in "iu":  # integer texels as stored ({target.name} values: 0-255 for unorm8)
+            reason = cast_refusal(arr, target) if arr.dtype != target else None
+            if reason:
+                raise DispatchError(f"storage texture {name!r} is {fmt}: integer texels are its stored {target.name} values; {reason}")
+            out = arr.astype(target)
         else:
             raise DispatchError(f"storage texture {name!r} is {fmt}: it takes {target.name} texels or floats in [{lo:g}, 1], not {arr.dtype}")
         one = target.type(_NORM_SCALE[norm])
@@ -133,9 +136,9 @@ def _storage_texels(arr: np.ndarray, fmt: str, name: str) -> np.ndarray:
         if arr.dtype.kind not in "fiu":
             raise DispatchError(f"storage texture {name!r} is {fmt}: {arr.dtype} texels are not numbers")
         reason = cast_refusal(arr, target) if arr.dtype != target else None
-        if reason is None and target == np.float16 and arr.dtype.kind == "f" and arr.dtype.itemsize > 2:
-            finite = arr[np.isfinite(arr)]
-            if finite.size and np.abs(finite).max() > np.finfo(np.float16).max:
+        if reason is None and target == np.float16 and arr.dtype != target and arr.size:
+            values = arr[np.isfinite(arr)] if arr.dtype.kind == "f" else arr
+            if values.size and np.abs(values.astype(np.float64)).max() > np.finfo(np.float16).max:
                 reason = "a value is beyond f16's range (it would become infinity)"
         if reason:
             raise DispatchError(f"storage texture {name!r} ({fmt}): {reason}")

@@ -84,6 +84,7 @@ class World:
         # from the other, whose mirrors would go stale.
         self._dirty_owner: Any = None  # weakref to the consumer of ``_dirty_mask``
         self._dirty_rows: dict[int, dict[str, np.ndarray]] = {}  # token -> another consumer's flags
+        self._parked_finalizers: dict[int, Any] = {}  # parked flags' token -> its finaliser (park_dirty)
         self._next_dirty_token = 1
         self._editing: set[int] = set()
         # Held by every mutation, and by Engine.frame() for the whole frame: a change made on
@@ -361,23 +362,32 @@ class World:
             self._dirty_owner = weakref.ref(owner)
             return None
 
-    def park_dirty(self, owner: Any) -> int:
-        """Flags of ``owner``'s own, all clear, that every change sets from now on (an engine
-        closed for a while: what it misses, per field, ``mark_dirty`` included); answers
-        their token for :meth:`unpark_dirty`. Dropped when ``owner`` is garbage."""
+    def park_dirty(self, owner: Any, token: int | None) -> int:
+        """Stop ``owner`` (an engine closing) consuming flags (``token`` as :meth:`claim_dirty`
+        answered) and park them instead: the flags it had not taken yet, which every change
+        keeps setting (``mark_dirty`` included), for :meth:`unpark_dirty` when it is used again.
+        One lock: no change lands between the release and the parking. Answers the parked
+        flags' token; they are dropped when ``owner`` is garbage."""
         with self.lock:
-            token = self._next_dirty_token
+            if token is not None and token in self._dirty_rows:
+                return token  # its own flags go on being set: parked as they are
+            if self._dirty_holder() is owner:
+                self._dirty_owner = None
+            parked = self._next_dirty_token
             self._next_dirty_token += 1
-            self._dirty_rows[token] = {name: np.zeros(self.max_chunks, dtype=bool) for name in self._fields}
-            weakref.finalize(owner, self._dirty_rows.pop, token, None)
-            return token
+            self._dirty_rows[parked] = {name: mask.copy() for name, mask in self._dirty_mask.items()}
+            self._parked_finalizers[parked] = weakref.finalize(owner, self._dirty_rows.pop, parked, None)
+            return parked
 
     def unpark_dirty(self, parked: int, names: list[str], consumer: int | None = None) -> None:
         """Make ``consumer``'s flags of fields ``names`` (the world's own for None) those parked
         under ``parked``, exactly what changed since, and drop the parked flags."""
         with self.lock:
             rows = self._dirty_rows.pop(parked, None)
-            if rows is None:
+            finalizer = self._parked_finalizers.pop(parked, None)
+            if finalizer is not None:
+                finalizer.detach()  # one finaliser an engine, however often it is closed
+            if rows is None or parked == consumer:
                 return
             masks = self._masks(consumer)
             for name in names:
@@ -490,7 +500,7 @@ class World:
             state["_dirty_mask"] = {name: mask.copy() for name, mask in self._dirty_mask.items()}
             state["_key_vec"], state["_slot_version"] = self._key_vec.copy(), self._slot_version.copy()
             state["_editing"] = set()  # an open edit belongs to this world, not to a copy
-            state["_dirty_owner"], state["_dirty_rows"] = None, {}  # a copy has no engines yet
+            state["_dirty_owner"], state["_dirty_rows"], state["_parked_finalizers"] = None, {}, {}  # a copy has no engines yet
             return state
         finally:
             if held:

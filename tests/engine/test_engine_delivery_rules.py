@@ -367,9 +367,7 @@ def test_two_engines_on_one_world_each_upload_every_change_to_their_own_mirrors(
     finally:
         for e in engines.values():
             e.close()
-    # The second engine's flags went with it; what is left is each closed engine's parked
-    # flags (what a reuse would have missed), dropped with the engine.
-    assert set(world._dirty_rows) == {e._parked for e in engines.values()}
+    assert world._dirty_rows == {}  # the second engine's flags went with it (no kernel-written mirror: nothing parked)
 
 
 def test_two_engines_on_a_world_subclass_whose_take_has_no_consumer_share_its_flags_as_before():
@@ -459,8 +457,7 @@ def test_the_last_engine_left_takes_the_worlds_own_flags_back():
             first.close()
         world.write(0, "h", 2.0)
         second.frame()
-        parked = {first._parked} if how == "closed" else set()  # a closed engine's flags for a reuse
-        assert second._dirty_token is None and world.dirty() == [] and set(world._dirty_rows) == parked
+        assert second._dirty_token is None and world.dirty() == [] and world._dirty_rows == {}
         second.close()
 
 

@@ -232,3 +232,81 @@ def test_readers_of_gpu_state_waiting_for_readback_slots_each_get_their_turn(gpu
         assert min(got.values()) >= 3, got
     finally:
         engine.close()
+
+
+@pytest.mark.parametrize("change", ["write", "mark_dirty"])
+def test_changes_not_yet_sent_when_the_engine_closes_are_sent_when_it_is_used_again(gpu, change):
+    # Review helper 52: close() released the engine's flags and parked new, clear ones: a
+    # change made after the last frame was lost for the kernel-written mirror.
+    from engine_plugin.gpu import WgpuBackend
+
+    world = _world([1.0, 1.0])
+    engine = Engine(world, backend=WgpuBackend(gpu, WgpuBackendConfig()))
+    h = _decay(engine)
+    engine.invalidate(h)
+    _drain(engine)
+    if change == "write":
+        world.write(1, "heat", np.full(SHAPE, 9.0, np.float32))
+    else:
+        world.mark_dirty(1, "heat")
+    engine.close()
+    engine.field_buffer("heat", kernel_writes=True)
+    engine.frame()
+    _drain(engine)
+    assert _mirror(engine, world).tolist() == [0.5, 9.0 if change == "write" else 1.0]
+
+
+def test_readers_waiting_for_slots_keep_registration_order_within_a_frame(gpu):
+    # Review helper 52: waiting readers were moved ahead of the product writing what they read:
+    # each of their results was one decay behind the frame it was dispatched in.
+    world = _world([1.0, 1.0])
+    engine = Engine(world, device=gpu, config=EngineConfig(backend=WgpuBackendConfig(max_inflight_readbacks=1)))
+    try:
+        _decay(engine)  # registered first: heat *= 0.5 a frame
+        order: list[str] = []
+        real = engine._dispatch_once
+
+        def noting(product, st, index):
+            done = real(product, st, index)
+            if done:
+                order.append(product.key)
+            return done
+
+        engine._dispatch_once = noting
+        for key in ("a", "b"):
+            engine.register_product(_program("t15k/sum", SUM_YAML, SUM_WGSL), key=key, fields={"heat": "heat"},
+                                    apply=lambda r: None, cpu_fallback=lambda w, work: np.zeros(len(work.keys), np.float32))
+        for _ in range(8):
+            order.append("|")
+            engine.invalidate()
+            engine.frame()
+            time.sleep(0.003)
+        frames = [f.split(",") for f in ",".join(order).split("|") if f.strip(",")]
+        for keys in frames:
+            keys = [k for k in keys if k]
+            assert keys[0] == "decay" and len(keys) == len(set(keys)), frames  # the writer first, each once
+        assert {k for keys in frames for k in keys} >= {"a", "b"}  # both readers served
+    finally:
+        engine.close()
+
+
+def test_closed_engines_park_flags_only_for_kernel_written_mirrors_and_once_each():
+    import weakref
+
+    world = World(SHAPE, {"heat": np.float32}, max_chunks=64)
+    for k in range(8):
+        world.add(k)
+    kept = []
+    for _ in range(50):
+        engine = Engine(world, backend=NoGpuBackend())
+        engine.frame()
+        engine.close()
+        kept.append(engine)
+    assert world._dirty_rows == {}  # no kernel-written mirror: nothing parked, every change costs as before
+    engine = Engine(world, backend=NoGpuBackend())
+    engine._gpu.note_kernel_writes(["heat"])
+    before = len(weakref.finalize._registry)
+    for _ in range(100):
+        engine.frame()
+        engine.close()
+    assert len(world._dirty_rows) <= 1 and len(weakref.finalize._registry) - before <= 1

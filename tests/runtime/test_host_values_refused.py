@@ -261,5 +261,26 @@ def test_texels_a_storage_format_cannot_hold_are_refused(fmt, scalar, texel):
 def test_malformed_tables_are_dispatch_errors(columns):
     with pytest.raises(DispatchError, match="table"):
         abi.table(columns)
-    with pytest.raises(DispatchError, match="distinct strings"):
+    with pytest.raises(DispatchError, match="distinct names"):
         abi.table({"a": np.zeros(2)}, order=["a", "a"])
+
+
+def test_a_bool_mask_and_integer_texels_go_into_a_unorm_storage_texture_as_stored():
+    v = abi.program(key="t15h/st_bool", schema=abi.parse(STORAGE_LOAD_YAML.format(fmt="rgba8unorm", scalar="f32"), "t15h/st_bool/bindings.yaml"), wgsl=STORAGE_LOAD_WGSL).variant()
+    np.testing.assert_array_equal(abi.read(v.run(n=(1, 1), inputs={"img": np.ones((1, 1, 4), bool)}).outputs["dst"]).reshape(-1), np.ones(4, np.float32))
+    got = abi.read(v.run(n=(1, 1), inputs={"img": [[[255, 0, 51, 255]]]}).outputs["dst"]).reshape(-1)  # a list of its byte values
+    np.testing.assert_allclose(got, np.array([255, 0, 51, 255]) / 255.0, rtol=0, atol=1e-7)
+
+
+def test_integers_past_f16_are_refused_for_a_half_float_storage_texture():
+    v = abi.program(key="t15h/st_f16", schema=abi.parse(STORAGE_LOAD_YAML.format(fmt="rgba16float", scalar="f32"), "t15h/st_f16/bindings.yaml"), wgsl=STORAGE_LOAD_WGSL).variant()
+    with pytest.raises(DispatchError, match="f16"):
+        v.run(n=(1, 1), inputs={"img": np.array([[[70000, 0, 0, 0]]], np.int32)})
+
+
+def test_table_orders_of_any_iterable_kind_are_taken():
+    columns = {"a": np.arange(2, dtype=np.float32), "b": np.array([5, 6], np.int32)}
+    for order in (np.array(["b", "a"]), columns.keys(), (n for n in ["b", "a"])):
+        t = abi.table(columns, order=order)
+        assert [str(n) for n in t.names][0] in ("a", "b")
+        np.testing.assert_array_equal(abi.read(t)["b"], [5, 6])
