@@ -617,7 +617,9 @@ class Engine:
             # kernel-written mirror holds the GPU's state, which the world's bytes must not
             # overwrite: it gets the flags parked at close(), what the world changed since.
             parked, self._parked = self._parked, None
-            kernel = [spec.name for spec in getattr(world, "fields", ()) if self._gpu.kernel_written(spec.name)]
+            # Nothing parked (no kernel-written mirror at close): every field is sent again,
+            # also one its kernels have written since (its mirror was the world's then).
+            kernel = [spec.name for spec in getattr(world, "fields", ()) if self._gpu.kernel_written(spec.name)] if parked is not None else []
             if token is None:
                 for spec in getattr(world, "fields", ()):
                     if spec.name not in kernel:
@@ -766,18 +768,19 @@ class Engine:
         """Whether ``product`` reads a kernel-written mirror (state the world's bytes lack)."""
         return any(self._gpu.kernel_written(name) for name in product.field_names)
 
-    def _no_slot_for(self, product: Product) -> bool:
-        """Whether the backend's readback count budget (``max_inflight_readbacks``) leaves
-        ``product`` no slot now: none is free, or the free ones are owed to readers of GPU
-        state that waited longer (so each gets one in turn, in registration order)."""
+    def _no_slot_for(self, product: Product) -> str | None:
+        """Why the backend's readback count budget (``max_inflight_readbacks``) leaves
+        ``product`` no slot now: "none" is free, or the free ones are "owed" to readers of GPU
+        state that waited longer (so each gets one in turn, in registration order); None: one
+        is its."""
         most = getattr(getattr(self.backend, "config", None), "max_inflight_readbacks", None)
         if not isinstance(most, int) or most < 1:
-            return False
+            return None
         free = most - int(getattr(self.backend, "inflight_readbacks", 0))
         if free <= 0:
-            return True
+            return "none"
         longer = sum(1 for p in self._order if p is not product and p.slot_waits > product.slot_waits and p.pending)
-        return longer >= free
+        return "owed" if longer >= free else None
 
     def _dispatch_once(self, product: Product, st: FrameStats, index: ChunkIndex) -> bool:
         """One bounded dispatch of ``product``'s owed work; answers whether to go on."""
@@ -790,13 +793,18 @@ class Engine:
         if work.items.size > gpu.capacity:
             self._gpu.reregister(product)  # outgrown (a selection): bigger buffers next frame
             return False
-        if product.policy is not ReadbackPolicy.NONE and self._reads_gpu_state(product) and self._no_slot_for(product):
-            # Its readback would be refused and the CPU fallback would serve it from the world's
-            # bytes, which a kernel-written mirror has left behind: a later frame instead, when
-            # readers that waited longer leave it a slot (the frame keeps registration order).
-            product.slot_waits += 1
-            st.deferred += 1
-            return False
+        if product.policy is not ReadbackPolicy.NONE:
+            short = self._no_slot_for(product)
+            if short and self._reads_gpu_state(product):
+                # Its readback would be refused and the CPU fallback would serve it from the
+                # world's bytes, which a kernel-written mirror has left behind: a later frame
+                # instead, when readers that waited longer leave it a slot (in registration order).
+                product.slot_waits += 1
+                st.deferred += 1
+                return False
+            if short == "owed":  # the free slots are owed to waiting readers of GPU state
+                product.force_cpu = True  # served as a refused readback is: its CPU fallback
+                return False
         now, most = self._chunk_budget(product, work)
         splittable = product.policy is not ReadbackPolicy.SELECTED_PATH  # a path is all or nothing
         if len(work.keys) > now and most >= 1 and (splittable or len(work.keys) <= most):

@@ -84,7 +84,7 @@ class World:
         # from the other, whose mirrors would go stale.
         self._dirty_owner: Any = None  # weakref to the consumer of ``_dirty_mask``
         self._dirty_rows: dict[int, dict[str, np.ndarray]] = {}  # token -> another consumer's flags
-        self._parked_finalizers: dict[int, Any] = {}  # parked flags' token -> its finaliser (park_dirty)
+        self._row_finalizers: dict[int, Any] = {}  # flags' token -> the finaliser dropping them with their owner
         self._next_dirty_token = 1
         self._editing: set[int] = set()
         # Held by every mutation, and by Engine.frame() for the whole frame: a change made on
@@ -342,7 +342,7 @@ class World:
             live = np.zeros(self.max_chunks, dtype=bool)
             live[list(self._slot_of.values())] = True
             self._dirty_rows[token] = {name: live.copy() for name in self._fields}
-            weakref.finalize(owner, self._dirty_rows.pop, token, None)
+            self._row_finalizers[token] = weakref.finalize(owner, self._drop_row, token)
             return token
 
     def reclaim_dirty(self, owner: Any, token: int) -> int | None:
@@ -356,6 +356,7 @@ class World:
             if held is not None and held is not owner:
                 return token
             rows = self._dirty_rows.pop(token, None)
+            self._forget_row(token)
             if rows is not None:
                 for name, mask in rows.items():
                     self._dirty_mask[name][:] = mask
@@ -376,7 +377,7 @@ class World:
             parked = self._next_dirty_token
             self._next_dirty_token += 1
             self._dirty_rows[parked] = {name: mask.copy() for name, mask in self._dirty_mask.items()}
-            self._parked_finalizers[parked] = weakref.finalize(owner, self._dirty_rows.pop, parked, None)
+            self._row_finalizers[parked] = weakref.finalize(owner, self._drop_row, parked)
             return parked
 
     def unpark_dirty(self, parked: int, names: list[str], consumer: int | None = None) -> None:
@@ -384,9 +385,7 @@ class World:
         under ``parked``, exactly what changed since, and drop the parked flags."""
         with self.lock:
             rows = self._dirty_rows.pop(parked, None)
-            finalizer = self._parked_finalizers.pop(parked, None)
-            if finalizer is not None:
-                finalizer.detach()  # one finaliser an engine, however often it is closed
+            self._forget_row(parked)  # one finaliser an engine, however often it is closed
             if rows is None or parked == consumer:
                 return
             masks = self._masks(consumer)
@@ -406,8 +405,21 @@ class World:
         with self.lock:
             if token is not None:
                 self._dirty_rows.pop(token, None)
+                self._forget_row(token)
             elif self._dirty_holder() is owner:
                 self._dirty_owner = None
+
+    def _drop_row(self, token: int) -> None:
+        """Flags of a consumer that is garbage (a finaliser: plain dict pops, no lock)."""
+        self._dirty_rows.pop(token, None)
+        self._row_finalizers.pop(token, None)
+
+    def _forget_row(self, token: int) -> None:
+        """Flags given up by their owner: their finaliser goes too (no registry entry is left
+        for an engine closed and used again many times)."""
+        finalizer = self._row_finalizers.pop(token, None)
+        if finalizer is not None:
+            finalizer.detach()
 
     def _dirty_holder(self) -> Any:
         """The live consumer of the world's own dirty flags, or None."""
@@ -500,7 +512,7 @@ class World:
             state["_dirty_mask"] = {name: mask.copy() for name, mask in self._dirty_mask.items()}
             state["_key_vec"], state["_slot_version"] = self._key_vec.copy(), self._slot_version.copy()
             state["_editing"] = set()  # an open edit belongs to this world, not to a copy
-            state["_dirty_owner"], state["_dirty_rows"], state["_parked_finalizers"] = None, {}, {}  # a copy has no engines yet
+            state["_dirty_owner"], state["_dirty_rows"], state["_row_finalizers"] = None, {}, {}  # a copy has no engines yet
             return state
         finally:
             if held:

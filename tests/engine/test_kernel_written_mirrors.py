@@ -310,3 +310,69 @@ def test_closed_engines_park_flags_only_for_kernel_written_mirrors_and_once_each
         engine.frame()
         engine.close()
     assert len(world._dirty_rows) <= 1 and len(weakref.finalize._registry) - before <= 1
+
+
+def test_a_field_its_kernels_write_only_after_a_reuse_gets_what_changed_while_closed(gpu):
+    # Review helper 53: nothing was parked (no kernel-written field at close), and on reuse the
+    # field, kernel-written by then, was left out of the re-send: the world's write was lost.
+    from engine_plugin.gpu import WgpuBackend
+
+    world = _world([1.0, 1.0])
+    engine = Engine(world, backend=WgpuBackend(gpu, WgpuBackendConfig()))
+    engine.field_buffer("heat")
+    engine.frame()
+    _drain(engine)
+    engine.close()
+    world.write(1, "heat", np.full(SHAPE, 9.0, np.float32))
+    world.take_dirty()  # another consumer of the world's flags
+    _decay(engine, k=1.0)  # kernel-written from now on
+    engine.frame()
+    _drain(engine)
+    assert _mirror(engine, world).tolist() == [1.0, 9.0]
+    engine.close()
+
+
+def test_a_reader_of_gpu_state_is_served_behind_an_earlier_readback_product(gpu):
+    # Review helper 53: a product reading a world-fed field, registered first, took the one
+    # slot every frame; the GPU-state reader waited for good.
+    world = World(SHAPE, {"heat": np.float32, "src": np.float32}, max_chunks=2)
+    for k in (0, 1):
+        world.add(k, {"heat": np.ones(SHAPE, np.float32), "src": np.ones(SHAPE, np.float32)})
+    engine = Engine(world, device=gpu, config=EngineConfig(backend=WgpuBackendConfig(max_inflight_readbacks=1)))
+    try:
+        _decay(engine, k=1.0)
+        got = {"x": 0, "r": 0}
+        zero = lambda w, work: np.zeros(len(work.keys), np.float32)  # noqa: E731
+        for key, field in (("x", "src"), ("r", "heat")):
+            engine.register_product(_program("t15k/sum", SUM_YAML, SUM_WGSL), key=key, fields={"heat": field},
+                                    apply=lambda r, key=key: got.__setitem__(key, got[key] + 1), cpu_fallback=zero)
+        deadline = time.monotonic() + 60
+        while (got["r"] < 5 or got["x"] < 5) and time.monotonic() < deadline:
+            engine.invalidate()
+            engine.frame()
+            time.sleep(0.002)
+        assert got["r"] >= 5 and got["x"] >= 5, got
+    finally:
+        engine.close()
+
+
+def test_engines_closed_and_used_again_leave_no_finalisers_or_rows_behind():
+    import weakref
+
+    world = _world([1.0, 1.0])
+    holder = Engine(world, backend=NoGpuBackend())  # noqa: F841  # the others get flags of their own
+    engine = Engine(world, backend=NoGpuBackend())
+    engine._gpu.note_kernel_writes(["heat"])
+    before = len(weakref.finalize._registry)
+    for _ in range(100):
+        engine.frame()
+        engine.close()
+    assert len(weakref.finalize._registry) - before <= 1
+    for _ in range(50):
+        e = Engine(world, backend=NoGpuBackend())
+        e._gpu.note_kernel_writes(["heat"])
+        e.frame()
+        e.close()
+        del e
+    gc.collect()
+    assert len(world._row_finalizers) <= 2 and len(world._dirty_rows) <= 2  # the two engines still alive
