@@ -779,7 +779,9 @@ class Engine:
         free = most - int(getattr(self.backend, "inflight_readbacks", 0))
         if free <= 0:
             return "none"
-        longer = sum(1 for p in self._order if p is not product and p.slot_waits > product.slot_waits and p.pending)
+        # Only readers still served on the GPU are owed a slot: one that left it (a failure,
+        # given up) would never take it.
+        longer = sum(1 for p in self._order if p is not product and p.slot_waits > product.slot_waits and p.pending and self._serves(p) and not p.force_cpu)
         return "owed" if longer >= free else None
 
     def _dispatch_once(self, product: Product, st: FrameStats, index: ChunkIndex) -> bool:

@@ -376,3 +376,38 @@ def test_engines_closed_and_used_again_leave_no_finalisers_or_rows_behind():
         del e
     gc.collect()
     assert len(world._row_finalizers) <= 2 and len(world._dirty_rows) <= 2  # the two engines still alive
+
+
+def test_a_waiting_reader_that_left_the_gpu_is_owed_no_slot(gpu):
+    # Review helper 54: a reader that waited and then left the GPU (its dispatch could not be
+    # prepared) stayed "owed" a slot: every other readback product ran on its CPU fallback.
+    world = World(SHAPE, {"heat": np.float32, "src": np.float32}, max_chunks=2)
+    for k in (0, 1):
+        world.add(k, {"heat": np.ones(SHAPE, np.float32), "src": np.ones(SHAPE, np.float32)})
+    engine = Engine(world, device=gpu, config=EngineConfig(backend=WgpuBackendConfig(max_inflight_readbacks=1)))
+    try:
+        _decay(engine, k=1.0)
+        sources: dict[str, list] = {"x": [], "r": []}
+        zero = lambda w, work: np.zeros(len(work.keys), np.float32)  # noqa: E731
+        for key, field in (("x", "src"), ("r", "heat")):
+            engine.register_product(_program("t15k/sum", SUM_YAML, SUM_WGSL), key=key, fields={"heat": field},
+                                    apply=lambda r, key=key: sources[key].append(r.source), cpu_fallback=zero)
+        reader = next(p for p in engine._order if p.key == "r")
+        deadline = time.monotonic() + 30
+        while reader.slot_waits == 0 and time.monotonic() < deadline:
+            engine.invalidate()
+            engine.frame()
+        assert reader.slot_waits > 0
+
+        def cannot_prepare(*args):
+            raise RuntimeError("this dispatch cannot be prepared")
+
+        reader.gpu.dispatch_desc = cannot_prepare  # leaves the GPU at its next dispatch
+        for _ in range(60):
+            engine.invalidate()
+            engine.frame()
+            time.sleep(0.002)
+        assert reader.gpu is None
+        assert "gpu" in sources["x"][-10:], sources["x"][-10:]  # the free slot is x's again
+    finally:
+        engine.close()
