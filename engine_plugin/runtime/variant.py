@@ -602,17 +602,39 @@ class Variant:
         raise self._slot_error(slot, f"table {slot.name!r} takes an abi.table(...) or a GPUBuffer, not {type(value).__name__}")
 
     # -- textures ----------------------------------------------------------------------------
-    def _texture_of(self, slot: HostSlot, value: Any, storage_format: str | None = None) -> tuple[Any, str]:
+    def _texture_of(self, slot: HostSlot, value: Any, storage_format: str | None = None, storage: bool = False) -> tuple[Any, str]:
         """(texture, format) of an input: a numpy array (uploaded; in ``storage_format`` for a
-        storage binding), a GPUTexture, or an earlier run's TextureOutput."""
+        storage binding), a GPUTexture, or an earlier run's TextureOutput (``storage``: for a
+        storage binding: the texture is checked for what it must allow)."""
         if isinstance(value, TextureOutput):
+            self._check_texture(slot, value.texture, value.format, storage or storage_format is not None)
             return value.texture, value.format
         if isinstance(value, wgpu.GPUTexture):
+            self._check_texture(slot, value, str(value.format), storage or storage_format is not None)
             return value, str(value.format)
         if value is None:
             raise self._slot_error(slot, f"missing texture {slot.name!r}: pass a numpy array, a GPUTexture or an earlier run's texture output")
         texture, fmt, _ = upload_texture(self.ctx, value, slot.texture[0], slot.name, storage_format)
         return texture, fmt
+
+    def _check_texture(self, slot: HostSlot, texture: Any, fmt: str, storage: bool) -> None:
+        """Refuse a texture the binding cannot take, before wgpu does with a raw validation
+        error: a format this ABI does not bind, a usage it lacks, another dimension, or
+        several samples a texel."""
+        self._foreign(slot, texture)
+        try:
+            format_sample(fmt)
+        except KeyError:
+            raise self._slot_error(slot, f"texture {slot.name!r}: a {fmt} texture is not one a binding takes here") from None
+        need, what = (wgpu.TextureUsage.STORAGE_BINDING, "STORAGE_BINDING") if storage else (wgpu.TextureUsage.TEXTURE_BINDING, "TEXTURE_BINDING")
+        if not (int(getattr(texture, "usage", need)) & need):
+            raise self._slot_error(slot, f"texture {slot.name!r}: the texture {texture.label!r} lacks {what} usage")
+        dim = slot.texture[0]
+        have = str(getattr(texture, "dimension", "2d"))
+        if (have == "3d") != (dim == "3d"):
+            raise self._slot_error(slot, f"texture {slot.name!r} is {dim}; the texture {texture.label!r} is {have}")
+        if int(getattr(texture, "sample_count", 1)) != 1:
+            raise self._slot_error(slot, f"texture {slot.name!r}: a multisampled texture cannot be bound here")
 
     def _resolve_texture(self, slot: HostSlot, value: Any) -> _Bound:
         dim, sample, filterable = slot.texture
@@ -630,7 +652,7 @@ class Variant:
         dim, fmt, _ = slot.texture
         if value is None:
             raise self._slot_error(slot, f"missing storage texture {slot.name!r} ({fmt}): pass a GPUTexture or an earlier run's texture output")
-        texture, have = self._texture_of(slot, value, fmt)
+        texture, have = self._texture_of(slot, value, fmt, storage=True)
         if have != fmt:
             raise self._slot_error(slot, f"storage texture {slot.name!r} is {fmt}, not {have}")
         return _Bound(texture, 0, resource=view_of(texture, dim), transient=True)
@@ -639,7 +661,9 @@ class Variant:
         """An output storage texture: a new one per run (zero-filled by WebGPU), of ``size``."""
         dim, fmt, _ = slot.texture
         if given is not None:
-            texture, have = self._texture_of(slot, given)
+            if not isinstance(given, (TextureOutput, wgpu.GPUTexture)):
+                raise self._slot_error(slot, f"outputs[{slot.name!r}] is a GPUTexture or an earlier run's texture output, not {type(given).__name__}")
+            texture, have = self._texture_of(slot, given, storage=True)
             if have != fmt:
                 raise self._slot_error(slot, f"outputs[{slot.name!r}] is a {have} texture; {slot.name!r} is {fmt}")
             size = (texture.size[0], texture.size[1], texture.size[2])

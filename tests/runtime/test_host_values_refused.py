@@ -284,3 +284,40 @@ def test_table_orders_of_any_iterable_kind_are_taken():
         t = abi.table(columns, order=order)
         assert [str(n) for n in t.names][0] in ("a", "b")
         np.testing.assert_array_equal(abi.read(t)["b"], [5, 6])
+
+
+SAMPLE_YAML = """\
+bindings:
+  - { name: img, kind: texture, sample: float }
+  - { name: dst, kind: buffer, access: read_write, element: vec4<f32>, count: "n" }
+workgroup: [8, 8]
+"""
+SAMPLE_WGSL = """\
+@compute @workgroup_size(8, 8)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
+    let i = zero_index(gid);
+    if (i >= zero_n()) { return; }
+    dst_set(i, textureLoad(img, gid.xy, 0));
+}
+"""
+
+
+@pytest.mark.parametrize(
+    ("fmt", "usage_name", "dimension", "match"),
+    [
+        ("r8snorm", "TEXTURE_BINDING", "2d", "not one a binding takes"),  # a format formats.py does not list: KeyError before
+        ("rgba8unorm", "COPY_DST", "2d", "lacks TEXTURE_BINDING"),
+        ("rgba8unorm", "TEXTURE_BINDING", "3d", "is 2d; the texture"),
+    ],
+)
+def test_a_gpu_texture_a_binding_cannot_take_is_a_dispatch_error(fmt, usage_name, dimension, match):
+    import wgpu
+
+    from engine_plugin.device.context import get_context
+
+    ctx = get_context()
+    usage = getattr(wgpu.TextureUsage, usage_name) | wgpu.TextureUsage.COPY_DST
+    texture = ctx.device.create_texture(size=(2, 2, 1), format=fmt, usage=usage, dimension=dimension)
+    v = abi.program(key="t15h/sample", schema=abi.parse(SAMPLE_YAML, "t15h/sample/bindings.yaml"), wgsl=SAMPLE_WGSL).variant()
+    with pytest.raises(DispatchError, match=match):
+        v.run(n=(2, 2), inputs={"img": texture})
