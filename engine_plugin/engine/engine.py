@@ -163,6 +163,9 @@ class Engine:
         self._dirty_token: int | None = world.claim_dirty(self) if self._claims else None
         self._dirty_released = False
         self._parked: int | None = None  # flags parked at close(): what the world changes meanwhile
+        # Whether a product may be waiting for a readback slot (set each frame before the
+        # dispatches, and when one starts waiting): while not, no slot is owed to anyone.
+        self._slot_waiting = False
         self._gpu = GpuSide(world, self.config, self._order, self._engine_params, self._on_readback, backend, device, self._dirty_token)
         self._delivery = Delivery(world, self.config, self._products, self._gpu, self._engine_params, self._dirty_token)
 
@@ -410,9 +413,14 @@ class Engine:
             except BaseException:
                 product.params = old  # refused (or a bug): the product stays as it was
                 raise
+        self._recompute_all(product)
+
+    def _recompute_all(self, product: Product) -> None:
+        """A product with new params or a new kernel: a new GPU generation, every chunk owed
+        again (the CPU fallback's results depend on both too)."""
         product.cpu_done.clear()
         self._gpu.reregister(product)
-        product.owe_everything(self.world)  # the fallback's results depend on the params too
+        product.owe_everything(self.world)
 
     def _adopt_refused(self, product: Product, params: Mapping[str, Any]) -> bool:
         """Plan ``product``'s refused reload with ``params``; on success it runs from the next
@@ -427,9 +435,7 @@ class Engine:
             return False
         product.refused_program = None
         product.fail(None)
-        product.cpu_done.clear()
-        self._gpu.reregister(product)
-        product.owe_everything(self.world)
+        self._recompute_all(product)
         return True
 
     def field_buffer(self, name: str, *, kernel_writes: bool = False) -> Any | None:
@@ -495,6 +501,7 @@ class Engine:
         self._upload(st, index)  # 2
         wall: dict[str, float] = {}
         if self._paced(st):
+            self._slot_waiting = any(p.slot_waits for p in self._order)
             with self._submission():  # 3, 4: one submission for the frame
                 for product in self._order:
                     if product.pending:
@@ -616,9 +623,9 @@ class Engine:
             # sent again (this engine's flags only); flags of its own start all set. A
             # kernel-written mirror holds the GPU's state, which the world's bytes must not
             # overwrite: it gets the flags parked at close(), what the world changed since.
+            # With nothing parked (no kernel-written mirror at close) every field is sent, one
+            # its kernels began writing since too (its mirror was the world's then).
             parked, self._parked = self._parked, None
-            # Nothing parked (no kernel-written mirror at close): every field is sent again,
-            # also one its kernels have written since (its mirror was the world's then).
             kernel = [spec.name for spec in getattr(world, "fields", ()) if self._gpu.kernel_written(spec.name)] if parked is not None else []
             if token is None:
                 for spec in getattr(world, "fields", ()):
@@ -779,6 +786,8 @@ class Engine:
         free = most - int(getattr(self.backend, "inflight_readbacks", 0))
         if free <= 0:
             return "none"
+        if not self._slot_waiting:
+            return None  # no reader waits for a slot: no product counts the others
         # Only readers still served on the GPU are owed a slot: one that left it (a failure,
         # given up) would never take it.
         longer = sum(1 for p in self._order if p is not product and p.slot_waits > product.slot_waits and p.pending and self._serves(p) and not p.force_cpu)
@@ -802,6 +811,7 @@ class Engine:
                 # world's bytes, which a kernel-written mirror has left behind: a later frame
                 # instead, when readers that waited longer leave it a slot (in registration order).
                 product.slot_waits += 1
+                self._slot_waiting = True
                 st.deferred += 1
                 return False
             if short == "owed":  # the free slots are owed to waiting readers of GPU state

@@ -176,8 +176,7 @@ class PreparedRun:
         self._done = True
         self.holds = ()  # on the queue now: queue order protects their buffers
         self.variant._ring.reserved.discard(self.params_offset)
-        for buf in self.temps:
-            self.variant._pool.give(buf)
+        self.variant._pool_back(self.temps)
 
 
 class _ParamsRing:
@@ -371,6 +370,11 @@ class _PlacedRepeat:
             elif v is not rv:
                 return False
         return _same_params(params, self)  # type: ignore[arg-type]  # the same two fields as _Repeat's
+
+
+def _placed_key(n: int, inputs: Mapping[str, Any], arrays: Mapping[str, Any]) -> tuple:
+    """A prepare repeat's entry key: ``n`` and the shapes of the numpy inputs."""
+    return (n, tuple((k, inputs[k].shape) for k in arrays))
 
 
 _PLACED_ENTRIES = 64  # (n, array shapes) a prepare repeat keeps: a product's work lists vary in length
@@ -940,7 +944,7 @@ class Variant:
         fixed = {i: b for i, b in bound.items() if i not in uploaded}
         if len(work.temps) != len(arrays) or any(b.transient for b in fixed.values()):
             return  # a temporary besides the uploads (none today): not derived from the key
-        key = (n, tuple((k, inputs[k].shape) for k in arrays))
+        key = _placed_key(n, inputs, arrays)
         directs = tuple((slot, self._direct_upload(slot, inputs[k])) for k, (slot, _) in arrays.items())
         placed.entries[key] = (data, groups, dict(area.layout), area.end, tuple(work.ops), fixed, directs)
         while len(placed.entries) > _PLACED_ENTRIES:
@@ -959,7 +963,7 @@ class Variant:
         ``n`` and these array shapes seen before): the numpy inputs are uploaded afresh and
         bound, everything else is what the full checks derived then. None: not seen."""
         arrays = placed.arrays
-        key = (n, tuple((k, inputs[k].shape) for k in arrays))
+        key = _placed_key(n, inputs, arrays)
         entry = placed.entries.get(key)
         if entry is None:
             return None
@@ -978,6 +982,7 @@ class Variant:
             raise
 
     def _pool_back(self, temps: list) -> None:
+        """Give a run's temporaries back to the pool (submitted, or never to be)."""
         for buf in temps:
             self._pool.give(buf)
 
@@ -1000,11 +1005,8 @@ class Variant:
     def _prepare(self, n: Any, inputs: Any, params: Any, outputs: Any, domain_count: Any, area: _Placement | None) -> tuple:
         """Validate and bind one run: (outputs, domain as given, params bytes, bind group,
         workgroups, work, bound). Nothing is submitted."""
-        inputs = inputs if inputs is not None and not (type(inputs) in (list, tuple) and not inputs) else {}
-        outputs = outputs if outputs is not None and not (type(outputs) in (list, tuple) and not outputs) else {}
-        for what, given in (("inputs", inputs), ("outputs", outputs)):
-            if not _mapping(given):
-                raise DispatchError(f"{what}= maps binding names to values (a dict), not {type(given).__name__}", Span(self.yaml_path))
+        inputs = self._arg_mapping("inputs", inputs)
+        outputs = self._arg_mapping("outputs", outputs)
         self._last_pages = None  # page placement is resolved afresh each run
         for name in inputs:
             if name not in self._input_names and name not in self._slots:
@@ -1115,6 +1117,14 @@ class Variant:
         bind_group = self._bind_group(bound)
         _settle_shares(work)  # every check passed: a refused run leaves no Output changed
         return result, shape or n, data, bind_group, groups, work, bound
+
+    def _arg_mapping(self, what: str, given: Any) -> Mapping[str, Any]:
+        """``inputs=`` or ``outputs=`` as a mapping: None or an empty list/tuple is none."""
+        if given is None or (type(given) in (list, tuple) and not given):
+            return {}
+        if not _mapping(given):
+            raise DispatchError(f"{what}= maps binding names to values (a dict), not {type(given).__name__}", Span(self.yaml_path))
+        return given
 
     def _check_aliasing(self, bound: dict[int, _Bound]) -> None:
         """Refuse one buffer bound both read-only and read_write in this dispatch: WebGPU

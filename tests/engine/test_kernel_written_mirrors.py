@@ -161,10 +161,10 @@ def test_a_taken_readback_slot_defers_a_product_instead_of_its_cpu_fallback(gpu)
         engine.close()
 
 
-def _two_field_world():
+def _two_field_world(src: float = 0.0):
     world = World(SHAPE, {"heat": np.float32, "src": np.float32}, max_chunks=2)
     for k in (0, 1):
-        world.add(k, {"heat": np.ones(SHAPE, np.float32)})
+        world.add(k, {"heat": np.ones(SHAPE, np.float32), "src": np.full(SHAPE, src, np.float32)})
     return world
 
 
@@ -335,9 +335,7 @@ def test_a_field_its_kernels_write_only_after_a_reuse_gets_what_changed_while_cl
 def test_a_reader_of_gpu_state_is_served_behind_an_earlier_readback_product(gpu):
     # Review helper 53: a product reading a world-fed field, registered first, took the one
     # slot every frame; the GPU-state reader waited for good.
-    world = World(SHAPE, {"heat": np.float32, "src": np.float32}, max_chunks=2)
-    for k in (0, 1):
-        world.add(k, {"heat": np.ones(SHAPE, np.float32), "src": np.ones(SHAPE, np.float32)})
+    world = _two_field_world(src=1.0)
     engine = Engine(world, device=gpu, config=EngineConfig(backend=WgpuBackendConfig(max_inflight_readbacks=1)))
     try:
         _decay(engine, k=1.0)
@@ -381,9 +379,7 @@ def test_engines_closed_and_used_again_leave_no_finalisers_or_rows_behind():
 def test_a_waiting_reader_that_left_the_gpu_is_owed_no_slot(gpu):
     # Review helper 54: a reader that waited and then left the GPU (its dispatch could not be
     # prepared) stayed "owed" a slot: every other readback product ran on its CPU fallback.
-    world = World(SHAPE, {"heat": np.float32, "src": np.float32}, max_chunks=2)
-    for k in (0, 1):
-        world.add(k, {"heat": np.ones(SHAPE, np.float32), "src": np.ones(SHAPE, np.float32)})
+    world = _two_field_world(src=1.0)
     engine = Engine(world, device=gpu, config=EngineConfig(backend=WgpuBackendConfig(max_inflight_readbacks=1)))
     try:
         _decay(engine, k=1.0)
