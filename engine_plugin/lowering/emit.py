@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from .structs import StructType
 from .types import ValueType
 
-__all__ = ["Emitter", "GeneratedNameClash", "from_word", "natural_element", "to_word"]
+__all__ = ["BY_VALUE", "Emitter", "GeneratedNameClash", "by_value", "from_word", "natural_element", "to_word"]
 
 
 class GeneratedNameClash(Exception):
@@ -24,6 +24,25 @@ class GeneratedNameClash(Exception):
 
 
 _LANE = ("x", "y", "z", "w")
+_KINDS = ("f32", "i32", "u32")  # a table column's stored kinds, by their kind number
+
+
+# A `from` value -> that value as a `to`: the one rule for every GPU-side cast by value (a
+# chained Output's conversion dispatch, a table's accessors). WGSL float -> int conversion
+# saturates (NaN to 0); i32 <-> u32 saturates here the same way: out of range clamps, never wraps.
+BY_VALUE = {
+    ("f32", "i32"): "i32({v})",
+    ("f32", "u32"): "u32({v})",
+    ("i32", "f32"): "f32({v})",
+    ("i32", "u32"): "u32(max({v}, 0))",
+    ("u32", "f32"): "f32({v})",
+    ("u32", "i32"): "i32(min({v}, 2147483647u))",
+}
+
+
+def by_value(value: str, source: str, target: str) -> str:
+    """The ``source``-typed WGSL expression ``value`` cast by value to ``target`` (``BY_VALUE``)."""
+    return value if source == target else BY_VALUE[(source, target)].format(v=value)
 
 
 def from_word(expr: str, scalar: str) -> str:
@@ -211,13 +230,10 @@ class Emitter:
         self.fn(
             f"{name}_addr", "(zero_c: u32, zero_i: u32, zero_lane: u32) -> u32", f"return {name}[{h}] + zero_i * {name}[{h} + 1u] + zero_lane;", origin, what
         )
-        # By-value conversion from the stored kind (0 f32, 1 i32, 2 u32) to the asked type.
-        conv = {
-            "f32": ("bitcast<f32>(zero_w)", "f32(bitcast<i32>(zero_w))", "f32(zero_w)"),
-            "i32": ("i32(bitcast<f32>(zero_w))", "bitcast<i32>(zero_w)", "i32(zero_w)"),
-            "u32": ("u32(bitcast<f32>(zero_w))", "u32(bitcast<i32>(zero_w))", "zero_w"),
-        }
-        for t, (kf, ki, ku) in conv.items():
+        # By-value conversion from the stored kind (0 f32, 1 i32, 2 u32) to the asked type,
+        # by the rule a chained Output's conversion follows (BY_VALUE: out-of-range saturates).
+        for t in _KINDS:
+            kf, ki, ku = (by_value(from_word("zero_w", k), k, t) for k in _KINDS)
             body = (
                 f"let zero_w = {name}[{name}_addr(zero_c, zero_i, zero_lane)]; let zero_k = {name}_kind(zero_c);\n"
                 f"if (zero_k == 1u) {{ return {ki}; }}\nif (zero_k == 2u) {{ return {ku}; }}\nreturn {kf};"
@@ -227,12 +243,8 @@ class Emitter:
             parts = ", ".join(f"{name}_f32(zero_c, zero_i, {k}u)" for k in range(lanes))
             self.fn(f"{name}_vec{lanes}", f"(zero_c: u32, zero_i: u32) -> vec{lanes}<f32>", f"return vec{lanes}<f32>({parts});", origin, what)
         if access == "read_write":
-            back = {
-                "f32": ("bitcast<u32>(zero_v)", "bitcast<u32>(i32(zero_v))", "u32(zero_v)"),
-                "i32": ("bitcast<u32>(f32(zero_v))", "bitcast<u32>(zero_v)", "u32(zero_v)"),
-                "u32": ("bitcast<u32>(f32(zero_v))", "bitcast<u32>(i32(zero_v))", "zero_v"),
-            }
-            for t, (kf, ki, ku) in back.items():
+            for t in _KINDS:
+                kf, ki, ku = (to_word(by_value("zero_v", t, k), k) for k in _KINDS)
                 body = (
                     f"let zero_k = {name}_kind(zero_c); var zero_w = {kf};\n"
                     f"if (zero_k == 1u) {{ zero_w = {ki}; }}\nif (zero_k == 2u) {{ zero_w = {ku}; }}\n"

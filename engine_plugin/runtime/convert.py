@@ -11,22 +11,12 @@ from __future__ import annotations
 from typing import Any
 
 from ..device.context import DeviceContext
+from ..lowering.emit import by_value, from_word, to_word
 
 __all__ = ["conversion_record", "clamp_record", "CONVERT_WORKGROUP"]
 
 CONVERT_WORKGROUP = 64
 _MAX_GROUPS_X = 65535
-
-# word (u32 bits of `from`) -> word (u32 bits of `to`), by value. WGSL float -> int conversion
-# saturates (and maps NaN to 0), so out-of-range values clamp rather than wrap.
-_CONVERT = {
-    ("f32", "i32"): "bitcast<u32>(i32(bitcast<f32>(w)))",
-    ("f32", "u32"): "u32(bitcast<f32>(w))",
-    ("i32", "f32"): "bitcast<u32>(f32(bitcast<i32>(w)))",
-    ("i32", "u32"): "u32(max(bitcast<i32>(w), 0))",
-    ("u32", "f32"): "bitcast<u32>(f32(w))",
-    ("u32", "i32"): "bitcast<u32>(i32(min(w, 2147483647u)))",
-}
 
 _SOURCE = """
 @group(0) @binding(0) var<storage, read> src: array<u32>;
@@ -46,7 +36,9 @@ def _pipeline(ctx: DeviceContext, src: str, dst: str) -> Any:
     key = ("convert", src, dst)
     found = cache.get(key)
     if found is None:
-        module = ctx.device.create_shader_module(code=_SOURCE.format(wg=CONVERT_WORKGROUP, expr=_CONVERT[(src, dst)]), label=f"cast {src}->{dst}")
+        module = ctx.device.create_shader_module(
+            code=_SOURCE.format(wg=CONVERT_WORKGROUP, expr=to_word(by_value(from_word("w", src), src, dst), dst)), label=f"cast {src}->{dst}"
+        )
         found = cache[key] = ctx.device.create_compute_pipeline(layout="auto", compute={"module": module, "entry_point": "main"}, label=f"cast {src}->{dst}")
     return found
 

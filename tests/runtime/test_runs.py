@@ -100,8 +100,46 @@ def test_table_columns_of_mixed_kinds_convert_by_value():
     np.testing.assert_array_equal(fo, np.stack([f, i.astype(np.float32), u.astype(np.float32)], 1))
     np.testing.assert_array_equal(io[:, 0], f.astype(np.int32))  # truncation toward zero
     np.testing.assert_array_equal(io[:, 1:], np.stack([i, u.astype(np.int32)], 1))
-    np.testing.assert_array_equal(uo[:, 1:], np.stack([i.astype(np.uint32), u], 1))
+    # negative i32 read as u32: by value, saturating at 0 (not wrapped to 2**32 - 25)
+    np.testing.assert_array_equal(uo[:, 1:], np.stack([np.maximum(i, 0).astype(np.uint32), u], 1))
     np.testing.assert_array_equal(abi.read(run.outputs["vo"]), pos.astype(np.float32))
+
+
+TABLE_RW_YAML = """\
+bindings:
+  - { name: cols, kind: columns, access: read_write }
+  - { name: io, kind: buffer, access: read_write, element: i32, count: "n" }
+  - { name: uo, kind: buffer, access: read_write, element: u32, count: "n" }
+"""
+TABLE_RW_WGSL = """\
+@compute @workgroup_size(64)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
+    let i = zero_index(gid);
+    if (i >= zero_n()) { return; }
+    io_set(i, cols_i32(cols_col_u, i, 0u));
+    uo_set(i, cols_u32(cols_col_i, i, 0u));
+    cols_set_u32(cols_col_i2, i, 0u, cols_u32(cols_col_u, i, 0u));
+    cols_set_i32(cols_col_u2, i, 0u, cols_i32(cols_col_i, i, 0u));
+}
+"""
+
+
+def test_table_accessors_between_i32_and_u32_saturate_as_a_chained_cast_does():
+    # SPEC: table accessors convert "by value from the stored kind", the rule a chained
+    # Output of another int type follows (runtime.convert): out of range clamps, never wraps.
+    program = abi.program(key="t/table_sat", schema=abi.parse(TABLE_RW_YAML, "t/table_sat/bindings.yaml"), wgsl=TABLE_RW_WGSL)
+    variant = program.variant(columns={"cols": ["i", "u", "i2", "u2"]})
+    i = np.array([-(2**31), -7, 0, 5, 2**31 - 1], np.int32)
+    u = np.array([0, 7, 2**31 - 1, 2**31, 2**32 - 1], np.uint32)
+    t = abi.table({"i": i, "u": u, "i2": np.zeros(5, np.int32), "u2": np.zeros(5, np.uint32)}, order=["i", "u", "i2", "u2"])
+    run = variant.run(n=5, inputs={"cols": t})
+    want_i = np.minimum(u, 2**31 - 1).astype(np.int32)
+    want_u = np.maximum(i, 0).astype(np.uint32)
+    np.testing.assert_array_equal(abi.read(run.outputs["io"]), want_i)
+    np.testing.assert_array_equal(abi.read(run.outputs["uo"]), want_u)
+    cols = abi.read(t)
+    np.testing.assert_array_equal(cols["i2"], want_i)  # u32 values set into an i32 column
+    np.testing.assert_array_equal(cols["u2"], want_u)  # i32 values set into a u32 column
 
 
 def test_a_table_packed_in_another_column_order_is_refused():

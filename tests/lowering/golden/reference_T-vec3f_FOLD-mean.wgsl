@@ -42,12 +42,12 @@ fn cols_f32(zero_c: u32, zero_i: u32, zero_lane: u32) -> f32 {
 fn cols_i32(zero_c: u32, zero_i: u32, zero_lane: u32) -> i32 {
     let zero_w = cols[cols_addr(zero_c, zero_i, zero_lane)]; let zero_k = cols_kind(zero_c);
     if (zero_k == 1u) { return bitcast<i32>(zero_w); }
-    if (zero_k == 2u) { return i32(zero_w); }
+    if (zero_k == 2u) { return i32(min(zero_w, 2147483647u)); }
     return i32(bitcast<f32>(zero_w));
 }
 fn cols_u32(zero_c: u32, zero_i: u32, zero_lane: u32) -> u32 {
     let zero_w = cols[cols_addr(zero_c, zero_i, zero_lane)]; let zero_k = cols_kind(zero_c);
-    if (zero_k == 1u) { return u32(bitcast<i32>(zero_w)); }
+    if (zero_k == 1u) { return u32(max(bitcast<i32>(zero_w), 0)); }
     if (zero_k == 2u) { return zero_w; }
     return u32(bitcast<f32>(zero_w));
 }

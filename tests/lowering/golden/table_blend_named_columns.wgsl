@@ -33,12 +33,12 @@ fn table_f32(zero_c: u32, zero_i: u32, zero_lane: u32) -> f32 {
 fn table_i32(zero_c: u32, zero_i: u32, zero_lane: u32) -> i32 {
     let zero_w = table[table_addr(zero_c, zero_i, zero_lane)]; let zero_k = table_kind(zero_c);
     if (zero_k == 1u) { return bitcast<i32>(zero_w); }
-    if (zero_k == 2u) { return i32(zero_w); }
+    if (zero_k == 2u) { return i32(min(zero_w, 2147483647u)); }
     return i32(bitcast<f32>(zero_w));
 }
 fn table_u32(zero_c: u32, zero_i: u32, zero_lane: u32) -> u32 {
     let zero_w = table[table_addr(zero_c, zero_i, zero_lane)]; let zero_k = table_kind(zero_c);
-    if (zero_k == 1u) { return u32(bitcast<i32>(zero_w)); }
+    if (zero_k == 1u) { return u32(max(bitcast<i32>(zero_w), 0)); }
     if (zero_k == 2u) { return zero_w; }
     return u32(bitcast<f32>(zero_w));
 }
@@ -60,12 +60,12 @@ fn out_f32(zero_c: u32, zero_i: u32, zero_lane: u32) -> f32 {
 fn out_i32(zero_c: u32, zero_i: u32, zero_lane: u32) -> i32 {
     let zero_w = out[out_addr(zero_c, zero_i, zero_lane)]; let zero_k = out_kind(zero_c);
     if (zero_k == 1u) { return bitcast<i32>(zero_w); }
-    if (zero_k == 2u) { return i32(zero_w); }
+    if (zero_k == 2u) { return i32(min(zero_w, 2147483647u)); }
     return i32(bitcast<f32>(zero_w));
 }
 fn out_u32(zero_c: u32, zero_i: u32, zero_lane: u32) -> u32 {
     let zero_w = out[out_addr(zero_c, zero_i, zero_lane)]; let zero_k = out_kind(zero_c);
-    if (zero_k == 1u) { return u32(bitcast<i32>(zero_w)); }
+    if (zero_k == 1u) { return u32(max(bitcast<i32>(zero_w), 0)); }
     if (zero_k == 2u) { return zero_w; }
     return u32(bitcast<f32>(zero_w));
 }
@@ -81,12 +81,12 @@ fn out_set_f32(zero_c: u32, zero_i: u32, zero_lane: u32, zero_v: f32) {
 fn out_set_i32(zero_c: u32, zero_i: u32, zero_lane: u32, zero_v: i32) {
     let zero_k = out_kind(zero_c); var zero_w = bitcast<u32>(f32(zero_v));
     if (zero_k == 1u) { zero_w = bitcast<u32>(zero_v); }
-    if (zero_k == 2u) { zero_w = u32(zero_v); }
+    if (zero_k == 2u) { zero_w = u32(max(zero_v, 0)); }
     out[out_addr(zero_c, zero_i, zero_lane)] = zero_w;
 }
 fn out_set_u32(zero_c: u32, zero_i: u32, zero_lane: u32, zero_v: u32) {
     let zero_k = out_kind(zero_c); var zero_w = bitcast<u32>(f32(zero_v));
-    if (zero_k == 1u) { zero_w = bitcast<u32>(i32(zero_v)); }
+    if (zero_k == 1u) { zero_w = bitcast<u32>(i32(min(zero_v, 2147483647u))); }
     if (zero_k == 2u) { zero_w = zero_v; }
     out[out_addr(zero_c, zero_i, zero_lane)] = zero_w;
 }
