@@ -29,7 +29,7 @@ from .workgroup_init import INIT_FN, workgroup_init_function
 __all__ = ["lower", "LOWERING_VERSION"]
 
 # Bump whenever the generated code or plan changes: it is part of every cache key.
-LOWERING_VERSION = 4
+LOWERING_VERSION = 5
 _YAML = 0  # source-map file index of bindings.yaml
 _BODY = 1  # and of the WGSL body; imported modules follow, in inclusion order
 
