@@ -75,7 +75,8 @@ class Batch:
         self._limit = FIRST_SLICE_S
         self.records: dict[int, tuple[DeviceContext, list]] = {}
         self.temps: list = []
-        self._staged: dict[int, tuple[Any, list[int]]] = {}  # id(variant) -> (variant, offsets)
+        # id(variant) -> (variant, staged offsets, [the last run's params bytes, its offset])
+        self._staged: dict[int, tuple[Any, list[int], list]] = {}
         self._held: set = set()  # every buffer a recorded run touches, until the flush
         self.outer: tuple[Batch, ...] = ()  # the batches this one is nested in (this thread's)
         self.on_drop: list = []  # called once its records are submitted (or dropped)
@@ -88,11 +89,19 @@ class Batch:
             self.flush()  # this batch's own slots (and others' held ones) fill the ring
             staged = None
         if staged is None:
-            staged = self._staged[id(variant)] = (variant, [])
-        offset = ring.take()
-        ring.staged.add(offset)  # no other take() hands it out until this batch writes it
-        ring.mirror[offset : offset + len(data)] = data
-        staged[1].append(offset)
+            staged = self._staged[id(variant)] = (variant, [], [None, 0])
+        last = staged[2]
+        if last[0] is data or (last[0] is not None and type(data) is bytes and last[0] == data):
+            # The same params bytes as this variant's last run in this batch (a repeat passes
+            # the very same object): its staged slot holds them already, and a uniform slot is
+            # only read. Only bytes are remembered: a mutable buffer could change meanwhile.
+            offset = last[1]
+        else:
+            offset = ring.take()
+            ring.staged.add(offset)  # no other take() hands it out until this batch writes it
+            ring.mirror[offset : offset + len(data)] = data
+            staged[1].append(offset)
+            last[0], last[1] = (data if type(data) is bytes else None), offset
         self._held.update(buffers)  # by identity (buffers hash so): the set keeps them alive
         found = self.records.get(id(variant.ctx))
         if found is None:
@@ -129,7 +138,7 @@ class Batch:
         self._slice_start = 0.0
         self._limit = SLICE_S
         try:
-            for variant, offsets in self._staged.values():
+            for variant, offsets, _ in self._staged.values():
                 ring = variant._ring
                 offsets.sort()
                 start = prev = offsets[0]
@@ -155,7 +164,7 @@ class Batch:
         pools, held buffers are free."""
         for variant, buf in self.temps:
             variant._pool.give(buf)
-        for variant, offsets in self._staged.values():
+        for variant, offsets, _ in self._staged.values():
             variant._ring.staged.difference_update(offsets)  # written (or never to be): free
         self._held = set()
         _epoch[0] += 1

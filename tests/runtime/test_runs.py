@@ -235,6 +235,30 @@ def test_a_hundred_runs_in_one_batch_all_complete_with_their_own_params():
         np.testing.assert_array_equal(abi.read(run.outputs["dst"]), src[: k + 1] * 2)
 
 
+def test_runs_in_a_batch_sharing_params_bytes_each_read_their_own_params():
+    # A batch stages a run's params only when they differ from the variant's last run's in
+    # it; A, A, B, A (repeat path, full path, an array mutated in place) must each read theirs.
+    from runtime_kernels import AXPY_WGSL, AXPY_YAML
+
+    variant = make("t/axpy_batch_params", AXPY_YAML, AXPY_WGSL)
+    x = np.arange(32, dtype=np.float32)
+    a = np.array(3.0, np.float32)
+    plan = [2.0, 2.0, 5.0, 2.0, a, a, "mutate", a, 2.0, 2.0]
+    with abi.batch():
+        runs, want = [], []
+        for step in plan:
+            if isinstance(step, str):
+                a[...] = 7.0  # the same object, new contents: its earlier runs keep 3.0
+                continue
+            runs.append(variant.run(n=32, inputs={"x": x}, params={"a": step}))
+            want.append(float(step) * x + 1.0)
+        for k in range(300):  # past the params ring: the slot is reused and flushed correctly
+            runs.append(variant.run(n=32, inputs={"x": x}, params={"a": float(k % 3)}))
+            want.append(float(k % 3) * x + 1.0)
+    for run, expected in zip(runs, want):
+        np.testing.assert_array_equal(abi.read(run.outputs["y"]), expected)
+
+
 def test_compile_answers_a_dispatch_key_and_compiles_the_same_source_once():
     from engine_plugin.runtime import compile_count
 
