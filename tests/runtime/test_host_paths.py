@@ -268,3 +268,27 @@ def test_a_deferred_run_on_a_lost_device_reads_as_lost_and_does_not_block_the_ne
     proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120, env=dict(os.environ))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "DeviceLostError" in proc.stdout and "recovered" in proc.stdout
+
+
+def test_a_default_batch_on_a_gpu_slices_only_work_worth_a_submission(axpy, every_run_a_slice, monkeypatch):
+    # Pretend a GPU (a submit does not wait there): the default batch slices by time, but a
+    # slice goes only once its runs touch SLICE_MIN_BYTES of buffers, or once it is
+    # SLICE_MAX_S old. Small runs stay one submission; values are the GPU's either way.
+    monkeypatch.setitem(get_context().cache("runtime"), "submits block", False)
+    monkeypatch.setattr(batch_module, "SLICE_MAX_S", 3600.0)
+    x = get_context().device.create_buffer_with_data(data=XS, usage=STORAGE)
+
+    def record(slices=None):
+        with abi.batch(slices=slices) as b:
+            outs = [axpy.run(256, inputs={"x": x}, params={"a": float(i)}).outputs["y"] for i in range(30)]
+        for i in (0, 17, 29):
+            np.testing.assert_array_equal(abi.read(outs[i]), i * XS + 1.0)
+        return b.submissions
+
+    assert record() == 1  # 30 runs of 1 KiB buffers: no slice is worth its submission
+    assert record(slices=True) > 2  # asked for: by time alone
+    monkeypatch.setattr(batch_module, "SLICE_MIN_BYTES", 4096)  # a few runs' buffers
+    assert record() > 2
+    monkeypatch.setattr(batch_module, "SLICE_MIN_BYTES", 1 << 40)
+    monkeypatch.setattr(batch_module, "SLICE_MAX_S", 0.0)  # old enough whatever it holds
+    assert record() > 2
