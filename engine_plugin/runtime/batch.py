@@ -95,25 +95,25 @@ class Batch:
 
     def add(self, variant: Any, data: bytes, bind_group: Any, groups: tuple, ops: list, temps: list, buffers: list, extra: list | None = None) -> None:
         """Record one run (and ``extra`` records, e.g. conversions, that must come before it)."""
-        ring = variant._ring
         staged = self._staged.get(id(variant))
-        if staged is not None and ring.unavailable() >= ring.slots - 1:
-            self.flush()  # this batch's own slots (and others' held ones) fill the ring
-            staged = None
-        if staged is None:
-            staged = self._staged[id(variant)] = (variant, [], [None, 0])
-        last = staged[2]
-        if last[0] is data or (last[0] is not None and type(data) is bytes and last[0] == data):
+        last = staged[2] if staged is not None else None
+        if last is not None and (last[0] is data or (last[0] is not None and type(data) is bytes and last[0] == data)):
             # The same params bytes as this variant's last run in this batch (a repeat passes
             # the very same object): its staged slot holds them already, and a uniform slot is
             # only read. Only bytes are remembered: a mutable buffer could change meanwhile.
             offset = last[1]
         else:
+            ring = variant._ring
+            if staged is not None and ring.unavailable() >= ring.slots - 1:
+                self.flush()  # this batch's own slots (and others' held ones) fill the ring
+                staged = None
+            if staged is None:
+                staged = self._staged[id(variant)] = (variant, [], [None, 0])
             offset = ring.take()
             ring.staged.add(offset)  # no other take() hands it out until this batch writes it
             ring.mirror[offset : offset + len(data)] = data
             staged[1].append(offset)
-            last[0], last[1] = (data if type(data) is bytes else None), offset
+            staged[2][:] = (data if type(data) is bytes else None), offset
         self._held.update(buffers)  # by identity (buffers hash so): the set keeps them alive
         found = self.records.get(id(variant.ctx))
         if found is None:
