@@ -30,13 +30,15 @@ class Table:
     lanes: tuple[int, ...]
     kinds: tuple[str, ...]
     words: np.ndarray
+    # Per column, whether it was given as (n, lanes): a (n, 1) column reads back as (n, 1).
+    two_d: tuple[bool, ...] = ()
 
     def index(self, name: str) -> int:
         return self.names.index(name)
 
 
-def pack_table(columns: Mapping[str, Any], order: Sequence[str] | None = None) -> tuple[np.ndarray, tuple, tuple, tuple, tuple]:
-    """Pack columns to words; answers (words, names, counts, lanes, kinds)."""
+def pack_table(columns: Mapping[str, Any], order: Sequence[str] | None = None) -> tuple[np.ndarray, tuple, tuple, tuple, tuple, tuple]:
+    """Pack columns to words; answers (words, names, counts, lanes, kinds, two_d)."""
     if columns is None or isinstance(columns, (str, bytes, np.ndarray)) or not (hasattr(columns, "__getitem__") and hasattr(columns, "__iter__")):
         raise DispatchError(f"table: columns is a mapping of column name to array, not {type(columns).__name__}")
     if order is not None and (isinstance(order, (str, bytes)) or not hasattr(order, "__iter__")):
@@ -55,7 +57,7 @@ def pack_table(columns: Mapping[str, Any], order: Sequence[str] | None = None) -
     if extra:
         raise DispatchError(f"table: columns not in order: {', '.join(extra)}")
     header = [len(names)]
-    datas, counts, lanes_t, kinds = [], [], [], []
+    datas, counts, lanes_t, kinds, two_d = [], [], [], [], []
     first = 1 + 4 * len(names)
     for name in names:
         try:
@@ -82,19 +84,21 @@ def pack_table(columns: Mapping[str, Any], order: Sequence[str] | None = None) -
         counts.append(arr.shape[0])
         lanes_t.append(lanes)
         kinds.append(kind)
+        two_d.append(arr.ndim == 2)
     words = np.concatenate([np.asarray(header, dtype="<u4"), *datas]) if datas else np.asarray(header, dtype="<u4")
-    return words, names, tuple(counts), tuple(lanes_t), tuple(kinds)
+    return words, names, tuple(counts), tuple(lanes_t), tuple(kinds), tuple(two_d)
 
 
 def unpack_table(words: np.ndarray, t: Table) -> dict[str, np.ndarray]:
     """The columns of ``t`` from its packed ``words`` (read back from its buffer, so a kernel's
-    writes to a read_write columns binding show): name -> array of shape (n,) or (n, lanes)."""
+    writes to a read_write columns binding show): name -> array of the shape it was given,
+    (n,) or (n, lanes)."""
     out = {}
     for c, name in enumerate(t.names):
         first = int(t.words[1 + 4 * c])  # the layout the host packed (the header is not re-read)
         lanes, count, kind = t.lanes[c], t.counts[c], t.kinds[c]
         data = np.ascontiguousarray(words[first : first + count * lanes]).view(NUMPY_DTYPE[kind]).copy()
-        out[name] = data.reshape(count, lanes) if lanes > 1 else data
+        out[name] = data.reshape(count, lanes) if lanes > 1 or (t.two_d and t.two_d[c]) else data
     return out
 
 
@@ -106,8 +110,8 @@ def table(columns: Mapping[str, Any], *, order: Sequence[str] | None = None, dev
         order: column order (default: the mapping's order); pass the variant's ``columns=`` list.
         device: the device to upload to (default: the process's device).
     """
-    words, names, counts, lanes, kinds = pack_table(columns, order)
+    words, names, counts, lanes, kinds, two_d = pack_table(columns, order)
     ctx = get_context(device)
     buf = ctx.device.create_buffer(size=max(16, words.nbytes + (-words.nbytes % 16)), usage=STORAGE_USAGE, label=label)
     ctx.queue.write_buffer(buf, 0, words)
-    return Table(buf, names, counts, lanes, kinds, words)
+    return Table(buf, names, counts, lanes, kinds, words, two_d)

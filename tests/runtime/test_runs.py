@@ -472,6 +472,16 @@ def test_abi_read_of_a_table_answers_its_columns_as_a_kernel_left_them():
     assert words.dtype == np.uint32 and words.size == t.words.size and words[0] == 2
 
 
+def test_abi_read_of_a_table_answers_each_column_in_the_shape_it_was_given():
+    # A (n, 1) column is one lane on the GPU; it read back as (n,), which broadcasts
+    # silently against the caller's (n, 1) array.
+    col = np.arange(6, dtype=np.float32).reshape(6, 1)
+    t = abi.table({"a": col, "b": np.arange(6, dtype=np.int32), "c": np.ones((6, 3), np.uint32)}, order=["a", "b", "c"])
+    got = abi.read(t)
+    assert [got[k].shape for k in "abc"] == [(6, 1), (6,), (6, 3)]
+    np.testing.assert_array_equal(got["a"], col)
+
+
 def test_a_count_read_on_another_thread_while_a_batch_holds_the_append_is_read_again_after_it():
     # The count was read (old value) after the run was recorded in another thread's batch but
     # before that batch was submitted: it must not stay the old value once the batch has run.
