@@ -39,8 +39,9 @@ class _Bake:
     """Takes chunk results (on the calling thread), writes entries (on writer threads) and
     keeps the report; every report and progress update happens on the calling thread."""
 
-    def __init__(self, cache: VariantCache, progress: NoProgress, report: BakeReport, remote: RemoteCache | None = None):
+    def __init__(self, cache: VariantCache, progress: NoProgress, report: BakeReport, remote: RemoteCache | None = None, validated: bool = True):
         self.cache = cache
+        self.validated = validated  # the variants this bake writes were compiled on a device
         self.remote = remote
         self.progress = progress
         self.report = report
@@ -121,9 +122,9 @@ class _Bake:
     def _write(self, key: str, lowered: Any) -> bool:
         """Both tiers: the local entry (its success is the variant's), then the remote one (a
         server that is down is counted in the remote stats, not a failed variant)."""
-        ok = self.cache.put(key, lowered)
+        ok = self.cache.put(key, lowered, validated=self.validated)
         if ok and self.remote is not None:
-            self.remote.put_entries([(key, encode_entry(key, lowered))])
+            self.remote.put_entries([(key, encode_entry(key, lowered, signed=False))])
         return ok
 
     def take(self, job: ChunkJob, result: ChunkResult | BaseException) -> None:
@@ -217,7 +218,7 @@ def bake(
     report = BakeReport(store.folder)
     plans, notes = plan_assets(paths, usage)
     report.notes.extend(notes)
-    state = _Bake(store, progress, report, remote)
+    state = _Bake(store, progress, report, remote, validate)
     skipped: list[str] = []
 
     corrupt_before = store.stats().corrupt
@@ -237,7 +238,7 @@ def bake(
             # Keys are content hashes: two copies of one asset share their variants, which
             # bake once. A valid entry is skipped; get() decodes it (tens of microseconds),
             # so a corrupt one is removed, counted and baked again rather than skipped.
-            if item.key in planned or (not force and _cached(store, plan, item)):
+            if item.key in planned or (not force and _cached(store, plan, item, validate)):
                 report.add(plan.folder, item.key, item.spec, "skipped")
                 if item.key not in planned:
                     skipped.append(item.key)
@@ -277,12 +278,14 @@ def bake(
     return report
 
 
-def _cached(store: Any, plan: AssetPlan, item: BakeItem) -> bool:
+def _cached(store: Any, plan: AssetPlan, item: BakeItem, validated: bool) -> bool:
     """Whether the cache holds a usable entry for ``item``: it decodes (get() removes and
-    counts a corrupt one) and says it was lowered from this asset's texts and this spec. An
-    entry filed under another variant's key (copied, or forged with its checksum recomputed)
-    is baked again, which overwrites it, rather than skipped and served."""
+    counts a corrupt one), says it was lowered from this asset's texts and this spec, and
+    (``validated``, a validating bake) was compiled on a device by a bake. An entry filed
+    under another variant's key is baked again, which overwrites it, rather than skipped and
+    served; so is one a game or a reload lowered and never compiled (it may not compile: a
+    bake that skipped it would pass a broken asset)."""
     if plan.schema is None or plan.source is None:
         return store.get(item.key) is not None
     derived = (plan.schema.text, plan.source.wgsl_text, item.spec, tuple(m.text for m in plan.source.modules))
-    return store.get_lowered_from(item.key, derived, plan.folder)[0] is not None
+    return store.get_lowered_from(item.key, derived, plan.folder, validated=validated)[0] is not None

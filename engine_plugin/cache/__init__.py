@@ -6,11 +6,13 @@
 
 Depends on ``lowering`` only (never on wgpu): a bake worker or a tool can read and write it
 without a device. ``remote`` is the shared Redis tier behind it (the ``[remote]`` extra,
-imported on use), ``verify`` proves an untrusted entry against the asset text.
+imported on use), ``verify`` proves an untrusted entry against the asset text, ``local_key``
+signs the entries this user writes (an entry written anywhere else is a miss).
 """
 
 from ..lowering.fingerprint import CACHE_FORMAT_VERSION, variant_key
-from .entry import BadEntry, decode_entry, encode_entry, entry_header
+from .entry import BadEntry, Entry, decode_entry, encode_entry, entry_header, open_entry
+from .local_key import key_path, local_cache_secret
 from .store import DEFAULT_MAX_BYTES, CacheEntryInfo, CacheStats, VariantCache
 from .usage import USAGE_FILE, UsageLog, read_usage
 
@@ -20,12 +22,16 @@ __all__ = [
     "CacheEntryInfo",
     "CacheStats",
     "DEFAULT_MAX_BYTES",
+    "Entry",
     "USAGE_FILE",
     "UsageLog",
     "VariantCache",
     "decode_entry",
     "encode_entry",
     "entry_header",
+    "key_path",
+    "local_cache_secret",
+    "open_entry",
     "read_usage",
     "variant_key",
 ]

@@ -9,7 +9,10 @@ Envelope (a msgpack map)::
     key       the variant key, the file's own name (an entry copied under another name is foreign)
     asset     the asset's .wgsl path when baked; spec: [[name, value], ...]; columns: [[table, [col, ...]], ...]
               (readable without decoding the payload: ``cache stats``, the bake)
-    sha256    hex digest of ``payload`` and the readable header (asset, spec, columns)
+    sha256    hex digest of ``payload`` and the readable header (asset, spec, columns, validated)
+    mac       HMAC-SHA256 of ``sha256`` under the local cache key (:mod:`.local_key`); absent
+              from an entry bound for the remote tier, which proves its entries its own way
+    validated whether a bake compiled the variant on a device (a bake skips only those)
     payload   bytes: the Lowered, packed
 
 The payload packs each record (``Lowered``, ``LoweredBinding``, ``HostSlot``...) as a msgpack
@@ -24,8 +27,10 @@ The payload is checksummed separately so that a flipped byte inside a string, wh
 would happily decode, is still caught. Everything that can go wrong while decoding becomes
 :class:`BadEntry` with a one-line reason; the store turns it into a miss.
 
-The checksum is no defence against someone who writes the folder (anyone can recompute it),
-so decoding is bounded whatever the bytes: records nest at most :data:`MAX_RECORD_DEPTH`
+The checksum is no defence against someone who writes the folder (anyone can recompute it):
+the ``mac`` is. An entry not signed under this user's cache key (copied from elsewhere, forged,
+or older than signing) is a miss, lowered again and replaced, before its payload is decoded.
+Decoding is still bounded whatever the bytes (a remote entry is decoded before it is proven): records nest at most :data:`MAX_RECORD_DEPTH`
 deep (each level is a nested ``unpackb`` on the C stack: ~250 levels overflowed it and
 killed every reader with SIGSEGV), and every length msgpack reads is capped
 (:data:`MAX_ITEMS`, the entry's own size) before anything is allocated for it.
@@ -35,6 +40,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import hmac
 import threading
 from typing import Any
 
@@ -44,8 +50,9 @@ from ..lowering import LOWERING_VERSION, Lowered
 from ..lowering.fingerprint import CACHE_FORMAT_VERSION
 from ..lowering.lowered import ColumnSlot, HostSlot, LoweredBinding, ParamField, ParamsLayout, SourceMap
 from ..lowering.variants import VariantSpec
+from .local_key import local_cache_secret
 
-__all__ = ["MAGIC", "BadEntry", "encode_entry", "decode_entry", "entry_header", "MAX_ENTRY_BYTES", "MAX_RECORD_DEPTH", "MAX_ITEMS"]
+__all__ = ["MAGIC", "BadEntry", "Entry", "encode_entry", "decode_entry", "open_entry", "entry_header", "MAX_ENTRY_BYTES", "MAX_RECORD_DEPTH", "MAX_ITEMS"]
 
 MAGIC = "engine_plugin.variant"
 # A lowered variant is a few KiB to a few hundred KiB; anything far larger is not ours.
@@ -146,30 +153,48 @@ def _ext_hook(code: int, data: bytes) -> Any:
     return obj
 
 
+def _positive_ints(value: Any, count: int) -> bool:
+    return isinstance(value, tuple) and len(value) == count and all(type(v) is int and v > 0 for v in value)
+
+
 def _check(lowered: Any) -> Lowered:
     # Cheap structural checks: the checksum already rules out corruption, these rule out a
-    # well-formed entry of something else.
+    # well-formed entry of something else (and values a run would divide by or allocate).
     if not isinstance(lowered, Lowered):
         raise BadEntry(f"payload is a {type(lowered).__name__}, not a lowered variant")
     if not isinstance(lowered.source, str) or not isinstance(lowered.params, ParamsLayout) or not isinstance(lowered.source_map, SourceMap):
         raise BadEntry("payload does not describe a lowered variant")
     if not all(isinstance(b, LoweredBinding) for b in lowered.bindings) or not all(isinstance(h, HostSlot) for h in lowered.host_slots):
         raise BadEntry("payload does not describe a lowered variant")
+    if not _positive_ints(lowered.workgroup, 3) or type(lowered.params.size) is not int or lowered.params.size < 0:
+        raise BadEntry("payload holds a workgroup or params size no lowering makes")
     return lowered
 
 
-def _digest(payload: bytes, asset: Any, spec: Any, columns: Any) -> str:
+def _digest(payload: bytes, asset: Any, spec: Any, columns: Any, validated: Any = False) -> str:
     # The readable header is covered too: a tool listing entries must not read a flipped spec.
     h = hashlib.sha256(payload)
-    h.update(msgpack.packb([asset, spec, columns], use_bin_type=True))
+    h.update(msgpack.packb([asset, spec, columns] + ([True] if validated is True else []), use_bin_type=True))
     return h.hexdigest()
 
 
-def encode_entry(key: str, lowered: Lowered, *, format_version: int = CACHE_FORMAT_VERSION) -> bytes:
-    """The bytes of the entry for ``lowered`` under ``key`` (``format_version`` only for tests)."""
+def _mac(digest: str) -> str:
+    return hmac.new(local_cache_secret(), digest.encode(), hashlib.sha256).hexdigest()
+
+
+def encode_entry(key: str, lowered: Lowered, *, signed: bool = True, validated: bool = False, format_version: int = CACHE_FORMAT_VERSION) -> bytes:
+    """The bytes of the entry for ``lowered`` under ``key``.
+
+    Args:
+        signed: sign it under the local cache key (every local entry; False for the remote
+            tier, whose readers cannot know this key).
+        validated: a bake compiled this variant on a device.
+        format_version: only for tests.
+    """
     payload = msgpack.packb(lowered, default=_default, use_bin_type=True)
     spec = [list(v) for v in lowered.spec.values]
     columns = [[k, list(v)] for k, v in lowered.spec.columns]
+    digest = _digest(payload, lowered.asset, spec, columns, validated)
     envelope = {
         "magic": MAGIC,
         "format": format_version,
@@ -179,9 +204,13 @@ def encode_entry(key: str, lowered: Lowered, *, format_version: int = CACHE_FORM
         "asset": lowered.asset,
         "spec": spec,
         "columns": columns,
-        "sha256": _digest(payload, lowered.asset, spec, columns),
+        "sha256": digest,
         "payload": payload,
     }
+    if validated:
+        envelope["validated"] = True
+    if signed:
+        envelope["mac"] = _mac(digest)
     return msgpack.packb(envelope, use_bin_type=True)
 
 
@@ -202,12 +231,30 @@ def _unpack(data: bytes, what: str, *, maps: int = MAX_ITEMS, **kwargs: Any) -> 
         raise BadEntry(f"{what} is not msgpack ({type(exc).__name__}: {exc})") from None
 
 
-def decode_entry(key: str, data: bytes) -> Lowered:
-    """The lowered variant held in ``data``, which must be the entry for ``key``.
+@dataclasses.dataclass(frozen=True)
+class Entry:
+    """A decoded entry: the lowered variant, and whether a bake validated it."""
 
+    lowered: Lowered
+    validated: bool
+
+
+def decode_entry(key: str, data: bytes, *, signed: bool = True) -> Lowered:
+    """The lowered variant held in ``data``, which must be the entry for ``key`` (see
+    :func:`open_entry`)."""
+    return open_entry(key, data, signed=signed).lowered
+
+
+def open_entry(key: str, data: bytes, *, signed: bool = True) -> Entry:
+    """The entry for ``key`` held in ``data``.
+
+    Args:
+        signed: it must be signed under the local cache key (every local entry; False for a
+            remote one, which its reader proves by lowering again or by the studio's secret).
     Raises:
         BadEntry: empty, truncated, not msgpack, another format or lowering version, another
-            key, a checksum mismatch, or a payload that does not rebuild a ``Lowered``.
+            key, a checksum mismatch, not signed under the local key, or a payload that does
+            not rebuild a ``Lowered``.
     """
     if not data:
         raise BadEntry("empty file")
@@ -227,17 +274,22 @@ def decode_entry(key: str, data: bytes) -> Lowered:
     payload = env.get("payload")
     if not isinstance(payload, bytes):
         raise BadEntry("no payload")
+    validated = env.get("validated", False)
     try:
-        digest = _digest(payload, env.get("asset"), env.get("spec"), env.get("columns"))
+        digest = _digest(payload, env.get("asset"), env.get("spec"), env.get("columns"), validated)
     except (TypeError, ValueError):
         digest = None
-    if digest != env.get("sha256"):
+    if digest is None or digest != env.get("sha256"):
         raise BadEntry("checksum mismatch")
+    if signed:
+        mac = env.get("mac")
+        if not isinstance(mac, str) or not hmac.compare_digest(mac, _mac(digest)):
+            raise BadEntry("not signed under this user's cache key (written elsewhere, forged, or older than signing)")
     try:
         lowered = _unpack(payload, "payload", maps=0, use_list=False, ext_hook=_ext_hook)
     except (TypeError, ValueError) as exc:  # a record constructor refusing its values
         raise BadEntry(f"payload does not describe a lowered variant ({type(exc).__name__}: {exc})") from None
-    return _check(lowered)
+    return Entry(_check(lowered), validated is True)
 
 
 def entry_header(data: bytes) -> dict[str, Any]:

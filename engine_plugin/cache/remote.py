@@ -293,7 +293,7 @@ class RemoteCache:
     # -- writes ----------------------------------------------------------------------------
     def value_of(self, key: str, lowered: Lowered) -> bytes:
         """The server value for ``lowered`` (the local entry bytes, signed when a secret is set)."""
-        return self.wrap(encode_entry(key, lowered))
+        return self.wrap(encode_entry(key, lowered, signed=False))
 
     def wrap(self, entry: bytes) -> bytes:
         return sign(self.secret, entry) if self.secret else entry
@@ -320,7 +320,7 @@ class RemoteCache:
 
     def put(self, key: str, lowered: Lowered) -> bool:
         """Write one entry (the ``LoweredStore`` protocol); False when the server is down."""
-        return self.put_entries([(key, encode_entry(key, lowered))]) == 1
+        return self.put_entries([(key, encode_entry(key, lowered, signed=False))]) == 1
 
     def publish(self) -> bool:
         """Add this process's counters since the last call to the server's studio-wide ones
@@ -405,7 +405,7 @@ class RemoteCache:
                     continue
                 try:
                     mac, entry = split_signed(value if isinstance(value, bytes) else value.encode())
-                    decode_entry(key, entry)
+                    decode_entry(key, entry, signed=False)
                     if self.secret and mac is not None and value != sign(self.secret, entry):
                         raise BadEntry("the signature does not hold under this studio's secret")
                     kept += 1

@@ -38,7 +38,8 @@ from typing import Iterator
 
 from ..errors import CacheError, Span
 from ..lowering import Lowered
-from .entry import MAX_ENTRY_BYTES, BadEntry, decode_entry, encode_entry
+from .entry import Entry
+from .entry import MAX_ENTRY_BYTES, BadEntry, decode_entry, encode_entry, open_entry
 
 __all__ = ["VariantCache", "CacheStats", "CacheEntryInfo", "DEFAULT_MAX_BYTES", "ENTRY_SUFFIX", "read_entry_file"]
 
@@ -157,6 +158,8 @@ class VariantCache:
         if max_bytes is not None and max_bytes <= 0:
             raise ValueError(f"max_bytes must be positive or None, not {max_bytes!r}")
         self.max_bytes = max_bytes
+        if os.path.lexists(self.folder) and not os.path.isdir(self.folder):
+            raise CacheError("the variant cache path exists and is not a folder", Span(folder))
         try:
             os.makedirs(self.folder, exist_ok=True)
         except OSError as exc:
@@ -195,20 +198,26 @@ class VariantCache:
     def get(self, key: str) -> Lowered | None:
         """The lowered variant under ``key``, or None (a miss; a bad entry is removed and counted)."""
         found = self._read(key)
-        if found is not None:
-            self._count("hits")
-        return found
+        if found is None:
+            return None
+        self._count("hits")
+        return found.lowered
 
-    def get_lowered_from(self, key: str, derived_from: tuple, what: str = "") -> tuple[Lowered | None, bool]:
+    def get_lowered_from(self, key: str, derived_from: tuple, what: str = "", validated: bool = False) -> tuple[Lowered | None, bool]:
         """:meth:`get` of an entry that must say it was lowered from ``derived_from`` (schema
         text, WGSL text, spec, imported module texts; see ``Lowered.lowered_from``); answers
         (the entry or None, whether one was refused). A refused entry (filed under another
         variant's key, lowered before a module changed, or forged with its checksum
         recomputed) is a logged miss (``what``: the asset or program, for the log): the caller
-        lowers again, which overwrites it."""
-        found = self._read(key)
-        if found is None:
+        lowers again, which overwrites it. ``validated``: only an entry a bake compiled on a
+        device counts (a bake's check; any other is a plain miss)."""
+        entry = self._read(key)
+        if entry is None:
             return None, False
+        if validated and not entry.validated:
+            self._count("misses")
+            return None, False
+        found = entry.lowered
         if not found.lowered_from(*derived_from):
             self._count("misses")
             log.warning("%sthe cache entry %s... was not lowered from these texts and spec; refused, lowering again", f"{what}: " if what else "", key[:16])
@@ -216,7 +225,7 @@ class VariantCache:
         self._count("hits")
         return found, False
 
-    def _read(self, key: str) -> Lowered | None:
+    def _read(self, key: str) -> Entry | None:
         """The decoded entry under ``key`` (its use stamped), or None, a miss or a bad entry
         counted; a hit is the caller's to count."""
         path = self.path(key)
@@ -229,7 +238,7 @@ class VariantCache:
             self._bad(key, path, exc.reason)
             return None
         try:
-            lowered = decode_entry(key, data)
+            entry = open_entry(key, data)
         except BadEntry as exc:
             self._bad(key, path, exc.reason)
             return None
@@ -238,10 +247,11 @@ class VariantCache:
             os.utime(path, ns=(stamp, stamp))  # LRU: a hit is a use
         except OSError:
             pass  # evicted or replaced meanwhile: the data read is still good
-        return lowered
+        return entry
 
-    def put(self, key: str, lowered: Lowered) -> bool:
-        """Store ``lowered`` under ``key`` atomically; answers whether it was written.
+    def put(self, key: str, lowered: Lowered, validated: bool = False) -> bool:
+        """Store ``lowered`` under ``key`` atomically, signed under the local cache key;
+        answers whether it was written. ``validated``: a bake compiled it on a device.
 
         A write that fails (disk full, read-only folder) is logged and counted, not raised:
         the cache only ever saves work.
@@ -249,7 +259,7 @@ class VariantCache:
         path = self.path(key)
         if self.read_only:
             return False
-        data = encode_entry(key, lowered)
+        data = encode_entry(key, lowered, validated=validated)
         try:
             old_size = os.stat(path).st_size
         except OSError:
@@ -302,7 +312,9 @@ class VariantCache:
             return True
         except OSError as exc:
             self._count("write_errors")
-            if exc.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
+            # The folder itself refusing writes makes the cache read-only; one entry that
+            # cannot be replaced (immutable, another user's in a sticky folder) fails alone.
+            if exc.errno in (errno.EROFS, errno.EACCES, errno.EPERM) and (exc.errno == errno.EROFS or not os.access(self.folder, os.W_OK)):
                 self.read_only = True
                 log.warning("variant cache %s is read-only (%s): entries are served but no longer written", self.folder, exc.strerror or exc)
             else:

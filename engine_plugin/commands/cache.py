@@ -170,14 +170,20 @@ def _cmd_local(args: argparse.Namespace, rep: Reporter) -> int:
         rep.say(f"removed {len(bad)} unusable entries, evicted {evicted} least recently used; {st.entries} entries, {fmt_bytes(st.bytes)} left")
         return EXIT_OK
     removed = cache.clear()
-    usage_note = ""
+    usage_note, kept = "", None
     if args.usage:
+        usage_path = os.path.join(cache.folder, USAGE_FILE)
         try:
-            os.unlink(os.path.join(cache.folder, USAGE_FILE))
+            os.unlink(usage_path)
             usage_note = " and the usage log"
         except FileNotFoundError:
             pass
+        except OSError as exc:  # a folder (or something else) where the usage log goes: left alone
+            kept = f"{usage_path}: the usage log was not removed ({exc.strerror or exc})"
     rep.say(f"removed {removed} entries{usage_note} from {cache.folder}")
+    if kept is not None:
+        rep.error(kept)
+        return EXIT_FAILED
     return EXIT_OK
 
 

@@ -58,7 +58,13 @@ def test_a_deeply_nested_entry_is_a_miss_not_a_segfault(tmp_path, depth):
     (folder / f"{KEY}.msgpack").write_bytes(_envelope(KEY, _nested_ext_payload(depth)))
     script = textwrap.dedent(
         f"""
-        from engine_plugin.cache import VariantCache
+        from engine_plugin.cache import BadEntry, VariantCache, decode_entry
+        data = open({str(folder / f"{KEY}.msgpack")!r}, "rb").read()
+        try:  # a remote entry is decoded before it is proven (the local tier refuses it unsigned)
+            decode_entry({KEY!r}, data, signed=False)
+            raise SystemExit("decoded")
+        except BadEntry:
+            pass
         c = VariantCache({str(folder)!r})
         assert c.verify() and c.get({KEY!r}) is None and c.stats().corrupt == 1
         print("survived")
@@ -72,17 +78,17 @@ def test_a_deeply_nested_entry_is_a_miss_not_a_segfault(tmp_path, depth):
 @pytest.mark.parametrize("depth", [9, 40])  # deeper ones: in a subprocess above
 def test_nested_extension_records_are_refused_past_a_small_depth(depth):
     with pytest.raises(BadEntry, match="nested"):
-        decode_entry(KEY, _envelope(KEY, _nested_ext_payload(depth)))
+        decode_entry(KEY, _envelope(KEY, _nested_ext_payload(depth)), signed=False)  # as a remote entry is
 
 
 def test_nested_arrays_and_huge_counts_are_bad_entries():
     with pytest.raises(BadEntry):
-        decode_entry(KEY, _envelope(KEY, _nested_array_payload(100_000)))
+        decode_entry(KEY, _envelope(KEY, _nested_array_payload(100_000)), signed=False)
     # An array header claiming 2**32-1 items in a few bytes must not allocate for them.
     with pytest.raises(BadEntry):
-        decode_entry(KEY, _envelope(KEY, b"\xdd\xff\xff\xff\xff" + b"\x00" * 16))
+        decode_entry(KEY, _envelope(KEY, b"\xdd\xff\xff\xff\xff" + b"\x00" * 16), signed=False)
     with pytest.raises(BadEntry):
-        decode_entry(KEY, b"\xdf\xff\xff\xff\xff" + b"\x00" * 16)
+        decode_entry(KEY, b"\xdf\xff\xff\xff\xff" + b"\x00" * 16, signed=False)
 
 
 def _cache_with_entry(tmp_path):

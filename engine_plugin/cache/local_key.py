@@ -1,0 +1,132 @@
+"""The local cache key: a secret of this user's, kept outside every cache folder, that signs
+the entries this user's engine_plugin writes.
+
+A checksum only proves that bytes were not damaged: anyone who can put a file in the cache
+folder (a copied or downloaded folder, a shared one) can recompute it, and the entry's WGSL is
+what the GPU then runs, its source map what errors then point at. An entry carries an HMAC of
+its checksum under this key instead, so an entry written anywhere else is a miss (lowered
+again and replaced) whatever it holds. Lowering is pure, so a miss costs time, never a result.
+
+The key is 32 random bytes in ``$ENGINE_PLUGIN_CACHE_KEY`` (a file path: a studio that trusts
+its build machines shares one key file) or else ``$XDG_STATE_HOME/engine_plugin/cache.key``
+(``~/.local/state/...``), created on first use, readable by its owner only. Where the home
+folder cannot hold it (a read-only home on a build box), ``<tmp>/engine_plugin-<uid>/`` does:
+a folder and key this user owns, refused when anyone else made them. When no key can be read
+or created, the process signs with a key of its own (its entries are misses for every later
+process) and says so once.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+import stat
+import tempfile
+import threading
+
+__all__ = ["local_cache_secret", "key_path"]
+
+log = logging.getLogger("engine_plugin.cache")
+
+KEY_BYTES = 32
+_lock = threading.Lock()
+_keys: dict[str, bytes] = {}
+_O_READ = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
+
+
+def key_path() -> str:
+    """Where the local cache key lives (see the module docstring)."""
+    given = os.environ.get("ENGINE_PLUGIN_CACHE_KEY")
+    if given:
+        return os.path.abspath(os.path.expanduser(given))
+    state = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
+    return os.path.join(state, "engine_plugin", "cache.key")
+
+
+def _fallback_path() -> str:
+    return os.path.join(tempfile.gettempdir(), f"engine_plugin-{os.getuid()}", "cache.key")
+
+
+def _read(path: str, own_only: bool = False) -> bytes | None:
+    """The key in ``path``, or None when there is no file there. A file that is not a key
+    (a link, a FIFO, too short; ``own_only``: one another user owns or can read) raises
+    OSError."""
+    try:
+        fd = os.open(path, _O_READ)
+    except FileNotFoundError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise OSError(f"{path} is not a regular file")
+        if own_only and (st.st_uid != os.getuid() or st.st_mode & 0o077):
+            raise OSError(f"{path} is not this user's private file")
+        data = os.read(fd, 4096)
+    finally:
+        os.close(fd)
+    if len(data) < KEY_BYTES:
+        raise OSError(f"{path} holds {len(data)} bytes, not a key")
+    return data
+
+
+def _create(path: str, own_only: bool = False) -> bytes:
+    """A new key at ``path``: written to a private temporary file, then linked to its name (a
+    second process creating it at the same moment reads the winner's). ``own_only``: the
+    folder must be this user's and private (a shared temporary folder)."""
+    folder = os.path.dirname(path)
+    os.makedirs(folder, mode=0o700, exist_ok=True)
+    if own_only:
+        st = os.lstat(folder)
+        if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o077:
+            raise OSError(f"{folder} is not this user's private folder")
+    tmp = f"{path}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
+    key = secrets.token_bytes(KEY_BYTES)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        os.write(fd, key)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    try:
+        os.link(tmp, path)
+    except FileExistsError:
+        found = _read(path, own_only)
+        if found is None:
+            raise
+        return found
+    finally:
+        os.unlink(tmp)
+    return key
+
+
+def _read_or_create(path: str, own_only: bool = False) -> bytes | None:
+    try:
+        found = _read(path, own_only)
+        return found if found is not None else _create(path, own_only)
+    except OSError as exc:
+        log.info("variant cache: the cache key %s cannot be used (%s)", path, exc.strerror or exc)
+        return None
+
+
+def local_cache_secret() -> bytes:
+    """This user's cache key (read, or created on first use); a process-own key, with one
+    warning, when neither works."""
+    path = key_path()
+    found = _keys.get(path)
+    if found is not None:
+        return found
+    with _lock:
+        found = _keys.get(path)
+        if found is None:
+            found = _read_or_create(path)
+            if found is None and not os.environ.get("ENGINE_PLUGIN_CACHE_KEY"):
+                found = _read_or_create(_fallback_path(), own_only=True)
+            if found is None:
+                log.warning(
+                    "variant cache: no local cache key can be read or created at %s; this process signs its entries with a key of its own, so later processes lower them again",
+                    path,
+                )
+                found = secrets.token_bytes(KEY_BYTES)
+            _keys[path] = found
+    return found

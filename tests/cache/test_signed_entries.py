@@ -1,0 +1,173 @@
+"""Local entries are signed under this user's cache key; bakes skip only entries a bake
+validated (review helper 55). Every game side runs in a fresh process: in one process the
+program registry would answer the variant it holds without reading the cache."""
+
+from __future__ import annotations
+
+import errno
+import os
+import subprocess
+import sys
+import textwrap
+from dataclasses import replace
+
+import pytest
+
+from engine_plugin.bake import bake
+from engine_plugin.cache import BadEntry, VariantCache, decode_entry, encode_entry, open_entry
+from engine_plugin.cache import local_key
+from engine_plugin.errors import CacheError
+from engine_plugin.lowering import lower, parse, resolve_spec
+from engine_plugin.lowering.fingerprint import variant_key
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "assets"))
+from asset_support import kernel, make_asset, write  # noqa: E402
+
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+
+GAME = textwrap.dedent(
+    """
+    import sys
+    import numpy as np
+    from engine_plugin import abi
+    from engine_plugin.assets import AssetLibrary
+    lib = AssetLibrary(sys.argv[1], cache=sys.argv[2])
+    v = lib.load("k.computeShader").program().variant({"T": "f32"})
+    print(abi.read(v.run(n=4, inputs={"src": np.arange(1, 5, dtype=np.float32)}).outputs["dst"]).tolist())
+    lib.close()
+    """
+)
+
+
+@pytest.fixture
+def own_key(tmp_path, monkeypatch):
+    """This test's cache key (not the user's), for this process and its children."""
+    path = str(tmp_path / "mine.key")
+    monkeypatch.setenv("ENGINE_PLUGIN_CACHE_KEY", path)
+    return path
+
+
+def _honest(root: str):
+    folder = os.path.join(root, "k.computeShader")
+    yaml_path, wgsl_path = os.path.join(folder, "bindings.yaml"), os.path.join(folder, "kernel.wgsl")
+    schema = parse(open(yaml_path).read(), yaml_path)
+    wgsl = open(wgsl_path).read()
+    spec = resolve_spec(schema, {"T": "f32"}, None)
+    return variant_key(schema.text, wgsl, spec), lower(schema, wgsl, spec, wgsl_path=wgsl_path)
+
+
+def test_an_entry_signed_under_another_key_is_a_miss_and_its_wgsl_never_runs(tmp_path, own_key, monkeypatch):
+    root, cache_dir = str(tmp_path / "assets"), str(tmp_path / "cache")
+    make_asset(root)
+    key, honest = _honest(root)
+    # Someone else's entry (a copied or downloaded cache folder): the texts its source map
+    # quotes are this asset's, the WGSL it holds is not. Its checksum is right.
+    forged = replace(honest, source=honest.source.replace("T(2.0)", "T(1000.0)"))
+    monkeypatch.setenv("ENGINE_PLUGIN_CACHE_KEY", str(tmp_path / "theirs.key"))
+    VariantCache(cache_dir).put(key, forged)
+    monkeypatch.setenv("ENGINE_PLUGIN_CACHE_KEY", own_key)
+    with open(VariantCache(cache_dir).path(key), "rb") as f:
+        with pytest.raises(BadEntry, match="not signed under this user's cache key"):
+            decode_entry(key, f.read())
+    game = subprocess.run([sys.executable, "-c", GAME, root, cache_dir], capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert game.returncode == 0, game.stderr[-2000:]
+    assert game.stdout.strip().splitlines()[-1] == "[2.0, 4.0, 6.0, 8.0]"
+    assert "not signed under this user's cache key" in game.stderr
+    # ...and replaced by this user's own lowering
+    with open(VariantCache(cache_dir).path(key), "rb") as f:
+        entry = open_entry(key, f.read())
+    assert "T(2.0)" in entry.lowered.source and "T(1000.0)" not in entry.lowered.source
+
+
+def test_an_entry_a_game_lowered_but_never_compiled_is_not_skipped_by_a_bake(tmp_path, own_key):
+    # A game (or a refused hot reload) lowers a variant whose WGSL does not compile: its
+    # entry is in the cache. A bake skipped it as baked and exited 0 over a broken asset.
+    root, cache_dir = str(tmp_path / "assets"), str(tmp_path / "cache")
+    folder = make_asset(root)
+    write(os.path.join(folder, "kernel.wgsl"), kernel(2.0).replace("src_get(i) * T(2.0)", "src_get(i) * T(2.0) + not_defined"))
+    game = subprocess.run([sys.executable, "-c", GAME, root, cache_dir], capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert game.returncode != 0 and "not_defined" in game.stderr
+    assert any(name.endswith(".msgpack") for name in os.listdir(cache_dir))  # lowered, put, then refused by the compiler
+    report = bake([root], cache_dir)
+    assert not report.ok
+    assert [v.status for v in report.variants].count("failed") == 3
+    assert not any(v.status == "skipped" for v in report.variants)
+    # A lowering-only bake does skip it: it checks nothing a compile would.
+    assert all(v.status == "skipped" for v in bake([root], cache_dir, validate=False).variants if v.spec.as_dict().get("T") == "f32")
+
+
+def test_a_validated_entry_is_skipped_by_the_next_bake(tmp_path, own_key):
+    root, cache_dir = str(tmp_path / "assets"), str(tmp_path / "cache")
+    make_asset(root)
+    first = bake([root], cache_dir)
+    assert first.ok and {v.status for v in first.variants} == {"baked"}
+    again = bake([root], cache_dir)
+    assert again.ok and {v.status for v in again.variants} == {"skipped"}
+    with open(VariantCache(cache_dir).path(first.variants[0].key), "rb") as f:
+        assert open_entry(first.variants[0].key, f.read()).validated
+
+
+def test_a_signed_entry_with_a_workgroup_or_params_size_no_lowering_makes_is_a_bad_entry(tmp_path, own_key):
+    root = str(tmp_path / "assets")
+    make_asset(root)
+    key, honest = _honest(root)
+    for bad in (replace(honest, workgroup=(0, 1, 1)), replace(honest, workgroup=("x", 1, 1)), replace(honest, params=replace(honest.params, size=-16))):
+        with pytest.raises(BadEntry, match="workgroup or params size"):
+            decode_entry(key, encode_entry(key, bad))
+
+
+def test_the_cache_key_is_created_once_private_and_reused(tmp_path, monkeypatch):
+    path = tmp_path / "state" / "engine_plugin" / "cache.key"
+    monkeypatch.setenv("ENGINE_PLUGIN_CACHE_KEY", str(path))
+    monkeypatch.setattr(local_key, "_keys", {})
+    first = local_key.local_cache_secret()
+    assert path.read_bytes() == first and len(first) == local_key.KEY_BYTES
+    assert (path.stat().st_mode & 0o777) == 0o600
+    monkeypatch.setattr(local_key, "_keys", {})
+    assert local_key.local_cache_secret() == first  # read back, not made again
+    # A key that cannot be read or created: a process-own key, and entries still round-trip.
+    monkeypatch.setenv("ENGINE_PLUGIN_CACHE_KEY", str(tmp_path / "a-file" / "below-a-file.key"))
+    (tmp_path / "a-file").write_text("")
+    own = local_key.local_cache_secret()
+    assert len(own) == local_key.KEY_BYTES and own != first
+
+
+def test_one_entry_that_cannot_be_replaced_fails_alone(tmp_path, own_key, monkeypatch):
+    # An immutable entry, or another user's in a sticky folder: EPERM on that one rename. It
+    # made the whole cache read-only for the rest of the process.
+    root = str(tmp_path / "assets")
+    make_asset(root)
+    key, honest = _honest(root)
+    cache = VariantCache(str(tmp_path / "cache"))
+    blocked = cache.path(key)
+    real_replace = os.replace
+
+    def replace_refusing_one(src, dst, *a, **k):
+        if dst == blocked:
+            raise PermissionError(errno.EPERM, "Operation not permitted", dst)
+        return real_replace(src, dst, *a, **k)
+
+    monkeypatch.setattr(os, "replace", replace_refusing_one)
+    assert not cache.put(key, honest)
+    assert not cache.read_only
+    other = "0" * 64
+    assert cache.put(other, honest) and cache.get(other) is not None
+
+
+def test_a_cache_path_that_is_a_file_says_so(tmp_path):
+    path = tmp_path / "cachefile"
+    path.write_text("not a folder")
+    with pytest.raises(CacheError, match="exists and is not a folder"):
+        VariantCache(str(path))
+
+
+def test_cache_clear_usage_over_a_folder_named_like_the_usage_log_is_an_error_not_a_traceback(tmp_path, own_key):
+    cache = tmp_path / "cache"
+    VariantCache(str(cache))
+    (cache / "usage.msgpack").mkdir()
+    proc = subprocess.run(
+        [sys.executable, "-m", "engine_plugin", "cache", "clear", "--usage", "--cache", str(cache)], capture_output=True, text=True, timeout=120, cwd=REPO
+    )
+    assert proc.returncode == 1, proc.stderr
+    assert "usage log was not removed" in proc.stderr and "bug" not in proc.stderr
+    assert (cache / "usage.msgpack").is_dir()
