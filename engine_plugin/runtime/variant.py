@@ -829,12 +829,15 @@ class Variant:
         result, shape, data, bind_group, groups, work, bound = self._prepare(n, inputs, params, outputs, domain_count, None)
         defer = self._deferrable and not outputs and _host_only(inputs, domain_count) and _run_bytes(work, result) <= DEFER_MAX_BYTES
         # Uploads of numpy arrays repeat too (same dtype and shape: the same checks hold; the
-        # data is uploaded afresh every run); any other temporary (a conversion) does not.
+        # data is uploaded afresh every run); any other temporary (a conversion) does not, nor
+        # host data uploaded for a read_write binding: its buffer is the answered Output's, and
+        # a repeat would bind it again instead of uploading (a list, say, is never re-read).
         arrays = [k for k, v in (inputs or {}).items() if type(v) is np.ndarray]
         if (
             self._repeatable
             and domain_count is None
             and _plain_args(inputs, params, outputs)
+            and not work.inout_owned
             and len(work.temps) == len(arrays)
             and all(isinstance(v, (Output, wgpu.GPUBuffer)) for v in (outputs or {}).values())
         ):

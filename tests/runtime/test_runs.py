@@ -544,3 +544,44 @@ def test_an_append_handed_back_reads_its_live_elements_through_its_buffer_and_ta
     kept3 = variant.run(n=6, inputs={"src": src}, params=params, outputs={"hits": {"buffer": kept2}}).outputs["hits"]
     assert kept3.count == 9
     np.testing.assert_array_equal(np.sort(abi.read(kept3)), np.sort(np.tile([1.0, 2.0, 3.0], 3)).astype(np.float32))
+
+
+INOUT_YAML = "bindings:\n  - { name: z, kind: buffer, access: read_write, element: f32 }\n  - { name: x, kind: buffer, access: read, element: f32 }\n"
+INOUT_WGSL = """\
+@compute @workgroup_size(64)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
+    let i = zero_index(gid);
+    if (i >= zero_n()) { return; }
+    z_set(i, z_get(i) * 2.0 + x_get(i));
+}
+"""
+
+
+def test_host_data_for_a_read_write_input_is_uploaded_afresh_by_every_identical_call():
+    # A list (or tuple, or array) for a read_write binding is uploaded into a buffer the run's
+    # Output owns. An identical call took the repeat path and bound the first run's buffer again:
+    # it doubled the first result in place, and once that Output was gone it wrote into a
+    # buffer the pool had handed to an unrelated run (review helper 56).
+    import gc
+
+    variant = abi.program(key="t/inout_repeat", schema=abi.parse(INOUT_YAML, "t/inout_repeat/bindings.yaml"), wgsl=INOUT_WGSL).variant()
+    other = make("t/index", INDEX_YAML, INDEX_WGSL)
+    from engine_plugin.device.context import get_context
+    from engine_plugin.runtime.buffers import STORAGE_USAGE
+
+    x = get_context().device.create_buffer_with_data(data=np.zeros(4, np.float32), usage=STORAGE_USAGE)  # not host data
+    for data in ([1.0, 2.0, 3.0, 4.0], (1.0, 2.0, 3.0, 4.0), np.array([1.0, 2.0, 3.0, 4.0], np.float32)):
+        want = np.asarray(data, np.float32) * 2
+        first = variant.run(4, inputs={"z": data, "x": x})
+        second = variant.run(4, inputs={"z": data, "x": x})
+        np.testing.assert_array_equal(abi.read(second.outputs["z"]), want)
+        np.testing.assert_array_equal(abi.read(first.outputs["z"]), want)  # not changed under its holder
+        del first, second
+        gc.collect()
+        unrelated = other.run(n=64)  # may get the buffer the first run's Output gave back
+        np.testing.assert_array_equal(abi.read(variant.run(4, inputs={"z": data, "x": x}).outputs["z"]), want)
+        np.testing.assert_array_equal(abi.read(unrelated.outputs["dst"]), np.arange(64, dtype=np.uint32))
+    mutable = [1.0, 2.0, 3.0, 4.0]
+    variant.run(4, inputs={"z": mutable, "x": x})
+    mutable[0] = 10.0  # changed in place between identical calls: read again
+    np.testing.assert_array_equal(abi.read(variant.run(4, inputs={"z": mutable, "x": x}).outputs["z"]), np.array([20, 4, 6, 8], np.float32))
