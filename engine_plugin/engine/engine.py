@@ -327,13 +327,18 @@ class Engine:
         # which would compute with it.
         engine_values = {n: self._engine_params[n] for n in plan.engine_params}
         ParamsPacker(lowered, program.yaml_path, {p.name: p.line for p in program.schema.params}).check({**engine_values, **product.params})
-        product.plan, product.spec_values, product.program = plan, vspec.as_dict(), program
+        # ``program`` answers as its successor after any reload, one the engine refuses too:
+        # the product compiles from a pinned view of it (``kernel``), however it re-registers.
+        product.plan, product.spec_values = plan, vspec.as_dict()
+        if program is not product.kernel:
+            pin = getattr(program, "pinned", None)
+            product.program, product.kernel = program, (pin() if pin is not None else program)
         # A read_write binding bound to a field writes its mirror: never gap-coalesce over it.
         self._gpu.note_kernel_writes(f.field for f in plan.fields if f.writes)
 
     def _check_params(self, product: Product, plan: Any = None, params: Mapping[str, Any] | None = None, program: Any = None) -> None:
         plan = plan if plan is not None else product.plan
-        program = program if program is not None else product.program
+        program = program if program is not None else product.kernel
         given = set(product.params if params is None else params)
         clash = sorted(given & set(ENGINE_PARAMS))
         if clash:
@@ -407,9 +412,9 @@ class Engine:
         self._check_params(product, params=params)
         old = product.params
         product.params = dict(params)
-        if product.program is not None:
+        if product.kernel is not None:
             try:  # output counts may read params (k records per item): plan them anew
-                self._plan(product, product.program)
+                self._plan(product, product.kernel)
             except BaseException:
                 product.params = old  # refused (or a bug): the product stays as it was
                 raise
@@ -435,8 +440,17 @@ class Engine:
             return False
         product.refused_program = None
         product.fail(None)
-        self._recompute_all(product)
+        product.cpu_done.clear()
+        self._new_kernel(product)
+        product.owe_everything(self.world)
         return True
+
+    def _new_kernel(self, product: Product) -> None:
+        """A reload taken: a new GPU generation. Served by its fallback meanwhile (a lost GPU),
+        what the old kernel computed on the GPU is recomputed once it is back there."""
+        self._gpu.reregister(product)
+        if product.gpu is None:
+            product.kernel_changed_off_gpu = True
 
     def field_buffer(self, name: str, *, kernel_writes: bool = False) -> Any | None:
         """The GPU mirror of world field ``name`` (slot-major, what product kernels read), kept
@@ -599,7 +613,7 @@ class Engine:
                 log.warning("product %r keeps its previous kernel: the reloaded one does not fit:\n%s", product.key, exc)
                 continue
             product.fail(None)
-            self._gpu.reregister(product)
+            self._new_kernel(product)
             st.reregistered += 1
 
     def upload(self, st: FrameStats | None = None, index: ChunkIndex | None = None) -> FrameStats:

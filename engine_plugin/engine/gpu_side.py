@@ -244,7 +244,7 @@ class GpuSide:
             if not self.mirror(name):
                 return False
         assert product.plan is not None, "a product's plan is checked at registration"
-        program = self._program_here(product.program)
+        program = self._program_here(product.kernel)
         variant = program.variant(product.spec_values or None, product.columns)
         gpu = GpuProduct.create(
             self.backend,
@@ -261,6 +261,11 @@ class GpuSide:
             log.warning("product %r runs on the CPU: the backend refused it (%s)", product.key, getattr(self.backend, "last_refusal", "refused"))
             return False
         product.gpu = gpu
+        if product.kernel_changed_off_gpu:
+            # A reload (or new params) landed while a fallback served it: the results an older
+            # kernel computed on the GPU before are stale; the new one computes everything.
+            product.kernel_changed_off_gpu = False
+            product.owe_everything(self._world)
         return True
 
     def _engine_params_for(self, product: Product) -> dict[str, Any]:
@@ -297,7 +302,8 @@ class GpuSide:
         if was_gpu or product.gpu is not None or product.program is None:
             # New kernel, params or buffers: everything is recomputed. A product served by its
             # CPU fallback before and after is not: the fallback's results do not depend on the
-            # kernel's text, and computing the same content again would apply it twice.
+            # kernel's text, and computing the same content again would apply it twice (a new
+            # kernel's owes it once it is on the GPU again: ``kernel_changed_off_gpu``).
             product.owe_everything(self._world)
 
     def check(self, st: FrameStats) -> None:

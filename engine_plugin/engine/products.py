@@ -238,6 +238,12 @@ class Product:
         self.error: str | None = None  # the last error, rendered (see ``exception``)
         self.exception: BaseException | None = None  # ... and as raised: a PluginError carries its span
         self.refused_program: Any = None  # a reloaded program that did not fit (not retried)
+        # ``program`` pinned (Program.pinned): what the product compiles from. ``program`` itself
+        # answers as its successor after any reload, one the engine refused too.
+        self.kernel: Any = program.pinned() if hasattr(program, "pinned") else program
+        # A reload was taken while a fallback served the product: what its kernel computed on
+        # the GPU before is stale; everything is recomputed once it is on the GPU again.
+        self.kernel_changed_off_gpu = False
         self.warned_no_fallback = False
 
     def fail(self, exc: BaseException | None) -> None:

@@ -74,6 +74,7 @@ class Program:
         self._variants: dict[VariantSpec, Variant] = {}
         self._lock = threading.RLock()
         self._successor: Program | None = None
+        self._pinned = False  # a pinned() view: it follows no reload
 
     def _live(self) -> "Program":
         """This program, or the one a reload replaced it with (following the whole chain)."""
@@ -86,8 +87,21 @@ class Program:
 
     def follow(self, successor: "Program") -> None:
         """A reload replaced this program: from now on it answers as ``successor``."""
-        if successor._live() is not self:
+        if successor._live() is not self and not self._pinned:
             self._successor = successor
+
+    def pinned(self) -> "Program":
+        """This program as it stands now, never following a later reload: what an engine
+        product accepted keeps running on it when the engine refuses a reload (a
+        re-registration compiles this one, not the refused successor). Shares the variants
+        compiled so far; a pinned program answers itself."""
+        live = self._live()
+        if live._pinned:
+            return live
+        view = object.__new__(Program)
+        view.__dict__.update(live.__dict__)
+        view._successor, view._pinned = None, True
+        return view
 
     @property
     def schema(self) -> Schema:

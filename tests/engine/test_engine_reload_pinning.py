@@ -1,0 +1,85 @@
+"""A reload the engine refuses never reaches the product, however it re-registers; a reload
+taken while a fallback serves the product is recomputed by the new kernel once it is back on
+the GPU (review helper 57). On lavapipe, with the engine's summary asset."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+
+import numpy as np
+import pytest
+from engine_support import Applied, cpu_summary, make_world, run_until_idle
+
+from engine_plugin.assets import AssetLibrary
+from engine_plugin.engine import Engine, fallbacks, kernel_folder
+
+ASSET = "engine/summary.computeShader"
+
+
+@pytest.fixture
+def setup(tmp_path):
+    root = tmp_path / "assets"
+    shutil.copytree(kernel_folder("summary"), root / ASSET)
+    lib = AssetLibrary(str(root), cache=str(tmp_path / "cache"))
+    world = make_world(n=4)
+    engine = Engine(world, library=lib)
+    got = Applied(world)
+    handle = engine.register_product(ASSET, spec={"T": "f32"}, fields={"src": "height"}, apply=got, cpu_fallback=fallbacks.summary)
+    run_until_idle(engine)
+    yield root / ASSET, lib, world, engine, got, handle
+    engine.close()
+    lib.close()
+
+
+def _reload(lib, engine, folder, name, old, new):
+    path = folder / name
+    path.write_text(path.read_text().replace(old, new))
+    ref = lib.load(ASSET)
+    before = ref.generation
+    lib.request_reload(ASSET)
+    deadline = time.monotonic() + 30
+    while ref.generation == before and time.monotonic() < deadline:
+        engine.frame()
+        time.sleep(0.01)
+    assert ref.generation > before, "the reload never landed"
+    for _ in range(3):
+        engine.frame()
+
+
+@pytest.mark.parametrize("again", ["recover_gpu", "set_params"])
+def test_a_refused_reload_never_runs_when_the_product_registers_again(setup, again):
+    folder, lib, world, engine, got, handle = setup
+    # The reload declares the field input as i32: the engine refuses it (the field holds f32)
+    # and keeps the previous kernel. The old Program object follows the refused one, so a
+    # re-registration through it ran the refused kernel: f32 bits read as i32, applied as GPU results.
+    _reload(lib, engine, folder, "bindings.yaml", "element: T }", "element: i32 }")
+    assert "i32" in str(engine.product_error(handle))
+    if again == "recover_gpu":
+        assert engine.recover_gpu()
+    else:
+        engine.set_params(handle, {})  # the product's own (no) params: accepted, as before the reload
+    for key, value in ((1, 2.0), (2, 3.0)):
+        world.write(key, "height", value)
+    run_until_idle(engine)
+    for key in world.keys():
+        np.testing.assert_array_equal(got.latest[key], cpu_summary(world, "height", key))
+    assert got.results[-1].source == "gpu"
+
+
+def test_a_reload_taken_while_the_gpu_is_lost_recomputes_every_chunk_once_it_is_back(setup):
+    folder, lib, world, engine, got, handle = setup
+    engine.backend.notify_device_error("a device error, for the test")
+    engine.frame()
+    assert not engine.gpu_active
+    # A body-only edit (mean + 1000) taken while the CPU fallback serves the product: the
+    # fallback does not follow the kernel, so nothing is computed again then.
+    _reload(lib, engine, folder, "kernel.wgsl", "sum * params.inv_tile_count, sum)", "sum * params.inv_tile_count + 1000.0, sum)")
+    assert engine.recover_gpu()
+    world.write(1, "height", 2.0)
+    run_until_idle(engine)
+    for key in world.keys():  # every chunk from the new kernel, not only the edited one
+        want = cpu_summary(world, "height", key)
+        want[2] += 1000.0
+        np.testing.assert_allclose(got.latest[key], want, rtol=1e-6)
