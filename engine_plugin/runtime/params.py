@@ -148,8 +148,15 @@ def exact_fingerprint(params: Mapping[str, Any] | None) -> tuple | None:
             return None
         if arr.dtype.kind == "O":
             return None
-        out.append((k, type(v), arr.dtype.str, arr.shape, arr.tobytes()))
+        # A list's element types too: [True, 2, 3] is [1, 2, 3] as an array, but refused.
+        out.append((k, type(v), _element_types(v) if isinstance(v, (list, tuple)) else None, arr.dtype.str, arr.shape, arr.tobytes()))
     return tuple(out)
+
+
+def _element_types(value: Any) -> Any:
+    if isinstance(value, (list, tuple)):
+        return tuple(_element_types(e) for e in value)
+    return type(value)
 
 
 def _as_list(value: Any) -> list | None:

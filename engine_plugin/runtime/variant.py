@@ -296,6 +296,15 @@ def _same_inputs(given: Any, rep: _Repeat) -> bool:
     return True
 
 
+def _same_domain(n: Any, rn: Any) -> bool:
+    """Whether ``n`` is the remembered domain ``rn`` (an int, or a tuple of plain ints): only
+    plain ints compare, so a grid of 0-d arrays (mutable, or several values) takes the full
+    path, which reads and checks it."""
+    if type(n) is tuple:
+        return type(rn) is tuple and len(n) == len(rn) and all(type(v) is int and v == r for v, r in zip(n, rn))
+    return type(n) is int and type(rn) is int and n == rn
+
+
 def _same_objects(given: Any, items: tuple) -> bool:
     """Whether the mapping ``given`` holds the very same objects, in the same order, as ``items``."""
     if not given:
@@ -839,6 +848,8 @@ class Variant:
             and _plain_args(inputs, params, outputs)
             and not work.inout_owned
             and len(work.temps) == len(arrays)
+            # a {"buffer": ...} input can be pointed at another buffer in place
+            and not any(isinstance(v, Mapping) for v in (inputs or {}).values())
             and all(isinstance(v, (Output, wgpu.GPUBuffer)) for v in (outputs or {}).values())
         ):
             self._remember(shape, inputs or {}, params, outputs or {}, bound, result, data, groups, work.chained, arrays, defer)
@@ -1030,7 +1041,11 @@ class Variant:
         domain_capacity = None
         for slot in self.lowered.host_slots:
             if slot.role in ("input", "inout"):
-                value = _unwrap(outputs.get(slot.name, inputs.get(slot.name)))
+                given = outputs.get(slot.name, inputs.get(slot.name))
+                if isinstance(given, Mapping) and slot.name not in outputs and set(given) - {"buffer"}:
+                    extra = ", ".join(sorted(map(str, set(given) - {"buffer"})))
+                    raise self._slot_error(slot, f"inputs[{slot.name!r}] as a mapping takes only 'buffer', not {extra}: an input binds its whole buffer")
+                value = _unwrap(given)
                 if value is None and slot.role == "inout":
                     raise self._slot_error(slot, f"missing input {slot.name!r} (read_write, no count: the caller supplies it)")
                 if slot.role == "inout" and isinstance(value, Output):
@@ -1077,7 +1092,9 @@ class Variant:
             raise DispatchError(
                 f"n={n} is {domain.count} invocations; that does not fit the u32 the kernel sees (at most 2**32-1 = 4294967295)", Span(self.yaml_path)
             )
-        shape = n if isinstance(n, (tuple, list)) else None
+        # A grid as plain ints: the caller's tuple may hold 0-d arrays that change in place (a
+        # repeat compares against this, and Run.n reports it).
+        shape = tuple(domain.extent[: len(n)]) if isinstance(n, (tuple, list)) else None
         n = domain.count
         if work.live_counter is not None:
             work.live_holder = _CounterHolder(work.live_counter)
@@ -1242,8 +1259,6 @@ class Variant:
             kind = "given" if slot.name in outputs else "plain" if slot.role == "output" else "pooled"
             plan.append((slot, size, nbytes, size_class(nbytes), kind, slot.value_type))
         self._repeat_group = None
-        if isinstance(n, list):
-            n = tuple(n)  # a list can change in place: never the same domain by identity
         items = tuple(inputs.items())
         self._repeat = rep = _Repeat(
             n,
@@ -1264,7 +1279,7 @@ class Variant:
 
     def _run_repeat(self, rep: "_Repeat", n: Any, inputs: Any, params: Any, outputs: Any) -> Run | None:
         rn = rep.n
-        if n is not rn and (type(n) is not type(rn) or n != rn):
+        if n is not rn and not _same_domain(n, rn):
             return None
         if not _same_params(params, rep):
             return None

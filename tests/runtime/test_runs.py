@@ -585,3 +585,80 @@ def test_host_data_for_a_read_write_input_is_uploaded_afresh_by_every_identical_
     variant.run(4, inputs={"z": mutable, "x": x})
     mutable[0] = 10.0  # changed in place between identical calls: read again
     np.testing.assert_array_equal(abi.read(variant.run(4, inputs={"z": mutable, "x": x}).outputs["z"]), np.array([20, 4, 6, 8], np.float32))
+
+
+GRID_YAML = """\
+bindings:
+  - { name: dst, kind: buffer, access: read_write, element: u32, count: "n" }
+workgroup: [8, 8]
+"""
+GRID_WGSL = """\
+@compute @workgroup_size(8, 8)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
+    let i = zero_index(gid);
+    if (i >= zero_n()) { return; }
+    dst_set(i, gid.x * 1000u + gid.y);
+}
+"""
+
+
+def _grid_model(w: int, h: int) -> np.ndarray:
+    ys, xs = np.mgrid[0:h, 0:w]
+    return (xs * 1000 + ys).astype(np.uint32).reshape(-1)
+
+
+def test_a_grid_of_0d_arrays_changed_in_place_is_read_again_by_an_identical_call():
+    # The repeat path compared the grid tuple, whose elements compare by identity first: a
+    # 0-d array changed in place looked unchanged, and the old grid's sizes were reused
+    # (review helper 59). A grid of several-valued arrays raised numpy's ValueError there.
+    from engine_plugin.errors import DispatchError
+
+    variant = abi.program(key="t/grid_0d", schema=abi.parse(GRID_YAML, "t/grid_0d/bindings.yaml"), wgsl=GRID_WGSL).variant()
+    w, h = np.array(3), np.array(2)
+    grid = (w, h)
+    first = variant.run(grid)
+    np.testing.assert_array_equal(abi.read(first.outputs["dst"]), _grid_model(3, 2))
+    assert first.n == (3, 2) and all(type(v) is int for v in first.n)
+    w[...] = 5
+    np.testing.assert_array_equal(abi.read(variant.run(grid).outputs["dst"]), _grid_model(5, 2))
+    h[...] = 4
+    np.testing.assert_array_equal(abi.read(variant.run((w, h)).outputs["dst"]), _grid_model(5, 4))
+    variant.run((4, 2))
+    with pytest.raises(DispatchError, match="n must be"):
+        variant.run((np.array([4, 5]), 2))
+    with abi.batch():
+        c = np.array(2)
+        a = variant.run((c,))
+        c[...] = 6
+        b = variant.run((c,))
+    assert abi.read(a.outputs["dst"]).size == 2 and abi.read(b.outputs["dst"]).size == 6
+
+
+def test_an_input_mapping_pointed_at_another_buffer_is_read_again_and_takes_only_buffer():
+    from engine_plugin.device.context import get_context
+    from engine_plugin.errors import DispatchError
+    from engine_plugin.runtime.buffers import STORAGE_USAGE
+    from runtime_kernels import AXPY_WGSL, AXPY_YAML
+
+    variant = make("t/axpy_mapping", AXPY_YAML, AXPY_WGSL)
+    dev = get_context().device
+    a = dev.create_buffer_with_data(data=np.arange(8, dtype=np.float32), usage=STORAGE_USAGE)
+    b = dev.create_buffer_with_data(data=np.arange(8, dtype=np.float32) * 10, usage=STORAGE_USAGE)
+    given = {"buffer": a}
+    inputs = {"x": given}
+    np.testing.assert_array_equal(abi.read(variant.run(8, inputs=inputs, params={"a": 1.0}).outputs["y"]), np.arange(8) + 1.0)
+    given["buffer"] = b  # the same mapping, another buffer
+    np.testing.assert_array_equal(abi.read(variant.run(8, inputs=inputs, params={"a": 1.0}).outputs["y"]), np.arange(8) * 10 + 1.0)
+    with pytest.raises(DispatchError, match="takes only 'buffer'"):
+        variant.run(8, inputs={"x": {"buffer": a, "count": 3}}, params={"a": 1.0})  # a count an input would ignore
+
+
+def test_a_bool_in_a_vector_param_is_refused_after_an_equal_list_of_ints_passed():
+    from engine_plugin.errors import DispatchError
+
+    yaml = 'bindings:\n  - { name: y, kind: buffer, access: read_write, element: u32, count: "n" }\nparams:\n  - { name: v, type: vec3<u32> }\n'
+    body = "@compute @workgroup_size(64)\nfn main(@builtin(global_invocation_id) gid: vec3<u32>) {\n    let i = zero_index(gid);\n    if (i >= zero_n()) { return; }\n    y_set(i, params.v[i]);\n}\n"
+    variant = abi.program(key="t/bool_vec", schema=abi.parse(yaml, "t/bool_vec/bindings.yaml"), wgsl=body).variant()
+    variant.run(3, params={"v": [1, 2, 3]})
+    with pytest.raises(DispatchError):
+        variant.run(3, params={"v": [True, 2, 3]})
