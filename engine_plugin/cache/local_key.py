@@ -52,8 +52,10 @@ def _read(path: str, own_only: bool = False) -> bytes | None:
     """The key in ``path``, or None when there is no file there. A file that is not a key
     (a link, a FIFO, too short; ``own_only``: one another user owns or can read) raises
     OSError."""
+    # A path the user names (or their own state folder) may be a link (a mounted secret); the
+    # shared temporary folder's may not.
     try:
-        fd = os.open(path, _O_READ)
+        fd = os.open(path, _O_READ if own_only else _O_READ & ~getattr(os, "O_NOFOLLOW", 0))
     except FileNotFoundError:
         return None
     try:
@@ -105,7 +107,7 @@ def _read_or_create(path: str, own_only: bool = False) -> bytes | None:
         found = _read(path, own_only)
         return found if found is not None else _create(path, own_only)
     except OSError as exc:
-        log.info("variant cache: the cache key %s cannot be used (%s)", path, exc.strerror or exc)
+        log.warning("variant cache: the cache key %s cannot be used (%s)", path, exc.strerror or exc)
         return None
 
 

@@ -597,12 +597,19 @@ class Engine:
         for lib in libraries.values():
             lib.poll()
         for product in self._order:
-            if product.ref is None:
-                continue
-            try:
-                program = product.ref.program()
-            except PluginError:
-                continue  # never loaded: nothing to swap
+            if product.ref is not None:
+                try:
+                    program = product.ref.program()
+                except PluginError:
+                    continue  # never loaded: nothing to swap
+            else:
+                # Registered with a Program (or a Variant's): it answers as whatever reloaded
+                # it, and a body-only reload swapped its variants' pipelines in place; the
+                # product takes the reload up as one registered through its asset does.
+                current = getattr(product.program, "current", None)
+                if current is None:
+                    continue
+                program = current()
             if program is product.program or program is product.refused_program:
                 continue
             try:

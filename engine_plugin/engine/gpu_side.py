@@ -276,6 +276,9 @@ class GpuSide:
         """``program`` on the backend's device (a reference's program lives on its library's)."""
         if program.ctx is self._ctx:
             return program
+        on_device = getattr(program, "on_device", None)
+        if on_device is not None:
+            return on_device(self._ctx)  # modules and store included (an #import resolves there too)
         from ..runtime.program import program as make_program
 
         return make_program(program.key, program.schema, program.wgsl, wgsl_path=program.wgsl_path, device=self._ctx)

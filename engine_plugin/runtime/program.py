@@ -75,6 +75,7 @@ class Program:
         self._lock = threading.RLock()
         self._successor: Program | None = None
         self._pinned = False  # a pinned() view: it follows no reload
+        self._elsewhere: dict[int, tuple[DeviceContext, Program]] = {}  # on_device() copies, by context
 
     def _live(self) -> "Program":
         """This program, or the one a reload replaced it with (following the whole chain)."""
@@ -90,6 +91,27 @@ class Program:
         if successor._live() is not self and not self._pinned:
             self._successor = successor
 
+    def current(self) -> "Program":
+        """The program a reload replaced this one with (following the whole chain); itself
+        when none did."""
+        return self._live()
+
+    def on_device(self, ctx: DeviceContext) -> "Program":
+        """This program's content (schema, body, modules, store) compiled on ``ctx``: itself
+        when it lives there, else a private program made once per device and never stood
+        under its key (the key's standing program stays whatever the library made). A pinned
+        program's copy is pinned too."""
+        live = self._live()
+        if live.ctx is ctx:
+            return live
+        found = live._elsewhere.get(id(ctx))
+        if found is not None and found[0] is ctx:
+            return found[1]
+        made = Program(live.key, live._schema, live._wgsl, wgsl_path=live._wgsl_path, ctx=ctx, store=live._store, modules=live._modules)
+        made._pinned = live._pinned
+        live._elsewhere[id(ctx)] = (ctx, made)
+        return made
+
     def pinned(self) -> "Program":
         """This program as it stands now, never following a later reload: what an engine
         product accepted keeps running on it when the engine refuses a reload (a
@@ -100,7 +122,7 @@ class Program:
             return live
         view = object.__new__(Program)
         view.__dict__.update(live.__dict__)
-        view._successor, view._pinned = None, True
+        view._successor, view._pinned, view._elsewhere = None, True, {}
         return view
 
     @property

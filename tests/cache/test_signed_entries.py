@@ -171,3 +171,22 @@ def test_cache_clear_usage_over_a_folder_named_like_the_usage_log_is_an_error_no
     assert proc.returncode == 1, proc.stderr
     assert "usage log was not removed" in proc.stderr and "bug" not in proc.stderr
     assert (cache / "usage.msgpack").is_dir()
+
+
+def test_a_cache_key_named_through_a_link_is_used_and_entries_stay_hits_across_processes(tmp_path, monkeypatch):
+    # Mounted secrets are links (..data/cache.key): the named key was refused as a link, every
+    # process signed with a key of its own, and each start re-lowered and rewrote every entry.
+    real = tmp_path / "secret" / "..data" / "cache.key"
+    real.parent.mkdir(parents=True)
+    real.write_bytes(os.urandom(32))
+    link = tmp_path / "secret" / "cache.key"
+    link.symlink_to(real)
+    monkeypatch.setenv("ENGINE_PLUGIN_CACHE_KEY", str(link))
+    monkeypatch.setattr(local_key, "_keys", {})
+    assert local_key.local_cache_secret() == real.read_bytes()
+    root, cache_dir = str(tmp_path / "assets"), str(tmp_path / "cache")
+    make_asset(root)
+    for _ in range(2):
+        game = subprocess.run([sys.executable, "-c", GAME, root, cache_dir], capture_output=True, text=True, timeout=120, cwd=REPO)
+        assert game.returncode == 0 and game.stdout.strip().splitlines()[-1] == "[2.0, 4.0, 6.0, 8.0]", game.stderr[-2000:]
+        assert "cannot be used" not in game.stderr and "not signed" not in game.stderr, game.stderr[-2000:]

@@ -83,3 +83,40 @@ def test_a_reload_taken_while_the_gpu_is_lost_recomputes_every_chunk_once_it_is_
         want = cpu_summary(world, "height", key)
         want[2] += 1000.0
         np.testing.assert_allclose(got.latest[key], want, rtol=1e-6)
+
+
+def test_a_product_whose_asset_imports_a_module_comes_back_to_the_gpu_after_a_real_loss():
+    import subprocess
+    import sys
+
+    script = os.path.join(os.path.dirname(__file__), "import_loss_script.py")
+    proc = subprocess.run([sys.executable, script], capture_output=True, text=True, timeout=180, env=dict(os.environ))
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
+
+
+def test_a_product_registered_with_a_program_takes_up_a_body_only_reload(tmp_path):
+    # It has no asset reference: the engine never re-planned it, while the library swapped
+    # the new pipeline into its variant in place, and every dispatch after was refused ("the
+    # prepared run is not of the product's pipeline") and served by the CPU fallback.
+    root = tmp_path / "assets"
+    shutil.copytree(kernel_folder("summary"), root / ASSET)
+    lib = AssetLibrary(str(root), cache=str(tmp_path / "cache"))
+    world = make_world(n=4)
+    engine = Engine(world, library=lib)
+    got = Applied(world)
+    engine.register_product(lib.load(ASSET).program(), spec={"T": "f32"}, fields={"src": "height"}, apply=got, cpu_fallback=fallbacks.summary)
+    run_until_idle(engine)
+    try:
+        _reload(lib, engine, root / ASSET, "kernel.wgsl", "sum * params.inv_tile_count, sum)", "sum * params.inv_tile_count + 1000.0, sum)")
+        before = len(got.results)
+        world.write(1, "height", 2.0)
+        st = run_until_idle(engine)
+        assert st.refused == 0 and st.cpu_fallbacks == 0
+        assert {r.source for r in got.results[before:]} == {"gpu"}
+        for key in world.keys():  # the new body, everywhere (the reload re-registered it)
+            want = cpu_summary(world, "height", key)
+            want[2] += 1000.0
+            np.testing.assert_allclose(got.latest[key], want, rtol=1e-6)
+    finally:
+        engine.close()
+        lib.close()
