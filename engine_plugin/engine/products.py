@@ -285,6 +285,10 @@ class Product:
         return self.policy is ReadbackPolicy.NONE and self.plan is not None and self.plan.items == TILE_ITEMS
 
     def set_selection(self, tiles: tuple[Tile, ...], shape: tuple[int, ...]) -> None:
+        if tiles == self.selection and self.epoch:
+            # The same selection again (a game re-sending its cursor every frame): nothing
+            # changes. Voiding what is in flight for it would starve the product.
+            return
         self.selection = tiles
         self.selection_keys = frozenset(k for k, _ in tiles)
         self._linear = tuple(linear_index(t, shape) for _, t in tiles)

@@ -140,3 +140,27 @@ def test_tile_policies_on_the_cpu_give_the_same_values():
     _combine(engine, ReadbackPolicy.SELECTED_TILES, applied, tiles=[(1, (2, 3)), (5, (0, 0))])
     run_until_idle(engine)
     assert applied.latest[(1, (2, 3))] == _want(world, 1, (2, 3)) and applied.results[0].source == "cpu"
+
+
+def test_the_same_selection_sent_every_frame_still_gets_its_result():
+    # A game re-sending its cursor selection every frame: each call voided the result in
+    # flight, so over 200 frames almost nothing was applied (review helper 60).
+    world = make_world(n=8)
+    engine = Engine(world)
+    applied = Applied(world)
+    tiles = [(1, (0, 0)), (2, (3, 3))]
+    h = _combine(engine, ReadbackPolicy.SELECTED_TILES, applied, tiles=tiles)
+    import time
+
+    stale, deadline = 0, time.monotonic() + 20
+    while not applied.results and time.monotonic() < deadline:
+        engine.select_tiles(h, tiles)
+        st = engine.frame()
+        stale += st.readbacks_stale
+        time.sleep(0.005)
+    assert applied.results and stale == 0
+    assert applied.results[-1].source == "gpu"
+    engine.select_tiles(h, [(1, (0, 0))])  # another selection still voids what is in flight and recomputes
+    run_until_idle(engine)
+    assert applied.results[-1].keys == (1,)
+    engine.close()
