@@ -9,6 +9,7 @@ mirrored, kept and kernel-written field sets, the GPU fault message and the paci
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -199,15 +200,18 @@ class GpuSide:
         if not self.backend.register_field(field_mirror_desc(world, name)):
             log.warning("field %r has no GPU mirror (%s); its products run on the CPU", name, getattr(self.backend, "last_refusal", "refused"))
             return False
-        # Dirty chunks go up with the next frame's uploads anyway; send the rest now.
+        # Dirty chunks go up with the next frame's uploads anyway; send the rest now, under the
+        # world's lock (an RLock: a frame holds it already) so another thread's add, evict or
+        # write cannot land between listing the clean chunks and uploading their spans.
         token = self.dirty_token
-        clean = [k for k in world.keys() if not (world.is_dirty(k, name) if token is None else world.is_dirty(k, name, consumer=token))]
-        for desc in coalesce_uploads(world, name, clean):
-            if not self.backend.upload(desc):
-                if hasattr(self.backend, "unregister_field"):
-                    self.backend.unregister_field(name)
-                log.warning("field %r cannot be uploaded (%s); its products run on the CPU", name, getattr(self.backend, "last_refusal", "refused"))
-                return False
+        with getattr(world, "lock", None) or contextlib.nullcontext():
+            clean = [k for k in world.keys() if not (world.is_dirty(k, name) if token is None else world.is_dirty(k, name, consumer=token))]
+            for desc in coalesce_uploads(world, name, clean):
+                if not self.backend.upload(desc):
+                    if hasattr(self.backend, "unregister_field"):
+                        self.backend.unregister_field(name)
+                    log.warning("field %r cannot be uploaded (%s); its products run on the CPU", name, getattr(self.backend, "last_refusal", "refused"))
+                    return False
         self._mirrored.add(name)
         return True
 
