@@ -423,6 +423,8 @@ class ProductResult:
         outputs: every output read back, by name (``values`` is the primary one's): per-item
             outputs cut to the applied chunks like ``values``, whole-dispatch outputs (appends
             with their count, fixed sizes) as they came.
+        overflow: appends that ran past their capacity, by name: the count the kernel
+            attempted (``outputs`` holds the first ``capacity`` records; empty when none did).
     """
 
     handle: GpuProductHandle
@@ -436,6 +438,7 @@ class ProductResult:
     frame: int = 0
     record_shape: tuple[int, ...] = ()
     outputs: Mapping[str, np.ndarray] = field(default_factory=dict, repr=False)
+    overflow: Mapping[str, int] = field(default_factory=dict)
 
     @property
     def records(self) -> np.ndarray:

@@ -10,6 +10,7 @@ of ``revalidate="fields"``.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 from collections.abc import Mapping
 from functools import partial
@@ -52,7 +53,8 @@ class Delivery:
         self._gpu = gpu
         self._engine_params = engine_params
         self._changed_at: dict[str, np.ndarray] = {}  # field -> world version of its last change, by slot
-        self._completed: list[tuple[ReadbackResult, np.ndarray | None]] = []
+        # (result, decoded outputs or None when it failed, appends past capacity: name -> attempted)
+        self._completed: list[tuple[ReadbackResult, Any, dict[str, int]]] = []
         self._errors: list[BaseException] = []
 
     @property
@@ -74,9 +76,10 @@ class Delivery:
         if result.ok:
             # The plan of the request, not the product's now: a reload may have changed it.
             items = int(inflight.work.items.size)
-            self._completed.append((result, decode_outputs(inflight.plan, inflight.layout, result.data, items)))  # type: ignore[arg-type]
+            outputs, overflow = decode_outputs(inflight.plan, inflight.layout, result.data, items)  # type: ignore[arg-type]
+            self._completed.append((result, outputs, overflow))
         else:
-            self._completed.append((result, None))
+            self._completed.append((result, None, {}))
 
     def poll(self) -> None:
         """Let the backend complete finished readbacks (into :meth:`on_readback`); an exception
@@ -89,7 +92,7 @@ class Delivery:
     def reowe_completed(self) -> None:
         """The completed readbacks not delivered yet owe their chunks again, unapplied (their
         backend was replaced: their generations are void)."""
-        for result, _ in self._completed:
+        for result, _, _ in self._completed:
             inflight: InFlight = result.desc.user
             inflight.product.inflight = max(0, inflight.product.inflight - 1)
             inflight.product.reowe(self._world, inflight.work.keys, failed=inflight.work)
@@ -99,10 +102,10 @@ class Delivery:
         """Step 5: deliver finished readbacks; apply what is still current."""
         self.poll()
         completed, self._completed = self._completed, []
-        for result, records in completed:
-            self._deliver(result, records, st)
+        for result, records, overflow in completed:
+            self._deliver(result, records, st, overflow)
 
-    def _deliver(self, result: ReadbackResult, records: np.ndarray | None, st: FrameStats) -> None:
+    def _deliver(self, result: ReadbackResult, records: Any, st: FrameStats, overflow: dict[str, int] | None = None) -> None:
         inflight: InFlight = result.desc.user
         product, work = inflight.product, inflight.work
         product.inflight = max(0, product.inflight - 1)
@@ -150,6 +153,17 @@ class Delivery:
             return
         st.readbacks_applied += 1
         st.chunks_applied += len(applied)
+        if overflow:
+            # An append ran past its capacity: the values hold its first ``capacity`` records;
+            # the result says how many the kernel tried to append, and the frame counts it.
+            made = dataclasses.replace(made, overflow=dict(overflow))
+            st.append_overflows += len(overflow)
+            if not product.warned_overflow:
+                product.warned_overflow = True
+                name, attempted = next(iter(overflow.items()))
+                log.warning(
+                    "product %r: append output %r ran past its capacity (%d attempted); results carry ProductResult.overflow", product.key, name, attempted
+                )
         self._call_apply(product, made)
 
     def _note_failure(self, product: Product, st: FrameStats) -> None:

@@ -245,6 +245,7 @@ class Product:
         # the GPU before is stale; everything is recomputed once it is on the GPU again.
         self.kernel_changed_off_gpu = False
         self.warned_no_fallback = False
+        self.warned_overflow = False  # an append overflow was logged once (every result carries it)
 
     def fail(self, exc: BaseException | None) -> None:
         """Record why the product left its kernel or the GPU (None: it is fine again)."""

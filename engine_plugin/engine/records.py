@@ -39,19 +39,24 @@ def readback_extent(plan: ProductPlan, layout: Mapping[str, Any]) -> int:
     return -(-end // 4) * 4
 
 
-def decode_outputs(plan: ProductPlan, layout: Mapping[str, Any], data: Any, items: int) -> dict[str, np.ndarray]:
-    """Every output read back, copied out of the readback bytes ``data``."""
+def decode_outputs(plan: ProductPlan, layout: Mapping[str, Any], data: Any, items: int) -> tuple[dict[str, np.ndarray], dict[str, int]]:
+    """Every output read back, copied out of the readback bytes ``data``; and the appends
+    that ran past their capacity, by name: the count they attempted (their values hold the
+    first ``capacity``; SPEC: an overflow is reported, nothing is lost silently)."""
     raw = memoryview(data).cast("B")
     out: dict[str, np.ndarray] = {}
+    overflow: dict[str, int] = {}
     for o in _read_plans(plan):
         placed = layout[o.name]
         count = placed.count
         if placed.counter_offset is not None:
             attempted = int(np.frombuffer(raw, dtype="<u4", count=1, offset=placed.counter_offset)[0])
             count = min(attempted, placed.capacity)
+            if attempted > placed.capacity:
+                overflow[o.name] = attempted
         values = np.frombuffer(raw, dtype=o.dtype, count=count * o.lanes, offset=placed.offset).copy()
         out[o.name] = _shape(o, values, items)
-    return out
+    return out, overflow
 
 
 def _shape(o: OutputPlan, values: np.ndarray, items: int) -> np.ndarray:

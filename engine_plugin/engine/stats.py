@@ -41,6 +41,7 @@ class FrameStats:
     frames_in_flight: int = 0
     # Products moved to their CPU fallback after repeated readback failures (reported once).
     readback_fallbacks: int = 0
+    append_overflows: int = 0  # append outputs of applied results that ran past their capacity (ProductResult.overflow)
     # Product key -> GPU milliseconds of its dispatches in the frame the times were measured
     # (timestamp queries arrive a frame or more late; ``gpu_timing`` says how they were taken:
     # "timestamps", "wall" where the adapter has no timestamp-query, "" before any arrived).

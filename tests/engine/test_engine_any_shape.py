@@ -350,3 +350,32 @@ def test_a_product_reads_a_substrate_column_and_a_columns_table_bound_through_in
     finally:
         engine.close()
         arena.close()
+
+
+# Every hot tile, not every hot chunk: up to tile_count appends an item, against a capacity of n.
+OVERFLOW_WGSL = CULL_WGSL.replace(
+    "    var top = height_get(base);\n    for (var t = 1u; t < params.tile_count; t = t + 1u) { top = max(top, height_get(base + t)); }\n    if (top > params.threshold) { hot_append(i); }\n",
+    "    for (var t = 0u; t < params.tile_count; t = t + 1u) {\n        if (height_get(base + t) > params.threshold) { hot_append(i); }\n    }\n",
+)
+
+
+def test_an_append_past_its_capacity_is_reported_in_the_result_and_the_frame_stats(make_engine, caplog):
+    # The engine cut the append to its capacity and said nothing: no overflow, no count, no
+    # log, while the CPU fallback answered every record (review helper 60).
+    assert OVERFLOW_WGSL != CULL_WGSL
+    world = _world()
+    engine = make_engine(world)
+    applied = Applied(world)
+    engine.register_product(_program("shape/overflow", CULL_YAML, OVERFLOW_WGSL), fields={"height": "height"}, params={"threshold": -1e30}, apply=applied)
+    totals = run_until_idle(engine)
+    (r,) = applied.results
+    tiles = int(np.prod(world.chunk_shape))
+    assert len(r.outputs["hot"]) == len(world)  # capacity n: the first n records
+    assert r.overflow == {"hot": len(world) * tiles}  # what the kernel tried to append
+    assert totals.append_overflows == 1
+    assert any("ran past its capacity" in m for m in caplog.messages)
+    # within capacity: no overflow reported
+    ok = Applied(world)
+    engine.register_product(_program("shape/cull", CULL_YAML, CULL_WGSL), key="cull", fields={"height": "height"}, params={"threshold": 20.0}, apply=ok)
+    run_until_idle(engine)
+    assert ok.results and ok.results[-1].overflow == {}
