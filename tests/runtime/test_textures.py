@@ -185,3 +185,20 @@ def test_a_bgra8_storage_texture_reads_back_in_rgba_order_and_numpy_feeds_a_stor
         v = abi.program(key=f"t/storage_in_{access}", schema=abi.parse(yaml, "t/storage_in/bindings.yaml"), wgsl=wgsl).variant()
         a = np.arange(12, dtype=np.float32).reshape(3, 4)
         np.testing.assert_array_equal(abi.read(v.run(n=(4, 3), inputs={"img": a}).outputs["dst"]), a.reshape(-1))
+
+
+def test_a_read_write_storage_texture_given_numpy_answers_the_texture_the_kernel_wrote():
+    # The data went up into a texture the run made, the kernel wrote it, and no output held
+    # it: the writes were unreachable (a read_write buffer given numpy answers its Output).
+    yaml = "bindings:\n  - { name: img, kind: storage_texture, format: r32float, access: read_write }\nworkgroup: [8, 8]\n"
+    body = (
+        "@compute @workgroup_size(8, 8)\nfn main(@builtin(global_invocation_id) gid: vec3<u32>) {\n"
+        "    let i = zero_index(gid);\n    if (i >= zero_n()) { return; }\n"
+        "    textureStore(img, gid.xy, textureLoad(img, gid.xy) * 2.0 + vec4<f32>(1.0));\n}\n"
+    )
+    variant = abi.program(key="t/storage_rw_numpy", schema=abi.parse(yaml, "t/storage_rw_numpy/bindings.yaml"), wgsl=body).variant()
+    host = np.arange(12, dtype=np.float32).reshape(3, 4)
+    for how in ("inputs", "outputs"):
+        run = variant.run((4, 3), **{how: {"img": host}})
+        np.testing.assert_array_equal(abi.read(run.outputs["img"])[..., 0], host * 2 + 1)
+    np.testing.assert_array_equal(host, np.arange(12, dtype=np.float32).reshape(3, 4))  # the caller's array untouched
