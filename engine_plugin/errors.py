@@ -75,9 +75,12 @@ class Span:
         """The source line and a caret under the column, or '' when the line is unknown."""
         if self.text is None or self.line is None:
             return ""
-        line = self.text.rstrip("\n").expandtabs(4)
+        raw = self.text.rstrip("\n")
         col = max(1, self.col or 1)
-        return f"\n    {line}\n    {' ' * (col - 1)}^"
+        # The caret goes under the column's character as the line is shown (tabs expanded):
+        # the width of what comes before it, tabs included, not its character count.
+        indent = len(raw[: col - 1].expandtabs(4))
+        return f"\n    {raw.expandtabs(4)}\n    {' ' * indent}^"
 
 
 def in_source(path: str | None, text: str | None, line: int | None, col: int | None = None) -> Span:

@@ -100,7 +100,7 @@ def _read_text(path: str, root: str) -> str:
     if len(data) > MAX_ASSET_FILE_BYTES:
         raise AssetError(f"too large for an asset file (more than {MAX_ASSET_FILE_BYTES} bytes)", Span(path))
     try:
-        text = data.decode("utf-8")
+        text = data.decode("utf-8-sig")  # a BOM (some Windows editors write one) is not text: naga refuses it
     except UnicodeDecodeError as exc:
         raise AssetError(f"not UTF-8 text (a bad byte at offset {exc.start}); save the file as UTF-8", Span(path)) from None
     # As text-mode open() reads it (universal newlines): keys and line numbers stay the same.

@@ -17,6 +17,7 @@ from typing import Any
 from ..errors import NoAdapterError, PluginError
 from ..gpu.backend import NoGpuBackend, ReadbackResult, ResourceBackend
 from ..gpu.descriptors import ReadbackPolicy, coalesce_uploads, field_mirror_desc
+from ..world import World
 from .products import Product
 from .stats import FrameStats
 
@@ -204,7 +205,8 @@ class GpuSide:
         # world's lock (an RLock: a frame holds it already) so another thread's add, evict or
         # write cannot land between listing the clean chunks and uploading their spans.
         token = self.dirty_token
-        with getattr(world, "lock", None) or contextlib.nullcontext():
+        # Only a World's lock: another world's may be a plain Lock its own methods take.
+        with world.lock if isinstance(world, World) else contextlib.nullcontext():
             clean = [k for k in world.keys() if not (world.is_dirty(k, name) if token is None else world.is_dirty(k, name, consumer=token))]
             for desc in coalesce_uploads(world, name, clean):
                 if not self.backend.upload(desc):

@@ -12,6 +12,7 @@ Arena handles (``[8]``) mean nothing outside naga: types are named, other handle
 from __future__ import annotations
 
 import re
+import unicodedata
 from dataclasses import dataclass
 
 __all__ = ["NagaReport", "parse_naga_report", "clean_naga_text"]
@@ -61,6 +62,8 @@ def clean_naga_text(text: str) -> str:
     text = _render_types(text)
     text = re.sub(r"\[\d+\] \(of type ([^()]*(?:\([^()]*\))?[^()]*)\)", r"`\1`", text)
     text = re.sub(r"naga::ir::\w+ ?", "", text)
+    # A type handle naga prints as an Option ("return type Some([0])") names nothing here.
+    text = re.sub(r"\s*Some\(\[\d+\]\)", "", text)
     # A handle that names nothing else: say what it is, not a blank ("Loading of  can't be done").
     text = re.sub(
         r"Loading of \[\d+\] can't be done",
@@ -72,28 +75,78 @@ def clean_naga_text(text: str) -> str:
     return re.sub(r"\s{2,}", " ", text).strip()
 
 
+_TAB_WIDTH = 4  # codespan (naga's renderer) draws a tab as this many columns
+_MULTI_LINE = 1 << 30  # the width given a span over several lines: wider than any one-line span
+
+
+def _width(c: str) -> int:
+    """Columns codespan gives ``c`` (unicode-width: wide and fullwidth 2, combining 0)."""
+    if c == "\t":
+        return _TAB_WIDTH
+    if unicodedata.combining(c) or c in "\u200b\u200c\u200d\ufeff":
+        return 0
+    return 2 if unicodedata.east_asian_width(c) in ("W", "F") else 1
+
+
+def _char_column(text: str, display: int) -> int:
+    """The 1-based character column of ``text`` at 0-based display column ``display``."""
+    at = 0
+    for i, c in enumerate(text):
+        if at >= display:
+            return i + 1
+        at += _width(c)
+    return len(text) + 1
+
+
 def _labels(lines: list[str], source_lines: list[str]) -> list[tuple[int, int, int, str]]:
-    """(line, col, width, label) of every single-line caret label in the report."""
+    """(line, character column, width, label) of every label in the report: caret labels on
+    one line, pointer labels (``│`` rows, when several labels share a line) and spans over
+    several lines (``╭`` at their start, ``╰`` with the label at their end; the start is
+    taken, as wide as no one-line span). Columns are characters of the user's line: naga
+    draws tabs four wide and wide characters two."""
     out = []
     row_line: int | None = None
     row_start = 0
+    text = ""
+    opened: tuple[int, int] | None = None  # (line, column) where a span over several lines starts
     for row in lines:
         m = _SOURCE_ROW_RE.match(row)
         if m:
             row_line = int(m.group(1))
             text = source_lines[row_line - 1].rstrip() if 0 < row_line <= len(source_lines) else ""
             body = row.rstrip()
-            row_start = len(body) - len(text) if text and body.endswith(text) else -1
+            drawn = text.replace("\t", " " * _TAB_WIDTH)
+            row_start = len(body) - len(drawn) if text and body.endswith(drawn) else -1
             continue
-        if row_line is None or row_start < 0 or "^" not in row or not _CARET_ROW_RE.match(row):
+        if row_line is None or row_start < 0 or not _CARET_ROW_RE.match(row):
+            continue
+        if "^" not in row:
+            # A pointer label: "│ │      naga::ir::Expression [0]" (its text starts at its span)
+            stripped = row.rstrip()
+            after = stripped.rfind("│") + 1
+            tail = stripped[after:]
+            label = tail.strip()
+            at = after + len(tail) - len(tail.lstrip())
+            if label and at - row_start >= 0:
+                out.append((row_line, _char_column(text, at - row_start), 1, label))
             continue
         first = row.index("^")
-        if "╰" in row[:first] or "─" in row[:first]:  # the end of a multi-line span
+        before = row[:first]
+        if "╭" in before:
+            opened = (row_line, _char_column(text, first - row_start))
             continue
         last = first
         while last + 1 < len(row) and row[last + 1] == "^":
             last += 1
-        out.append((row_line, first - row_start + 1, last - first + 1, row[last + 1 :].strip()))
+        label = row[last + 1 :].strip()
+        if "╰" in before or "─" in before:  # the end of a span over several lines
+            if opened is not None:
+                out.append((opened[0], opened[1], _MULTI_LINE, label))
+                opened = None
+            continue
+        col = _char_column(text, first - row_start)
+        width = _char_column(text, last + 1 - row_start) - col
+        out.append((row_line, col, max(1, width), label))
     return out
 
 

@@ -104,12 +104,15 @@ class Program:
         live = self._live()
         if live.ctx is ctx:
             return live
-        found = live._elsewhere.get(id(ctx))
+        elsewhere = live._elsewhere
+        found = elsewhere.get(id(ctx))
         if found is not None and found[0] is ctx:
             return found[1]
+        for key in [k for k, (other, _) in elsewhere.items() if other.lost]:
+            del elsewhere[key]  # a lost device's copy (and the device with it) goes
         made = Program(live.key, live._schema, live._wgsl, wgsl_path=live._wgsl_path, ctx=ctx, store=live._store, modules=live._modules)
         made._pinned = live._pinned
-        live._elsewhere[id(ctx)] = (ctx, made)
+        elsewhere[id(ctx)] = (ctx, made)
         return made
 
     def pinned(self) -> "Program":
@@ -122,7 +125,9 @@ class Program:
             return live
         view = object.__new__(Program)
         view.__dict__.update(live.__dict__)
-        view._successor, view._pinned, view._elsewhere = None, True, {}
+        # Views share the variants and the other-device copies of what they view (the same
+        # content): products sharing a program compile it once, here and elsewhere.
+        view._successor, view._pinned = None, True
         return view
 
     @property

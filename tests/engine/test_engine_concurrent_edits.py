@@ -314,7 +314,8 @@ def test_a_change_on_another_thread_lands_between_frames_never_inside_one(change
     engine.close()
 
 
-def test_a_duck_typed_world_with_its_own_plain_lock_is_not_locked_by_the_engine():
+@pytest.mark.parametrize("on", ["cpu", "gpu"])
+def test_a_duck_typed_world_with_its_own_plain_lock_is_not_locked_by_the_engine(on):
     # Only World's own lock is the engine's to hold: a wrapper whose methods take their own
     # (non-reentrant) ``lock`` would wait for the frame holding it, for ever.
     import threading
@@ -336,15 +337,26 @@ def test_a_duck_typed_world_with_its_own_plain_lock_is_not_locked_by_the_engine(
             with self.lock:
                 return self._inner.take_dirty_slots(name)
 
+        def keys(self):
+            with self.lock:
+                return self._inner.keys()
+
     world = SafeWorld(make_world(n=4))
-    engine = Engine(world, backend=NoGpuBackend())
+    # On the GPU too: a field's first upload (at registration) took any world's ``lock`` and
+    # then called its keys(), which waits for that very lock (review helper 61).
+    engine = Engine(world, backend=NoGpuBackend()) if on == "cpu" else Engine(world)
     applied = Applied(world)
-    summary_product(engine, "height", applied)
-    frame = threading.Thread(target=engine.frame, daemon=True)
-    frame.start()
-    frame.join(20)
-    assert not frame.is_alive()
+
+    def register_and_run() -> None:
+        summary_product(engine, "height", applied)
+        run_until_idle(engine)
+
+    worker = threading.Thread(target=register_and_run, daemon=True)
+    worker.start()
+    worker.join(30)
+    assert not worker.is_alive()
     assert sorted(applied.keys_applied) == sorted(world.keys())
+    engine.close()
 
 
 def test_a_cpu_fallback_may_copy_the_world_on_another_thread_while_the_frame_holds_its_lock():

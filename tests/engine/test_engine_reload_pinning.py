@@ -120,3 +120,12 @@ def test_a_product_registered_with_a_program_takes_up_a_body_only_reload(tmp_pat
     finally:
         engine.close()
         lib.close()
+
+
+def test_products_sharing_a_program_compile_it_once_per_recovery_and_free_lost_devices():
+    import subprocess
+    import sys
+
+    script = os.path.join(os.path.dirname(__file__), "shared_program_loss_script.py")
+    proc = subprocess.run([sys.executable, script], capture_output=True, text=True, timeout=180, env=dict(os.environ))
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]

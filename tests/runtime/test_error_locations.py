@@ -125,3 +125,74 @@ def test_a_binding_used_as_a_value_is_explained_not_left_blank():
         abi.program(key="t/load_of", schema=abi.parse(yaml, "k/bindings.yaml"), wgsl=wgsl, wgsl_path="k/kernel.wgsl").variant()
     text = str(info.value)
     assert text.startswith("k/kernel.wgsl:1:") and "NAME_get(i)" in text and "of  " not in text
+
+
+# Review helper 63: naga draws a tab four columns wide and a wide character two, stacks the
+# labels of a one-line function on pointer rows, and marks a span over several lines with
+# ╭/╰; each of these fell back to the ``fn`` line at column 1 (or a display column).
+LOC_YAML = """bindings:
+  - { name: src, kind: buffer, access: read, element: f32 }
+  - { name: dst, kind: buffer, access: read_write, element: f32, count: "len(src)" }
+"""
+LOC_HEAD = """// header
+@compute @workgroup_size(64)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
+    let i = zero_index(gid);
+    if (i >= zero_n()) {
+        return;
+    }
+"""
+LOC_TAIL = "    dst_set(i, x);\n}\n"
+
+
+def _compile_error(statement: str, after: str = "") -> tuple[CompileError, str]:
+    wgsl = LOC_HEAD + statement + "\n" + LOC_TAIL + after  # the statement starts on line 8
+    with pytest.raises(CompileError) as info:
+        abi.program(key="t/locations", schema=abi.parse(LOC_YAML, "t/loc/bindings.yaml"), wgsl=wgsl, wgsl_path="t/loc/kernel.wgsl").variant()
+    return info.value, wgsl
+
+
+def _located(statement: str, after: str = "") -> tuple[int, int, str]:
+    error, wgsl = _compile_error(statement, after)
+    span = error.span
+    return span.line, span.col, wgsl.split("\n")[span.line - 1][span.col - 1 :]
+
+
+@pytest.mark.parametrize(
+    "statement, after, line, col, at",
+    [
+        ("\tlet x: f32 = src_get(i) + 1u;", "", 8, 15, "src_get"),  # a tab-indented line
+        ("    let x: f32 =\tsrc_get(i) + 1u;", "", 8, 18, "src_get"),  # a tab inside the line
+        ("    let x: f32 = src_get(i)\n        + 1u;", "", 8, 18, "src_get"),  # over two lines
+        ("    /* 漢字 */ let x: f32 = src_get(i) + 1u;", "", 8, 27, "src_get"),  # wide characters before
+        ("    /* e\u0301e\u0301 */ let x: f32 = src_get(i) + 1u;", "", 8, 29, "src_get"),  # combining ones
+        ("    let x: f32 = src_get(i);", "fn f() -> f32 { return 1u; }\n", 11, 24, "1u"),  # a one-line function
+    ],
+)
+def test_naga_spans_are_mapped_to_the_users_line_and_character_column(statement, after, line, col, at):
+    got_line, got_col, text = _located(statement, after)
+    assert (got_line, got_col) == (line, col) and text.startswith(at)
+
+
+def test_a_return_type_mismatch_names_no_empty_option():
+    error, _ = _compile_error("    let x: f32 = src_get(i);", "fn f() -> f32 {\n    return 1u;\n}\n")
+    assert "Some(" not in str(error) and "return" in str(error) and error.span.line == 12
+
+
+def test_a_utf8_bom_in_the_kernel_file_is_not_text(tmp_path):
+    from engine_plugin.assets.folder import read_asset_folder
+
+    folder = tmp_path / "k.computeShader"
+    folder.mkdir()
+    (folder / "bindings.yaml").write_text(LOC_YAML)
+    (folder / "kernel.wgsl").write_bytes(("\ufeff" + LOC_HEAD + "    let x = src_get(i);\n" + LOC_TAIL).encode("utf-8"))
+    src = read_asset_folder(str(folder), root=str(tmp_path))
+    abi.program(key="t/bom", schema=abi.parse(src.yaml_text, src.yaml_path), wgsl=src.wgsl_text, wgsl_path=src.wgsl_path).variant()
+
+
+def test_the_caret_sits_under_the_named_character_on_a_line_with_tabs():
+    from engine_plugin.errors import Span
+
+    shown = Span("k.wgsl", 1, 3, "\t\tx = $;").caret().split("\n")
+    line, caret = shown[1], shown[2]
+    assert line[caret.index("^")] == "x"
