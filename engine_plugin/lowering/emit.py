@@ -29,10 +29,12 @@ _KINDS = ("f32", "i32", "u32")  # a table column's stored kinds, by their kind n
 
 # A `from` value -> that value as a `to`: the one rule for every GPU-side cast by value (a
 # chained Output's conversion dispatch, a table's accessors). WGSL float -> int conversion
-# saturates (NaN to 0); i32 <-> u32 saturates here the same way: out of range clamps, never wraps.
+# saturates; NaN (which WGSL leaves undefined: -2**31 on lavapipe and the H200) is 0, told by its
+# bits (a compiler may fold `v != v`); i32 <-> u32 saturates the same way: never wraps.
+_NAN = "(bitcast<u32>({v}) & 0x7fffffffu) > 0x7f800000u"
 BY_VALUE = {
-    ("f32", "i32"): "i32({v})",
-    ("f32", "u32"): "u32({v})",
+    ("f32", "i32"): "select(i32({v}), 0i, " + _NAN + ")",
+    ("f32", "u32"): "select(u32({v}), 0u, " + _NAN + ")",
     ("i32", "f32"): "f32({v})",
     ("i32", "u32"): "u32(max({v}, 0))",
     ("u32", "f32"): "f32({v})",

@@ -29,7 +29,7 @@ from .workgroup_init import INIT_FN, workgroup_init_function
 __all__ = ["lower", "LOWERING_VERSION"]
 
 # Bump whenever the generated code or plan changes: it is part of every cache key.
-LOWERING_VERSION = 5
+LOWERING_VERSION = 6
 _YAML = 0  # source-map file index of bindings.yaml
 _BODY = 1  # and of the WGSL body; imported modules follow, in inclusion order
 
@@ -123,7 +123,11 @@ class _Lowerer:
         params = self.params_layout(present, cols, binding=len(plan))
         em.emit("struct ZeroParams {", 0)
         for f in params.fields:
-            em.emit(f"    {f.name}: {f.type},", self._origin_of(f, present))
+            # A uniform array is 16-aligned (the host packs it so: param_types.uniform_align);
+            # naga takes its element's alignment otherwise (8 for mat2x2) and refuses the
+            # offset the host chose.
+            align = "@align(16) " if f.type.startswith("array<") else ""
+            em.emit(f"    {align}{f.name}: {f.type},", self._origin_of(f, present))
         em.emit("}", 0)
         em.declare("ZeroParams", 0, "the params struct")
         for lb in plan:

@@ -79,3 +79,19 @@ def test_types_a_uniform_cannot_hold_are_refused_with_the_fix(type_, message):
     with pytest.raises(SchemaError, match=message) as info:
         abi.parse(f'bindings: []\nparams:\n  - {{ name: p, type: "{type_}" }}\n', "p/bindings.yaml")
     assert info.value.span.line == 3
+
+
+@pytest.mark.parametrize("ptype, cols, rows", [("array<mat2x2<f32>, 2>", 2, 2), ("array<mat4x2<f32>, 2>", 4, 2)])
+def test_a_params_array_of_two_row_matrices_compiles_and_reads_every_value(ptype, cols, rows):
+    # The host packs a uniform array 16-aligned; the struct member had no @align(16), so naga
+    # took the element's 8 and refused the offset: a documented type that never compiled
+    # (review helper 62).
+    from engine_plugin import abi
+
+    reads = " ".join(f"out_set({(k * cols + c) * rows + r}u, params.m[{k}][{c}][{r}]);" for k in range(2) for c in range(cols) for r in range(rows))
+    yaml = f'bindings:\n  - {{ name: out, kind: buffer, access: read_write, element: f32, count: "{2 * cols * rows}" }}\nparams:\n  - {{ name: m, type: "{ptype}" }}\nworkgroup: 1\n'
+    body = f"@compute @workgroup_size(1)\nfn main(@builtin(global_invocation_id) gid: vec3<u32>) {{\n    if (gid.x != 0u) {{ return; }}\n    {reads}\n}}\n"
+    variant = abi.program(key=f"t/param_mat_array_{cols}", schema=abi.parse(yaml, "t/pm/bindings.yaml"), wgsl=body).variant()
+    value = np.arange(2 * cols * rows, dtype=np.float32).reshape(2, cols, rows)  # m[k][column][row]
+    got = abi.read(variant.run(n=1, params={"m": value}).outputs["out"])
+    np.testing.assert_array_equal(got, value.reshape(-1))

@@ -662,3 +662,22 @@ def test_a_bool_in_a_vector_param_is_refused_after_an_equal_list_of_ints_passed(
     variant.run(3, params={"v": [1, 2, 3]})
     with pytest.raises(DispatchError):
         variant.run(3, params={"v": [True, 2, 3]})
+
+
+def test_a_nan_cast_by_value_on_the_gpu_is_zero_as_the_rule_says():
+    # WGSL leaves NaN -> int undefined (-2**31 on lavapipe and the H200); the GPU casts (a
+    # chained Output, a table accessor) now give 0, as BY_VALUE says (review helper 62).
+    f32_yaml = 'bindings:\n  - { name: x, kind: buffer, access: read, element: f32 }\n  - { name: y, kind: buffer, access: read_write, element: f32, count: "n" }\n'
+    copy_body = "@compute @workgroup_size(64)\nfn main(@builtin(global_invocation_id) gid: vec3<u32>) {\n    let i = zero_index(gid);\n    if (i >= zero_n()) { return; }\n    y_set(i, x_get(i));\n}\n"
+    values = np.array([np.nan, 1.5, -2.5, -np.nan], np.float32)
+    as_f32 = abi.program(key="t/nan_f32", schema=abi.parse(f32_yaml, "t/nan_f32/bindings.yaml"), wgsl=copy_body).variant()
+    for t, want in (("i32", [0, 1, -2, 0]), ("u32", [0, 1, 0, 0])):
+        yaml = f32_yaml.replace("element: f32", f"element: {t}")
+        chained = abi.program(key=f"t/nan_{t}", schema=abi.parse(yaml, f"t/nan_{t}/bindings.yaml"), wgsl=copy_body).variant()
+        got = abi.read(chained.run(n=4, inputs={"x": as_f32.run(n=4, inputs={"x": values}).outputs["y"]}).outputs["y"])
+        dtype = np.int32 if t == "i32" else np.uint32
+        np.testing.assert_array_equal(got, np.array(want, dtype=dtype))
+        table_yaml = f'bindings:\n  - {{ name: cols, kind: columns, access: read }}\n  - {{ name: y, kind: buffer, access: read_write, element: {t}, count: "n" }}\n'
+        table_body = copy_body.replace("x_get(i)", f"cols_{t}(0u, i, 0u)")
+        via_table = abi.program(key=f"t/nan_table_{t}", schema=abi.parse(table_yaml, f"t/nan_table_{t}/bindings.yaml"), wgsl=table_body).variant()
+        np.testing.assert_array_equal(abi.read(via_table.run(n=4, inputs={"cols": abi.table({"c": values})}).outputs["y"]), np.array(want, dtype=dtype))

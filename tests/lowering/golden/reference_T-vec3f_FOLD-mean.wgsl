@@ -43,13 +43,13 @@ fn cols_i32(zero_c: u32, zero_i: u32, zero_lane: u32) -> i32 {
     let zero_w = cols[cols_addr(zero_c, zero_i, zero_lane)]; let zero_k = cols_kind(zero_c);
     if (zero_k == 1u) { return bitcast<i32>(zero_w); }
     if (zero_k == 2u) { return i32(min(zero_w, 2147483647u)); }
-    return i32(bitcast<f32>(zero_w));
+    return select(i32(bitcast<f32>(zero_w)), 0i, (bitcast<u32>(bitcast<f32>(zero_w)) & 0x7fffffffu) > 0x7f800000u);
 }
 fn cols_u32(zero_c: u32, zero_i: u32, zero_lane: u32) -> u32 {
     let zero_w = cols[cols_addr(zero_c, zero_i, zero_lane)]; let zero_k = cols_kind(zero_c);
     if (zero_k == 1u) { return u32(max(bitcast<i32>(zero_w), 0)); }
     if (zero_k == 2u) { return zero_w; }
-    return u32(bitcast<f32>(zero_w));
+    return select(u32(bitcast<f32>(zero_w)), 0u, (bitcast<u32>(bitcast<f32>(zero_w)) & 0x7fffffffu) > 0x7f800000u);
 }
 fn cols_vec2(zero_c: u32, zero_i: u32) -> vec2<f32> { return vec2<f32>(cols_f32(zero_c, zero_i, 0u), cols_f32(zero_c, zero_i, 1u)); }
 fn cols_vec3(zero_c: u32, zero_i: u32) -> vec3<f32> { return vec3<f32>(cols_f32(zero_c, zero_i, 0u), cols_f32(zero_c, zero_i, 1u), cols_f32(zero_c, zero_i, 2u)); }

@@ -34,13 +34,13 @@ fn table_i32(zero_c: u32, zero_i: u32, zero_lane: u32) -> i32 {
     let zero_w = table[table_addr(zero_c, zero_i, zero_lane)]; let zero_k = table_kind(zero_c);
     if (zero_k == 1u) { return bitcast<i32>(zero_w); }
     if (zero_k == 2u) { return i32(min(zero_w, 2147483647u)); }
-    return i32(bitcast<f32>(zero_w));
+    return select(i32(bitcast<f32>(zero_w)), 0i, (bitcast<u32>(bitcast<f32>(zero_w)) & 0x7fffffffu) > 0x7f800000u);
 }
 fn table_u32(zero_c: u32, zero_i: u32, zero_lane: u32) -> u32 {
     let zero_w = table[table_addr(zero_c, zero_i, zero_lane)]; let zero_k = table_kind(zero_c);
     if (zero_k == 1u) { return u32(max(bitcast<i32>(zero_w), 0)); }
     if (zero_k == 2u) { return zero_w; }
-    return u32(bitcast<f32>(zero_w));
+    return select(u32(bitcast<f32>(zero_w)), 0u, (bitcast<u32>(bitcast<f32>(zero_w)) & 0x7fffffffu) > 0x7f800000u);
 }
 fn table_vec2(zero_c: u32, zero_i: u32) -> vec2<f32> { return vec2<f32>(table_f32(zero_c, zero_i, 0u), table_f32(zero_c, zero_i, 1u)); }
 fn table_vec3(zero_c: u32, zero_i: u32) -> vec3<f32> { return vec3<f32>(table_f32(zero_c, zero_i, 0u), table_f32(zero_c, zero_i, 1u), table_f32(zero_c, zero_i, 2u)); }
@@ -61,21 +61,21 @@ fn out_i32(zero_c: u32, zero_i: u32, zero_lane: u32) -> i32 {
     let zero_w = out[out_addr(zero_c, zero_i, zero_lane)]; let zero_k = out_kind(zero_c);
     if (zero_k == 1u) { return bitcast<i32>(zero_w); }
     if (zero_k == 2u) { return i32(min(zero_w, 2147483647u)); }
-    return i32(bitcast<f32>(zero_w));
+    return select(i32(bitcast<f32>(zero_w)), 0i, (bitcast<u32>(bitcast<f32>(zero_w)) & 0x7fffffffu) > 0x7f800000u);
 }
 fn out_u32(zero_c: u32, zero_i: u32, zero_lane: u32) -> u32 {
     let zero_w = out[out_addr(zero_c, zero_i, zero_lane)]; let zero_k = out_kind(zero_c);
     if (zero_k == 1u) { return u32(max(bitcast<i32>(zero_w), 0)); }
     if (zero_k == 2u) { return zero_w; }
-    return u32(bitcast<f32>(zero_w));
+    return select(u32(bitcast<f32>(zero_w)), 0u, (bitcast<u32>(bitcast<f32>(zero_w)) & 0x7fffffffu) > 0x7f800000u);
 }
 fn out_vec2(zero_c: u32, zero_i: u32) -> vec2<f32> { return vec2<f32>(out_f32(zero_c, zero_i, 0u), out_f32(zero_c, zero_i, 1u)); }
 fn out_vec3(zero_c: u32, zero_i: u32) -> vec3<f32> { return vec3<f32>(out_f32(zero_c, zero_i, 0u), out_f32(zero_c, zero_i, 1u), out_f32(zero_c, zero_i, 2u)); }
 fn out_vec4(zero_c: u32, zero_i: u32) -> vec4<f32> { return vec4<f32>(out_f32(zero_c, zero_i, 0u), out_f32(zero_c, zero_i, 1u), out_f32(zero_c, zero_i, 2u), out_f32(zero_c, zero_i, 3u)); }
 fn out_set_f32(zero_c: u32, zero_i: u32, zero_lane: u32, zero_v: f32) {
     let zero_k = out_kind(zero_c); var zero_w = bitcast<u32>(zero_v);
-    if (zero_k == 1u) { zero_w = bitcast<u32>(i32(zero_v)); }
-    if (zero_k == 2u) { zero_w = u32(zero_v); }
+    if (zero_k == 1u) { zero_w = bitcast<u32>(select(i32(zero_v), 0i, (bitcast<u32>(zero_v) & 0x7fffffffu) > 0x7f800000u)); }
+    if (zero_k == 2u) { zero_w = select(u32(zero_v), 0u, (bitcast<u32>(zero_v) & 0x7fffffffu) > 0x7f800000u); }
     out[out_addr(zero_c, zero_i, zero_lane)] = zero_w;
 }
 fn out_set_i32(zero_c: u32, zero_i: u32, zero_lane: u32, zero_v: i32) {
