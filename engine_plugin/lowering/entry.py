@@ -48,6 +48,16 @@ _ARGUMENT = {
 }
 
 
+# The WGSL type of each builtin main may take (its spellings).
+_BUILTIN_TYPES = {
+    "global_invocation_id": ("vec3<u32>", "vec3u"),
+    "workgroup_id": ("vec3<u32>", "vec3u"),
+    "num_workgroups": ("vec3<u32>", "vec3u"),
+    "local_invocation_id": ("vec3<u32>", "vec3u"),
+    "local_invocation_index": ("u32",),
+}
+
+
 class EntryError(Exception):
     """The entry point cannot be wrapped; ``token`` is where, ``message`` why."""
 
@@ -93,6 +103,15 @@ def wrap_entry(lines: tuple[str, ...], splices: tuple, workgroup: tuple[int, int
             break
     if at is None:  # check_body already refused a body without one
         raise EntryError(toks[0] if toks else Token("punct", "", 1, 1, 0), "no fn main")
+    for i in range(at + 3, len(toks) - 2):
+        t = toks[i]
+        if t.text == "{":
+            depth += 1
+        elif t.text == "}":
+            depth -= 1
+        elif depth == 0 and t.text == "fn" and toks[i + 1].text == "main" and toks[i + 2].text == "(":
+            first = toks[at + 1]
+            raise EntryError(toks[i + 1], f"a second fn main (the first is at line {first.line}); a kernel has one entry point")
     chars = list(text)
     # Attributes before `fn main`: walk back over `@name` and `@name(...)`.
     k = at - 1
@@ -141,9 +160,15 @@ def wrap_entry(lines: tuple[str, ...], splices: tuple, workgroup: tuple[int, int
             )
         args.append(_ARGUMENT[builtin])
         depth = 0
+        start = j
         while j < close_i and not (toks[j].text == "," and depth == 0):
             depth += {"<": 1, ">": -1, "(": 1, ")": -1}.get(toks[j].text, 0)
             j += 1
+        # The generated main hands each builtin over as WGSL types it: another type here would
+        # be a type error in generated code, which names no line of the user's.
+        declared = "".join(t.text for t in toks[start + 2 : j]) if start + 1 < j and toks[start + 1].text == ":" else ""
+        if declared not in _BUILTIN_TYPES[builtin]:
+            raise EntryError(param, f"@builtin({builtin}) is {_BUILTIN_TYPES[builtin][0]}, not {declared or 'untyped'}")
         j += 1
     blanked = "".join(chars).split("\n")
     # Rename main -> zero_user_main in place; a splice keeps later columns mapping back.

@@ -196,3 +196,18 @@ def test_the_caret_sits_under_the_named_character_on_a_line_with_tabs():
     shown = Span("k.wgsl", 1, 3, "\t\tx = $;").caret().split("\n")
     line, caret = shown[1], shown[2]
     assert line[caret.index("^")] == "x"
+
+
+@pytest.mark.parametrize(
+    "wgsl, line, col, message",
+    [
+        (LOC_HEAD + "    let x = src_get(i);\n" + LOC_TAIL + "@compute @workgroup_size(64)\nfn main(@builtin(global_invocation_id) gid: vec3<u32>) {\n}\n", 12, 4, "a second fn main"),
+        (LOC_HEAD.replace("gid: vec3<u32>)", "gid: vec3<u32>, @builtin(local_invocation_id) l: vec3<f32>)") + "    let x = src_get(i);\n" + LOC_TAIL, 3, 86, "is vec3<u32>, not vec3<f32>"),
+    ],
+)
+def test_an_entry_point_the_generated_main_cannot_call_is_named_in_the_users_file(wgsl, line, col, message):
+    # A second main, or a builtin of another type, was blamed on "generated code" with no line.
+    with pytest.raises(PluginError) as info:
+        abi.program(key="t/entry_errors", schema=abi.parse(LOC_YAML, "t/entry/bindings.yaml"), wgsl=wgsl, wgsl_path="t/entry/kernel.wgsl").variant()
+    assert message in str(info.value) and (info.value.span.line, info.value.span.col) == (line, col)
+    assert "generated code" not in str(info.value)
