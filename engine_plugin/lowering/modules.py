@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Callable, Mapping
 
 from ..errors import LoweringError, Span
+from .wgsl_text import starts_in_block_comment
 
 __all__ = ["MAX_MODULES", "IMPORT_RE", "Module", "ModuleTexts", "blank_imports", "import_lines", "resolve_imports", "from_mapping"]
 
@@ -62,9 +63,11 @@ def import_lines(text: str, path: str | None) -> list[ImportLine]:
         LoweringError: a directive without a name, or with a malformed one.
     """
     out = []
-    for idx, line in enumerate(text.split("\n"), start=1):
+    lines = text.split("\n")
+    commented = starts_in_block_comment(lines)
+    for idx, line in enumerate(lines, start=1):
         stripped = line.lstrip()
-        if not stripped.startswith("#"):
+        if not stripped.startswith("#") or commented[idx - 1]:  # inside /* */: comment text
             continue
         m = IMPORT_RE.match(line)
         if m is None:
@@ -91,7 +94,8 @@ def import_lines(text: str, path: str | None) -> list[ImportLine]:
 def blank_imports(text: str) -> str:
     """``text`` with every ``#import`` line blanked (naga does not know ``#``); same line count."""
     lines = text.split("\n")
-    return "\n".join("" if IMPORT_RE.match(line) else line for line in lines)
+    commented = starts_in_block_comment(lines)
+    return "\n".join("" if IMPORT_RE.match(line) and not commented[i] else line for i, line in enumerate(lines))
 
 
 def resolve_imports(text: str, path: str | None, find: Callable[[str], "tuple[str, str] | None"], where: str = "") -> tuple[Module, ...]:

@@ -17,7 +17,7 @@ from typing import Mapping
 
 from ..errors import LoweringError, Span
 from .schema import SpecParam
-from .wgsl_text import tokens
+from .wgsl_text import starts_in_block_comment, tokens
 
 __all__ = ["apply_when_blocks", "splice_sources", "SplicedBody", "WHEN_RE", "END_RE"]
 
@@ -33,8 +33,9 @@ def apply_when_blocks(lines: list[str], values: Mapping[str, str], spec: Mapping
     """
     out: list[str] = []
     stack: list[tuple[int, bool]] = []  # (line of the @when, whether it holds)
+    commented = starts_in_block_comment(lines)
     for idx, line in enumerate(lines, start=1):
-        m = WHEN_RE.match(line)
+        m = None if commented[idx - 1] else WHEN_RE.match(line)  # inside /* */ it is comment text
         if m:
             words = m.group(2).split()
             col = len(m.group(1)) + 1
@@ -61,7 +62,7 @@ def apply_when_blocks(lines: list[str], values: Mapping[str, str], spec: Mapping
             stack.append((idx, holds))
             out.append(line)  # directives are comments: kept, so the line keeps its text
             continue
-        m = END_RE.match(line)
+        m = None if commented[idx - 1] else END_RE.match(line)
         if m:
             if not stack:
                 raise LoweringError("'// @end' without an open '// @when'", Span(path, idx, len(m.group(1)) + 1, line))

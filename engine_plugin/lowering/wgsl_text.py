@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass
 from typing import Iterator
 
-__all__ = ["Token", "tokens", "module_declarations", "find_calls", "entry_point", "workgroup_size_literal"]
+__all__ = ["Token", "tokens", "module_declarations", "find_calls", "entry_point", "workgroup_size_literal", "starts_in_block_comment"]
 
 _IDENT_START = re.compile(r"[A-Za-z_]")
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -143,3 +143,26 @@ def workgroup_size_literal(text: str) -> tuple[Token, tuple[int, int, int]] | No
                 return None
             return t, tuple(dims + [1] * (3 - len(dims)))  # type: ignore[return-value]
     return None
+
+
+def starts_in_block_comment(lines: list[str] | tuple[str, ...]) -> list[bool]:
+    """Per line, whether it starts inside a ``/* */`` comment (WGSL's nest): a directive
+    (``// @when``, ``#import``) there is commented out, as naga reads the text."""
+    out = []
+    depth = 0
+    for line in lines:
+        out.append(depth > 0)
+        i, n = 0, len(line)
+        while i < n:
+            pair = line[i : i + 2]
+            if depth == 0 and pair == "//":
+                break  # a line comment: the rest of the line
+            if pair == "/*":
+                depth += 1
+                i += 2
+            elif depth and pair == "*/":
+                depth -= 1
+                i += 2
+            else:
+                i += 1
+    return out

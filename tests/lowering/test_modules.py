@@ -217,3 +217,15 @@ def test_a_module_behind_a_symlink_out_of_the_asset_root_is_refused_unread(tmp_p
     with pytest.raises(AssetError) as info:
         read_asset_folder(str(folder), root=str(root))
     assert info.value.path == str(root / "modules" / "mix.wgsl") and "symlink" in info.value.message and "secret" not in str(info.value)
+
+
+def test_directives_inside_a_block_comment_are_comment_text():
+    # naga reads a commented-out '#import' or '// @when' as a comment; the lowering acted on
+    # them ("no module noise.wgsl", "block is never closed") (review helper 63).
+    body = "/* an old experiment:\n#import noise\n// @when FOLD add\n*/\n" + BODY
+    lowered = _lower(body)
+    assert "/* an old experiment:" in lowered.source and lowered.source_map.files == (YAML, WGSL, "m/hash.wgsl", "m/mix.wgsl")
+    nested = "/* outer /* inner */\n#import noise\n*/\n" + BODY  # WGSL block comments nest
+    _lower(nested)
+    with pytest.raises(LoweringError, match="noise"):
+        _lower("/* closed */\n#import noise\n" + BODY)  # after the comment: a directive again
