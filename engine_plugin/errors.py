@@ -30,6 +30,7 @@ Errors about a user's file carry a :class:`Span` and format as
 
 from __future__ import annotations
 
+import unicodedata
 from dataclasses import dataclass
 
 __all__ = [
@@ -52,6 +53,39 @@ __all__ = [
     "bug",
     "in_source",
 ]
+
+
+TAB_STOP = 4  # where a tab stops when a line is shown (naga's renderer, codespan, uses 4 too)
+
+
+def char_width(c: str) -> int:
+    """Columns a terminal gives ``c`` (as the unicode-width crate naga's renderer uses counts
+    them): wide and fullwidth 2; marks, format characters and medial jamo 0; else 1."""
+    if unicodedata.category(c) in ("Mn", "Me", "Cf") or "\u1160" <= c <= "\u11ff":
+        return 0
+    return 2 if unicodedata.east_asian_width(c) in ("W", "F") else 1
+
+
+def display_width(text: str) -> int:
+    """Columns ``text`` takes on a line, tabs stopping every :data:`TAB_STOP` columns."""
+    at = 0
+    for c in text:
+        at = at + TAB_STOP - at % TAB_STOP if c == "\t" else at + char_width(c)
+    return at
+
+
+def expand_tabs(text: str) -> str:
+    """``text`` with each tab drawn as the spaces to its next stop (by display width)."""
+    out, at = [], 0
+    for c in text:
+        if c == "\t":
+            n = TAB_STOP - at % TAB_STOP
+            out.append(" " * n)
+            at += n
+        else:
+            out.append(c)
+            at += char_width(c)
+    return "".join(out)
 
 
 @dataclass(frozen=True)
@@ -77,10 +111,10 @@ class Span:
             return ""
         raw = self.text.rstrip("\n")
         col = max(1, self.col or 1)
-        # The caret goes under the column's character as the line is shown (tabs expanded):
-        # the width of what comes before it, tabs included, not its character count.
-        indent = len(raw[: col - 1].expandtabs(4))
-        return f"\n    {raw.expandtabs(4)}\n    {' ' * indent}^"
+        # The caret goes under the column's character as a terminal shows the line (tabs
+        # expanded): the display width of what comes before it, not its character count.
+        indent = display_width(raw[: col - 1])
+        return f"\n    {expand_tabs(raw)}\n    {' ' * indent}^"
 
 
 def in_source(path: str | None, text: str | None, line: int | None, col: int | None = None) -> Span:

@@ -31,6 +31,7 @@ memory (a barrier, then the initialiser, per iteration), and the loop's bounds a
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from .wgsl_text import Token, tokens
@@ -56,6 +57,9 @@ _BUILTIN_TYPES = {
     "local_invocation_id": ("vec3<u32>", "vec3u"),
     "local_invocation_index": ("u32",),
 }
+
+
+_WGSL_TYPE_RE = re.compile(r"^(?:vec[234](?:<(?:f32|f16|i32|u32|bool)>|[fhiu])|f32|f16|i32|u32|bool)$")
 
 
 class EntryError(Exception):
@@ -166,9 +170,11 @@ def wrap_entry(lines: tuple[str, ...], splices: tuple, workgroup: tuple[int, int
             j += 1
         # The generated main hands each builtin over as WGSL types it: another type here would
         # be a type error in generated code, which names no line of the user's.
-        declared = "".join(t.text for t in toks[start + 2 : j]) if start + 1 < j and toks[start + 1].text == ":" else ""
-        if declared not in _BUILTIN_TYPES[builtin]:
-            raise EntryError(param, f"@builtin({builtin}) is {_BUILTIN_TYPES[builtin][0]}, not {declared or 'untyped'}")
+        declared = "".join(t.text for t in toks[start + 2 : j]).replace(",>", ">") if start + 1 < j and toks[start + 1].text == ":" else ""
+        # Only a WGSL type spelled out is judged here; an alias (the body's, or a type
+        # specialisation) is naga's to check.
+        if _WGSL_TYPE_RE.match(declared) and declared not in _BUILTIN_TYPES[builtin]:
+            raise EntryError(param, f"@builtin({builtin}) is {_BUILTIN_TYPES[builtin][0]}, not {declared}")
         j += 1
     blanked = "".join(chars).split("\n")
     # Rename main -> zero_user_main in place; a splice keeps later columns mapping back.

@@ -12,8 +12,9 @@ Arena handles (``[8]``) mean nothing outside naga: types are named, other handle
 from __future__ import annotations
 
 import re
-import unicodedata
 from dataclasses import dataclass
+
+from ..errors import TAB_STOP, char_width, expand_tabs
 
 __all__ = ["NagaReport", "parse_naga_report", "clean_naga_text"]
 
@@ -70,40 +71,32 @@ def clean_naga_text(text: str) -> str:
         "this is not a value that can be loaded (a binding is a storage array: read an element with NAME_get(i))",
         text,
     )
+    text = re.sub(r"stored in \[\d+\]", "stored in its destination", text)
     text = re.sub(r"\b(of|to|from|for) \[\d+\]", r"\1 this value", text)
     text = re.sub(r"\s*\[\d+\]", "", text)
     return re.sub(r"\s{2,}", " ", text).strip()
 
 
-_TAB_WIDTH = 4  # codespan (naga's renderer) draws a tab as this many columns
 _MULTI_LINE = 1 << 30  # the width given a span over several lines: wider than any one-line span
-
-
-def _width(c: str) -> int:
-    """Columns codespan gives ``c`` (unicode-width: wide and fullwidth 2, combining 0)."""
-    if c == "\t":
-        return _TAB_WIDTH
-    if unicodedata.combining(c) or c in "\u200b\u200c\u200d\ufeff":
-        return 0
-    return 2 if unicodedata.east_asian_width(c) in ("W", "F") else 1
+_CARETS_RE = re.compile(r"\^+")
 
 
 def _char_column(text: str, display: int) -> int:
-    """The 1-based character column of ``text`` at 0-based display column ``display``."""
+    """The 1-based character column of ``text`` at 0-based display column ``display`` (as
+    naga's renderer draws it: tabs to the next stop of four, wide characters two columns)."""
     at = 0
     for i, c in enumerate(text):
         if at >= display:
             return i + 1
-        at += _width(c)
+        at = at + TAB_STOP - at % TAB_STOP if c == "\t" else at + char_width(c)
     return len(text) + 1
 
 
 def _labels(lines: list[str], source_lines: list[str]) -> list[tuple[int, int, int, str]]:
     """(line, character column, width, label) of every label in the report: caret labels on
-    one line, pointer labels (``│`` rows, when several labels share a line) and spans over
-    several lines (``╭`` at their start, ``╰`` with the label at their end; the start is
-    taken, as wide as no one-line span). Columns are characters of the user's line: naga
-    draws tabs four wide and wide characters two."""
+    one line (several groups on a row: the row's label is the last group's), pointer labels
+    (``│`` rows, when several labels share a line) and spans over several lines (``╭`` at their
+    start, ``╰`` with the label at their end; the start is taken, as wide as no one-line span)."""
     out = []
     row_line: int | None = None
     row_start = 0
@@ -115,7 +108,7 @@ def _labels(lines: list[str], source_lines: list[str]) -> list[tuple[int, int, i
             row_line = int(m.group(1))
             text = source_lines[row_line - 1].rstrip() if 0 < row_line <= len(source_lines) else ""
             body = row.rstrip()
-            drawn = text.replace("\t", " " * _TAB_WIDTH)
+            drawn = expand_tabs(text)
             row_start = len(body) - len(drawn) if text and body.endswith(drawn) else -1
             continue
         if row_line is None or row_start < 0 or not _CARET_ROW_RE.match(row):
@@ -130,22 +123,23 @@ def _labels(lines: list[str], source_lines: list[str]) -> list[tuple[int, int, i
             if label and at - row_start >= 0:
                 out.append((row_line, _char_column(text, at - row_start), 1, label))
             continue
-        first = row.index("^")
+        groups = list(_CARETS_RE.finditer(row))
+        first = groups[0].start()
         before = row[:first]
         if "╭" in before:
             opened = (row_line, _char_column(text, first - row_start))
             continue
-        last = first
-        while last + 1 < len(row) and row[last + 1] == "^":
-            last += 1
-        label = row[last + 1 :].strip()
+        last = groups[-1]
+        label = row[last.end() :].strip()
         if "╰" in before or "─" in before:  # the end of a span over several lines
             if opened is not None:
                 out.append((opened[0], opened[1], _MULTI_LINE, label))
                 opened = None
             continue
-        col = _char_column(text, first - row_start)
-        width = _char_column(text, last + 1 - row_start) - col
+        # Several caret groups: the label after the row is the last group's (the others'
+        # come on pointer rows below, at their own columns).
+        col = _char_column(text, last.start() - row_start)
+        width = _char_column(text, last.end() - row_start) - col
         out.append((row_line, col, max(1, width), label))
     return out
 
@@ -178,8 +172,9 @@ def parse_naga_report(message: str, source: str) -> NagaReport:
         report_rows.append(row)
     labels = _labels(report_rows, source.split("\n"))
     human = [lb for lb in labels if lb[3] and not lb[3].startswith("naga::")]
-    # Prefer a span naga labelled in words; else the narrowest span (the innermost expression).
-    chosen = human[-1] if human else (min(labels, key=lambda lb: lb[2]) if labels else None)
+    # Prefer a span naga labelled in words, the last in the text (labels on one row come in
+    # drawing order, not text order); else the narrowest span (the innermost expression).
+    chosen = max(human, key=lambda lb: (lb[0], lb[1])) if human else (min(labels, key=lambda lb: lb[2]) if labels else None)
     detail = clean_naga_text(notes[-1]) if notes else ""
     if chosen is None:
         line, col = int(primary.group(1)), int(primary.group(2))

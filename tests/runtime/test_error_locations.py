@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import re
 
+import numpy as np
+
 import pytest
 
 from engine_plugin import abi
@@ -167,6 +169,17 @@ def _located(statement: str, after: str = "") -> tuple[int, int, str]:
         ("    /* 漢字 */ let x: f32 = src_get(i) + 1u;", "", 8, 27, "src_get"),  # wide characters before
         ("    /* e\u0301e\u0301 */ let x: f32 = src_get(i) + 1u;", "", 8, 29, "src_get"),  # combining ones
         ("    let x: f32 = src_get(i);", "fn f() -> f32 { return 1u; }\n", 11, 24, "1u"),  # a one-line function
+        # tabs stop every four columns (review helper 64): not a multiple of four wide each
+        ("    let x: f32 = src_get(i) + 1u;\t// a tab before a comment", "", 8, 18, "src_get"),
+        ("  \tlet x: f32 = src_get(i) + 1u;", "", 8, 17, "src_get"),
+        ("    let x: f32 = src_get(i) +\t1u;", "", 8, 18, "src_get"),
+        # zero-width characters: an emoji selector, Thai marks, decomposed Hangul, format marks
+        ("    /* \u26a0\ufe0f */ let x: f32 = src_get(i) + 1u;", "", 8, 27, "src_get"),
+        ("    /* \u0e17\u0e35\u0e48 */ let x: f32 = src_get(i) + 1u;", "", 8, 28, "src_get"),
+        ("    /* \u1100\u1161 */ let x: f32 = src_get(i) + 1u;", "", 8, 27, "src_get"),
+        ("    /* a\u200e\u00ad */ let x: f32 = src_get(i) + 1u;", "", 8, 28, "src_get"),
+        # two caret groups on one row: the row's label is the last group's
+        ("    let x = src_get(i);", "fn helper(x: f32) -> f32 { var q: u32 = 0u; q = x; return x; }\n", 11, 45, "q = x"),
     ],
 )
 def test_naga_spans_are_mapped_to_the_users_line_and_character_column(statement, after, line, col, at):
@@ -211,3 +224,21 @@ def test_an_entry_point_the_generated_main_cannot_call_is_named_in_the_users_fil
         abi.program(key="t/entry_errors", schema=abi.parse(LOC_YAML, "t/entry/bindings.yaml"), wgsl=wgsl, wgsl_path="t/entry/kernel.wgsl").variant()
     assert message in str(info.value) and (info.value.span.line, info.value.span.col) == (line, col)
     assert "generated code" not in str(info.value)
+
+
+@pytest.mark.parametrize("declared", ["U3", "vec3<u32,>", "vec3u", "vec3< u32 >"])
+def test_a_builtin_typed_through_an_alias_or_another_spelling_is_taken(declared):
+    # The type check refused an alias of vec3<u32> and WGSL's trailing template comma, which
+    # compiled and ran before it (review helper 64); a spelled-out wrong type is still refused.
+    body = "alias U3 = vec3<u32>;\n@compute @workgroup_size(64)\n" f"fn main(@builtin(global_invocation_id) gid: {declared}) {{\n" "    let i = zero_index(gid);\n    if (i >= zero_n()) { return; }\n    dst_set(i, f32(i));\n}\n"
+    yaml = 'bindings:\n  - { name: dst, kind: buffer, access: read_write, element: f32, count: "n" }\n'
+    variant = abi.program(key="t/builtin_alias", schema=abi.parse(yaml, "t/ba/bindings.yaml"), wgsl=body).variant()
+    np.testing.assert_array_equal(abi.read(variant.run(n=4).outputs["dst"]), np.arange(4, dtype=np.float32))
+
+
+def test_the_caret_sits_under_the_named_character_after_wide_characters():
+    from engine_plugin.errors import Span, display_width
+
+    text = "  /* \u6e29\u5ea6 */ let x = src_get(i);"
+    shown = Span("k.wgsl", 1, text.index("src_get") + 1, text).caret().split("\n")
+    assert shown[2].index("^") - 4 == display_width(text[: text.index("src_get")])
