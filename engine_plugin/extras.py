@@ -42,17 +42,19 @@ def install_line(extra: str) -> str:
     return f"pip install 'engine_plugin[{extra}]'"
 
 
-def require(module: str, what: str) -> ModuleType:
+def require(module: str, what: str, extra: str | None = None) -> ModuleType:
     """Import ``module`` or raise :class:`MissingExtraError` naming the extra that installs it.
 
     Args:
         module: the top-level module (``rich``, ``glfw``, ``PIL``...).
         what: what needs it, for the message (``"the bake summary"``).
+        extra: the extra to name when the caller needs a larger one than ``module``'s own
+            (the demo names ``demo``, which brings rich with the rest, not ``cli``).
     """
     try:
         return importlib.import_module(module)
     except ImportError as exc:
-        extra = EXTRAS.get(module.split(".")[0], "all")
+        extra = extra or EXTRAS.get(module.split(".")[0], "all")
         raise MissingExtraError(
             f"{what} needs the optional '{extra}' extra ({module} is not installed: {exc}); install it with: {install_line(extra)}", extra
         ) from None

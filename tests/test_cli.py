@@ -45,3 +45,15 @@ def test_cache_stats_on_a_missing_folder_says_so_and_creates_nothing(tmp_path):
     done = cli("cache", "stats", "--cache", str(missing))
     assert done.returncode == 0 and "no variant cache" in done.stdout
     assert not missing.exists()
+
+
+def test_lower_and_info_take_the_packaged_engine_kernels_by_the_name_a_library_loads(tmp_path):
+    # AssetLibrary.load("engine/summary.computeShader") answers from any root; the commands said
+    # "no such file or folder" for that name (review helper 65). A folder of that name here wins.
+    lowered = cli("lower", "engine/summary.computeShader", "--spec", "T=f32", cwd=str(tmp_path))
+    assert lowered.returncode == 0, lowered.stderr
+    assert "summary.computeShader/kernel.wgsl" in lowered.stdout.splitlines()[0] and "alias T = f32;" in lowered.stdout
+    info = cli("info", "engine/summary.computeShader", cwd=str(tmp_path))
+    assert info.returncode == 0 and "3 variants" in info.stdout
+    missing = cli("info", "engine/nothing.computeShader", cwd=str(tmp_path))
+    assert missing.returncode == 2 and "no such file or folder" in missing.stderr

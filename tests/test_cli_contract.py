@@ -258,3 +258,18 @@ def test_json_dash_writes_to_stdout_under_every_subcommand_and_a_closed_pipe_is_
     err = proc.stderr.read().decode()
     proc.wait(timeout=120)
     assert "bug" not in err and "Traceback" not in err, err
+
+
+def test_the_demo_without_rich_names_the_demo_extra(tmp_path):
+    # It named [cli] (rich's own extra); with that installed it then failed for [demo] (review
+    # helper 65). A shadowing module that refuses to import stands in for a missing rich.
+    import os
+    import subprocess
+    import sys
+
+    (tmp_path / "rich").mkdir()
+    (tmp_path / "rich" / "__init__.py").write_text("raise ImportError('rich is not installed (test)')\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.run([sys.executable, "-m", "engine_plugin", "demo", "--headless", "--frames", "1"], capture_output=True, text=True, timeout=120, env=env, cwd=str(tmp_path))
+    assert proc.returncode == 2, proc.stderr
+    assert "engine_plugin[demo]" in proc.stderr and "[cli]" not in proc.stderr

@@ -9,14 +9,14 @@ holds a folder of that name itself (a game's own copy wins).
 from __future__ import annotations
 
 import atexit
-import contextlib
 import os
+import shutil
+import tempfile
 from importlib import resources
+from typing import Any
 
 __all__ = ["builtin_folder", "builtin_root", "resource_folder"]
 
-_extracted = contextlib.ExitStack()
-atexit.register(_extracted.close)
 _folders: dict[tuple[str, str], str] = {}
 
 
@@ -34,9 +34,31 @@ def resource_folder(package: str, name: str) -> str:
         if isinstance(data, os.PathLike):
             found = os.fspath(data)
         else:
-            found = os.fspath(_extracted.enter_context(resources.as_file(data)))
+            found = _extract(data)
         _folders[key] = found
     return found
+
+
+def _extract(data: Any) -> str:
+    """A package-data folder inside an archive, copied to a temporary folder removed at exit
+    (``resources.as_file`` extracts folders only from Python 3.12)."""
+    root = tempfile.mkdtemp(prefix="engine_plugin-data-")
+    atexit.register(shutil.rmtree, root, True)
+
+    def copy(node: Any, into: str) -> None:
+        for child in node.iterdir():
+            target = os.path.join(into, child.name)
+            if child.is_dir():
+                os.makedirs(target, exist_ok=True)
+                copy(child, target)
+            else:
+                with open(target, "wb") as f:
+                    f.write(child.read_bytes())
+
+    folder = os.path.join(root, data.name)
+    os.makedirs(folder)
+    copy(data, folder)
+    return folder
 
 
 def builtin_root() -> str:

@@ -14,7 +14,7 @@ __all__ = ["add_parser", "cmd_demo"]
 def cmd_demo(args: argparse.Namespace, rep: Reporter) -> int:
     from ..extras import require
 
-    require("rich", "the demo's frame statistics")
+    require("rich", "the demo's frame statistics", extra="demo")  # [demo] brings rich too
     from ..demo.game import HeatDemo, demo_assets
 
     assets = args.assets or demo_assets()

@@ -23,9 +23,16 @@ def _pairs(items: Sequence[str] | None, flag: str, form: str) -> list[tuple[str,
 
 
 def _existing(path: str) -> str:
-    if not os.path.exists(path):
+    """``path``, or the packaged asset of that name (``engine/summary.computeShader``, as
+    ``AssetLibrary.load`` answers it from any root) when no such file or folder is here."""
+    if os.path.exists(path):
+        return path
+    from ..assets.builtin import builtin_folder
+
+    packaged = builtin_folder(path.replace(os.sep, "/").strip("/")) if not os.path.isabs(path) else None
+    if packaged is None:
         raise UsageError(f"{path}: no such file or folder")
-    return path
+    return packaged
 
 
 def cmd_lower(args: argparse.Namespace, rep: Reporter) -> int:

@@ -51,3 +51,29 @@ def test_the_library_and_the_plain_commands_work_without_any_extra(tmp_path):
     )
     done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
+
+
+def test_the_shipped_kernels_are_found_when_the_package_is_imported_from_an_archive(tmp_path):
+    # resources.as_file() extracts a folder only from Python 3.12: imported from a zip (a
+    # zipapp, a zipimport deployment) on 3.11 every shipped kernel raised IsADirectoryError
+    # (review helper 65).
+    import subprocess
+    import sys
+    import zipfile
+
+    archive = tmp_path / "engine_plugin.zip"
+    with zipfile.ZipFile(archive, "w") as z:
+        for root, dirs, files in os.walk(os.path.join(REPO, "engine_plugin")):
+            dirs[:] = [d for d in dirs if d != "__pycache__"]
+            for name in files:
+                path = os.path.join(root, name)
+                z.write(path, os.path.relpath(path, REPO))
+    code = (
+        "import engine_plugin, os\n"
+        "from engine_plugin.engine import kernel_folder\n"
+        "assert '.zip' in engine_plugin.__file__, engine_plugin.__file__\n"
+        "print(sorted(os.listdir(kernel_folder('summary'))))\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], cwd=str(tmp_path), env={**os.environ, "PYTHONPATH": str(archive)}, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip() == "['bindings.yaml', 'kernel.wgsl']"

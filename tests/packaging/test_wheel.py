@@ -29,8 +29,18 @@ def installed(tmp_path_factory):
     """(python of a venv holding only the built wheel, the venv's bin folder, a game folder outside the repo)."""
     base = tmp_path_factory.mktemp("wheel")
     dist = base / "dist"
+    # Built from a copy without build/: setuptools reuses build/lib, so a wheel built in the
+    # tree ships modules and data files deleted since, and this test could pass on them.
+    source = base / "source"
+    top_level = {"build", "dist", ".venv", ".git", "cache", "out", ".pytest_cache"}  # engine_plugin/cache is a package
+
+    def skip(folder: str, names: list[str]) -> set[str]:
+        here = {n for n in names if n == "__pycache__" or n.endswith(".egg-info")}
+        return here | (top_level & set(names) if os.path.samefile(folder, REPO) else set())
+
+    shutil.copytree(REPO, source, ignore=skip)
     build = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(dist), REPO], capture_output=True, text=True, timeout=300, cwd=str(base)
+        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(dist), str(source)], capture_output=True, text=True, timeout=300, cwd=str(base)
     )
     assert build.returncode == 0, build.stderr
     (wheel,) = glob.glob(str(dist / "engine_plugin-*.whl"))
