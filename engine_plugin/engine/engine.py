@@ -290,6 +290,7 @@ class Engine:
         self._order.append(product)
         if program is not None and self.gpu_active:
             try:
+                self._claim_if_released()  # a field's first upload asks the world's dirty flags
                 self._gpu.register(product)
             except BaseException:  # e.g. a CompileError: nothing stays registered
                 self.unregister_product(handle)
@@ -472,6 +473,8 @@ class Engine:
         """
         self.world.field(name)  # an unknown field raises WorldError naming the declared ones
         self._gpu.keep(name, kernel_writes=kernel_writes)
+        if self.gpu_active:
+            self._claim_if_released()
         if not self.gpu_active or not self._gpu.mirror(name):
             return None
         return self.backend.field_buffer(name)
@@ -659,6 +662,13 @@ class Engine:
         else:
             return
         self._dirty_token = self._gpu.dirty_token = self._delivery.dirty_token = token
+
+    def _claim_if_released(self) -> None:
+        """:meth:`_claim_dirty` when it has something to do (flags released by close(), or a
+        token to reclaim), under the world's lock: before anything asks the world's flags."""
+        if self._claims and (self._dirty_token is not None or self._dirty_released):
+            with self._world_lock:
+                self._claim_dirty()
 
     def _upload(self, st: FrameStats | None, index: ChunkIndex | None) -> FrameStats:
         if self._claims and (self._dirty_token is not None or self._dirty_released):

@@ -33,8 +33,19 @@ def summary(world: Any, work: ProductWork) -> np.ndarray:
     values = _chunks(world, work.field("src"), work.keys)
     as_f32 = values.astype(np.float32)
     total = np.cumsum(as_f32, axis=1, dtype=np.float32)[:, -1]  # sequential f32 adds, like the loop
-    out[:, 0] = values.min(axis=1).astype(np.float32)
-    out[:, 1] = values.max(axis=1).astype(np.float32)
+    # A NaN tile is skipped, as the GPU's min/max do (IEEE minNum on lavapipe and the H200;
+    # numpy's min made the whole chunk's min NaN), and a chunk of NaN only is NaN. Otherwise
+    # numpy's min and max, which pick between 0.0 and -0.0 as the kernel's loop does.
+    nan = np.isnan(values) if values.dtype.kind == "f" else None
+    if nan is not None and nan.any():
+        lo = np.where(nan, np.inf, values).min(axis=1)
+        hi = np.where(nan, -np.inf, values).max(axis=1)
+        only_nan = nan.all(axis=1)
+        lo[only_nan] = hi[only_nan] = np.nan
+    else:
+        lo, hi = values.min(axis=1), values.max(axis=1)
+    out[:, 0] = lo.astype(np.float32)
+    out[:, 1] = hi.astype(np.float32)
     out[:, 2] = total * np.float32(work.params["inv_tile_count"])
     out[:, 3] = total
     return out
@@ -62,7 +73,7 @@ def combine(world: Any, work: ProductWork) -> np.ndarray:
         b = _chunks(world, work.field("b"), work.keys).reshape(-1)
     a, b = a.astype(np.float32), b.astype(np.float32)
     if op == "min":
-        return np.minimum(a, b)
+        return np.fmin(a, b)  # a NaN operand yields the other, as the GPU's min does
     if op == "max":
-        return np.maximum(a, b)
+        return np.fmax(a, b)
     return a + b

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from ..lowering.casts import cast_refusal
 from .contract import OutputPlan, ProductError, ProductPlan
 
 __all__ = ["decode_outputs", "fallback_outputs", "readback_extent", "select_items", "has_whole_outputs"]
@@ -87,6 +88,11 @@ def fallback_outputs(plan: ProductPlan, answer: Any, items: int, key: Any) -> di
                 )
         elif values.size % o.lanes:
             raise ProductError(f"the CPU fallback of {key!r} answered {values.size} values of {o.name!r}, not whole records of {o.lanes}")
+        # By value, with the refusals a host array gets (a cast would wrap -1 into a u32,
+        # truncate 2.7, make NaN 0 or 1e300 inf, silently).
+        reason = cast_refusal(values, np.dtype(o.dtype)) if values.dtype != o.dtype and values.dtype.kind in "fiub" else None
+        if reason is not None:
+            raise ProductError(f"the CPU fallback of {key!r} answered values of {o.name!r} its {np.dtype(o.dtype).name} output cannot hold: {reason}")
         out[o.name] = _shape(o, values.astype(o.dtype, copy=False).reshape(-1), items)
     return out
 

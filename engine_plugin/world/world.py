@@ -572,4 +572,8 @@ def _cast(arr: np.ndarray, spec: FieldSpec, name: str, shape: tuple[int, ...]) -
             raise WorldError(
                 f"field {name!r} holds {target} (at most {big:.4g} in magnitude); got values up to {max(abs(float(finite.max())), abs(float(finite.min()))):.4g}"
             )
+    if kind == "b":
+        # A bool array may hold bytes other than 0 and 1 (np.frombuffer over saved bytes): numpy
+        # keeps them through astype; the mirror and the kernels would see 2 or 255.
+        arr = arr.view(np.uint8) != 0
     return arr.astype(target, copy=False)

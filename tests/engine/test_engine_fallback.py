@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import logging
 
+import numpy as np
+import pytest
+
 from engine_plugin.engine import Engine, EngineConfig, fallbacks, kernel_program
 from engine_plugin.gpu import NoGpuBackend, ReadbackPolicy, WgpuBackendConfig
 
@@ -165,3 +168,36 @@ def test_policy_none_dispatches_without_readback(make_engine):
                             apply=applied, cpu_fallback=fallbacks.summary)
     st = run_until_idle(engine)
     assert st.dispatches == 1 and st.readbacks_requested == 0 and applied.results == []
+
+
+def test_a_fallback_answer_its_output_cannot_hold_is_refused_not_cast():
+    # -1 into a u32 output wrapped to 4294967295, NaN became 0 and 1e300 inf, silently
+    # (review helper 67): refused as a host array is.
+    from engine_plugin.engine import ProductError
+
+    world = make_world(n=2)
+    engine = Engine(world, backend=NoGpuBackend())
+
+    def negative_counts(world, work):
+        return np.full(len(work.keys), -1, np.int64)
+
+    engine.register_product(kernel_program("count_above"), key="bad", fields={"src": "height"}, params={"threshold": 0.0}, cpu_fallback=negative_counts, apply=lambda r: None)
+    with pytest.raises(ProductError, match="cannot hold"):
+        run_until_idle(engine)
+
+
+def test_field_buffer_after_close_and_recover_on_a_second_engine():
+    # field_buffer asked the world's dirty flags with the token close() had given back:
+    # WorldError "consumer 1 is not registered" (review helper 67).
+    from engine_plugin.world import World
+
+    world = World((2, 2), {"f": np.float32}, max_chunks=4)
+    world.add(0, {"f": 1.0})
+    first, second = Engine(world), Engine(world)
+    second.field_buffer("f")
+    second.frame()
+    second.close()
+    assert second.recover_gpu()
+    assert second.field_buffer("f") is not None
+    first.close()
+    second.close()

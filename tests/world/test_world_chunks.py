@@ -347,3 +347,12 @@ def test_a_finite_value_past_a_float_fields_range_is_refused_not_stored_as_inf()
         world.set_tile(0, "f32", (1,), -1e300)
     world.write(0, "f32", np.array([np.inf, 3.5]))  # inf itself is a value the field holds
     assert world.read(0, "f32").tolist() == [np.inf, 3.5]
+
+
+def test_a_bool_array_holding_other_bytes_is_stored_as_0_and_1():
+    # np.frombuffer over saved bytes makes bools of 2 or 255: stored as they were, the mirror
+    # (and any kernel unpacking it) saw them (review helper 67).
+    world = World((2, 2), {"b": np.bool_}, max_chunks=2)
+    world.add(0)
+    world.write(0, "b", np.frombuffer(bytes([0, 2, 255, 1]), np.bool_).reshape(2, 2))
+    assert world.mirror("b").view(np.uint8).reshape(2, -1)[world.slot(0)][:4].tolist() == [0, 1, 1, 1]
