@@ -57,3 +57,11 @@ def test_lower_and_info_take_the_packaged_engine_kernels_by_the_name_a_library_l
     assert info.returncode == 0 and "3 variants" in info.stdout
     missing = cli("info", "engine/nothing.computeShader", cwd=str(tmp_path))
     assert missing.returncode == 2 and "no such file or folder" in missing.stderr
+
+
+def test_the_packaged_name_fallback_takes_only_an_asset_inside_the_packaged_root(tmp_path):
+    # "info ''", "info engine" and "../demo/assets/..." read package data outside the kernels
+    # (review helper 66): a mistyped path must be "no such file or folder".
+    for path in ("", "engine", "../demo/assets/heat_step.computeShader", "engine/../../bench/kernels/reference.computeShader"):
+        got = cli("info", path, cwd=str(tmp_path))
+        assert got.returncode == 2 and "no such file or folder" in got.stderr, (path, got.stdout[-300:], got.stderr[-300:])

@@ -12,12 +12,14 @@ import atexit
 import os
 import shutil
 import tempfile
+import threading
 from importlib import resources
 from typing import Any
 
 __all__ = ["builtin_folder", "builtin_root", "resource_folder"]
 
 _folders: dict[tuple[str, str], str] = {}
+_lock = threading.Lock()
 
 
 def resource_folder(package: str, name: str) -> str:
@@ -30,12 +32,12 @@ def resource_folder(package: str, name: str) -> str:
     key = (package, name)
     found = _folders.get(key)
     if found is None:
-        data = resources.files(package).joinpath(name)
-        if isinstance(data, os.PathLike):
-            found = os.fspath(data)
-        else:
-            found = _extract(data)
-        _folders[key] = found
+        with _lock:  # one extraction: threads loading at once must agree on the folder
+            found = _folders.get(key)
+            if found is None:
+                data = resources.files(package).joinpath(name)
+                found = os.fspath(data) if isinstance(data, os.PathLike) else _extract(data)
+                _folders[key] = found
     return found
 
 
@@ -67,6 +69,10 @@ def builtin_root() -> str:
 
 
 def builtin_folder(rel: str) -> str | None:
-    """The packaged folder of asset ``rel`` (``engine/summary.computeShader``), or None."""
-    folder = os.path.join(builtin_root(), *rel.split("/"))
+    """The packaged folder of asset ``rel`` (``engine/summary.computeShader``), or None: only
+    a ``.computeShader`` folder inside the packaged root (no ``..``, no other package data)."""
+    parts = rel.split("/")
+    if not rel.endswith(".computeShader") or any(p in ("", ".", "..") for p in parts):
+        return None
+    folder = os.path.join(builtin_root(), *parts)
     return folder if os.path.isdir(folder) else None

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Mapping
 
 from .wgsl_text import Token, tokens
 
@@ -59,7 +60,12 @@ _BUILTIN_TYPES = {
 }
 
 
-_WGSL_TYPE_RE = re.compile(r"^(?:vec[234](?:<(?:f32|f16|i32|u32|bool)>|[fhiu])|f32|f16|i32|u32|bool)$")
+# The words a type spelled out in WGSL is made of (a struct's name is not one: it resolves to
+# nothing, and a struct is no builtin's type, so it is refused with the rest).
+_WGSL_WORDS = frozenset(
+    "f32 f16 i32 u32 bool vec2 vec3 vec4 vec2f vec3f vec4f vec2h vec3h vec4h vec2i vec3i vec4i vec2u vec3u vec4u "
+    "mat2x2 mat2x3 mat2x4 mat3x2 mat3x3 mat3x4 mat4x2 mat4x3 mat4x4 array atomic ptr function private workgroup uniform storage read write read_write".split()
+)
 
 
 class EntryError(Exception):
@@ -93,9 +99,48 @@ def _matching(toks: list[Token], i: int) -> int:
     return len(toks) - 1
 
 
-def wrap_entry(lines: tuple[str, ...], splices: tuple, workgroup: tuple[int, int, int], init_call: str | None) -> EntryWrap:
+def _type_names(toks: list[Token]) -> tuple[dict[str, str], set[str]]:
+    """Module-scope ``alias NAME = TYPE;`` declarations (NAME -> TYPE's text, no spaces) and
+    ``struct NAME`` names."""
+    aliases: dict[str, str] = {}
+    structs: set[str] = set()
+    depth = 0
+    for i, t in enumerate(toks):
+        if t.text in "{(":
+            depth += 1
+        elif t.text in "})":
+            depth -= 1
+        elif depth == 0 and t.text == "struct" and i + 1 < len(toks):
+            structs.add(toks[i + 1].text)
+        elif depth == 0 and t.text == "alias" and i + 3 < len(toks) and toks[i + 2].text == "=":
+            j = i + 3
+            while j < len(toks) and toks[j].text != ";":
+                j += 1
+            aliases[toks[i + 1].text] = "".join(x.text for x in toks[i + 3 : j])
+    return aliases, structs
+
+
+def _resolve(declared: str, aliases: Mapping[str, str], structs: set[str]) -> str | None:
+    """``declared`` with every alias replaced (chains followed); None when a name in it is
+    neither a WGSL word, a known alias nor a struct of the body (a module's: naga's to judge)."""
+    for _ in range(16):
+        names = [n for n in re.findall(r"[A-Za-z_]\w*", declared) if n in aliases]
+        if not names:
+            break
+        for name in names:
+            declared = re.sub(rf"\b{re.escape(name)}\b", aliases[name], declared)
+    words = set(re.findall(r"[A-Za-z_]\w*", declared))
+    return declared.replace(",>", ">") if words <= _WGSL_WORDS | structs else None
+
+
+def wrap_entry(
+    lines: tuple[str, ...], splices: tuple, workgroup: tuple[int, int, int], init_call: str | None, type_values: Mapping[str, str] | None = None
+) -> EntryWrap:
+    """``type_values``: the variant's type specialisations (the aliases the lowering declares)."""
     text = "\n".join(lines)
     toks = list(tokens(text))
+    body_aliases, structs = _type_names(toks)
+    aliases = {**dict(type_values or {}), **body_aliases}
     depth, at = 0, None
     for i, t in enumerate(toks):
         if t.text == "{":
@@ -170,11 +215,14 @@ def wrap_entry(lines: tuple[str, ...], splices: tuple, workgroup: tuple[int, int
             j += 1
         # The generated main hands each builtin over as WGSL types it: another type here would
         # be a type error in generated code, which names no line of the user's.
-        declared = "".join(t.text for t in toks[start + 2 : j]).replace(",>", ">") if start + 1 < j and toks[start + 1].text == ":" else ""
-        # Only a WGSL type spelled out is judged here; an alias (the body's, or a type
-        # specialisation) is naga's to check.
-        if _WGSL_TYPE_RE.match(declared) and declared not in _BUILTIN_TYPES[builtin]:
-            raise EntryError(param, f"@builtin({builtin}) is {_BUILTIN_TYPES[builtin][0]}, not {declared}")
+        declared = "".join(t.text for t in toks[start + 2 : j]) if start + 1 < j and toks[start + 1].text == ":" else ""
+        # Judged through the body's aliases and the type specialisations: a wrong type would
+        # be a type error at the generated main's call, which names no line of the user's. A
+        # type naming what this body does not declare (a module's alias) is naga's to judge.
+        resolved = _resolve(declared, aliases, structs)
+        if resolved is not None and resolved not in _BUILTIN_TYPES[builtin]:
+            shown = declared if resolved == declared.replace(",>", ">") else f"{declared} ({resolved})"
+            raise EntryError(param, f"@builtin({builtin}) is {_BUILTIN_TYPES[builtin][0]}, not {shown or 'untyped'}")
         j += 1
     blanked = "".join(chars).split("\n")
     # Rename main -> zero_user_main in place; a splice keeps later columns mapping back.

@@ -158,7 +158,8 @@ class _Lowerer:
             em.emit(init, 0)
         em.declare(USER_MAIN, 0, "the renamed entry point")
         try:
-            wrapped = wrap_entry(body.lines, body.splices, self.workgroup, f"{INIT_FN}(zero_lii);" if init else None)
+            type_values = {sp.name: self.values[sp.name] for sp in self.schema.specialize if sp.kind == "type"}
+            wrapped = wrap_entry(body.lines, body.splices, self.workgroup, f"{INIT_FN}(zero_lii);" if init else None, type_values)
         except EntryError as exc:
             raise self.error(
                 exc.message, body.user_lines[exc.token.line - 1] if exc.token.line - 1 < len(body.user_lines) else exc.token.line, exc.token.col

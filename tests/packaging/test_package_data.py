@@ -77,3 +77,36 @@ def test_the_shipped_kernels_are_found_when_the_package_is_imported_from_an_arch
     proc = subprocess.run([sys.executable, "-c", code], cwd=str(tmp_path), env={**os.environ, "PYTHONPATH": str(archive)}, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.strip() == "['bindings.yaml', 'kernel.wgsl']"
+
+
+def test_threads_loading_packaged_kernels_from_an_archive_share_one_extraction(tmp_path):
+    # Without a lock each thread extracted its own copy, and a load could take its kernel from
+    # one copy and the root from another ("lies behind a symlink ... outside the asset root")
+    # (review helper 66).
+    import subprocess
+    import sys
+    import zipfile
+
+    archive = tmp_path / "engine_plugin.zip"
+    with zipfile.ZipFile(archive, "w") as z:
+        for root, dirs, files in os.walk(os.path.join(REPO, "engine_plugin")):
+            dirs[:] = [d for d in dirs if d != "__pycache__"]
+            for name in files:
+                path = os.path.join(root, name)
+                z.write(path, os.path.relpath(path, REPO))
+    code = (
+        "import threading, tempfile\n"
+        "from engine_plugin.assets import AssetLibrary\n"
+        "errors = []\n"
+        "def load():\n"
+        "    try:\n"
+        "        AssetLibrary(tempfile.mkdtemp(), None).load('engine/summary.computeShader')\n"
+        "    except Exception as e:\n"
+        "        errors.append(repr(e))\n"
+        "threads = [threading.Thread(target=load) for _ in range(12)]\n"
+        "[t.start() for t in threads]; [t.join() for t in threads]\n"
+        "print(errors[:1] or 'ok')\n"
+    )
+    for _ in range(5):  # the race was lost in 9 of 15 processes
+        proc = subprocess.run([sys.executable, "-c", code], cwd=str(tmp_path), env={**os.environ, "PYTHONPATH": str(archive)}, capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stdout[-2000:] + proc.stderr[-2000:]

@@ -242,3 +242,31 @@ def test_the_caret_sits_under_the_named_character_after_wide_characters():
     text = "  /* \u6e29\u5ea6 */ let x = src_get(i);"
     shown = Span("k.wgsl", 1, text.index("src_get") + 1, text).caret().split("\n")
     assert shown[2].index("^") - 4 == display_width(text[: text.index("src_get")])
+
+
+@pytest.mark.parametrize(
+    "head, declared, shown",
+    [
+        ("alias I3 = vec3<i32>;\n", "I3", "I3 (vec3<i32>)"),  # an alias of another type
+        ("alias I = vec3<i32>;\nalias I3 = I;\n", "I3", "I3 (vec3<i32>)"),  # a chain of them
+        ("struct S { a: u32 }\n", "S", "S"),
+        ("", "ptr<function, u32>", "ptr<function,u32>"),
+    ],
+)
+def test_a_builtin_typed_through_an_alias_of_another_type_is_named_at_its_parameter(head, declared, shown):
+    # Passing every alias to naga made these type errors at the generated main's call again,
+    # with no line of the user's (review helper 66).
+    body = head + "@compute @workgroup_size(64)\n" f"fn main(@builtin(global_invocation_id) gid: {declared}) {{\n" "    dst_set(0u, 1.0);\n}\n"
+    yaml = 'bindings:\n  - { name: dst, kind: buffer, access: read_write, element: f32, count: "n" }\n'
+    with pytest.raises(PluginError) as info:
+        abi.program(key="t/builtin_wrong_alias", schema=abi.parse(yaml, "t/bw/bindings.yaml"), wgsl=body, wgsl_path="t/bw/kernel.wgsl").variant()
+    assert f"is vec3<u32>, not {shown}" in str(info.value) and info.value.span.line == head.count("\n") + 2
+
+
+def test_a_builtin_typed_by_a_type_specialisation_is_judged_by_its_value():
+    yaml = 'bindings:\n  - { name: dst, kind: buffer, access: read_write, element: f32, count: "n" }\nspecialize:\n  - { name: T, options: [u32, i32] }\n'
+    body = "@compute @workgroup_size(64)\nfn main(@builtin(global_invocation_id) gid: vec3<T>) {\n    let i = zero_index(gid);\n    if (i >= zero_n()) { return; }\n    dst_set(i, f32(i));\n}\n"
+    program = abi.program(key="t/builtin_spec", schema=abi.parse(yaml, "t/bs/bindings.yaml"), wgsl=body, wgsl_path="t/bs/kernel.wgsl")
+    np.testing.assert_array_equal(abi.read(program.variant({"T": "u32"}).run(n=3).outputs["dst"]), np.arange(3, dtype=np.float32))
+    with pytest.raises(PluginError, match=r"not vec3<T> \(vec3<i32>\)"):
+        program.variant({"T": "i32"})
