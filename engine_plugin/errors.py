@@ -55,14 +55,20 @@ __all__ = [
 ]
 
 
+# Unicode's Prepended_Concatenation_Mark characters: category Cf, yet drawn one column wide.
+# (as the unicode-width version in wgpu-native 0.32's naga draws them: U+0605 and U+08E2 take none,
+# the Tifinagh joiner, a mark, takes one).
+_PREPENDED_MARKS = frozenset("\u0600\u0601\u0602\u0603\u0604\u06dd\U000110bd\U000110cd\u2d7f")
 TAB_STOP = 4  # where a tab stops when a line is shown (naga's renderer, codespan, uses 4 too)
 
 
 def char_width(c: str) -> int:
     """Columns a terminal gives ``c`` (as the unicode-width crate naga's renderer uses counts
     them): wide and fullwidth 2; marks, format characters and medial jamo 0; else 1."""
-    if unicodedata.category(c) in ("Mn", "Me", "Cf") or "\u1160" <= c <= "\u11ff":
-        return 0
+    if c in _PREPENDED_MARKS:
+        return 1  # format characters drawn as a glyph (Arabic number signs and the like)
+    if unicodedata.category(c) in ("Mn", "Me", "Cf") or "\u1160" <= c <= "\u11ff" or "\ud7b0" <= c <= "\ud7ff" or c in "\u3164\uffa0":
+        return 0  # marks, format characters, medial and final jamo, Hangul fillers
     return 2 if unicodedata.east_asian_width(c) in ("W", "F") else 1
 
 

@@ -146,7 +146,9 @@ def _labels(lines: list[str], source_lines: list[str]) -> list[tuple[int, int, i
 
 def parse_naga_report(message: str, source: str) -> NagaReport:
     """The innermost labelled span of a naga report about ``source`` and its message."""
-    rows = message.splitlines()
+    # Rows end at "\n" only: a source row may hold U+2028, a form feed or a lone CR, which
+    # splitlines() would cut it at (and lose the row's labels).
+    rows = [r.rstrip("\r") for r in message.split("\n")]
     header = ""
     for row in rows:
         m = _HEADER_RE.search(row)

@@ -178,6 +178,9 @@ def _located(statement: str, after: str = "") -> tuple[int, int, str]:
         ("    /* \u0e17\u0e35\u0e48 */ let x: f32 = src_get(i) + 1u;", "", 8, 28, "src_get"),
         ("    /* \u1100\u1161 */ let x: f32 = src_get(i) + 1u;", "", 8, 27, "src_get"),
         ("    /* a\u200e\u00ad */ let x: f32 = src_get(i) + 1u;", "", 8, 28, "src_get"),
+        # format characters drawn one column wide, Hangul fillers and jamo drawn none (review helper 66)
+        ("    /* \u0600\u06dd */ let x: f32 = src_get(i) + 1u;", "", 8, 27, "src_get"),
+        ("    /* \u3164\ud7b0\u2d7f */ let x: f32 = src_get(i) + 1u;", "", 8, 28, "src_get"),
         # two caret groups on one row: the row's label is the last group's
         ("    let x = src_get(i);", "fn helper(x: f32) -> f32 { var q: u32 = 0u; q = x; return x; }\n", 11, 45, "q = x"),
     ],
