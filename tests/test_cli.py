@@ -65,3 +65,10 @@ def test_the_packaged_name_fallback_takes_only_an_asset_inside_the_packaged_root
     for path in ("", "engine", "../demo/assets/heat_step.computeShader", "engine/../../bench/kernels/reference.computeShader"):
         got = cli("info", path, cwd=str(tmp_path))
         assert got.returncode == 2 and "no such file or folder" in got.stderr, (path, got.stdout[-300:], got.stderr[-300:])
+
+
+
+def test_the_packaged_name_fallback_normalises_the_name_as_a_library_does(tmp_path):
+    for path in ("./engine/summary.computeShader", "engine//summary.computeShader", "engine/./summary.computeShader"):
+        got = cli("info", path, cwd=str(tmp_path))
+        assert got.returncode == 0, (path, got.stderr[-300:])

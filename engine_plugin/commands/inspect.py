@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import posixpath
 import sys
 from typing import Any, Sequence
 
@@ -29,7 +30,8 @@ def _existing(path: str) -> str:
         return path
     from ..assets.builtin import builtin_folder
 
-    packaged = builtin_folder(path.replace(os.sep, "/").strip("/")) if not os.path.isabs(path) else None
+    # As AssetLibrary names it (normalised: "./engine//summary.computeShader" is that asset).
+    packaged = builtin_folder(posixpath.normpath(path.replace(os.sep, "/"))) if path and not os.path.isabs(path) else None
     if packaged is None:
         raise UsageError(f"{path}: no such file or folder")
     return packaged

@@ -921,6 +921,7 @@ class Engine:
         self._gpu.close_backend()  # fails what is pending; their callbacks land in delivery
         self._delivery.reowe_completed()
         self._gpu.adopt(backend)  # the old backend's readbacks were all failed above
+        self._claim_if_released()  # registering mirrors the fields: it asks the world's flags
         for product in self._order:
             product.inflight = 0
             product.gave_up = product.detached = False

@@ -88,11 +88,20 @@ def fallback_outputs(plan: ProductPlan, answer: Any, items: int, key: Any) -> di
                 )
         elif values.size % o.lanes:
             raise ProductError(f"the CPU fallback of {key!r} answered {values.size} values of {o.name!r}, not whole records of {o.lanes}")
-        # By value, with the refusals a host array gets (a cast would wrap -1 into a u32,
-        # truncate 2.7, make NaN 0 or 1e300 inf, silently).
-        reason = cast_refusal(values, np.dtype(o.dtype)) if values.dtype != o.dtype and values.dtype.kind in "fiub" else None
+        # By value, with the refusals a host array gets (a cast would wrap -1 into a u32, make
+        # NaN 0 or 1e300 inf, silently), and no fractions into an integer output (an answer
+        # is the kernel's, which writes integers there).
+        target = np.dtype(o.dtype)
+        reason = None
+        if values.dtype != target:
+            if values.dtype.kind not in "fiub":
+                reason = f"values of {values.dtype} are not numbers"
+            else:
+                reason = cast_refusal(values, target)
+                if reason is None and target.kind in "iu" and values.dtype.kind == "f" and values.size and not np.all(values == np.trunc(values)):
+                    reason = "a fractional value cannot be an integer output's"
         if reason is not None:
-            raise ProductError(f"the CPU fallback of {key!r} answered values of {o.name!r} its {np.dtype(o.dtype).name} output cannot hold: {reason}")
+            raise ProductError(f"the CPU fallback of {key!r} answered values of {o.name!r} its {target.name} output cannot hold: {reason}")
         out[o.name] = _shape(o, values.astype(o.dtype, copy=False).reshape(-1), items)
     return out
 

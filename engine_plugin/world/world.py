@@ -284,7 +284,9 @@ class World:
                 taken = edit._close()
                 if taken:
                     for name, arr in taken.items():
-                        self._rw[name][slot] = arr
+                        # A bool copy may hold bytes other than 0/1 (np.copyto of raw bytes):
+                        # stored as 0/1, as write() stores them.
+                        self._rw[name][slot] = arr.view(np.uint8) != 0 if arr.dtype == np.bool_ else arr
                         self._set_dirty(name, slot)
                     self._bump(key)
         finally:

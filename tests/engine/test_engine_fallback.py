@@ -184,6 +184,13 @@ def test_a_fallback_answer_its_output_cannot_hold_is_refused_not_cast():
     engine.register_product(kernel_program("count_above"), key="bad", fields={"src": "height"}, params={"threshold": 0.0}, cpu_fallback=negative_counts, apply=lambda r: None)
     with pytest.raises(ProductError, match="cannot hold"):
         run_until_idle(engine)
+    # a fraction into an integer output, strings and objects too (review helper 68)
+    for answer in (lambda n: np.full(n, 2.7), lambda n: ["3"] * n, lambda n: [None] * n):
+        other = Engine(world, backend=NoGpuBackend())
+        other.register_product(kernel_program("count_above"), key="bad", fields={"src": "height"}, params={"threshold": 0.0}, cpu_fallback=lambda world, work, a=answer: a(len(work.keys)), apply=lambda r: None)
+        with pytest.raises(ProductError, match="cannot hold"):
+            run_until_idle(other)
+        other.close()
 
 
 def test_field_buffer_after_close_and_recover_on_a_second_engine():
@@ -199,5 +206,25 @@ def test_field_buffer_after_close_and_recover_on_a_second_engine():
     second.close()
     assert second.recover_gpu()
     assert second.field_buffer("f") is not None
+    first.close()
+    second.close()
+
+
+def test_recover_gpu_on_an_engine_used_again_after_close_puts_its_products_on_the_gpu():
+    # recover_gpu registered with the token close() had given back: the product stayed on
+    # the CPU with a WorldError (review helper 68).
+    from engine_plugin.world import World
+
+    world = World((2, 2), {"height": np.float32}, max_chunks=4)
+    world.add(0, {"height": 1.0})
+    first = Engine(world)
+    second = Engine(world, backend=NoGpuBackend())
+    second.close()
+    applied = Applied(world)
+    summary_product(second, "height", applied)
+    assert second.recover_gpu() and second.gpu_active
+    world.write(0, "height", 2.0)
+    run_until_idle(second)
+    assert applied.results[-1].source == "gpu"
     first.close()
     second.close()

@@ -273,3 +273,12 @@ def test_a_builtin_typed_by_a_type_specialisation_is_judged_by_its_value():
     np.testing.assert_array_equal(abi.read(program.variant({"T": "u32"}).run(n=3).outputs["dst"]), np.arange(3, dtype=np.float32))
     with pytest.raises(PluginError, match=r"not vec3<T> \(vec3<i32>\)"):
         program.variant({"T": "i32"})
+
+
+def test_a_self_referencing_alias_is_naga_s_to_report_not_expanded_without_end():
+    # alias A = array<vec2<A, A, A>>: each resolution round tripled the text (memory ran out
+    # after ~27 s; review helper 68).
+    body = "alias A = array<vec2<A, A, A>>;\n@compute @workgroup_size(64)\nfn main(@builtin(global_invocation_id) gid: A) {\n    dst_set(0u, 1.0);\n}\n"
+    yaml = 'bindings:\n  - { name: dst, kind: buffer, access: read_write, element: f32, count: "n" }\n'
+    with pytest.raises(PluginError, match="recursive"):
+        abi.program(key="t/alias_cycle", schema=abi.parse(yaml, "t/ac/bindings.yaml"), wgsl=body, wgsl_path="t/ac/kernel.wgsl").variant()

@@ -356,3 +356,7 @@ def test_a_bool_array_holding_other_bytes_is_stored_as_0_and_1():
     world.add(0)
     world.write(0, "b", np.frombuffer(bytes([0, 2, 255, 1]), np.bool_).reshape(2, 2))
     assert world.mirror("b").view(np.uint8).reshape(2, -1)[world.slot(0)][:4].tolist() == [0, 1, 1, 1]
+
+    with world.edit(0) as f:  # an edit's copy too
+        np.copyto(f["b"], np.frombuffer(bytes([7, 0, 3, 9]), np.bool_).reshape(2, 2))
+    assert world.mirror("b").view(np.uint8).reshape(2, -1)[world.slot(0)][:4].tolist() == [1, 0, 1, 1]
