@@ -32,7 +32,11 @@ def summary(world: Any, work: ProductWork) -> np.ndarray:
         return out
     values = _chunks(world, work.field("src"), work.keys)
     as_f32 = values.astype(np.float32)
-    total = np.cumsum(as_f32, axis=1, dtype=np.float32)[:, -1]  # sequential f32 adds, like the loop
+    # Sequential f32 adds from +0.0, like the kernel's loop (a chunk of -0.0 sums to +0.0);
+    # inf + -inf is NaN there too, without numpy's warning.
+    start = np.zeros((len(work.keys), 1), dtype=np.float32)
+    with np.errstate(invalid="ignore", over="ignore"):
+        total = np.cumsum(np.concatenate([start, as_f32], axis=1), axis=1, dtype=np.float32)[:, -1]
     # A NaN tile is skipped, as the GPU's min/max do (IEEE minNum on lavapipe and the H200;
     # numpy's min made the whole chunk's min NaN), and a chunk of NaN only is NaN. Otherwise
     # numpy's min and max, which pick between 0.0 and -0.0 as the kernel's loop does.
@@ -41,7 +45,7 @@ def summary(world: Any, work: ProductWork) -> np.ndarray:
         lo = np.where(nan, np.inf, values).min(axis=1)
         hi = np.where(nan, -np.inf, values).max(axis=1)
         only_nan = nan.all(axis=1)
-        lo[only_nan] = hi[only_nan] = np.nan
+        lo[only_nan] = hi[only_nan] = values[only_nan, 0]  # the kernel keeps its first NaN's bits
     else:
         lo, hi = values.min(axis=1), values.max(axis=1)
     out[:, 0] = lo.astype(np.float32)

@@ -182,8 +182,13 @@ def test_frame_stats_add_sums_a_subclasss_own_fields_too():
 def test_nan_tiles_and_signed_zeros_summarise_the_same_on_the_gpu_and_the_cpu(make_engine):
     # The GPU's min/max skip a NaN tile; numpy's min made the chunk's min NaN, so a chunk's
     # summary depended on who served it (review helper 67). A chunk of NaN only is NaN.
-    world = World((2, 2), {"height": np.float32}, max_chunks=8)
-    chunks = [[np.nan, 1, 2, 3], [1, np.nan, 3, 2], [0.0, -0.0, 1, 1], [-0.0, 0.0, -1, -1], [np.nan] * 4, [np.inf, -np.inf, 1, 2]]
+    bits = lambda *words: np.array(words, np.uint32).view(np.float32)  # noqa: E731
+    chunks = [
+        [np.nan, 1, 2, 3], [1, np.nan, 3, 2], [0.0, -0.0, 1, 1], [-0.0, 0.0, -1, -1], [np.nan] * 4, [np.inf, -np.inf, 1, 2],
+        [-0.0] * 4,  # sums to +0.0: the kernel's loop starts there (review helper 68)
+        bits(0xFFC00000, 0xFFC00000, 0xFFC00000, 0xFFC00000),  # NaN only: its first bits are kept
+    ]
+    world = World((2, 2), {"height": np.float32}, max_chunks=len(chunks))
     for key, values in enumerate(chunks):
         world.add(key, {"height": np.array(values, np.float32).reshape(2, 2)})
     gpu, cpu = Applied(world), Applied(world)
