@@ -76,6 +76,11 @@ def combine(world: Any, work: ProductWork) -> np.ndarray:
         a = _chunks(world, work.field("a"), work.keys).reshape(-1)
         b = _chunks(world, work.field("b"), work.keys).reshape(-1)
     a, b = a.astype(np.float32), b.astype(np.float32)
+    with np.errstate(invalid="ignore", over="ignore"):  # inf + -inf is NaN, as on the GPU
+        return _combine(op, a, b)
+
+
+def _combine(op: str, a: np.ndarray, b: np.ndarray) -> np.ndarray:
     if op == "min":
         return np.fmin(a, b)  # a NaN operand yields the other, as the GPU's min does
     if op == "max":

@@ -30,6 +30,8 @@ def cast_refusal(arr: np.ndarray, target: np.dtype) -> str | None:
             )
     elif target.kind == "f" and arr.dtype.kind == "f" and arr.dtype.itemsize > 4:
         finite = arr[np.isfinite(arr)]
-        if finite.size and np.abs(finite).max() > np.finfo(np.float32).max:
+        with np.errstate(over="ignore"):  # what rounds to inf, not what exceeds f32's max (3.4028235e38 rounds to it)
+            beyond = finite.size and bool(np.isinf(finite.astype(np.float32)).any())
+        if beyond:
             return "a value is beyond f32's range (it would become infinity); scale it or cast it yourself"
     return None

@@ -123,14 +123,16 @@ def _type_names(toks: list[Token]) -> tuple[dict[str, str], set[str]]:
 def _resolve(declared: str, aliases: Mapping[str, str], structs: set[str]) -> str | None:
     """``declared`` with every alias replaced (chains followed); None when a name in it is
     neither a WGSL word, a known alias nor a struct of the body (a module's: naga's to judge)."""
-    for _ in range(16):
+    for _ in range(len(aliases) + 1):  # a chain through every alias at most, unless one recurs
         names = {n for n in re.findall(r"[A-Za-z_]\w*", declared) if n in aliases}
         if not names:
             break
         for name in names:
             declared = re.sub(rf"\b{re.escape(name)}\b", aliases[name], declared)
-        if len(declared) > 256:  # no builtin's type is this long: a recursive alias, naga's to report
+        if len(declared) > 1 << 16:  # a recursive alias grows without end: naga reports its cycle
             return None
+    else:
+        return None
     words = set(re.findall(r"[A-Za-z_]\w*", declared))
     return declared.replace(",>", ">") if words <= _WGSL_WORDS | structs else None
 

@@ -164,3 +164,19 @@ def test_the_same_selection_sent_every_frame_still_gets_its_result():
     run_until_idle(engine)
     assert applied.results[-1].keys == (1,)
     engine.close()
+
+
+def test_the_combine_fallback_adds_inf_and_minus_inf_without_a_warning():
+    import warnings
+
+    from engine_plugin.world import World
+
+    world = World((2, 2), {"height": np.float32, "moisture": np.float32}, max_chunks=1)
+    world.add(0, {"height": np.full((2, 2), np.inf, np.float32), "moisture": np.full((2, 2), -np.inf, np.float32)})
+    engine = Engine(world, backend=NoGpuBackend())
+    applied = Applied(world)
+    _combine(engine, ReadbackPolicy.SELECTED_TILES, applied, op="add", tiles=[(0, (0, 0))])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # numpy's RuntimeWarning reached the game (review helper 69)
+        run_until_idle(engine)
+    assert np.isnan(applied.results[-1].values).all()

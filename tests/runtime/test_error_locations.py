@@ -282,3 +282,16 @@ def test_a_self_referencing_alias_is_naga_s_to_report_not_expanded_without_end()
     yaml = 'bindings:\n  - { name: dst, kind: buffer, access: read_write, element: f32, count: "n" }\n'
     with pytest.raises(PluginError, match="recursive"):
         abi.program(key="t/alias_cycle", schema=abi.parse(yaml, "t/ac/bindings.yaml"), wgsl=body, wgsl_path="t/ac/kernel.wgsl").variant()
+
+
+def test_a_long_alias_chain_to_a_wrong_type_is_still_named_at_its_parameter():
+    # A 300-character alias name, and a chain of 20 aliases, fell past the resolution's bounds
+    # into a "generated code" error (review helper 69).
+    long = "A" * 300
+    chain = "".join(f"alias A{k} = A{k - 1};\n" for k in range(1, 20))
+    head = f"alias {long} = vec3<i32>;\nalias G = {long};\nalias A0 = G;\n" + chain
+    body = head + "@compute @workgroup_size(64)\nfn main(@builtin(global_invocation_id) gid: A19) {\n    dst_set(0u, 1.0);\n}\n"
+    yaml = 'bindings:\n  - { name: dst, kind: buffer, access: read_write, element: f32, count: "n" }\n'
+    with pytest.raises(PluginError) as info:
+        abi.program(key="t/alias_chain", schema=abi.parse(yaml, "t/al/bindings.yaml"), wgsl=body, wgsl_path="t/al/kernel.wgsl").variant()
+    assert "not A19 (vec3<i32>)" in str(info.value) and info.value.span.line == head.count("\n") + 2

@@ -321,3 +321,12 @@ def test_a_gpu_texture_a_binding_cannot_take_is_a_dispatch_error(fmt, usage_name
     v = abi.program(key="t15h/sample", schema=abi.parse(SAMPLE_YAML, "t15h/sample/bindings.yaml"), wgsl=SAMPLE_WGSL).variant()
     with pytest.raises(DispatchError, match=match):
         v.run(n=(2, 2), inputs={"img": texture})
+
+
+def test_an_f64_that_rounds_to_the_f32_maximum_is_taken_and_one_past_it_refused():
+    # The check compared with f32's maximum, not with what rounds to infinity: 3.4028235e38
+    # (it rounds to the maximum) was refused (review helper 69).
+    from engine_plugin.lowering.casts import cast_refusal
+
+    assert cast_refusal(np.array([3.4028235e38, -3.4028235e38]), np.dtype(np.float32)) is None
+    assert cast_refusal(np.array([3.5e38]), np.dtype(np.float32)) is not None
