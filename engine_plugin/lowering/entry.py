@@ -35,7 +35,7 @@ import re
 from dataclasses import dataclass
 from typing import Mapping
 
-from .wgsl_text import Token, tokens
+from .wgsl_text import Token, at_module_scope, tokens
 
 __all__ = ["EntryWrap", "wrap_entry", "USER_MAIN", "EntryError"]
 
@@ -104,15 +104,10 @@ def _type_names(toks: list[Token]) -> tuple[dict[str, str], set[str]]:
     ``struct NAME`` names."""
     aliases: dict[str, str] = {}
     structs: set[str] = set()
-    depth = 0
-    for i, t in enumerate(toks):
-        if t.text in "{(":
-            depth += 1
-        elif t.text in "})":
-            depth -= 1
-        elif depth == 0 and t.text == "struct" and i + 1 < len(toks):
+    for i, t in at_module_scope(toks):
+        if t.text == "struct" and i + 1 < len(toks):
             structs.add(toks[i + 1].text)
-        elif depth == 0 and t.text == "alias" and i + 3 < len(toks) and toks[i + 2].text == "=":
+        elif t.text == "alias" and i + 3 < len(toks) and toks[i + 2].text == "=":
             j = i + 3
             while j < len(toks) and toks[j].text != ";":
                 j += 1

@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass
 from typing import Iterator
 
-__all__ = ["Token", "tokens", "module_declarations", "find_calls", "entry_point", "workgroup_size_literal", "starts_in_block_comment"]
+__all__ = ["Token", "tokens", "at_module_scope", "module_declarations", "find_calls", "entry_point", "workgroup_size_literal", "starts_in_block_comment"]
 
 _IDENT_START = re.compile(r"[A-Za-z_]")
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -80,6 +80,18 @@ def tokens(text: str) -> Iterator[Token]:
 
 
 _DECL_KEYWORDS = {"fn", "struct", "alias", "const", "override", "var"}
+
+
+def at_module_scope(toks: list[Token]) -> Iterator[tuple[int, Token]]:
+    """(index, token) of the tokens outside every ``{}`` and ``()``: module-scope text."""
+    depth = 0
+    for i, t in enumerate(toks):
+        if t.text in "{(":
+            depth += 1
+        elif t.text in "})":
+            depth -= 1
+        elif depth == 0:
+            yield i, t
 
 
 def module_declarations(text: str) -> list[Token]:

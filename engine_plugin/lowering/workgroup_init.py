@@ -10,7 +10,7 @@ Adapters that zero on their own pay one pass over memory already in the workgrou
 
 from __future__ import annotations
 
-from .wgsl_text import Token, tokens
+from .wgsl_text import Token, at_module_scope, tokens
 
 __all__ = ["workgroup_init_function", "INIT_FN"]
 
@@ -57,13 +57,8 @@ def _zero(ref: str, type_text: str, depth: int, invocations: int) -> str:
 
 def _workgroup_vars(toks: list[Token], text: str) -> list[tuple[str, str]]:
     out = []
-    depth = 0
-    for i, t in enumerate(toks):
-        if t.text in "{(":
-            depth += 1
-        elif t.text in "})":
-            depth -= 1
-        if depth or t.text != "var" or i + 5 >= len(toks):
+    for i, t in at_module_scope(toks):
+        if t.text != "var" or i + 5 >= len(toks):
             continue
         if [x.text for x in toks[i + 1 : i + 4]] != ["<", "workgroup", ">"] or toks[i + 4].kind != "ident" or toks[i + 5].text != ":":
             continue

@@ -53,21 +53,27 @@ def test_the_library_and_the_plain_commands_work_without_any_extra(tmp_path):
     assert done.returncode == 0, done.stderr
 
 
-def test_the_shipped_kernels_are_found_when_the_package_is_imported_from_an_archive(tmp_path):
-    # resources.as_file() extracts a folder only from Python 3.12: imported from a zip (a
-    # zipapp, a zipimport deployment) on 3.11 every shipped kernel raised IsADirectoryError
-    # (review helper 65).
-    import subprocess
-    import sys
+def _zipped_package(folder) -> str:
+    """The package as one zip archive in ``folder`` (a zipapp or zipimport deployment)."""
     import zipfile
 
-    archive = tmp_path / "engine_plugin.zip"
+    archive = folder / "engine_plugin.zip"
     with zipfile.ZipFile(archive, "w") as z:
         for root, dirs, files in os.walk(os.path.join(REPO, "engine_plugin")):
             dirs[:] = [d for d in dirs if d != "__pycache__"]
             for name in files:
                 path = os.path.join(root, name)
                 z.write(path, os.path.relpath(path, REPO))
+    return str(archive)
+
+
+def test_the_shipped_kernels_are_found_when_the_package_is_imported_from_an_archive(tmp_path):
+    # resources.as_file() extracts a folder only from Python 3.12: imported from a zip (a
+    # zipapp, a zipimport deployment) on 3.11 every shipped kernel raised IsADirectoryError
+    # (review helper 65).
+    import subprocess
+    import sys
+    archive = _zipped_package(tmp_path)
     code = (
         "import engine_plugin, os\n"
         "from engine_plugin.engine import kernel_folder\n"
@@ -85,15 +91,7 @@ def test_threads_loading_packaged_kernels_from_an_archive_share_one_extraction(t
     # (review helper 66).
     import subprocess
     import sys
-    import zipfile
-
-    archive = tmp_path / "engine_plugin.zip"
-    with zipfile.ZipFile(archive, "w") as z:
-        for root, dirs, files in os.walk(os.path.join(REPO, "engine_plugin")):
-            dirs[:] = [d for d in dirs if d != "__pycache__"]
-            for name in files:
-                path = os.path.join(root, name)
-                z.write(path, os.path.relpath(path, REPO))
+    archive = _zipped_package(tmp_path)
     code = (
         "import threading, tempfile\n"
         "from engine_plugin.assets import AssetLibrary\n"
