@@ -1,8 +1,9 @@
-"""Xvfb for window tests: started on a free display number, stopped by its own PID."""
+"""Xvfb for window tests: on a display number it picks itself, stopped by its own PID."""
 
 from __future__ import annotations
 
 import os
+import select
 import shutil
 import subprocess
 import time
@@ -10,22 +11,33 @@ import time
 import pytest
 
 
-def _free_display() -> int:
-    for n in range(90, 200):
-        if not os.path.exists(f"/tmp/.X{n}-lock") and not os.path.exists(f"/tmp/.X11-unix/X{n}"):
-            return n
-    raise RuntimeError("no free X display number in 90..199")
-
-
 @pytest.fixture()
 def xvfb():
-    """A running Xvfb; yields its DISPLAY string. Missing Xvfb is a failure (make test installs it)."""
+    """A running Xvfb; yields its DISPLAY string. Missing Xvfb is a failure (make test installs it).
+
+    Xvfb picks a free display itself (``-displayfd``) and says which: two test runs on one
+    machine looked for a free number at the same moment, took the same one, and the second's
+    window died when the first stopped its server."""
     exe = shutil.which("Xvfb")
     assert exe, "Xvfb is not installed (Debian: apt-get install xvfb); make test's bootstrap installs it"
-    n = _free_display()
-    proc = subprocess.Popen([exe, f":{n}", "-screen", "0", "1024x768x24", "-nolisten", "tcp"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    read, write = os.pipe()
+    proc = subprocess.Popen([exe, "-displayfd", str(write), "-screen", "0", "1024x768x24", "-nolisten", "tcp"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, pass_fds=(write,))
+    os.close(write)
+    number = b""
     deadline = time.monotonic() + 10
+    try:
+        while not number.endswith(b"\n"):
+            assert proc.poll() is None, f"Xvfb exited with {proc.returncode}"
+            assert time.monotonic() < deadline, "Xvfb did not report its display within 10 s"
+            ready, _, _ = select.select([read], [], [], 0.1)
+            if ready:
+                chunk = os.read(read, 16)
+                assert chunk, f"Xvfb closed its display pipe (exit {proc.poll()})"
+                number += chunk
+    finally:
+        os.close(read)
+    n = int(number.strip())
     while not os.path.exists(f"/tmp/.X11-unix/X{n}"):
         assert proc.poll() is None, f"Xvfb :{n} exited with {proc.returncode}"
         assert time.monotonic() < deadline, f"Xvfb :{n} did not start within 10 s"
