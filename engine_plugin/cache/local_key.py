@@ -64,6 +64,10 @@ def _read(path: str, own_only: bool = False) -> bytes | None:
             raise OSError(f"{path} is not a regular file")
         if own_only and (st.st_uid != os.getuid() or st.st_mode & 0o077):
             raise OSError(f"{path} is not this user's private file")
+        if st.st_mode & 0o077:
+            # Used (a studio may share one key file on purpose), but anyone who can read it can
+            # sign entries this user's games will run.
+            log.warning("variant cache: the cache key %s is readable by other users; anyone who can read it can forge cache entries (chmod 600 it)", path)
         data = os.read(fd, 4096)
     finally:
         os.close(fd)

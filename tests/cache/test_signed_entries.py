@@ -190,3 +190,14 @@ def test_a_cache_key_named_through_a_link_is_used_and_entries_stay_hits_across_p
         game = subprocess.run([sys.executable, "-c", GAME, root, cache_dir], capture_output=True, text=True, timeout=120, cwd=REPO)
         assert game.returncode == 0 and game.stdout.strip().splitlines()[-1] == "[2.0, 4.0, 6.0, 8.0]", game.stderr[-2000:]
         assert "cannot be used" not in game.stderr and "not signed" not in game.stderr, game.stderr[-2000:]
+
+
+def test_a_cache_key_others_can_read_is_used_with_a_warning(tmp_path, monkeypatch, caplog):
+    # Accepted silently before (review helper 58): anyone who can read it can sign entries.
+    path = tmp_path / "shared.key"
+    path.write_bytes(os.urandom(32))
+    path.chmod(0o644)
+    monkeypatch.setenv("ENGINE_PLUGIN_CACHE_KEY", str(path))
+    monkeypatch.setattr(local_key, "_keys", {})
+    assert local_key.local_cache_secret() == path.read_bytes()
+    assert any("readable by other users" in m for m in caplog.messages)
