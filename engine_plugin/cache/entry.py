@@ -168,6 +168,9 @@ def _check(lowered: Any) -> Lowered:
         raise BadEntry("payload does not describe a lowered variant")
     if not _positive_ints(lowered.workgroup, 3) or type(lowered.params.size) is not int or lowered.params.size < 0:
         raise BadEntry("payload holds a workgroup or params size no lowering makes")
+    files = lowered.source_map.files
+    if not isinstance(files, tuple) or not all(isinstance(f, str) for f in files) or not (lowered.asset is None or isinstance(lowered.asset, str)):
+        raise BadEntry("payload names its files with something other than paths")
     return lowered
 
 

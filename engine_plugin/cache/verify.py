@@ -87,7 +87,9 @@ def verify_entry(
     not hold under ``secret`` is refused.
 
     Returns:
-        (the entry's Lowered, how it was proven: "signed" or "relowered").
+        (the Lowered to serve, how it was proven): the entry's when "signed"; this client's own
+        lowering when "relowered" (equal but for the header line and file names, which are
+        the baker's and are not to be trusted).
     Raises:
         BadEntry: with a one-line reason, whatever is wrong.
     """
@@ -112,4 +114,7 @@ def verify_entry(
         raise BadEntry(f"this asset's text does not lower ({type(exc).__name__})") from None
     if not _same_lowering(lowered, reference):
         raise BadEntry("its lowered source or binding plan differs from this asset's own lowering (forged or foreign)")
-    return lowered, "relowered"
+    # The client's own lowering is what is served and kept: the entry's header line and file
+    # names (the baker's paths) are not compared, and a forged one (a NUL in the header, a
+    # files field of another type) would otherwise be served, and signed locally, for good.
+    return reference, "relowered"

@@ -46,6 +46,14 @@ def contents(entries: dict[str, bytes]) -> dict[str, dict]:
     return {k: {f: v for f, v in msgpack.unpackb(d, raw=False).items() if f not in ("mac", "validated", "sha256")} for k, d in entries.items()}
 
 
+def _compiled_lines(data: bytes) -> str:
+    """An entry's lowered source without its header line (which names the baker's files)."""
+    from engine_plugin.cache import decode_entry
+    from engine_plugin.cache.entry import entry_header
+
+    return decode_entry(entry_header(data)["key"], data, signed=False).source.split("\n", 1)[1]
+
+
 def server_values(server) -> dict[str, bytes]:
     client = server.client()
     return {n.decode()[len(NAMESPACE):]: client.get(n) for n in client.scan_iter(match=NAMESPACE + "*")}
@@ -109,8 +117,11 @@ def test_a_second_machine_starts_warm_from_what_the_first_baked_with_zero_loweri
     assert out["prefetch"]["remote"] == 26 and out["prefetch"]["local"] == 0 and out["prefetch"]["missed"] == 0
     assert out["remote"]["verified"] == 26 and out["remote"]["rejected"] == 0 and out["remote"]["hits"] == 26
     baked, fetched = entries_of(a), entries_of(b)
-    assert len(baked) == 26 and contents(fetched) == contents(baked)  # the same entries on both machines
-    assert contents(server_values(redis_server)) == contents(baked)  # and on the server
+    # The same variants on both machines: B keeps its own lowering of each (its own paths in
+    # the header line and the file names), equal in every line the GPU compiles.
+    assert len(baked) == 26 and sorted(fetched) == sorted(baked)
+    assert {k: _compiled_lines(d) for k, d in fetched.items()} == {k: _compiled_lines(d) for k, d in baked.items()}
+    assert contents(server_values(redis_server)) == contents(baked)  # the server holds what A baked
 
     again = machine(b, redis_server.url)  # the next start is all local: the server is not asked
     assert again["prefetch"]["local"] == 26 and again["remote"]["hits"] + again["remote"]["misses"] == 0 and again["lowered"] == 0
@@ -418,3 +429,42 @@ def test_the_environment_variable_names_the_remote_tier_and_false_turns_it_off(r
     assert AssetLibrary(samples_copy(tmp_path), cache=str(tmp_path / "c"), remote=False).remote is None
     monkeypatch.delenv(ENV_REMOTE)
     assert AssetLibrary(samples_copy(tmp_path), cache=str(tmp_path / "c")).remote is None
+
+
+def _forged(data: bytes, change) -> bytes:
+    """``data`` (an entry) with its Lowered changed by ``change``, checksum and all recomputed."""
+    from engine_plugin.cache import decode_entry, encode_entry
+    from engine_plugin.cache.entry import entry_header
+
+    key = entry_header(data)["key"]
+    return encode_entry(key, change(decode_entry(key, data, signed=False)), signed=False)
+
+
+def test_a_server_entry_with_a_forged_header_or_file_names_is_never_served(redis_server, baked_samples, tmp_path):
+    # The header line and the file names were not compared: a NUL in the header was served,
+    # signed locally and failed to compile on every start; an int for the files crashed every
+    # start (review helper 70). The client serves and keeps its own lowering, and refuses an
+    # entry whose files are not paths.
+    from dataclasses import replace
+
+    honest = entries_of(baked_samples)
+    forged = {}
+    for i, (key, data) in enumerate(honest.items()):
+        if i % 2:
+            forged[key] = _forged(data, lambda lw: replace(lw, source=lw.source.replace("\n", " \x00 x\n", 1)))
+        else:
+            forged[key] = _forged(data, lambda lw: replace(lw, source_map=replace(lw.source_map, files=12345)))
+    upload(redis_server, forged)
+    lib, wanted = library(tmp_path, redis_server.url)
+    rep = lib.prefetch(wanted)
+    assert rep.remote + rep.rejected == 26 and rep.rejected >= 13
+    for ref in lib.load_all():
+        for spec in wanted[ref.path]:
+            variant = ref.program().variant(spec.as_dict())
+            assert "\x00" not in variant.lowered.source and all(isinstance(f, str) for f in variant.lowered.source_map.files)
+    lib.close()
+    again = AssetLibrary(samples_copy(tmp_path), cache=str(tmp_path / "game-cache"))  # the next start: local entries only
+    for ref in again.load_all():
+        for spec in wanted[ref.path]:
+            assert "\x00" not in ref.program().variant(spec.as_dict()).lowered.source
+    again.close()
