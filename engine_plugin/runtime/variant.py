@@ -1068,6 +1068,14 @@ class Variant:
                 if value is None:
                     pages = self._page_binding(inputs)
                     value = pages.pages.get(slot.name)
+                elif any(c.page == slot.name and c.name in inputs for c in self.lowered.columns):
+                    # Given too: it must be the page the columns' runs live in (their offsets
+                    # and lengths would be applied to another buffer: another run's data).
+                    theirs = self._page_binding(inputs).pages.get(slot.name)
+                    if theirs is not None and theirs is not value:
+                        raise self._slot_error(
+                            slot, f"page {slot.name!r} is given a buffer other than the page its columns' runs live in; leave it out (the columns name it)"
+                        )
                 if not isinstance(value, wgpu.GPUBuffer):
                     raise self._slot_error(slot, f"page {slot.name!r} takes a GPUBuffer, or substrate handles for its columns")
                 bound[slot.binding] = _Bound(value, value.size // 4)

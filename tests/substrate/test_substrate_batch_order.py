@@ -86,3 +86,24 @@ def test_a_deferred_run_comes_before_a_page_write_made_after_it():
     run = copy.run(n=4, inputs={"col": h})  # may be held back for a one-shot read to join
     s.write(h, np.array([5, 5, 5, 5], np.uint32))
     np.testing.assert_array_equal(abi.read(run.outputs["out"]), [1, 2, 3, 4])
+
+
+def test_a_page_given_besides_its_columns_must_be_the_page_they_live_in():
+    # The explicit page won: the column's offset and length were applied to another page, and
+    # the kernel read another run's data (review helper 71).
+    import pytest
+
+    from engine_plugin.errors import DispatchError
+
+    copy, _ = _kernels()
+    s = Substrate(page_bytes=4096)
+    h = s.alloc("u32", 4)
+    s.write(h, np.array([1, 2, 3, 4], np.uint32))
+    s.alloc("u32", 2000)
+    other = s.alloc("u32", 3000)
+    s.write(other, np.full(3000, 77, np.uint32))
+    assert h.page != other.page
+    with pytest.raises(DispatchError, match="other than the page its columns"):
+        copy.run(n=4, inputs={"col": h, "P": s.page_buffer(other.page)})
+    same = copy.run(n=4, inputs={"col": h, "P": s.page_buffer(h.page)})  # its own page: fine
+    np.testing.assert_array_equal(abi.read(same.outputs["out"]), [1, 2, 3, 4])
