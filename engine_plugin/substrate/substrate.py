@@ -162,8 +162,11 @@ class Substrate:
             if name is not None:
                 self._names[name] = handle
             page.runs += 1
-            if zero and base < page.touched and words:
-                self._write_zeros(page, base, min(words, page.touched - base))
+            # An empty run clears its first element too: a kernel's reads of it clamp there
+            # (it would read a freed run's data).
+            cleared = max(words, vt.lanes)
+            if zero and base < page.touched:
+                self._write_zeros(page, base, min(cleared, reserve, page.touched - base))
             page.touched = max(page.touched, base + reserve)
             return handle
 

@@ -107,3 +107,16 @@ def test_a_page_given_besides_its_columns_must_be_the_page_they_live_in():
         copy.run(n=4, inputs={"col": h, "P": s.page_buffer(other.page)})
     same = copy.run(n=4, inputs={"col": h, "P": s.page_buffer(h.page)})  # its own page: fine
     np.testing.assert_array_equal(abi.read(same.outputs["out"]), [1, 2, 3, 4])
+
+
+def test_an_empty_run_over_a_freed_one_reads_zeros():
+    # Its reads clamp to its first element, which alloc's zeroing skipped: a freed run's data
+    # came back (review helper 71).
+    copy, _ = _kernels()
+    s = Substrate(page_bytes=4096)
+    old = s.alloc("u32", 16)
+    s.write(old, np.arange(100, 116, dtype=np.uint32))
+    s.free(old)
+    empty = s.alloc("u32", 0)
+    assert (empty.page, empty.base) == (old.page, old.base)
+    np.testing.assert_array_equal(abi.read(copy.run(n=3, inputs={"col": empty}).outputs["out"]), [0, 0, 0])
