@@ -39,6 +39,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..device.loss import DeviceFault, classify
+from ..device.ordering import register_settle
 from ..errors import DeviceLostError
 
 __all__ = ["PENDING", "Submission", "encode_records", "flush_open_batches", "flush_pending", "submit_records", "submit_encoder"]
@@ -54,6 +55,13 @@ def flush_pending() -> None:
         from .deferred import flush_deferred
 
         flush_deferred()
+
+
+def _settle() -> None:
+    """What a direct queue write or read outside the core must come after (device.ordering)."""
+    if PENDING[0] is not None:
+        flush_pending()
+    flush_open_batches()
 
 
 def flush_open_batches() -> None:
@@ -313,3 +321,7 @@ class Submission:
                 window.submitted()
         for fn in after:
             fn()
+
+
+# Page writes and reads (the substrate, a layer below) come after the runs held back here.
+register_settle(_settle)

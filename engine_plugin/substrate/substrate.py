@@ -38,6 +38,7 @@ import wgpu
 
 from ..arrays import prepare_array
 from ..device.context import DeviceContext, get_context
+from ..device.ordering import settle
 from ..lowering.types import ValueType, parse_value_type
 from .handles import Placement, RunHandle, StaleRunError, SubstrateError
 from .pages import Page, PageGroup, ScriptEntry
@@ -60,18 +61,6 @@ def live_substrates() -> list["Substrate"]:
 def find_run(name: str) -> list[RunHandle]:
     """Every live run named ``name``, across the live substrates (normally zero or one)."""
     return [h for s in live_substrates() if (h := s.find(name)) is not None]
-
-
-def _after_recorded_runs() -> None:
-    """Submit the runs this thread recorded and has not submitted yet (an open ``abi.batch()``,
-    a deferred one-shot run) before a page write or read: ``queue.write_buffer`` and
-    ``read_buffer`` go to the queue at once, ahead of them, so a run recorded before a write
-    read the written data, a zeroed run got a freed run's data, and a read missed the run."""
-    from ..runtime.submission import PENDING, flush_open_batches, flush_pending
-
-    if PENDING[0] is not None:
-        flush_pending()
-    flush_open_batches()
 
 
 class Substrate:
@@ -256,7 +245,7 @@ class Substrate:
             if arr.nbytes:
                 page = self._pages[handle.page]
                 assert page is not None
-                _after_recorded_runs()
+                settle()  # runs recorded before (a batch, a deferred run) go first
                 self.ctx.queue.write_buffer(page.buffer, (handle.base + start * vt.lanes) * 4, arr)
 
     def read(self, handle: RunHandle, as_u32: bool = False) -> np.ndarray:
@@ -278,7 +267,7 @@ class Substrate:
                 hi = max(handles[i].base + handles[i].words for i in members)
                 words = np.zeros(0, dtype="<u4")
                 if hi > lo:
-                    _after_recorded_runs()
+                    settle()  # runs recorded before (a batch, a deferred run) go first
                     with self.ctx.guard.submitting("a substrate read"):  # read_buffer submits a copy
                         raw = self.ctx.queue.read_buffer(page.buffer, lo * 4, (hi - lo) * 4)
                     words = np.frombuffer(raw, dtype="<u4")
@@ -482,7 +471,7 @@ class Substrate:
         return page, base
 
     def _write_zeros(self, page: Page, base: int, words: int) -> None:
-        _after_recorded_runs()
+        settle()  # runs recorded before (a batch, a deferred run) go first
         if self._zeros.size < words:
             self._zeros = np.zeros(max(words, 2 * self._zeros.size), dtype="<u4")
         self.ctx.queue.write_buffer(page.buffer, base * 4, self._zeros[:words])
