@@ -671,8 +671,7 @@ class Engine:
                 self._claim_dirty()
 
     def _upload(self, st: FrameStats | None, index: ChunkIndex | None) -> FrameStats:
-        if self._claims and (self._dirty_token is not None or self._dirty_released):
-            self._claim_dirty()
+        self._claim_if_released()  # under the world's lock already (an RLock: taken again)
         st = st if st is not None else FrameStats(frame=self._frame)
         readers: dict[str, list[Product]] = {name: [] for name in self._gpu.kept}
         for product in self._order:

@@ -140,26 +140,12 @@ def wrap_entry(
     toks = list(tokens(text))
     body_aliases, structs = _type_names(toks)
     aliases = {**dict(type_values or {}), **body_aliases}
-    depth, at = 0, None
-    for i, t in enumerate(toks):
-        if t.text == "{":
-            depth += 1
-        elif t.text == "}":
-            depth -= 1
-        elif depth == 0 and t.text == "fn" and i + 2 < len(toks) and toks[i + 1].text == "main" and toks[i + 2].text == "(":
-            at = i
-            break
-    if at is None:  # check_body already refused a body without one
+    mains = [i for i, t in at_module_scope(toks) if t.text == "fn" and i + 2 < len(toks) and toks[i + 1].text == "main" and toks[i + 2].text == "("]
+    if not mains:  # check_body already refused a body without one
         raise EntryError(toks[0] if toks else Token("punct", "", 1, 1, 0), "no fn main")
-    for i in range(at + 3, len(toks) - 2):
-        t = toks[i]
-        if t.text == "{":
-            depth += 1
-        elif t.text == "}":
-            depth -= 1
-        elif depth == 0 and t.text == "fn" and toks[i + 1].text == "main" and toks[i + 2].text == "(":
-            first = toks[at + 1]
-            raise EntryError(toks[i + 1], f"a second fn main (the first is at line {first.line}); a kernel has one entry point")
+    at = mains[0]
+    if len(mains) > 1:
+        raise EntryError(toks[mains[1] + 1], f"a second fn main (the first is at line {toks[at + 1].line}); a kernel has one entry point")
     chars = list(text)
     # Attributes before `fn main`: walk back over `@name` and `@name(...)`.
     k = at - 1
