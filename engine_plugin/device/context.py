@@ -25,6 +25,7 @@ from typing import Any
 import wgpu
 
 from ..errors import NoAdapterError
+from .destroyed import install as install_destroy_marks
 from .guard import SubmissionGuard, guard_for
 
 __all__ = ["DeviceContext", "adapter_summary", "fresh_context", "get_context", "reset_default_context"]
@@ -85,6 +86,7 @@ class DeviceContext:
     """
 
     def __init__(self, device: Any, adapter: Any | None = None):
+        install_destroy_marks()  # runs refuse a destroyed buffer instead of aborting in wgpu-native
         self.device = device
         self.adapter = adapter
         self.queue = device.queue

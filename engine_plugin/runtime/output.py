@@ -16,6 +16,7 @@ import numpy as np
 import wgpu
 
 from ..device.context import get_context
+from ..device.destroyed import is_destroyed
 from ..device.mapping import map_submitted
 from ..errors import DeviceLostError, DispatchError
 from ..lowering.structs import StructType
@@ -40,6 +41,8 @@ def read_words(buffer: Any, offset: int = 0, size: int | None = None, device: An
     """
     if not (buffer.usage & wgpu.BufferUsage.COPY_SRC):
         raise DispatchError(f"cannot read buffer {buffer.label!r}: it was created without COPY_SRC usage")
+    if is_destroyed(buffer):  # copying from it would abort the process (device/destroyed.py)
+        raise DispatchError(f"cannot read buffer {buffer.label!r}: it was destroyed (destroy() was called on it)")
     size = buffer.size - offset if size is None else size
     if size <= 0:
         return memoryview(b"") if dtype is None else np.empty(0, dtype)

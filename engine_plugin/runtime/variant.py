@@ -35,6 +35,8 @@ from typing import Any, Mapping
 import numpy as np
 import wgpu
 
+from ..device.destroyed import EPOCH as DESTROY_EPOCH
+from ..device.destroyed import is_destroyed
 from ..errors import DeviceLostError, DispatchError, ExpressionError, Span, bug, in_source
 from ..lowering.expressions import parse_expression
 from ..lowering.geometry import Domain, as_domain, dispatch_fields, group_cap
@@ -262,6 +264,7 @@ class _Repeat:
         "simple",
         "host",
         "defer",
+        "epoch",
     )
 
     def __init__(
@@ -275,6 +278,18 @@ class _Repeat:
         self.simple = False  # pooled plain outputs only, no inout bindings (set by _remember)
         self.host: dict = {}  # input name -> (slot, dtype, shape, direct): numpy inputs, uploaded each run
         self.defer = False  # a deferrable run (runtime.deferred)
+        self.epoch = DESTROY_EPOCH[0]  # no buffer bound here was destroyed while this is current
+
+    def none_destroyed(self) -> bool:
+        """Whether no buffer this repeat binds was destroyed since its checks (a submission
+        using one aborts the process: device/destroyed.py). One compare, unless something
+        somewhere was destroyed since (``queue.read_buffer`` destroys its staging buffer)."""
+        epoch = DESTROY_EPOCH[0]
+        if self.epoch != epoch:
+            if any(is_destroyed(b) for b in self.fixed):
+                return False
+            self.epoch = epoch
+        return True
 
 
 def _same_inputs(given: Any, rep: _Repeat) -> bool:
@@ -357,11 +372,12 @@ class _PlacedRepeat:
     shapes, which key ``entries``. Numpy inputs are uploaded afresh every prepare.
     """
 
-    __slots__ = ("results", "inputs", "arrays", "param_items", "fingerprint", "entries")
+    __slots__ = ("results", "inputs", "arrays", "param_items", "fingerprint", "entries", "epoch")
 
     def __init__(self, results: Any, inputs: tuple, arrays: dict, param_items: tuple, fingerprint: Any):
         self.results, self.inputs, self.arrays = results, inputs, arrays
         self.param_items, self.fingerprint = param_items, fingerprint
+        self.epoch = DESTROY_EPOCH[0]  # no buffer bound here was destroyed while this is current
         # (n, ((name, dtype, shape), ...)) -> (data, groups, layout, end, ops, fixed bound)
         self.entries: "OrderedDict[tuple, tuple]" = OrderedDict()
 
@@ -369,6 +385,11 @@ class _PlacedRepeat:
         """Whether a prepare with these arguments may use an entry (see the class)."""
         if results is not self.results or not inputs or len(inputs) != len(self.inputs):
             return False
+        if self.epoch != DESTROY_EPOCH[0]:  # something was destroyed since: not what this binds?
+            epoch = DESTROY_EPOCH[0]
+            if is_destroyed(results) or any(is_destroyed(v) for _, v in self.inputs if v is not None):
+                return False
+            self.epoch = epoch
         arrays = self.arrays
         for (k, v), (rk, rv) in zip(inputs.items(), self.inputs):
             if k != rk:
@@ -533,7 +554,12 @@ class Variant:
         return getattr(buffer, "_device", self.ctx.device) is not self.ctx.device
 
     def _foreign(self, slot: HostSlot, buffer: Any) -> None:
-        """Refuse a buffer of another device (one made before a loss and recovery, say)."""
+        """Refuse a buffer or texture of another device (one made before a loss and recovery,
+        say), or one destroyed (a submission using it aborts the process: device/destroyed.py)."""
+        if is_destroyed(buffer):
+            raise self._slot_error(
+                slot, f"{slot.name!r}: the buffer or texture {buffer.label!r} handed to it was destroyed (destroy() was called on it); hand it a live one"
+            )
         if self._other_device(buffer):
             raise self._slot_error(
                 slot,
@@ -1298,6 +1324,8 @@ class Variant:
         rn = rep.n
         if n is not rn and not _same_domain(n, rn):
             return None
+        if not rep.none_destroyed():
+            return None  # the full path refuses it
         if not _same_params(params, rep):
             return None
         if not (_same_inputs(inputs, rep) if rep.host else _same_objects(inputs, rep.inputs)):
@@ -1390,7 +1418,7 @@ class Variant:
     def _page_binding(self, inputs: Mapping[str, Any]) -> Any:
         """Pages and col_base_*/col_len_* params from the column handles in ``inputs`` (once per run)."""
         cols = {c.name: inputs[c.name] for c in self.lowered.columns if c.name in inputs}
-        cache_key = tuple((k, id(v)) for k, v in cols.items())
+        cache_key = (DESTROY_EPOCH[0], *((k, id(v)) for k, v in cols.items()))
         if self._last_pages is not None and self._last_pages[0] == cache_key:
             return self._last_pages[1]
         missing = [c for c in self.lowered.columns if c.name not in cols]
@@ -1404,6 +1432,9 @@ class Variant:
 
         result = page_binding(self.lowered, cols)
         for page, buffer in result.pages.items():
+            if is_destroyed(buffer):
+                line = next((c.line for c in self.lowered.columns if c.page == page), None)
+                raise DispatchError(f"page {page!r}: its buffer {buffer.label!r} was destroyed (destroy() was called on it)", self._source_span(line))
             if self._other_device(buffer):
                 line = next((c.line for c in self.lowered.columns if c.page == page), None)
                 raise DispatchError(

@@ -223,3 +223,68 @@ def test_a_gpu_reset_while_a_read_waits_is_a_device_lost_error_not_a_raw_attribu
     proc = _run_script(tmp_path, RESET_DURING_READ_SCRIPT, timeout=180)
     assert "LEAKED" not in proc.stdout, proc.stdout
     assert "DeviceLostError (expected)" in proc.stdout or "read returned" in proc.stdout, proc.stdout
+
+
+DESTROYED_SCRIPT = textwrap.dedent("""
+    import numpy as np, wgpu
+    from engine_plugin import abi
+    from engine_plugin.errors import DispatchError
+    from engine_plugin.device.context import get_context
+    YAML = (
+        "bindings:\\n"
+        "  - { name: src, kind: buffer, access: read, element: f32 }\\n"
+        "  - { name: dst, kind: buffer, access: read_write, element: f32, count: 'len(src)' }\\n"
+    )
+    WGSL = "@compute @workgroup_size(64)\\nfn main(@builtin(global_invocation_id) gid: vec3<u32>) {\\n    let i = zero_index(gid);\\n    if (i >= zero_n()) { return; }\\n    dst_set(i, src_get(i) + 1.0);\\n}\\n"
+    v = abi.program(key="destroyed", schema=abi.parse(YAML), wgsl=WGSL).variant()
+    dev = get_context().device
+    U = wgpu.BufferUsage
+    def buffer():
+        return dev.create_buffer_with_data(data=np.arange(4, dtype=np.float32), usage=U.STORAGE | U.COPY_SRC)
+    def refused(what, call):
+        try:
+            call()
+        except DispatchError as exc:
+            assert "destroyed" in str(exc), exc
+            print("refused", what)
+        else:
+            raise SystemExit(what + ": no error")
+    # an input buffer destroyed after a run took it (the repeat path remembers it)
+    src = buffer()
+    for _ in range(3):
+        assert abi.read(v.run(4, inputs={"src": src}).outputs["dst"]).tolist() == [1, 2, 3, 4]
+    src.destroy()
+    refused("input", lambda: v.run(4, inputs={"src": src}))
+    def in_batch():
+        with abi.batch():
+            v.run(4, inputs={"src": src})
+    refused("input in a batch", in_batch)
+    # a given output buffer, and an Output whose buffer its holder destroyed
+    out = dev.create_buffer(size=16, usage=U.STORAGE | U.COPY_SRC)
+    good = buffer()
+    v.run(4, inputs={"src": good}, outputs={"dst": out})
+    out.destroy()
+    refused("given output", lambda: v.run(4, inputs={"src": good}, outputs={"dst": out}))
+    chained = v.run(4, inputs={"src": good}).outputs["dst"]
+    chained.buffer.destroy()
+    refused("chained Output", lambda: v.run(4, inputs={"src": chained}))
+    refused("read of a destroyed buffer", lambda: abi.read(src))
+    # a column bound to a plain buffer (its page), remembered by the page cache
+    COLS = "bindings:\\n  - { name: PA, kind: page, access: read_write }\\n  - { name: m, kind: column, page: PA, element: f32 }\\n"
+    BODY = "@compute @workgroup_size(64)\\nfn main(@builtin(global_invocation_id) gid: vec3<u32>) {\\n    let i = zero_index(gid);\\n    if (i >= zero_n()) { return; }\\n    m_set(i, 1.0);\\n}\\n"
+    c = abi.program(key="destroyed/cols", schema=abi.parse(COLS), wgsl=BODY).variant()
+    page = dev.create_buffer(size=64, usage=U.STORAGE | U.COPY_SRC | U.COPY_DST)
+    for _ in range(2):
+        c.run(4, inputs={"m": page})
+    page.destroy()
+    refused("column page", lambda: c.run(4, inputs={"m": page}))
+    # the device is fine afterwards
+    assert abi.read(v.run(4, inputs={"src": good}).outputs["dst"]).tolist() == [1, 2, 3, 4]
+    print("alive")
+""")
+
+
+def test_a_destroyed_buffer_handed_to_a_run_is_a_dispatch_error_not_a_process_abort(tmp_path):
+    # wgpu-native panics (the process aborts, exit 134) when a submission uses a destroyed buffer
+    proc = _run_script(tmp_path, DESTROYED_SCRIPT, timeout=120)
+    assert proc.stdout.count("refused") == 6 and "alive" in proc.stdout

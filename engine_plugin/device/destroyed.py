@@ -1,0 +1,55 @@
+"""Buffers and textures their owner destroyed, known before anything binds them.
+
+wgpu-native treats a submission that uses a destroyed buffer or texture as fatal: it panics
+inside ``wgpuQueueSubmit`` and aborts the process (wgpu-py 0.32 has no error scope around a
+submit, and the panic cannot be caught). wgpu-py keeps no destroyed state either, so
+:func:`install` wraps ``destroy()`` of both classes once to mark the object and bump
+:data:`EPOCH`. A run refuses a marked object it was handed (a ``DispatchError`` naming the
+binding), and a remembered call's fast path compares :data:`EPOCH` to know nothing it bound
+was destroyed since it was checked.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+__all__ = ["EPOCH", "install", "is_destroyed"]
+
+_MARK = "_engine_plugin_destroyed"
+EPOCH = [0]  # bumped by every destroy(): a remembered binding's checks hold while it is unchanged
+_lock = threading.Lock()
+_installed = [False]
+
+
+def is_destroyed(obj: Any) -> bool:
+    """Whether ``destroy()`` was called on this buffer or texture."""
+    return getattr(obj, _MARK, False) is True
+
+
+def _marking(destroy: Any) -> Any:
+    def marked_destroy(self: Any) -> None:
+        try:
+            setattr(self, _MARK, True)
+        except AttributeError:  # a class with __slots__: nothing to mark, nothing refused
+            pass
+        EPOCH[0] += 1
+        destroy(self)
+
+    marked_destroy.__wrapped__ = destroy  # type: ignore[attr-defined]
+    marked_destroy.__doc__ = destroy.__doc__
+    return marked_destroy
+
+
+def install() -> None:
+    """Wrap wgpu-py's ``GPUBuffer.destroy`` and ``GPUTexture.destroy`` (once a process)."""
+    with _lock:
+        if _installed[0]:
+            return
+        import wgpu.backends.wgpu_native as native
+
+        for cls in (native.GPUBuffer, native.GPUTexture):
+            destroy = cls.__dict__.get("destroy")
+            if destroy is not None and not hasattr(destroy, "__wrapped__"):
+                cls.destroy = _marking(destroy)
+        _installed[0] = True
