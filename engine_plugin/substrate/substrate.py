@@ -52,6 +52,17 @@ _registry: "weakref.WeakSet[Substrate]" = weakref.WeakSet()
 _registry_lock = threading.Lock()
 
 
+def _check_group_key(key: Any) -> None:
+    """Refuse what cannot name a page group: an unhashable key, and None, which every run made
+    outside a group carries (a group keyed None would be those runs, and freeing it theirs)."""
+    if key is None:
+        raise SubstrateError("a page group key cannot be None: None marks the runs made outside any group")
+    try:
+        hash(key)
+    except TypeError:
+        raise SubstrateError(f"a page group key must be hashable, not {type(key).__name__}") from None
+
+
 def live_substrates() -> list["Substrate"]:
     """The substrates that are open now (for name lookups)."""
     with _registry_lock:
@@ -290,10 +301,7 @@ class Substrate:
         """
         with self._lock:
             self._check_open()
-            try:
-                hash(key)
-            except TypeError:
-                raise SubstrateError(f"a page group key must be hashable, not {type(key).__name__}") from None
+            _check_group_key(key)
             group = self._groups.get(key)
             if group is None:
                 group = self._groups[key] = PageGroup(key)
@@ -315,6 +323,7 @@ class Substrate:
 
     def group_runs(self, key: Any) -> list[RunHandle]:
         """The live runs made inside group ``key``, in slot order."""
+        _check_group_key(key)
         with self._lock:
             return [h for h in self.runs() if h.group == key]
 
@@ -328,6 +337,7 @@ class Substrate:
 
     def release_group(self, key: Any) -> int:
         """Free the group's runs and hand its pages to the shared pool; forgets its script."""
+        _check_group_key(key)
         with self._lock:
             group = self._groups.get(key)
             if group is None:

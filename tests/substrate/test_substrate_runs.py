@@ -315,3 +315,16 @@ def test_a_run_on_another_devices_substrate_is_a_plugin_error_naming_the_page():
         assert "t/other_device_page/bindings.yaml:3" in str(info.value)
     finally:
         arena.close()
+
+
+def test_none_is_no_page_group_key_so_freeing_group_none_never_frees_ungrouped_runs(arena):
+    # Runs made outside any group carry the group None: a group keyed None was the same group,
+    # and free_group(None) freed every ungrouped run (helper 71).
+    loose = arena.alloc("f32", 8, name="loose")
+    with pytest.raises(SubstrateError, match="None"):
+        with arena.with_page_group(None):
+            pass
+    for call in (arena.free_group, arena.group_runs, arena.release_group):
+        with pytest.raises(SubstrateError, match="None"):
+            call(None)
+    assert loose.live and arena.read(loose).shape == (8,)
