@@ -108,6 +108,7 @@ class _Work:
     chained: list = field(default_factory=list)  # (Output, the count bound, None for its capacity)
     shares: list = field(default_factory=list)  # Outputs whose buffers this run binds elsewhere: share()d once every check passed
     handouts: list = field(default_factory=list)  # (Output given in outputs=, its counter too): handed out once every check passed
+    domain_output: Any = None  # the Output handed as domain_count: its count stays on the GPU
 
 
 class _CounterHolder:
@@ -590,7 +591,14 @@ class Variant:
         raw words (``bits``/``atomic``)."""
         vt = slot.value_type
         known = value.count_known  # read once: another thread may learn the count meanwhile
-        count = value.count if known else value.capacity
+        if not known and value is not work.domain_output:
+            # Its count is on the GPU: read it now (a wait), so the binding covers exactly the
+            # live elements (SPEC: arrayLength == NAME_len()) and len() in count expressions is
+            # the count. Handed as the run's domain_count too, it stays on the GPU: the kernel
+            # runs over zero_n(), the live count, and the binding covers the capacity.
+            count, known = value.count, True
+        else:
+            count = value.count if known else value.capacity
         work.chained.append((value, count if known else None))  # what a repeat must find again
         if isinstance(vt, StructType) or isinstance(value.element, StructType):
             if value.element != vt:
@@ -1061,6 +1069,9 @@ class Variant:
         user_params = self._packer.check(params)
 
         work = _Work()
+        given_domain = _unwrap(domain_count)
+        if isinstance(given_domain, Output):
+            work.domain_output = given_domain
         bound: dict[int, _Bound] = {}
         lengths: dict[str, int] = {}
         bound_len: dict[str, int] = {}  # given outputs bound over more than this run's size

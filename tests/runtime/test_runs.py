@@ -681,3 +681,44 @@ def test_a_nan_cast_by_value_on_the_gpu_is_zero_as_the_rule_says():
         table_body = copy_body.replace("x_get(i)", f"cols_{t}(0u, i, 0u)")
         via_table = abi.program(key=f"t/nan_table_{t}", schema=abi.parse(table_yaml, f"t/nan_table_{t}/bindings.yaml"), wgsl=table_body).variant()
         np.testing.assert_array_equal(abi.read(via_table.run(n=4, inputs={"cols": abi.table({"c": values})}).outputs["y"]), np.array(want, dtype=dtype))
+
+
+STATS_YAML = """\
+bindings:
+  - { name: pts, kind: buffer, access: read, element: f32 }
+  - { name: res, kind: buffer, access: read_write, element: f32, count: "2" }
+  - { name: copy, kind: buffer, access: read_write, element: f32, count: "len(pts)" }
+workgroup: 1
+"""
+STATS_WGSL = """\
+@compute @workgroup_size(1)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
+    if (zero_index(gid) != 0u) { return; }
+    var m = 1e30;
+    var s = 0.0;
+    for (var i = 0u; i < pts_len(); i++) { m = min(m, pts_get(i)); s += pts_get(i); copy_set(i, pts_get(i)); }
+    res_set(0u, m);
+    res_set(1u, f32(arrayLength(&pts)));
+}
+"""
+
+
+def test_an_append_output_chained_before_its_count_is_read_binds_its_live_elements_only():
+    # SPEC: a binding covers exactly the live elements (arrayLength == NAME_len()). Chained
+    # before anyone read its count, an append output was bound over its whole capacity: the
+    # zeros past the count entered the next kernel, and len() in count expressions was the
+    # capacity; reading .count first gave the right answer (helper 72).
+    filt = make("t/filter", FILTER_YAML, FILTER_WGSL)
+    stats = make("t/stats_of_hits", STATS_YAML, STATS_WGSL)
+    src = np.arange(1, 101, dtype=np.float32)
+    for peek in (False, True):
+        hits = filt.run(n=100, inputs={"src": src}, params={"threshold": 90.0, "cap": 256}).outputs["hits"]
+        if peek:
+            assert hits.count == 10
+        run = stats.run(n=1, inputs={"pts": hits})
+        assert abi.read(run.outputs["res"]).tolist() == [91.0, 10.0], f"peek={peek}"
+        np.testing.assert_array_equal(np.sort(abi.read(run.outputs["copy"])), src[src > 90.0])
+        # the same call again (the repeat path) after the count is known, in a batch too
+        with abi.batch():
+            again = stats.run(n=1, inputs={"pts": hits})
+        assert abi.read(again.outputs["res"]).tolist() == [91.0, 10.0]
