@@ -23,13 +23,13 @@ from .structs import StructType
 from .textures import storage_texture_wgsl, texture_wgsl
 from .types import ValueType, parse_value_type
 from .variants import VariantSpec, resolve_spec
-from .wgsl_text import find_calls, module_declarations, tokens, workgroup_size_literal
+from .wgsl_text import Token, evaluate_int, find_calls, module_constants, module_declarations, tokens, workgroup_size_attribute
 from .workgroup_init import INIT_FN, workgroup_init_function
 
 __all__ = ["lower", "LOWERING_VERSION"]
 
 # Bump whenever the generated code or plan changes: it is part of every cache key.
-LOWERING_VERSION = 6
+LOWERING_VERSION = 7
 _YAML = 0  # source-map file index of bindings.yaml
 _BODY = 1  # and of the WGSL body; imported modules follow, in inclusion order
 
@@ -66,6 +66,7 @@ class _Lowerer:
         self.wgsl = wgsl.replace("\r\n", "\n")
         self.vspec = vspec
         self.values = vspec.as_dict()
+        self._module_toks: list[list[Token]] = []  # the #import modules' tokens (set by lower)
         self.workgroup = schema.workgroup_for(self.values)
         self.yaml_path = schema.path or "bindings.yaml"
         self.wgsl_path = wgsl_path or "kernel.wgsl"
@@ -143,7 +144,7 @@ class _Lowerer:
         self.emit_accessors(present)
 
         module_texts = ["\n".join(mlines) for mlines in module_lines]
-        module_toks = [list(tokens(text)) for text in module_texts]  # each text tokenized once
+        module_toks = self._module_toks = [list(tokens(text)) for text in module_texts]  # each text tokenized once
         body_toks = list(tokens(body_text))
         # The module functions the body can reach: exact's atomics check skips the rest (a
         # shared module may hold helpers meant for float_order assets).
@@ -445,15 +446,7 @@ class _Lowerer:
                     where(t),
                     t.col - 1,
                 )
-        wg = workgroup_size_literal(body_text)
-        if wg is not None and wg[1] != self.workgroup:
-            tok, dims = wg
-            want = self.workgroup
-            raise self.error(
-                f"@workgroup_size{_dims(dims)} does not match bindings.yaml's workgroup {_dims(want)}; the host dispatches by the schema's size",
-                where(tok),
-                tok.col,
-            )
+        self.check_workgroup_size(toks, where)
         if self.schema.determinism == "exact":
             appends = {f"{b.name}_append" for b in present if b.kind == "buffer" and b.append}
             for call in find_calls(body_text, appends):
@@ -464,6 +457,53 @@ class _Lowerer:
                     call.col,
                 )
             self.check_exact_atomics(toks, where)
+
+    def check_workgroup_size(self, toks: list, where: Any) -> None:
+        """The body's ``@workgroup_size`` must be the schema's workgroup: the generated entry
+        point runs with the schema's size, so a kernel written for another one (its shared
+        memory, its strides) would compute silently wrong numbers. Literals, consts and
+        overrides of them (an override keeps its default) and this schema's ``kind:
+        workgroup`` specialisations are evaluated; anything else is refused."""
+        found = workgroup_size_attribute(toks)
+        if found is None:
+            return
+        tok, args = found
+        want = self.workgroup
+        known = {sp.name: int(self.values[sp.name]) for sp in self.schema.specialize if sp.kind == "workgroup"}
+        consts = {}
+        for mtoks in self._module_toks:
+            consts.update(module_constants(mtoks))
+        consts.update(module_constants(toks))
+        resolving: set[str] = set()
+
+        def name(text: str) -> int | None:
+            if text in known:
+                return known[text]
+            init = consts.get(text)
+            if init is None or text in resolving:
+                return None
+            resolving.add(text)
+            try:
+                return evaluate_int(init, name)
+            finally:
+                resolving.discard(text)
+
+        dims = [evaluate_int(arg, name) for arg in args]
+        if not 1 <= len(dims) <= 3 or any(d is None for d in dims):
+            shown = ", ".join(" ".join(t.text for t in arg) for arg in args)
+            raise self.error(
+                f"@workgroup_size({shown}): the lowering cannot evaluate it, and the host dispatches by bindings.yaml's workgroup "
+                f"{_dims(want)}; write integer literals or consts of them, or name a kind: workgroup specialisation",
+                where(tok),
+                tok.col,
+            )
+        size = tuple(dims + [1] * (3 - len(dims)))
+        if size != want:
+            raise self.error(
+                f"@workgroup_size{_dims(size)} does not match bindings.yaml's workgroup {_dims(want)}; the host dispatches by the schema's size",
+                where(tok),
+                tok.col,
+            )
 
     def check_exact_atomics(self, toks: list, where: Any) -> None:
         """determinism: exact refuses the atomics whose words depend on invocation order

@@ -9,9 +9,20 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Iterator
+from typing import Callable, Iterator
 
-__all__ = ["Token", "tokens", "at_module_scope", "module_declarations", "find_calls", "entry_point", "workgroup_size_literal", "starts_in_block_comment"]
+__all__ = [
+    "Token",
+    "tokens",
+    "at_module_scope",
+    "module_declarations",
+    "find_calls",
+    "entry_point",
+    "workgroup_size_attribute",
+    "module_constants",
+    "evaluate_int",
+    "starts_in_block_comment",
+]
 
 _IDENT_START = re.compile(r"[A-Za-z_]")
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -134,27 +145,115 @@ def entry_point(text: str) -> Token | None:
     return None
 
 
-def workgroup_size_literal(text: str) -> tuple[Token, tuple[int, int, int]] | None:
-    """The ``@workgroup_size(...)`` attribute when all its arguments are integer literals."""
-    toks = list(tokens(text))
+def workgroup_size_attribute(toks: list[Token]) -> tuple[Token, list[list[Token]]] | None:
+    """The first ``@workgroup_size(...)`` attribute: its name token and each argument's
+    tokens (split at the commas outside nested parentheses)."""
     for i, t in enumerate(toks):
         if t.text == "workgroup_size" and i > 0 and toks[i - 1].text == "@" and i + 1 < len(toks) and toks[i + 1].text == "(":
-            dims: list[int] = []
-            j = i + 2
-            while j < len(toks) and toks[j].text != ")":
-                tok = toks[j]
-                if tok.kind == "number":
-                    try:
-                        dims.append(int(tok.text.rstrip("ui"), 0))
-                    except ValueError:
-                        return None
-                elif tok.text != ",":
-                    return None
-                j += 1
-            if not 1 <= len(dims) <= 3:
-                return None
-            return t, tuple(dims + [1] * (3 - len(dims)))  # type: ignore[return-value]
+            args: list[list[Token]] = [[]]
+            depth = 0
+            for tok in toks[i + 2 :]:
+                if tok.text == ")" and depth == 0:
+                    break
+                if tok.text == "(":
+                    depth += 1
+                elif tok.text == ")":
+                    depth -= 1
+                if tok.text == "," and depth == 0:
+                    args.append([])
+                else:
+                    args[-1].append(tok)
+            if args and not args[-1]:
+                args.pop()  # a trailing comma
+            return t, args
     return None
+
+
+def module_constants(toks: list[Token]) -> dict[str, list[Token]]:
+    """Module-scope ``const`` and ``override`` declarations with an initialiser: name ->
+    the initialiser's tokens (an override's default: the lowering sets no override)."""
+    out: dict[str, list[Token]] = {}
+    scope = list(at_module_scope(toks))
+    for k, (i, t) in enumerate(scope):
+        if t.text not in ("const", "override") or k + 1 >= len(scope) or scope[k + 1][1].kind != "ident":
+            continue
+        name = scope[k + 1][1].text
+        j = scope[k + 1][0] + 1
+        while j < len(toks) and toks[j].text not in ("=", ";"):
+            j += 1
+        if j >= len(toks) or toks[j].text != "=":
+            continue
+        init: list[Token] = []
+        depth = 0
+        for tok in toks[j + 1 :]:
+            if tok.text == ";" and depth == 0:
+                break
+            if tok.kind == "punct" and tok.text in "({[":
+                depth += 1
+            elif tok.kind == "punct" and tok.text in ")}]":
+                depth -= 1
+            init.append(tok)
+        out[name] = init
+    return out
+
+
+def evaluate_int(expr: list[Token], names: Callable[[str], int | None]) -> int | None:
+    """An integer constant expression of literals, ``names`` (None: unknown), ``+ - * / %``
+    and parentheses, as WGSL evaluates it (division truncates); None when it is anything else."""
+    pos = 0
+
+    def peek() -> str:
+        return expr[pos].text if pos < len(expr) else ""
+
+    def factor() -> int | None:
+        nonlocal pos
+        if pos >= len(expr):
+            return None
+        tok = expr[pos]
+        pos += 1
+        if tok.text == "-":
+            v = factor()
+            return None if v is None else -v
+        if tok.text == "(":
+            v = total()
+            if peek() != ")":
+                return None
+            pos += 1
+            return v
+        if tok.kind == "number":
+            text = tok.text.rstrip("ui")
+            try:
+                return int(text, 0)
+            except ValueError:
+                return None
+        if tok.kind == "ident" and peek() != "(":
+            return names(tok.text)
+        return None
+
+    def term() -> int | None:
+        nonlocal pos
+        v = factor()
+        while v is not None and peek() in ("*", "/", "%"):
+            op = peek()
+            pos += 1
+            w = factor()
+            if w is None or (op != "*" and w == 0):
+                return None
+            v = v * w if op == "*" else int(v / w) if op == "/" else v - w * int(v / w)
+        return v
+
+    def total() -> int | None:
+        nonlocal pos
+        v = term()
+        while v is not None and peek() in ("+", "-"):
+            op = peek()
+            pos += 1
+            w = term()
+            v = None if w is None else v + w if op == "+" else v - w
+        return v
+
+    value = total()
+    return value if pos == len(expr) else None
 
 
 def starts_in_block_comment(lines: list[str] | tuple[str, ...]) -> list[bool]:

@@ -138,6 +138,11 @@ CASES = [
     Bad("entry-point-only-in-a-comment", GOOD, LoweringError, "// fn main", "declares no entry point", body="// fn main() {}\n@compute @workgroup_size(64)\nfn mian() {}\n"),
     Bad("body-declares-a-binding", GOOD, LoweringError, "@binding(7)", "its own @binding", body="@group(0) @binding(7) var<storage> extra: array<u32>;\n" + MAIN),
     Bad("workgroup-size-mismatch", GOOD, LoweringError, "workgroup_size(32)", "does not match bindings.yaml's workgroup (64)", body="@compute @workgroup_size(32)\nfn main(@builtin(global_invocation_id) gid: vec3<u32>) {\n}\n"),
+    # a kernel written for 32 invocations ran with 64 when its size was not literals (helper 72)
+    Bad("workgroup-size-const-mismatch", GOOD, LoweringError, "workgroup_size(WG)", "@workgroup_size(32) does not match", body="const WG: u32 = 32u;\n@compute @workgroup_size(WG)\nfn main(@builtin(global_invocation_id) gid: vec3<u32>) {\n}\n"),
+    Bad("workgroup-size-override-mismatch", GOOD, LoweringError, "workgroup_size(WG)", "@workgroup_size(32) does not match", body="override WG: u32 = 32u;\n@compute @workgroup_size(WG)\nfn main(@builtin(global_invocation_id) gid: vec3<u32>) {\n}\n"),
+    Bad("workgroup-size-expression-mismatch", GOOD, LoweringError, "workgroup_size(8 * 4)", "@workgroup_size(32) does not match", body="@compute @workgroup_size(8 * 4)\nfn main(@builtin(global_invocation_id) gid: vec3<u32>) {\n}\n"),
+    Bad("workgroup-size-not-evaluable", GOOD, LoweringError, "workgroup_size(max", "cannot evaluate it", body="@compute @workgroup_size(max(8u, 4u))\nfn main(@builtin(global_invocation_id) gid: vec3<u32>) {\n}\n"),
     Bad("workgroup-size-mismatch-2d", GOOD, LoweringError, "workgroup_size(64, 2)", "@workgroup_size(64, 2)", body="@compute @workgroup_size(64, 2)\nfn main(@builtin(global_invocation_id) gid: vec3<u32>) {\n}\n"),
     # -------------------------------------------------------------- specialisation values
     Bad("unknown-option-value", GOOD, SpecializationError, "{ name: T", "T='f64' is not an option; T takes one of: f32, u32", body=MAIN, spec={"T": "f64", "M": "a"}, col=False, path=YAML),
@@ -258,3 +263,15 @@ def test_a_read_write_column_on_a_page_read_only_in_some_variant_is_refused(orde
         lower(schema, MAIN, {"M": "a"}, wgsl_path=WGSL)  # where P is read-only
     assert info.value.path == YAML and info.value.line == 4
     assert "read-only" in info.value.message or "read_write" in info.value.message
+
+
+@pytest.mark.parametrize("decl,size", [
+    ("const WG: u32 = 64u;", "WG"),
+    ("const HALF = 32;\nconst WG = HALF * 2;", "WG"),
+    ("override WG: u32 = 64u;", "WG, 1"),
+    ("", "(4 + 4) * 8"),
+    ("", "0x40u, 1, 1"),
+])
+def test_a_workgroup_size_of_consts_equal_to_the_schemas_is_accepted(decl, size):
+    body = f"{decl}\n@compute @workgroup_size({size})\nfn main(@builtin(global_invocation_id) gid: vec3<u32>) {{\n}}\n"
+    assert lower(parse(GOOD, YAML), body, SPEC, wgsl_path=WGSL).workgroup == (64, 1, 1)
