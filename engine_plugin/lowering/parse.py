@@ -295,6 +295,9 @@ class _Parser:
             name = self.ident(entry["name"][1], "param name")
             if name == "n":
                 raise self.error(entry["name"][1], "param 'n' is built in (the dispatch size); choose another name")
+            if name in ("nx", "ny", "nz"):
+                # count expressions read them as the grid's axes: a param of that name was shadowed
+                raise self.error(entry["name"][1], f"param {name!r} is built in (the dispatch grid's {name[1]} axis in count expressions); choose another name")
             if name in seen:
                 raise self.error(entry["name"][1], f"param {name!r} declared twice (first on line {seen[name]})")
             tnode = entry["type"][1]

@@ -64,6 +64,9 @@ CASES = [
     Bad("key-not-for-kind", "bindings:\n  - { name: t, kind: columns, element: f32 }\n", SchemaError, "element", "does not apply to kind columns"),
     Bad("missing-name", "bindings:\n  - { kind: buffer, element: f32 }\n", SchemaError, "{ kind", "needs 'name'"),
     Bad("reserved-name", "bindings:\n  - { name: zero_x, element: f32 }\n", SchemaError, "zero_x", "reserved"),
+    # count expressions read nx/ny/nz as the grid's axes: a param of that name sized outputs by the grid (helper 72)
+    Bad("param-named-nx", "bindings: []\nparams:\n  - { name: nx, type: u32 }\n", SchemaError, "nx", "param 'nx' is built in"),
+    Bad("param-named-nz", "bindings: []\nparams:\n  - { name: a, type: u32 }\n  - { name: nz, type: f32 }\n", SchemaError, "nz, type: f32", "param 'nz' is built in"),
     Bad("keyword-name", "bindings:\n  - { name: var, element: f32 }\n", SchemaError, "var", "reserved"),
     Bad("missing-element", "bindings:\n  - { name: a, kind: buffer }\n", SchemaError, "{ name: a", "needs 'element'"),
     Bad("bad-element", "bindings:\n  - { name: a, element: f64 }\n", SchemaError, "f64", "not 'f64'"),
