@@ -319,22 +319,17 @@ def read(x: Any, as_u32: bool = False) -> np.ndarray:
 
 
 _release_refs: dict[int, Any] = {}
-# id(buffer) -> weakref of the live Output that handed its host-allocated buffer out
-# (``Output.buffer``): abi.read(output.buffer) answers that output's live elements. An entry
-# goes when its Output does.
-_owners: dict[int, Any] = {}
-
-
-def _forget_owner(key: int, ref: Any) -> None:
-    if _owners.get(key) is ref:
-        del _owners[key]
+# The Output that handed its host-allocated buffer out (``Output.buffer``) rides on that
+# buffer as this attribute, for as long as the buffer lives: abi.read(output.buffer) answers
+# that output's live elements, also once the Output itself is gone (the seed's
+# ``abi.read(run.outputs.dst.buffer)``, written as one expression, drops the Run first).
+_OWNER = "_engine_plugin_output"
 
 
 def output_of(buffer: Any) -> Output | None:
-    """The live Output whose host-allocated storage ``buffer`` is (once handed out), if any."""
-    ref = _owners.get(id(buffer))
-    out = ref() if ref is not None else None
-    return out if out is not None and out._buffer is buffer else None
+    """The Output whose host-allocated storage ``buffer`` is (once handed out), if any."""
+    out = getattr(buffer, _OWNER, None)
+    return out if isinstance(out, Output) and out._buffer is buffer else None
 
 
 def on_release(output: Any, callback: Callable[[], None]) -> None:
@@ -385,15 +380,17 @@ def share(output: Output) -> None:
     buffer another Output handed out (handed back through ``outputs=``) takes that over: the
     buffer's reads answer the newest one's live elements, also once the first is gone."""
     buffer = output._buffer
-    key = id(buffer)
     if output._pool is None:
-        if key not in _owners:
+        if output_of(buffer) is None:
             return  # the caller's own buffer: all its words are the caller's
     elif any(b is buffer for b in output._pooled):
-        _escaped.add(key)  # given up, not pooled, when ``output`` goes (give_back)
-    ref = _owners.get(key)
-    if ref is None or ref() is not output:
-        _owners[key] = weakref.ref(output, partial(_forget_owner, key))
+        _escaped.add(id(buffer))  # given up, not pooled, when ``output`` goes (give_back)
+    if getattr(buffer, _OWNER, None) is not output:
+        try:
+            # A cycle (the Output holds its buffer): the collector frees both once neither is reachable.
+            setattr(buffer, _OWNER, output)
+        except AttributeError:  # a buffer class with slots: its reads answer whole words
+            pass
 
 
 def give_back(pool: Any, buffer: Any) -> None:

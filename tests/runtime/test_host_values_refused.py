@@ -144,7 +144,7 @@ def test_a_refused_given_output_stays_pooled():
     buf = y._buffer
     with pytest.raises(DispatchError):
         v4.run(n=2, inputs={"x": np.ones((2, 4), np.float32)}, outputs={"y": y})  # holds 1 vec4, needs 2
-    assert id(buf) not in output._escaped and id(buf) not in output._owners  # still pooled, still y's
+    assert id(buf) not in output._escaped and output.output_of(buf) is None  # still pooled, still y's
     given_back = []
     pool = f32._pool
     real = pool.give

@@ -722,3 +722,19 @@ def test_an_append_output_chained_before_its_count_is_read_binds_its_live_elemen
         with abi.batch():
             again = stats.run(n=1, inputs={"pts": hits})
         assert abi.read(again.outputs["res"]).tolist() == [91.0, 10.0]
+
+
+def test_the_seeds_read_of_an_outputs_buffer_in_one_expression_answers_its_live_typed_elements():
+    # The seed reads abi.read(run.outputs.dst.buffer). Written as one expression, the Run and
+    # its Output were garbage before the read: it answered the whole pooled buffer as f32
+    # words, an earlier run's data past the count included (helper 72).
+    variant = make("t/index", INDEX_YAML, INDEX_WGSL)
+    big = variant.run(n=60).outputs["dst"]  # the pool's buffer of this size class holds 0..59
+    del big
+    got = abi.read(variant.run(n=5).outputs["dst"].buffer)
+    assert got.dtype == np.uint32 and got.tolist() == [0, 1, 2, 3, 4]
+    kept = variant.run(n=7).outputs["dst"]
+    buffer = kept.buffer
+    del kept  # the buffer outlives its Output: still its live elements
+    assert abi.read(buffer).tolist() == list(range(7))
+    assert abi.read(buffer, as_u32=True).tolist() == list(range(7))
