@@ -20,7 +20,10 @@ A product is any variant of any asset. The engine binds its bindings by name:
   ``readback=`` picks the outputs read back (default all; ``NONE`` reads none).
 * **params** the engine fills when the schema declares them: ``tile_count`` (u32),
   ``inv_tile_count`` (f32, rounded once on the host), ``chunk_width``, ``chunk_height``,
-  ``slot_count`` (u32). Other params are the product's own (``params=``).
+  ``slot_count`` (u32), and ``<binding>_slot_words`` (u32) per field input: the words one
+  chunk slot takes in its mirror (a sub-word field pads its slots to whole words; a kernel
+  reading such a field as raw words without declaring it is warned about at registration). Other params are the product's own
+  (``params=``).
 
 The *primary* output (the first per-item output read back) gives ``ProductResult.values``
 and the record shape a CPU fallback answers; ``ProductResult.outputs`` has every output read
@@ -29,6 +32,7 @@ back, by name.
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -38,7 +42,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import PluginError, Span, in_source
-from ..gpu.descriptors import ReadbackPolicy
+from ..gpu.descriptors import ReadbackPolicy, slot_stride
 from ..gpu.handles import GpuProductHandle
 from ..lowering.expressions import parse_expression
 
@@ -59,6 +63,8 @@ TILE_POLICIES = (ReadbackPolicy.SELECTED_TILES, ReadbackPolicy.SELECTED_PATH, Re
 
 # name -> WGSL type of the params the engine fills from the world's shape.
 ENGINE_PARAMS = {"tile_count": "u32", "inv_tile_count": "f32", "chunk_width": "u32", "chunk_height": "u32", "slot_count": "u32"}
+
+log = logging.getLogger("engine_plugin.engine")
 
 _SCALAR_DTYPES = {"f32": np.dtype("<f4"), "i32": np.dtype("<i4"), "u32": np.dtype("<u4")}
 # Which field formats a (non-bits) field input of each scalar type reads by value.
@@ -120,6 +126,9 @@ class ProductPlan:
     readback: tuple[str, ...] = ()  # the outputs read back, in order
     inputs: tuple[str, ...] = ()  # bindings the caller supplies at registration (inputs=)
     domain_count: bool = False  # the kernel has a domain_count binding: the item count
+    # ``<binding>_slot_words`` params the kernel declares: the words one chunk slot takes in
+    # that field's mirror (sub-word fields pad a slot to whole words), as (name, value)
+    slot_params: tuple[tuple[str, int], ...] = ()
 
     @cached_property
     def field_names(self) -> tuple[str, ...]:
@@ -241,7 +250,8 @@ def _plan_product(
         if f.type != wgsl:
             raise _error(f"param {name!r} is filled by the engine as {wgsl}; declare it as type: {wgsl}, not {f.type}", variant)
         engine_params.append(name)
-    user_params = tuple(n for n in declared if n not in ENGINE_PARAMS)
+    slot_params = _slot_params(variant, world, declared, field_bindings, {s.name: s for s in reads})
+    user_params = tuple(n for n in declared if n not in ENGINE_PARAMS and n not in dict(slot_params))
 
     env: dict[str, Any] = {**engine_param_values(world), **{k: v for k, v in (params or {}).items() if isinstance(v, (int, float)) and not isinstance(v, bool)}}
     planned = tuple(_plan_output(slot, env, variant) for slot in outputs)
@@ -279,6 +289,7 @@ def _plan_product(
         record_bytes=dtype.itemsize * int(np.prod(shape, dtype=np.int64)) if primary is not None and primary.per_item else 0,
         engine_params=tuple(engine_params),
         user_params=user_params,
+        slot_params=slot_params,
         lanes=lanes,
         outputs=planned,
         readback=chosen,
@@ -305,6 +316,45 @@ def _plan_output(slot: Any, env: Mapping[str, Any], where: str | None) -> Output
         if at and at[1] > 0 and all(a == n * at[1] for n, a in zip(samples, at)):
             per_item = at[1]
     return OutputPlan(slot.name, slot.binding, slot.role, _SCALAR_DTYPES[slot.scalar], slot.lanes, per_item)
+
+
+SLOT_WORDS = "_slot_words"  # <field binding>_slot_words: a param the engine fills (see _slot_params)
+
+
+def _slot_params(
+    variant: str | None, world: Any, declared: Mapping[str, Any], bindings: tuple[FieldBinding, ...], slots: Mapping[str, Any]
+) -> tuple[tuple[str, int], ...]:
+    """The ``<binding>_slot_words`` params the kernel declares, with their values: the 4-byte
+    words one chunk slot takes in that field's mirror. A field of 1- or 2-byte values whose
+    chunk is not whole words has padded slots (a uint8 field of 5x5 chunks: 25 bytes in a
+    28-byte slot), so ``slot * tile_count`` is not where slot ``slot`` starts; a kernel
+    reading such a field as raw words must declare the param (it is refused otherwise)."""
+    out = []
+    for f in bindings:
+        name = f.binding + SLOT_WORDS
+        nbytes = world.chunk_nbytes(f.field)
+        words = slot_stride(nbytes) // 4
+        param = declared.get(name)
+        if param is not None:
+            if param.type != "u32":
+                raise _error(f"param {name!r} is filled by the engine as u32; declare it as type: u32, not {param.type}", variant)
+            out.append((name, words))
+        elif nbytes % 4 and slots[f.binding].bits:
+            # Not refused: a kernel may compute the padded stride itself, ceil(bytes / 4) words.
+            log.warning(
+                "%s: field %r (%d bytes a chunk) sits in mirror slots of %d bytes (padded to whole words), so slot s does not "
+                "start at byte s * %d; declare the param '- { name: %s, type: u32 }' (the engine fills it with %d) and read "
+                "slot s from word s * params.%s",
+                f"{variant}:{slots[f.binding].line}" if variant else f"binding {f.binding!r}",
+                f.field,
+                nbytes,
+                words * 4,
+                nbytes,
+                name,
+                words,
+                name,
+            )
+    return tuple(out)
 
 
 def _bind_fields(variant: str | None, world: Any, inputs: list, fields: Any) -> tuple[FieldBinding, ...]:

@@ -269,7 +269,7 @@ class Delivery:
             keys=work.keys,
             tiles=work.tiles,
             fields=product.field_map,
-            params={**self._engine_params, **product.params},
+            params={**self._engine_params, **dict(plan.slot_params if plan is not None else ()), **product.params},
             spec=product.spec_values,
             record_dtype=plan.record_dtype if plan is not None else None,
             record_shape=plan.record_shape if plan is not None else (),

@@ -326,7 +326,7 @@ class Engine:
         # The values too, as a run checks them (and whatever device serves, or none): a value
         # refused only when the GPU registers would send the product to its CPU fallback,
         # which would compute with it.
-        engine_values = {n: self._engine_params[n] for n in plan.engine_params}
+        engine_values = {**{n: self._engine_params[n] for n in plan.engine_params}, **dict(plan.slot_params)}
         ParamsPacker(lowered, program.yaml_path, {p.name: p.line for p in program.schema.params}).check({**engine_values, **product.params})
         # ``program`` answers as its successor after any reload, one the engine refuses too:
         # the product compiles from a pinned view of it (``kernel``), however it re-registers.

@@ -275,8 +275,9 @@ class GpuSide:
         return True
 
     def _engine_params_for(self, product: Product) -> dict[str, Any]:
-        names = product.plan.engine_params if product.plan is not None else ()
-        return {n: self._engine_params[n] for n in names}
+        if product.plan is None:
+            return {}
+        return {**{n: self._engine_params[n] for n in product.plan.engine_params}, **dict(product.plan.slot_params)}
 
     def _program_here(self, program: Any) -> Any:
         """``program`` on the backend's device (a reference's program lives on its library's)."""

@@ -379,3 +379,63 @@ def test_an_append_past_its_capacity_is_reported_in_the_result_and_the_frame_sta
     engine.register_product(_program("shape/cull", CULL_YAML, CULL_WGSL), key="cull", fields={"height": "height"}, params={"threshold": 20.0}, apply=ok)
     run_until_idle(engine)
     assert ok.results and ok.results[-1].overflow == {}
+
+
+# A uint8 field read as raw words: a 5x5 chunk is 25 bytes in a 28-byte mirror slot.
+BYTES_YAML = """\
+bindings:
+  - { name: chunks, kind: buffer, access: read, element: u32 }
+  - { name: m, kind: buffer, access: read, element: u32, bits: true }
+  - { name: s, kind: buffer, access: read_write, element: u32, count: "n" }
+params:
+  - { name: tile_count, type: u32 }
+  - { name: m_slot_words, type: u32 }
+"""
+BYTES_WGSL = """\
+fn byte_at(b: u32) -> u32 { return (m_get(b / 4u) >> ((b % 4u) * 8u)) & 0xffu; }
+@compute @workgroup_size(64)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
+    let i = zero_index(gid);
+    if (i >= zero_n()) { return; }
+    let base = chunks_get(i) * params.m_slot_words * 4u;
+    var c = 0u;
+    for (var t = 0u; t < params.tile_count; t++) { c += byte_at(base + t); }
+    s_set(i, c);
+}
+"""
+
+
+@pytest.mark.parametrize("shape", [(4, 4), (5, 5), (3, 1)])
+def test_a_byte_field_read_as_words_finds_each_chunk_through_its_padded_slot_words(engine_on, shape):
+    # The mirror pads a sub-word field's slot to whole words: a kernel indexing slot * tile_count
+    # summed the wrong bytes for every chunk but the first (helper 72). The engine fills
+    # <binding>_slot_words; the fallback sees it too.
+    world = World(shape, {"m": np.uint8}, max_chunks=8)
+    rng = np.random.default_rng(1)
+    for k in range(5):
+        world.add(k, {"m": rng.integers(0, 200, shape).astype(np.uint8)})
+    engine = engine_on(world)
+    applied = Applied(world)
+    seen_params = []
+
+    def fallback(w, job):
+        seen_params.append(job.params["m_slot_words"])
+        return np.array([w.read(k, "m").astype(np.uint32).sum() for k in job.keys], np.uint32)
+
+    h = engine.register_product(_program(f"shape/bytes{shape}", BYTES_YAML, BYTES_WGSL), fields={"m": "m"}, apply=applied, cpu_fallback=fallback)
+    run_until_idle(engine)
+    assert engine.product(h).gpu is not None or engine_on.on == "cpu"
+    want = {k: int(world.read(k, "m").astype(np.int64).sum()) for k in world.keys()}
+    assert {k: int(v) for k, v in applied.latest.items()} == want
+    if engine_on.on == "cpu":
+        assert set(seen_params) == {-(-shape[0] * shape[1] // 4)}
+
+
+def test_a_byte_field_with_padded_slots_read_as_words_without_its_slot_words_is_warned_about(make_engine, caplog):
+    world = World((5, 5), {"m": np.uint8}, max_chunks=4)
+    world.add(0, {"m": np.zeros((5, 5), np.uint8)})
+    engine = make_engine(world)
+    yaml = BYTES_YAML.replace("  - { name: m_slot_words, type: u32 }\n", "")
+    with caplog.at_level("WARNING", logger="engine_plugin.engine"):
+        engine.register_product(_program("shape/bytes_nowords", yaml, BYTES_WGSL.replace("params.m_slot_words * 4u", "params.tile_count")), fields={"m": "m"}, apply=lambda r: None)
+    assert any("mirror slots of 28 bytes" in r.getMessage() and "m_slot_words" in r.getMessage() and "bindings.yaml:3" in r.getMessage() for r in caplog.records)
