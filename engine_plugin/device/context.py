@@ -33,7 +33,8 @@ __all__ = ["DeviceContext", "adapter_summary", "fresh_context", "get_context", "
 log = logging.getLogger("engine_plugin.gpu")
 
 # Limits worth raising to the adapter's maximum; anything else keeps wgpu's defaults.
-_WANTED_FEATURES = ("float32-filterable", "bgra8unorm-storage", "timestamp-query")
+# Optional features taken where the adapter has them (shader-f16: a body's `enable f16;`).
+_WANTED_FEATURES = ("float32-filterable", "bgra8unorm-storage", "timestamp-query", "shader-f16")
 _RAISED_LIMITS = (
     "max-buffer-size",
     "max-storage-buffer-binding-size",

@@ -23,7 +23,7 @@ from .structs import StructType
 from .textures import storage_texture_wgsl, texture_wgsl
 from .types import ValueType, parse_value_type
 from .variants import VariantSpec, resolve_spec
-from .wgsl_text import Token, evaluate_int, find_calls, module_constants, module_declarations, tokens, workgroup_size_attribute
+from .wgsl_text import Token, evaluate_int, find_calls, hoist_directives, module_constants, module_declarations, tokens, workgroup_size_attribute
 from .workgroup_init import INIT_FN, workgroup_init_function
 
 __all__ = ["lower", "LOWERING_VERSION"]
@@ -165,10 +165,21 @@ class _Lowerer:
             raise self.error(
                 exc.message, body.user_lines[exc.token.line - 1] if exc.token.line - 1 < len(body.user_lines) else exc.token.line, exc.token.col
             ) from None
-        body = SplicedBody(wrapped.lines, body.user_lines, wrapped.splices)
-        lines = [t for t, _ in em.lines]
-        entries = [((_YAML, o) if o > 0 else (-1, 0)) for _, o in em.lines]
-        for index, (m, mlines) in enumerate(zip(modules, module_lines), start=_BODY + 1):
+        # WGSL's directives open the module: those opening the body and each module go above
+        # every generated declaration, each line mapped to the user's line (rows stay put).
+        body_lines, directives = hoist_directives(wrapped.lines)
+        body = SplicedBody(tuple(body_lines), body.user_lines, wrapped.splices)
+        lines = [text for _, text in directives]
+        entries = [(_BODY, body.user_lines[row]) for row, _ in directives]
+        hoisted_modules = []
+        for index, mlines in enumerate(module_lines, start=_BODY + 1):
+            kept, found = hoist_directives(mlines)
+            hoisted_modules.append(kept)
+            lines += [text for _, text in found]
+            entries += [(index, row + 1) for row, _ in found]
+        lines += [t for t, _ in em.lines]
+        entries += [((_YAML, o) if o > 0 else (-1, 0)) for _, o in em.lines]
+        for index, (m, mlines) in enumerate(zip(modules, hoisted_modules), start=_BODY + 1):
             lines.append(f"// ---- module {m.name} ----")
             entries.append((-1, 0))
             lines += mlines

@@ -256,6 +256,42 @@ def evaluate_int(expr: list[Token], names: Callable[[str], int | None]) -> int |
     return value if pos == len(expr) else None
 
 
+_DIRECTIVES = ("enable", "requires", "diagnostic")
+
+
+def hoist_directives(lines: list[str] | tuple[str, ...]) -> tuple[list[str], list[tuple[int, str]]]:
+    """WGSL's global directives (``enable``, ``requires``, ``diagnostic``) that open a text,
+    which WGSL wants before every declaration (the lowering declares its own above the body).
+
+    Answers the lines with each directive blanked (spaces: rows and columns stay put) and the
+    directives as ``(row, text)`` (0-based row of each line a directive covers, its text
+    indented to its column), in order."""
+    out = list(lines)
+    text = "\n".join(out)
+    toks = list(tokens(text))
+    starts = [0]
+    for line in out:
+        starts.append(starts[-1] + len(line) + 1)
+    hoisted: list[tuple[int, str]] = []
+    i = 0
+    while i < len(toks) and toks[i].kind == "ident" and toks[i].text in _DIRECTIVES:
+        j, depth = i + 1, 0
+        while j < len(toks) and not (toks[j].text == ";" and depth == 0):
+            depth += (toks[j].text == "(") - (toks[j].text == ")")
+            j += 1
+        if j >= len(toks):
+            break  # unterminated: the compiler says so, at the user's line
+        first, last = toks[i], toks[j]
+        for row in range(first.line - 1, last.line):
+            lo = max(starts[row], first.offset)
+            hi = min(starts[row] + len(out[row]), last.offset + 1)
+            piece = text[lo:hi]
+            hoisted.append((row, " " * (lo - starts[row]) + piece))
+            out[row] = out[row][: lo - starts[row]] + " " * len(piece) + out[row][hi - starts[row] :]
+        i = j + 1
+    return out, hoisted
+
+
 def starts_in_block_comment(lines: list[str] | tuple[str, ...]) -> list[bool]:
     """Per line, whether it starts inside a ``/* */`` comment (WGSL's nest): a directive
     (``// @when``, ``#import``) there is commented out, as naga reads the text."""
