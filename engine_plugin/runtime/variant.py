@@ -50,7 +50,7 @@ from .convert import clamp_record, conversion_record
 from .deferred import DEFER_MAX_BYTES
 from .deferred import defer as defer_run
 from .loss import LOST_HINT, lost_error
-from .output import Output, counter_rewritten, give_back, on_release, own_pooled, share
+from .output import Output, counter_rewritten, give_back, on_release, output_of, own_pooled, share
 from .params import ParamsPacker, exact_fingerprint
 from .submission import PENDING, encode_records, flush_pending, submit_encoder
 from .table import Table
@@ -575,6 +575,9 @@ class Variant:
             return self._chained(slot, value, work)
         if isinstance(value, wgpu.GPUBuffer):
             self._foreign(slot, value)
+            owner = output_of(value)
+            if owner is not None:  # an Output's buffer it handed out: that Output's live elements
+                return self._chained(slot, owner, work)
             if not (value.usage & wgpu.BufferUsage.STORAGE):
                 raise self._slot_error(slot, f"input {slot.name!r}: buffer {value.label!r} lacks STORAGE usage")
             count = value.size // vt.bytes

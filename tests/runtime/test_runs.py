@@ -738,3 +738,18 @@ def test_the_seeds_read_of_an_outputs_buffer_in_one_expression_answers_its_live_
     del kept  # the buffer outlives its Output: still its live elements
     assert abi.read(buffer).tolist() == list(range(7))
     assert abi.read(buffer, as_u32=True).tolist() == list(range(7))
+
+
+def test_an_outputs_buffer_handed_to_a_run_binds_that_outputs_live_elements():
+    # A buffer an Output handed out reads as that Output (abi.read answers its live elements);
+    # bound as an input it covered the whole pooled buffer: len() was the pool's size class and
+    # the padding's zeros (or an earlier run's data) entered the kernel (helper 75).
+    stats = make("t/stats_of_hits", STATS_YAML, STATS_WGSL)
+    filt = make("t/filter", FILTER_YAML, FILTER_WGSL)
+    src = np.arange(1, 101, dtype=np.float32)
+    hits = filt.run(n=100, inputs={"src": src}, params={"threshold": 90.0, "cap": 256}).outputs["hits"]
+    buffer = hits.buffer
+    for _ in range(2):  # the second call takes the repeat path
+        run = stats.run(n=1, inputs={"pts": buffer})
+        assert abi.read(run.outputs["res"]).tolist() == [91.0, 10.0]
+        assert run.outputs["copy"].count == 10
