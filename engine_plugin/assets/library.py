@@ -32,7 +32,7 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 from ..cache import DEFAULT_MAX_BYTES, USAGE_FILE, UsageLog, VariantCache
 from ..cache.remote import DEFAULT_TIMEOUT, RemoteCache, remote_from
 from ..device.context import get_context
-from ..errors import AssetError, CacheError, DeviceLostError, PluginError, Span, bug
+from ..errors import AssetError, CacheError, DeviceLostError, NoAdapterError, PluginError, Span, bug
 from ..lowering import Lowered, Schema, VariantSpec, parse
 from ..runtime.compile import compile_lowered
 from ..runtime.program import Program, adopt_program, program, registered_program
@@ -405,6 +405,15 @@ class AssetLibrary:
             self._ctx = get_context(self.device)
         return self._ctx
 
+    def _context_or_none(self) -> Any:
+        """The device context, or None on a machine without a usable adapter: programs are
+        then made without a device (they lower, so CPU fallbacks plan from them; asking one
+        for a variant raises NoAdapterError until an adapter is there)."""
+        try:
+            return self._context()
+        except NoAdapterError:
+            return None
+
     def _rel(self, path: str) -> str:
         p = os.fspath(path)
         full = os.path.normpath(p if os.path.isabs(p) else os.path.join(self._root_abs, p))
@@ -440,12 +449,15 @@ class AssetLibrary:
             folder, root = builtin_folder(rel), builtin_root()  # type: ignore[assignment]
         ref = ComputeShaderRef(self, rel, folder)
         ref.root = root
-        ctx = self._context()
+        ctx = self._context_or_none()
         try:
             src = read_asset_folder(folder, root=root, modules=self.module_paths)
             schema = parse(src.yaml_text, src.yaml_path)
             ref._store.paths = _store_paths(src)
-            ref._program = program(rel, schema, src.wgsl_text, wgsl_path=src.wgsl_path, device=ctx, store=ref._store, modules=src.module_texts)
+            if ctx is not None:
+                ref._program = program(rel, schema, src.wgsl_text, wgsl_path=src.wgsl_path, device=ctx, store=ref._store, modules=src.module_texts)
+            else:
+                ref._program = Program(rel, schema, src.wgsl_text, wgsl_path=src.wgsl_path, ctx=None, store=ref._store, modules=src.module_texts)
             ref._source = src
             if src.extra_files:
                 log.warning("%s: files ignored in the asset (only bindings.yaml and one .wgsl count): %s", folder, ", ".join(src.extra_files))
@@ -500,13 +512,13 @@ class AssetLibrary:
         def job(seq: int, first_event: float) -> Prepared:
             # The context load() made on the engine thread: the worker must never create a device
             # (after a loss, poll() on the engine thread picks up the new one).
-            ctx = self._ctx if self._ctx is not None else self._context()
+            ctx = self._ctx if self._ctx is not None else self._context_or_none()
             prepared = prepare_on_worker(seq, first_event)
             _precompile(prepared, ctx, ref.path)
             return prepared
 
         def prepare_on_worker(seq: int, first_event: float) -> Prepared:
-            ctx = self._ctx if self._ctx is not None else self._context()
+            ctx = self._ctx if self._ctx is not None else self._context_or_none()
 
             def make_program(schema, src):
                 ref._store.paths = _store_paths(src)
@@ -626,27 +638,36 @@ class AssetLibrary:
                 log.info("%s is back to its live content; diagnostics cleared", ref.path)
             ref.error = None
             return None
-        ctx = self._context()
+        ctx = self._context_or_none()  # None: no adapter here; the reload is validated by lowering only
         old = ref._program
         try:
             # Validate by compiling before anything is registered or swapped: a refused
             # shader leaves the live program (and the program registry) as they were.
-            for spec, lowered in prepared.lowered.items():
-                compile_lowered(lowered, label=f"{ref.path} {spec.label()}", device=ctx)
-            standing = registered_program(ref.path, ctx)
+            if ctx is not None:
+                for spec, lowered in prepared.lowered.items():
+                    compile_lowered(lowered, label=f"{ref.path} {spec.label()}", device=ctx)
+            standing = registered_program(ref.path, ctx) if ctx is not None else None
             fresh = not (standing is not None and standing.same_content(schema, src.wgsl_text, src.wgsl_path, src.module_texts))
             if not fresh:
                 assert standing is not None  # same content as the one standing under the key
                 new = standing
             else:  # built privately; it stands under the key only once every variant compiled
-                new = Program(ref.path, schema, src.wgsl_text, wgsl_path=src.wgsl_path, ctx=get_context(ctx), store=ref._store, modules=src.module_texts)
+                new = Program(
+                    ref.path,
+                    schema,
+                    src.wgsl_text,
+                    wgsl_path=src.wgsl_path,
+                    ctx=get_context(ctx) if ctx is not None else None,
+                    store=ref._store,
+                    modules=src.module_texts,
+                )
             carried = dict(prepared.carried)
             if old is not None:
                 for old_spec in old.variants:  # made after the worker read the asset
                     if old_spec not in carried:
                         carried[old_spec] = carry_spec(old.schema, schema, old_spec)
             recompiled = []
-            for new_spec in dict.fromkeys(carried.values()):
+            for new_spec in dict.fromkeys(carried.values()) if ctx is not None else ():
                 new.variant(new_spec)  # type: ignore[arg-type]  # a VariantSpec passes through resolve_spec
                 recompiled.append(new_spec)
         except DeviceLostError as exc:

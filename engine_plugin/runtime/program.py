@@ -59,7 +59,7 @@ class Program:
         wgsl: str,
         *,
         wgsl_path: str | None = None,
-        ctx: DeviceContext,
+        ctx: DeviceContext | None,
         store: LoweredStore | None = None,
         modules: ModuleTexts | None = None,
     ):
@@ -241,7 +241,7 @@ class Program:
         live = self._live()
         if live is not self:
             return live.variant(specialize, columns)
-        if self.ctx.lost:
+        if self.ctx is None or self.ctx.lost:
             self._rehome()
         spec = resolve_spec(self._schema, specialize, columns)
         found = self._variants.get(spec)
@@ -261,7 +261,7 @@ class Program:
         now on (a new one is acquired). Variants made on the lost device stay dead; whoever
         holds one gets DeviceLostError and asks the program again."""
         with self._lock:
-            if self.ctx.lost:
+            if self.ctx is None or self.ctx.lost:  # None: made where no adapter was (NoAdapterError if none still is)
                 self.ctx = get_context()
                 self._variants = {}
 
@@ -311,9 +311,11 @@ def _registry(ctx: DeviceContext) -> dict[str, Program]:
 
 def adopt_program(made: Program) -> Program:
     """Stand ``made`` (built privately, e.g. by a reload that compiled every variant first)
-    under its key, replacing whatever stood there."""
-    with _lock:
-        _registry(made.ctx)[made.key] = made
+    under its key, replacing whatever stood there (a program made without a device stands
+    nowhere)."""
+    if made.ctx is not None:
+        with _lock:
+            _registry(made.ctx)[made.key] = made
     return made
 
 

@@ -1,0 +1,19 @@
+"""An engine on a machine without a usable GPU adapter (SPEC §4: NoGpuBackend when no device is
+there; §1: a refusal leaves the caller on the CPU path) registers asset products with CPU
+fallbacks: the library makes their programs without a device (helper 75: NoAdapterError)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def test_asset_products_run_on_their_cpu_fallbacks_where_no_adapter_is(tmp_path):
+    env = dict(os.environ, ENGINE_PLUGIN_ADAPTER="no_such_adapter_anywhere")
+    proc = subprocess.run([sys.executable, os.path.join(HERE, "no_adapter_script.py"), str(tmp_path)], capture_output=True, text=True, timeout=120, env=env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "backend NoGpuBackend" in proc.stdout and "applied 3" in proc.stdout
+    assert "broken ['ReloadFailure']" in proc.stdout and "good ['ReloadEvent']" in proc.stdout and "alive True" in proc.stdout
