@@ -32,6 +32,7 @@ __all__ = [
     "VariantSpec",
     "batch",
     "compile",
+    "device",
     "enumerate_variants",
     "evaluate",
     "flush",
@@ -64,6 +65,19 @@ def compile(key: str, lowered: Lowered, label: str | None = None, device: Any = 
     objects), so the same lowered source under two keys compiles once.
     """
     return _compile_lowered(lowered, label=label or key, device=device).key
+
+
+def device() -> Any:
+    """The plugin's default wgpu ``GPUDevice`` (acquired on first use): make the buffers and
+    textures you hand to runs on it. A buffer of another device (``wgpu.utils.
+    get_default_device()``'s is another one) cannot be bound: a run refuses it.
+
+    Raises:
+        NoAdapterError: no usable adapter.
+    """
+    from .device.context import get_context
+
+    return get_context().device
 
 
 def program(key: str, schema: Schema, wgsl: str, **kwargs: Any) -> Program:

@@ -565,7 +565,8 @@ class Variant:
             raise self._slot_error(
                 slot,
                 f"{slot.name!r}: the buffer {buffer.label!r} handed to it lives on another device than this variant's "
-                "(made before the device was lost and the variant compiled anew?); hand it data of this device",
+                "(made before the device was lost and the variant compiled anew, or on wgpu.utils.get_default_device()?); "
+                "hand it data of this device: engine_plugin.abi.device() is the plugin's default one",
             )
 
     def _resolve_input(self, slot: HostSlot, value: Any, work: _Work) -> _Bound:

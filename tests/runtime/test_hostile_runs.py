@@ -288,3 +288,18 @@ def test_a_destroyed_buffer_handed_to_a_run_is_a_dispatch_error_not_a_process_ab
     # wgpu-native panics (the process aborts, exit 134) when a submission uses a destroyed buffer
     proc = _run_script(tmp_path, DESTROYED_SCRIPT, timeout=120)
     assert proc.stdout.count("refused") == 6 and "alive" in proc.stdout
+
+
+def test_abi_device_is_the_device_runs_take_buffers_of_and_another_devices_buffer_names_it():
+    import wgpu
+
+    v = variant("t19/k_dev", COPY_YAML.replace("ELEM", "f32").replace("BITS", "false"), COPY_WGSL)
+    U = wgpu.BufferUsage
+    mine = abi.device().create_buffer_with_data(data=np.array([1.5], np.float32), usage=U.STORAGE | U.COPY_SRC)
+    assert abi.read(v.run(n=1, inputs={"src": mine}).outputs["dst"]).tolist() == [int(np.array([1.5], "<f4").view("<u4")[0])]
+    other = wgpu.utils.get_default_device()
+    if other is abi.device():
+        pytest.skip("wgpu's default device is the plugin's here")
+    theirs = other.create_buffer_with_data(data=np.array([1.5], np.float32), usage=U.STORAGE | U.COPY_SRC)
+    with pytest.raises(DispatchError, match=r"abi\.device\(\)"):
+        v.run(n=1, inputs={"src": theirs})
