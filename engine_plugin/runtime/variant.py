@@ -525,8 +525,15 @@ class Variant:
         buf = self._pool.take(nbytes, label=slot.name)
         if arr.nbytes:
             self.ctx.queue.write_buffer(buf, 0, arr)
+        else:  # an empty input still binds a range (WebGPU binds none empty): zeros, not a pooled buffer's last data
+            self.ctx.queue.write_buffer(buf, 0, bytes(min(buf.size, self._bound_bytes(slot, 0))))
         temps.append(buf)
         return _Bound(buf, int(info), 0, _binding_size(arr.nbytes))
+
+    def _bound_bytes(self, slot: HostSlot, nbytes: int) -> int:
+        """The bytes a binding of ``nbytes`` of data covers: never empty, never under the
+        binding's minimum (one vec4 or struct element): what a pooled buffer must have cleared."""
+        return max(_binding_size(nbytes), self.lowered.bindings[slot.binding].min_binding_size)
 
     def _direct_upload(self, slot: HostSlot, value: np.ndarray) -> tuple | None:
         """For the repeat path: (size class, count, binding size) when arrays of ``value``'s
@@ -1313,7 +1320,7 @@ class Variant:
         plan = []
         for slot, _, _ in self._output_slots:
             size = result[slot.name].capacity
-            nbytes = _binding_size(size * slot.value_type.bytes)
+            nbytes = self._bound_bytes(slot, size * slot.value_type.bytes)  # as _allocate takes and clears it
             kind = "given" if slot.name in outputs else "plain" if slot.role == "output" else "pooled"
             plan.append((slot, size, nbytes, size_class(nbytes), kind, slot.value_type))
         self._repeat_group = None
@@ -1514,6 +1521,7 @@ class Variant:
             keep_count = counter is not None
         nbytes = _binding_size(size * vt.bytes)
         if buf is None:
+            nbytes = self._bound_bytes(slot, size * vt.bytes)  # the range it binds, cleared whole
             buf = self._pool.take(nbytes, label=slot.name)
             if slot.clear:
                 work.ops.append(("clear", buf, 0, nbytes))
@@ -1648,12 +1656,16 @@ def _given_output(given: Any) -> tuple[Any, Any, int | None, int | None, Output 
     Raises:
         DispatchError: an entry of another shape (the caller names the binding).
     """
+    if isinstance(given, wgpu.GPUBuffer) and output_of(given) is not None:
+        given = output_of(given)  # an Output's buffer it handed out: that Output (its bytes, not the pool's slack)
     if isinstance(given, Output):
         return given._buffer, given._counter, None, given.capacity * given.element.bytes, given
     if isinstance(given, wgpu.GPUBuffer):
         return given, None, None, None, None
     if isinstance(given, Mapping) and "buffer" in given:
         inner = given["buffer"]
+        if isinstance(inner, wgpu.GPUBuffer) and output_of(inner) is not None:
+            inner = output_of(inner)
         if isinstance(inner, Output):
             buf, counter, _, owned, source = _given_output(inner)
         elif isinstance(inner, wgpu.GPUBuffer):

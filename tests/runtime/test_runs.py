@@ -753,3 +753,71 @@ def test_an_outputs_buffer_handed_to_a_run_binds_that_outputs_live_elements():
         run = stats.run(n=1, inputs={"pts": buffer})
         assert abi.read(run.outputs["res"]).tolist() == [91.0, 10.0]
         assert run.outputs["copy"].count == 10
+
+
+COPY_WHERE_YAML = """\
+bindings:
+  - { name: x, kind: buffer, access: read, element: f32 }
+  - { name: y, kind: buffer, access: read_write, element: f32, count: "n" }
+"""
+COPY_WHERE_WGSL = """\
+@compute @workgroup_size(64)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
+    let i = zero_index(gid);
+    if (i >= zero_n()) { return; }
+    if (i < x_len()) { y_set(i, x_get(i)); }
+}
+"""
+FIRST_YAML = """\
+bindings:
+  - { name: x, kind: buffer, access: read, element: vec4<f32> }
+  - { name: y, kind: buffer, access: read_write, element: vec4<f32>, count: "len(x)" }
+  - { name: probe, kind: buffer, access: read_write, element: vec4<f32>, count: "2" }
+"""
+FIRST_WGSL = """\
+@compute @workgroup_size(64)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
+    let i = zero_index(gid);
+    if (i >= zero_n()) { return; }
+    if (i == 0u) { probe_set(0u, y_get(0u)); probe_set(1u, x_get(0u)); }
+    if (i < x_len()) { y_set(i, x_get(i) * 2.0); }
+}
+"""
+
+
+def test_an_outputs_handed_out_buffer_given_to_outputs_is_that_output_and_holds_no_more():
+    # Given as outputs= for a larger run, the handed-out buffer's pool slack (an earlier run's
+    # data) came back as the elements the kernel did not write (helper 74).
+    import gc
+
+    from engine_plugin.errors import DispatchError
+
+    v = make("t/copy_where", COPY_WHERE_YAML, COPY_WHERE_WGSL)
+    other = v.run(64, inputs={"x": np.full(64, 7.0, np.float32)}).outputs["y"]
+    abi.read(other)
+    del other
+    gc.collect()
+    y1 = v.run(5, inputs={"x": np.arange(5, dtype=np.float32)}).outputs["y"]
+    buf = y1.buffer
+    with pytest.raises(DispatchError, match="holds 5 elements"):
+        v.run(8, inputs={"x": np.arange(5, dtype=np.float32)}, outputs={"y": buf})
+    with pytest.raises(DispatchError, match="holds 5 elements"):
+        v.run(8, inputs={"x": np.arange(5, dtype=np.float32)}, outputs={"y": {"buffer": buf}})
+    same = v.run(5, inputs={"x": np.arange(5, dtype=np.float32) + 1}, outputs={"y": buf}).outputs["y"]
+    assert abi.read(same).tolist() == [1, 2, 3, 4, 5]
+
+
+def test_empty_bindings_bind_zeros_not_an_earlier_runs_data():
+    # WebGPU binds no empty range: an empty input bound one word of a pooled buffer nothing
+    # wrote, and an empty vec4 output 16 bytes of which 4 were cleared (helper 74).
+    import gc
+
+    k = make("t/empty_vec4", FIRST_YAML, FIRST_WGSL)
+    r = k.run(16, inputs={"x": np.full((16, 4), 21.0, np.float32)})
+    abi.read(r.outputs["y"])
+    del r
+    gc.collect()
+    for _ in range(2):  # the second takes the repeat path
+        r = k.run(1, inputs={"x": np.zeros((0, 4), np.float32)})
+        assert abi.read(r.outputs["y"]).shape == (0, 4)
+        assert abi.read(r.outputs["probe"]).tolist() == [[0.0] * 4, [0.0] * 4]
