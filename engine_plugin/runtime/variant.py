@@ -1506,6 +1506,14 @@ class Variant:
                     raise self._slot_error(slot, f"outputs[{slot.name!r}]: its {what} {b.label!r} lacks STORAGE usage")
             if source is not None:  # the given Output's buffers are handed out once every check passed
                 work.handouts.append((source, counter is not None and counter is source._counter))
+            holder = output_of(buf) if owned is None else None
+            if holder is not None:  # an Output's handed-out buffer: its bytes are the Output's, the pool's slack is not
+                limit = holder.capacity * holder.element.bytes
+                if size * vt.bytes > limit or (cap is not None and cap * vt.bytes > limit):
+                    raise self._slot_error(
+                        slot,
+                        f"outputs[{slot.name!r}] holds {limit // vt.bytes} elements (the Output that handed it out); {slot.name!r} needs {max(size, cap or 0)}",
+                    )
             if owned is not None:  # an Output's own bytes (the pool's slack behind them is not its own)
                 if cap is None:
                     cap = owned // vt.bytes  # its elements, counted in this binding's element type
@@ -1656,16 +1664,12 @@ def _given_output(given: Any) -> tuple[Any, Any, int | None, int | None, Output 
     Raises:
         DispatchError: an entry of another shape (the caller names the binding).
     """
-    if isinstance(given, wgpu.GPUBuffer) and output_of(given) is not None:
-        given = output_of(given)  # an Output's buffer it handed out: that Output (its bytes, not the pool's slack)
     if isinstance(given, Output):
         return given._buffer, given._counter, None, given.capacity * given.element.bytes, given
     if isinstance(given, wgpu.GPUBuffer):
         return given, None, None, None, None
     if isinstance(given, Mapping) and "buffer" in given:
         inner = given["buffer"]
-        if isinstance(inner, wgpu.GPUBuffer) and output_of(inner) is not None:
-            inner = output_of(inner)
         if isinstance(inner, Output):
             buf, counter, _, owned, source = _given_output(inner)
         elif isinstance(inner, wgpu.GPUBuffer):
