@@ -176,7 +176,8 @@ class Substrate:
         arr, info = prepare_array(values, vt, False)
         if arr is None:
             raise SubstrateError(f"cannot upload into a {vt.wgsl} run: {info}")
-        handle = self.alloc(vt, int(info), atomic=atomic, name=name, zero=False)
+        # Written whole, so not cleared first; an empty run is (alloc clears its first element).
+        handle = self.alloc(vt, int(info), atomic=atomic, name=name, zero=not arr.size)
         self.write(handle, arr)
         return handle
 
