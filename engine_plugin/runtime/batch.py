@@ -51,6 +51,7 @@ __all__ = [
     "held_by_open_batch",
     "flush_epoch",
     "open_batches",
+    "made_by_open_batch",
     "register_open",
     "unregister_open",
     "bump_epoch",
@@ -90,11 +91,17 @@ class Batch:
         # id(variant) -> (variant, staged offsets, [the last run's params bytes, its offset])
         self._staged: dict[int, tuple[Any, list[int], list]] = {}
         self._held: set = set()  # every buffer a recorded run touches, until the flush
+        self._made: set = set()  # the pooled output buffers of recorded runs, until the flush
         self.outer: tuple[Batch, ...] = ()  # the batches this one is nested in (this thread's)
         self.on_drop: list = []  # called once its records are submitted (or dropped)
 
-    def add(self, variant: Any, data: bytes, bind_group: Any, groups: tuple, ops: list, temps: list, buffers: list, extra: list | None = None) -> None:
-        """Record one run (and ``extra`` records, e.g. conversions, that must come before it)."""
+    def add(
+        self, variant: Any, data: bytes, bind_group: Any, groups: tuple, ops: list, temps: list, buffers: list, extra: list | None = None, made: Any = ()
+    ) -> None:
+        """Record one run (and ``extra`` records, e.g. conversions, that must come before it).
+        ``made``: the pooled buffers its outputs got, which hold nothing of it until it is submitted."""
+        if made:
+            self._made.update(made)
         staged = self._staged.get(id(variant))
         last = staged[2] if staged is not None else None
         if last is not None and (last[0] is data or (last[0] is not None and type(data) is bytes and last[0] == data)):
@@ -193,6 +200,7 @@ class Batch:
         for variant, offsets, _ in self._staged.values():
             variant._ring.staged.difference_update(offsets)  # written (or never to be): free
         self._held = set()
+        self._made = set()
         _epoch[0] += 1
         calls, self.on_drop = self.on_drop, []
         for call in calls:
@@ -248,6 +256,15 @@ def held_by_open_batch(buffer: Any) -> bool:
     if not _open:
         return False
     return any(b.holds(buffer) for b in tuple(_open))
+
+
+def made_by_open_batch(buffer: Any) -> bool:
+    """Whether ``buffer`` is a pooled output buffer of a run recorded in an open ``abi.batch()``
+    (its contents are an earlier user's until that run is submitted): after
+    :func:`flush_current_batch`, only another thread's batch can hold one."""
+    if not _open:
+        return False
+    return any(isinstance(b, Batch) and buffer in b._made for b in tuple(_open))
 
 
 def current_batch() -> Batch | None:

@@ -21,7 +21,7 @@ from ..device.mapping import map_submitted
 from ..errors import DeviceLostError, DispatchError
 from ..lowering.structs import StructType
 from ..lowering.types import ValueType
-from .batch import flush_current_batch
+from .batch import flush_current_batch, made_by_open_batch
 from .buffers import size_class
 from .deferred import flush_deferred
 from .loss import LOST_HINT, device_guard, lost_error
@@ -52,6 +52,14 @@ def read_words(buffer: Any, offset: int = 0, size: int | None = None, device: An
         raise DeviceLostError(LOST_HINT)
     try:
         flush_current_batch()  # a read inside abi.batch() sees every run recorded before it
+        if made_by_open_batch(buffer):
+            # The output of a run recorded in a batch still open on another thread: nothing of
+            # it is on the GPU yet (the buffer holds an earlier user's data), and that batch is
+            # not this thread's to submit. Waiting could wait forever (that thread may wait for
+            # this one). A buffer such a run only appends to or reads answers what it holds now.
+            raise DispatchError(
+                f"cannot read buffer {buffer.label!r} yet: it is the output of a run recorded in an abi.batch() still open on another thread; read it once that batch has ended"
+            )
         return _read_words(buffer, offset, size, ctx, dtype)
     except Exception as exc:
         lost = lost_error(ctx, exc)

@@ -1252,7 +1252,8 @@ class Variant:
             if touched is None:
                 touched = [b.buffer for b in bound.values() if b.buffer is not None] + [op[1] for op in work.ops] + work.temps + work.read
             if batch is not None:
-                batch.add(self, data, bind_group, groups, work.ops, work.temps, touched, work.extra)
+                made = [b for out in result.values() if isinstance(out, Output) and out._pool is not None for b in out._pooled if b is not None]
+                batch.add(self, data, bind_group, groups, work.ops, work.temps, touched, work.extra, made=made)
             else:
                 defer_run(self, data, bind_group, groups, work.ops, work.temps, touched, work.extra)
         else:
@@ -1389,7 +1390,7 @@ class Variant:
                 self._repeat_group = (key, bind_group)
             batch = current_batch() if open_batches() else None
             if batch is not None:  # recorded into this thread's batch: _submit's batch branch, inline
-                batch.add(self, rep.data, bind_group, rep.groups, ops, temps, rep.fixed + owned)
+                batch.add(self, rep.data, bind_group, rep.groups, ops, temps, rep.fixed + owned, made=owned)
                 self.runs += 1
                 return Run(result, rn, rep.groups, self)
             if not rep.defer:

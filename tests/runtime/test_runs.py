@@ -821,3 +821,39 @@ def test_empty_bindings_bind_zeros_not_an_earlier_runs_data():
         r = k.run(1, inputs={"x": np.zeros((0, 4), np.float32)})
         assert abi.read(r.outputs["y"]).shape == (0, 4)
         assert abi.read(r.outputs["probe"]).tolist() == [[0.0] * 4, [0.0] * 4]
+
+
+def test_an_output_recorded_in_another_threads_open_batch_is_not_read_before_it_ends():
+    # The read submitted only the reading thread's batches: it answered the pooled buffers'
+    # earlier data and count, and the append's count stayed cached wrong (helper 74).
+    import gc
+    import threading
+
+    from engine_plugin.errors import DispatchError
+
+    filt = make("t/filter", FILTER_YAML, FILTER_WGSL)
+    old = filt.run(n=8, inputs={"src": np.full(8, 5.0, np.float32)}, params={"threshold": 0.5, "cap": 8}).outputs["hits"]
+    assert old.count == 8
+    del old
+    gc.collect()
+    recorded, done, box = threading.Event(), threading.Event(), {}
+
+    def producer():
+        with abi.batch():
+            box["hits"] = filt.run(n=8, inputs={"src": np.array([1, -1, 2, -1, -1, -1, -1, -1], np.float32)}, params={"threshold": 0.5, "cap": 8}).outputs["hits"]
+            recorded.set()
+            done.wait(30)
+
+    t = threading.Thread(target=producer)
+    t.start()
+    try:
+        assert recorded.wait(30)
+        hits = box["hits"]
+        with pytest.raises(DispatchError, match="another thread"):
+            hits.count
+        with pytest.raises(DispatchError, match="another thread"):
+            abi.read(hits)
+    finally:
+        done.set()
+        t.join()
+    assert hits.count == 2 and sorted(abi.read(hits).tolist()) == [1.0, 2.0]
