@@ -35,6 +35,7 @@ answers what the GPU has not been asked to compute yet.
 
 from __future__ import annotations
 
+import contextvars
 import threading
 import time
 from contextlib import contextmanager
@@ -57,7 +58,9 @@ __all__ = [
     "bump_epoch",
 ]
 
-_local = threading.local()
+# This context's open batches, innermost last: per thread, and per asyncio task (a task runs
+# in its own context), so two tasks interleaving their batches on one thread never mix them.
+_stack: contextvars.ContextVar[tuple[Batch, ...]] = contextvars.ContextVar("engine_plugin_batches", default=())
 _open_lock = threading.Lock()
 _open: list = []  # every open batch, all threads: a release may come from any thread (GC)
 _epoch = [0]
@@ -268,13 +271,13 @@ def made_by_open_batch(buffer: Any) -> bool:
 
 
 def current_batch() -> Batch | None:
-    stack = getattr(_local, "stack", None)
+    stack = _stack.get()
     return stack[-1] if stack else None
 
 
 def flush_current_batch() -> None:
     """Submit what this thread's open batches recorded so far (a read is about to wait on it)."""
-    for b in getattr(_local, "stack", None) or ():
+    for b in _stack.get():
         if b.pending:
             b.flush()
 
@@ -293,18 +296,17 @@ def batch(slices: bool | None = None) -> Iterator[Batch]:
     """
     if PENDING[0] is not None:
         flush_pending()  # a deferred run goes first, in queue order
-    stack = getattr(_local, "stack", None)
-    if stack is None:
-        stack = _local.stack = []
     b = Batch(slices)
-    b.outer = tuple(stack)
-    stack.append(b)
+    b.outer = _stack.get()
+    _stack.set(b.outer + (b,))
     with _open_lock:
         _open.append(b)
     try:
         yield b
     finally:
-        stack.pop()
+        # This batch, whatever is on top: blocks of coroutines sharing a context (generators)
+        # may end in another order than they began.
+        _stack.set(tuple(x for x in _stack.get() if x is not b))
         try:
             b.flush()
         finally:

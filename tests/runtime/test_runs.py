@@ -7,7 +7,7 @@ from engine_plugin import abi
 from engine_plugin.lowering import geometry
 from engine_plugin.runtime.buffers import pool_for
 
-from runtime_kernels import DOUBLE_LIVE_WGSL, DOUBLE_LIVE_YAML, FILTER_WGSL, FILTER_YAML, INDEX_WGSL, INDEX_YAML, make
+from runtime_kernels import AXPY_WGSL, AXPY_YAML, DOUBLE_LIVE_WGSL, DOUBLE_LIVE_YAML, FILTER_WGSL, FILTER_YAML, INDEX_WGSL, INDEX_YAML, make
 
 
 def test_float_order_append_keeps_a_data_dependent_subset():
@@ -857,3 +857,36 @@ def test_an_output_recorded_in_another_threads_open_batch_is_not_read_before_it_
         done.set()
         t.join()
     assert hits.count == 2 and sorted(abi.read(hits).tolist()) == [1.0, 2.0]
+
+
+def test_batches_of_interleaved_asyncio_tasks_stay_each_tasks_own():
+    # Two tasks' batches on one thread: the first to end popped the other's (the top of a
+    # per-thread stack), whose later runs went into an ended batch with nothing held: a buffer
+    # a recorded run still read was handed to another run's upload (helper 74).
+    import asyncio
+    import gc
+
+    v = make("t/axpy_tasks", AXPY_YAML, AXPY_WGSL)
+    x = np.arange(4, dtype=np.float32)
+
+    async def short():
+        with abi.batch():
+            await asyncio.sleep(0.01)
+
+    async def long(out):
+        with abi.batch():
+            await asyncio.sleep(0.03)
+            y1 = v.run(4, inputs={"x": x}, params={"a": 2.0}).outputs["y"]
+            out["y2"] = v.run(4, inputs={"x": {"buffer": y1}}, params={"a": 10.0}).outputs["y"]
+            del y1
+            gc.collect()
+            out["y3"] = v.run(4, inputs={"x": x}, params={"a": 1.0}).outputs["y"]
+
+    async def main():
+        out = {}
+        await asyncio.gather(short(), long(out))
+        return out
+
+    out = asyncio.run(main())
+    np.testing.assert_array_equal(abi.read(out["y2"]), 10 * (2 * x + 1) + 1)
+    np.testing.assert_array_equal(abi.read(out["y3"]), x + 1)
