@@ -29,7 +29,7 @@ from .submission import PENDING, flush_pending, submit_encoder
 from .table import Table, unpack_table
 from .textures import TextureOutput, read_texture
 
-__all__ = ["Output", "give_back", "read", "read_words", "own_pooled", "share"]
+__all__ = ["Output", "give_back", "handed_out", "output_of", "read", "read_words", "own_pooled", "share"]
 
 
 def read_words(buffer: Any, offset: int = 0, size: int | None = None, device: Any = None, dtype: Any = None) -> Any:
@@ -327,17 +327,42 @@ def read(x: Any, as_u32: bool = False) -> np.ndarray:
 
 
 _release_refs: dict[int, Any] = {}
-# The Output that handed its host-allocated buffer out (``Output.buffer``) rides on that
-# buffer as this attribute, for as long as the buffer lives: abi.read(output.buffer) answers
-# that output's live elements, also once the Output itself is gone (the seed's
-# ``abi.read(run.outputs.dst.buffer)``, written as one expression, drops the Run first).
+# What an Output that handed its host-allocated buffer out (``Output.buffer``) knows of it,
+# riding on that buffer for as long as the buffer lives: abi.read(output.buffer) answers that
+# output's live elements, also once the Output itself is gone (the seed's
+# ``abi.read(run.outputs.dst.buffer)``, written as one expression, drops the Run first). The
+# record is a copy without the buffer: the buffer holding its Output would be a reference cycle,
+# freed only by a full garbage collection (GPU memory piles up meanwhile).
 _OWNER = "_engine_plugin_output"
 
 
+def _record_of(output: Output) -> Output:
+    """``output`` without its buffer (its count, counter and element type), to ride on it."""
+    record = _new_output(Output)
+    for name in Output.__slots__:
+        if name != "__weakref__":
+            setattr(record, name, getattr(output, name))
+    record._pool, record._pooled, record._buffer = None, (), None
+    output._hand_out_counter()  # the record reads the counter: it must not go back to the pool
+    return record
+
+
+def handed_out(buffer: Any) -> bool:
+    """Whether an Output handed ``buffer`` out (it never goes back to the pool)."""
+    return getattr(buffer, _OWNER, None) is not None
+
+
 def output_of(buffer: Any) -> Output | None:
-    """The Output whose host-allocated storage ``buffer`` is (once handed out), if any."""
-    out = getattr(buffer, _OWNER, None)
-    return out if isinstance(out, Output) and out._buffer is buffer else None
+    """An Output over ``buffer`` as the Output that handed it out knew it, if one did."""
+    record = getattr(buffer, _OWNER, None)
+    if not isinstance(record, Output):
+        return None
+    view = _new_output(Output)
+    for name in Output.__slots__:
+        if name != "__weakref__":
+            setattr(view, name, getattr(record, name))
+    view._buffer = buffer
+    return view
 
 
 def on_release(output: Any, callback: Callable[[], None]) -> None:
@@ -393,12 +418,10 @@ def share(output: Output) -> None:
             return  # the caller's own buffer: all its words are the caller's
     elif any(b is buffer for b in output._pooled):
         _escaped.add(id(buffer))  # given up, not pooled, when ``output`` goes (give_back)
-    if getattr(buffer, _OWNER, None) is not output:
-        try:
-            # A cycle (the Output holds its buffer): the collector frees both once neither is reachable.
-            setattr(buffer, _OWNER, output)
-        except AttributeError:  # a buffer class with slots: its reads answer whole words
-            pass
+    try:
+        setattr(buffer, _OWNER, _record_of(output))
+    except AttributeError:  # a buffer class with slots: its reads answer whole words
+        pass
 
 
 def give_back(pool: Any, buffer: Any) -> None:

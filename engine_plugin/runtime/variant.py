@@ -50,7 +50,7 @@ from .convert import clamp_record, conversion_record
 from .deferred import DEFER_MAX_BYTES
 from .deferred import defer as defer_run
 from .loss import LOST_HINT, lost_error
-from .output import Output, counter_rewritten, give_back, on_release, output_of, own_pooled, share
+from .output import Output, counter_rewritten, give_back, handed_out, on_release, output_of, own_pooled, share
 from .params import ParamsPacker, exact_fingerprint
 from .submission import PENDING, encode_records, flush_pending, submit_encoder
 from .table import Table
@@ -266,6 +266,7 @@ class _Repeat:
         "host",
         "defer",
         "epoch",
+        "last_key",
     )
 
     def __init__(
@@ -280,6 +281,20 @@ class _Repeat:
         self.host: dict = {}  # input name -> (slot, dtype, shape, direct): numpy inputs, uploaded each run
         self.defer = False  # a deferrable run (runtime.deferred)
         self.epoch = DESTROY_EPOCH[0]  # no buffer bound here was destroyed while this is current
+        self.last_key: tuple | None = None  # the bind group cached last (see keep_group)
+
+    def keep_group(self, key: tuple, group: Any) -> Any:
+        """Cache ``group`` under its run's buffers ``key`` (answers it). The entry cached last
+        goes first when one of its buffers was handed out since: that buffer never comes back
+        from the pool, so the entry is never hit again, and it kept the buffer's GPU memory."""
+        last = self.last_key
+        if last is not None and any(handed_out(b) for b in last):
+            self.bind_groups.pop(last, None)
+        if len(self.bind_groups) >= _BIND_GROUP_CACHE:
+            self.bind_groups.clear()
+        self.bind_groups[key] = group
+        self.last_key = key
+        return group
 
     def none_destroyed(self) -> bool:
         """Whether no buffer this repeat binds was destroyed since its checks (a submission
@@ -435,6 +450,7 @@ class Variant:
         self._domain_name = lowered.domain_count  # its binding may be handed through inputs= too
         self._ring = _ParamsRing(self.ctx.device, lowered.params.size, self.ctx.limit("min-uniform-buffer-offset-alignment"))
         self._bind_groups: "OrderedDict[tuple, Any]" = OrderedDict()
+        self._last_group_key: tuple | None = None  # the group cached last (see _bind_group)
         self._last_pages: Any = None
         self._sizes: dict[tuple, int] = {}
         self._repeat: _Repeat | None = None
@@ -1384,9 +1400,7 @@ class Variant:
                     bound.update(ups)
                     for (slot, size, nbytes, *_), buf in zip(rep.plan, owned[len(temps) :]):
                         bound[slot.binding] = _Bound(buf, size, 0, nbytes)
-                    if len(rep.bind_groups) >= _BIND_GROUP_CACHE:
-                        rep.bind_groups.clear()
-                    bind_group = rep.bind_groups[key] = self._bind_group(bound)
+                    bind_group = rep.keep_group(key, self._bind_group(bound))
                 self._repeat_group = (key, bind_group)
             batch = current_batch() if open_batches() else None
             if batch is not None:  # recorded into this thread's batch: _submit's batch branch, inline
@@ -1432,9 +1446,7 @@ class Variant:
         else:
             bind_group = rep.bind_groups.get(key)
             if bind_group is None:
-                if len(rep.bind_groups) >= _BIND_GROUP_CACHE:
-                    rep.bind_groups.clear()
-                bind_group = rep.bind_groups[key] = self._bind_group(bound)
+                bind_group = rep.keep_group(key, self._bind_group(bound))
             self._repeat_group = (key, bind_group)
         return self._submit(result, rn, rep.data, bind_group, rep.groups, work, bound, rep.fixed + owned)
 
@@ -1581,8 +1593,17 @@ class Variant:
         group = self.ctx.device.create_bind_group(layout=self.compiled.bind_group_layout, entries=entries)
         if any(b.transient for b in bound.values()):
             return group
+        # The group cached last goes first when one of its buffers was handed out since (it
+        # never comes back from the pool: the entry would only keep its GPU memory alive; the
+        # seed's abi.read(run.outputs.dst.buffer) hands one out every run).
+        last = self._last_group_key
+        if last is not None:
+            held = self._bind_groups.get(last)
+            if held is not None and any(handed_out(buf) for buf, _ in held[1] if buf is not None):
+                del self._bind_groups[last]
         # Keep the buffers alive with the cached group, so an id() in the key can never be reused.
         self._bind_groups[key] = (group, [(b.buffer, b.resource) for b in bound.values()])
+        self._last_group_key = key
         while len(self._bind_groups) > _BIND_GROUP_CACHE:
             self._bind_groups.popitem(last=False)
         return group

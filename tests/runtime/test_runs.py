@@ -890,3 +890,31 @@ def test_batches_of_interleaved_asyncio_tasks_stay_each_tasks_own():
     out = asyncio.run(main())
     np.testing.assert_array_equal(abi.read(out["y2"]), 10 * (2 * x + 1) + 1)
     np.testing.assert_array_equal(abi.read(out["y3"]), x + 1)
+
+
+def test_the_seeds_read_of_a_handed_out_buffer_every_run_frees_each_buffer_without_the_collector():
+    # The Output riding on its handed-out buffer was a reference cycle (freed only by a full
+    # collection; never with gc disabled, as frame loops do), and the variant's bind-group
+    # caches kept up to 256 handed-out buffers alive (helper 76).
+    import gc
+
+    import wgpu
+
+    variant = make("t/index_big", INDEX_YAML, INDEX_WGSL)
+    n = 1 << 14
+
+    def live_buffers() -> int:
+        return wgpu.diagnostics.object_counts.get_dict()["Buffer"]["count"]
+
+    abi.read(variant.run(n=n).outputs["dst"].buffer)
+    gc.collect()
+    before = live_buffers()
+    gc.disable()
+    try:
+        for _ in range(100):
+            got = abi.read(variant.run(n=n).outputs["dst"].buffer)
+        after = live_buffers()
+    finally:
+        gc.enable()
+    assert got[-1] == n - 1
+    assert after - before <= 4, (before, after)
