@@ -109,6 +109,7 @@ class _Work:
     shares: list = field(default_factory=list)  # Outputs whose buffers this run binds elsewhere: share()d once every check passed
     handouts: list = field(default_factory=list)  # (Output given in outputs=, its counter too): handed out once every check passed
     domain_output: Any = None  # the Output handed as domain_count: its count stays on the GPU
+    via_owner: bool = False  # an input was an Output's handed-out buffer (bound as its owner knew it)
 
 
 class _CounterHolder:
@@ -599,11 +600,18 @@ class Variant:
             return self._chained(slot, value, work)
         if isinstance(value, wgpu.GPUBuffer):
             self._foreign(slot, value)
-            owner = output_of(value)
-            if owner is not None:  # an Output's buffer it handed out: that Output's live elements
-                return self._chained(slot, owner, work)
             if not (value.usage & wgpu.BufferUsage.STORAGE):
                 raise self._slot_error(slot, f"input {slot.name!r}: buffer {value.label!r} lacks STORAGE usage")
+            owner = output_of(value)
+            if owner is not None:
+                # An Output's buffer it handed out: raw words as any buffer's, but only the
+                # Output's live ones (the pool's slack behind them is an earlier run's data).
+                # Its owner can change (handed back through outputs=): never a repeat.
+                work.via_owner = True
+                live = owner.count * owner.element.bytes
+                if live % vt.bytes:
+                    raise self._slot_error(slot, f"input {slot.name!r} ({vt.wgsl}) cannot take the {live} bytes of {owner.name!r}'s buffer: not a whole number of elements")
+                return _Bound(value, live // vt.bytes, 0, _binding_size(live))
             count = value.size // vt.bytes
             return _Bound(value, count, 0, _binding_size(count * vt.bytes))
         if isinstance(value, Table):
@@ -908,6 +916,7 @@ class Variant:
             and domain_count is None
             and _plain_args(inputs, params, outputs)
             and not work.inout_owned
+            and not work.via_owner
             and len(work.temps) == len(arrays)
             # a {"buffer": ...} input can be pointed at another buffer in place
             and not any(isinstance(v, Mapping) for v in (inputs or {}).values())
@@ -1004,8 +1013,8 @@ class Variant:
                 if direct is None:
                     return  # converted on upload: the full path's checks every time
                 arrays[name] = (slot, value.dtype)
-            elif not isinstance(value, wgpu.GPUBuffer):
-                return
+            elif not isinstance(value, wgpu.GPUBuffer) or output_of(value) is not None:
+                return  # (a handed-out buffer binds as its owner knows it: the owner can change)
         placed = self._placed.get(id(results))
         if placed is None or not placed.same(results, inputs, params):
             # Arrays are compared by dtype and shape, never by identity: not kept (a work list

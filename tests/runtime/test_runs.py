@@ -918,3 +918,21 @@ def test_the_seeds_read_of_a_handed_out_buffer_every_run_frees_each_buffer_witho
         gc.enable()
     assert got[-1] == n - 1
     assert after - before <= 4, (before, after)
+
+
+def test_a_handed_out_buffer_binds_its_current_owners_live_words_raw_on_every_call():
+    # Bound raw like any buffer (it was cast by value, helper 76), over the live bytes of the
+    # Output that owns it now: the repeat path kept the first owner's count after the buffer
+    # was handed back through outputs= (helper 76).
+    filt = make("t/filter", FILTER_YAML, FILTER_WGSL)
+    stats = make("t/stats_of_hits", STATS_YAML, STATS_WGSL)
+    src = np.arange(1, 101, dtype=np.float32)
+    hits = filt.run(n=100, inputs={"src": src}, params={"threshold": 90.0, "cap": 256}).outputs["hits"]
+    buf = hits.buffer
+    assert abi.read(stats.run(n=1, inputs={"pts": buf}).outputs["res"]).tolist()[1] == 10.0
+    more = filt.run(n=100, inputs={"src": src}, params={"threshold": 50.0, "cap": 256}, outputs={"hits": buf}).outputs["hits"]
+    assert more.count == 50
+    assert abi.read(stats.run(n=1, inputs={"pts": buf}).outputs["res"]).tolist()[1] == 50.0  # the same call again
+    words = make("t/index_copy_u32", COPY_WHERE_YAML.replace("element: f32", "element: u32"), COPY_WHERE_WGSL)
+    got = abi.read(words.run(n=4, inputs={"x": make("t/axpy_tasks", AXPY_YAML, AXPY_WGSL).run(4, inputs={"x": np.ones(4, np.float32)}, params={"a": 0.5}).outputs["y"].buffer}).outputs["y"])
+    assert got.tolist() == [int(np.float32(1.5).view(np.uint32))] * 4
