@@ -169,16 +169,18 @@ class _Lowerer:
         # every generated declaration, each line mapped to the user's line (rows stay put).
         body_lines, directives = hoist_directives(wrapped.lines)
         body = SplicedBody(tuple(body_lines), body.user_lines, wrapped.splices)
-        lines = [text for _, text in directives]
-        entries = [(_BODY, body.user_lines[row]) for row, _ in directives]
+        # After the header comment, which stays the first line (the cache's verification reads it).
+        header, generated = em.lines[0], em.lines[1:]
+        lines = [header[0]] + [text for _, text in directives]
+        entries = [(-1, 0)] + [(_BODY, body.user_lines[row]) for row, _ in directives]
         hoisted_modules = []
         for index, mlines in enumerate(module_lines, start=_BODY + 1):
             kept, found = hoist_directives(mlines)
             hoisted_modules.append(kept)
             lines += [text for _, text in found]
             entries += [(index, row + 1) for row, _ in found]
-        lines += [t for t, _ in em.lines]
-        entries += [((_YAML, o) if o > 0 else (-1, 0)) for _, o in em.lines]
+        lines += [t for t, _ in generated]
+        entries += [((_YAML, o) if o > 0 else (-1, 0)) for _, o in generated]
         for index, (m, mlines) in enumerate(zip(modules, hoisted_modules), start=_BODY + 1):
             lines.append(f"// ---- module {m.name} ----")
             entries.append((-1, 0))

@@ -57,3 +57,22 @@ def test_a_bad_directive_is_reported_at_the_users_line_and_column():
     assert (info.value.span.path, info.value.span.line) == ("d/kernel.wgsl", 2)
     assert info.value.span.col is not None and info.value.span.col >= 10  # at the extension's name, not column 1
 
+
+
+def test_a_hoisted_directive_leaves_the_header_first_so_a_shared_cache_entry_verifies():
+    # The hoisted directive became the first line: the cache's check of another client's
+    # entry (which reads the header comment there) refused an identical one (helper 76).
+    from engine_plugin.cache.entry import encode_entry
+    from engine_plugin.cache.verify import verify_entry
+    from engine_plugin.lowering.fingerprint import variant_key
+    from engine_plugin.lowering.modules import from_mapping, resolve_imports
+    from engine_plugin.lowering.variants import resolve_spec
+
+    schema = abi.parse(YAML, "k.computeShader/bindings.yaml")
+    wgsl = "diagnostic(off, derivative_uniformity);\n" + BODY
+    spec = resolve_spec(schema, None, None)
+    lowered = abi.lower(schema, wgsl, spec, wgsl_path="k.computeShader/kernel.wgsl")
+    assert lowered.source.startswith("// engine_plugin: lowered from ")
+    key = variant_key(schema.text, wgsl, spec, resolve_imports(wgsl, "k.computeShader/kernel.wgsl", from_mapping(None)))
+    _, how = verify_entry(key, encode_entry(key, lowered, signed=False), schema=schema, wgsl=wgsl, spec=spec, wgsl_path="k.computeShader/kernel.wgsl")
+    assert how == "relowered"
