@@ -8,6 +8,7 @@ sends every lowered line back to the user's file (a module's line to the module'
 
 from __future__ import annotations
 
+import logging
 from typing import Any, Mapping, Sequence
 
 from ..errors import LoweringError, Span
@@ -27,6 +28,8 @@ from .wgsl_text import Token, evaluate_int, find_calls, hoist_directives, module
 from .workgroup_init import INIT_FN, workgroup_init_function
 
 __all__ = ["lower", "LOWERING_VERSION"]
+
+log = logging.getLogger("engine_plugin.lowering")
 
 # Bump whenever the generated code or plan changes: it is part of every cache key.
 LOWERING_VERSION = 7
@@ -488,28 +491,40 @@ class _Lowerer:
             consts.update(module_constants(mtoks))
         consts.update(module_constants(toks))
         resolving: set[str] = set()
+        values: dict[str, int | None] = {}  # each const evaluated once (a chain of them is not exponential)
 
         def name(text: str) -> int | None:
             if text in known:
                 return known[text]
+            if text in values:
+                return values[text]
             init = consts.get(text)
             if init is None or text in resolving:
                 return None
             resolving.add(text)
             try:
-                return evaluate_int(init, name)
+                values[text] = evaluate_int(init, name)
+            except RecursionError:  # a chain of consts past Python's stack
+                values[text] = None
             finally:
                 resolving.discard(text)
+            return values[text]
 
         dims = [evaluate_int(arg, name) for arg in args]
         if not 1 <= len(dims) <= 3 or any(d is None for d in dims):
+            # Valid WGSL this check cannot follow (a vector's member, a function it does not
+            # know): not refused, said once; the host dispatches by the schema's size regardless.
             shown = ", ".join(" ".join(t.text for t in arg) for arg in args)
-            raise self.error(
-                f"@workgroup_size({shown}): the lowering cannot evaluate it, and the host dispatches by bindings.yaml's workgroup "
-                f"{_dims(want)}; write integer literals or consts of them, or name a kind: workgroup specialisation",
+            log.warning(
+                "%s:%d:%d: @workgroup_size(%s) is not checked against bindings.yaml's workgroup %s (the lowering cannot evaluate it); "
+                "the host dispatches by the schema's size, so write it as literals or consts if they could differ",
+                self.wgsl_path,
                 where(tok),
                 tok.col,
+                shown,
+                _dims(want),
             )
+            return
         size = tuple(dims + [1] * (3 - len(dims)))
         if size != want:
             raise self.error(

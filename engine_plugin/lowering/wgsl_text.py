@@ -145,28 +145,50 @@ def entry_point(text: str) -> Token | None:
     return None
 
 
-def workgroup_size_attribute(toks: list[Token]) -> tuple[Token, list[list[Token]]] | None:
-    """The first ``@workgroup_size(...)`` attribute: its name token and each argument's
-    tokens (split at the commas outside nested parentheses)."""
-    for i, t in enumerate(toks):
-        if t.text == "workgroup_size" and i > 0 and toks[i - 1].text == "@" and i + 1 < len(toks) and toks[i + 1].text == "(":
-            args: list[list[Token]] = [[]]
-            depth = 0
-            for tok in toks[i + 2 :]:
-                if tok.text == ")" and depth == 0:
-                    break
-                if tok.text == "(":
-                    depth += 1
-                elif tok.text == ")":
-                    depth -= 1
-                if tok.text == "," and depth == 0:
-                    args.append([])
-                else:
-                    args[-1].append(tok)
-            if args and not args[-1]:
-                args.pop()  # a trailing comma
-            return t, args
+def workgroup_size_attribute(toks: list[Token], entry: str = "main") -> tuple[Token, list[list[Token]]] | None:
+    """The ``@workgroup_size(...)`` attribute of the module-scope ``fn`` named ``entry``: its
+    name token and each argument's tokens (split at the commas outside nested parentheses)."""
+    for i, t in at_module_scope(toks):
+        if not (t.text == "fn" and i + 1 < len(toks) and toks[i + 1].text == entry):
+            continue
+        j = i - 1  # back over the attributes in front of the fn
+        while j >= 1:
+            if toks[j].text == ")":
+                depth, k = 0, j
+                while k >= 0:
+                    depth += (toks[k].text == ")") - (toks[k].text == "(")
+                    if depth == 0:
+                        break
+                    k -= 1
+                j = k - 1  # the attribute's name, before its "("
+            if j >= 1 and toks[j].kind == "ident" and toks[j - 1].text == "@":
+                if toks[j].text == "workgroup_size" and j + 1 < len(toks) and toks[j + 1].text == "(":
+                    return toks[j], _arguments(toks, j + 2)
+                j -= 2
+                continue
+            break
+        return None
     return None
+
+
+def _arguments(toks: list[Token], start: int) -> list[list[Token]]:
+    """The comma-separated arguments from ``toks[start]`` to the closing parenthesis."""
+    args: list[list[Token]] = [[]]
+    depth = 0
+    for tok in toks[start:]:
+        if tok.text == ")" and depth == 0:
+            break
+        if tok.text == "(":
+            depth += 1
+        elif tok.text == ")":
+            depth -= 1
+        if tok.text == "," and depth == 0:
+            args.append([])
+        else:
+            args[-1].append(tok)
+    if args and not args[-1]:
+        args.pop()  # a trailing comma
+    return args
 
 
 def module_constants(toks: list[Token]) -> dict[str, list[Token]]:
@@ -198,12 +220,35 @@ def module_constants(toks: list[Token]) -> dict[str, list[Token]]:
 
 
 def evaluate_int(expr: list[Token], names: Callable[[str], int | None]) -> int | None:
-    """An integer constant expression of literals, ``names`` (None: unknown), ``+ - * / %``
-    and parentheses, as WGSL evaluates it (division truncates); None when it is anything else."""
+    """An integer constant expression as WGSL evaluates it (division truncates): literals,
+    ``names`` (None: unknown), ``+ - * / %``, ``<< >> & | ^``, parentheses, ``u32()``/``i32()``
+    and ``min``/``max``/``abs``; None when it is anything else (or nests past Python's stack)."""
     pos = 0
 
-    def peek() -> str:
-        return expr[pos].text if pos < len(expr) else ""
+    def peek(k: int = 0) -> str:
+        return expr[pos + k].text if pos + k < len(expr) else ""
+
+    def call(fn: str) -> int | None:
+        nonlocal pos
+        pos += 1  # the "("
+        args = []
+        while True:
+            v = bitwise()
+            if v is None:
+                return None
+            args.append(v)
+            if peek() == ",":
+                pos += 1
+                continue
+            if peek() != ")":
+                return None
+            pos += 1
+            break
+        if fn in ("u32", "i32", "abs") and len(args) == 1:
+            return abs(args[0]) if fn == "abs" else args[0]
+        if fn in ("min", "max") and len(args) == 2:
+            return min(args) if fn == "min" else max(args)
+        return None
 
     def factor() -> int | None:
         nonlocal pos
@@ -215,18 +260,19 @@ def evaluate_int(expr: list[Token], names: Callable[[str], int | None]) -> int |
             v = factor()
             return None if v is None else -v
         if tok.text == "(":
-            v = total()
+            v = bitwise()
             if peek() != ")":
                 return None
             pos += 1
             return v
         if tok.kind == "number":
-            text = tok.text.rstrip("ui")
             try:
-                return int(text, 0)
+                return int(tok.text.rstrip("ui"), 0)
             except ValueError:
                 return None
-        if tok.kind == "ident" and peek() != "(":
+        if tok.kind == "ident":
+            if peek() == "(":
+                return call(tok.text)
             return names(tok.text)
         return None
 
@@ -252,7 +298,32 @@ def evaluate_int(expr: list[Token], names: Callable[[str], int | None]) -> int |
             v = None if w is None else v + w if op == "+" else v - w
         return v
 
-    value = total()
+    def shift() -> int | None:
+        nonlocal pos
+        v = total()
+        if v is not None and peek() in ("<", ">") and peek(1) == peek():  # "<<" / ">>" come as two tokens
+            op = peek()
+            pos += 2
+            w = total()
+            if w is None or not 0 <= w < 32:
+                return None
+            v = v << w if op == "<" else v >> w
+        return v
+
+    def bitwise() -> int | None:
+        nonlocal pos
+        v = shift()
+        while v is not None and peek() in ("&", "|", "^"):
+            op = peek()
+            pos += 1
+            w = shift()
+            v = None if w is None else v & w if op == "&" else v | w if op == "|" else v ^ w
+        return v
+
+    try:
+        value = bitwise()
+    except RecursionError:
+        return None
     return value if pos == len(expr) else None
 
 

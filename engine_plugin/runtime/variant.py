@@ -610,7 +610,9 @@ class Variant:
                 work.via_owner = True
                 live = owner.count * owner.element.bytes
                 if live % vt.bytes:
-                    raise self._slot_error(slot, f"input {slot.name!r} ({vt.wgsl}) cannot take the {live} bytes of {owner.name!r}'s buffer: not a whole number of elements")
+                    raise self._slot_error(
+                        slot, f"input {slot.name!r} ({vt.wgsl}) cannot take the {live} bytes of {owner.name!r}'s buffer: not a whole number of elements"
+                    )
                 return _Bound(value, live // vt.bytes, 0, _binding_size(live))
             count = value.size // vt.bytes
             return _Bound(value, count, 0, _binding_size(count * vt.bytes))

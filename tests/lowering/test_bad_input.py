@@ -145,7 +145,9 @@ CASES = [
     Bad("workgroup-size-const-mismatch", GOOD, LoweringError, "workgroup_size(WG)", "@workgroup_size(32) does not match", body="const WG: u32 = 32u;\n@compute @workgroup_size(WG)\nfn main(@builtin(global_invocation_id) gid: vec3<u32>) {\n}\n"),
     Bad("workgroup-size-override-mismatch", GOOD, LoweringError, "workgroup_size(WG)", "@workgroup_size(32) does not match", body="override WG: u32 = 32u;\n@compute @workgroup_size(WG)\nfn main(@builtin(global_invocation_id) gid: vec3<u32>) {\n}\n"),
     Bad("workgroup-size-expression-mismatch", GOOD, LoweringError, "workgroup_size(8 * 4)", "@workgroup_size(32) does not match", body="@compute @workgroup_size(8 * 4)\nfn main(@builtin(global_invocation_id) gid: vec3<u32>) {\n}\n"),
-    Bad("workgroup-size-not-evaluable", GOOD, LoweringError, "workgroup_size(max", "cannot evaluate it", body="@compute @workgroup_size(max(8u, 4u))\nfn main(@builtin(global_invocation_id) gid: vec3<u32>) {\n}\n"),
+    Bad("workgroup-size-max-mismatch", GOOD, LoweringError, "workgroup_size(max", "@workgroup_size(32) does not match", body="@compute @workgroup_size(max(8u, 32u))\nfn main(@builtin(global_invocation_id) gid: vec3<u32>) {\n}\n"),
+    # main's own attribute, not the first in the body (helper 76)
+    Bad("workgroup-size-of-main-not-the-first", GOOD, LoweringError, "workgroup_size(32)", "@workgroup_size(32) does not match", body="@compute @workgroup_size(64)\nfn other() {\n}\n@compute @workgroup_size(32)\nfn main(@builtin(global_invocation_id) gid: vec3<u32>) {\n}\n"),
     Bad("workgroup-size-mismatch-2d", GOOD, LoweringError, "workgroup_size(64, 2)", "@workgroup_size(64, 2)", body="@compute @workgroup_size(64, 2)\nfn main(@builtin(global_invocation_id) gid: vec3<u32>) {\n}\n"),
     # -------------------------------------------------------------- specialisation values
     Bad("unknown-option-value", GOOD, SpecializationError, "{ name: T", "T='f64' is not an option; T takes one of: f32, u32", body=MAIN, spec={"T": "f64", "M": "a"}, col=False, path=YAML),
@@ -274,7 +276,19 @@ def test_a_read_write_column_on_a_page_read_only_in_some_variant_is_refused(orde
     ("override WG: u32 = 64u;", "WG, 1"),
     ("", "(4 + 4) * 8"),
     ("", "0x40u, 1, 1"),
+    ("const WG = 1u << 6u;", "WG"),
+    ("", "u32(64)"),
+    ("", "max(32u, 64u)"),
+    ("const S = 8;", "min(S * S, 128) | 0"),
+    ("const TILE = vec2u(8u, 8u);", "TILE.x * TILE.y"),  # not evaluated: accepted, with a warning
+    ("const A0 = 64u;\n" + "\n".join(f"const A{j} = (A{j - 1} + A{j - 1}) / 2u;" for j in range(1, 40)), "A39"),  # not exponential
+    ("const B0 = 64u;\n" + "\n".join(f"const B{j} = B{j - 1};" for j in range(1, 400)), "B399"),  # past the stack: a warning, no RecursionError
 ])
 def test_a_workgroup_size_of_consts_equal_to_the_schemas_is_accepted(decl, size):
     body = f"{decl}\n@compute @workgroup_size({size})\nfn main(@builtin(global_invocation_id) gid: vec3<u32>) {{\n}}\n"
+    assert lower(parse(GOOD, YAML), body, SPEC, wgsl_path=WGSL).workgroup == (64, 1, 1)
+
+
+def test_a_helper_entry_points_workgroup_size_is_not_mains():
+    body = "@compute @workgroup_size(32)\nfn other() {\n}\n@compute @workgroup_size(64)\nfn main(@builtin(global_invocation_id) gid: vec3<u32>) {\n}\n"
     assert lower(parse(GOOD, YAML), body, SPEC, wgsl_path=WGSL).workgroup == (64, 1, 1)
