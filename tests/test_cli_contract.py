@@ -124,6 +124,10 @@ def test_no_usable_gpu_is_an_environment_error_exit_2(tmp_path):
     assert baked.returncode == 2 and "ENGINE_PLUGIN_ADAPTER='no-such-gpu' matches none" in one_error_line(baked, "bake")
     demo = cli("demo", "--headless", "--frames", "1", "--cache", "c", cwd=str(tmp_path), env=env)
     assert demo.returncode == 2 and "matches none" in one_error_line(demo, "demo")
+    # watch checks saves by compiling them: it cannot without an adapter (it reported broken
+    # saves as reloaded once the library made programs without a device, helper 76)
+    watched = cli("watch", "assets", "--no-cache", cwd=str(tmp_path), env=env)
+    assert watched.returncode == 2 and "matches none" in one_error_line(watched, "watch")
 
 
 def test_bake_json_dash_writes_the_report_to_stdout_and_the_table_to_stderr(tmp_path):

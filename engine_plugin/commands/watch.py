@@ -104,6 +104,11 @@ def cmd_watch(args: argparse.Namespace, rep: Reporter) -> int:
     # warnings about them would print each failure a second time.
     logging.getLogger("engine_plugin.assets").setLevel(logging.ERROR)
     log = _Log(rep, args.json)
+    # This command checks every save by compiling it: without an adapter it cannot (a library
+    # makes programs without a device then, which would report every save as reloaded).
+    from ..device.context import get_context
+
+    get_context()  # NoAdapterError: exit 2, before anything is watched
     lib = AssetLibrary(root, cache=None if args.no_cache else args.cache, quiet=args.quiet_ms / 1000.0, remote=args.remote or None)
     refs = [lib.load(os.path.relpath(f, root), strict=False) for f in folders]
     if args.all_variants and lib.remote is not None:
