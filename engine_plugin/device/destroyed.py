@@ -12,14 +12,25 @@ was destroyed since it was checked.
 from __future__ import annotations
 
 import threading
-from typing import Any
+from typing import Any, Callable
 
-__all__ = ["EPOCH", "install", "is_destroyed"]
+__all__ = ["EPOCH", "install", "is_destroyed", "register_holder_lookup"]
 
 _MARK = "_engine_plugin_destroyed"
 EPOCH = [0]  # bumped by every destroy(): a remembered binding's checks hold while it is unchanged
 _lock = threading.Lock()
 _installed = [False]
+
+
+# Each answers the list of callbacks to run once the recorded, not yet submitted work that
+# uses an object is submitted (an open batch's), or None: the runtime registers its holders.
+_holders: list[Callable[[Any], list | None]] = []
+
+
+def register_holder_lookup(find: Callable[[Any], list | None]) -> None:
+    """Let ``destroy()`` of an object that recorded, unsubmitted work uses wait for that work:
+    ``find(obj)`` answers the list of callbacks run once it is submitted, or None."""
+    _holders.append(find)
 
 
 def is_destroyed(obj: Any) -> bool:
@@ -34,6 +45,13 @@ def _marking(destroy: Any) -> Any:
         except AttributeError:  # a class with __slots__: nothing to mark, nothing refused
             pass
         EPOCH[0] += 1
+        for find in _holders:
+            after = find(self)
+            if after is not None:
+                # Recorded work uses it (an open abi.batch()): destroyed once that is submitted
+                # (WebGPU lets submitted work finish); new runs refuse it from now on.
+                after.append(lambda: destroy(self))
+                return
         destroy(self)
 
     marked_destroy.__wrapped__ = destroy  # type: ignore[attr-defined]

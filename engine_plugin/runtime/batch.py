@@ -42,6 +42,7 @@ from contextlib import contextmanager
 from typing import Any, Iterator
 
 from ..device.context import DeviceContext
+from ..device.destroyed import register_holder_lookup
 from .submission import PENDING, flush_pending, submit_records
 
 __all__ = [
@@ -268,6 +269,18 @@ def made_by_open_batch(buffer: Any) -> bool:
     if not _open:
         return False
     return any(isinstance(b, Batch) and buffer in b._made for b in tuple(_open))
+
+
+def _waiting_for(obj: Any) -> list | None:
+    """The callbacks an open batch that holds ``obj`` runs once submitted (see
+    :func:`~engine_plugin.device.destroyed.register_holder_lookup`), or None."""
+    for b in tuple(_open):
+        if isinstance(b, Batch) and b.holds(obj):
+            return b.on_drop
+    return None
+
+
+register_holder_lookup(_waiting_for)
 
 
 def current_batch() -> Batch | None:

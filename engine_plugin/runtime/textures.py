@@ -17,6 +17,7 @@ import numpy as np
 import wgpu
 
 from ..device.context import DeviceContext
+from ..device.destroyed import is_destroyed
 from ..errors import DispatchError
 from ..lowering.casts import cast_refusal
 from ..lowering.textures import format_channels, format_numpy, upload_format
@@ -176,6 +177,8 @@ def sampler_for(ctx: DeviceContext, filter_: str, address: str) -> Any:
 
 def read_texture(ctx: DeviceContext, out: TextureOutput, read_words: Any) -> np.ndarray:
     """The texels of ``out``: (h, w, channels) for 2-D, (depth | layers, h, w, channels) else."""
+    if is_destroyed(out.texture):  # copying from it would abort the process (device/destroyed.py)
+        raise DispatchError(f"cannot read texture {out.texture.label!r}: it was destroyed (destroy() was called on it)")
     w, h, d = out.size
     texel = _texel_bytes(out.format)
     pitch = -(-(w * texel) // 256) * 256

@@ -1153,6 +1153,7 @@ class Variant:
                         )
                 if not isinstance(value, wgpu.GPUBuffer):
                     raise self._slot_error(slot, f"page {slot.name!r} takes a GPUBuffer, or substrate handles for its columns")
+                self._foreign(slot, value)
                 bound[slot.binding] = _Bound(value, value.size // 4)
             elif slot.role == "domain_count":
                 b, domain_capacity = self._resolve_domain(slot, domain_count, work)

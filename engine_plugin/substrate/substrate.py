@@ -38,6 +38,7 @@ import wgpu
 
 from ..arrays import prepare_array
 from ..device.context import DeviceContext, get_context
+from ..device.destroyed import is_destroyed
 from ..device.ordering import settle
 from ..lowering.types import ValueType, parse_value_type
 from .handles import Placement, RunHandle, StaleRunError, SubstrateError
@@ -279,6 +280,8 @@ class Substrate:
                 hi = max(handles[i].base + handles[i].words for i in members)
                 words = np.zeros(0, dtype="<u4")
                 if hi > lo:
+                    if is_destroyed(page.buffer):  # copying from it would abort the process (device/destroyed.py)
+                        raise SubstrateError(f"page {index} of substrate {self.label!r} was destroyed (destroy() was called on its buffer)")
                     settle()  # runs recorded before (a batch, a deferred run) go first
                     with self.ctx.guard.submitting("a substrate read"):  # read_buffer submits a copy
                         raw = self.ctx.queue.read_buffer(page.buffer, lo * 4, (hi - lo) * 4)

@@ -278,6 +278,26 @@ DESTROYED_SCRIPT = textwrap.dedent("""
         c.run(4, inputs={"m": page})
     page.destroy()
     refused("column page", lambda: c.run(4, inputs={"m": page}))
+    # destroyed while an open batch holds it: destroyed once the batch is submitted (helper 76)
+    held = buffer()
+    with abi.batch():
+        in_batch = v.run(4, inputs={"src": held})
+        held.destroy()
+    assert abi.read(in_batch.outputs["dst"]).tolist() == [1, 2, 3, 4]
+    # a texture read, a substrate page read (helper 76)
+    from engine_plugin.errors import PluginError
+    from engine_plugin.substrate import Substrate
+    tex = dev.create_texture(size=(4, 4, 1), format="rgba8unorm", usage=wgpu.TextureUsage.COPY_SRC | wgpu.TextureUsage.TEXTURE_BINDING)
+    tex.destroy()
+    refused("texture read", lambda: abi.read(tex))
+    arena = Substrate(dev, page_bytes=1 << 16)
+    run = arena.alloc("f32", 8, name="pos")
+    arena.placement(run).page.destroy()
+    try:
+        abi.read(run)
+    except PluginError as exc:
+        assert "destroyed" in str(exc), exc
+        print("refused substrate read")
     # the device is fine afterwards
     assert abi.read(v.run(4, inputs={"src": good}).outputs["dst"]).tolist() == [1, 2, 3, 4]
     print("alive")
@@ -287,7 +307,7 @@ DESTROYED_SCRIPT = textwrap.dedent("""
 def test_a_destroyed_buffer_handed_to_a_run_is_a_dispatch_error_not_a_process_abort(tmp_path):
     # wgpu-native panics (the process aborts, exit 134) when a submission uses a destroyed buffer
     proc = _run_script(tmp_path, DESTROYED_SCRIPT, timeout=120)
-    assert proc.stdout.count("refused") == 6 and "alive" in proc.stdout
+    assert proc.stdout.count("refused") == 8 and "alive" in proc.stdout
 
 
 def test_abi_device_is_the_device_runs_take_buffers_of_and_another_devices_buffer_names_it():
