@@ -253,7 +253,11 @@ def _plan_product(
     slot_params = _slot_params(variant, world, declared, field_bindings, {s.name: s for s in reads})
     user_params = tuple(n for n in declared if n not in ENGINE_PARAMS and n not in dict(slot_params))
 
-    env: dict[str, Any] = {**engine_param_values(world), **{k: v for k, v in (params or {}).items() if isinstance(v, (int, float)) and not isinstance(v, bool)}}
+    env: dict[str, Any] = {
+        **engine_param_values(world),
+        **dict(slot_params),  # count expressions may read them too
+        **{k: v for k, v in (params or {}).items() if isinstance(v, (int, float)) and not isinstance(v, bool)},
+    }
     planned = tuple(_plan_output(slot, env, variant) for slot in outputs)
     names = [o.name for o in planned]
     if policy is ReadbackPolicy.NONE:

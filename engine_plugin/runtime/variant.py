@@ -37,7 +37,7 @@ import wgpu
 
 from ..device.destroyed import EPOCH as DESTROY_EPOCH
 from ..device.destroyed import is_destroyed
-from ..errors import DeviceLostError, DispatchError, ExpressionError, Span, bug, in_source
+from ..errors import DeviceLostError, DispatchError, ExpressionError, PluginError, Span, bug, in_source
 from ..lowering.expressions import parse_expression
 from ..lowering.geometry import Domain, as_domain, dispatch_fields, group_cap
 from ..lowering.lowered import HostSlot, Lowered
@@ -578,6 +578,14 @@ class Variant:
         of the user's."""
         return getattr(buffer, "_device", self.ctx.device) is not self.ctx.device
 
+    def _on_default_device(self) -> bool:
+        from ..device.context import get_context
+
+        try:
+            return get_context().device is self.ctx.device
+        except PluginError:
+            return False
+
     def _foreign(self, slot: HostSlot, buffer: Any) -> None:
         """Refuse a buffer or texture of another device (one made before a loss and recovery,
         say), or one destroyed (a submission using it aborts the process: device/destroyed.py)."""
@@ -590,7 +598,11 @@ class Variant:
                 slot,
                 f"{slot.name!r}: the buffer {buffer.label!r} handed to it lives on another device than this variant's "
                 "(made before the device was lost and the variant compiled anew, or on wgpu.utils.get_default_device()?); "
-                "hand it data of this device: engine_plugin.abi.device() is the plugin's default one",
+                + (
+                    "hand it data of this device: engine_plugin.abi.device() is the plugin's default one"
+                    if self._on_default_device()
+                    else "hand it data of the device this variant's program was made on (abi.program(..., device=...))"
+                ),
             )
 
     def _resolve_input(self, slot: HostSlot, value: Any, work: _Work) -> _Bound:

@@ -58,6 +58,8 @@ def _check_group_key(key: Any) -> None:
     outside a group carries (a group keyed None would be those runs, and freeing it theirs)."""
     if key is None:
         raise SubstrateError("a page group key cannot be None: None marks the runs made outside any group")
+    if key != key:  # NaN: never equal to itself, so never found again (its runs would be orphaned)
+        raise SubstrateError(f"a page group key must equal itself, not {key!r}")
     try:
         hash(key)
     except TypeError:

@@ -439,3 +439,18 @@ def test_a_byte_field_with_padded_slots_read_as_words_without_its_slot_words_is_
     with caplog.at_level("WARNING", logger="engine_plugin.engine"):
         engine.register_product(_program("shape/bytes_nowords", yaml, BYTES_WGSL.replace("params.m_slot_words * 4u", "params.tile_count")), fields={"m": "m"}, apply=lambda r: None)
     assert any("mirror slots of 28 bytes" in r.getMessage() and "m_slot_words" in r.getMessage() and "bindings.yaml:3" in r.getMessage() for r in caplog.records)
+
+
+def test_a_count_expression_reads_the_slot_words_param(make_engine):
+    # The plan's count environment lacked <binding>_slot_words: "n * m_slot_words" evaluated
+    # as 0 records an item and the output became a whole-dispatch one (helper 76).
+    world = World((5, 5), {"m": np.uint8}, max_chunks=4)
+    for k in range(2):
+        world.add(k, {"m": np.full((5, 5), k + 1, np.uint8)})
+    engine = make_engine(world)
+    applied = Applied(world)
+    yaml = BYTES_YAML.replace('count: "n"', 'count: "n * m_slot_words"')
+    wgsl = BYTES_WGSL.replace("s_set(i, c);", "for (var w = 0u; w < params.m_slot_words; w++) { s_set(i * params.m_slot_words + w, c); }")
+    engine.register_product(_program("shape/bytes_words_count", yaml, wgsl), fields={"m": "m"}, apply=applied)
+    run_until_idle(engine)
+    assert {k: v.tolist() for k, v in applied.latest.items()} == {0: [25] * 7, 1: [50] * 7}

@@ -327,4 +327,7 @@ def test_none_is_no_page_group_key_so_freeing_group_none_never_frees_ungrouped_r
     for call in (arena.free_group, arena.group_runs, arena.release_group):
         with pytest.raises(SubstrateError, match="None"):
             call(None)
+    with pytest.raises(SubstrateError, match="equal itself"):  # NaN: never found again (helper 76)
+        with arena.with_page_group(float("nan")):
+            pass
     assert loose.live and arena.read(loose).shape == (8,)
