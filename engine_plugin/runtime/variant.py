@@ -673,7 +673,7 @@ class Variant:
             work.read.append(value._buffer)  # held by an open batch until the conversion ran
         return _Bound(converted, words // vt.lanes, 0, _binding_size(words * 4))
 
-    def _resolve_table(self, slot: HostSlot, value: Any) -> _Bound:
+    def _resolve_table(self, slot: HostSlot, value: Any, work: _Work) -> _Bound:
         if isinstance(value, (Table, wgpu.GPUBuffer)):
             self._foreign(slot, value.buffer if isinstance(value, Table) else value)
         if isinstance(value, Table):
@@ -691,10 +691,15 @@ class Variant:
             want = dict(self.lowered.table_columns).get(slot.name)
             if want:
                 raise self._slot_error(slot, f"missing table {slot.name!r}: the variant names columns {list(want)}; pass abi.table({{...}})")
-            # A read_write one binds a constant of its own: WebGPU refuses one buffer bound read
-            # and read_write in a dispatch (two unbound tables of either access, say).
-            written = self.lowered.bindings[slot.binding].access == "read_write"
-            return _Bound(self._constant("empty table (read_write)" if written else "empty table", _EMPTY_TABLE), 0, 0, 4)
+            if self.lowered.bindings[slot.binding].access == "read_write":
+                # Zeros of its own, this run's: a kernel's table setters write there, and a
+                # shared constant carried one run's writes into every later "empty" table.
+                # (A temporary more than its numpy inputs: never a repeat.)
+                empty = self._pool.take(_EMPTY_TABLE.nbytes, label=f"{slot.name} (empty table)")
+                work.temps.append(empty)
+                work.ops.append(("clear", empty, 0, _EMPTY_TABLE.nbytes))
+                return _Bound(empty, 0, 0, 4)
+            return _Bound(self._constant("empty table", _EMPTY_TABLE), 0, 0, 4)
         raise self._slot_error(slot, f"table {slot.name!r} takes an abi.table(...) or a GPUBuffer, not {type(value).__name__}")
 
     # -- textures ----------------------------------------------------------------------------
@@ -1147,7 +1152,7 @@ class Variant:
                 bound[slot.binding] = b
                 lengths[slot.name] = b.count
             elif slot.role == "table":
-                b = self._resolve_table(slot, inputs.get(slot.name))
+                b = self._resolve_table(slot, inputs.get(slot.name), work)
                 bound[slot.binding] = b
                 lengths[slot.name] = b.count
             elif slot.role == "page":

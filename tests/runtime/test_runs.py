@@ -936,3 +936,18 @@ def test_a_handed_out_buffer_binds_its_current_owners_live_words_raw_on_every_ca
     words = make("t/index_copy_u32", COPY_WHERE_YAML.replace("element: f32", "element: u32"), COPY_WHERE_WGSL)
     got = abi.read(words.run(n=4, inputs={"x": make("t/axpy_tasks", AXPY_YAML, AXPY_WGSL).run(4, inputs={"x": np.ones(4, np.float32)}, params={"a": 0.5}).outputs["y"].buffer}).outputs["y"])
     assert got.tolist() == [int(np.float32(1.5).view(np.uint32))] * 4
+
+
+def test_an_unbound_read_write_table_is_empty_in_every_run_whatever_another_kernel_wrote():
+    # Every unbound read_write table bound one shared constant: one kernel's setters wrote into
+    # every later kernel's "empty" table (helper 74).
+    writer = make("t/empty_table_writer", "bindings:\n  - { name: cols, kind: columns, access: read_write }\n  - { name: y, kind: buffer, access: read_write, element: f32, count: \"n\" }\n",
+                  "@compute @workgroup_size(64)\nfn main(@builtin(global_invocation_id) gid: vec3<u32>) {\n    let i = zero_index(gid);\n    if (i >= zero_n()) { return; }\n"
+                  "    cols_set_vec4(0u, 0u, vec4<f32>(42.0, 2.5, 0.0, 7.0));\n    y_set(i, 1.0);\n}\n")
+    reader = make("t/empty_table_reader", "bindings:\n  - { name: t, kind: columns, access: read_write }\n  - { name: y, kind: buffer, access: read_write, element: f32, count: \"n\" }\n",
+                  "@compute @workgroup_size(64)\nfn main(@builtin(global_invocation_id) gid: vec3<u32>) {\n    let i = zero_index(gid);\n    if (i >= zero_n()) { return; }\n"
+                  "    if (i == 0u) { y_set(i, f32(t_count(0u))); } else { y_set(i, t_f32(0u, i - 1u, 0u)); }\n}\n")
+    assert abi.read(reader.run(4).outputs["y"]).tolist() == [0.0] * 4
+    for _ in range(2):
+        abi.read(writer.run(1).outputs["y"])
+        assert abi.read(reader.run(4).outputs["y"]).tolist() == [0.0] * 4
