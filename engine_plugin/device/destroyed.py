@@ -22,14 +22,14 @@ _lock = threading.Lock()
 _installed = [False]
 
 
-# Each answers the list of callbacks to run once the recorded, not yet submitted work that
-# uses an object is submitted (an open batch's), or None: the runtime registers its holders.
-_holders: list[Callable[[Any], list | None]] = []
+# Each answers the callback lists of every holder of recorded, not yet submitted work that uses
+# an object (open batches: each runs its list once submitted): the runtime registers them.
+_holders: list[Callable[[Any], list[list]]] = []
 
 
-def register_holder_lookup(find: Callable[[Any], list | None]) -> None:
-    """Let ``destroy()`` of an object that recorded, unsubmitted work uses wait for that work:
-    ``find(obj)`` answers the list of callbacks run once it is submitted, or None."""
+def register_holder_lookup(find: Callable[[Any], list[list]]) -> None:
+    """Let ``destroy()`` of an object that recorded, unsubmitted work uses wait for all of it:
+    ``find(obj)`` answers one callback list per holder, each run once that holder submitted."""
     _holders.append(find)
 
 
@@ -45,14 +45,25 @@ def _marking(destroy: Any) -> Any:
         except AttributeError:  # a class with __slots__: nothing to mark, nothing refused
             pass
         EPOCH[0] += 1
-        for find in _holders:
-            after = find(self)
-            if after is not None:
-                # Recorded work uses it (an open abi.batch()): destroyed once that is submitted
-                # (WebGPU lets submitted work finish); new runs refuse it from now on.
-                after.append(lambda: destroy(self))
-                return
-        destroy(self)
+        waits = [after for find in _holders for after in find(self)]
+        if not waits:
+            destroy(self)
+            return
+        # Recorded work uses it (open batches, perhaps nested or on other threads): destroyed
+        # once the last of them is submitted (WebGPU lets submitted work finish); new runs
+        # refuse it from now on.
+        left = [len(waits)]
+        lock = threading.Lock()
+
+        def one_submitted() -> None:
+            with lock:
+                left[0] -= 1
+                last = left[0] == 0
+            if last:
+                destroy(self)
+
+        for after in waits:
+            after.append(one_submitted)
 
     marked_destroy.__wrapped__ = destroy  # type: ignore[attr-defined]
     marked_destroy.__doc__ = destroy.__doc__

@@ -98,6 +98,10 @@ class Batch:
         self._made: set = set()  # the pooled output buffers of recorded runs, until the flush
         self.outer: tuple[Batch, ...] = ()  # the batches this one is nested in (this thread's)
         self.on_drop: list = []  # called once its records are submitted (or dropped)
+        # A context copied into a task or a thread (asyncio.create_task, to_thread) still lists
+        # the batches open where it was copied: only this thread's, not yet ended, are current.
+        self.thread = threading.get_ident()
+        self.ended = False
 
     def add(
         self, variant: Any, data: bytes, bind_group: Any, groups: tuple, ops: list, temps: list, buffers: list, extra: list | None = None, made: Any = ()
@@ -271,26 +275,35 @@ def made_by_open_batch(buffer: Any) -> bool:
     return any(isinstance(b, Batch) and buffer in b._made for b in tuple(_open))
 
 
-def _waiting_for(obj: Any) -> list | None:
-    """The callbacks an open batch that holds ``obj`` runs once submitted (see
-    :func:`~engine_plugin.device.destroyed.register_holder_lookup`), or None."""
-    for b in tuple(_open):
-        if isinstance(b, Batch) and b.holds(obj):
-            return b.on_drop
-    return None
+def _waiting_for(obj: Any) -> list[list]:
+    """The callback lists of every open batch holding ``obj``, each run once that batch's
+    records are submitted (see :func:`~engine_plugin.device.destroyed.register_holder_lookup`)."""
+    return [b.on_drop for b in tuple(_open) if isinstance(b, Batch) and b.holds(obj)]
 
 
 register_holder_lookup(_waiting_for)
 
 
+def _mine(stack: tuple) -> tuple:
+    """The batches of ``stack`` current here: open, and opened on this thread."""
+    me = threading.get_ident()
+    return tuple(b for b in stack if not b.ended and b.thread == me)
+
+
 def current_batch() -> Batch | None:
     stack = _stack.get()
-    return stack[-1] if stack else None
+    if not stack:
+        return None
+    top = stack[-1]
+    if not top.ended and top.thread == threading.get_ident():
+        return top  # the common case, without building a tuple
+    mine = _mine(stack)
+    return mine[-1] if mine else None
 
 
 def flush_current_batch() -> None:
     """Submit what this thread's open batches recorded so far (a read is about to wait on it)."""
-    for b in _stack.get():
+    for b in _mine(_stack.get()):
         if b.pending:
             b.flush()
 
@@ -310,7 +323,7 @@ def batch(slices: bool | None = None) -> Iterator[Batch]:
     if PENDING[0] is not None:
         flush_pending()  # a deferred run goes first, in queue order
     b = Batch(slices)
-    b.outer = _stack.get()
+    b.outer = _mine(_stack.get())
     _stack.set(b.outer + (b,))
     with _open_lock:
         _open.append(b)
@@ -320,6 +333,7 @@ def batch(slices: bool | None = None) -> Iterator[Batch]:
         # This batch, whatever is on top: blocks of coroutines sharing a context (generators)
         # may end in another order than they began.
         _stack.set(tuple(x for x in _stack.get() if x is not b))
+        b.ended = True
         try:
             b.flush()
         finally:

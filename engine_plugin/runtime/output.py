@@ -29,7 +29,7 @@ from .submission import PENDING, flush_pending, submit_encoder
 from .table import Table, unpack_table
 from .textures import TextureOutput, read_texture
 
-__all__ = ["Output", "give_back", "handed_out", "output_of", "read", "read_words", "own_pooled", "share"]
+__all__ = ["HANDOUTS", "Output", "give_back", "handed_out", "output_of", "read", "read_words", "own_pooled", "share"]
 
 
 def read_words(buffer: Any, offset: int = 0, size: int | None = None, device: Any = None, dtype: Any = None) -> Any:
@@ -347,6 +347,9 @@ def _record_of(output: Output) -> Output:
     return record
 
 
+HANDOUTS = [0]  # bumped whenever a buffer is handed out: caches keyed by buffers prune then
+
+
 def handed_out(buffer: Any) -> bool:
     """Whether an Output handed ``buffer`` out (it never goes back to the pool)."""
     return getattr(buffer, _OWNER, None) is not None
@@ -422,6 +425,7 @@ def share(output: Output) -> None:
         setattr(buffer, _OWNER, _record_of(output))
     except AttributeError:  # a buffer class with slots: its reads answer whole words
         pass
+    HANDOUTS[0] += 1
 
 
 def give_back(pool: Any, buffer: Any) -> None:

@@ -50,7 +50,7 @@ from .convert import clamp_record, conversion_record
 from .deferred import DEFER_MAX_BYTES
 from .deferred import defer as defer_run
 from .loss import LOST_HINT, lost_error
-from .output import Output, counter_rewritten, give_back, handed_out, on_release, output_of, own_pooled, share
+from .output import HANDOUTS, Output, counter_rewritten, give_back, handed_out, on_release, output_of, own_pooled, share
 from .params import ParamsPacker, exact_fingerprint
 from .submission import PENDING, encode_records, flush_pending, submit_encoder
 from .table import Table
@@ -267,7 +267,7 @@ class _Repeat:
         "host",
         "defer",
         "epoch",
-        "last_key",
+        "pruned_at",
     )
 
     def __init__(
@@ -282,19 +282,20 @@ class _Repeat:
         self.host: dict = {}  # input name -> (slot, dtype, shape, direct): numpy inputs, uploaded each run
         self.defer = False  # a deferrable run (runtime.deferred)
         self.epoch = DESTROY_EPOCH[0]  # no buffer bound here was destroyed while this is current
-        self.last_key: tuple | None = None  # the bind group cached last (see keep_group)
+        self.pruned_at = HANDOUTS[0]  # handouts seen when bind_groups was last pruned (see keep_group)
 
     def keep_group(self, key: tuple, group: Any) -> Any:
-        """Cache ``group`` under its run's buffers ``key`` (answers it). The entry cached last
-        goes first when one of its buffers was handed out since: that buffer never comes back
-        from the pool, so the entry is never hit again, and it kept the buffer's GPU memory."""
-        last = self.last_key
-        if last is not None and any(handed_out(b) for b in last):
-            self.bind_groups.pop(last, None)
+        """Cache ``group`` under its run's buffers ``key`` (answers it). Once a buffer was
+        handed out anywhere since the last look, entries holding handed-out buffers go: such a
+        buffer never comes back from the pool, so they are never hit again, and they kept its
+        GPU memory alive."""
+        if self.pruned_at != HANDOUTS[0]:
+            self.pruned_at = HANDOUTS[0]
+            for k in [k for k in self.bind_groups if any(handed_out(b) for b in k)]:
+                del self.bind_groups[k]
         if len(self.bind_groups) >= _BIND_GROUP_CACHE:
             self.bind_groups.clear()
         self.bind_groups[key] = group
-        self.last_key = key
         return group
 
     def none_destroyed(self) -> bool:
@@ -451,7 +452,7 @@ class Variant:
         self._domain_name = lowered.domain_count  # its binding may be handed through inputs= too
         self._ring = _ParamsRing(self.ctx.device, lowered.params.size, self.ctx.limit("min-uniform-buffer-offset-alignment"))
         self._bind_groups: "OrderedDict[tuple, Any]" = OrderedDict()
-        self._last_group_key: tuple | None = None  # the group cached last (see _bind_group)
+        self._pruned_at = HANDOUTS[0]  # handouts seen when _bind_groups was last pruned (see _bind_group)
         self._last_pages: Any = None
         self._sizes: dict[tuple, int] = {}
         self._repeat: _Repeat | None = None
@@ -671,6 +672,8 @@ class Variant:
         if words:
             work.extra.append(conversion_record(self.ctx, value._buffer, converted, words, value.element.scalar, vt.scalar))
             work.read.append(value._buffer)  # held by an open batch until the conversion ran
+        else:  # nothing to convert, but WebGPU still binds an element: zeros, not its last user's data
+            work.ops.append(("clear", converted, 0, min(converted.size, self._bound_bytes(slot, 0))))
         return _Bound(converted, words // vt.lanes, 0, _binding_size(words * 4))
 
     def _resolve_table(self, slot: HostSlot, value: Any, work: _Work) -> _Bound:
@@ -1297,8 +1300,7 @@ class Variant:
             if touched is None:
                 touched = [b.buffer for b in bound.values() if b.buffer is not None] + [op[1] for op in work.ops] + work.temps + work.read
             if batch is not None:
-                made = [b for out in result.values() if isinstance(out, Output) and out._pool is not None for b in out._pooled if b is not None]
-                batch.add(self, data, bind_group, groups, work.ops, work.temps, touched, work.extra, made=made)
+                batch.add(self, data, bind_group, groups, work.ops, work.temps, touched, work.extra, made=_written(work.ops))
             else:
                 defer_run(self, data, bind_group, groups, work.ops, work.temps, touched, work.extra)
         else:
@@ -1433,7 +1435,7 @@ class Variant:
                 self._repeat_group = (key, bind_group)
             batch = current_batch() if open_batches() else None
             if batch is not None:  # recorded into this thread's batch: _submit's batch branch, inline
-                batch.add(self, rep.data, bind_group, rep.groups, ops, temps, rep.fixed + owned, made=owned)
+                batch.add(self, rep.data, bind_group, rep.groups, ops, temps, rep.fixed + owned, made=_written(ops))
                 self.runs += 1
                 return Run(result, rn, rep.groups, self)
             if not rep.defer:
@@ -1622,17 +1624,16 @@ class Variant:
         group = self.ctx.device.create_bind_group(layout=self.compiled.bind_group_layout, entries=entries)
         if any(b.transient for b in bound.values()):
             return group
-        # The group cached last goes first when one of its buffers was handed out since (it
-        # never comes back from the pool: the entry would only keep its GPU memory alive; the
-        # seed's abi.read(run.outputs.dst.buffer) hands one out every run).
-        last = self._last_group_key
-        if last is not None:
-            held = self._bind_groups.get(last)
-            if held is not None and any(handed_out(buf) for buf, _ in held[1] if buf is not None):
-                del self._bind_groups[last]
+        # Once a buffer was handed out anywhere since the last look, groups holding handed-out
+        # buffers go: those never come back from the pool, so such an entry is never hit
+        # again and only keeps their GPU memory alive (the seed's abi.read(run.outputs.dst.buffer)
+        # hands one out every run).
+        if self._pruned_at != HANDOUTS[0]:
+            self._pruned_at = HANDOUTS[0]
+            for k in [k for k, (_, held) in self._bind_groups.items() if any(handed_out(buf) for buf, _ in held if buf is not None)]:
+                del self._bind_groups[k]
         # Keep the buffers alive with the cached group, so an id() in the key can never be reused.
         self._bind_groups[key] = (group, [(b.buffer, b.resource) for b in bound.values()])
-        self._last_group_key = key
         while len(self._bind_groups) > _BIND_GROUP_CACHE:
             self._bind_groups.popitem(last=False)
         return group
@@ -1696,6 +1697,12 @@ def _plain_args(inputs: Any, params: Any, outputs: Any) -> bool:
         and (params is None or type(params) is dict or _mapping(params))
         and (outputs is None or type(outputs) is dict or _mapping(outputs))
     )
+
+
+def _written(ops: list) -> list:
+    """The buffers a run's ops reset before it (cleared outputs and counters, snapshot
+    counters): until it is submitted they hold an earlier user's data."""
+    return [op[3] if op[0] == "copy" else op[1] for op in ops]
 
 
 def _unwrap(value: Any) -> Any:

@@ -260,6 +260,7 @@ class Substrate:
             if arr.nbytes:
                 page = self._pages[handle.page]
                 assert page is not None
+                self._check_not_destroyed(page)
                 settle()  # runs recorded before (a batch, a deferred run) go first
                 self.ctx.queue.write_buffer(page.buffer, (handle.base + start * vt.lanes) * 4, arr)
 
@@ -282,8 +283,7 @@ class Substrate:
                 hi = max(handles[i].base + handles[i].words for i in members)
                 words = np.zeros(0, dtype="<u4")
                 if hi > lo:
-                    if is_destroyed(page.buffer):  # copying from it would abort the process (device/destroyed.py)
-                        raise SubstrateError(f"page {index} of substrate {self.label!r} was destroyed (destroy() was called on its buffer)")
+                    self._check_not_destroyed(page)  # copying from it would abort the process (device/destroyed.py)
                     settle()  # runs recorded before (a batch, a deferred run) go first
                     with self.ctx.guard.submitting("a substrate read"):  # read_buffer submits a copy
                         raw = self.ctx.queue.read_buffer(page.buffer, lo * 4, (hi - lo) * 4)
@@ -486,7 +486,12 @@ class Substrate:
         assert base == 0
         return page, base
 
+    def _check_not_destroyed(self, page: Page) -> None:
+        if is_destroyed(page.buffer):  # wgpu refuses the write with a raw validation error
+            raise SubstrateError(f"page {page.index} of substrate {self.label!r} was destroyed (destroy() was called on its buffer)")
+
     def _write_zeros(self, page: Page, base: int, words: int) -> None:
+        self._check_not_destroyed(page)
         settle()  # runs recorded before (a batch, a deferred run) go first
         if self._zeros.size < words:
             self._zeros = np.zeros(max(words, 2 * self._zeros.size), dtype="<u4")

@@ -284,6 +284,14 @@ DESTROYED_SCRIPT = textwrap.dedent("""
         in_batch = v.run(4, inputs={"src": held})
         held.destroy()
     assert abi.read(in_batch.outputs["dst"]).tolist() == [1, 2, 3, 4]
+    # held by nested batches: destroyed once the last of them is submitted (helper 78)
+    nested = buffer()
+    with abi.batch():
+        outer_run = v.run(4, inputs={"src": nested})
+        with abi.batch():
+            inner_run = v.run(4, inputs={"src": nested})
+            nested.destroy()
+    assert abi.read(outer_run.outputs["dst"]).tolist() == abi.read(inner_run.outputs["dst"]).tolist() == [1, 2, 3, 4]
     # a texture read, a substrate page read (helper 76)
     from engine_plugin.errors import PluginError
     from engine_plugin.substrate import Substrate
@@ -298,6 +306,11 @@ DESTROYED_SCRIPT = textwrap.dedent("""
     except PluginError as exc:
         assert "destroyed" in str(exc), exc
         print("refused substrate read")
+    try:
+        arena.write(run, np.ones(8, np.float32))
+    except PluginError as exc:
+        assert "destroyed" in str(exc), exc
+        print("refused substrate write")
     # the device is fine afterwards
     assert abi.read(v.run(4, inputs={"src": good}).outputs["dst"]).tolist() == [1, 2, 3, 4]
     print("alive")
@@ -307,7 +320,7 @@ DESTROYED_SCRIPT = textwrap.dedent("""
 def test_a_destroyed_buffer_handed_to_a_run_is_a_dispatch_error_not_a_process_abort(tmp_path):
     # wgpu-native panics (the process aborts, exit 134) when a submission uses a destroyed buffer
     proc = _run_script(tmp_path, DESTROYED_SCRIPT, timeout=120)
-    assert proc.stdout.count("refused") == 8 and "alive" in proc.stdout
+    assert proc.stdout.count("refused") == 9 and "alive" in proc.stdout
 
 
 def test_abi_device_is_the_device_runs_take_buffers_of_and_another_devices_buffer_names_it():

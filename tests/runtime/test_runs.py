@@ -951,3 +951,105 @@ def test_an_unbound_read_write_table_is_empty_in_every_run_whatever_another_kern
     for _ in range(2):
         abi.read(writer.run(1).outputs["y"])
         assert abi.read(reader.run(4).outputs["y"]).tolist() == [0.0] * 4
+
+
+def test_a_task_created_inside_a_batch_that_runs_after_it_ended_submits_its_own_runs():
+    # asyncio.create_task copies the context: the child saw the ended batch as current, and its
+    # run stayed recorded there, never submitted (its output read zeros) (helper 78).
+    import asyncio
+
+    v = make("t/axpy_tasks", AXPY_YAML, AXPY_WGSL)
+    x = np.arange(4, dtype=np.float32)
+
+    async def child(out):
+        await asyncio.sleep(0.02)
+        out["y"] = v.run(4, inputs={"x": x}, params={"a": 2.0}).outputs["y"]
+
+    async def main():
+        out = {}
+        with abi.batch():
+            task = asyncio.create_task(child(out))
+        await task
+        return out
+
+    np.testing.assert_array_equal(abi.read(asyncio.run(main())["y"]), 2 * x + 1)
+
+
+def test_a_live_count_on_a_gpu_counter_is_not_read_from_another_thread_while_its_batch_is_open():
+    # Its snapshot counter was not among the batch's fresh buffers: another thread read an
+    # earlier user's count, and kept it (helper 78).
+    import gc
+    import threading
+
+    import wgpu
+
+    from engine_plugin.errors import DispatchError
+
+    second = make("t/double_live", DOUBLE_LIVE_YAML, DOUBLE_LIVE_WGSL)
+    src = np.arange(10, dtype=np.float32)
+    usage = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC
+    old = second.run(n=10, inputs={"src": src}, domain_count=abi.device().create_buffer_with_data(data=np.array([9], np.uint32), usage=usage)).outputs["dst"]
+    assert old.count == 9
+    del old
+    gc.collect()
+    count = abi.device().create_buffer_with_data(data=np.array([3], np.uint32), usage=usage)
+    recorded, done, box = threading.Event(), threading.Event(), {}
+
+    def producer():
+        with abi.batch():
+            box["dst"] = second.run(n=10, inputs={"src": src}, domain_count=count).outputs["dst"]
+            recorded.set()
+            done.wait(30)
+
+    t = threading.Thread(target=producer)
+    t.start()
+    try:
+        assert recorded.wait(30)
+        with pytest.raises(DispatchError, match="another thread"):
+            box["dst"].count
+    finally:
+        done.set()
+        t.join()
+    assert box["dst"].count == 3 and abi.read(box["dst"]).tolist() == [0.0, 2.0, 4.0]
+
+
+def test_an_empty_output_chained_through_a_conversion_binds_zeros():
+    # Nothing to convert, and nothing cleared the element WebGPU still binds (helper 78).
+    import gc
+
+    k = make("t/empty_f32", FIRST_YAML.replace("vec4<f32>", "f32"), FIRST_WGSL)
+    index = make("t/index", INDEX_YAML, INDEX_WGSL)
+    probe = index.run(n=64).outputs["dst"]  # u32 0..63 in a pooled buffer
+    abi.read(probe)
+    del probe
+    gc.collect()
+    empty = index.run(n=0).outputs["dst"]  # a u32 output with no elements: cast to f32 on the way in
+    got = abi.read(k.run(1, inputs={"x": empty}).outputs["probe"])
+    assert got.tolist() == [0.0, 0.0]
+
+
+def test_bind_group_caches_keep_no_handed_out_buffer_of_several_runs_a_frame():
+    # Only the group cached last was dropped: two runs a frame, both handed out, kept one
+    # buffer a frame alive up to the cache's 256 entries (helper 78).
+    import gc
+
+    import wgpu
+
+    variant = make("t/index_big2", INDEX_YAML, INDEX_WGSL)
+
+    def live_buffers() -> int:
+        return wgpu.diagnostics.object_counts.get_dict()["Buffer"]["count"]
+
+    gc.collect()
+    gc.disable()
+    try:
+        for frame in range(60):
+            a, b = variant.run(n=1 << 12).outputs["dst"], variant.run(n=1 << 12).outputs["dst"]
+            a.buffer, b.buffer
+            del a, b
+            if frame == 9:
+                before = live_buffers()
+        after = live_buffers()
+    finally:
+        gc.enable()
+    assert after - before <= 4, (before, after)
