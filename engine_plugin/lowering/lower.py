@@ -24,7 +24,7 @@ from .structs import StructType
 from .textures import storage_texture_wgsl, texture_wgsl
 from .types import ValueType, parse_value_type
 from .variants import VariantSpec, resolve_spec
-from .wgsl_text import Token, evaluate_int, find_calls, hoist_directives, module_constants, module_declarations, tokens, workgroup_size_attribute
+from .wgsl_text import Token, evaluate_int, find_calls, hoist_directives, module_constants, module_declarations, tokens, vector_member, workgroup_size_attribute
 from .workgroup_init import INIT_FN, workgroup_init_function
 
 __all__ = ["lower", "LOWERING_VERSION"]
@@ -497,6 +497,19 @@ class _Lowerer:
             if text in known:
                 return known[text]
             if text in values:
+                return values[text]
+            if "." in text:  # a vector const's lane
+                base, member = text.split(".", 1)
+                vector = consts.get(base)
+                if vector is None or base in resolving:
+                    return None
+                resolving.add(base)
+                try:
+                    values[text] = vector_member(vector, member, name)
+                except RecursionError:
+                    values[text] = None
+                finally:
+                    resolving.discard(base)
                 return values[text]
             init = consts.get(text)
             if init is None or text in resolving:

@@ -273,6 +273,9 @@ def evaluate_int(expr: list[Token], names: Callable[[str], int | None]) -> int |
         if tok.kind == "ident":
             if peek() == "(":
                 return call(tok.text)
+            if peek() == "." and pos + 1 < len(expr) and expr[pos + 1].kind == "ident":
+                pos += 2  # a vector const's member: names() answers "V.x"
+                return names(f"{tok.text}.{expr[pos - 1].text}")
             return names(tok.text)
         return None
 
@@ -325,6 +328,28 @@ def evaluate_int(expr: list[Token], names: Callable[[str], int | None]) -> int |
     except RecursionError:
         return None
     return value if pos == len(expr) else None
+
+
+_LANES = {"x": 0, "y": 1, "z": 2, "w": 3, "r": 0, "g": 1, "b": 2, "a": 3}
+
+
+def vector_member(init: list[Token], member: str, names: Callable[[str], int | None]) -> int | None:
+    """Lane ``member`` (x/y/z/w or r/g/b/a) of a vector constructor ``init``
+    (``vec3<u32>(32u, 1u, 1u)``, ``vec2u(8u)``), evaluated; None for anything else."""
+    lane = _LANES.get(member)
+    if lane is None or not init or init[0].kind != "ident" or not init[0].text.startswith("vec"):
+        return None
+    i = 1
+    if i < len(init) and init[i].text == "<":  # vec3<u32>
+        while i < len(init) and init[i].text != ">":
+            i += 1
+        i += 1
+    if i >= len(init) or init[i].text != "(":
+        return None
+    args = _arguments(init, i + 1)
+    if len(args) == 1:
+        return evaluate_int(args[0], names)  # a splat
+    return evaluate_int(args[lane], names) if lane < len(args) else None
 
 
 _DIRECTIVES = ("enable", "requires", "diagnostic")

@@ -147,6 +147,7 @@ CASES = [
     Bad("workgroup-size-expression-mismatch", GOOD, LoweringError, "workgroup_size(8 * 4)", "@workgroup_size(32) does not match", body="@compute @workgroup_size(8 * 4)\nfn main(@builtin(global_invocation_id) gid: vec3<u32>) {\n}\n"),
     Bad("workgroup-size-max-mismatch", GOOD, LoweringError, "workgroup_size(max", "@workgroup_size(32) does not match", body="@compute @workgroup_size(max(8u, 32u))\nfn main(@builtin(global_invocation_id) gid: vec3<u32>) {\n}\n"),
     # main's own attribute, not the first in the body (helper 76)
+    Bad("workgroup-size-vector-lane-mismatch", GOOD, LoweringError, "workgroup_size(V", "@workgroup_size(32) does not match", body="const V = vec3<u32>(32u, 1u, 1u);\n@compute @workgroup_size(V.x)\nfn main(@builtin(global_invocation_id) gid: vec3<u32>) {\n}\n"),
     Bad("workgroup-size-of-main-not-the-first", GOOD, LoweringError, "workgroup_size(32)", "@workgroup_size(32) does not match", body="@compute @workgroup_size(64)\nfn other() {\n}\n@compute @workgroup_size(32)\nfn main(@builtin(global_invocation_id) gid: vec3<u32>) {\n}\n"),
     Bad("workgroup-size-mismatch-2d", GOOD, LoweringError, "workgroup_size(64, 2)", "@workgroup_size(64, 2)", body="@compute @workgroup_size(64, 2)\nfn main(@builtin(global_invocation_id) gid: vec3<u32>) {\n}\n"),
     # -------------------------------------------------------------- specialisation values
@@ -280,7 +281,8 @@ def test_a_read_write_column_on_a_page_read_only_in_some_variant_is_refused(orde
     ("", "u32(64)"),
     ("", "max(32u, 64u)"),
     ("const S = 8;", "min(S * S, 128) | 0"),
-    ("const TILE = vec2u(8u, 8u);", "TILE.x * TILE.y"),  # not evaluated: accepted, with a warning
+    ("const TILE = vec2u(8u, 8u);", "TILE.x * TILE.y"),
+    ("const SQ = vec2<u32>(8u);", "SQ.r * SQ.g"),
     ("const A0 = 64u;\n" + "\n".join(f"const A{j} = (A{j - 1} + A{j - 1}) / 2u;" for j in range(1, 40)), "A39"),  # not exponential
     ("const B0 = 64u;\n" + "\n".join(f"const B{j} = B{j - 1};" for j in range(1, 400)), "B399"),  # past the stack: a warning, no RecursionError
 ])
