@@ -21,7 +21,7 @@ import numpy as np
 from ..gpu.backend import ReadbackResult
 from ..gpu.descriptors import DirtyChanges, ReadbackPolicy
 from .contract import ProductError, ProductResult, ProductWork
-from .products import InFlight, Product, split_current
+from .products import InFlight, Product, fallback_view, split_current
 from .records import decode_outputs, fallback_outputs
 from .stats import FrameStats
 
@@ -144,6 +144,8 @@ class Delivery:
             self._revalidator(product),
         )
         st.chunks_stale += len(stale)
+        for k in applied:  # the GPU's result is the latest now: a fallback computing k again is not a repeat
+            product.cpu_done.pop(k, None)
         # A whole-dispatch output discarded for one changed chunk discards the others' results
         # too: they are owed again (a path's work always covers the whole path anyway).
         whole = made is None and product.policy is not ReadbackPolicy.SELECTED_PATH and len(stale) == len(work.keys)
@@ -282,6 +284,7 @@ class Delivery:
         st.cpu_fallbacks += 1
         product.done(work)
         product.cpu_done.update(zip(work.keys, work.versions))
+        product.cpu_plan = fallback_view(product.plan)
         values: Any
         if plan is not None and plan.readback:
             try:

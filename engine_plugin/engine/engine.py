@@ -448,10 +448,13 @@ class Engine:
 
     def _new_kernel(self, product: Product) -> None:
         """A reload taken: a new GPU generation. Served by its fallback meanwhile (a lost GPU),
-        what the old kernel computed on the GPU is recomputed once it is back there."""
+        what the old kernel computed on the GPU is recomputed once it is back there. Every
+        chunk is owed: what the fallback computed stands only while the plan it computed for
+        (record shape, outputs) is the product's (``Product.skip_computed``)."""
         self._gpu.reregister(product)
         if product.gpu is None:
             product.kernel_changed_off_gpu = True
+            product.owe_everything(self.world)
 
     def field_buffer(self, name: str, *, kernel_writes: bool = False) -> Any | None:
         """The GPU mirror of world field ``name`` (slot-major, what product kernels read), kept

@@ -226,6 +226,7 @@ class Product:
         # chunk -> content version its CPU fallback last computed: the fallback does not depend
         # on the kernel, so a new GPU generation served by the CPU does not compute it again.
         self.cpu_done: dict[int, int] = {}
+        self.cpu_plan: Any = None  # the fallback-visible plan cpu_done was computed for (see skip_computed)
         self.readback_failures = 0  # failed readbacks in a row (reset by a delivered one)
         self.gave_up = False  # moved to the CPU after repeated readback failures (until recover_gpu)
         self.detached = False  # released by a refused upload: re-registered on the GPU next frame
@@ -404,6 +405,10 @@ class Product:
     def skip_computed(self, work: Work) -> list[int]:
         """Drop from the owed work the chunks whose current content the CPU fallback computed
         already (answers the chunks still to compute)."""
+        if self.cpu_plan != fallback_view(self.plan):
+            # A reload changed what the fallback answers (a record shape, an output): what it
+            # computed before is the old plan's (helper 73: 2-lane records kept after vec4).
+            self.cpu_done.clear()
         done = self.cpu_done
         skip = [k for k, v in zip(work.keys, work.versions) if done.get(k) == v]
         if skip:
@@ -475,6 +480,13 @@ def chunk_tiles(slots: np.ndarray, tiles_per_chunk: int) -> np.ndarray:
     tile``, u32), chunk by chunk in the order of ``slots``, each chunk's tiles in C order."""
     tiles = np.arange(tiles_per_chunk, dtype=np.uint32)
     return (np.asarray(slots, dtype=np.uint32)[:, None] * np.uint32(tiles_per_chunk) + tiles).reshape(-1)
+
+
+def fallback_view(plan: Any) -> Any:
+    """What of a product's plan a CPU fallback's answer depends on (None: no plan)."""
+    if plan is None:
+        return None
+    return (plan.record_shape, plan.record_dtype, tuple((o.name, o.dtype, o.lanes, o.per_item) for o in plan.outputs), plan.readback)
 
 
 def split_current(

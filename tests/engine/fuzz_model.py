@@ -12,7 +12,7 @@ which snapshots the chunk's content under its new version. Each applied result i
 
 * **stale**: its values equal numpy's on the snapshot of the version it names (for the
   reloadable kernel, any bias the asset's text ever had, 0 from the CPU);
-* **duplicate**: no (registration, generation, source, chunk, version) is applied twice;
+* **duplicate**: no (registration, generation, source, chunk, version) is applied again while it is the chunk's latest;
 * **lost without report / liveness**: once edits stop (and the GPU is recovered), within
   ``K`` frames the engine is idle and every live chunk of every product has a result at its
   current version; a product may instead show its failure (``engine.idle`` false and
@@ -203,7 +203,7 @@ class Sequence:
                                 max_inflight_readback_bytes=16 * self.rng.choice([3, 4, 1000]))
         self.engine = Engine(self.world, asset.library, config=EngineConfig(backend=cfg), device=device)
         self.editing = True
-        self.seen: set = set()
+        self.seen: dict = {}  # (product, registration, chunk) -> the ident applied last
         self.latest: dict[tuple[str, int], tuple[int, int]] = {}  # (product, chunk) -> (version, registration)
         self.registration = 0
         self.handles: dict[str, Any] = {}
@@ -295,9 +295,11 @@ class Sequence:
         for i, (k, v) in enumerate(zip(result.keys, result.versions)):
             rep.applied += 1
             ident = (name, registration, result.generation, result.source, k, v)
-            if ident in self.seen:
+            # A duplicate is a result applied again while it is the chunk's latest: the same
+            # CPU result again after a GPU result in between restores it (helper 73's case).
+            if self.seen.get((name, registration, k)) == ident:
                 rep.duplicates.append((self.seed, ident))
-            self.seen.add(ident)
+            self.seen[(name, registration, k)] = ident
             snap = self.snap.get((k, v))
             if snap is None or not self.world.is_current(k, v):
                 rep.stale.append((self.seed, name, k, v, "not current when applied"))

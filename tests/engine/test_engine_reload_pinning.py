@@ -10,7 +10,7 @@ import time
 
 import numpy as np
 import pytest
-from engine_support import Applied, cpu_summary, make_world, run_until_idle
+from engine_support import Applied, cpu_summary, frames_until, make_world, run_until_idle
 
 from engine_plugin.assets import AssetLibrary
 from engine_plugin.engine import Engine, fallbacks, kernel_folder
@@ -129,3 +129,58 @@ def test_products_sharing_a_program_compile_it_once_per_recovery_and_free_lost_d
     script = os.path.join(os.path.dirname(__file__), "shared_program_loss_script.py")
     proc = subprocess.run([sys.executable, script], capture_output=True, text=True, timeout=180, env=dict(os.environ))
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
+
+
+LANES_YAML = """bindings:
+  - { name: chunks, kind: buffer, access: read, element: u32 }
+  - { name: src, kind: buffer, access: read, element: f32 }
+  - { name: out, kind: buffer, access: read_write, element: vec%d<f32>, count: "n" }
+params:
+  - { name: tile_count, type: u32 }
+"""
+LANES_WGSL = """@compute @workgroup_size(64)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
+    let i = zero_index(gid);
+    if (i >= zero_n()) { return; }
+    out_set(i, %s);
+}
+"""
+
+
+def test_a_reload_changing_the_record_shape_recomputes_what_the_fallback_computed(tmp_path):
+    # Served by its fallback before and after a vec2 -> vec4 reload, the chunks it had computed
+    # were skipped as done: they kept 2-lane records, and the engine reported idle (helper 73).
+    from engine_plugin.gpu import NoGpuBackend
+    from engine_plugin.world import World
+
+    folder = tmp_path / "assets" / "p.computeShader"
+    folder.mkdir(parents=True)
+
+    def write(lanes):
+        (folder / "bindings.yaml").write_text(LANES_YAML % lanes)
+        (folder / "kernel.wgsl").write_text(LANES_WGSL % ("vec2<f32>(0.0, 1.0)" if lanes == 2 else "vec4<f32>(0.0, 1.0, 2.0, 3.0)"))
+
+    def fallback(world, work):
+        lanes = work.record_shape[0]
+        out = np.zeros((len(work.keys), lanes), np.float32)
+        out[:, 0] = [world.read(k, "a").sum() for k in work.keys]
+        out[:, 1:] = [1.0, 2.0, 3.0][: lanes - 1]
+        return out
+
+    write(2)
+    lib = AssetLibrary(str(tmp_path / "assets"), cache=str(tmp_path / "cache"))
+    world = World((4, 4), {"a": np.float32}, max_chunks=8)
+    for k in range(4):
+        world.add(k, {"a": np.full((4, 4), k, np.float32)})
+    engine = Engine(world, lib, backend=NoGpuBackend())
+    latest = {}
+    handle = engine.register_product("p.computeShader", fields={"src": "a"}, apply=lambda r: latest.update(zip(r.keys, r.values.tolist())), cpu_fallback=fallback)
+    run_until_idle(engine)
+    assert all(len(v) == 2 for v in latest.values()) and len(latest) == 4
+    write(4)
+    lib.request_reload("p.computeShader")
+    frames_until(engine, lambda st: engine.product_error(handle) is None and engine.product(handle).plan.record_shape == (4,), "the reload taken", 30)
+    run_until_idle(engine)
+    assert {k: len(v) for k, v in latest.items()} == {0: 4, 1: 4, 2: 4, 3: 4}
+    engine.close()
+    lib.close()
