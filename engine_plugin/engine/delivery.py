@@ -55,6 +55,7 @@ class Delivery:
         self._changed_at: dict[str, np.ndarray] = {}  # field -> world version of its last change, by slot
         # (result, decoded outputs or None when it failed, appends past capacity: name -> attempted)
         self._completed: list[tuple[ReadbackResult, Any, dict[str, int]]] = []
+        self._voided = 0  # readbacks recover_gpu dropped undelivered: the next frame counts them stale
         self._errors: list[BaseException] = []
 
     @property
@@ -96,11 +97,15 @@ class Delivery:
             inflight: InFlight = result.desc.user
             inflight.product.inflight = max(0, inflight.product.inflight - 1)
             inflight.product.reowe(self._world, inflight.work.keys, failed=inflight.work)
+            self._voided += 1
         self._completed.clear()
 
     def collect(self, st: FrameStats) -> None:
         """Step 5: deliver finished readbacks; apply what is still current."""
         self.poll()
+        if self._voided:  # requested, never applied: void with their backend (recover_gpu)
+            st.readbacks_stale += self._voided
+            self._voided = 0
         completed, self._completed = self._completed, []
         for result, records, overflow in completed:
             self._deliver(result, records, st, overflow)

@@ -50,7 +50,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import PluginError, Span, StaleHandleError, StaleSpanError
+from ..errors import DeviceLostError, PluginError, Span, StaleHandleError, StaleSpanError
 from ..gpu.backend import ReadbackResult, upload_spans
 from ..gpu.config import WgpuBackendConfig
 from ..gpu.descriptors import ReadbackDesc, ReadbackPolicy, UploadDesc, spans_nbytes, take_dirty_changes
@@ -934,6 +934,8 @@ class Engine:
                 except PluginError as exc:  # this product stays on its fallback; the others go on
                     product.fail(exc)
                     log.warning("recover_gpu: product %r stays on the CPU:\n%s", product.key, exc)
+                if product.gpu is not None and isinstance(product.exception, DeviceLostError):
+                    product.fail(None)  # the loss it reported is over: it is on the GPU again
         log.info("GPU recovered on %s; %d product(s) re-registered", self._gpu.adapter_name, sum(p.gpu is not None for p in self._order))
         return self.gpu_active
 

@@ -20,3 +20,37 @@ def test_device_destroyed_mid_run_falls_back_reports_once_and_recovers():
     assert report["lost_reports"] == 1 and not report["gpu_active_after_loss"]
     assert report["identical_while_lost"] and report["identical_after_recovery"]
     assert report["recovered"] and report["new_device"] and report["last_source"] == "gpu"
+
+
+def test_readbacks_recover_gpu_drops_are_counted_stale_so_the_totals_add_up():
+    # A readback in flight when recover_gpu() replaced the backend was counted nowhere:
+    # requested != applied + stale + failed (helper 73).
+    import time
+
+    import numpy as np
+
+    from engine_plugin.engine import Engine, fallbacks, kernel_program
+    from engine_plugin.world import World
+
+    world = World((4, 4), {"h": np.float32}, max_chunks=8)
+    for k in range(4):
+        world.add(k, {"h": np.full((4, 4), k, np.float32)})
+    engine = Engine(world)
+    engine.register_product(kernel_program("summary"), key="s", spec={"T": "f32"}, fields={"src": "h"}, apply=lambda r: None, cpu_fallback=fallbacks.summary)
+
+    def settle():
+        for _ in range(3000):
+            engine.frame()
+            if engine.idle and engine.backend.inflight_readbacks == 0:
+                return
+            time.sleep(0.002)
+        raise AssertionError("not idle")
+
+    settle()
+    world.write(1, "h", 7.0)
+    assert engine.frame().readbacks_requested == 1
+    assert engine.recover_gpu()
+    settle()
+    t = engine.totals
+    assert t.readbacks_requested == t.readbacks_applied + t.readbacks_stale + t.readbacks_failed
+    engine.close()

@@ -17,3 +17,11 @@ def test_asset_products_run_on_their_cpu_fallbacks_where_no_adapter_is(tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "backend NoGpuBackend" in proc.stdout and "applied 3" in proc.stdout
     assert "broken ['ReloadFailure']" in proc.stdout and "good ['ReloadEvent']" in proc.stdout and "alive True" in proc.stdout
+
+
+def test_a_products_loss_error_clears_once_recover_gpu_puts_it_back_on_the_gpu(tmp_path):
+    # product_error() kept answering the loss after a successful recovery (helper 73).
+    proc = subprocess.run([sys.executable, os.path.join(HERE, "loss_error_script.py")], capture_output=True, text=True, timeout=120, env=dict(os.environ))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "error after the loss: True" in proc.stdout and "recovered: True" in proc.stdout
+    assert "on the gpu: True | error now: None" in proc.stdout

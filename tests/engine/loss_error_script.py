@@ -1,0 +1,38 @@
+"""A GPU reset the guard was not told about, found while a product's dispatch is prepared:
+after recover_gpu() puts the product back on the GPU, product_error() is None again."""
+
+import time
+
+import numpy as np
+
+from engine_plugin.engine import Engine, fallbacks, kernel_program
+from engine_plugin.world import World
+
+world = World((4, 4), {"h": np.float32}, max_chunks=8)
+for k in range(4):
+    world.add(k, {"h": np.full((4, 4), k, np.float32)})
+engine = Engine(world)
+sources = []
+handle = engine.register_product(kernel_program("summary"), key="s", spec={"T": "f32"}, fields={"src": "h"},
+                                 apply=lambda r: sources.append(r.source), cpu_fallback=fallbacks.summary)
+
+
+def frames(n):
+    for i in range(n):
+        world.write(i % 4, "h", float(i))
+        engine.frame()
+        time.sleep(0.002)
+
+
+frames(10)
+device = engine.backend.device
+type(device).destroy(device)  # behind the guard's back
+engine.invalidate(handle)
+engine.frame()
+print("error after the loss:", engine.product_error(handle) is not None)
+frames(3)
+print("recovered:", engine.recover_gpu())
+sources.clear()
+frames(30)
+print("on the gpu:", sorted(set(sources)) == ["gpu"], "| error now:", engine.product_error(handle))
+engine.close()
