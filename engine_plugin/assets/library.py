@@ -405,6 +405,17 @@ class AssetLibrary:
             self._ctx = get_context(self.device)
         return self._ctx
 
+    def _found_lost(self) -> bool:
+        """Whether the library's device turns out lost when probed (then marked so: the next
+        ``_context()`` takes the device that replaces it)."""
+        ctx = self._ctx
+        if ctx is None or ctx.lost:
+            return ctx is not None
+        if ctx.guard.probe_lost():
+            ctx.guard.mark_lost("found lost while applying a reload (probed)")
+            return True
+        return False
+
     def _context_or_none(self) -> Any:
         """The device context, or None on a machine without a usable adapter: programs are
         then made without a device (they lower, so CPU fallbacks plan from them; asking one
@@ -610,6 +621,12 @@ class AssetLibrary:
             try:
                 result = self._apply(ref, prepared)
             except Exception as exc:  # never let a reload take the game down
+                if self._found_lost():
+                    # A raw wgpu error from a device lost behind the guard's back (a reset nobody
+                    # reported): not the asset's fault, nor a bug; retried on the device that replaces it.
+                    log.info("reload of %s waits for a new device (%s); retried on the next poll", ref.path, exc)
+                    self._retry.append(prepared)
+                    continue
                 log.exception("applying a reload of %s failed", ref.path)
                 result = self._fail(ref, bug(f"applying a reload raised {type(exc).__name__}: {exc}"), prepared)
             if result is not None:

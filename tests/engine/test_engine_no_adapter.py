@@ -25,3 +25,10 @@ def test_a_products_loss_error_clears_once_recover_gpu_puts_it_back_on_the_gpu(t
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "error after the loss: True" in proc.stdout and "recovered: True" in proc.stdout
     assert "on the gpu: True | error now: None" in proc.stdout
+
+
+def test_a_good_reload_after_an_unreported_reset_and_recovery_is_applied(tmp_path):
+    proc = subprocess.run([sys.executable, os.path.join(HERE, "reload_after_reset_script.py"), str(tmp_path)], capture_output=True, text=True, timeout=180, env=dict(os.environ))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "recover_gpu: True" in proc.stdout and "bug" not in proc.stdout
+    assert "ref.generation: 2" in proc.stdout and "product kernel has slot_count: False" in proc.stdout
