@@ -135,11 +135,18 @@ class GpuSide:
             if ctx is not None and (ctx.lost or (dead is not None and ctx.device is dead)):
                 log.warning("recover_gpu: the device offered is the faulted one; acquiring another")
                 ctx = None
+            chosen = device is not None and ctx is not None
             if ctx is None:
                 current = self._ctx
                 healthy = current is not None and not current.lost and not faulted
                 ctx = current if healthy else fresh_context(avoid=dead)
             backend = WgpuBackend(ctx, self._config.backend)
+            if not backend.healthy and not chosen and ctx.guard.probe_lost():
+                # A device lost without anyone telling its guard (a reset): marked, and one
+                # other device tried (recover_gpu answered False, and a second call worked).
+                ctx.guard.mark_lost("found lost by recover_gpu (probed)")
+                backend.close()
+                backend = WgpuBackend(fresh_context(avoid=ctx), self._config.backend)
         except (NoAdapterError, ImportError) as exc:
             log.warning("recover_gpu: no device (%s); products stay on the CPU", exc)
             return None

@@ -36,3 +36,19 @@ sources.clear()
 frames(30)
 print("on the gpu:", sorted(set(sources)) == ["gpu"], "| error now:", engine.product_error(handle))
 engine.close()
+
+# A reset nobody reported, and recover_gpu() at once: True the first time (it answered False,
+# building on the dead device, and a second call worked: helper 73).
+world2 = World((4, 4), {"h": np.float32}, max_chunks=8)
+for k in range(4):
+    world2.add(k, {"h": np.full((4, 4), k, np.float32)})
+engine2 = Engine(world2)
+engine2.register_product(kernel_program("summary"), key="s", spec={"T": "f32"}, fields={"src": "h"}, apply=lambda r: None, cpu_fallback=fallbacks.summary)
+for i in range(10):
+    world2.write(i % 4, "h", float(i))
+    engine2.frame()
+    time.sleep(0.002)
+dead = engine2.backend.device
+type(dead).destroy(dead)
+print("recover at once:", engine2.recover_gpu(), engine2.gpu_active, engine2.backend.device is not dead)
+engine2.close()

@@ -25,6 +25,7 @@ def test_a_products_loss_error_clears_once_recover_gpu_puts_it_back_on_the_gpu(t
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "error after the loss: True" in proc.stdout and "recovered: True" in proc.stdout
     assert "on the gpu: True | error now: None" in proc.stdout
+    assert "recover at once: True True True" in proc.stdout
 
 
 def test_a_good_reload_after_an_unreported_reset_and_recovery_is_applied(tmp_path):
