@@ -279,27 +279,20 @@ def evaluate_int(expr: list[Token], names: Callable[[str], int | None]) -> int |
             return names(tok.text)
         return None
 
-    def term() -> int | None:
-        nonlocal pos
-        v = factor()
-        while v is not None and peek() in ("*", "/", "%"):
-            op = peek()
-            pos += 1
-            w = factor()
-            if w is None or (op != "*" and w == 0):
-                return None
-            v = v * w if op == "*" else int(v / w) if op == "/" else v - w * int(v / w)
-        return v
+    def binary(operand: Callable[[], int | None], ops: dict[str, Callable[[int, int], int | None]]) -> Callable[[], int | None]:
+        """A left-associative level of operators ``ops`` over ``operand``."""
 
-    def total() -> int | None:
-        nonlocal pos
-        v = term()
-        while v is not None and peek() in ("+", "-"):
-            op = peek()
-            pos += 1
-            w = term()
-            v = None if w is None else v + w if op == "+" else v - w
-        return v
+        def level() -> int | None:
+            nonlocal pos
+            v = operand()
+            while v is not None and peek() in ops:
+                op = ops[peek()]
+                pos += 1
+                w = operand()
+                v = None if w is None else op(v, w)
+            return v
+
+        return level
 
     def shift() -> int | None:
         nonlocal pos
@@ -313,15 +306,10 @@ def evaluate_int(expr: list[Token], names: Callable[[str], int | None]) -> int |
             v = v << w if op == "<" else v >> w
         return v
 
-    def bitwise() -> int | None:
-        nonlocal pos
-        v = shift()
-        while v is not None and peek() in ("&", "|", "^"):
-            op = peek()
-            pos += 1
-            w = shift()
-            v = None if w is None else v & w if op == "&" else v | w if op == "|" else v ^ w
-        return v
+    # Division truncates toward zero, as WGSL's does; by zero, nothing is known.
+    term = binary(factor, {"*": lambda a, b: a * b, "/": lambda a, b: int(a / b) if b else None, "%": lambda a, b: a - b * int(a / b) if b else None})
+    total = binary(term, {"+": lambda a, b: a + b, "-": lambda a, b: a - b})
+    bitwise = binary(shift, {"&": lambda a, b: a & b, "|": lambda a, b: a | b, "^": lambda a, b: a ^ b})
 
     try:
         value = bitwise()
