@@ -1263,10 +1263,12 @@ class Variant:
         """Refuse one buffer bound both read-only and read_write in this dispatch: WebGPU
         refuses those usages together, at the submission's ``finish()`` (a raw validation
         error then, and an open batch's other runs lost). Several read_write bindings of one
-        buffer are allowed (an engine product's outputs placed in one results area)."""
+        buffer are allowed only over ranges that do not overlap (an engine product's outputs
+        placed in one results area): two over the same words race, whichever writes last."""
         plans = self.lowered.bindings
         writers: dict[int, int] = {}
         readers: dict[int, int] = {}
+        ranges: dict[int, list[tuple[int, int, int]]] = {}
         for i, b in bound.items():
             if b.buffer is None:  # a sampler
                 continue
@@ -1274,6 +1276,16 @@ class Variant:
             # sampled or read through another binding aliases as a buffer does.
             writes = plans[i].access in ("read_write", "write")
             (writers if writes else readers).setdefault(id(b.buffer), i)
+            if writes:
+                # a texture's range: the whole of it
+                start, end = (0, 1) if b.resource is not None else (b.offset, b.offset + (b.size if b.size is not None else b.buffer.size - b.offset))
+                for j, lo, hi in ranges.setdefault(id(b.buffer), []):
+                    if start < hi and lo < end:
+                        raise self._slot_error(
+                            self._slot_of_binding(i) or self._slot_of_binding(j),
+                            f"{plans[j].name!r} and {plans[i].name!r} are the same buffer or texture, both written; their writes would race: hand each its own",
+                        )
+                ranges[id(b.buffer)].append((i, start, end))
         for key, w in writers.items():
             r = readers.get(key)
             if r is not None:

@@ -1042,3 +1042,17 @@ def test_bind_group_caches_keep_no_handed_out_buffer_of_several_runs_a_frame():
     finally:
         gc.enable()
     assert after - before <= 4, (before, after)
+
+
+def test_one_buffer_given_to_two_written_bindings_is_refused_naming_both():
+    # An Output handed as a read_write input and as outputs= of another binding: both wrote the
+    # same words, a race (helper 77). Placed outputs sharing one buffer at separate ranges stay allowed.
+    from engine_plugin.errors import DispatchError
+
+    v = make("t/alias_rw", "bindings:\n  - { name: io, kind: buffer, access: read_write, element: u32 }\n  - { name: o, kind: buffer, access: read_write, element: u32, count: \"n\" }\n",
+             "@compute @workgroup_size(64)\nfn main(@builtin(global_invocation_id) gid: vec3<u32>) {\n    let i = zero_index(gid);\n    if (i >= zero_n()) { return; }\n"
+             "    let old = io_get(i);\n    o_set(i, 1000u + i);\n    io_set(i, old + 1u);\n}\n")
+    shared = v.run(n=4, inputs={"io": np.zeros(4, np.uint32)}).outputs["o"]
+    with pytest.raises(DispatchError, match="'io' and 'o' are the same buffer or texture, both written"):
+        v.run(n=4, inputs={"io": shared}, outputs={"o": shared})
+    assert abi.read(shared).tolist() == [1000, 1001, 1002, 1003]
