@@ -453,6 +453,12 @@ class Variant:
         self._ring = _ParamsRing(self.ctx.device, lowered.params.size, self.ctx.limit("min-uniform-buffer-offset-alignment"))
         self._bind_groups: "OrderedDict[tuple, Any]" = OrderedDict()
         self._pruned_at = HANDOUTS[0]  # handouts seen when _bind_groups was last pruned (see _bind_group)
+        # Bytes each storage binding covers even when empty: one element (WebGPU binds no less
+        # than the shader's element: a struct's stride, a vec2/vec4), else one word.
+        self._min_binding = {i: b.min_binding_size for i, b in enumerate(lowered.bindings)}
+        for slot in lowered.host_slots:
+            if isinstance(slot.value_type, StructType):
+                self._min_binding[slot.binding] = max(self._min_binding.get(slot.binding, 4), slot.value_type.bytes)
         self._last_pages: Any = None
         self._sizes: dict[tuple, int] = {}
         self._repeat: _Repeat | None = None
@@ -551,7 +557,7 @@ class Variant:
     def _bound_bytes(self, slot: HostSlot, nbytes: int) -> int:
         """The bytes a binding of ``nbytes`` of data covers: never empty, never under the
         binding's minimum (one vec4 or struct element): what a pooled buffer must have cleared."""
-        return max(_binding_size(nbytes), self.lowered.bindings[slot.binding].min_binding_size)
+        return max(_binding_size(nbytes), self._min_binding[slot.binding])
 
     def _direct_upload(self, slot: HostSlot, value: np.ndarray) -> tuple | None:
         """For the repeat path: (size class, count, binding size) when arrays of ``value``'s
@@ -1103,7 +1109,7 @@ class Variant:
         for slot, key, text in self._output_slots:
             size = self._size(slot, key, text, env, sizes)
             sizes[slot.name] = size
-            area.take(max(_binding_size(size * slot.value_type.bytes), self.lowered.bindings[slot.binding].min_binding_size))
+            area.take(max(_binding_size(size * slot.value_type.bytes), self._min_binding[slot.binding]))
             if slot.role == "append":
                 area.take(4)
         return max(area.end, 4)
@@ -1528,7 +1534,7 @@ class Variant:
         """An output placed in the caller's results area, zeroed in place (``clear: false``
         keeps what the area held), an append's counter reset."""
         # At least one element: an empty vec4 binding still covers 16 bytes, which must be its own.
-        nbytes = max(_binding_size(size * slot.value_type.bytes), self.lowered.bindings[slot.binding].min_binding_size)
+        nbytes = max(_binding_size(size * slot.value_type.bytes), self._min_binding[slot.binding])
         offset = area.take(nbytes)
         if slot.clear:
             work.ops.append(("zero", area.buffer, offset, nbytes))
@@ -1630,7 +1636,7 @@ class Variant:
             res: dict[str, Any] = {"buffer": b.buffer, "offset": b.offset}
             size = b.size if b.size is not None else b.buffer.size - b.offset
             # An empty vec2/vec4 binding still covers one element (WebGPU binds no less); NAME_len() stays 0.
-            res["size"] = max(size, min(self.lowered.bindings[i].min_binding_size, b.buffer.size - b.offset))
+            res["size"] = max(size, min(self._min_binding[i], b.buffer.size - b.offset))
             entries.append({"binding": i, "resource": res})
         entries.append({"binding": self.lowered.params.binding, "resource": {"buffer": self._ring.buffer, "offset": 0, "size": self._ring.struct_size}})
         group = self.ctx.device.create_bind_group(layout=self.compiled.bind_group_layout, entries=entries)

@@ -1056,3 +1056,22 @@ def test_one_buffer_given_to_two_written_bindings_is_refused_naming_both():
     with pytest.raises(DispatchError, match="'io' and 'o' are the same buffer or texture, both written"):
         v.run(n=4, inputs={"io": shared}, outputs={"o": shared})
     assert abi.read(shared).tolist() == [1000, 1001, 1002, 1003]
+
+
+def test_empty_struct_bindings_bind_one_zeroed_element_not_a_raw_wgpu_error():
+    # A struct binding with no elements was bound over 4 bytes where the shader's element is
+    # its stride: a raw GPUValidationError (helper 77).
+    body = ("@compute @workgroup_size(64)\nfn main(@builtin(global_invocation_id) gid: vec3<u32>) {\n    let i = zero_index(gid);\n    if (i >= zero_n()) { return; }\n"
+            "    out_set(i, src_len() * 100u + u32(src_get(0u).m0.y));\n}\n")
+    yaml = ("structs:\n  S1: { m0: vec4<i32> }\nbindings:\n  - { name: src, kind: buffer, access: read, element: S1 }\n"
+            "  - { name: out, kind: buffer, access: read_write, element: u32, count: \"n\" }\n")
+    v = make("t/empty_struct_in", yaml, body)
+    stale = np.zeros(4, np.dtype([("m0", "<i4", 4)]))
+    stale["m0"] = 7
+    v.run(n=1, inputs={"src": stale})
+    got = abi.read(v.run(n=2, inputs={"src": np.zeros(0, np.dtype([("m0", "<i4", 4)]))}).outputs["out"])
+    assert got.tolist() == [0, 0]
+    app = make("t/empty_struct_append", "structs:\n  S0: { m0: vec4<u32>, m1: f32 }\nbindings:\n  - { name: ap, kind: buffer, access: read_write, element: S0, capacity: \"0\", append: true }\n",
+               "@compute @workgroup_size(64)\nfn main(@builtin(global_invocation_id) gid: vec3<u32>) {\n    let i = zero_index(gid);\n    if (i >= zero_n()) { return; }\n    ap_store(i, S0(vec4<u32>(i), 1.0));\n}\n")
+    out = app.run(n=4).outputs["ap"]
+    assert out.count == 0 and abi.read(out).shape == (0,)
