@@ -1109,7 +1109,7 @@ class Variant:
         for slot, key, text in self._output_slots:
             size = self._size(slot, key, text, env, sizes)
             sizes[slot.name] = size
-            area.take(max(_binding_size(size * slot.value_type.bytes), self._min_binding[slot.binding]))
+            area.take(self._bound_bytes(slot, size * slot.value_type.bytes))
             if slot.role == "append":
                 area.take(4)
         return max(area.end, 4)
@@ -1534,7 +1534,7 @@ class Variant:
         """An output placed in the caller's results area, zeroed in place (``clear: false``
         keeps what the area held), an append's counter reset."""
         # At least one element: an empty vec4 binding still covers 16 bytes, which must be its own.
-        nbytes = max(_binding_size(size * slot.value_type.bytes), self._min_binding[slot.binding])
+        nbytes = self._bound_bytes(slot, size * slot.value_type.bytes)
         offset = area.take(nbytes)
         if slot.clear:
             work.ops.append(("zero", area.buffer, offset, nbytes))
