@@ -1230,10 +1230,12 @@ class Variant:
                 result[slot.name] = self._place(slot, size, area, n, work, bound)
             else:
                 result[slot.name] = self._allocate(slot, size, outputs.get(slot.name) if outputs else None, n, work, bound)
-            lengths[slot.name] = size  # what later count expressions read: this run's own size
+            # A given output is bound over its own capacity (_allocate checked it holds size):
+            # its NAME_len() (an append's capacity) reads that, and so does a later count
+            # expression's len(NAME), or an output sized from it would not fit what the kernel
+            # is told it may index.
+            lengths[slot.name] = result[slot.name].capacity
             if result[slot.name].capacity != size:
-                # A given output is bound over its own capacity (_allocate checked it holds
-                # size): its NAME_len() (an append's capacity) reads that.
                 bound_len[slot.name] = result[slot.name].capacity
         self._inout_outputs(bound, result, work.inout_owned)
         if self._texture_outputs:
@@ -1581,10 +1583,10 @@ class Variant:
                     cap = owned // vt.bytes  # its elements, counted in this binding's element type
                 elif cap * vt.bytes > owned:
                     raise self._slot_error(slot, f"outputs[{slot.name!r}]: capacity {cap} is past the {owned // vt.bytes} {vt.wgsl} elements its Output holds")
+            if cap is not None and cap < size:  # what it holds, in this binding's elements (first: its buffer may be a larger size class)
+                raise self._slot_error(slot, f"outputs[{slot.name!r}] holds {cap} elements; {slot.name!r} needs {size}")
             if buf.size < size * vt.bytes:
                 raise self._slot_error(slot, f"outputs[{slot.name!r}] holds {buf.size // vt.bytes} elements; {slot.name!r} needs {size}")
-            if cap is not None and cap < size:  # what it holds, in this binding's elements
-                raise self._slot_error(slot, f"outputs[{slot.name!r}] holds {cap} elements; {slot.name!r} needs {size}")
             size = cap if cap is not None else size
             if size * vt.bytes > buf.size:
                 raise self._slot_error(slot, f"outputs[{slot.name!r}] holds {buf.size // vt.bytes} elements; its capacity says {size}")

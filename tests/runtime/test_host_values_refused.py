@@ -116,20 +116,47 @@ def test_a_handed_back_buffer_reads_its_newest_outputs_elements_on_the_repeat_pa
         assert got.dtype == np.uint32 and got.tolist() == [7, 9] and run.outputs["y"].count == 2
 
 
-def test_outputs_sized_from_a_given_output_follow_this_runs_size():
-    # Review helper 48: the given output's capacity (16) fed len(y) for z: z reported 12
-    # unwritten zeros as results.
+def test_len_of_a_given_output_is_what_it_holds_as_the_kernel_and_its_output_say():
+    # Review helpers 48 and 77: a given Output is bound over its capacity, its NAME_len() and
+    # its answered count say so, but len(y) in a count expression read this run's size: an
+    # output sized from it was smaller than the kernel was told it may index. All four agree
+    # now; what this run does not write of z reads as zeros (a fresh output).
     yaml = """bindings:
   - { name: x, kind: buffer, access: read, element: f32 }
   - { name: y, kind: buffer, access: read_write, element: f32, count: "len(x)" }
   - { name: z, kind: buffer, access: read_write, element: f32, count: "len(y)" }
 """
-    wgsl = COPY_WGSL.replace("y_set(i, x_get(i));", "y_set(i, x_get(i)); z_set(i, 2.0 * x_get(i));")
+    wgsl = COPY_WGSL.replace("y_set(i, x_get(i));", "y_set(i, x_get(i)); z_set(i, 2.0 * x_get(i)); if (i == 0u) { z_set(z_len() - 1u, f32(y_len())); }")
     v = abi.program(key="t15h/sized_from", schema=abi.parse(yaml, "t15h/sized_from/bindings.yaml"), wgsl=wgsl).variant()
     big = v.run(n=16, inputs={"x": np.arange(16, dtype=np.float32)}).outputs["y"]
     run = v.run(n=4, inputs={"x": np.ones(4, np.float32)}, outputs={"y": big})
-    assert run.outputs["z"].capacity == 4
-    np.testing.assert_array_equal(abi.read(run.outputs["z"]), np.full(4, 2.0, np.float32))
+    assert run.outputs["y"].count == 16 and run.outputs["z"].capacity == 16
+    want = np.zeros(16, np.float32)
+    want[:4] = 2.0
+    want[15] = 16.0  # y_len(), stored at z_len() - 1: in range
+    np.testing.assert_array_equal(abi.read(run.outputs["z"]), want)
+
+
+def test_a_given_append_output_too_small_is_refused_quoting_its_capacity_not_its_buffers():
+    # Review helper 77: past its pooled buffer's size class the refusal quoted the buffer (32
+    # elements) where the Output holds 8.
+    yaml = """bindings:
+  - { name: ap, kind: buffer, access: read_write, element: vec2<u32>, capacity: "n", append: true }
+"""
+    wgsl = """@compute @workgroup_size(64)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
+    let i = zero_index(gid);
+    if (i >= zero_n()) { return; }
+    ap_store(i, vec2<u32>(i));
+    if (i == 0u) { ap_set_count(zero_n()); }
+}
+"""
+    v = abi.program(key="t15h/append_small", schema=abi.parse(yaml, "t15h/append_small/bindings.yaml"), wgsl=wgsl).variant()
+    held = v.run(n=8).outputs["ap"]
+    assert held.capacity == 8
+    for n in (20, 153):
+        with pytest.raises(DispatchError, match=rf"holds 8 elements; 'ap' needs {n}\n"):
+            v.run(n=n, outputs={"ap": held})
 
 
 def test_a_refused_given_output_stays_pooled():
@@ -201,7 +228,9 @@ def test_float32_array_params_just_past_an_int_range_are_refused_and_tables_cast
 
 
 def test_a_cr_only_schema_keeps_its_column_and_caret():
-    text = COPY_YAML_F32 = "bindings:\r  - { name: x, kind: buffer, access: read, element: f32 }\r  - { name: y, kind: buffer, access: read_write, element: f32, count: \"len(x)\" }\r"
+    text = COPY_YAML_F32 = (
+        'bindings:\r  - { name: x, kind: buffer, access: read, element: f32 }\r  - { name: y, kind: buffer, access: read_write, element: f32, count: "len(x)" }\r'
+    )
     v = abi.program(key="t15h/cr", schema=abi.parse(text, "t15h/cr/bindings.yaml"), wgsl=COPY_WGSL).variant()
     with pytest.raises(DispatchError) as info:
         v.run(n=2, inputs={"x": np.zeros(2, np.complex64)})
@@ -236,7 +265,9 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
 def test_numpy_texels_go_into_a_storage_texture_as_the_values_the_kernel_reads(fmt, scalar, texel, want):
     # Review helper 51: cast by numpy's own rules, 0.5 into rgba8unorm read back as 0, and a
     # uint8 RGB array into rgba32float got an alpha of 255.
-    v = abi.program(key=f"t15h/st_{fmt}_{texel.dtype}", schema=abi.parse(STORAGE_LOAD_YAML.format(fmt=fmt, scalar=scalar), "t15h/st/bindings.yaml"), wgsl=STORAGE_LOAD_WGSL).variant()
+    v = abi.program(
+        key=f"t15h/st_{fmt}_{texel.dtype}", schema=abi.parse(STORAGE_LOAD_YAML.format(fmt=fmt, scalar=scalar), "t15h/st/bindings.yaml"), wgsl=STORAGE_LOAD_WGSL
+    ).variant()
     got = abi.read(v.run(n=(1, 1), inputs={"img": texel.reshape(1, 1, -1)}).outputs["dst"])
     np.testing.assert_allclose(got.reshape(-1), want, rtol=0, atol=1e-7)
 
@@ -252,7 +283,11 @@ def test_numpy_texels_go_into_a_storage_texture_as_the_values_the_kernel_reads(f
     ],
 )
 def test_texels_a_storage_format_cannot_hold_are_refused(fmt, scalar, texel):
-    v = abi.program(key=f"t15h/stbad_{fmt}_{texel.dtype}", schema=abi.parse(STORAGE_LOAD_YAML.format(fmt=fmt, scalar=scalar), "t15h/stbad/bindings.yaml"), wgsl=STORAGE_LOAD_WGSL).variant()
+    v = abi.program(
+        key=f"t15h/stbad_{fmt}_{texel.dtype}",
+        schema=abi.parse(STORAGE_LOAD_YAML.format(fmt=fmt, scalar=scalar), "t15h/stbad/bindings.yaml"),
+        wgsl=STORAGE_LOAD_WGSL,
+    ).variant()
     with pytest.raises(DispatchError, match="storage texture 'img'"):
         v.run(n=(1, 1), inputs={"img": texel.reshape(1, 1, -1)})
 
@@ -266,14 +301,18 @@ def test_malformed_tables_are_dispatch_errors(columns):
 
 
 def test_a_bool_mask_and_integer_texels_go_into_a_unorm_storage_texture_as_stored():
-    v = abi.program(key="t15h/st_bool", schema=abi.parse(STORAGE_LOAD_YAML.format(fmt="rgba8unorm", scalar="f32"), "t15h/st_bool/bindings.yaml"), wgsl=STORAGE_LOAD_WGSL).variant()
+    v = abi.program(
+        key="t15h/st_bool", schema=abi.parse(STORAGE_LOAD_YAML.format(fmt="rgba8unorm", scalar="f32"), "t15h/st_bool/bindings.yaml"), wgsl=STORAGE_LOAD_WGSL
+    ).variant()
     np.testing.assert_array_equal(abi.read(v.run(n=(1, 1), inputs={"img": np.ones((1, 1, 4), bool)}).outputs["dst"]).reshape(-1), np.ones(4, np.float32))
     got = abi.read(v.run(n=(1, 1), inputs={"img": [[[255, 0, 51, 255]]]}).outputs["dst"]).reshape(-1)  # a list of its byte values
     np.testing.assert_allclose(got, np.array([255, 0, 51, 255]) / 255.0, rtol=0, atol=1e-7)
 
 
 def test_integers_past_f16_are_refused_for_a_half_float_storage_texture():
-    v = abi.program(key="t15h/st_f16", schema=abi.parse(STORAGE_LOAD_YAML.format(fmt="rgba16float", scalar="f32"), "t15h/st_f16/bindings.yaml"), wgsl=STORAGE_LOAD_WGSL).variant()
+    v = abi.program(
+        key="t15h/st_f16", schema=abi.parse(STORAGE_LOAD_YAML.format(fmt="rgba16float", scalar="f32"), "t15h/st_f16/bindings.yaml"), wgsl=STORAGE_LOAD_WGSL
+    ).variant()
     with pytest.raises(DispatchError, match="f16"):
         v.run(n=(1, 1), inputs={"img": np.array([[[70000, 0, 0, 0]]], np.int32)})
 
