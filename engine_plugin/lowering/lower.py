@@ -9,6 +9,7 @@ sends every lowered line back to the user's file (a module's line to the module'
 from __future__ import annotations
 
 import logging
+import re
 from typing import Any, Mapping, Sequence
 
 from ..errors import LoweringError, Span
@@ -35,6 +36,25 @@ log = logging.getLogger("engine_plugin.lowering")
 LOWERING_VERSION = 7
 _YAML = 0  # source-map file index of bindings.yaml
 _BODY = 1  # and of the WGSL body; imported modules follow, in inclusion order
+_CALLED = re.compile(r"(?<![\w.])([A-Za-z_]\w*)\s*\(")  # a name called as a function (or a constructor)
+# WGSL's builtin functions (the spec's list): a module-scope name among them hides the builtin.
+WGSL_BUILTIN_FUNCTIONS = frozenset(
+    """abs acos acosh all any arrayLength asin asinh atan atanh atan2 atomicAdd atomicAnd
+    atomicCompareExchangeWeak atomicExchange atomicLoad atomicMax atomicMin atomicOr atomicStore
+    atomicSub atomicXor bitcast ceil clamp cos cosh countLeadingZeros countOneBits
+    countTrailingZeros cross degrees determinant distance dot dot4I8Packed dot4U8Packed dpdx
+    dpdxCoarse dpdxFine dpdy dpdyCoarse dpdyFine exp exp2 extractBits faceForward firstLeadingBit
+    firstTrailingBit floor fma fract frexp fwidth fwidthCoarse fwidthFine insertBits inverseSqrt
+    ldexp length log log2 max min mix modf normalize pack2x16float pack2x16snorm pack2x16unorm
+    pack4x8snorm pack4x8unorm pack4xI8 pack4xI8Clamp pack4xU8 pack4xU8Clamp pow quantizeToF16
+    radians reflect refract reverseBits round saturate select sign sin sinh smoothstep sqrt step
+    storageBarrier tan tanh textureBarrier textureDimensions textureGather textureGatherCompare
+    textureLoad textureNumLayers textureNumLevels textureNumSamples textureSample
+    textureSampleBaseClampToEdge textureSampleBias textureSampleCompare textureSampleCompareLevel
+    textureSampleGrad textureSampleLevel textureStore transpose trunc unpack2x16float
+    unpack2x16snorm unpack2x16unorm unpack4x8snorm unpack4x8unorm unpack4xI8 unpack4xU8
+    workgroupBarrier workgroupUniformLoad""".split()
+)
 
 
 def lower(
@@ -168,6 +188,7 @@ class _Lowerer:
             raise self.error(
                 exc.message, body.user_lines[exc.token.line - 1] if exc.token.line - 1 < len(body.user_lines) else exc.token.line, exc.token.col
             ) from None
+        self.check_builtin_shadows("\n".join(t for t, _ in em.lines) + "\n" + wrapped.wrapper)
         # WGSL's directives open the module: those opening the body and each module go above
         # every generated declaration, each line mapped to the user's line (rows stay put).
         body_lines, directives = hoist_directives(wrapped.lines)
@@ -212,6 +233,25 @@ class _Lowerer:
             table_columns=self.vspec.columns,
             asset=self.wgsl_path,
         )
+
+    def check_builtin_shadows(self, generated: str) -> None:
+        """Refuse a schema name that shadows a WGSL builtin the generated code calls.
+
+        A binding, struct or specialisation is declared at module scope, where a name like
+        ``min`` or ``select`` hides the builtin for every generated accessor that calls it: naga
+        then fails inside generated code. Only the builtins this variant's generated code
+        calls are refused, so a binding named ``all`` (which no accessor calls) still works.
+        """
+        called = set(_CALLED.findall(generated)) & WGSL_BUILTIN_FUNCTIONS
+        for name, (line, what) in self.em.names.items():
+            if name in called and what.startswith(("binding '", "struct '", "specialisation '")):
+                text = self.schema.text.split("\n")
+                found = re.search(rf"\b{name}\b", text[line - 1]) if 0 < line <= len(text) else None
+                col = found.start() + 1 if found else 0
+                raise LoweringError(
+                    f"{what} is named like the WGSL builtin {name}(), which the code generated for this schema calls; rename it",
+                    Span(self.yaml_path, line or None, col or None, text[line - 1] if 0 < line <= len(text) else None),
+                )
 
     # -- plan ----------------------------------------------------------------------------------
     def plan(self, present: list[Binding]):

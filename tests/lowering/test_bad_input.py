@@ -66,93 +66,405 @@ CASES = [
     Bad("reserved-name", "bindings:\n  - { name: zero_x, element: f32 }\n", SchemaError, "zero_x", "reserved"),
     # count expressions read nx/ny/nz as the grid's axes: a param of that name sized outputs by the grid (helper 72)
     Bad("param-named-nx", "bindings: []\nparams:\n  - { name: nx, type: u32 }\n", SchemaError, "nx", "param 'nx' is built in"),
-    Bad("param-named-nz", "bindings: []\nparams:\n  - { name: a, type: u32 }\n  - { name: nz, type: f32 }\n", SchemaError, "nz, type: f32", "param 'nz' is built in"),
+    Bad(
+        "param-named-nz",
+        "bindings: []\nparams:\n  - { name: a, type: u32 }\n  - { name: nz, type: f32 }\n",
+        SchemaError,
+        "nz, type: f32",
+        "param 'nz' is built in",
+    ),
     Bad("keyword-name", "bindings:\n  - { name: var, element: f32 }\n", SchemaError, "var", "reserved"),
     Bad("missing-element", "bindings:\n  - { name: a, kind: buffer }\n", SchemaError, "{ name: a", "needs 'element'"),
     Bad("bad-element", "bindings:\n  - { name: a, element: f64 }\n", SchemaError, "f64", "not 'f64'"),
     Bad("bad-access", "bindings:\n  - { name: a, element: f32, access: write }\n", SchemaError, "write", "access must be 'read' or 'read_write'"),
     Bad("flag-not-a-bool", "bindings:\n  - { name: a, element: f32, bits: yes please }\n", SchemaError, "yes please", "bits must be true or false"),
     Bad("count-on-a-read-binding", 'bindings:\n  - { name: a, element: f32, count: "n" }\n', SchemaError, '"n"', "use access: read_write"),
-    Bad("capacity-without-append", 'bindings:\n  - { name: a, access: read_write, element: f32, capacity: "n" }\n', SchemaError, '"n"', "'capacity' goes with append: true"),
+    Bad(
+        "capacity-without-append",
+        'bindings:\n  - { name: a, access: read_write, element: f32, capacity: "n" }\n',
+        SchemaError,
+        '"n"',
+        "'capacity' goes with append: true",
+    ),
     Bad("append-without-capacity", "bindings:\n  - { name: a, access: read_write, element: f32, append: true }\n", SchemaError, "true", "needs 'capacity'"),
-    Bad("append-with-count", 'bindings:\n  - { name: a, access: read_write, element: f32, count: "n", capacity: "n", append: true }\n', SchemaError, '"n", capacity', "not 'count'"),
-    Bad("live-without-count-n", 'bindings:\n  - { name: a, access: read_write, element: f32, count: "n * 2", live: true }\n', SchemaError, "true", 'live: true needs count: "n"'),
+    Bad(
+        "append-with-count",
+        'bindings:\n  - { name: a, access: read_write, element: f32, count: "n", capacity: "n", append: true }\n',
+        SchemaError,
+        '"n", capacity',
+        "not 'count'",
+    ),
+    Bad(
+        "live-without-count-n",
+        'bindings:\n  - { name: a, access: read_write, element: f32, count: "n * 2", live: true }\n',
+        SchemaError,
+        "true",
+        'live: true needs count: "n"',
+    ),
     Bad("atomic-vector", "bindings:\n  - { name: a, access: read_write, element: vec2<u32>, atomic: true }\n", SchemaError, "vec2<u32>", "one-lane"),
     Bad("atomic-read-only", "bindings:\n  - { name: a, element: u32, atomic: true }\n", SchemaError, "true", "need access: read_write"),
-    Bad("append-counter-name-taken", 'bindings:\n  - { name: h, access: read_write, element: f32, capacity: "n", append: true }\n  - { name: h_count, element: u32 }\n', SchemaError, "{ name: h,", "'h_count'"),
-    Bad("binding-named-like-a-param", "bindings:\n  - { name: r, element: f32 }\nparams:\n  - { name: r, type: f32 }\n", SchemaError, "{ name: r, element", "name of a param"),
-    Bad("second-domain-count", "bindings:\n  - { name: d, kind: domain_count }\n  - { name: e, kind: domain_count }\n", SchemaError, "{ name: e", "second domain_count"),
+    Bad(
+        "append-counter-name-taken",
+        'bindings:\n  - { name: h, access: read_write, element: f32, capacity: "n", append: true }\n  - { name: h_count, element: u32 }\n',
+        SchemaError,
+        "{ name: h,",
+        "'h_count'",
+    ),
+    Bad(
+        "binding-named-like-a-param",
+        "bindings:\n  - { name: r, element: f32 }\nparams:\n  - { name: r, type: f32 }\n",
+        SchemaError,
+        "{ name: r, element",
+        "name of a param",
+    ),
+    Bad(
+        "second-domain-count",
+        "bindings:\n  - { name: d, kind: domain_count }\n  - { name: e, kind: domain_count }\n",
+        SchemaError,
+        "{ name: e",
+        "second domain_count",
+    ),
     # ------------------------------------------------------------------------- when
-    Bad("when-syntax", 'bindings:\n  - { name: a, element: f32, when: "T=f32 oops" }\nspecialize:\n  - { name: T, options: [f32, u32] }\n', SchemaError, "oops", "expected NAME=option"),
-    Bad("when-empty-alternative", 'bindings:\n  - { name: a, element: f32, when: "T=f32;;T=u32" }\nspecialize:\n  - { name: T, options: [f32, u32] }\n', SchemaError, ";T=u32", "empty alternative"),
-    Bad("when-unknown-specialisation", 'bindings:\n  - { name: a, element: f32, when: "T=f32 Q=x" }\nspecialize:\n  - { name: T, options: [f32, u32] }\n', SchemaError, "Q=x", "'Q', which is not a specialisation"),
-    Bad("when-unknown-option", 'bindings:\n  - { name: a, element: f32, when: "T=f64" }\nspecialize:\n  - { name: T, options: [f32, u32] }\n', SchemaError, "T=f64", "T='f64' is not an option of T"),
-    Bad("shared-name-overlapping", 'bindings:\n  - { name: a, element: f32, when: "T=f32" }\n  - { name: a, element: u32, when: "T=f32|u32" }\nspecialize:\n  - { name: T, options: [f32, u32] }\n', SchemaError, "{ name: a, element: u32", "first on line 2"),
-    Bad("shared-name-unconditional", "bindings:\n  - { name: a, element: f32 }\n  - { name: a, element: u32 }\n", SchemaError, "{ name: a, element: u32", "declared again"),
+    Bad(
+        "when-syntax",
+        'bindings:\n  - { name: a, element: f32, when: "T=f32 oops" }\nspecialize:\n  - { name: T, options: [f32, u32] }\n',
+        SchemaError,
+        "oops",
+        "expected NAME=option",
+    ),
+    Bad(
+        "when-empty-alternative",
+        'bindings:\n  - { name: a, element: f32, when: "T=f32;;T=u32" }\nspecialize:\n  - { name: T, options: [f32, u32] }\n',
+        SchemaError,
+        ";T=u32",
+        "empty alternative",
+    ),
+    Bad(
+        "when-unknown-specialisation",
+        'bindings:\n  - { name: a, element: f32, when: "T=f32 Q=x" }\nspecialize:\n  - { name: T, options: [f32, u32] }\n',
+        SchemaError,
+        "Q=x",
+        "'Q', which is not a specialisation",
+    ),
+    Bad(
+        "when-unknown-option",
+        'bindings:\n  - { name: a, element: f32, when: "T=f64" }\nspecialize:\n  - { name: T, options: [f32, u32] }\n',
+        SchemaError,
+        "T=f64",
+        "T='f64' is not an option of T",
+    ),
+    Bad(
+        "shared-name-overlapping",
+        'bindings:\n  - { name: a, element: f32, when: "T=f32" }\n  - { name: a, element: u32, when: "T=f32|u32" }\nspecialize:\n  - { name: T, options: [f32, u32] }\n',
+        SchemaError,
+        "{ name: a, element: u32",
+        "first on line 2",
+    ),
+    Bad(
+        "shared-name-unconditional",
+        "bindings:\n  - { name: a, element: f32 }\n  - { name: a, element: u32 }\n",
+        SchemaError,
+        "{ name: a, element: u32",
+        "declared again",
+    ),
     # ----------------------------------------------------------------- pages / columns
     Bad("ninth-page", _pages(9), SchemaError, "{ name: P8", "ninth page"),
-    Bad("column-without-page", "bindings:\n  - { name: P, kind: page }\n  - { name: c, kind: column, element: f32 }\n", SchemaError, "{ name: c", "needs 'page'"),
-    Bad("column-unknown-page", "bindings:\n  - { name: P, kind: page }\n  - { name: c, kind: column, page: Q, element: f32 }\n", SchemaError, "Q, element", "'Q', which is not a kind: page"),
+    Bad(
+        "column-without-page", "bindings:\n  - { name: P, kind: page }\n  - { name: c, kind: column, element: f32 }\n", SchemaError, "{ name: c", "needs 'page'"
+    ),
+    Bad(
+        "column-unknown-page",
+        "bindings:\n  - { name: P, kind: page }\n  - { name: c, kind: column, page: Q, element: f32 }\n",
+        SchemaError,
+        "Q, element",
+        "'Q', which is not a kind: page",
+    ),
     Bad(
         "column-whose-page-the-variant-leaves-out",
         'bindings:\n  - { name: P, kind: page, when: "M=a" }\n  - { name: c, kind: column, page: P, element: f32 }\nspecialize:\n  - { name: M, options: [a, b] }\n',
-        LoweringError, "{ name: c", "which this variant leaves out", body=MAIN, spec={"M": "b"}, path=YAML,
+        LoweringError,
+        "{ name: c",
+        "which this variant leaves out",
+        body=MAIN,
+        spec={"M": "b"},
+        path=YAML,
     ),
-    Bad("read-write-column-on-read-page", "bindings:\n  - { name: P, kind: page }\n  - { name: c, kind: column, page: P, element: f32, access: read_write }\n", SchemaError, "read_write", "read-only"),
+    Bad(
+        "read-write-column-on-read-page",
+        "bindings:\n  - { name: P, kind: page }\n  - { name: c, kind: column, page: P, element: f32, access: read_write }\n",
+        SchemaError,
+        "read_write",
+        "read-only",
+    ),
     # --------------------------------------------------------- workgroup, determinism
-    Bad("workgroup-not-a-number", "bindings: []\nworkgroup: big\n", SchemaError, "big", "workgroup must be 1 to 3 positive ints (or kind: workgroup specialisations), not 'big'; e.g. workgroup: 64 or workgroup: [8, 8]"),
+    Bad(
+        "workgroup-not-a-number",
+        "bindings: []\nworkgroup: big\n",
+        SchemaError,
+        "big",
+        "workgroup must be 1 to 3 positive ints (or kind: workgroup specialisations), not 'big'; e.g. workgroup: 64 or workgroup: [8, 8]",
+    ),
     Bad("workgroup-zero", "bindings: []\nworkgroup: [8, 0]\n", SchemaError, "[8, 0]", "positive ints"),
     Bad("workgroup-too-large", "bindings: []\nworkgroup: [64, 64]\n", SchemaError, "[64, 64]", "4096 invocations"),
     Bad("workgroup-four-dims", "bindings: []\nworkgroup: [1, 1, 1, 1]\n", SchemaError, "[1, 1, 1, 1]", "1 to 3"),
     Bad("bad-determinism", "bindings: []\ndeterminism: fast\n", SchemaError, "fast", "'exact' or 'float_order', not 'fast'"),
     # -------------------------------------------------------------------------- params
     Bad("param-type", "bindings: []\nparams:\n  - { name: r, type: f64 }\n", SchemaError, "f64", "param type must be"),
-    Bad("param-twice", "bindings: []\nparams:\n  - { name: r, type: f32 }\n  - { name: r, type: u32 }\n", SchemaError, "r, type: u32", "declared twice (first on line 3)"),
+    Bad(
+        "param-twice",
+        "bindings: []\nparams:\n  - { name: r, type: f32 }\n  - { name: r, type: u32 }\n",
+        SchemaError,
+        "r, type: u32",
+        "declared twice (first on line 3)",
+    ),
     Bad("param-named-n", "bindings: []\nparams:\n  - { name: n, type: u32 }\n", SchemaError, "n, type", "built in"),
     Bad("param-missing-type", "bindings: []\nparams:\n  - { name: r }\n", SchemaError, "{ name: r }", "needs 'name' and 'type'"),
     # ---------------------------------------------------------------------- specialize
     Bad("type-option-bad", "bindings: []\nspecialize:\n  - { name: T, kind: type, options: [f32, f64] }\n", SchemaError, "f64", "type option 'f64'"),
-    Bad("named-option-not-an-identifier", 'bindings: []\nspecialize:\n  - { name: M, kind: named, options: [add, "a b"] }\n', SchemaError, '"a b"', "must be an identifier"),
-    Bad("specialize-kind-bad", "bindings: []\nspecialize:\n  - { name: M, kind: enum, options: [a] }\n", SchemaError, "enum", "'type', 'named', 'source' or 'workgroup'"),
-    Bad("specialize-default-not-an-option", "bindings: []\nspecialize:\n  - { name: M, options: [a, b], default: c }\n", SchemaError, "c }", "not one of its options: a, b"),
+    Bad(
+        "named-option-not-an-identifier",
+        'bindings: []\nspecialize:\n  - { name: M, kind: named, options: [add, "a b"] }\n',
+        SchemaError,
+        '"a b"',
+        "must be an identifier",
+    ),
+    Bad(
+        "specialize-kind-bad",
+        "bindings: []\nspecialize:\n  - { name: M, kind: enum, options: [a] }\n",
+        SchemaError,
+        "enum",
+        "'type', 'named', 'source' or 'workgroup'",
+    ),
+    Bad(
+        "specialize-default-not-an-option",
+        "bindings: []\nspecialize:\n  - { name: M, options: [a, b], default: c }\n",
+        SchemaError,
+        "c }",
+        "not one of its options: a, b",
+    ),
     Bad("specialize-without-options", "bindings: []\nspecialize:\n  - { name: M }\n", SchemaError, "{ name: M }", "needs 'options'"),
     Bad("option-listed-twice", "bindings: []\nspecialize:\n  - { name: M, options: [a, a] }\n", SchemaError, "a]", "listed twice"),
-    Bad("bake-unknown-option", "bindings: []\nspecialize:\n  - { name: T, options: [f32, u32] }\nbake:\n  - { T: f64 }\n", SchemaError, "f64", "not one of its options: f32, u32"),
-    Bad("bake-unknown-name", "bindings: []\nspecialize:\n  - { name: T, options: [f32, u32] }\nbake:\n  - { Q: f32 }\n", SchemaError, "Q: f32", "unknown key 'Q'"),
+    Bad(
+        "bake-unknown-option",
+        "bindings: []\nspecialize:\n  - { name: T, options: [f32, u32] }\nbake:\n  - { T: f64 }\n",
+        SchemaError,
+        "f64",
+        "not one of its options: f32, u32",
+    ),
+    Bad(
+        "bake-unknown-name",
+        "bindings: []\nspecialize:\n  - { name: T, options: [f32, u32] }\nbake:\n  - { Q: f32 }\n",
+        SchemaError,
+        "Q: f32",
+        "unknown key 'Q'",
+    ),
     # --------------------------------------------------------------- count expressions
     Bad("count-syntax", 'bindings:\n  - { name: a, access: read_write, element: f32, count: "n + * 2" }\n', ExpressionError, '* 2"', "binding 'a': count"),
     Bad("count-syntax-unquoted", "bindings:\n  - { name: a, access: read_write, element: f32, count: n + ) }\n", ExpressionError, ") }", "found ')'"),
-    Bad("count-syntax-block-style", "bindings:\n  - name: a\n    access: read_write\n    element: f32\n    count: n + * 2\n", ExpressionError, "* 2", "binding 'a': count"),
-    Bad("count-unknown-name", 'bindings:\n  - { name: a, access: read_write, element: f32, count: "n * radius" }\n', ExpressionError, "radius", "unknown name 'radius'"),
-    Bad("capacity-unknown-binding-length", 'bindings:\n  - { name: a, access: read_write, element: f32, capacity: "len(srcs)", append: true }\n', ExpressionError, "srcs", "len(srcs) names no binding"),
-    Bad("count-own-length", 'bindings:\n  - { name: a, access: read_write, element: f32, count: "len(a)" }\n', ExpressionError, '"len(a)"', "its own length", col=False),
+    Bad(
+        "count-syntax-block-style",
+        "bindings:\n  - name: a\n    access: read_write\n    element: f32\n    count: n + * 2\n",
+        ExpressionError,
+        "* 2",
+        "binding 'a': count",
+    ),
+    Bad(
+        "count-unknown-name",
+        'bindings:\n  - { name: a, access: read_write, element: f32, count: "n * radius" }\n',
+        ExpressionError,
+        "radius",
+        "unknown name 'radius'",
+    ),
+    Bad(
+        "capacity-unknown-binding-length",
+        'bindings:\n  - { name: a, access: read_write, element: f32, capacity: "len(srcs)", append: true }\n',
+        ExpressionError,
+        "srcs",
+        "len(srcs) names no binding",
+    ),
+    Bad(
+        "count-own-length",
+        'bindings:\n  - { name: a, access: read_write, element: f32, count: "len(a)" }\n',
+        ExpressionError,
+        '"len(a)"',
+        "its own length",
+        col=False,
+    ),
     # ------------------------------------------------------------------- WGSL bodies
     Bad("at-when-block-never-closed", GOOD, LoweringError, "// @when M a", "never closed", body=HEAD + "    // @when M a\n    let x = 1u;\n}\n", col=False),
-    Bad("at-when-nested-never-closed", GOOD, LoweringError, "// @when M a", "never closed", body=HEAD + "    // @when M a\n    // @when T f32\n    // @end\n}\n", col=False),
+    Bad(
+        "at-when-nested-never-closed",
+        GOOD,
+        LoweringError,
+        "// @when M a",
+        "never closed",
+        body=HEAD + "    // @when M a\n    // @when T f32\n    // @end\n}\n",
+        col=False,
+    ),
     Bad("at-end-without-at-when", GOOD, LoweringError, "// @end", "without an open", body=HEAD + "    let x = 1u;\n    // @end\n}\n"),
     Bad("at-when-unknown-name", GOOD, LoweringError, "Q a", "'Q' is not a specialisation", body=HEAD + "    // @when Q a\n    // @end\n}\n"),
     Bad("at-when-unknown-option", GOOD, LoweringError, "c\n", "'c' is not an option of M (a, b)", body=HEAD + "    // @when M c\n    // @end\n}\n"),
     Bad("at-when-without-options", GOOD, LoweringError, "// @when M", "lists no options", body=HEAD + "    // @when M\n    // @end\n}\n"),
-    Bad("append-in-an-exact-shader", GOOD, LoweringError, "hits_append(i)", "determinism: exact", body=HEAD + "    let i = gid.x;\n    let s = hits_append(i);\n}\n"),
-    Bad("generated-fn-declared-by-body", GOOD, LoweringError, "src_get", f"generated for binding 'src' ({YAML}:2)", body="fn src_get(i: u32) -> f32 { return 0.0; }\n" + MAIN),
+    Bad(
+        "append-in-an-exact-shader",
+        GOOD,
+        LoweringError,
+        "hits_append(i)",
+        "determinism: exact",
+        body=HEAD + "    let i = gid.x;\n    let s = hits_append(i);\n}\n",
+    ),
+    Bad(
+        "generated-fn-declared-by-body",
+        GOOD,
+        LoweringError,
+        "src_get",
+        f"generated for binding 'src' ({YAML}:2)",
+        body="fn src_get(i: u32) -> f32 { return 0.0; }\n" + MAIN,
+    ),
     Bad("counter-name-declared-by-body", GOOD, LoweringError, "hits_count", f"({YAML}:3)", body="var<private> hits_count: u32;\n" + MAIN),
     Bad("option-const-declared-by-body", GOOD, LoweringError, "M_a", f"specialisation 'M' ({YAML}:6)", body="const M_a: u32 = 0u;\n" + MAIN),
     Bad("no-entry-point", GOOD, LoweringError, "fn helper", "declares no entry point", body="fn helper() {}\n"),
-    Bad("entry-point-only-in-a-comment", GOOD, LoweringError, "// fn main", "declares no entry point", body="// fn main() {}\n@compute @workgroup_size(64)\nfn mian() {}\n"),
-    Bad("body-declares-a-binding", GOOD, LoweringError, "@binding(7)", "its own @binding", body="@group(0) @binding(7) var<storage> extra: array<u32>;\n" + MAIN),
-    Bad("workgroup-size-mismatch", GOOD, LoweringError, "workgroup_size(32)", "does not match bindings.yaml's workgroup (64)", body="@compute @workgroup_size(32)\nfn main(@builtin(global_invocation_id) gid: vec3<u32>) {\n}\n"),
+    Bad(
+        "entry-point-only-in-a-comment",
+        GOOD,
+        LoweringError,
+        "// fn main",
+        "declares no entry point",
+        body="// fn main() {}\n@compute @workgroup_size(64)\nfn mian() {}\n",
+    ),
+    Bad(
+        "body-declares-a-binding", GOOD, LoweringError, "@binding(7)", "its own @binding", body="@group(0) @binding(7) var<storage> extra: array<u32>;\n" + MAIN
+    ),
+    Bad(
+        "workgroup-size-mismatch",
+        GOOD,
+        LoweringError,
+        "workgroup_size(32)",
+        "does not match bindings.yaml's workgroup (64)",
+        body="@compute @workgroup_size(32)\nfn main(@builtin(global_invocation_id) gid: vec3<u32>) {\n}\n",
+    ),
     # a kernel written for 32 invocations ran with 64 when its size was not literals (helper 72)
-    Bad("workgroup-size-const-mismatch", GOOD, LoweringError, "workgroup_size(WG)", "@workgroup_size(32) does not match", body="const WG: u32 = 32u;\n@compute @workgroup_size(WG)\nfn main(@builtin(global_invocation_id) gid: vec3<u32>) {\n}\n"),
-    Bad("workgroup-size-override-mismatch", GOOD, LoweringError, "workgroup_size(WG)", "@workgroup_size(32) does not match", body="override WG: u32 = 32u;\n@compute @workgroup_size(WG)\nfn main(@builtin(global_invocation_id) gid: vec3<u32>) {\n}\n"),
-    Bad("workgroup-size-expression-mismatch", GOOD, LoweringError, "workgroup_size(8 * 4)", "@workgroup_size(32) does not match", body="@compute @workgroup_size(8 * 4)\nfn main(@builtin(global_invocation_id) gid: vec3<u32>) {\n}\n"),
-    Bad("workgroup-size-max-mismatch", GOOD, LoweringError, "workgroup_size(max", "@workgroup_size(32) does not match", body="@compute @workgroup_size(max(8u, 32u))\nfn main(@builtin(global_invocation_id) gid: vec3<u32>) {\n}\n"),
+    Bad(
+        "workgroup-size-const-mismatch",
+        GOOD,
+        LoweringError,
+        "workgroup_size(WG)",
+        "@workgroup_size(32) does not match",
+        body="const WG: u32 = 32u;\n@compute @workgroup_size(WG)\nfn main(@builtin(global_invocation_id) gid: vec3<u32>) {\n}\n",
+    ),
+    Bad(
+        "workgroup-size-override-mismatch",
+        GOOD,
+        LoweringError,
+        "workgroup_size(WG)",
+        "@workgroup_size(32) does not match",
+        body="override WG: u32 = 32u;\n@compute @workgroup_size(WG)\nfn main(@builtin(global_invocation_id) gid: vec3<u32>) {\n}\n",
+    ),
+    Bad(
+        "workgroup-size-expression-mismatch",
+        GOOD,
+        LoweringError,
+        "workgroup_size(8 * 4)",
+        "@workgroup_size(32) does not match",
+        body="@compute @workgroup_size(8 * 4)\nfn main(@builtin(global_invocation_id) gid: vec3<u32>) {\n}\n",
+    ),
+    Bad(
+        "workgroup-size-max-mismatch",
+        GOOD,
+        LoweringError,
+        "workgroup_size(max",
+        "@workgroup_size(32) does not match",
+        body="@compute @workgroup_size(max(8u, 32u))\nfn main(@builtin(global_invocation_id) gid: vec3<u32>) {\n}\n",
+    ),
     # main's own attribute, not the first in the body (helper 76)
-    Bad("workgroup-size-vector-lane-mismatch", GOOD, LoweringError, "workgroup_size(V", "@workgroup_size(32) does not match", body="const V = vec3<u32>(32u, 1u, 1u);\n@compute @workgroup_size(V.x)\nfn main(@builtin(global_invocation_id) gid: vec3<u32>) {\n}\n"),
-    Bad("workgroup-size-of-main-not-the-first", GOOD, LoweringError, "workgroup_size(32)", "@workgroup_size(32) does not match", body="@compute @workgroup_size(64)\nfn other() {\n}\n@compute @workgroup_size(32)\nfn main(@builtin(global_invocation_id) gid: vec3<u32>) {\n}\n"),
-    Bad("workgroup-size-mismatch-2d", GOOD, LoweringError, "workgroup_size(64, 2)", "@workgroup_size(64, 2)", body="@compute @workgroup_size(64, 2)\nfn main(@builtin(global_invocation_id) gid: vec3<u32>) {\n}\n"),
+    Bad(
+        "workgroup-size-vector-lane-mismatch",
+        GOOD,
+        LoweringError,
+        "workgroup_size(V",
+        "@workgroup_size(32) does not match",
+        body="const V = vec3<u32>(32u, 1u, 1u);\n@compute @workgroup_size(V.x)\nfn main(@builtin(global_invocation_id) gid: vec3<u32>) {\n}\n",
+    ),
+    Bad(
+        "workgroup-size-of-main-not-the-first",
+        GOOD,
+        LoweringError,
+        "workgroup_size(32)",
+        "@workgroup_size(32) does not match",
+        body="@compute @workgroup_size(64)\nfn other() {\n}\n@compute @workgroup_size(32)\nfn main(@builtin(global_invocation_id) gid: vec3<u32>) {\n}\n",
+    ),
+    Bad(
+        "workgroup-size-mismatch-2d",
+        GOOD,
+        LoweringError,
+        "workgroup_size(64, 2)",
+        "@workgroup_size(64, 2)",
+        body="@compute @workgroup_size(64, 2)\nfn main(@builtin(global_invocation_id) gid: vec3<u32>) {\n}\n",
+    ),
+    # a schema name hiding a WGSL builtin the generated code calls failed inside generated code (helper 77)
+    Bad(
+        "binding-named-min",
+        'bindings:\n  - { name: t, kind: columns, access: read }\n  - { name: min, access: read_write, element: u32, count: "n", atomic: true }\n',
+        LoweringError,
+        "min, access",
+        "binding 'min' is named like the WGSL builtin min()",
+        body=MAIN,
+        spec={},
+        path=YAML,
+    ),
+    Bad(
+        "binding-named-select",
+        "bindings:\n  - { name: t, kind: columns, access: read }\n  - { name: select, element: u32 }\n",
+        LoweringError,
+        "select, element",
+        "WGSL builtin select()",
+        body=MAIN,
+        spec={},
+        path=YAML,
+    ),
+    Bad(
+        "struct-named-select",
+        "structs:\n  select: { a: f32 }\nbindings:\n  - { name: t, kind: columns, access: read }\n",
+        LoweringError,
+        "select:",
+        "struct 'select' is named like",
+        body=MAIN,
+        spec={},
+        path=YAML,
+    ),
+    Bad(
+        "specialisation-named-max",
+        "bindings:\n  - { name: t, kind: columns, access: read }\nspecialize:\n  - { name: max, options: [a, b] }\n",
+        LoweringError,
+        "max, options",
+        "specialisation 'max'",
+        body=MAIN,
+        spec={"max": "a"},
+        path=YAML,
+    ),
     # -------------------------------------------------------------- specialisation values
-    Bad("unknown-option-value", GOOD, SpecializationError, "{ name: T", "T='f64' is not an option; T takes one of: f32, u32", body=MAIN, spec={"T": "f64", "M": "a"}, col=False, path=YAML),
-    Bad("unknown-specialisation-name", GOOD, SpecializationError, None, "unknown specialisation 'Q'; this schema has: T, M, BODY", body=MAIN, spec={"T": "f32", "M": "a", "Q": "x"}, col=False, path=YAML),
+    Bad(
+        "unknown-option-value",
+        GOOD,
+        SpecializationError,
+        "{ name: T",
+        "T='f64' is not an option; T takes one of: f32, u32",
+        body=MAIN,
+        spec={"T": "f64", "M": "a"},
+        col=False,
+        path=YAML,
+    ),
+    Bad(
+        "unknown-specialisation-name",
+        GOOD,
+        SpecializationError,
+        None,
+        "unknown specialisation 'Q'; this schema has: T, M, BODY",
+        body=MAIN,
+        spec={"T": "f32", "M": "a", "Q": "x"},
+        col=False,
+        path=YAML,
+    ),
     Bad("specialisation-not-text", GOOD, SpecializationError, "{ name: T", "must be text", body=MAIN, spec={"T": 3, "M": "a"}, col=False, path=YAML),
 ]
 
@@ -241,10 +553,38 @@ def test_columns_naming_an_unknown_table_is_refused():
 # never handed to wgpu as WGSL that redefines a name.
 GENERATED_CLASHES = [
     ("binding-named-like-the-params-struct", "bindings:\n  - { name: ZeroParams, element: f32 }\n", {}, None, "ZeroParams", {2}),
-    ("binding-named-like-another-bindings-accessor", "bindings:\n  - { name: src, element: f32 }\n  - { name: src_get, element: f32 }\n", {}, None, "src_get", {2, 3}),
-    ("binding-named-like-an-option-const", "bindings:\n  - { name: FOLD_add, element: f32 }\nspecialize:\n  - { name: FOLD, options: [add, min] }\n", {"FOLD": "add"}, None, "FOLD_add", {2, 4}),
-    ("specialisation-named-like-an-option-const", "bindings: []\nspecialize:\n  - { name: FOLD, options: [add, min] }\n  - { name: FOLD_add, options: [x, y] }\n", {"FOLD": "add", "FOLD_add": "x"}, None, "FOLD_add", {3, 4}),
-    ("binding-named-like-a-table-column-const", "bindings:\n  - { name: t, kind: columns }\n  - { name: t_col_a, element: f32 }\n", {}, {"t": ["a"]}, "t_col_a", {2, 3}),
+    (
+        "binding-named-like-another-bindings-accessor",
+        "bindings:\n  - { name: src, element: f32 }\n  - { name: src_get, element: f32 }\n",
+        {},
+        None,
+        "src_get",
+        {2, 3},
+    ),
+    (
+        "binding-named-like-an-option-const",
+        "bindings:\n  - { name: FOLD_add, element: f32 }\nspecialize:\n  - { name: FOLD, options: [add, min] }\n",
+        {"FOLD": "add"},
+        None,
+        "FOLD_add",
+        {2, 4},
+    ),
+    (
+        "specialisation-named-like-an-option-const",
+        "bindings: []\nspecialize:\n  - { name: FOLD, options: [add, min] }\n  - { name: FOLD_add, options: [x, y] }\n",
+        {"FOLD": "add", "FOLD_add": "x"},
+        None,
+        "FOLD_add",
+        {3, 4},
+    ),
+    (
+        "binding-named-like-a-table-column-const",
+        "bindings:\n  - { name: t, kind: columns }\n  - { name: t_col_a, element: f32 }\n",
+        {},
+        {"t": ["a"]},
+        "t_col_a",
+        {2, 3},
+    ),
 ]
 
 
@@ -263,7 +603,11 @@ def test_a_read_write_column_on_a_page_read_only_in_some_variant_is_refused(orde
     pages = ['  - { name: P, kind: page, access: read, when: "M=a" }\n', '  - { name: P, kind: page, access: read_write, when: "M=b" }\n']
     if order != "read-first":
         pages.reverse()
-    text = "bindings:\n" + "".join(pages) + "  - { name: c, kind: column, page: P, element: u32, access: read_write }\nspecialize:\n  - { name: M, options: [a, b] }\n"
+    text = (
+        "bindings:\n"
+        + "".join(pages)
+        + "  - { name: c, kind: column, page: P, element: u32, access: read_write }\nspecialize:\n  - { name: M, options: [a, b] }\n"
+    )
     with pytest.raises((SchemaError, LoweringError)) as info:
         schema = parse(text, YAML)
         lower(schema, MAIN, {"M": "a"}, wgsl_path=WGSL)  # where P is read-only
@@ -271,21 +615,24 @@ def test_a_read_write_column_on_a_page_read_only_in_some_variant_is_refused(orde
     assert "read-only" in info.value.message or "read_write" in info.value.message
 
 
-@pytest.mark.parametrize("decl,size", [
-    ("const WG: u32 = 64u;", "WG"),
-    ("const HALF = 32;\nconst WG = HALF * 2;", "WG"),
-    ("override WG: u32 = 64u;", "WG, 1"),
-    ("", "(4 + 4) * 8"),
-    ("", "0x40u, 1, 1"),
-    ("const WG = 1u << 6u;", "WG"),
-    ("", "u32(64)"),
-    ("", "max(32u, 64u)"),
-    ("const S = 8;", "min(S * S, 128) | 0"),
-    ("const TILE = vec2u(8u, 8u);", "TILE.x * TILE.y"),
-    ("const SQ = vec2<u32>(8u);", "SQ.r * SQ.g"),
-    ("const A0 = 64u;\n" + "\n".join(f"const A{j} = (A{j - 1} + A{j - 1}) / 2u;" for j in range(1, 40)), "A39"),  # not exponential
-    ("const B0 = 64u;\n" + "\n".join(f"const B{j} = B{j - 1};" for j in range(1, 400)), "B399"),  # past the stack: a warning, no RecursionError
-])
+@pytest.mark.parametrize(
+    "decl,size",
+    [
+        ("const WG: u32 = 64u;", "WG"),
+        ("const HALF = 32;\nconst WG = HALF * 2;", "WG"),
+        ("override WG: u32 = 64u;", "WG, 1"),
+        ("", "(4 + 4) * 8"),
+        ("", "0x40u, 1, 1"),
+        ("const WG = 1u << 6u;", "WG"),
+        ("", "u32(64)"),
+        ("", "max(32u, 64u)"),
+        ("const S = 8;", "min(S * S, 128) | 0"),
+        ("const TILE = vec2u(8u, 8u);", "TILE.x * TILE.y"),
+        ("const SQ = vec2<u32>(8u);", "SQ.r * SQ.g"),
+        ("const A0 = 64u;\n" + "\n".join(f"const A{j} = (A{j - 1} + A{j - 1}) / 2u;" for j in range(1, 40)), "A39"),  # not exponential
+        ("const B0 = 64u;\n" + "\n".join(f"const B{j} = B{j - 1};" for j in range(1, 400)), "B399"),  # past the stack: a warning, no RecursionError
+    ],
+)
 def test_a_workgroup_size_of_consts_equal_to_the_schemas_is_accepted(decl, size):
     body = f"{decl}\n@compute @workgroup_size({size})\nfn main(@builtin(global_invocation_id) gid: vec3<u32>) {{\n}}\n"
     assert lower(parse(GOOD, YAML), body, SPEC, wgsl_path=WGSL).workgroup == (64, 1, 1)
@@ -294,3 +641,11 @@ def test_a_workgroup_size_of_consts_equal_to_the_schemas_is_accepted(decl, size)
 def test_a_helper_entry_points_workgroup_size_is_not_mains():
     body = "@compute @workgroup_size(32)\nfn other() {\n}\n@compute @workgroup_size(64)\nfn main(@builtin(global_invocation_id) gid: vec3<u32>) {\n}\n"
     assert lower(parse(GOOD, YAML), body, SPEC, wgsl_path=WGSL).workgroup == (64, 1, 1)
+
+
+def test_a_binding_named_like_a_builtin_the_generated_code_never_calls_still_lowers():
+    # Only the builtins this schema's generated code calls are refused: `all` and `dot` hide
+    # nothing the accessors need.
+    schema = parse('bindings:\n  - { name: all, element: f32 }\n  - { name: dot, access: read_write, element: f32, count: "len(all)" }\n', YAML)
+    lowered = lower(schema, MAIN, {}, wgsl_path=WGSL)
+    assert "var<storage, read> all:" in lowered.source and "var<storage, read_write> dot:" in lowered.source
