@@ -285,8 +285,8 @@ class _Parser:
         out: list = []
         seen: dict[str, int] = {}
         for item in self.sequence(node, "params"):
+            cut = self._stitch_cut_type(item)
             entry = dict((k, (kn, vn)) for k, kn, vn in self.mapping(item, "a param"))
-            cut = self._stitch_cut_type(entry)
             for k, (kn, _) in entry.items():
                 if k not in ("name", "type"):
                     raise self.unknown_key(k, kn, ("name", "type"), "a param")
@@ -309,27 +309,37 @@ class _Parser:
             out.append(Param(name, ptype.wgsl, self.line_of(item)))
         return tuple(out)
 
-    def _stitch_cut_type(self, entry: dict) -> str | None:
+    def _stitch_cut_type(self, item: Any) -> str | None:
         """``{ name: p, type: array<vec4<f32>, 6> }`` unquoted: a YAML flow mapping splits at
-        the comma, leaving type ``array<vec4<f32>`` and a key ``6>``. Put the type back
-        together (and drop the stray key); answers the whole type text, or None."""
-        if "type" not in entry:
+        each comma, leaving type ``array<vec4<f32>`` and a key ``6>`` (one more key a nesting
+        level: ``array<array<vec4<f32>, 2>, 3>`` leaves ``2>`` and ``3>``). Put the type back
+        together from the text it was written as, and drop the stray keys from ``item``;
+        answers the whole type text, or None."""
+        if not isinstance(item, yaml.MappingNode):
             return None
-        tnode = entry["type"][1]
-        text = self.value(tnode)
-        if not isinstance(text, str) or text.count("<") <= text.count(">"):
-            return None
-        for k in list(entry):
-            if (
-                k not in ("name", "type")
-                and isinstance(k, str)
-                and k.count(">") > k.count("<")
-                and entry[k][1] is not None
-                and self.value(entry[k][1]) in (None, "")
+        pairs = list(item.value)
+        at = next((i for i, (k, _) in enumerate(pairs) if isinstance(k, yaml.ScalarNode) and k.value == "type"), None)
+        if at is None or not isinstance(pairs[at][1], yaml.ScalarNode) or pairs[at][1].style is not None:
+            return None  # no type, or a quoted one (whole as written)
+        tnode = pairs[at][1]
+        text, depth, end = tnode.value, tnode.value.count("<") - tnode.value.count(">"), at
+        while depth > 0 and end + 1 < len(pairs):
+            k, v = pairs[end + 1]
+            if not (
+                isinstance(k, yaml.ScalarNode)
+                and k.style is None
+                and isinstance(v, yaml.ScalarNode)
+                and v.value == ""
+                and k.value.count(">") > k.value.count("<")
             ):
-                del entry[k]
-                return f"{text}, {k}"
-        return None
+                break
+            end += 1
+            depth -= k.value.count(">") - k.value.count("<")
+        if end == at or depth != 0:
+            return None
+        text = self.text[tnode.start_mark.index : pairs[end][0].end_mark.index]
+        item.value = pairs[: at + 1] + pairs[end + 1 :]
+        return text
 
     def specialize(self, node: Any) -> tuple[SpecParam, ...]:
         out: list = []

@@ -95,3 +95,27 @@ def test_a_params_array_of_two_row_matrices_compiles_and_reads_every_value(ptype
     value = np.arange(2 * cols * rows, dtype=np.float32).reshape(2, cols, rows)  # m[k][column][row]
     got = abi.read(variant.run(n=1, params={"m": value}).outputs["out"])
     np.testing.assert_array_equal(got, value.reshape(-1))
+
+
+@pytest.mark.parametrize("written", ["array<array<vec4<f32>, 2>, 3>", "array<array<vec4<f32>,2>,3>", '"array<array<vec4<f32>, 2>, 3>"'])
+def test_a_nested_array_param_unquoted_in_a_flow_mapping_is_one_type(written):
+    # Review helper 77: YAML split the unquoted form at both commas; the stray key '3>' was
+    # refused as an unknown key of the param.
+    yaml = f"""workgroup: 1
+bindings:
+  - {{ name: out, kind: buffer, access: read_write, element: f32, count: "6" }}
+params:
+  - {{ name: grid, type: {written} }}
+  - {{ name: s, type: f32 }}
+"""
+    wgsl = """@compute @workgroup_size(1)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
+    if (gid.x != 0u) { return; }
+    for (var a = 0u; a < 3u; a++) { for (var b = 0u; b < 2u; b++) { out_set(a * 2u + b, params.grid[a][b].z + params.s); } }
+}
+"""
+    schema = abi.parse(yaml, "nested/bindings.yaml")
+    assert [(p.name, p.type) for p in schema.params] == [("grid", "array<array<vec4<f32>, 2>, 3>"), ("s", "f32")]
+    grid = np.arange(24, dtype=np.float32).reshape(3, 2, 4)
+    got = abi.read(abi.program(key=f"t17/nested{len(written)}", schema=schema, wgsl=wgsl).variant().run(n=1, params={"grid": grid, "s": 0.5}).outputs["out"])
+    np.testing.assert_array_equal(got, grid[:, :, 2].ravel() + 0.5)
