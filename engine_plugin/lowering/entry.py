@@ -133,7 +133,12 @@ def _resolve(declared: str, aliases: Mapping[str, str], structs: set[str]) -> st
 
 
 def wrap_entry(
-    lines: tuple[str, ...], splices: tuple, workgroup: tuple[int, int, int], init_call: str | None, type_values: Mapping[str, str] | None = None
+    lines: tuple[str, ...],
+    splices: tuple,
+    workgroup: tuple[int, int, int],
+    init_call: str | None,
+    type_values: Mapping[str, str] | None = None,
+    reset_call: str | None = None,
 ) -> EntryWrap:
     """``type_values``: the variant's type specialisations (the aliases the lowering declares)."""
     text = "\n".join(lines)
@@ -226,6 +231,8 @@ def wrap_entry(
     spl.sort(key=lambda s: (s[0], s[1]))
     wx, wy, wz = workgroup
     init = [f"        if (zero_l >= zero_step) {{ workgroupBarrier(); }} {init_call}"] if init_call else []
+    if reset_call:  # a later logical workgroup starts with fresh private variables, as WGSL's invocations do
+        init.insert(0, f"        if (zero_l >= zero_step) {{ {reset_call} }}")
     wrapper = "\n".join(
         [
             f"@compute @workgroup_size({wx}, {wy}, {wz})",

@@ -26,14 +26,14 @@ from .textures import storage_texture_wgsl, texture_wgsl
 from .types import ValueType, parse_value_type
 from .variants import VariantSpec, resolve_spec
 from .wgsl_text import Token, evaluate_int, find_calls, hoist_directives, module_constants, module_declarations, tokens, vector_member, workgroup_size_attribute
-from .workgroup_init import INIT_FN, workgroup_init_function
+from .workgroup_init import INIT_FN, PRIVATE_INIT_FN, private_reset_function, workgroup_init_function
 
 __all__ = ["lower", "LOWERING_VERSION"]
 
 log = logging.getLogger("engine_plugin.lowering")
 
 # Bump whenever the generated code or plan changes: it is part of every cache key.
-LOWERING_VERSION = 7
+LOWERING_VERSION = 8
 _YAML = 0  # source-map file index of bindings.yaml
 _BODY = 1  # and of the WGSL body; imported modules follow, in inclusion order
 _CALLED = re.compile(r"(?<![\w.])([A-Za-z_]\w*)\s*\(")  # a name called as a function (or a constructor)
@@ -176,14 +176,21 @@ class _Lowerer:
             self.check_module(m, text, toks)
         self.check_body(body_text, body_toks, body.user_lines, present)
         wx, wy, wz = self.workgroup
-        init = workgroup_init_function(tuple(ln for ml in module_lines for ln in ml) + tuple(body.lines), wx * wy * wz)
+        all_lines = tuple(ln for ml in module_lines for ln in ml) + tuple(body.lines)
+        init = workgroup_init_function(all_lines, wx * wy * wz)
         if init is not None:
             em.declare(INIT_FN, 0, "the workgroup memory initialiser")
             em.emit(init, 0)
+        reset = private_reset_function(all_lines)
+        if reset is not None:
+            em.declare(PRIVATE_INIT_FN, 0, "the private variables' reset")
+            em.emit(reset, 0)
         em.declare(USER_MAIN, 0, "the renamed entry point")
         try:
             type_values = {sp.name: self.values[sp.name] for sp in self.schema.specialize if sp.kind == "type"}
-            wrapped = wrap_entry(body.lines, body.splices, self.workgroup, f"{INIT_FN}(zero_lii);" if init else None, type_values)
+            wrapped = wrap_entry(
+                body.lines, body.splices, self.workgroup, f"{INIT_FN}(zero_lii);" if init else None, type_values, f"{PRIVATE_INIT_FN}();" if reset else None
+            )
         except EntryError as exc:
             raise self.error(
                 exc.message, body.user_lines[exc.token.line - 1] if exc.token.line - 1 < len(body.user_lines) else exc.token.line, exc.token.col

@@ -12,9 +12,10 @@ from __future__ import annotations
 
 from .wgsl_text import Token, at_module_scope, tokens
 
-__all__ = ["workgroup_init_function", "INIT_FN"]
+__all__ = ["workgroup_init_function", "private_reset_function", "INIT_FN", "PRIVATE_INIT_FN"]
 
 INIT_FN = "zero_init_workgroup"
+PRIVATE_INIT_FN = "zero_init_private"
 _LII = "zero_lii"
 
 
@@ -55,21 +56,54 @@ def _zero(ref: str, type_text: str, depth: int, invocations: int) -> str:
     return f"if ({_LII} == 0u) {{ {stmt} }}" if depth == 0 else stmt
 
 
-def _workgroup_vars(toks: list[Token], text: str) -> list[tuple[str, str]]:
+def _module_vars(toks: list[Token], text: str, space: str) -> list[tuple[str, str, str]]:
+    """(name, type text, initialiser text) of each module-scope ``var<space>`` (either text
+    may be empty: ``var<private> x = 1.0;`` has no type, ``var<workgroup> a: T;`` no
+    initialiser)."""
     out = []
     for i, t in at_module_scope(toks):
-        if t.text != "var" or i + 5 >= len(toks):
+        if t.text != "var" or i + 4 >= len(toks):
             continue
-        if [x.text for x in toks[i + 1 : i + 4]] != ["<", "workgroup", ">"] or toks[i + 4].kind != "ident" or toks[i + 5].text != ":":
+        if [x.text for x in toks[i + 1 : i + 4]] != ["<", space, ">"] or toks[i + 4].kind != "ident":
             continue
-        j = i + 6
+        j = i + 5
         nest = 0
+        colon = equals = None
         while j < len(toks) and not (toks[j].text == ";" and nest == 0):
-            nest += {"<": 1, ">": -1, "(": 1, ")": -1}.get(toks[j].text, 0)
+            if nest == 0 and toks[j].text == ":" and colon is None and equals is None:
+                colon = j
+            elif nest == 0 and toks[j].text == "=" and equals is None:
+                equals = j
+            nest += {"<": 1, ">": -1, "(": 1, ")": -1, "[": 1, "]": -1}.get(toks[j].text, 0)
             j += 1
-        if j < len(toks) and i + 6 < j:
-            out.append((toks[i + 4].text, text[toks[i + 6].offset : toks[j].offset].strip()))
+        if j >= len(toks) or (colon is None and equals is None):
+            continue
+        type_end = toks[equals].offset if equals is not None else toks[j].offset
+        type_text = text[toks[colon + 1].offset : type_end].strip() if colon is not None and colon + 1 < j else ""
+        init_text = text[toks[equals + 1].offset : toks[j].offset].strip() if equals is not None and equals + 1 < j else ""
+        out.append((toks[i + 4].text, type_text, init_text))
     return out
+
+
+def _workgroup_vars(toks: list[Token], text: str) -> list[tuple[str, str]]:
+    return [(name, t) for name, t, _ in _module_vars(toks, text, "workgroup") if t]
+
+
+def private_reset_function(lines: tuple[str, ...]) -> str | None:
+    """The generated ``fn zero_init_private()`` setting every module-scope ``var<private>``
+    back to its initialiser (or zero), or None when the body declares none.
+
+    WGSL starts every invocation with fresh private variables. The generated entry point runs
+    several logical workgroups in one physical invocation (a grid-stride loop, see
+    :mod:`.entry`), so it calls this before each logical workgroup after the first: state a
+    body keeps in a private variable never leaks from one logical invocation into the next.
+    """
+    text = "\n".join(lines)
+    found = _module_vars(list(tokens(text)), text, "private")
+    if not found:
+        return None
+    body = "\n".join(f"    {name} = {init or f'{t}()'};" for name, t, init in found if init or t)
+    return f"fn {PRIVATE_INIT_FN}() {{\n{body}\n}}"
 
 
 def workgroup_init_function(lines: tuple[str, ...], invocations: int) -> str | None:

@@ -186,3 +186,42 @@ def test_workgroup_memory_starts_at_zero_in_every_logical_workgroup_of_the_loop(
     want = np.full(n, 64, np.uint32)
     want[64 * 7 :] = 5
     np.testing.assert_array_equal(got, want)
+
+
+PRIVATE_YAML = """\
+bindings:
+  - { name: x, kind: buffer, access: read, element: f32 }
+  - { name: y, kind: buffer, access: read_write, element: f32, count: "len(x)" }
+structs:
+  Acc: { sum: f32, hits: u32 }
+"""
+PRIVATE_WGSL = """\
+var<private> acc: f32;
+var<private> seen: bool = false;
+var<private> first = 7.0;
+var<private> rec: Acc;
+var<private> ring: array<f32, 3>;
+@compute @workgroup_size(64)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
+    let i = zero_index(gid);
+    if (i >= zero_n()) { return; }
+    acc += x_get(i);
+    rec.hits += 1u;
+    ring[1] += 1.0;
+    y_set(i, acc + select(0.0, 1000.0, seen) + first + f32(rec.hits - 1u) * 100.0 + (ring[1] - 1.0) * 10000.0);
+    seen = true;
+    first = 0.0;
+}
+"""
+
+
+def test_private_variables_start_fresh_in_every_logical_workgroup_of_the_loop(few_groups):
+    # Review helper 79: the grid-stride loop called the body again with the previous logical
+    # workgroup's private state (768 of 1,024 values wrong with 4 groups launched for 16); a GPU
+    # adapter loops past 2**23 invocations.
+    few_groups(4, 64)
+    v = abi.program(key="t15/private", schema=abi.parse(PRIVATE_YAML), wgsl=PRIVATE_WGSL).variant()
+    x = np.arange(1024, dtype=np.float32)
+    run = v.run(n=1024, inputs={"x": x})
+    assert run.groups[0] * run.groups[1] * run.groups[2] == 4  # the loop ran four logical groups a physical one
+    np.testing.assert_array_equal(abi.read(run.outputs["y"]), x + 7.0)
