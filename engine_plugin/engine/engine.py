@@ -936,6 +936,11 @@ class Engine:
                     log.warning("recover_gpu: product %r stays on the CPU:\n%s", product.key, exc)
                 if product.gpu is not None and isinstance(product.exception, DeviceLostError):
                     product.fail(None)  # the loss it reported is over: it is on the GPU again
+                if product.gpu is not None and _keeps_gpu_state(product):
+                    # What it wrote lived on the old device (a kernel-written mirror starts
+                    # again from the world's bytes): every chunk is owed again, or the engine
+                    # reads idle over derived state that is gone (review helper 81).
+                    product.owe_everything(self.world)
         log.info("GPU recovered on %s; %d product(s) re-registered", self._gpu.adapter_name, sum(p.gpu is not None for p in self._order))
         return self.gpu_active
 
@@ -963,6 +968,13 @@ class Engine:
     def __repr__(self) -> str:
         where = "GPU" if self.gpu_active else f"CPU ({self.gpu_fault or type(self.backend).__name__})"
         return f"<Engine {len(self._order)} products on {where}, frame {self._frame}>"
+
+
+def _keeps_gpu_state(product: Product) -> bool:
+    """Whether what the product computes lives on the GPU: a ``NONE`` product (it writes
+    mirrors or the buffers and textures it was given), or one whose kernel writes a mirror."""
+    plan = product.plan
+    return product.policy is ReadbackPolicy.NONE or (plan is not None and any(f.writes for f in plan.fields))
 
 
 def _takes_consumer(world: Any) -> bool:

@@ -54,3 +54,16 @@ def test_readbacks_recover_gpu_drops_are_counted_stale_so_the_totals_add_up():
     t = engine.totals
     assert t.readbacks_requested == t.readbacks_applied + t.readbacks_stale + t.readbacks_failed
     engine.close()
+
+
+def test_a_mirror_writer_runs_again_over_every_chunk_after_recovery():
+    # Review helper 81: after recover_gpu() the NONE product writing the kernel-written mirror
+    # owed nothing, so the new mirror kept the world's bytes and its reader applied zeros.
+    proc = subprocess.run([sys.executable, os.path.join(HERE, "mirror_writer_loss_script.py")], capture_output=True, text=True,
+                          timeout=120, env=dict(os.environ))
+    assert proc.returncode == 0, f"exit {proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr[-4000:]}"
+    report = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert report["recovered"]
+    assert report["before"] == {k: [v, "gpu"] for k, v in report["expected"].items()}
+    assert report["mirror"] == [3.0, 5.0]  # aux = 2 f + 1 of each chunk's first tile
+    assert report["after"] == {k: [v, "gpu"] for k, v in report["expected"].items()}
