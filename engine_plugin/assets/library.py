@@ -650,6 +650,23 @@ class AssetLibrary:
         if prepared.error is not None:
             return self._fail(ref, prepared.error, prepared)
         src, schema = prepared.source, prepared.schema
+        live = ref._source
+        if (
+            prepared.unchanged
+            and src is not None
+            and live is not None
+            and (live.content_hash, os.path.basename(live.wgsl_path))
+            != (
+                src.content_hash,
+                os.path.basename(src.wgsl_path),
+            )
+        ):
+            # Judged unchanged against the content that was live when it was read, but a newer
+            # reload was applied meanwhile (an edit, then undone before this poll): the files
+            # say this content, which is no longer live. Read again, against what is live now.
+            self.service.start_worker()
+            self.service.schedule(os.path.abspath(ref.folder))
+            return None
         if prepared.unchanged or src is None or schema is None:
             if ref.error is not None:
                 log.info("%s is back to its live content; diagnostics cleared", ref.path)

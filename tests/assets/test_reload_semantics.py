@@ -451,3 +451,28 @@ def test_a_second_library_in_one_process_serves_from_its_own_cache(tmp_path, ass
     assert ref.program().store is ref._store
     ref.program().variant({"T": "i32"})
     assert VariantCache(str(tmp_path / "two")).stats(scan=True).entries >= 1
+
+
+def test_a_read_found_unchanged_before_a_newer_reload_was_applied_is_read_again(asset_root, make_library):
+    # Review helper 80: edit C was prepared; the file went back to the live A (an undo) and
+    # its read judged A unchanged against the live A; poll() then applied C, and dropped A's
+    # read as unchanged: C stayed live for good while every file said A.
+    import time
+
+    lib = make_library(asset_root)
+    ref = lib.load("k.computeShader")
+    assert run_scale(ref) == [2.0, 4.0, 6.0, 8.0]
+    path = os.path.join(ref.folder, "kernel.wgsl")
+    job = lib._job_for(os.path.abspath(ref.folder))
+    write(path, kernel(3.0))
+    edit = job(1, time.monotonic())  # C, prepared
+    write(path, kernel(2.0))
+    undo = job(2, time.monotonic())  # A again: unchanged against the live A
+    assert undo.unchanged
+    lib._deliver(edit)
+    lib.poll()  # C applied
+    assert run_scale(ref) == [3.0, 6.0, 9.0, 12.0]
+    lib._deliver(undo)  # the undo's read lands after it
+    lib.poll()
+    pump(lib, lambda: ref.generation == 2, what="the files' content read again")
+    assert run_scale(ref) == [2.0, 4.0, 6.0, 8.0]
