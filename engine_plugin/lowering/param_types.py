@@ -150,6 +150,9 @@ def f32_overflow(values: Any) -> bool:
         return bool(np.any(np.isfinite(arr) & np.isinf(arr.astype(np.float32))))
 
 
+MAX_PARAMS_BYTES = 65536  # WebGPU's default maxUniformBufferBindingSize, which every adapter offers
+
+
 def split_array_type(inner: str) -> tuple[str, str] | None:
     """``vec4<f32>, 6`` (the inside of ``array<...>``) -> (element, length); None without a length."""
     depth = 0
@@ -196,6 +199,11 @@ def parse_param_type(text: str) -> ParamType:
             hint = f"array<vec4<{element.scalar}>, {-(-count // lanes)}>" if element.kind == "scalar" else "an element of 16 bytes (a vec4 or a padded struct)"
             raise ParamTypeError(
                 f"{t!r} cannot live in the params uniform: WGSL needs a 16-byte array stride there and {element.wgsl} takes {element.uniform_size}; use {hint}"
+            )
+        if arr.uniform_size > MAX_PARAMS_BYTES:
+            raise ParamTypeError(
+                f"{t!r} takes {arr.uniform_size} bytes; the params uniform binds at most {MAX_PARAMS_BYTES} (WebGPU's maxUniformBufferBindingSize): "
+                "pass that much data in a read buffer binding"
             )
         return arr
     raise ParamTypeError(f"param type must be u32, i32, f32, a vec2/3/4 of them, a matCxR<f32> or a fixed array<T, N> of those, not {t!r}")
