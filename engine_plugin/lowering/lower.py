@@ -835,6 +835,8 @@ def _bracket_error(tokens_iter) -> tuple[object, str] | None:
     """The first unbalanced bracket, as (token, message), or None."""
     stack: list = []
     for tok in tokens_iter:
+        if tok.text == "/*":  # the tokenizer's mark of a block comment never closed
+            return tok, "'/*' is never closed; a '*/' is missing (the comment runs to the end of the file)"
         if tok.text in _CLOSING:
             stack.append(tok)
         elif tok.text in (")", "]", "}"):

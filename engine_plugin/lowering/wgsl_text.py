@@ -62,6 +62,7 @@ def tokens(text: str) -> Iterator[Token]:
             i = n if m is None else m.start()
             continue
         if c == "/" and i + 1 < n and text[i + 1] == "*":
+            opened = Token("punct", "/*", line, i - line_start + 1, i)
             depth, i = 1, i + 2
             while i < n and depth:
                 if text.startswith("/*", i):
@@ -73,6 +74,10 @@ def tokens(text: str) -> Iterator[Token]:
                         line += 1
                         line_start = i + 1
                     i += 1
+            if depth:
+                # Never closed: it would swallow whatever follows this text (the generated
+                # entry point, after a body), so the checks see where it opened.
+                yield opened
             continue
         if _IDENT_START.match(c):
             m = _IDENT.match(text, i)

@@ -326,6 +326,9 @@ CASES = [
     ),
     Bad("counter-name-declared-by-body", GOOD, LoweringError, "hits_count", f"({YAML}:3)", body="var<private> hits_count: u32;\n" + MAIN),
     Bad("option-const-declared-by-body", GOOD, LoweringError, "M_a", f"specialisation 'M' ({YAML}:6)", body="const M_a: u32 = 0u;\n" + MAIN),
+    # it swallowed the generated entry point: pipeline creation failed naming no line (helper 80)
+    Bad("block-comment-never-closed", GOOD, LoweringError, "/* never", "'/*' is never closed", body=MAIN + "/* never closed\n"),
+    Bad("nested-block-comment-never-closed", GOOD, LoweringError, "/* outer", "'/*' is never closed", body=MAIN + "/* outer /* inner */\n"),
     Bad("no-entry-point", GOOD, LoweringError, "fn helper", "declares no entry point", body="fn helper() {}\n"),
     Bad(
         "entry-point-only-in-a-comment",
