@@ -37,9 +37,71 @@ def _split_top(text: str) -> list[str]:
     return parts
 
 
-def _zero(ref: str, type_text: str, depth: int, invocations: int) -> str:
+class _Types:
+    """The body's ``alias`` and ``struct`` declarations, to see through a workgroup
+    variable's type: one that holds atomics cannot be constructed (``T()``), so its atomics
+    are stored member by member."""
+
+    def __init__(self, toks: list[Token], text: str):
+        self.aliases: dict[str, str] = {}
+        self.structs: dict[str, list[tuple[str, str]]] = {}
+        for i, t in at_module_scope(toks):
+            if t.text == "alias" and i + 2 < len(toks) and toks[i + 1].kind == "ident" and toks[i + 2].text == "=":
+                end = _statement_end(toks, i + 3, (";",))
+                if end < len(toks) and end > i + 3:
+                    self.aliases[toks[i + 1].text] = text[toks[i + 3].offset : toks[end].offset].strip()
+            elif t.text == "struct" and i + 2 < len(toks) and toks[i + 1].kind == "ident" and toks[i + 2].text == "{":
+                self.structs[toks[i + 1].text] = _members(toks, i + 3, text)
+
+    def resolve(self, type_text: str) -> str:
+        t = " ".join(type_text.split())
+        for _ in range(64):  # an alias chain (a cycle is naga's to refuse)
+            if t not in self.aliases:
+                break
+            t = " ".join(self.aliases[t].split())
+        return t
+
+    def holds_atomics(self, type_text: str, depth: int = 0) -> bool:
+        t = self.resolve(type_text)
+        if t.startswith("atomic<") or depth > 32:
+            return t.startswith("atomic<")
+        if t.startswith("array<") and t.endswith(">"):
+            return self.holds_atomics(_split_top(t[len("array<") : -1])[0], depth + 1)
+        return any(self.holds_atomics(m, depth + 1) for _, m in self.structs.get(t, ()))
+
+
+def _statement_end(toks: list[Token], j: int, stops: tuple[str, ...]) -> int:
+    """The index of the first of ``stops`` at nesting 0 from ``j`` (or len(toks))."""
+    nest = 0
+    while j < len(toks) and not (toks[j].text in stops and nest == 0):
+        nest += {"<": 1, ">": -1, "(": 1, ")": -1, "[": 1, "]": -1}.get(toks[j].text, 0)
+        if nest < 0:
+            break
+        j += 1
+    return j
+
+
+def _members(toks: list[Token], j: int, text: str) -> list[tuple[str, str]]:
+    """(name, type text) of a struct's members, from the token after its ``{``."""
+    out = []
+    while j < len(toks) and toks[j].text != "}":
+        while j < len(toks) and toks[j].text == "@":  # an attribute: @align(16), @size(8)
+            j += 2
+            if j < len(toks) and toks[j].text == "(":
+                j = _statement_end(toks, j + 1, (")",)) + 1
+        if j + 2 >= len(toks) or toks[j].kind != "ident" or toks[j + 1].text != ":":
+            break
+        end = _statement_end(toks, j + 2, (",", ";", "}"))
+        if end >= len(toks):
+            break
+        out.append((toks[j].text, text[toks[j + 2].offset : toks[end].offset].strip()))
+        j = end + 1 if toks[end].text != "}" else end
+    return out
+
+
+def _zero(ref: str, type_text: str, depth: int, invocations: int, types: _Types) -> str:
     """Statements zeroing ``ref`` of ``type_text``; depth 0 strides over the invocations."""
-    t = " ".join(type_text.split())
+    t = types.resolve(type_text)
     if t.startswith("atomic<"):
         zero = "0i" if "i32" in t else "0u"
         stmt = f"atomicStore(&{ref}, {zero});"
@@ -48,9 +110,12 @@ def _zero(ref: str, type_text: str, depth: int, invocations: int) -> str:
         if len(args) == 2:
             k = f"zero_k{depth}"
             start, step = (_LII, f"{invocations}u") if depth == 0 else ("0u", "1u")
-            inner = _zero(f"{ref}[{k}]", args[0], depth + 1, invocations)
+            inner = _zero(f"{ref}[{k}]", args[0], depth + 1, invocations, types)
             return f"for (var {k} = {start}; {k} < u32({args[1]}); {k} += {step}) {{ {inner} }}"
         stmt = f"{ref} = {t}();"
+    elif t in types.structs and types.holds_atomics(t):
+        # not constructible: each member on its own (at depth 0, each strided or guarded)
+        return " ".join(_zero(f"{ref}.{name}", m, depth, invocations, types) for name, m in types.structs[t])
     else:
         stmt = f"{ref} = {t}();"
     return f"if ({_LII} == 0u) {{ {stmt} }}" if depth == 0 else stmt
@@ -111,8 +176,10 @@ def workgroup_init_function(lines: tuple[str, ...], invocations: int) -> str | N
     variable the body declares, or None when it declares none. The generated entry point
     (see :mod:`.entry`) calls it first."""
     text = "\n".join(lines)
-    wvars = _workgroup_vars(list(tokens(text)), text)
+    toks = list(tokens(text))
+    wvars = _workgroup_vars(toks, text)
     if not wvars:
         return None
-    body = "\n".join(_zero(name, t, 0, invocations) for name, t in wvars)
+    types = _Types(toks, text)
+    body = "\n".join(_zero(name, t, 0, invocations, types) for name, t in wvars)
     return f"fn {INIT_FN}({_LII}: u32) {{\n{body}\nworkgroupBarrier();\n}}"
