@@ -497,6 +497,14 @@ class _Lowerer:
                     notes=(f"generated name declared by {gen}",),
                 )
         if not any(t.text == "main" for t in decls):
+            for i, t in enumerate(toks):
+                if t.text == "compute" and i > 0 and toks[i - 1].text == "@":
+                    fn = next((k for k in range(i + 1, len(toks) - 1) if toks[k].text == "fn"), None)
+                    if fn is not None and toks[fn + 1].kind == "ident":
+                        named = toks[fn + 1]
+                        raise self.error(
+                            f"the entry point is named '{named.text}'; the lowering calls 'main': rename it 'fn main(...)'", where(named), named.col
+                        )
             raise self.error(
                 "the body declares no entry point; expected '@compute @workgroup_size(...) fn main(@builtin(global_invocation_id) gid: vec3<u32>)'",
                 1,

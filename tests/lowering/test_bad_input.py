@@ -329,13 +329,15 @@ CASES = [
     # it swallowed the generated entry point: pipeline creation failed naming no line (helper 80)
     Bad("block-comment-never-closed", GOOD, LoweringError, "/* never", "'/*' is never closed", body=MAIN + "/* never closed\n"),
     Bad("nested-block-comment-never-closed", GOOD, LoweringError, "/* outer", "'/*' is never closed", body=MAIN + "/* outer /* inner */\n"),
+    # a ported kernel's own entry name was refused at line 1, column 1 (helper 79)
+    Bad("entry-point-not-named-main", GOOD, LoweringError, "cs_main", "the entry point is named 'cs_main'", body="\n// ported\n@compute @workgroup_size(64)\nfn cs_main(@builtin(global_invocation_id) gid: vec3<u32>) {\n}\n"),
     Bad("no-entry-point", GOOD, LoweringError, "fn helper", "declares no entry point", body="fn helper() {}\n"),
     Bad(
         "entry-point-only-in-a-comment",
         GOOD,
         LoweringError,
-        "// fn main",
-        "declares no entry point",
+        "mian",
+        "the entry point is named 'mian'",
         body="// fn main() {}\n@compute @workgroup_size(64)\nfn mian() {}\n",
     ),
     Bad(
