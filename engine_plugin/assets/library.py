@@ -230,6 +230,7 @@ class ComputeShaderRef:
         self.error: PluginError | None = None
         self._program: Program | None = None
         self._source: AssetSource | None = None
+        self._real_files: tuple[str, ...] = ()  # the last good read's files, links resolved (file events name either)
         self._reload_listeners: list[ReloadCallback] = []
         self._error_listeners: list[ErrorCallback] = []
         self.reloads = 0
@@ -469,7 +470,7 @@ class AssetLibrary:
                 ref._program = program(rel, schema, src.wgsl_text, wgsl_path=src.wgsl_path, device=ctx, store=ref._store, modules=src.module_texts)
             else:
                 ref._program = Program(rel, schema, src.wgsl_text, wgsl_path=src.wgsl_path, ctx=None, store=ref._store, modules=src.module_texts)
-            ref._source = src
+            ref._source, ref._real_files = src, _real_files(src)
             if src.extra_files:
                 log.warning("%s: files ignored in the asset (only bindings.yaml and one .wgsl count): %s", folder, ", ".join(src.extra_files))
         except PluginError as exc:
@@ -572,17 +573,25 @@ class AssetLibrary:
         return job
 
     def _dependents(self, path: str) -> list[str]:
-        """The folders of loaded assets a file event outside any asset concerns: those whose
-        last good read imported that module file (or a file under that folder), and those whose
-        last read failed whose module search path holds it (the missing module may have arrived)."""
+        """The folders of loaded assets a file event concerns beyond its own asset folder:
+        - those whose last good read imported that module file (or a file under that folder);
+        - those whose module search path holds that .wgsl file (a module arriving nearer than
+          the one imported shadows it; one leaving unshadows the next; after a failed read,
+          the missing module may have arrived);
+        - those whose files are that file through a symbolic link (a linked asset folder or
+          file inside the root: the event names the link's target)."""
         p = os.path.abspath(path)
+        real = os.path.realpath(p)
+        wgsl = p.endswith(".wgsl")
         out = []
         for folder, ref in list(self._by_folder.items()):
             src = ref._source
             hit = src is not None and any(_under(os.path.abspath(m.path), p) for m in src.modules)
-            if not hit and ref.error is not None and p.endswith(".wgsl"):
+            if not hit and wgsl and (src is not None or ref.error is not None):
                 search = src.module_search if src is not None else module_search_path(ref.folder, self.root, self.module_paths)
                 hit = any(_under(p, os.path.abspath(base)) for base in search)
+            if not hit:
+                hit = any(_under(f, real) for f in ref._real_files)
             if hit:
                 out.append(folder)
         return out
@@ -749,7 +758,7 @@ class AssetLibrary:
         if old is not None and old is not new:
             old.follow(new)  # whoever holds the old Program sees the new one, never a mix
         ref._program = new
-        ref._source = src
+        ref._source, ref._real_files = src, _real_files(src)
         ref.error = None
         ref.generation += 1
         ref.reloads += 1
@@ -859,6 +868,13 @@ def _precompile(prepared: Prepared, ctx: Any, path: str) -> None:
 def _store_paths(src: AssetSource) -> tuple[str, ...]:
     """The files an asset's source maps name: bindings.yaml, the body, then its modules."""
     return (src.yaml_path, src.wgsl_path) + tuple(m.path for m in src.modules)
+
+
+def _real_files(src: AssetSource) -> tuple[str, ...]:
+    """An asset read's files with every link resolved (kept once a read is live, so that a
+    file event matches them without touching the disk)."""
+    files = [src.yaml_path, src.wgsl_path] + [m.path for m in src.modules]
+    return tuple(dict.fromkeys(os.path.realpath(f) for f in files))
 
 
 def _under(path: str, top: str) -> bool:

@@ -220,16 +220,14 @@ class ReloadService:
         if is_ignored_name(path):
             return False
         folder = self.asset_folder_of(path)
-        if folder is None:
-            # A shared module (or a folder of them): reload every asset that imports it.
-            hits = [f for f in self._dependents(os.path.abspath(path)) if self._resolve(f) is not None] if self._dependents is not None else []
-            for f in hits:
-                self.schedule(f)
-            return bool(hits)
-        if self._resolve(folder) is None:
-            return False
-        self.schedule(folder)
-        return True
+        # Its own asset, and every asset that imports it, may import it now, or reads it
+        # through a link.
+        hits = [f for f in self._dependents(os.path.abspath(path)) if self._resolve(f) is not None] if self._dependents is not None else []
+        if folder is not None and self._resolve(folder) is not None and folder not in hits:
+            hits.append(folder)
+        for f in hits:
+            self.schedule(f)
+        return bool(hits)
 
     def schedule(self, folder: str, delay: float = 0.0) -> None:
         """Read ``folder`` again once it has been quiet (``delay``: not before now + delay)."""

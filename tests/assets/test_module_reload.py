@@ -112,3 +112,46 @@ def test_an_import_of_a_missing_module_fails_until_the_module_arrives(asset_root
     assert lib.service.notify_path(extra)  # a failing importer retries when a module appears
     pump(lib, lambda: direct.generation == 1, what="the reload once the module exists")
     assert run_scale(direct) == [5.0, 10.0, 15.0, 20.0]
+
+
+def test_a_module_arriving_nearer_than_the_imported_one_reloads_its_importer(asset_root, make_library):
+    # Review helper 80: #import takes the nearest modules/ folder, but a module created nearer
+    # than the one the live program imported was ignored: the program kept the far module's
+    # numbers, and the next unrelated save switched them silently.
+    _importers(asset_root)  # modules/factor.wgsl: 2.0
+    sub = os.path.join(asset_root, "sub", "near.computeShader")
+    os.makedirs(sub)
+    write(os.path.join(sub, "bindings.yaml"), SCHEMA)
+    write(os.path.join(sub, "kernel.wgsl"), BODY.format(module="factor", call="shared_factor"))
+    lib = make_library(asset_root)
+    near = lib.load("sub/near.computeShader")
+    assert run_scale(near) == [2.0, 4.0, 6.0, 8.0]
+    lib.watch()
+    wait_watching(lib, os.path.join(asset_root, "sub"))
+    os.makedirs(os.path.join(asset_root, "sub", "modules"))
+    write(os.path.join(asset_root, "sub", "modules", "factor.wgsl"), _factor("5.0"))
+    pump(lib, lambda: near.generation == 1, what="the importer to reload")
+    assert run_scale(near) == [5.0, 10.0, 15.0, 20.0]
+    os.remove(os.path.join(asset_root, "sub", "modules", "factor.wgsl"))  # gone: the far one again
+    pump(lib, lambda: near.generation == 2, what="the importer to reload again")
+    assert run_scale(near) == [2.0, 4.0, 6.0, 8.0]
+
+
+def test_a_linked_asset_reloads_when_the_file_it_links_to_is_saved(asset_root, make_library):
+    # Review helper 80: events name the link's target, so an asset folder linked to another
+    # (or an asset whose files are links) kept the old kernel with no diagnostics.
+    from asset_support import kernel
+
+    os.symlink("k.computeShader", os.path.join(asset_root, "alias.computeShader"))
+    linked = os.path.join(asset_root, "f.computeShader")
+    os.makedirs(linked)
+    for name in ("kernel.wgsl", "bindings.yaml"):
+        os.symlink(os.path.join("..", "k.computeShader", name), os.path.join(linked, name))
+    lib = make_library(asset_root)
+    refs = [lib.load(n) for n in ("k.computeShader", "alias.computeShader", "f.computeShader")]
+    assert [run_scale(r) for r in refs] == [[2.0, 4.0, 6.0, 8.0]] * 3
+    lib.watch()
+    wait_watching(lib, os.path.join(asset_root, "k.computeShader"))
+    write(os.path.join(asset_root, "k.computeShader", "kernel.wgsl"), kernel(3.0))
+    pump(lib, lambda: all(r.generation == 1 for r in refs), what="all three to reload")
+    assert [run_scale(r) for r in refs] == [[3.0, 6.0, 9.0, 12.0]] * 3
