@@ -39,10 +39,10 @@ from __future__ import annotations
 import json
 import os
 import sys
-import tempfile
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..files import write_atomic
 from ..lowering import VariantSpec
 from .worker import Failure
 
@@ -222,19 +222,8 @@ class BakeReport:
             sys.stdout.write(text)
             sys.stdout.flush()
             return
-        folder = os.path.dirname(os.path.abspath(path))
-        os.makedirs(folder, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=".bake-report-", dir=folder)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                f.write(text)
-            os.replace(tmp, path)
-        except BaseException:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
-            raise
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        write_atomic(path, text.encode("utf-8"), temp_prefix=".bake-report-")
 
     def github_annotations(self) -> list[str]:
         """Every failure as a GitHub Actions workflow command

@@ -32,10 +32,10 @@ import shutil
 import stat
 import threading
 import time
-import uuid
 from dataclasses import dataclass
 from typing import Iterator
 
+from ..files import write_atomic
 from ..errors import CacheError, Span
 from ..lowering import Lowered
 from .entry import Entry
@@ -291,23 +291,12 @@ class VariantCache:
 
     # -- internals -------------------------------------------------------------------------
     def _write_atomic(self, path: str, data: bytes) -> bool:
-        tmp = os.path.join(self.folder, f"{_TEMP_PREFIX}{os.path.basename(path)[:16]}-{os.getpid()}-{uuid.uuid4().hex[:8]}")
         try:
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
             try:
-                view = memoryview(data)
-                while view:
-                    view = view[os.write(fd, view) :]
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            stamp = self._stamp_ns()
-            os.utime(tmp, ns=(stamp, stamp))
-            try:
-                os.replace(tmp, path)
+                write_atomic(path, data, temp_prefix=_TEMP_PREFIX, stamp_ns=self._stamp_ns())
             except IsADirectoryError:
                 shutil.rmtree(path, ignore_errors=True)  # something put a folder where an entry goes
-                os.replace(tmp, path)
+                write_atomic(path, data, temp_prefix=_TEMP_PREFIX, stamp_ns=self._stamp_ns())
             # The folder is not fsynced: losing a fresh entry in a power cut is only a miss.
             return True
         except OSError as exc:
@@ -319,10 +308,6 @@ class VariantCache:
                 log.warning("variant cache %s is read-only (%s): entries are served but no longer written", self.folder, exc.strerror or exc)
             else:
                 log.warning("variant cache: cannot write %s: %s", path, exc.strerror or exc)
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
             return False
 
     def _bad(self, key: str, path: str, reason: str) -> None:

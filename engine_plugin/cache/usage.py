@@ -18,12 +18,12 @@ from __future__ import annotations
 import logging
 import os
 import threading
-import uuid
 from contextlib import contextmanager
 from typing import Iterator
 
 import msgpack
 
+from ..files import write_atomic
 from ..lowering import VariantSpec
 from .entry import BadEntry
 from .store import read_entry_file
@@ -140,12 +140,7 @@ class UsageLog:
                     "format": _FORMAT,
                     "assets": {a: [_spec_to_row(s) for s in sorted(specs, key=lambda x: (x.values, x.columns))] for a, specs in sorted(merged.items())},
                 }
-                tmp = f"{self.path}.{os.getpid()}-{uuid.uuid4().hex[:8]}.tmp"
-                with open(tmp, "wb") as f:
-                    f.write(msgpack.packb(doc, use_bin_type=True))
-                    f.flush()
-                    os.fsync(f.fileno())
-                os.replace(tmp, self.path)
+                write_atomic(self.path, msgpack.packb(doc, use_bin_type=True))
             return True
         except OSError as exc:
             with self._lock:

@@ -8,7 +8,7 @@ import os
 import sys
 from typing import Any, Callable
 
-from .contract import EXIT_FAILED, EXIT_OK, EXIT_USAGE, Reporter, UsageError
+from .contract import EXIT_FAILED, EXIT_OK, EXIT_USAGE, Reporter, UsageError, check_output_file
 
 __all__ = ["add_bake_parser", "cmd_bake"]
 
@@ -120,6 +120,8 @@ def cmd_bake(args: argparse.Namespace, rep: Reporter | None = None) -> int:
         raise UsageError("--jobs sizes the local process pool; a Dask bake runs on the cluster's workers (drop --jobs)")
     if args.json == "-" and args.format == "github":
         raise UsageError("--json - and --format github both want stdout; write the report to a file")
+    if args.json:
+        check_output_file(args.json, "--json")  # not after a long bake
     paths = _paths(args)
     usage = None
     if args.variants_from:

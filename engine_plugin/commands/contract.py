@@ -29,6 +29,7 @@ __all__ = [
     "OneLineParser",
     "Reporter",
     "UsageError",
+    "check_output_file",
     "exit_status",
     "one_line",
     "write_json",
@@ -155,6 +156,29 @@ def configure_logging(reporter: Reporter) -> logging.Handler:
     return handler
 
 
+def check_output_file(target: str, what: str) -> None:
+    """Refuse, before any work, a file path a command could not write at its end: a folder,
+    or a path through a file or a folder it may not write (missing folders are made).
+
+    Raises:
+        UsageError: naming ``what`` and the path.
+    """
+    import os
+
+    if target == "-":
+        return
+    path = os.path.abspath(target)
+    if os.path.isdir(path):
+        raise UsageError(f"{what} {target!r} is a folder; name a file")
+    parent = os.path.dirname(path)
+    while not os.path.exists(parent):
+        parent = os.path.dirname(parent)
+    if not os.path.isdir(parent):
+        raise UsageError(f"{what} {target!r}: {parent!r} is a file, not a folder")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise UsageError(f"{what} {target!r}: cannot write in {parent!r}")
+
+
 def write_json(data: Any, target: str, *, out: TextIO | None = None) -> None:
     """Write ``data`` as JSON to the file ``target``, or to stdout when ``target`` is ``-``."""
     if target == "-":
@@ -164,19 +188,8 @@ def write_json(data: Any, target: str, *, out: TextIO | None = None) -> None:
         stream.flush()
         return
     import os
-    import tempfile
 
-    folder = os.path.dirname(os.path.abspath(target))
-    os.makedirs(folder, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".engine-plugin-", dir=folder)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(data, f, indent=1)
-            f.write("\n")
-        os.replace(tmp, target)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    from ..files import write_atomic
+
+    os.makedirs(os.path.dirname(os.path.abspath(target)), exist_ok=True)
+    write_atomic(target, (json.dumps(data, indent=1) + "\n").encode("utf-8"))

@@ -1,0 +1,41 @@
+"""The one atomic file writer: a reader (a build system, another process baking into the same
+cache) sees the old file or the new one, never half of one.
+
+Ground floor: the standard library only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import uuid
+
+__all__ = ["write_atomic"]
+
+
+def write_atomic(path: str, data: bytes, *, temp_prefix: str = ".engine-plugin-", stamp_ns: int | None = None, mode: int = 0o644) -> None:
+    """Write ``data`` to a fresh temporary file beside ``path``, fsync it, then rename it over
+    ``path``. The temporary file's name starts with ``temp_prefix`` (so a sweep can tell it);
+    ``stamp_ns`` sets its times before the rename.
+
+    Raises:
+        OSError: nothing was replaced (the temporary file is gone too).
+    """
+    folder = os.path.dirname(os.path.abspath(path))
+    tmp = os.path.join(folder, f"{temp_prefix}{os.path.basename(path)[:16]}-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
+    try:
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        if stamp_ns is not None:
+            os.utime(tmp, ns=(stamp_ns, stamp_ns))
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
