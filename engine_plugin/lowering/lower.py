@@ -36,7 +36,11 @@ log = logging.getLogger("engine_plugin.lowering")
 LOWERING_VERSION = 8
 _YAML = 0  # source-map file index of bindings.yaml
 _BODY = 1  # and of the WGSL body; imported modules follow, in inclusion order
-_CALLED = re.compile(r"(?<![\w.])([A-Za-z_]\w*)\s*\(")  # a name called as a function (or a constructor)
+# a name called as a function or a constructor, templated or not (bitcast<f32>(...))
+_CALLED = re.compile(r"(?<![\w.])([A-Za-z_]\w*)\s*(?:<[\w\s,<>]*>)?\s*\(")
+# what the workgroup initialiser and the generated entry point call, emitted after the checks
+_CALLED_LATER = frozenset({"atomicStore", "workgroupBarrier"})
+_SHADOWS = "'{name}' hides the WGSL builtin {name}(), which the code generated for this schema calls (it would call yours); rename it"
 # WGSL's builtin functions (the spec's list): a module-scope name among them hides the builtin.
 WGSL_BUILTIN_FUNCTIONS = frozenset(
     """abs acos acosh all any arrayLength asin asinh atan atanh atan2 atomicAdd atomicAnd
@@ -97,6 +101,7 @@ class _Lowerer:
         self.em = Emitter()
         self.module_texts = modules
         self._reached: set[str] | None = None  # module functions the body reaches (set by lower)
+        self._generated_builtins: set[str] = set()  # WGSL builtins the generated code calls (set by lower)
 
     def error(self, message: str, line: int, col: int | None = None, notes=()) -> LoweringError:
         text = self.user_lines[line - 1] if 1 <= line <= len(self.user_lines) else None
@@ -172,6 +177,7 @@ class _Lowerer:
         # The module functions the body can reach: exact's atomics check skips the rest (a
         # shared module may hold helpers meant for float_order assets).
         self._reached = _reached_functions(body_toks, module_toks)
+        self._generated_builtins = (set(_CALLED.findall("\n".join(t for t, _ in em.lines))) | _CALLED_LATER) & WGSL_BUILTIN_FUNCTIONS
         for m, text, toks in zip(modules, module_texts, module_toks):
             self.check_module(m, text, toks)
         self.check_body(body_text, body_toks, body.user_lines, present)
@@ -473,6 +479,8 @@ class _Lowerer:
                     tok.col,
                     notes=(f"generated name declared by {gen}",),
                 )
+            if tok.text in self._generated_builtins:
+                raise fail(_SHADOWS.format(name=tok.text), tok.line, tok.col)
             if tok.text == "main":
                 raise fail(f"module {module.name} declares 'main'; the entry point belongs to the asset's own .wgsl, a module holds helpers", tok.line, tok.col)
         for i, t in enumerate(toks):
@@ -496,6 +504,8 @@ class _Lowerer:
                     tok.col,
                     notes=(f"generated name declared by {gen}",),
                 )
+            if tok.text in self._generated_builtins:
+                raise self.error(_SHADOWS.format(name=tok.text), where(tok), tok.col)
         if not any(t.text == "main" for t in decls):
             for i, t in enumerate(toks):
                 if t.text == "compute" and i > 0 and toks[i - 1].text == "@":

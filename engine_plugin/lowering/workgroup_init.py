@@ -20,14 +20,19 @@ _LII = "zero_lii"
 
 
 def _split_top(text: str) -> list[str]:
-    """``a, b<c, d>, e`` -> [a, b<c, d>, e] (commas outside <...> and (...))."""
-    parts, depth, cur = [], 0, ""
+    """``a, b<c, d>, e`` -> [a, b<c, d>, e]: commas outside <...> and (...). Inside parentheses
+    a ``<`` or ``>`` is a comparison or a shift (``array<u32, (1u << 6u)>``), not a bracket."""
+    parts, angle, paren, cur = [], 0, 0, ""
     for c in text:
-        if c in "<(":
-            depth += 1
-        elif c in ">)":
-            depth -= 1
-        if c == "," and depth == 0:
+        if c == "(":
+            paren += 1
+        elif c == ")":
+            paren -= 1
+        elif c == "<" and not paren:
+            angle += 1
+        elif c == ">" and not paren:
+            angle -= 1
+        if c == "," and angle == 0 and paren == 0:
             parts.append(cur.strip())
             cur = ""
         else:
@@ -71,12 +76,26 @@ class _Types:
 
 
 def _statement_end(toks: list[Token], j: int, stops: tuple[str, ...]) -> int:
-    """The index of the first of ``stops`` at nesting 0 from ``j`` (or len(toks))."""
-    nest = 0
-    while j < len(toks) and not (toks[j].text in stops and nest == 0):
-        nest += {"<": 1, ">": -1, "(": 1, ")": -1, "[": 1, "]": -1}.get(toks[j].text, 0)
-        if nest < 0:
+    """The index of the first of ``stops`` from ``j`` outside (), [] and template brackets (or
+    len(toks)). Inside parentheses ``<`` and ``>`` compare or shift; ``<<`` and ``>>`` shift
+    anywhere."""
+    paren = angle = 0
+    while j < len(toks):
+        t = toks[j].text
+        if t in stops and paren == 0 and angle <= 0:
             break
+        if t in "([":
+            paren += 1
+        elif t in ")]":
+            paren -= 1
+            if paren < 0:
+                break
+        elif t in "<>" and paren == 0:
+            pair = j + 1 < len(toks) and toks[j + 1].text == t and toks[j + 1].offset == toks[j].offset + 1
+            if pair:
+                j += 1  # a shift
+            else:
+                angle += 1 if t == "<" else -1
         j += 1
     return j
 
@@ -124,7 +143,8 @@ def _zero(ref: str, type_text: str, depth: int, invocations: int, types: _Types)
 def _module_vars(toks: list[Token], text: str, space: str) -> list[tuple[str, str, str]]:
     """(name, type text, initialiser text) of each module-scope ``var<space>`` (either text
     may be empty: ``var<private> x = 1.0;`` has no type, ``var<workgroup> a: T;`` no
-    initialiser)."""
+    initialiser). A module-scope declaration holds no block, so it ends at its first ``;``; a
+    type holds no ``=``, so the first one starts the initialiser (which may compare and shift)."""
     out = []
     for i, t in at_module_scope(toks):
         if t.text != "var" or i + 4 >= len(toks):
@@ -132,14 +152,12 @@ def _module_vars(toks: list[Token], text: str, space: str) -> list[tuple[str, st
         if [x.text for x in toks[i + 1 : i + 4]] != ["<", space, ">"] or toks[i + 4].kind != "ident":
             continue
         j = i + 5
-        nest = 0
         colon = equals = None
-        while j < len(toks) and not (toks[j].text == ";" and nest == 0):
-            if nest == 0 and toks[j].text == ":" and colon is None and equals is None:
+        while j < len(toks) and toks[j].text != ";":
+            if toks[j].text == ":" and colon is None and equals is None:
                 colon = j
-            elif nest == 0 and toks[j].text == "=" and equals is None:
+            elif toks[j].text == "=" and equals is None:
                 equals = j
-            nest += {"<": 1, ">": -1, "(": 1, ")": -1, "[": 1, "]": -1}.get(toks[j].text, 0)
             j += 1
         if j >= len(toks) or (colon is None and equals is None):
             continue

@@ -331,6 +331,8 @@ CASES = [
     Bad("nested-block-comment-never-closed", GOOD, LoweringError, "/* outer", "'/*' is never closed", body=MAIN + "/* outer /* inner */\n"),
     # a ported kernel's own entry name was refused at line 1, column 1 (helper 79)
     Bad("entry-point-not-named-main", GOOD, LoweringError, "cs_main", "the entry point is named 'cs_main'", body="\n// ported\n@compute @workgroup_size(64)\nfn cs_main(@builtin(global_invocation_id) gid: vec3<u32>) {\n}\n"),
+    # the generated zero_index called the body's own `any`: padding invocations wrote the next row (helper 82)
+    Bad("body-fn-hides-a-builtin-the-accessors-call", GOOD, LoweringError, "any(v", "'any' hides the WGSL builtin any()", body="fn any(v: vec3<bool>) -> bool { return false; }\n" + MAIN),
     Bad("no-entry-point", GOOD, LoweringError, "fn helper", "declares no entry point", body="fn helper() {}\n"),
     Bad(
         "entry-point-only-in-a-comment",
@@ -409,6 +411,7 @@ CASES = [
         "@workgroup_size(64, 2)",
         body="@compute @workgroup_size(64, 2)\nfn main(@builtin(global_invocation_id) gid: vec3<u32>) {\n}\n",
     ),
+    Bad("binding-named-bitcast", 'bindings:\n  - { name: bitcast, access: read_write, element: f32, count: "n", bits: true }\n', LoweringError, "bitcast, access", "WGSL builtin bitcast()", body=MAIN, spec={}, path=YAML),
     # a schema name hiding a WGSL builtin the generated code calls failed inside generated code (helper 77)
     Bad(
         "binding-named-min",

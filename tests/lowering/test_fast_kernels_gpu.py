@@ -266,3 +266,36 @@ def test_workgroup_structs_and_aliases_holding_atomics_start_zeroed_in_every_log
     groups = [x[g * 64 : (g + 1) * 64] for g in range(7)]
     want = np.array([[g.sum(), g.size, g[g & 1 == 1].sum()] for g in groups], dtype=np.uint32)
     np.testing.assert_array_equal(got, want)
+
+
+SHIFTS_YAML = """\
+bindings:
+  - { name: y, kind: buffer, access: read_write, element: u32, count: "n" }
+determinism: float_order
+"""
+SHIFTS_WGSL = """\
+var<private> m: u32 = 1u << 3u;
+var<private> b: bool = 2 > 3;
+var<private> c = (3 < 2) || (8u >> 1u) != 4u;
+var<workgroup> seen: array<atomic<u32>, (1u << 6u)>;
+fn helper() -> u32 { var k = 0u; k += 1u; return k; }
+@compute @workgroup_size(64)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(local_invocation_index) li: u32) {
+    let i = zero_index(gid);
+    let before = atomicAdd(&seen[li], helper());
+    if (i >= zero_n()) { return; }
+    y_set(i, m + select(0u, 100u, b) + select(0u, 1000u, c) + before * 10000u);
+    m += 1u;
+    b = true;
+    c = true;
+}
+"""
+
+
+def test_initialisers_that_shift_or_compare_are_reset_and_zeroed_too(few_groups):
+    # Review helper 82: a `<<`, `<` or `>` in an initialiser (or a template length) unbalanced
+    # the declaration scanner: the variable was never reset (8, 9, 10, 11 where 8 throughout),
+    # or the reset swallowed the next declaration and compiling failed in generated code.
+    few_groups(4, 64)
+    v = abi.program(key="t15/private_shifts", schema=abi.parse(SHIFTS_YAML), wgsl=SHIFTS_WGSL).variant()
+    np.testing.assert_array_equal(abi.read(v.run(n=1024).outputs["y"]), np.full(1024, 8, np.uint32))
