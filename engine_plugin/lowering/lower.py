@@ -18,7 +18,7 @@ from .entry import USER_MAIN, EntryError, wrap_entry
 from .geometry import GEOMETRY_FIELDS
 from .lowered import ColumnSlot, HostSlot, Lowered, LoweredBinding, ParamField, ParamsLayout, SourceMap
 from .modules import Module, ModuleTexts, blank_imports, from_mapping, resolve_imports
-from .param_types import parse_param_type
+from .param_types import MAX_PARAMS_BYTES, parse_param_type
 from .preprocess import SplicedBody, apply_when_blocks, splice_sources
 from .schema import TEXTURE_KINDS, Binding, Schema
 from .structs import StructType
@@ -356,7 +356,17 @@ class _Lowerer:
             offset = -(-offset // vt.uniform_align) * vt.uniform_align
             fields.append(ParamField(name, vt.wgsl, offset, vt.uniform_size, origin, target))
             offset += vt.uniform_size
-        return ParamsLayout(tuple(fields), -(-offset // 16) * 16, binding)
+        size = -(-offset // 16) * 16
+        if size > MAX_PARAMS_BYTES:
+            user = [f for f in fields if f.origin == "user"]
+            line = self._origin_of(max(user, key=lambda f: f.size), present) if user else 0
+            text = self.schema.text.split("\n")
+            raise LoweringError(
+                f"the params take {size} bytes with the lowering's own fields; the params uniform binds at most {MAX_PARAMS_BYTES} "
+                "(WebGPU's maxUniformBufferBindingSize): pass large data in a read buffer binding",
+                Span(self.yaml_path, line or None, None, text[line - 1] if 0 < line <= len(text) else None),
+            )
+        return ParamsLayout(tuple(fields), size, binding)
 
     def _origin_of(self, f: ParamField, present: list[Binding]) -> int:
         if f.origin == "user":

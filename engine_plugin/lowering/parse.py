@@ -313,7 +313,7 @@ class _Parser:
         """``{ name: p, type: array<vec4<f32>, 6> }`` unquoted: a YAML flow mapping splits at
         each comma, leaving type ``array<vec4<f32>`` and a key ``6>`` (one more key a nesting
         level: ``array<array<vec4<f32>, 2>, 3>`` leaves ``2>`` and ``3>``). Put the type back
-        together from the text it was written as, and drop the stray keys from ``item``;
+        together from those scalars, and drop the stray keys from ``item``;
         answers the whole type text, or None."""
         if not isinstance(item, yaml.MappingNode):
             return None
@@ -337,7 +337,8 @@ class _Parser:
             depth -= k.value.count(">") - k.value.count("<")
         if end == at or depth != 0:
             return None
-        text = self.text[tnode.start_mark.index : pairs[end][0].end_mark.index]
+        # From the scalars YAML read (never the raw text: a comment or a tag between them is not type)
+        text = ", ".join([tnode.value] + [k.value for k, _ in pairs[at + 1 : end + 1]])
         item.value = pairs[: at + 1] + pairs[end + 1 :]
         return text
 

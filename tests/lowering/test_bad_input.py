@@ -76,6 +76,8 @@ CASES = [
     # past 2**64 it reached the cache's encoder as a raw TypeError (helper 80)
     Bad("param-array-past-the-uniform", "bindings: []\nparams:\n  - { name: g, type: 'array<vec4<f32>, 99999999999999999999>' }\n", SchemaError, "'array<", "binds at most 65536"),
     Bad("param-array-just-past-the-uniform", "bindings: []\nparams:\n  - { name: g, type: array<vec4<f32>, 4097> }\n", SchemaError, "array<", "takes 65552 bytes"),
+    # one 64 KiB array passed its own check, but the lowering's fields took the struct past it: a raw wgpu error (helper 82)
+    Bad("params-past-the-uniform-in-total", "bindings: []\nparams:\n  - { name: a, type: array<vec4<f32>, 2560> }\n  - { name: b, type: array<vec4<f32>, 2560> }\n", LoweringError, "{ name: a", "the params take 81968 bytes", body=MAIN, spec={}, path=YAML, col=False),
     Bad("keyword-name", "bindings:\n  - { name: var, element: f32 }\n", SchemaError, "var", "reserved"),
     Bad("missing-element", "bindings:\n  - { name: a, kind: buffer }\n", SchemaError, "{ name: a", "needs 'element'"),
     Bad("bad-element", "bindings:\n  - { name: a, element: f64 }\n", SchemaError, "f64", "not 'f64'"),

@@ -97,7 +97,15 @@ def test_a_params_array_of_two_row_matrices_compiles_and_reads_every_value(ptype
     np.testing.assert_array_equal(got, value.reshape(-1))
 
 
-@pytest.mark.parametrize("written", ["array<array<vec4<f32>, 2>, 3>", "array<array<vec4<f32>,2>,3>", '"array<array<vec4<f32>, 2>, 3>"'])
+@pytest.mark.parametrize(
+    "written",
+    [
+        "array<array<vec4<f32>, 2>, 3>",
+        "array<array<vec4<f32>,2>,3>",
+        '"array<array<vec4<f32>, 2>, 3>"',
+        "array<array<vec4<f32>,   # two rows\n      2>, 3>",  # a comment inside (helper 82: it was pasted into the type)
+    ],
+)
 def test_a_nested_array_param_unquoted_in_a_flow_mapping_is_one_type(written):
     # Review helper 77: YAML split the unquoted form at both commas; the stray key '3>' was
     # refused as an unknown key of the param.
