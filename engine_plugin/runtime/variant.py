@@ -1504,7 +1504,14 @@ class Variant:
     def _page_binding(self, inputs: Mapping[str, Any]) -> Any:
         """Pages and col_base_*/col_len_* params from the column handles in ``inputs`` (once per run)."""
         cols = {c.name: inputs[c.name] for c in self.lowered.columns if c.name in inputs}
-        cache_key = (DESTROY_EPOCH[0], *((k, id(v)) for k, v in cols.items()))
+        # A buffer an Output handed out is a page of its live elements only: the pool's slack
+        # behind them is an earlier run's data. Its owner can change: part of the key.
+        live = {}
+        for k, v in cols.items():
+            owner = output_of(v) if isinstance(v, wgpu.GPUBuffer) else None
+            if owner is not None:
+                live[k] = owner.count * owner.element.bytes
+        cache_key = (DESTROY_EPOCH[0], *((k, id(v)) for k, v in cols.items()), *live.items())
         if self._last_pages is not None and self._last_pages[0] == cache_key:
             return self._last_pages[1]
         missing = [c for c in self.lowered.columns if c.name not in cols]
@@ -1516,7 +1523,7 @@ class Variant:
             )
         from ..substrate.binding import page_binding
 
-        result = page_binding(self.lowered, cols)
+        result = page_binding(self.lowered, cols, live)
         for page, buffer in result.pages.items():
             if is_destroyed(buffer):
                 line = next((c.line for c in self.lowered.columns if c.page == page), None)

@@ -45,12 +45,14 @@ class _Resolved:
     page_what: str  # names the page for messages
 
 
-def page_binding(lowered: Lowered, columns: Mapping[str, Any]) -> PageBinding:
+def page_binding(lowered: Lowered, columns: Mapping[str, Any], live_bytes: Mapping[str, int] | None = None) -> PageBinding:
     """The page buffer each page binding takes and its columns' params, from their placements.
 
     Args:
         lowered: a lowered variant with page/column bindings.
         columns: column name -> RunHandle, run name, or GPUBuffer.
+        live_bytes: column name -> the bytes of a GPUBuffer that hold data (a pooled buffer an
+            output handed out: the rest is an earlier run's); default: the whole buffer.
     Raises:
         PageBindingError: a missing or unknown column, a stale handle or unknown name, an
             element or atomic-kind mismatch, or columns of one page binding in different pages.
@@ -72,7 +74,7 @@ def page_binding(lowered: Lowered, columns: Mapping[str, Any]) -> PageBinding:
         span = Span(path, col.line or None)
         if col.name not in columns:
             raise PageBindingError(f"missing column {col.name!r} (a run of page {col.page!r}): pass a substrate handle, a run name or a GPUBuffer", span)
-        r = _resolve(col, columns[col.name], span)
+        r = _resolve(col, columns[col.name], span, live_bytes.get(col.name) if live_bytes else None)
         slot = page_slots.get(col.page)
         if slot is None:
             raise PageBindingError(f"column {col.name!r} stands in page {col.page!r}, which this variant does not bind", span)
@@ -106,7 +108,7 @@ def page_binding(lowered: Lowered, columns: Mapping[str, Any]) -> PageBinding:
     return PageBinding(MappingProxyType(pages), MappingProxyType(params), MappingProxyType(placements))
 
 
-def _resolve(col: ColumnSlot, value: Any, span: Span) -> _Resolved:
+def _resolve(col: ColumnSlot, value: Any, span: Span, live_bytes: int | None = None) -> _Resolved:
     if isinstance(value, str):
         found = find_run(value)
         if not found:
@@ -127,7 +129,7 @@ def _resolve(col: ColumnSlot, value: Any, span: Span) -> _Resolved:
             raise PageBindingError(f"column {col.name!r}: buffer {value.label!r} lacks STORAGE usage and cannot be a page", span)
         vt = parse_value_type(col.element)
         assert vt is not None
-        length = value.size // vt.bytes
+        length = (value.size if live_bytes is None else live_bytes) // vt.bytes
         what = f"buffer {value.label!r}"
         return _Resolved(Placement(value, 0, length), col.element, None, what, f"{what} ({value.size} bytes, a page of one column)")
     raise PageBindingError(
