@@ -26,7 +26,7 @@ from .expressions import parse_expression
 from .param_types import ParamTypeError, parse_param_type
 from .schema import BINDING_KINDS, KIND_KEYS, Binding, Param, Schema, SpecParam
 from .structs import layout_struct
-from .textures import ADDRESS_MODES, FILTERS, SAMPLE_TYPES, STORAGE_FORMATS, TEXTURE_DIMS
+from .textures import ADDRESS_MODES, FILTERS, READ_WRITE_STORAGE_FORMATS, SAMPLE_TYPES, STORAGE_FORMATS, TEXTURE_DIMS
 from .types import WGSL_KEYWORDS, is_value_type, parse_value_type
 from .yaml_nodes import EditorLines, compose_bounded
 
@@ -639,6 +639,14 @@ class _Parser:
                 raise self.error(item, f"storage texture {name!r} needs 'format' (one of {', '.join(STORAGE_FORMATS)})")
             if b.size and b.access == "read":
                 raise self.error(at("size"), f"storage texture {name!r} has a size, so the host allocates it as an output; its access cannot be 'read'")
+            if b.access == "read_write" and b.format not in READ_WRITE_STORAGE_FORMATS:
+                raise self.error(
+                    at("format"),
+                    f"storage texture {name!r}: access read_write takes {', '.join(READ_WRITE_STORAGE_FORMATS)} (WebGPU's read-write storage formats), "
+                    f"not {b.format}; write it with access: write, or read it through a kind: texture binding",
+                )
+            if b.access == "read" and b.format == "bgra8unorm":
+                raise self.error(at("format"), f"storage texture {name!r}: bgra8unorm is a write-only storage format; read it through a kind: texture binding")
             if b.dim == "2d" and len(b.size) > 2:
                 raise self.error(at("size"), f"storage texture {name!r} is 2d: its size is [width, height]")
         elif b.kind == "domain_count":

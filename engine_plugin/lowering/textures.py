@@ -17,6 +17,7 @@ from __future__ import annotations
 __all__ = [
     "TEXTURE_DIMS",
     "SAMPLE_TYPES",
+    "READ_WRITE_STORAGE_FORMATS",
     "STORAGE_FORMATS",
     "FILTERS",
     "ADDRESS_MODES",
@@ -52,6 +53,9 @@ STORAGE_FORMATS: dict[str, tuple[str, int, str]] = {
     "rgba32float": ("float", 4, "<f4"),
     "bgra8unorm": ("float", 4, "u1"),  # needs the bgra8unorm-storage feature (requested where the adapter has it)
 }
+
+# What WebGPU lets a kernel both read and write as a storage texture, on every adapter.
+READ_WRITE_STORAGE_FORMATS = ("r32float", "r32uint", "r32sint")
 
 # Formats a numpy array uploads to, by (channel dtype, channels).
 _UPLOAD = {

@@ -78,6 +78,9 @@ CASES = [
     Bad("param-array-just-past-the-uniform", "bindings: []\nparams:\n  - { name: g, type: array<vec4<f32>, 4097> }\n", SchemaError, "array<", "takes 65552 bytes"),
     # one 64 KiB array passed its own check, but the lowering's fields took the struct past it: a raw wgpu error (helper 82)
     Bad("params-past-the-uniform-in-total", "bindings: []\nparams:\n  - { name: a, type: array<vec4<f32>, 2560> }\n  - { name: b, type: array<vec4<f32>, 2560> }\n", LoweringError, "{ name: a", "the params take 81968 bytes", body=MAIN, spec={}, path=YAML, col=False),
+    # accepted, then refused at pipeline creation naming no line (helper 83)
+    Bad("storage-texture-read-write-format", "bindings:\n  - { name: img, kind: storage_texture, dim: 2d, format: rgba8unorm, access: read_write }\n", SchemaError, "rgba8unorm", "access read_write takes r32float, r32uint, r32sint"),
+    Bad("storage-texture-read-bgra8unorm", "bindings:\n  - { name: img, kind: storage_texture, dim: 2d, format: bgra8unorm, access: read }\n", SchemaError, "bgra8unorm", "write-only storage format"),
     Bad("keyword-name", "bindings:\n  - { name: var, element: f32 }\n", SchemaError, "var", "reserved"),
     Bad("missing-element", "bindings:\n  - { name: a, kind: buffer }\n", SchemaError, "{ name: a", "needs 'element'"),
     Bad("bad-element", "bindings:\n  - { name: a, element: f64 }\n", SchemaError, "f64", "not 'f64'"),
