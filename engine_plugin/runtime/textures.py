@@ -66,7 +66,7 @@ def upload_texture(ctx: DeviceContext, values: Any, dim: str, name: str, storage
         arr = arr[..., None]
     if arr.ndim != spatial + 1 or arr.shape[-1] not in (1, 2, 3, 4):
         want = "(h, w) or (h, w, channels)" if dim == "2d" else f"({'layers' if dim == '2d_array' else 'depth'}, h, w[, channels])"
-        raise DispatchError(f"texture {name!r} ({dim}) takes an array of shape {want} with 1, 2 or 4 channels, not {arr.shape}")
+        raise DispatchError(f"texture {name!r} ({dim}) takes an array of shape {want} with 1, 2, 3 or 4 channels, not {arr.shape}")
     if storage_format is not None:
         # The binding's format decides: the texels go up as the values the kernel reads.
         arr = _storage_texels(arr, storage_format, name)

@@ -722,9 +722,15 @@ class Variant:
         if isinstance(value, wgpu.GPUTexture):
             self._check_texture(slot, value, str(value.format), storage or storage_format is not None)
             return value, str(value.format)
-        if value is None:
-            raise self._slot_error(slot, f"missing texture {slot.name!r}: pass a numpy array, a GPUTexture or an earlier run's texture output")
-        texture, fmt, _ = upload_texture(self.ctx, value, slot.texture[0], slot.name, storage_format)
+        if value is None or isinstance(value, (wgpu.GPUBuffer, Output, Mapping)):
+            what = "missing" if value is None else f"a {type(value).__name__} is no"
+            raise self._slot_error(slot, f"{what} texture {slot.name!r}: pass a numpy array, a GPUTexture or an earlier run's texture output")
+        try:
+            texture, fmt, _ = upload_texture(self.ctx, value, slot.texture[0], slot.name, storage_format)
+        except DispatchError as exc:
+            if exc.span is not None and exc.span.path is not None:
+                raise
+            raise self._slot_error(slot, exc.message) from None  # at the binding's line
         return texture, fmt
 
     def _check_texture(self, slot: HostSlot, texture: Any, fmt: str, storage: bool) -> None:
@@ -743,6 +749,9 @@ class Variant:
         have = str(getattr(texture, "dimension", "2d"))
         if (have == "3d") != (dim == "3d"):
             raise self._slot_error(slot, f"texture {slot.name!r} is {dim}; the texture {texture.label!r} is {have}")
+        layers = int(texture.size[2]) if hasattr(texture, "size") else 1
+        if dim == "2d" and layers > 1:  # a 2d view would read its first layer only
+            raise self._slot_error(slot, f"texture {slot.name!r} is 2d; the texture {texture.label!r} has {layers} layers (dim: 2d_array binds them all)")
         if int(getattr(texture, "sample_count", 1)) != 1:
             raise self._slot_error(slot, f"texture {slot.name!r}: a multisampled texture cannot be bound here")
 
@@ -780,7 +789,12 @@ class Variant:
         else:
             dims = [self._size(slot, "size", text, env, lengths) for text in slot.size]
             size = (dims + [1, 1])[:3]  # type: ignore[assignment]
-            texture = output_texture(self.ctx, fmt, (size[0], size[1], size[2]), dim, slot.name)
+            try:
+                texture = output_texture(self.ctx, fmt, (size[0], size[1], size[2]), dim, slot.name)
+            except DispatchError as exc:
+                if exc.span is not None and exc.span.path is not None:
+                    raise
+                raise self._slot_error(slot, exc.message) from None  # at the binding's line
         bound[slot.binding] = _Bound(texture, 0, resource=view_of(texture, dim), transient=True)
         return TextureOutput(texture, fmt, (size[0], size[1], size[2]), dim, slot.name)
 

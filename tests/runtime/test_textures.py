@@ -202,3 +202,29 @@ def test_a_read_write_storage_texture_given_numpy_answers_the_texture_the_kernel
         run = variant.run((4, 3), **{how: {"img": host}})
         np.testing.assert_array_equal(abi.read(run.outputs["img"])[..., 0], host * 2 + 1)
     np.testing.assert_array_equal(host, np.arange(12, dtype=np.float32).reshape(3, 4))  # the caller's array untouched
+
+
+@pytest.mark.parametrize(
+    "value,message",
+    [
+        (np.zeros((2, 3), np.int16), "no texture format holds int16"),
+        (np.zeros((2, 3, 5), np.float32), "with 1, 2, 3 or 4 channels"),
+        (np.zeros((3, 0), np.float32), "is empty"),
+        (np.full((2, 2), 1e300), "beyond f32's range"),
+        ("buffer", "a GPUBuffer is no texture 'src'"),
+        ("layers", "has 4 layers"),
+    ],
+)
+def test_a_texture_input_the_binding_cannot_take_is_refused_at_the_bindings_line(value, message):
+    # Review helper 83: these named no file or line (a GPUBuffer was reported as "not ()", and
+    # a 4-layer texture was read through its first layer only).
+    import wgpu
+
+    v = copy("float", "rgba32float", "2.0")
+    if isinstance(value, str) and value == "buffer":
+        value = abi.device().create_buffer(size=64, usage=wgpu.BufferUsage.STORAGE)
+    elif isinstance(value, str):
+        value = abi.device().create_texture(size=(4, 4, 4), format="rgba8unorm", usage=wgpu.TextureUsage.TEXTURE_BINDING)
+    with pytest.raises(DispatchError, match=message) as info:
+        v.run(n=(4, 4), inputs={"src": value})
+    assert info.value.span is not None and info.value.span.line == 2, info.value
