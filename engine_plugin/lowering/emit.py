@@ -25,6 +25,7 @@ class GeneratedNameClash(Exception):
 
 _LANE = ("x", "y", "z", "w")
 _KINDS = ("f32", "i32", "u32")  # a table column's stored kinds, by their kind number
+_ZERO = {"f32": "0.0", "i32": "0i", "u32": "0u"}
 
 
 # A `from` value -> that value as a `to`: the one rule for every GPU-side cast by value (a
@@ -229,14 +230,22 @@ class Emitter:
         self.fn(f"{name}_count", "(zero_c: u32) -> u32", f"if (zero_c >= {name}[0]) {{ return 0u; }} return {name}[{h} + 2u];", origin, what)
         self.fn(f"{name}_lanes", "(zero_c: u32) -> u32", f"if (zero_c >= {name}[0]) {{ return 0u; }} return {name}[{h} + 1u];", origin, what)
         self.fn(f"{name}_kind", "(zero_c: u32) -> u32", f"return {name}[{h} + 3u];", origin, what)
+        # Called only for a column with elements: an index past its count reaches its last
+        # element and a lane past its lanes its last lane, as a page column clamps; never the
+        # next column's words.
         self.fn(
-            f"{name}_addr", "(zero_c: u32, zero_i: u32, zero_lane: u32) -> u32", f"return {name}[{h}] + zero_i * {name}[{h} + 1u] + zero_lane;", origin, what
+            f"{name}_addr",
+            "(zero_c: u32, zero_i: u32, zero_lane: u32) -> u32",
+            f"let zero_l = {name}[{h} + 1u]; return {name}[{h}] + min(zero_i, {name}[{h} + 2u] - 1u) * zero_l + min(zero_lane, max(zero_l, 1u) - 1u);",
+            origin,
+            what,
         )
         # By-value conversion from the stored kind (0 f32, 1 i32, 2 u32) to the asked type,
         # by the rule a chained Output's conversion follows (BY_VALUE: out-of-range saturates).
         for t in _KINDS:
             kf, ki, ku = (by_value(from_word("zero_w", k), k, t) for k in _KINDS)
             body = (
+                f"if ({name}_count(zero_c) == 0u) {{ return {_ZERO[t]}; }}\n"  # a column without elements, or past the table's
                 f"let zero_w = {name}[{name}_addr(zero_c, zero_i, zero_lane)]; let zero_k = {name}_kind(zero_c);\n"
                 f"if (zero_k == 1u) {{ return {ki}; }}\nif (zero_k == 2u) {{ return {ku}; }}\nreturn {kf};"
             )
@@ -248,6 +257,7 @@ class Emitter:
             for t in _KINDS:
                 kf, ki, ku = (to_word(by_value("zero_v", t, k), k) for k in _KINDS)
                 body = (
+                    f"if ({name}_count(zero_c) == 0u) {{ return; }}\n"
                     f"let zero_k = {name}_kind(zero_c); var zero_w = {kf};\n"
                     f"if (zero_k == 1u) {{ zero_w = {ki}; }}\nif (zero_k == 2u) {{ zero_w = {ku}; }}\n"
                     f"{name}[{name}_addr(zero_c, zero_i, zero_lane)] = zero_w;"

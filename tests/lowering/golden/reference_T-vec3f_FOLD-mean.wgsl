@@ -32,20 +32,23 @@ fn zero_index(zero_gid: vec3<u32>) -> u32 { if (any(zero_gid >= zero_grid())) { 
 fn cols_count(zero_c: u32) -> u32 { if (zero_c >= cols[0]) { return 0u; } return cols[1u + zero_c * 4u + 2u]; }
 fn cols_lanes(zero_c: u32) -> u32 { if (zero_c >= cols[0]) { return 0u; } return cols[1u + zero_c * 4u + 1u]; }
 fn cols_kind(zero_c: u32) -> u32 { return cols[1u + zero_c * 4u + 3u]; }
-fn cols_addr(zero_c: u32, zero_i: u32, zero_lane: u32) -> u32 { return cols[1u + zero_c * 4u] + zero_i * cols[1u + zero_c * 4u + 1u] + zero_lane; }
+fn cols_addr(zero_c: u32, zero_i: u32, zero_lane: u32) -> u32 { let zero_l = cols[1u + zero_c * 4u + 1u]; return cols[1u + zero_c * 4u] + min(zero_i, cols[1u + zero_c * 4u + 2u] - 1u) * zero_l + min(zero_lane, max(zero_l, 1u) - 1u); }
 fn cols_f32(zero_c: u32, zero_i: u32, zero_lane: u32) -> f32 {
+    if (cols_count(zero_c) == 0u) { return 0.0; }
     let zero_w = cols[cols_addr(zero_c, zero_i, zero_lane)]; let zero_k = cols_kind(zero_c);
     if (zero_k == 1u) { return f32(bitcast<i32>(zero_w)); }
     if (zero_k == 2u) { return f32(zero_w); }
     return bitcast<f32>(zero_w);
 }
 fn cols_i32(zero_c: u32, zero_i: u32, zero_lane: u32) -> i32 {
+    if (cols_count(zero_c) == 0u) { return 0i; }
     let zero_w = cols[cols_addr(zero_c, zero_i, zero_lane)]; let zero_k = cols_kind(zero_c);
     if (zero_k == 1u) { return bitcast<i32>(zero_w); }
     if (zero_k == 2u) { return i32(min(zero_w, 2147483647u)); }
     return select(i32(bitcast<f32>(zero_w)), 0i, (bitcast<u32>(bitcast<f32>(zero_w)) & 0x7fffffffu) > 0x7f800000u);
 }
 fn cols_u32(zero_c: u32, zero_i: u32, zero_lane: u32) -> u32 {
+    if (cols_count(zero_c) == 0u) { return 0u; }
     let zero_w = cols[cols_addr(zero_c, zero_i, zero_lane)]; let zero_k = cols_kind(zero_c);
     if (zero_k == 1u) { return u32(max(bitcast<i32>(zero_w), 0)); }
     if (zero_k == 2u) { return zero_w; }

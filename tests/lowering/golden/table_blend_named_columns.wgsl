@@ -23,20 +23,23 @@ const table_col_id: u32 = 2u;
 fn table_count(zero_c: u32) -> u32 { if (zero_c >= table[0]) { return 0u; } return table[1u + zero_c * 4u + 2u]; }
 fn table_lanes(zero_c: u32) -> u32 { if (zero_c >= table[0]) { return 0u; } return table[1u + zero_c * 4u + 1u]; }
 fn table_kind(zero_c: u32) -> u32 { return table[1u + zero_c * 4u + 3u]; }
-fn table_addr(zero_c: u32, zero_i: u32, zero_lane: u32) -> u32 { return table[1u + zero_c * 4u] + zero_i * table[1u + zero_c * 4u + 1u] + zero_lane; }
+fn table_addr(zero_c: u32, zero_i: u32, zero_lane: u32) -> u32 { let zero_l = table[1u + zero_c * 4u + 1u]; return table[1u + zero_c * 4u] + min(zero_i, table[1u + zero_c * 4u + 2u] - 1u) * zero_l + min(zero_lane, max(zero_l, 1u) - 1u); }
 fn table_f32(zero_c: u32, zero_i: u32, zero_lane: u32) -> f32 {
+    if (table_count(zero_c) == 0u) { return 0.0; }
     let zero_w = table[table_addr(zero_c, zero_i, zero_lane)]; let zero_k = table_kind(zero_c);
     if (zero_k == 1u) { return f32(bitcast<i32>(zero_w)); }
     if (zero_k == 2u) { return f32(zero_w); }
     return bitcast<f32>(zero_w);
 }
 fn table_i32(zero_c: u32, zero_i: u32, zero_lane: u32) -> i32 {
+    if (table_count(zero_c) == 0u) { return 0i; }
     let zero_w = table[table_addr(zero_c, zero_i, zero_lane)]; let zero_k = table_kind(zero_c);
     if (zero_k == 1u) { return bitcast<i32>(zero_w); }
     if (zero_k == 2u) { return i32(min(zero_w, 2147483647u)); }
     return select(i32(bitcast<f32>(zero_w)), 0i, (bitcast<u32>(bitcast<f32>(zero_w)) & 0x7fffffffu) > 0x7f800000u);
 }
 fn table_u32(zero_c: u32, zero_i: u32, zero_lane: u32) -> u32 {
+    if (table_count(zero_c) == 0u) { return 0u; }
     let zero_w = table[table_addr(zero_c, zero_i, zero_lane)]; let zero_k = table_kind(zero_c);
     if (zero_k == 1u) { return u32(max(bitcast<i32>(zero_w), 0)); }
     if (zero_k == 2u) { return zero_w; }
@@ -50,20 +53,23 @@ const out_col_count: u32 = 1u;
 fn out_count(zero_c: u32) -> u32 { if (zero_c >= out[0]) { return 0u; } return out[1u + zero_c * 4u + 2u]; }
 fn out_lanes(zero_c: u32) -> u32 { if (zero_c >= out[0]) { return 0u; } return out[1u + zero_c * 4u + 1u]; }
 fn out_kind(zero_c: u32) -> u32 { return out[1u + zero_c * 4u + 3u]; }
-fn out_addr(zero_c: u32, zero_i: u32, zero_lane: u32) -> u32 { return out[1u + zero_c * 4u] + zero_i * out[1u + zero_c * 4u + 1u] + zero_lane; }
+fn out_addr(zero_c: u32, zero_i: u32, zero_lane: u32) -> u32 { let zero_l = out[1u + zero_c * 4u + 1u]; return out[1u + zero_c * 4u] + min(zero_i, out[1u + zero_c * 4u + 2u] - 1u) * zero_l + min(zero_lane, max(zero_l, 1u) - 1u); }
 fn out_f32(zero_c: u32, zero_i: u32, zero_lane: u32) -> f32 {
+    if (out_count(zero_c) == 0u) { return 0.0; }
     let zero_w = out[out_addr(zero_c, zero_i, zero_lane)]; let zero_k = out_kind(zero_c);
     if (zero_k == 1u) { return f32(bitcast<i32>(zero_w)); }
     if (zero_k == 2u) { return f32(zero_w); }
     return bitcast<f32>(zero_w);
 }
 fn out_i32(zero_c: u32, zero_i: u32, zero_lane: u32) -> i32 {
+    if (out_count(zero_c) == 0u) { return 0i; }
     let zero_w = out[out_addr(zero_c, zero_i, zero_lane)]; let zero_k = out_kind(zero_c);
     if (zero_k == 1u) { return bitcast<i32>(zero_w); }
     if (zero_k == 2u) { return i32(min(zero_w, 2147483647u)); }
     return select(i32(bitcast<f32>(zero_w)), 0i, (bitcast<u32>(bitcast<f32>(zero_w)) & 0x7fffffffu) > 0x7f800000u);
 }
 fn out_u32(zero_c: u32, zero_i: u32, zero_lane: u32) -> u32 {
+    if (out_count(zero_c) == 0u) { return 0u; }
     let zero_w = out[out_addr(zero_c, zero_i, zero_lane)]; let zero_k = out_kind(zero_c);
     if (zero_k == 1u) { return u32(max(bitcast<i32>(zero_w), 0)); }
     if (zero_k == 2u) { return zero_w; }
@@ -73,18 +79,21 @@ fn out_vec2(zero_c: u32, zero_i: u32) -> vec2<f32> { return vec2<f32>(out_f32(ze
 fn out_vec3(zero_c: u32, zero_i: u32) -> vec3<f32> { return vec3<f32>(out_f32(zero_c, zero_i, 0u), out_f32(zero_c, zero_i, 1u), out_f32(zero_c, zero_i, 2u)); }
 fn out_vec4(zero_c: u32, zero_i: u32) -> vec4<f32> { return vec4<f32>(out_f32(zero_c, zero_i, 0u), out_f32(zero_c, zero_i, 1u), out_f32(zero_c, zero_i, 2u), out_f32(zero_c, zero_i, 3u)); }
 fn out_set_f32(zero_c: u32, zero_i: u32, zero_lane: u32, zero_v: f32) {
+    if (out_count(zero_c) == 0u) { return; }
     let zero_k = out_kind(zero_c); var zero_w = bitcast<u32>(zero_v);
     if (zero_k == 1u) { zero_w = bitcast<u32>(select(i32(zero_v), 0i, (bitcast<u32>(zero_v) & 0x7fffffffu) > 0x7f800000u)); }
     if (zero_k == 2u) { zero_w = select(u32(zero_v), 0u, (bitcast<u32>(zero_v) & 0x7fffffffu) > 0x7f800000u); }
     out[out_addr(zero_c, zero_i, zero_lane)] = zero_w;
 }
 fn out_set_i32(zero_c: u32, zero_i: u32, zero_lane: u32, zero_v: i32) {
+    if (out_count(zero_c) == 0u) { return; }
     let zero_k = out_kind(zero_c); var zero_w = bitcast<u32>(f32(zero_v));
     if (zero_k == 1u) { zero_w = bitcast<u32>(zero_v); }
     if (zero_k == 2u) { zero_w = u32(max(zero_v, 0)); }
     out[out_addr(zero_c, zero_i, zero_lane)] = zero_w;
 }
 fn out_set_u32(zero_c: u32, zero_i: u32, zero_lane: u32, zero_v: u32) {
+    if (out_count(zero_c) == 0u) { return; }
     let zero_k = out_kind(zero_c); var zero_w = bitcast<u32>(f32(zero_v));
     if (zero_k == 1u) { zero_w = bitcast<u32>(i32(min(zero_v, 2147483647u))); }
     if (zero_k == 2u) { zero_w = zero_v; }
