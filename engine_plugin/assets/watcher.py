@@ -32,6 +32,7 @@ under it, since their files changed while nobody watched.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import threading
 import time
@@ -96,6 +97,9 @@ class ReloadService:
         dependents: Callable[[str], list[str]] | None = None,
     ):
         self.root = os.path.abspath(root)
+        for what, value in (("quiet", quiet), ("missing_grace", missing_grace), ("max_delay", max_delay)):
+            if not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0):
+                raise ValueError(f"{what} is seconds, finite and not negative, not {value!r}")  # NaN: never due, nothing reloads
         self.quiet = float(quiet)
         self.missing_grace = float(missing_grace)
         self.max_delay = float(max_delay)

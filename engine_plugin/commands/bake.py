@@ -8,7 +8,7 @@ import os
 import sys
 from typing import Any, Callable
 
-from .contract import EXIT_FAILED, EXIT_OK, EXIT_USAGE, Reporter, UsageError, check_output_file
+from .contract import EXIT_FAILED, EXIT_OK, EXIT_USAGE, Reporter, UsageError, check_output_file, seconds_arg
 
 __all__ = ["add_bake_parser", "cmd_bake"]
 
@@ -23,16 +23,6 @@ def _positive(text: str) -> int:
         raise argparse.ArgumentTypeError(f"a positive whole number, not {text!r}") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"a positive whole number, not {text!r}")
-    return value
-
-
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"a number of seconds, not {text!r}") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"a positive number of seconds, not {text!r}")
     return value
 
 
@@ -60,7 +50,7 @@ def add_bake_parser(sub: Any, size_arg: Callable[[str], int], common: argparse.A
     dask.add_argument("--dask-local", type=_positive, metavar="N", help="run on a Dask LocalCluster of N worker processes on loopback")
     p.add_argument(
         "--connect-timeout",
-        type=_seconds,
+        type=seconds_arg(positive=True),
         default=DEFAULT_CONNECT_TIMEOUT,
         metavar="S",
         help=f"--scheduler: give up after S seconds without a scheduler or a worker (default {DEFAULT_CONNECT_TIMEOUT:g})",
@@ -73,8 +63,10 @@ def add_bake_parser(sub: Any, size_arg: Callable[[str], int], common: argparse.A
         default=None,
         help="also write every entry to this shared Redis tier, e.g. redis://cache:6379/0 (default: $ENGINE_PLUGIN_REMOTE_CACHE); needs engine_plugin[remote]",
     )
-    p.add_argument("--remote-ttl", type=float, metavar="S", help="expire remote entries after S seconds (default: never; Redis's LRU evicts)")
-    p.add_argument("--remote-timeout", type=float, default=None, metavar="S", help="remote socket timeout in seconds (default 0.25)")
+    p.add_argument(
+        "--remote-ttl", type=seconds_arg(positive=True), metavar="S", help="expire remote entries after S seconds (default: never; Redis's LRU evicts)"
+    )
+    p.add_argument("--remote-timeout", type=seconds_arg(positive=True), default=None, metavar="S", help="remote socket timeout in seconds (default 0.25)")
     p.add_argument("--progress", choices=("auto", "rich", "plain", "none"), default="auto", help="auto: a bar on a terminal, plain lines otherwise")
     p.set_defaults(func=cmd_bake)
     return p

@@ -7,7 +7,7 @@ import datetime
 import os
 from typing import Any, Callable
 
-from .contract import EXIT_FAILED, EXIT_OK, Reporter, UsageError, write_json
+from .contract import EXIT_FAILED, EXIT_OK, Reporter, UsageError, seconds_arg, write_json
 
 __all__ = ["add_parser", "cmd_cache", "size_arg"]
 
@@ -198,6 +198,6 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> Callable[..., int]:
     p.add_argument("--usage", action="store_true", help="clear: remove the usage log too")
     p.add_argument("--json", action="store_true", help="stats: JSON on stdout")
     p.add_argument("--remote", metavar="URL", default=None, help="also the shared Redis tier at URL (default: $ENGINE_PLUGIN_REMOTE_CACHE)")
-    p.add_argument("--remote-timeout", type=float, default=None, metavar="S", help="remote socket timeout in seconds (default 0.25)")
+    p.add_argument("--remote-timeout", type=seconds_arg(positive=True), default=None, metavar="S", help="remote socket timeout in seconds (default 0.25)")
     p.set_defaults(func=cmd_cache)
     return cmd_cache

@@ -15,9 +15,10 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import math
 import sys
 import traceback
-from typing import Any, NoReturn, TextIO
+from typing import Any, Callable, NoReturn, TextIO
 
 from ..errors import CacheError, GpuError, PluginError
 
@@ -32,6 +33,7 @@ __all__ = [
     "check_output_file",
     "exit_status",
     "one_line",
+    "seconds_arg",
     "write_json",
 ]
 
@@ -154,6 +156,22 @@ def configure_logging(reporter: Reporter) -> logging.Handler:
     logger.setLevel(logging.INFO if reporter.verbose else logging.ERROR if reporter.quiet else logging.WARNING)
     logger.propagate = False
     return handler
+
+
+def seconds_arg(positive: bool = False, unit: str = "seconds") -> Callable[[str], float]:
+    """An argparse type: a finite number of ``unit``, not negative (``positive``: above 0);
+    NaN and infinity are refused (a NaN quiet window never comes due)."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"a number of {unit}, not {text!r}") from None
+        if not math.isfinite(value) or value < 0 or (positive and value == 0):
+            raise argparse.ArgumentTypeError(f"a finite {'positive' if positive else 'non-negative'} number of {unit}, not {text!r}")
+        return value
+
+    return parse
 
 
 def check_output_file(target: str, what: str) -> None:

@@ -22,7 +22,7 @@ import time
 from typing import Any
 
 from ..errors import PluginError
-from .contract import EXIT_OK, Reporter, UsageError
+from .contract import EXIT_OK, Reporter, UsageError, seconds_arg
 
 __all__ = ["add_parser", "cmd_watch"]
 
@@ -59,6 +59,13 @@ class _Log:
         detail = error.render()[len(error.headline()) :].lstrip("\n")
         self.rep.error(f"{stamp} {what}: {error.headline()}", detail or None)
 
+    def cleared(self, asset: str, generation: int) -> None:
+        """A failed edit was undone: the files hold the live program's content again."""
+        if self.as_json:
+            self.emit({"event": "cleared", "asset": asset, "generation": generation})
+            return
+        self.rep.say(f"{time.strftime('%H:%M:%S')} {asset} is back to its live content (generation {generation}); diagnostics cleared")
+
     def reload(self, result: Any) -> None:
         if self.as_json:
             self.emit(
@@ -91,7 +98,7 @@ def _origins_line(lib: Any, event: Any) -> str:
 def cmd_watch(args: argparse.Namespace, rep: Reporter) -> int:
     from ..assets import AssetLibrary
     from ..assets.folder import ASSET_SUFFIX, find_assets
-    from ..lowering import enumerate_variants
+    from ..lowering import enumerate_variants, iter_variants
 
     target = os.path.normpath(args.assets)
     if not os.path.isdir(target):
@@ -124,12 +131,17 @@ def cmd_watch(args: argparse.Namespace, rep: Reporter) -> int:
     for ref in refs:
         if ref.error is not None:
             log.failure(ref.path, ref.generation, ref.error, f"{ref.path} is not loadable yet")
-        elif args.all_variants:
-            try:
+            continue
+        try:
+            if args.all_variants:
                 for spec in enumerate_variants(ref.program().schema):
                     ref.program().variant(spec)
-            except PluginError as exc:
-                log.failure(ref.path, ref.generation, exc, f"{ref.path} does not compile")
+            else:  # the variant a reload validates (the first the bake would make): a broken body shows now, not at its next save
+                first = next(iter_variants(ref.program().schema), None)
+                if first is not None:
+                    ref.program().variant(first)
+        except PluginError as exc:
+            log.failure(ref.path, ref.generation, exc, f"{ref.path} does not compile")
     lib.watch()
     if args.json:
         log.emit({"event": "watching", "root": os.path.abspath(root), "assets": [r.path for r in refs]})
@@ -137,16 +149,24 @@ def cmd_watch(args: argparse.Namespace, rep: Reporter) -> int:
         rep.say(f"watching {len(refs)} asset(s) under {root} (quiet window {args.quiet_ms:g} ms); Ctrl-C stops")
     deadline = time.monotonic() + args.duration if args.duration else None
     seen = 0
+    failing: set[str] = set()  # assets whose last word here was a failed reload
+    by_path = {r.path: r for r in refs}
     try:
         while deadline is None or time.monotonic() < deadline:
             for result in lib.poll():
                 seen += 1
                 if result.ok:
+                    failing.discard(result.asset)
                     log.reload(result)
                     if result.recompiled and not args.json:
                         rep.say(f"         variants from: {_origins_line(lib, result)}")
                 else:
+                    failing.add(result.asset)
                     log.failure(result.asset, result.generation, result.error, f"reload of {result.asset} failed; generation {result.generation} stays live")
+            for asset in [a for a in failing if by_path[a].error is None]:  # the failed edit undone: no reload, but news
+                failing.discard(asset)
+                seen += 1
+                log.cleared(asset, by_path[asset].generation)
             if args.max_events and seen >= args.max_events:
                 break
             time.sleep(1 / 60)
@@ -163,9 +183,9 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("--cache", default="cache", metavar="DIR", help="the variant cache folder (default: cache)")
     p.add_argument("--no-cache", action="store_true", help="lower without the variant cache")
     p.add_argument("--remote", metavar="URL", default=None, help="the shared Redis tier reloads may fetch from (default: $ENGINE_PLUGIN_REMOTE_CACHE)")
-    p.add_argument("--quiet-ms", type=float, default=30.0, help="debounce quiet window in ms (default 30)")
+    p.add_argument("--quiet-ms", type=seconds_arg(unit="ms"), default=30.0, help="debounce quiet window in ms (default 30)")
     p.add_argument("--all-variants", action="store_true", help="compile every variant up front, so each reload validates them all")
-    p.add_argument("--duration", type=float, default=0.0, metavar="S", help="stop after S seconds (default: until Ctrl-C)")
+    p.add_argument("--duration", type=seconds_arg(), default=0.0, metavar="S", help="stop after S seconds (default: until Ctrl-C)")
     p.add_argument("--max-events", type=int, default=0, metavar="N", help="stop after N reloads or failures")
     p.add_argument("--json", action="store_true", help="one JSON object a line on stdout (for editor plugins)")
     p.set_defaults(func=cmd_watch)

@@ -49,3 +49,41 @@ def test_watch_prints_a_failure_with_its_line_then_the_reload_that_fixes_it(asse
     out = "".join(lines)
     assert "kernel.wgsl:6:" in out and "typo_here" in out
     assert "3 variant(s) recompiled" in out  # --all-variants: every variant is in use
+
+
+def test_watch_reports_a_body_broken_at_start_and_an_undone_failed_edit(asset_root, tmp_path):
+    # Review helpers 80 and 84: a body that did not compile when the watch started was never
+    # reported (only with --all-variants), and undoing a failed edit back to the live content
+    # printed nothing, so an editor kept showing the fixed error.
+    import json
+
+    broken = os.path.join(asset_root, "b.computeShader")
+    os.makedirs(broken)
+    with open(os.path.join(asset_root, "k.computeShader", "bindings.yaml")) as f:
+        write(os.path.join(broken, "bindings.yaml"), f.read())
+    write(os.path.join(broken, "kernel.wgsl"), kernel("broken_at_start"))
+    env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""), PYTHONUNBUFFERED="1")
+    cmd = [sys.executable, "-m", "engine_plugin.cli", "watch", asset_root, "--cache", str(tmp_path / "cache"), "--json", "--max-events", "2", "--duration", "60"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=REPO)
+    lines: list[str] = []
+    try:
+        _read_until(proc, '"event": "watching"', lines)
+        path = os.path.join(asset_root, "k.computeShader", "kernel.wgsl")
+        with open(path) as f:
+            live = f.read()
+        write(path, kernel("typo_here"))
+        _read_until(proc, "typo_here", lines)
+        write(path, live)  # undone
+        _read_until(proc, '"event": "cleared"', lines)
+        assert proc.wait(timeout=30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    events = [json.loads(line) for line in lines if line.startswith("{")]
+    assert [(e["event"], e["asset"]) for e in events if e["event"] != "watching"] == [
+        ("failure", "b.computeShader"),
+        ("failure", "k.computeShader"),
+        ("cleared", "k.computeShader"),
+    ]
+    assert "broken_at_start" in events[0]["message"] and events[0]["path"].endswith(os.path.join("b.computeShader", "kernel.wgsl"))
