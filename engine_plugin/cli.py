@@ -74,7 +74,8 @@ def _run_bench(globals_: list[str], rest: list[str]) -> int:
     try:
         from .extras import require
 
-        require("rich", "engine-plugin bench's tables")
+        if not {"-h", "--help"} & set(rest):  # the help needs no tables
+            require("rich", "engine-plugin bench's tables")
         from .bench import main as bench_main
 
         return bench_main(rest)

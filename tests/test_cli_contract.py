@@ -308,3 +308,11 @@ def test_the_demo_without_rich_names_the_demo_extra(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "engine_plugin", "demo", "--headless", "--frames", "1"], capture_output=True, text=True, timeout=120, env=env, cwd=str(tmp_path))
     assert proc.returncode == 2, proc.stderr
     assert "engine_plugin[demo]" in proc.stderr and "[cli]" not in proc.stderr
+
+
+def test_bench_help_lists_the_cases_and_their_letters_without_the_cli_extra(tmp_path):
+    # Review helper 84: bench --help needed rich, and named no case; the README's (a)-(i) were refused.
+    done = cli("bench", "--help", prelude="import sys; sys.modules['rich'] = None", cwd=str(tmp_path))
+    assert done.returncode == 0, done.stderr
+    text = " ".join(done.stdout.split())
+    assert "run_host" in text and "readback_latency" in text and "a=run_host" in text and "i=kernels" in text

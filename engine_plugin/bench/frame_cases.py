@@ -294,7 +294,7 @@ def bench_frame(opts: dict) -> list[Result]:
             statistics.median(medians[b]),
             "s",
             target=target,
-            note=f"ratio {statistics.median(ratios):.2f}x ({_spread(ratios)}); {note}",
+            note=f"per-run ratios {statistics.median(ratios):.2f}x, range {_spread(ratios)}; {note}",
             extra=extra,
         )
 
@@ -510,7 +510,7 @@ def bench_uploads(opts: dict) -> list[Result]:
                 dirty / raw_t,
                 "B/s",
                 target=target,
-                note=f"speed {statistics.median(ratios):.2f}x ({_spread(ratios)}) to GPU; host only {statistics.median(host):.2f}x ({_spread(host)}); {len(writes)} writes, {sent} B sent for {dirty} dirty B",
+                note=f"per-run speed ratios to GPU {statistics.median(ratios):.2f}x, range {_spread(ratios)}; host only {statistics.median(host):.2f}x, range {_spread(host)}; {len(writes)} writes, {sent} B sent for {dirty} dirty B",
                 extra={
                     "speed_ratio_median": statistics.median(ratios),
                     "speed_ratios": ratios,

@@ -97,25 +97,40 @@ def _fmt(v: float | None, unit: str) -> str:
     return f"{v:.3g} {unit}"
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    from rich.console import Console
-    from rich.table import Table
+# The README's case letters (a)-(i), as this round measures each.
+LETTERS = {
+    "a": "run_host",
+    "b": "batch100",
+    "c": "oneshot",
+    "d": "frame",
+    "e": "uploads",
+    "f": "readback_latency",
+    "g": "reload_latency",
+    "h": "warm_start",
+    "i": "kernels",
+}
 
+
+def main(argv: Sequence[str] | None = None) -> int:
     from ..commands.contract import OneLineParser
+    from . import cases  # noqa: F401  (registers every case: their names go into the help)
 
     parser = OneLineParser(prog="engine-plugin bench")
-    parser.add_argument("cases", nargs="*", help="case names (default: all)")
+    letters = ", ".join(f"{k}={v}" for k, v in LETTERS.items())
+    parser.add_argument("cases", nargs="*", help=f"case names (default: all): {', '.join(CASES)}; or the README's letters: {letters}")
     parser.add_argument("--json", metavar="PATH", help="write the results as JSON ('-': stdout, the table then goes to stderr)")
     parser.add_argument("--quick", action="store_true", help="fewer repeats (smoke run)")
     parser.add_argument("--sizes", metavar="MIB,...", help="kernel cases: array sizes in MiB (default 256,1024 on a GPU, 8 on a CPU adapter)")
     parser.add_argument("--reps", type=int, metavar="N", help="kernel cases: dispatches per timed submission")
     parser.add_argument("--runs", type=int, metavar="N", help="kernel cases: timed runs per figure (at least 3)")
     args = parser.parse_args(argv)
+    from rich.console import Console  # after the arguments: --help works without the [cli] extra
+    from rich.table import Table
+
     from .gpu_timing import want_timestamps
 
     want_timestamps()  # GPU figures from timestamp queries where the adapter has them
-    from . import cases  # noqa: F401
-
+    args.cases = [LETTERS.get(c.strip("()"), c) for c in args.cases]
     unknown = [c for c in args.cases if c not in CASES]
     if unknown:
         parser.error(f"unknown case(s) {unknown}; cases: {', '.join(CASES)}")
@@ -125,7 +140,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     console = Console(stderr=args.json == "-")
     console.print(f"adapter: {ctx.adapter_name}")
     results = []
-    table = Table(title="engine_plugin vs raw wgpu-py (medians, same run)")
+    table = Table(title="engine_plugin vs raw wgpu-py, same run (plugin, raw: medians; ratio: of those medians; a note's range: per-run ratios)")
     for col in ("case", "plugin", "raw", "ratio", "target", "note"):
         table.add_column(col)
     opts = {"quick": args.quick, "sizes": args.sizes.split(",") if args.sizes else None, "reps": args.reps, "runs": args.runs}
@@ -134,8 +149,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         for r in found if isinstance(found, list) else [found]:
             results.append(r)
             ratio = f"{r.ratio:.2f}x" if r.ratio is not None else "-"
-            table.add_row(r.name, _fmt(r.plugin, r.unit), _fmt(r.raw, r.unit), ratio, r.target, r.note)
-            console.print(f"  {r.name}: plugin {_fmt(r.plugin, r.unit)}, raw {_fmt(r.raw, r.unit)}, ratio {ratio}  ({r.note})")
+            table.add_row(r.name, _fmt(r.plugin, r.unit), _fmt(r.raw, r.unit), ratio, r.target, r.note.strip().rstrip(";").strip())
+            note = r.note.strip().rstrip(";").strip()
+            console.print(f"  {r.name}: plugin {_fmt(r.plugin, r.unit)}, raw {_fmt(r.raw, r.unit)}, ratio {ratio}" + (f"  ({note})" if note else ""))
     console.print(table)
     if args.json:
         report = {

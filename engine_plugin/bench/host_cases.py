@@ -194,7 +194,7 @@ def _ratio_row(name: str, plugin: list[float], raw: list[float], target: str, no
         qs["median"],
         unit,
         target=target,
-        note=f"ratio {rs['median']:.2f}x ({rs['min']:.2f}-{rs['max']:.2f}) over {rs['runs']} rounds; plugin {_us(ps)}, raw {_us(qs)}; {note}",
+        note=f"per-round ratios {rs['median']:.2f}x, range {rs['min']:.2f}-{rs['max']:.2f} over {rs['runs']} rounds; plugin {_us(ps)}, raw {_us(qs)}; {note}",
         extra={"plugin_s": ps, "raw_s": qs, "ratio": rs, **(extra or {})},
     )
 

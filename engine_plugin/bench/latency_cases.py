@@ -82,11 +82,14 @@ def bench_readback_latency(opts) -> Result:
         staging.unmap()
         raw_frames.append(n + 1)
     return Result(
-        "(f) async readback: frames from edit to apply",
+        "(f) first round's case: frames from edit to apply, 1 ms frames, raw blocking a thread on its map (this round's: the 'readback frames' rows)",
         float(statistics.median(frames)),
         float(statistics.median(raw_frames)),
         "frames",
-        note=f"engine p50 {statistics.median(millis):.1f} ms incl. upload, dispatch, revalidation; 1 ms frames",
+        note=(
+            f"engine {min(frames)}-{max(frames)}, raw {min(raw_frames)}-{max(raw_frames)} frames over {len(frames)} edits; "
+            f"engine p50 {statistics.median(millis):.1f} ms incl. upload, dispatch, revalidation"
+        ),
         extra={"engine_frames": frames, "raw_frames": raw_frames, "engine_ms": millis},
     )
 
