@@ -316,3 +316,11 @@ def test_bench_help_lists_the_cases_and_their_letters_without_the_cli_extra(tmp_
     assert done.returncode == 0, done.stderr
     text = " ".join(done.stdout.split())
     assert "run_host" in text and "readback_latency" in text and "a=run_host" in text and "i=kernels" in text
+
+
+def test_cache_stats_of_a_file_is_a_usage_error_as_for_gc(tmp_path):
+    # Review helper 80: stats said "no variant cache" with exit 0 where gc exits 2.
+    (tmp_path / "f").write_text("")
+    for sub in ("stats", "gc"):
+        done = cli("cache", sub, "--cache", "f", cwd=str(tmp_path))
+        assert done.returncode == 2 and ("not a folder" in done.stderr or "no variant cache" in done.stderr), (sub, done.stderr)

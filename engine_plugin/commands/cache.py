@@ -39,6 +39,8 @@ def _when(ns: int) -> str:
 def _stats(args: argparse.Namespace, rep: Reporter, cap: int) -> int:
     from ..cache import USAGE_FILE, VariantCache, read_usage
 
+    if os.path.exists(args.cache) and not os.path.isdir(args.cache):
+        raise UsageError(f"{args.cache} is not a folder (a variant cache is one)")  # as gc and clear say
     if not os.path.isdir(args.cache):
         # Looking at a cache must not create one: say so instead.
         if args.json:
