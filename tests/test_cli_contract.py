@@ -140,13 +140,14 @@ def test_bake_json_dash_writes_the_report_to_stdout_and_the_table_to_stderr(tmp_
     assert "bake summary" in done.stderr
 
 
-@pytest.mark.parametrize("report", ["afile/report.json", "adir"])
+@pytest.mark.parametrize("report", ["afile/report.json", "adir", "nothing/report.json", "newdir/"])
 def test_bake_json_to_a_path_it_cannot_write_is_a_usage_error_before_baking(tmp_path, report):
     # Review helper 80: the bake ran to its end, then a FileExistsError or IsADirectoryError
     # came out as "engine_plugin bug", exit 1.
     shutil.copytree(os.path.join(SAMPLES, "particles.computeShader"), tmp_path / "assets" / "particles.computeShader")
     (tmp_path / "afile").write_text("")
     (tmp_path / "adir").mkdir()
+    os.symlink(str(tmp_path / "missing"), str(tmp_path / "nothing"))  # a link to nothing (review helper 85)
     done = cli("bake", "assets", "--cache", "c", "--jobs", "1", "-q", "--json", report, cwd=str(tmp_path))
     assert done.returncode == 2, done.stderr
     assert done.stderr.startswith("engine-plugin bake: --json ") and "bug" not in done.stderr and len(done.stderr.strip().splitlines()) == 1

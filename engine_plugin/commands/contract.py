@@ -186,10 +186,12 @@ def check_output_file(target: str, what: str) -> None:
     if target == "-":
         return
     path = os.path.abspath(target)
-    if os.path.isdir(path):
+    if os.path.isdir(path) or target.endswith((os.sep, "/")):
         raise UsageError(f"{what} {target!r} is a folder; name a file")
     parent = os.path.dirname(path)
     while not os.path.exists(parent):
+        if os.path.islink(parent):
+            raise UsageError(f"{what} {target!r}: {parent!r} is a link to nothing")
         parent = os.path.dirname(parent)
     if not os.path.isdir(parent):
         raise UsageError(f"{what} {target!r}: {parent!r} is a file, not a folder")

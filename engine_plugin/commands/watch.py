@@ -128,6 +128,7 @@ def cmd_watch(args: argparse.Namespace, rep: Reporter) -> int:
                     pass  # too many to enumerate: reported below, when they are compiled
         found = lib.prefetch(wanted)
         rep.say(f"prefetched: {found.local} local, {found.remote} remote, {found.missed} to lower ({found.rejected} refused)")
+    live_failures: dict[str, PluginError] = {}  # assets whose live content does not compile (found at start)
     for ref in refs:
         if ref.error is not None:
             log.failure(ref.path, ref.generation, ref.error, f"{ref.path} is not loadable yet")
@@ -141,6 +142,7 @@ def cmd_watch(args: argparse.Namespace, rep: Reporter) -> int:
                 if first is not None:
                     ref.program().variant(first)
         except PluginError as exc:
+            live_failures[ref.path] = exc
             log.failure(ref.path, ref.generation, exc, f"{ref.path} does not compile")
     lib.watch()
     if args.json:
@@ -157,6 +159,7 @@ def cmd_watch(args: argparse.Namespace, rep: Reporter) -> int:
                 seen += 1
                 if result.ok:
                     failing.discard(result.asset)
+                    live_failures.pop(result.asset, None)
                     log.reload(result)
                     if result.recompiled and not args.json:
                         rep.say(f"         variants from: {_origins_line(lib, result)}")
@@ -166,7 +169,10 @@ def cmd_watch(args: argparse.Namespace, rep: Reporter) -> int:
             for asset in [a for a in failing if by_path[a].error is None]:  # the failed edit undone: no reload, but news
                 failing.discard(asset)
                 seen += 1
-                log.cleared(asset, by_path[asset].generation)
+                if asset in live_failures:  # back to live content that never compiled: its failure again, not "cleared"
+                    log.failure(asset, by_path[asset].generation, live_failures[asset], f"{asset} is back to its live content, which does not compile")
+                else:
+                    log.cleared(asset, by_path[asset].generation)
             if args.max_events and seen >= args.max_events:
                 break
             time.sleep(1 / 60)

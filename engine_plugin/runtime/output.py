@@ -368,6 +368,18 @@ def output_of(buffer: Any) -> Output | None:
     return view
 
 
+def live_bytes(buffer: Any) -> int | None:
+    """The bytes of ``buffer`` that hold the live elements of the Output that handed it out
+    (None if none did). The count is resolved on the record riding on the buffer, so it is
+    read from the GPU once, and again only after a run appends to its counter."""
+    record = getattr(buffer, _OWNER, None)
+    if not isinstance(record, Output):
+        return None
+    if record._counter is not None:
+        record._resolve()
+    return int(record._count) * record.element.bytes  # type: ignore[arg-type]
+
+
 def on_release(output: Any, callback: Callable[[], None]) -> None:
     """Call ``callback`` once ``output`` is garbage (its pooled buffer may then be reused).
 

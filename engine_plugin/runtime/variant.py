@@ -50,7 +50,7 @@ from .convert import clamp_record, conversion_record
 from .deferred import DEFER_MAX_BYTES
 from .deferred import defer as defer_run
 from .loss import LOST_HINT, lost_error
-from .output import HANDOUTS, Output, counter_rewritten, give_back, handed_out, on_release, output_of, own_pooled, share
+from .output import HANDOUTS, Output, counter_rewritten, give_back, handed_out, live_bytes, on_release, output_of, own_pooled, share
 from .params import ParamsPacker, exact_fingerprint
 from .submission import PENDING, encode_records, flush_pending, submit_encoder
 from .table import Table
@@ -621,16 +621,17 @@ class Variant:
             self._foreign(slot, value)
             if not (value.usage & wgpu.BufferUsage.STORAGE):
                 raise self._slot_error(slot, f"input {slot.name!r}: buffer {value.label!r} lacks STORAGE usage")
-            owner = output_of(value)
-            if owner is not None:
+            live = live_bytes(value)
+            if live is not None:
                 # An Output's buffer it handed out: raw words as any buffer's, but only the
                 # Output's live ones (the pool's slack behind them is an earlier run's data).
                 # Its owner can change (handed back through outputs=): never a repeat.
                 work.via_owner = True
-                live = owner.count * owner.element.bytes
                 if live % vt.bytes:
+                    owner = output_of(value)
                     raise self._slot_error(
-                        slot, f"input {slot.name!r} ({vt.wgsl}) cannot take the {live} bytes of {owner.name!r}'s buffer: not a whole number of elements"
+                        slot,
+                        f"input {slot.name!r} ({vt.wgsl}) cannot take the {live} bytes of {owner.name if owner else '?'!r}'s buffer: not a whole number of elements",
                     )
                 return _Bound(value, live // vt.bytes, 0, _binding_size(live))
             count = value.size // vt.bytes
@@ -1522,9 +1523,9 @@ class Variant:
         # behind them is an earlier run's data. Its owner can change: part of the key.
         live = {}
         for k, v in cols.items():
-            owner = output_of(v) if isinstance(v, wgpu.GPUBuffer) else None
-            if owner is not None:
-                live[k] = owner.count * owner.element.bytes
+            found = live_bytes(v) if isinstance(v, wgpu.GPUBuffer) else None
+            if found is not None:
+                live[k] = found
         cache_key = (DESTROY_EPOCH[0], *((k, id(v)) for k, v in cols.items()), *live.items())
         if self._last_pages is not None and self._last_pages[0] == cache_key:
             return self._last_pages[1]

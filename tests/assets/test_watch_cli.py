@@ -87,3 +87,31 @@ def test_watch_reports_a_body_broken_at_start_and_an_undone_failed_edit(asset_ro
         ("cleared", "k.computeShader"),
     ]
     assert "broken_at_start" in events[0]["message"] and events[0]["path"].endswith(os.path.join("b.computeShader", "kernel.wgsl"))
+
+
+def test_watch_undoing_back_to_a_body_that_never_compiled_reports_its_failure_not_cleared(asset_root, tmp_path):
+    # Review helper 85: the undo read as "back to its live content; diagnostics cleared" though
+    # the live content was the body reported broken at start.
+    import json
+
+    path = os.path.join(asset_root, "k.computeShader", "kernel.wgsl")
+    write(path, kernel("broken_at_start"))
+    env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""), PYTHONUNBUFFERED="1")
+    cmd = [sys.executable, "-m", "engine_plugin.cli", "watch", asset_root, "--cache", str(tmp_path / "cache"), "--json", "--max-events", "2", "--duration", "60"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=REPO)
+    lines: list[str] = []
+    try:
+        _read_until(proc, '"event": "watching"', lines)
+        write(path, kernel("another_typo"))
+        _read_until(proc, "another_typo", lines)
+        write(path, kernel("broken_at_start"))  # undone: the live, broken, content
+        assert proc.wait(timeout=30) == 0
+        lines += proc.stdout.readlines()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    events = [json.loads(line) for line in lines if line.startswith("{")]
+    kinds = [e["event"] for e in events if e["event"] != "watching"]
+    assert kinds == ["failure", "failure", "failure"], events
+    assert "broken_at_start" in events[-1]["message"]

@@ -57,3 +57,39 @@ def test_a_handed_out_buffer_is_a_page_of_its_outputs_live_elements():
         run = column.run(n=1000, inputs={"col": mine})
         assert abi.read(run.outputs["ln"])[0] == 600
         np.testing.assert_array_equal(abi.read(run.outputs["out"]), np.ones(1000, np.float32))  # past the end: the last element
+
+
+APPEND_YAML = """bindings:
+  - { name: src, kind: buffer, access: read, element: f32 }
+  - { name: dst, kind: buffer, access: read_write, element: f32, capacity: "len(src)", append: true }
+determinism: float_order
+"""
+APPEND_WGSL = """@compute @workgroup_size(64)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
+    let i = zero_index(gid);
+    if (i >= zero_n()) { return; }
+    if (src_get(i) > 0.0) { dst_append(src_get(i)); }
+}
+"""
+
+
+def test_an_appended_buffer_as_a_page_reads_its_count_once_not_every_run(monkeypatch):
+    # Review helper 85: the count behind the page's length was read from the GPU (a sync)
+    # on every run, though nothing appended in between.
+    import engine_plugin.runtime.output as output
+
+    append, column = _variant("t83/append", APPEND_YAML, APPEND_WGSL), _variant("t83/column", COLUMN_YAML, COLUMN_WGSL)
+    appended = append.run(n=8, inputs={"src": np.array([1, -1, 2, -1, 3, -1, -1, -1], np.float32)}).outputs["dst"]
+    buffer = appended.buffer
+    reads = [0]
+    real = output.read_words
+
+    def counting(*args, **kwargs):
+        reads[0] += 1
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(output, "read_words", counting)
+    for _ in range(5):
+        run = column.run(n=4, inputs={"col": buffer})
+        assert abi.read(run.outputs["ln"])[0] == 3  # three appended
+    assert reads[0] <= 1 + 5  # the count once, and each run's ln read
