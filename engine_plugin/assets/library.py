@@ -383,6 +383,7 @@ class AssetLibrary:
         self._ctx: Any = None
         self._refs: dict[str, ComputeShaderRef] = {}
         self._by_folder: dict[str, ComputeShaderRef] = {}
+        self._watch_index = _WatchIndex(os.path.realpath(self._root_abs))
         self._ready: deque[Prepared] = deque()
         self._ready_lock = threading.Lock()
         self._retry: list[Prepared] = []  # reloads a device loss interrupted: back in _ready after poll
@@ -480,6 +481,7 @@ class AssetLibrary:
             log.warning("%s", exc)
         self._refs[rel] = ref
         self._by_folder[os.path.abspath(folder)] = ref
+        self._reindex(ref)
         return ref
 
     def refs(self) -> list[ComputeShaderRef]:
@@ -573,28 +575,22 @@ class AssetLibrary:
         return job
 
     def _dependents(self, path: str) -> list[str]:
-        """The folders of loaded assets a file event concerns beyond its own asset folder:
-        - those whose last good read imported that module file (or a file under that folder);
-        - those whose module search path holds that .wgsl file (a module arriving nearer than
-          the one imported shadows it; one leaving unshadows the next; after a failed read,
-          the missing module may have arrived);
-        - those whose files are that file through a symbolic link (a linked asset folder or
-          file inside the root: the event names the link's target)."""
+        """The folders of loaded assets a file event concerns beyond its own asset folder (see
+        :class:`_WatchIndex`): a file their last read used (by its path or through a link), a
+        folder holding such files, and a module file where their imports look for it first."""
         p = os.path.abspath(path)
-        real = os.path.realpath(p)
-        wgsl = p.endswith(".wgsl")
-        out = []
-        for folder, ref in list(self._by_folder.items()):
-            src = ref._source
-            hit = src is not None and any(_under(os.path.abspath(m.path), p) for m in src.modules)
-            if not hit and wgsl and (src is not None or ref.error is not None):
-                search = src.module_search if src is not None else module_search_path(ref.folder, self.root, self.module_paths)
-                hit = any(_under(p, os.path.abspath(base)) for base in search)
-            if not hit:
-                hit = any(_under(f, real) for f in ref._real_files)
-            if hit:
-                out.append(folder)
-        return out
+        return sorted(self._watch_index.hits(p, os.path.realpath(p)))
+
+    def _reindex(self, ref: ComputeShaderRef) -> None:
+        """Enter what ``ref`` depends on now into the watch index."""
+        src = ref._source
+        if src is not None:
+            bases: tuple[str, ...] = tuple(src.module_search)
+            # A failed read may be missing a module of any name: every .wgsl arriving where it looks.
+            names = frozenset(m.name for m in src.modules) if ref.error is None else None
+        else:
+            bases, names = tuple(module_search_path(ref.folder, self.root, self.module_paths)), None
+        self._watch_index.enter(os.path.abspath(ref.folder), ref._real_files, tuple(os.path.realpath(b) for b in bases), names)
 
     def _deliver(self, prepared: Prepared) -> None:
         with self._ready_lock:
@@ -638,6 +634,7 @@ class AssetLibrary:
                     continue
                 log.exception("applying a reload of %s failed", ref.path)
                 result = self._fail(ref, bug(f"applying a reload raised {type(exc).__name__}: {exc}"), prepared)
+            self._reindex(ref)  # what it reads now (a reload, a failure, a link retargeted)
             if result is not None:
                 out.append(result)
         retry, self._retry = self._retry, []
@@ -677,6 +674,10 @@ class AssetLibrary:
             self.service.schedule(os.path.abspath(ref.folder))
             return None
         if prepared.unchanged or src is None or schema is None:
+            if prepared.unchanged and src is not None:
+                # The same content, perhaps through other files (a link retargeted to a copy):
+                # later events must follow the files it reads now.
+                ref._source, ref._real_files = src, _real_files(src)
             if ref.error is not None:
                 log.info("%s is back to its live content; diagnostics cleared", ref.path)
             ref.error = None
@@ -868,6 +869,68 @@ def _precompile(prepared: Prepared, ctx: Any, path: str) -> None:
 def _store_paths(src: AssetSource) -> tuple[str, ...]:
     """The files an asset's source maps name: bindings.yaml, the body, then its modules."""
     return (src.yaml_path, src.wgsl_path) + tuple(m.path for m in src.modules)
+
+
+class _WatchIndex:
+    """What each loaded asset's last read depends on, for file events: links resolved, so an
+    event names either the file or its link's target, and looked up by path, so an event costs
+    a few dictionary lookups however many assets are loaded.
+
+    ``files``: each file an asset read (its bindings.yaml, body and modules) -> its folders.
+    ``bases``: each folder its ``#import`` lines look in -> {its folder: the module names it
+    imports, or None for any (a failed read may lack a module of any name)}: a module created
+    or removed there shadows or unshadows one it imports.
+    """
+
+    def __init__(self, root: str) -> None:
+        self.root = root
+        self.files: dict[str, set[str]] = {}
+        self.bases: dict[str, dict[str, frozenset[str] | None]] = {}
+        self._of: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {}
+
+    def enter(self, folder: str, files: tuple[str, ...], bases: tuple[str, ...], names: frozenset[str] | None) -> None:
+        self.drop(folder)
+        for f in files:
+            self.files.setdefault(f, set()).add(folder)
+        for b in bases:
+            self.bases.setdefault(b, {})[folder] = names
+        self._of[folder] = (files, bases)
+
+    def drop(self, folder: str) -> None:
+        files, bases = self._of.pop(folder, ((), ()))
+        for f in files:
+            held = self.files.get(f)
+            if held is not None:
+                held.discard(folder)
+                if not held:
+                    del self.files[f]
+        for b in bases:
+            entries = self.bases.get(b)
+            if entries is not None:
+                entries.pop(folder, None)
+                if not entries:
+                    del self.bases[b]
+
+    def hits(self, path: str, real: str) -> set[str]:
+        out = set(self.files.get(real, ())) | set(self.files.get(path, ()))
+        if not out and (os.path.isdir(real) or not os.path.exists(real)):
+            # a folder (moved, deleted, made) or a file gone: the files that lay under it
+            for f, folders in self.files.items():
+                if _under(f, real) or _under(f, path):
+                    out |= folders
+        if path.endswith(".wgsl"):
+            for where in {path, real}:
+                base = os.path.dirname(where)
+                while True:
+                    entries = self.bases.get(base)
+                    if entries:
+                        name = os.path.relpath(where, base)[: -len(".wgsl")].replace(os.sep, "/")
+                        out |= {folder for folder, names in entries.items() if names is None or name in names}
+                    parent = os.path.dirname(base)
+                    if parent == base or not _under(parent, os.path.dirname(self.root)):
+                        break
+                    base = parent
+        return out
 
 
 def _real_files(src: AssetSource) -> tuple[str, ...]:

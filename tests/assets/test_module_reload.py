@@ -155,3 +155,49 @@ def test_a_linked_asset_reloads_when_the_file_it_links_to_is_saved(asset_root, m
     write(os.path.join(asset_root, "k.computeShader", "kernel.wgsl"), kernel(3.0))
     pump(lib, lambda: all(r.generation == 1 for r in refs), what="all three to reload")
     assert [run_scale(r) for r in refs] == [[3.0, 6.0, 9.0, 12.0]] * 3
+
+
+def test_a_module_arriving_through_a_linked_modules_folder_reloads_its_importer(asset_root, make_library):
+    # Review helper 85: sub/modules links to ../shared; the event names shared/factor.wgsl, so
+    # the shadowing module was never noticed.
+    _importers(asset_root)
+    os.makedirs(os.path.join(asset_root, "shared"))
+    sub = os.path.join(asset_root, "sub", "near.computeShader")
+    os.makedirs(sub)
+    os.symlink(os.path.join("..", "shared"), os.path.join(asset_root, "sub", "modules"))
+    write(os.path.join(sub, "bindings.yaml"), SCHEMA)
+    write(os.path.join(sub, "kernel.wgsl"), BODY.format(module="factor", call="shared_factor"))
+    lib = make_library(asset_root)
+    near = lib.load("sub/near.computeShader")
+    assert run_scale(near) == [2.0, 4.0, 6.0, 8.0]
+    lib.watch()
+    wait_watching(lib, os.path.join(asset_root, "shared"))
+    write(os.path.join(asset_root, "shared", "factor.wgsl"), _factor("5.0"))
+    pump(lib, lambda: near.generation == 1, what="the importer to reload")
+    assert run_scale(near) == [5.0, 10.0, 15.0, 20.0]
+
+
+def test_a_link_retargeted_to_the_same_content_follows_its_new_target(asset_root, make_library):
+    # Review helper 85: the retarget read as unchanged and the asset kept following the old
+    # target: a later save of the new one was never seen.
+    from asset_support import kernel
+
+    copy = os.path.join(asset_root, "m.computeShader")
+    os.makedirs(copy)
+    for name in ("bindings.yaml", "kernel.wgsl"):
+        with open(os.path.join(asset_root, "k.computeShader", name)) as f:
+            write(os.path.join(copy, name), f.read())
+    link = os.path.join(asset_root, "alias.computeShader")
+    os.symlink("k.computeShader", link)
+    lib = make_library(asset_root)
+    alias = lib.load("alias.computeShader")
+    assert run_scale(alias) == [2.0, 4.0, 6.0, 8.0]
+    lib.watch()
+    wait_watching(lib, copy)
+    os.symlink("m.computeShader", link + ".tmp")
+    os.replace(link + ".tmp", link)  # retargeted, as ln -sfn does
+    settle(lib, 0.3)
+    assert alias.generation == 0  # the same content: no reload
+    write(os.path.join(copy, "kernel.wgsl"), kernel(3.0))
+    pump(lib, lambda: alias.generation == 1, what="the alias to follow its new target")
+    assert run_scale(alias) == [3.0, 6.0, 9.0, 12.0]
