@@ -124,7 +124,7 @@ def test_a_when_condition_of_thousands_of_alternatives_is_refused_fast():
     t0 = time.monotonic()
     with pytest.raises(SchemaError) as info:
         parse(text, "k/bindings.yaml")
-    assert time.monotonic() - t0 < 5
+    assert time.monotonic() - t0 < 30  # a hang guard (unbounded: minutes), not a speed figure
     assert info.value.span.path == "k/bindings.yaml" and info.value.span.line == 2
 
 

