@@ -59,12 +59,12 @@ class BufferPool:
             # without the lock; a list pop is atomic, and a list another thread emptied
             # meanwhile falls through to the locked path.
             free = self._free.get((size, usage))
-            if free:
+            while free:
                 try:
                     buffer = free.pop()
                 except IndexError:
-                    pass
-                else:
+                    break
+                if buffer._internal is not None:  # see the locked path
                     self.reused += 1  # a statistic: a lost increment under threads is harmless
                     return buffer
         with self._lock:
@@ -79,9 +79,14 @@ class BufferPool:
             if (self._returned or self._parked) and (not (free and open_batches()) or flush_epoch() != self._drained_epoch):
                 self._drain()
                 free = self._free.get((size, usage))
-            if free:
-                self.reused += 1
-                return free.pop()
+            while free:
+                buffer = free.pop()
+                if buffer._internal is not None:
+                    # Pooled by its Output's finaliser, then released by its own in the same
+                    # garbage cycle (the collector runs them in its own order): wgpu freed it,
+                    # and a run binding it would abort the process.
+                    self.reused += 1
+                    return buffer
             self.created += 1
         return self.ctx.device.create_buffer(size=size, usage=usage, label=label)
 

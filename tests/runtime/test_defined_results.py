@@ -674,3 +674,20 @@ def test_a_prepared_run_keeps_its_domain_count_snapshot_until_it_is_submitted():
     got = np.frombuffer(gpu.queue.read_buffer(area), dtype="<f4")[placed.offset // 4 : placed.offset // 4 + 64]
     assert int((got == 2.0).sum()) == 64
     assert other.count == 2
+
+
+def test_a_pooled_buffer_wgpu_released_afterwards_is_never_handed_out_again():
+    # Review helper 86: an Output and its buffer dying in one garbage cycle run their
+    # finalisers in the collector's order; the Output's first pooled the buffer, then the
+    # buffer's own released it, and the next run bound a freed buffer: the process aborted.
+    from engine_plugin.runtime.buffers import pool_for, size_class
+
+    pool = pool_for(get_context())
+    size = size_class(4096 + 4)  # a class no other test leaves buffers in
+    doomed = pool.take_class(size)
+    pool.give(doomed)  # the Output's finaliser first...
+    doomed._release()  # ...then the buffer's own
+    taken = pool.take_class(size)
+    assert taken is not doomed and taken._internal is not None
+    v = make("t86/axpy", AXPY_YAML, AXPY_WGSL)
+    np.testing.assert_array_equal(abi.read(v.run(n=4, inputs={"x": np.ones(4, np.float32)}, params={"a": 2.0}).outputs["y"]), np.full(4, 3.0, np.float32))
