@@ -33,25 +33,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
     aux_set(t, f_get(t) * 2.0 + 1.0);
 }
 """
-P5_YAML = """\
-bindings:
-  - { name: chunks, kind: buffer, access: read, element: u32 }
-  - { name: aux, kind: buffer, access: read, element: f32 }
-  - { name: out, kind: buffer, access: read_write, element: f32, count: "n" }
-params:
-  - { name: tile_count, type: u32 }
-"""
-P5_WGSL = """\
-@compute @workgroup_size(64)
-fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
-    let i = zero_index(gid);
-    if (i >= zero_n()) { return; }
-    let base = chunks_get(i) * params.tile_count;
-    var s = 0.0;
-    for (var t = 0u; t < params.tile_count; t = t + 1u) { s = s + aux_get(base + t); }
-    out_set(i, s);
-}
-"""
+from test_kernel_written_mirrors import SUM_WGSL, SUM_YAML  # noqa: E402  (the reader: a sum over a chunk's tiles)
 
 
 def prog(key, yaml, wgsl):
@@ -75,7 +57,7 @@ for k in range(2):
 engine = Engine(world)
 latest: dict = {}
 engine.register_product(prog("f01/p4", P4_YAML, P4_WGSL), key="p4", fields={"f": "f", "aux": "aux"}, policy=ReadbackPolicy.NONE)
-h5 = engine.register_product(prog("f01/p5", P5_YAML, P5_WGSL), key="p5", fields={"aux": "aux"},
+h5 = engine.register_product(prog("f01/p5", SUM_YAML, SUM_WGSL), key="p5", fields={"heat": "aux"},
                              apply=lambda r: latest.update({k: (float(v), r.source) for k, v in zip(r.keys, r.values)}))
 engine.field_buffer("aux", kernel_writes=True)
 drain(engine)
