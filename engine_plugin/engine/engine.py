@@ -523,12 +523,21 @@ class Engine:
         if self._paced(st):
             self._slot_waiting = any(p.slot_waits for p in self._order)
             with self._submission():  # 3, 4: one submission for the frame
+                behind: set[str] = set()  # mirrors a product registered earlier still owes writes to
                 for product in self._order:
                     if product.pending:
-                        t, before = time.perf_counter(), st.dispatches
-                        self._dispatch(product, st, index)
-                        if st.dispatches > before:  # timed only when it ran on the GPU
-                            wall[str(product.key)] = (time.perf_counter() - t) * 1e3
+                        if behind and not behind.isdisjoint(product.field_names):
+                            # It reads a mirror its writer has not brought up to date this frame
+                            # (no readback slot, a budget): its results would claim the chunks'
+                            # new versions over the old mirror. Next frame, after the writer.
+                            st.deferred += 1
+                        else:
+                            t, before = time.perf_counter(), st.dispatches
+                            self._dispatch(product, st, index)
+                            if st.dispatches > before:  # timed only when it ran on the GPU
+                                wall[str(product.key)] = (time.perf_counter() - t) * 1e3
+                    if product.pending and product.plan is not None and self._serves(product) and not product.force_cpu:
+                        behind.update(f.field for f in product.plan.fields if f.writes)
         self._delivery.collect(st)  # 5
         self._note_gpu_times(st, wall)
         self._gpu.check(st)
@@ -823,8 +832,21 @@ class Engine:
             return None  # no reader waits for a slot: no product counts the others
         # Only readers still served on the GPU are owed a slot: one that left it (a failure,
         # given up) would never take it.
-        longer = sum(1 for p in self._order if p is not product and p.slot_waits > product.slot_waits and p.pending and self._serves(p) and not p.force_cpu)
+        longer = sum(
+            1
+            for p in self._order
+            if p is not product and p.slot_waits > product.slot_waits and p.pending and self._serves(p) and not p.force_cpu and not self._waits_for(p, product)
+        )
         return "owed" if longer >= free else None
+
+    def _waits_for(self, reader: Product, writer: Product) -> bool:
+        """Whether ``reader`` waits for ``writer`` anyway: registered after it, it reads a
+        mirror ``writer``'s kernel writes (and dispatches only once that is up to date)."""
+        plan = writer.plan
+        if plan is None:
+            return False
+        written = {f.field for f in plan.fields if f.writes}
+        return bool(written) and not written.isdisjoint(reader.field_names) and self._order.index(reader) > self._order.index(writer)
 
     def _dispatch_once(self, product: Product, st: FrameStats, index: ChunkIndex) -> bool:
         """One bounded dispatch of ``product``'s owed work; answers whether to go on."""

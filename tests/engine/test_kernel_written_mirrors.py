@@ -407,3 +407,66 @@ def test_a_waiting_reader_that_left_the_gpu_is_owed_no_slot(gpu):
         assert "gpu" in sources["x"][-10:], sources["x"][-10:]  # the free slot is x's again
     finally:
         engine.close()
+
+
+WRITER_YAML = """\
+bindings:
+  - { name: chunks, kind: buffer, access: read, element: u32 }
+  - { name: f, kind: buffer, access: read, element: f32 }
+  - { name: acc, kind: buffer, access: read_write, element: f32 }
+  - { name: out, kind: buffer, access: read_write, element: f32, count: "n" }
+params:
+  - { name: tile_count, type: u32 }
+"""
+WRITER_WGSL = """\
+@compute @workgroup_size(64)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
+    let i = zero_index(gid);
+    if (i >= zero_n()) { return; }
+    let base = chunks_get(i) * params.tile_count;
+    var s = 0.0;
+    for (var t = 0u; t < params.tile_count; t = t + 1u) { s = s + f_get(base + t); acc_set(base + t, f_get(base + t) + 100.0); }
+    out_set(i, s);
+}
+"""
+
+
+def test_a_mirror_reader_never_runs_ahead_of_its_writer_waiting_for_a_readback_slot():
+    # Review helper 88: with one readback slot, the writer of `acc` (registered first, owing a
+    # changed chunk) was deferred and its reader, which had waited longer for a slot, ran over
+    # the old mirror: the sum of the old acc applied for the chunk's new version.
+    world = World(SHAPE, {"f": np.float32, "acc": np.float32}, max_chunks=4)
+    for k in range(3):
+        world.add(k, {"f": np.full(SHAPE, k + 1.0, np.float32)})
+    engine = Engine(world, config=EngineConfig(backend=WgpuBackendConfig(max_inflight_readbacks=1)))
+    engine.field_buffer("acc", kernel_writes=True)
+    wrong: list = []
+    applied: list = []
+
+    def on_sum(result):
+        for k, v, value in zip(result.keys, result.versions, result.values):
+            want = float((world.read(k, "f").astype(np.float64) + 100).sum())
+            applied.append(k)
+            if world.is_current(k, v) and float(value) != want:
+                wrong.append((k, float(value), want))
+
+    engine.register_product(_program("t88/writer", WRITER_YAML, WRITER_WGSL), key="writer", fields={"f": "f", "acc": "acc"}, apply=lambda r: None)
+    reader = engine.register_product(_program("t88/reader", SUM_YAML, SUM_WGSL), key="reader", fields={"heat": "acc"}, apply=on_sum)
+
+    def drain():
+        for _ in range(3000):
+            engine.frame()
+            if engine.idle and engine.backend.inflight_readbacks == 0:
+                return
+            time.sleep(0.002)
+        raise AssertionError("never idle")
+
+    drain()
+    for step in range(6):
+        engine.invalidate(reader)  # the game: the reader's input changes with f
+        world.write(step % 3, "f", np.full(SHAPE, 10.0 + step, np.float32))
+        engine.frame()
+        time.sleep(0.005)
+    drain()
+    engine.close()
+    assert applied and not wrong, wrong
