@@ -174,19 +174,24 @@ def _new_context(adapter: Any = None) -> DeviceContext:
 
 def fresh_context(avoid: Any = None) -> DeviceContext:
     """A context on a healthy device other than ``avoid`` (a device or DeviceContext that
-    faulted): the default one when it is neither lost nor ``avoid``, else a new private device
+    faulted, or a collection of them): the default one when it is neither lost nor ``avoid``, else a new private device
     (the default stays what it is for its other users; a lost default is replaced).
 
     Raises:
         NoAdapterError: no adapter exists.
     """
-    bad = getattr(avoid, "device", avoid)
+    many = avoid if isinstance(avoid, (set, frozenset, list, tuple)) else (avoid,)
+    bad = [getattr(a, "device", a) for a in many if a is not None]
+
+    def is_bad(device: Any) -> bool:
+        return any(device is b for b in bad)
+
     ctx = get_context()
-    if ctx.device is not bad and not ctx.lost:
+    if not is_bad(ctx.device) and not ctx.lost:
         return ctx
     with _lock:
         for spare in _spares:  # one made earlier for the same reason, healthy: no device pile-up
-            if spare.device is not bad and not spare.guard.check():
+            if not is_bad(spare.device) and not spare.guard.check():
                 return spare
         made = _new_context(ctx.adapter)
         _spares[:] = [s for s in _spares if not s.lost][-1:] + [made]

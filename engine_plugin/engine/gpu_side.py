@@ -55,6 +55,7 @@ class GpuSide:
         dirty_token: int | None = None,
     ) -> None:
         self._world = world
+        self._faulted: list[Any] = []  # devices of backends that faulted here (the last few)
         self.dirty_token = dirty_token  # the engine's own dirty flags (World.claim_dirty), if not the world's
         self._config = config
         self._products = products
@@ -130,16 +131,18 @@ class GpuSide:
         # healthy (not lost) while the application knows it is not.
         faulted = self.resource_backend and (not getattr(old, "healthy", True) or getattr(old, "lost", False))
         dead = getattr(old, "device", None) if faulted else None
+        if dead is not None and not any(dead is d for d in self._faulted):
+            self._faulted[:] = self._faulted[-7:] + [dead]  # a device this engine saw fault: never offered again
         try:
             ctx = get_context(device) if device is not None else None
-            if ctx is not None and (ctx.lost or (dead is not None and ctx.device is dead)):
-                log.warning("recover_gpu: the device offered is the faulted one; acquiring another")
+            if ctx is not None and (ctx.lost or any(ctx.device is d for d in self._faulted)):
+                log.warning("recover_gpu: the device offered is a faulted one; acquiring another")
                 ctx = None
             chosen = device is not None and ctx is not None
             if ctx is None:
                 current = self._ctx
-                healthy = current is not None and not current.lost and not faulted
-                ctx = current if healthy else fresh_context(avoid=dead)
+                healthy = current is not None and not current.lost and not faulted and not any(current.device is d for d in self._faulted)
+                ctx = current if healthy else fresh_context(avoid=tuple(self._faulted))
             backend = WgpuBackend(ctx, self._config.backend)
             if not backend.healthy and not chosen and ctx.guard.probe_lost():
                 # A device lost without anyone telling its guard (a reset): marked, and one

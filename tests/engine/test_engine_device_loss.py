@@ -67,3 +67,11 @@ def test_a_mirror_writer_runs_again_over_every_chunk_after_recovery():
     assert report["before"] == {k: [v, "gpu"] for k, v in report["expected"].items()}
     assert report["mirror"] == [3.0, 5.0]  # aux = 2 f + 1 of each chunk's first tile
     assert report["after"] == {k: [v, "gpu"] for k, v in report["expected"].items()}
+
+
+def test_a_device_reported_faulty_is_never_offered_again_by_a_later_recovery():
+    proc = subprocess.run([sys.executable, os.path.join(HERE, "faulted_device_script.py")], capture_output=True, text=True, timeout=120, env=dict(os.environ))
+    assert proc.returncode == 0, f"exit {proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr[-4000:]}"
+    report = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert report["recovered"] == [True, True]
+    assert not report["d2_is_d1"] and not report["d3_is_d1"] and not report["d3_is_d2"]
