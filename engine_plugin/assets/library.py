@@ -231,6 +231,7 @@ class ComputeShaderRef:
         self._program: Program | None = None
         self._source: AssetSource | None = None
         self._real_files: tuple[str, ...] = ()  # the last good read's files, links resolved (file events name either)
+        self._tried_files: tuple[str, ...] = ()  # the latest read's, when it failed after reading (a fix there reloads)
         self._reload_listeners: list[ReloadCallback] = []
         self._error_listeners: list[ErrorCallback] = []
         self.reloads = 0
@@ -465,6 +466,7 @@ class AssetLibrary:
         ctx = self._context_or_none()
         try:
             src = read_asset_folder(folder, root=root, modules=self.module_paths)
+            ref._tried_files = _real_files(src)  # followed too if what comes next refuses it
             schema = parse(src.yaml_text, src.yaml_path)
             ref._store.paths = _store_paths(src)
             if ctx is not None:
@@ -590,7 +592,14 @@ class AssetLibrary:
             names = frozenset(m.name for m in src.modules) if ref.error is None else None
         else:
             bases, names = tuple(module_search_path(ref.folder, self.root, self.module_paths)), None
-        self._watch_index.enter(os.path.abspath(ref.folder), ref._real_files, tuple(os.path.realpath(b) for b in bases), names)
+        folder = os.path.abspath(ref.folder)
+        self._watch_index.enter(
+            folder,
+            tuple(dict.fromkeys(ref._real_files + ref._tried_files)),
+            tuple(dict.fromkeys([os.path.abspath(b) for b in bases] + [os.path.realpath(b) for b in bases])),
+            names,
+            os.path.realpath(folder),
+        )
 
     def _deliver(self, prepared: Prepared) -> None:
         with self._ready_lock:
@@ -634,6 +643,7 @@ class AssetLibrary:
                     continue
                 log.exception("applying a reload of %s failed", ref.path)
                 result = self._fail(ref, bug(f"applying a reload raised {type(exc).__name__}: {exc}"), prepared)
+            ref._tried_files = _real_files(prepared.source) if prepared.source is not None and ref._source is not prepared.source else ()
             self._reindex(ref)  # what it reads now (a reload, a failure, a link retargeted)
             if result is not None:
                 out.append(result)
@@ -872,38 +882,47 @@ def _store_paths(src: AssetSource) -> tuple[str, ...]:
 
 
 class _WatchIndex:
-    """What each loaded asset's last read depends on, for file events: links resolved, so an
-    event names either the file or its link's target, and looked up by path, so an event costs
-    a few dictionary lookups however many assets are loaded.
+    """What each loaded asset's reads depend on, for file events: links resolved, so an event
+    names either the file or its link's target, and looked up by path, so an event costs a few
+    dictionary lookups however many assets are loaded.
 
-    ``files``: each file an asset read (its bindings.yaml, body and modules) -> its folders.
-    ``bases``: each folder its ``#import`` lines look in -> {its folder: the module names it
+    ``files``: each file an asset read (its bindings.yaml, body and modules; also those of a
+    read that failed after reading) -> its folders. ``folders``: each asset folder with links
+    resolved -> the asset (a file made in a linked asset folder). ``bases``: each folder its
+    ``#import`` lines look in, as written and resolved -> {its folder: the module names it
     imports, or None for any (a failed read may lack a module of any name)}: a module created
-    or removed there shadows or unshadows one it imports.
+    or removed there shadows or unshadows one it imports, and a link made or retargeted there
+    replaces them all. The watcher's thread reads it while the engine's thread changes it:
+    a lock keeps them apart.
     """
 
     def __init__(self, root: str) -> None:
         self.root = root
         self.files: dict[str, set[str]] = {}
+        self.folders: dict[str, set[str]] = {}
         self.bases: dict[str, dict[str, frozenset[str] | None]] = {}
-        self._of: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {}
+        self._of: dict[str, tuple[tuple[str, ...], tuple[str, ...], str]] = {}
+        self._lock = threading.Lock()
 
-    def enter(self, folder: str, files: tuple[str, ...], bases: tuple[str, ...], names: frozenset[str] | None) -> None:
-        self.drop(folder)
-        for f in files:
-            self.files.setdefault(f, set()).add(folder)
-        for b in bases:
-            self.bases.setdefault(b, {})[folder] = names
-        self._of[folder] = (files, bases)
+    def enter(self, folder: str, files: tuple[str, ...], bases: tuple[str, ...], names: frozenset[str] | None, real_folder: str) -> None:
+        with self._lock:
+            self._drop(folder)
+            for f in files:
+                self.files.setdefault(f, set()).add(folder)
+            for b in bases:
+                self.bases.setdefault(b, {})[folder] = names
+            self.folders.setdefault(real_folder, set()).add(folder)
+            self._of[folder] = (files, bases, real_folder)
 
-    def drop(self, folder: str) -> None:
-        files, bases = self._of.pop(folder, ((), ()))
-        for f in files:
-            held = self.files.get(f)
-            if held is not None:
-                held.discard(folder)
-                if not held:
-                    del self.files[f]
+    def _drop(self, folder: str) -> None:
+        files, bases, real_folder = self._of.pop(folder, ((), (), ""))
+        for table, keys in ((self.files, files), (self.folders, (real_folder,) if real_folder else ())):
+            for key in keys:
+                held = table.get(key)
+                if held is not None:
+                    held.discard(folder)
+                    if not held:
+                        del table[key]
         for b in bases:
             entries = self.bases.get(b)
             if entries is not None:
@@ -912,20 +931,38 @@ class _WatchIndex:
                     del self.bases[b]
 
     def hits(self, path: str, real: str) -> set[str]:
+        with self._lock:
+            return self._hits(path, real)
+
+    def _hits(self, path: str, real: str) -> set[str]:
         out = set(self.files.get(real, ())) | set(self.files.get(path, ()))
-        if not out and (os.path.isdir(real) or not os.path.exists(real)):
+        gone_or_folder = os.path.isdir(real) or not os.path.exists(real)
+        if not out and gone_or_folder:
             # a folder (moved, deleted, made) or a file gone: the files that lay under it
             for f, folders in self.files.items():
                 if _under(f, real) or _under(f, path):
                     out |= folders
-        if path.endswith(".wgsl"):
-            for where in {path, real}:
+        for where in {path, real}:
+            # inside an asset folder reached through a link (a body made there)
+            base = os.path.dirname(where)
+            while _under(base, os.path.dirname(self.root)):
+                out |= self.folders.get(base, set())
+                parent = os.path.dirname(base)
+                if parent == base:
+                    break
+                base = parent
+            if gone_or_folder:
+                # a module folder (or one above it) made, removed or retargeted as a whole (a link)
+                for b, under in self.bases.items():
+                    if _under(b, where):
+                        out |= set(under)
+            if where.endswith(".wgsl"):
                 base = os.path.dirname(where)
                 while True:
-                    entries = self.bases.get(base)
-                    if entries:
+                    found = self.bases.get(base)
+                    if found:
                         name = os.path.relpath(where, base)[: -len(".wgsl")].replace(os.sep, "/")
-                        out |= {folder for folder, names in entries.items() if names is None or name in names}
+                        out |= {folder for folder, names in found.items() if names is None or name in names}
                     parent = os.path.dirname(base)
                     if parent == base or not _under(parent, os.path.dirname(self.root)):
                         break

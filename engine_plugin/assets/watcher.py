@@ -372,4 +372,7 @@ class _Handler:
         for p in paths:
             if isinstance(p, bytes):
                 p = os.fsdecode(p)
-            self.service.notify_path(p)
+            try:
+                self.service.notify_path(p)
+            except Exception:  # an error here would end watchdog's dispatcher, and every reload with it
+                log.exception("hot reload: handling the file event for %s failed", p)

@@ -98,6 +98,7 @@ class OutputPlan:
     dtype: np.dtype
     lanes: int
     per_item: int
+    capacity: str | None = None  # an append's capacity expression (a CPU fallback's answer is capped by it)
 
     @property
     def record_shape(self) -> tuple[int, ...]:
@@ -319,7 +320,7 @@ def _plan_output(slot: Any, env: Mapping[str, Any], where: str | None) -> Output
             at = []
         if at and at[1] > 0 and all(a == n * at[1] for n, a in zip(samples, at)):
             per_item = at[1]
-    return OutputPlan(slot.name, slot.binding, slot.role, _SCALAR_DTYPES[slot.scalar], slot.lanes, per_item)
+    return OutputPlan(slot.name, slot.binding, slot.role, _SCALAR_DTYPES[slot.scalar], slot.lanes, per_item, slot.capacity if slot.role == "append" else None)
 
 
 SLOT_WORDS = "_slot_words"  # <field binding>_slot_words: a param the engine fills (see _slot_params)

@@ -22,7 +22,7 @@ from ..gpu.backend import ReadbackResult
 from ..gpu.descriptors import DirtyChanges, ReadbackPolicy
 from .contract import ProductError, ProductResult, ProductWork
 from .products import InFlight, Product, fallback_view, split_current
-from .records import decode_outputs, fallback_outputs
+from .records import decode_outputs, fallback_outputs, fallback_overflow
 from .stats import FrameStats
 
 if TYPE_CHECKING:
@@ -161,16 +161,7 @@ class Delivery:
         st.readbacks_applied += 1
         st.chunks_applied += len(applied)
         if overflow:
-            # An append ran past its capacity: the values hold its first ``capacity`` records;
-            # the result says how many the kernel tried to append, and the frame counts it.
-            made = dataclasses.replace(made, overflow=dict(overflow))
-            st.append_overflows += len(overflow)
-            if not product.warned_overflow:
-                product.warned_overflow = True
-                name, attempted = next(iter(overflow.items()))
-                log.warning(
-                    "product %r: append output %r ran past its capacity (%d attempted); results carry ProductResult.overflow", product.key, name, attempted
-                )
+            made = _overflowed(product, made, overflow, st)
         self._call_apply(product, made)
 
     def _note_failure(self, product: Product, st: FrameStats) -> None:
@@ -289,14 +280,18 @@ class Delivery:
         st.cpu_fallbacks += 1
         product.done(work)
         product.cpu_done.update(zip(work.keys, work.versions))
+        if plan is not None and any(f.writes for f in plan.fields):
+            product.mirror_unwritten.update(work.keys)  # the fallback writes no mirror: its readers wait
         product.cpu_plan = fallback_view(product.plan)
         values: Any
+        overflow: dict[str, int] = {}
         if plan is not None and plan.readback:
             try:
                 values = fallback_outputs(plan, answer, job.items, product.key)
             except ProductError as exc:
                 self._errors.append(exc)
                 return
+            overflow = fallback_overflow(plan, values, job.items, job.params)  # capped as the kernel's would be
         elif plan is not None:
             return  # NONE: nothing to apply
         else:
@@ -310,4 +305,17 @@ class Delivery:
             st.chunks_stale += len(stale)
             product.reowe(self._world, stale)
         if made is not None and product.policy is not ReadbackPolicy.NONE:
+            if overflow:
+                made = _overflowed(product, made, overflow, st)
             self._call_apply(product, made)
+
+
+def _overflowed(product: Product, made: ProductResult, overflow: dict[str, int], st: FrameStats) -> ProductResult:
+    """An append ran past its capacity: the values hold its first ``capacity`` records; the
+    result says how many were attempted, and the frame counts it (logged once a product)."""
+    st.append_overflows += len(overflow)
+    if not product.warned_overflow:
+        product.warned_overflow = True
+        name, attempted = next(iter(overflow.items()))
+        log.warning("product %r: append output %r ran past its capacity (%d attempted); results carry ProductResult.overflow", product.key, name, attempted)
+    return dataclasses.replace(made, overflow=dict(overflow))

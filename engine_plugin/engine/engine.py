@@ -166,6 +166,7 @@ class Engine:
         # Whether a product may be waiting for a readback slot (set each frame before the
         # dispatches, and when one starts waiting): while not, no slot is owed to anyone.
         self._slot_waiting = False
+        self._writers: dict[str, list[Product]] = {}  # mirror -> products whose kernels write it (each frame)
         self._gpu = GpuSide(world, self.config, self._order, self._engine_params, self._on_readback, backend, device, self._dirty_token)
         self._delivery = Delivery(world, self.config, self._products, self._gpu, self._engine_params, self._dirty_token)
 
@@ -523,21 +524,13 @@ class Engine:
         if self._paced(st):
             self._slot_waiting = any(p.slot_waits for p in self._order)
             with self._submission():  # 3, 4: one submission for the frame
-                behind: set[str] = set()  # mirrors a product registered earlier still owes writes to
+                self._writers = self._mirror_writers()
                 for product in self._order:
                     if product.pending:
-                        if behind and not behind.isdisjoint(product.field_names):
-                            # It reads a mirror its writer has not brought up to date this frame
-                            # (no readback slot, a budget): its results would claim the chunks'
-                            # new versions over the old mirror. Next frame, after the writer.
-                            st.deferred += 1
-                        else:
-                            t, before = time.perf_counter(), st.dispatches
-                            self._dispatch(product, st, index)
-                            if st.dispatches > before:  # timed only when it ran on the GPU
-                                wall[str(product.key)] = (time.perf_counter() - t) * 1e3
-                    if product.pending and product.plan is not None and self._serves(product) and not product.force_cpu:
-                        behind.update(f.field for f in product.plan.fields if f.writes)
+                        t, before = time.perf_counter(), st.dispatches
+                        self._dispatch(product, st, index)
+                        if st.dispatches > before:  # timed only when it ran on the GPU
+                            wall[str(product.key)] = (time.perf_counter() - t) * 1e3
         self._delivery.collect(st)  # 5
         self._note_gpu_times(st, wall)
         self._gpu.check(st)
@@ -813,6 +806,23 @@ class Engine:
         free = budget - int(getattr(self.backend, "inflight_readback_bytes", 0))
         return min(most, max(0, free) // per_chunk), min(most, max(0, budget) // per_chunk)
 
+    def _note_waiting(self, product: Product, unwritten: set[int]) -> None:
+        """Log once when ``product`` waits for a writer that is off the GPU (its fallback
+        writes no mirror): its results for those chunks wait for ``recover_gpu()``."""
+        if product.warned_waiting:
+            return
+        for name in product.field_names:
+            for w in self._writers.get(name, ()):
+                if w is not product and (w.mirror_unwritten or not self._serves(w)) and not unwritten.isdisjoint(w.mirror_unwritten | w.pending):
+                    product.warned_waiting = True
+                    log.warning(
+                        "product %r waits for %r to write the mirror %r on the GPU (it runs off the GPU): its results for those chunks wait for it",
+                        product.key,
+                        w.key,
+                        name,
+                    )
+                    return
+
     def _reads_gpu_state(self, product: Product) -> bool:
         """Whether ``product`` reads a kernel-written mirror (state the world's bytes lack)."""
         return any(self._gpu.kernel_written(name) for name in product.field_names)
@@ -835,18 +845,40 @@ class Engine:
         longer = sum(
             1
             for p in self._order
-            if p is not product and p.slot_waits > product.slot_waits and p.pending and self._serves(p) and not p.force_cpu and not self._waits_for(p, product)
+            if p is not product
+            and p.slot_waits > product.slot_waits
+            and p.pending
+            and self._serves(p)
+            and not p.force_cpu
+            and not p.pending <= self._unwritten_for(p)
         )
         return "owed" if longer >= free else None
 
-    def _waits_for(self, reader: Product, writer: Product) -> bool:
-        """Whether ``reader`` waits for ``writer`` anyway: registered after it, it reads a
-        mirror ``writer``'s kernel writes (and dispatches only once that is up to date)."""
-        plan = writer.plan
-        if plan is None:
-            return False
-        written = {f.field for f in plan.fields if f.writes}
-        return bool(written) and not written.isdisjoint(reader.field_names) and self._order.index(reader) > self._order.index(writer)
+    def _mirror_writers(self) -> dict[str, list[Product]]:
+        """Each mirror a registered product's kernel writes -> those products."""
+        writers: dict[str, list[Product]] = {}
+        for p in self._order:
+            if p.plan is not None:
+                for f in p.plan.fields:
+                    if f.writes:
+                        writers.setdefault(f.field, []).append(p)
+        return writers
+
+    def _unwritten_for(self, reader: Product) -> set[int]:
+        """The chunks whose mirror ``reader`` reads another product has yet to write on the
+        GPU: work it still owes (before or after ``reader`` in this frame's order), or work its
+        CPU fallback served (which writes no mirror). A result ``reader`` computed over them
+        would claim their new versions over the old mirror."""
+        writers = self._writers
+        if not writers:
+            return set()
+        out: set[int] = set()
+        for name in reader.field_names:
+            for w in writers.get(name, ()):
+                if w is not reader:
+                    out |= w.pending
+                    out |= w.mirror_unwritten
+        return out
 
     def _dispatch_once(self, product: Product, st: FrameStats, index: ChunkIndex) -> bool:
         """One bounded dispatch of ``product``'s owed work; answers whether to go on."""
@@ -856,6 +888,18 @@ class Engine:
         work = product.work(self.world, index=index)
         if not work:
             return False  # only evicted chunks were owed (dropped), or a path through one (owed when it is back)
+        unwritten = self._unwritten_for(product) if self._writers else None
+        if unwritten and not unwritten.isdisjoint(work.keys):
+            # Chunks whose mirror a writer has not brought up to date on the GPU: next frame
+            # (or once the writer is back on the GPU); the others go now (a path goes whole).
+            keys = [k for k in work.keys if k not in unwritten]
+            self._note_waiting(product, unwritten)
+            if not keys or product.policy is ReadbackPolicy.SELECTED_PATH:
+                st.deferred += 1
+                return False
+            work = product.work(self.world, keys=set(keys), index=index)
+            if not work:
+                return False
         if work.items.size > gpu.capacity:
             self._gpu.reregister(product)  # outgrown (a selection): bigger buffers next frame
             return False
@@ -897,6 +941,8 @@ class Engine:
             product.force_cpu = True
             return False
         st.dispatches += 1
+        if product.mirror_unwritten:
+            product.mirror_unwritten.difference_update(work.keys)  # written on the GPU now
         if product.policy is ReadbackPolicy.NONE:
             product.done(work)
             return True

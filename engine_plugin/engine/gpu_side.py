@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -55,7 +56,7 @@ class GpuSide:
         dirty_token: int | None = None,
     ) -> None:
         self._world = world
-        self._faulted: list[Any] = []  # devices of backends that faulted here (the last few)
+        self._faulted: weakref.WeakSet = weakref.WeakSet()  # devices of backends that faulted here: never offered again
         self.dirty_token = dirty_token  # the engine's own dirty flags (World.claim_dirty), if not the world's
         self._config = config
         self._products = products
@@ -131,17 +132,17 @@ class GpuSide:
         # healthy (not lost) while the application knows it is not.
         faulted = self.resource_backend and (not getattr(old, "healthy", True) or getattr(old, "lost", False))
         dead = getattr(old, "device", None) if faulted else None
-        if dead is not None and not any(dead is d for d in self._faulted):
-            self._faulted[:] = self._faulted[-7:] + [dead]  # a device this engine saw fault: never offered again
+        if dead is not None:
+            self._faulted.add(dead)
         try:
             ctx = get_context(device) if device is not None else None
-            if ctx is not None and (ctx.lost or any(ctx.device is d for d in self._faulted)):
+            if ctx is not None and (ctx.lost or ctx.device in self._faulted):
                 log.warning("recover_gpu: the device offered is a faulted one; acquiring another")
                 ctx = None
             chosen = device is not None and ctx is not None
             if ctx is None:
                 current = self._ctx
-                healthy = current is not None and not current.lost and not faulted and not any(current.device is d for d in self._faulted)
+                healthy = current is not None and not current.lost and not faulted and current.device not in self._faulted
                 ctx = current if healthy else fresh_context(avoid=tuple(self._faulted))
             backend = WgpuBackend(ctx, self._config.backend)
             if not backend.healthy and not chosen and ctx.guard.probe_lost():
@@ -149,7 +150,7 @@ class GpuSide:
                 # other device tried (recover_gpu answered False, and a second call worked).
                 ctx.guard.mark_lost("found lost by recover_gpu (probed)")
                 backend.close()
-                backend = WgpuBackend(fresh_context(avoid=ctx), self._config.backend)
+                backend = WgpuBackend(fresh_context(avoid=(ctx, *self._faulted)), self._config.backend)
         except (NoAdapterError, ImportError) as exc:
             log.warning("recover_gpu: no device (%s); products stay on the CPU", exc)
             return None

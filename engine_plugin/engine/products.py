@@ -236,6 +236,10 @@ class Product:
         self._linear: tuple[int, ...] = ()
         self.inflight = 0
         self.slot_waits = 0  # frames it waited for a readback slot (GPU-state readers: first in line)
+        # A product whose kernel writes mirrors: chunks whose latest owed work its CPU fallback
+        # served (the fallback writes no mirror): its readers wait until the GPU writes them.
+        self.mirror_unwritten: set[int] = set()
+        self.warned_waiting = False  # logged once: it waits for a writer off the GPU
         self.error: str | None = None  # the last error, rendered (see ``exception``)
         self.exception: BaseException | None = None  # ... and as raised: a PluginError carries its span
         self.refused_program: Any = None  # a reloaded program that did not fit (not retried)

@@ -8,15 +8,17 @@ arrays of ``(items, *record_shape)``; whole-dispatch outputs are ``(count, lanes
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
+from ..lowering import parse_expression
 from ..lowering.casts import cast_refusal
 from .contract import OutputPlan, ProductError, ProductPlan
 
-__all__ = ["decode_outputs", "fallback_outputs", "readback_extent", "select_items", "has_whole_outputs"]
+__all__ = ["decode_outputs", "fallback_outputs", "fallback_overflow", "readback_extent", "select_items", "has_whole_outputs"]
 
 
 def _read_plans(plan: ProductPlan) -> list[OutputPlan]:
@@ -64,6 +66,28 @@ def _shape(o: OutputPlan, values: np.ndarray, items: int) -> np.ndarray:
     if o.per_item:
         return values.reshape(items, *o.record_shape)
     return values.reshape(-1, o.lanes) if o.lanes > 1 else values
+
+
+def fallback_overflow(plan: ProductPlan, outputs: dict[str, np.ndarray], items: int, params: Mapping[str, Any]) -> dict[str, int]:
+    """Cap a CPU fallback's append outputs at the capacity the kernel's would have (its
+    expression over ``items`` and the params), as a GPU result is capped; answers the appends
+    that ran past it, by name: how many records the fallback answered. An expression the
+    fallback cannot evaluate (it reads a binding's length) leaves the output as answered."""
+    env = {k: float(v) for k, v in params.items() if isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool)}
+    env.update(n=items, nx=items, ny=1, nz=1)
+    overflow: dict[str, int] = {}
+    for o in plan.outputs:
+        values = outputs.get(o.name)
+        if o.role != "append" or o.capacity is None or values is None:
+            continue
+        try:
+            capacity = max(0, math.ceil(parse_expression(o.capacity).evaluate(env, {})))
+        except Exception:  # reads what a fallback does not know (len(binding)): as answered
+            continue
+        if len(values) > capacity:
+            overflow[o.name] = len(values)
+            outputs[o.name] = values[:capacity]
+    return overflow
 
 
 def fallback_outputs(plan: ProductPlan, answer: Any, items: int, key: Any) -> dict[str, np.ndarray]:

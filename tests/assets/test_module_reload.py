@@ -201,3 +201,85 @@ def test_a_link_retargeted_to_the_same_content_follows_its_new_target(asset_root
     write(os.path.join(copy, "kernel.wgsl"), kernel(3.0))
     pump(lib, lambda: alias.generation == 1, what="the alias to follow its new target")
     assert run_scale(alias) == [3.0, 6.0, 9.0, 12.0]
+
+
+def test_a_modules_folder_made_as_a_link_reloads_its_importer(asset_root, make_library):
+    # Review helper 90: a link made (or retargeted) where imports look is one file event for
+    # the link, nothing for what lies behind it: the asset kept the far module's numbers.
+    _importers(asset_root)  # modules/factor.wgsl: 2.0
+    os.makedirs(os.path.join(asset_root, "common"))
+    write(os.path.join(asset_root, "common", "factor.wgsl"), _factor("7.0"))
+    sub = os.path.join(asset_root, "sub", "near.computeShader")
+    os.makedirs(sub)
+    write(os.path.join(sub, "bindings.yaml"), SCHEMA)
+    write(os.path.join(sub, "kernel.wgsl"), BODY.format(module="factor", call="shared_factor"))
+    lib = make_library(asset_root)
+    near = lib.load("sub/near.computeShader")
+    assert run_scale(near) == [2.0, 4.0, 6.0, 8.0]
+    lib.watch()
+    wait_watching(lib, os.path.join(asset_root, "sub"))
+    os.symlink(os.path.join("..", "common"), os.path.join(asset_root, "sub", "modules"))
+    pump(lib, lambda: near.generation == 1, what="the importer to reload")
+    assert run_scale(near) == [7.0, 14.0, 21.0, 28.0]
+
+
+def test_a_fix_to_a_file_only_a_failed_read_used_reloads(asset_root, make_library):
+    # Review helper 90: kernel.wgsl retargeted to a broken file, then that file fixed: the
+    # index held only the last good read's files, so the fix was never seen.
+    from asset_support import kernel
+
+    src = os.path.join(asset_root, "src")
+    os.makedirs(src)
+    write(os.path.join(src, "k1.wgsl"), kernel(2.0))
+    write(os.path.join(src, "k2.wgsl"), kernel("broken_here"))
+    body = os.path.join(asset_root, "k.computeShader", "kernel.wgsl")
+    os.remove(body)
+    os.symlink(os.path.join("..", "src", "k1.wgsl"), body)
+    lib = make_library(asset_root)
+    ref = lib.load("k.computeShader")
+    assert run_scale(ref) == [2.0, 4.0, 6.0, 8.0]
+    lib.watch()
+    wait_watching(lib, src)
+    os.symlink(os.path.join("..", "src", "k2.wgsl"), body + ".tmp")
+    os.replace(body + ".tmp", body)
+    pump(lib, lambda: ref.diagnostics is not None, what="the broken body's diagnostics")
+    write(os.path.join(src, "k2.wgsl"), kernel(3.0))
+    pump(lib, lambda: ref.generation == 1, what="the fix to reload")
+    assert ref.diagnostics is None and run_scale(ref) == [3.0, 6.0, 9.0, 12.0]
+
+
+def test_an_asset_that_failed_at_load_reloads_when_the_file_its_link_names_is_fixed(asset_root, make_library):
+    # Review helper 90: a failed first read entered no files in the index.
+    schemas = os.path.join(asset_root, "schemas")
+    os.makedirs(schemas)
+    write(os.path.join(schemas, "s.yaml"), SCHEMA + "bake: [ {\n")  # broken YAML
+    yaml_path = os.path.join(asset_root, "k.computeShader", "bindings.yaml")
+    os.remove(yaml_path)
+    os.symlink(os.path.join("..", "schemas", "s.yaml"), yaml_path)
+    lib = make_library(asset_root)
+    ref = lib.load("k.computeShader", strict=False)
+    assert ref.error is not None
+    lib.watch()
+    wait_watching(lib, schemas)
+    write(os.path.join(schemas, "s.yaml"), SCHEMA)
+    pump(lib, lambda: ref.error is None and ref.generation == 1, what="the fixed schema to load")
+    assert run_scale(ref) == [2.0, 4.0, 6.0, 8.0]
+
+
+def test_an_error_handling_a_file_event_never_stops_the_watch(asset_root, make_library, caplog):
+    # Review helper 90: an exception out of the handler ended watchdog's dispatcher thread, and
+    # every later save was ignored with the watch still reading as on.
+    from engine_plugin.assets.watcher import _Handler
+
+    lib = make_library(asset_root)
+    lib.load("k.computeShader")
+
+    class Event:
+        event_type, is_directory, src_path = "modified", False, os.path.join(asset_root, "k.computeShader", "kernel.wgsl")
+
+    def broken(path):
+        raise RuntimeError("dictionary keys changed during iteration")
+
+    lib.service.notify_path = broken
+    _Handler(lib.service).dispatch(Event())  # logged, not raised
+    assert any("handling the file event" in m for m in caplog.messages)

@@ -26,5 +26,15 @@ d2.destroy()
 engine.frame()
 second = engine.recover_gpu()
 d3 = engine._gpu._ctx.device
-print(json.dumps({"recovered": [first, second], "d2_is_d1": d2 is d1, "d3_is_d1": d3 is d1, "d3_is_d2": d3 is d2}))
+# Many faults in a row (helper 89: only the last eight were remembered): none comes back.
+faulted = [d1, d3]
+again = []
+for _ in range(10):
+    engine.backend.notify_device_error("another device error")
+    engine.frame()
+    again.append(engine.recover_gpu())
+    if any(engine._gpu._ctx.device is d for d in faulted):
+        again.append("faulted device offered again")
+    faulted.append(engine._gpu._ctx.device)
+print(json.dumps({"recovered": [first, second], "d2_is_d1": d2 is d1, "d3_is_d1": d3 is d1, "d3_is_d2": d3 is d2, "again": again}))
 engine.close()

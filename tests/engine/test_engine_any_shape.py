@@ -381,6 +381,28 @@ def test_an_append_past_its_capacity_is_reported_in_the_result_and_the_frame_sta
     assert ok.results and ok.results[-1].overflow == {}
 
 
+def test_a_cpu_fallbacks_append_past_its_capacity_is_capped_and_reported_as_the_kernels_is():
+    # A GPU result is cut to the append's capacity and reports the overflow; the CPU
+    # fallback's answer was applied whole, more records than the kernel can hold, unreported.
+    world = _world()
+    tiles = int(np.prod(world.chunk_shape))
+
+    def every_tile(world, work):
+        return np.repeat(np.arange(len(work.keys), dtype=np.uint32), tiles)  # tile_count records an item
+
+    engine = Engine(world, backend=NoGpuBackend())
+    applied = Applied(world)
+    engine.register_product(
+        _program("shape/overflow_cpu", CULL_YAML, OVERFLOW_WGSL), fields={"height": "height"}, params={"threshold": -1e30}, apply=applied, cpu_fallback=every_tile
+    )
+    totals = run_until_idle(engine)
+    (r,) = applied.results
+    assert r.source == "cpu"
+    assert len(r.outputs["hot"]) == len(world)  # capacity n: the first n records
+    assert r.overflow == {"hot": len(world) * tiles}
+    assert totals.append_overflows == 1
+
+
 # A uint8 field read as raw words: a 5x5 chunk is 25 bytes in a 28-byte mirror slot.
 BYTES_YAML = """\
 bindings:

@@ -75,3 +75,4 @@ def test_a_device_reported_faulty_is_never_offered_again_by_a_later_recovery():
     report = json.loads(proc.stdout.strip().splitlines()[-1])
     assert report["recovered"] == [True, True]
     assert not report["d2_is_d1"] and not report["d3_is_d1"] and not report["d3_is_d2"]
+    assert report["again"] == [True] * 10

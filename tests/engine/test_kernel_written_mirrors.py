@@ -470,3 +470,90 @@ def test_a_mirror_reader_never_runs_ahead_of_its_writer_waiting_for_a_readback_s
     drain()
     engine.close()
     assert applied and not wrong, wrong
+
+
+def _mirror_pair(reader_first: bool = False, **backend):
+    """A world, an engine with one readback slot, the writer of `acc` (acc = f + 100) and its
+    reader (a sum of acc over the chunk), and the list of wrong values the reader applied as
+    current (checked against the world when they are applied)."""
+    world = World(SHAPE, {"f": np.float32, "acc": np.float32}, max_chunks=4)
+    for k in range(3):
+        world.add(k, {"f": np.full(SHAPE, k + 1.0, np.float32)})
+    engine = Engine(world, config=EngineConfig(backend=WgpuBackendConfig(max_inflight_readbacks=1, **backend)))
+    engine.field_buffer("acc", kernel_writes=True)
+    wrong: list = []
+    applied: dict = {}
+
+    def on_sum(result):
+        for k, v, value in zip(result.keys, result.versions, result.values):
+            applied[k] = applied.get(k, 0) + 1
+            want = float((world.read(k, "f").astype(np.float64) + 100).sum())
+            if world.is_current(k, v) and float(value) != want:
+                wrong.append((k, float(value), want))
+
+    def writer():
+        return engine.register_product(_program("t89/writer", WRITER_YAML, WRITER_WGSL), key="writer", fields={"f": "f", "acc": "acc"}, apply=lambda r: None)
+
+    def reader():
+        return engine.register_product(_program("t89/reader", SUM_YAML, SUM_WGSL), key="reader", fields={"heat": "acc"}, apply=on_sum)
+
+    handles = (reader(), writer()) if reader_first else (writer(), reader())
+    return world, engine, handles, wrong, applied
+
+
+def _drain(engine):
+    for _ in range(3000):
+        engine.frame()
+        if engine.idle and engine.backend.inflight_readbacks == 0:
+            return
+        time.sleep(0.002)
+    raise AssertionError("never idle")
+
+
+def test_a_mirror_reader_registered_before_its_writer_waits_for_the_writes():
+    # Review helper 89: the rule held only for writers registered first; a reader registered
+    # before applied sums of the world's zeros, then of the old mirror after an edit.
+    world, engine, (reader, _), wrong, applied = _mirror_pair(reader_first=True)
+    _drain(engine)
+    world.write(1, "f", np.full(SHAPE, 7.0, np.float32))
+    engine.invalidate(reader)
+    _drain(engine)
+    engine.close()
+    assert applied and not wrong, wrong
+
+
+def test_a_mirror_reader_still_gets_the_chunks_its_writer_is_done_with():
+    # Review helper 89: the first version of the rule held the reader back whenever its writer
+    # owed anything; a game editing chunk 0 every frame starved chunk 1 for good.
+    world, engine, (_, reader), wrong, applied = _mirror_pair()
+    _drain(engine)
+    applied.clear()
+    world.write(1, "f", np.full(SHAPE, 7.0, np.float32))
+    engine.invalidate(reader)
+    for step in range(60):
+        world.write(0, "f", np.full(SHAPE, float(step), np.float32))
+        engine.frame()
+        time.sleep(0.003)
+    engine.close()
+    assert applied.get(1) and not wrong, (applied, wrong)
+
+
+def test_a_mirror_reader_waits_while_its_writer_runs_on_its_cpu_fallback(caplog):
+    # Review helper 89: a writer that gave up on the GPU (its readbacks kept failing) ran on
+    # its CPU fallback, which writes no mirror; the reader applied sums of the frozen mirror.
+    world, engine, (writer, reader), wrong, applied = _mirror_pair()
+    _drain(engine)
+    product = engine.product(writer)
+    product.cpu_fallback = lambda world, work: np.zeros(len(work.keys), np.float32)
+    product.gave_up = True  # as after max_readback_failures: its fallback serves it until recover_gpu()
+    engine._gpu.release(product)
+    applied.clear()
+    world.write(1, "f", np.full(SHAPE, 9.0, np.float32))
+    engine.invalidate(reader)
+    for _ in range(30):
+        engine.frame()
+        time.sleep(0.003)
+    assert not wrong, wrong
+    assert 1 not in applied  # waits for the writer: nothing over the frozen mirror
+    assert any("waits for" in m for m in caplog.messages)
+    engine.close()
