@@ -8,22 +8,12 @@ import os
 import sys
 from typing import Any, Callable
 
-from .contract import EXIT_FAILED, EXIT_OK, EXIT_USAGE, Reporter, UsageError, check_output_file, seconds_arg
+from .contract import EXIT_FAILED, EXIT_OK, EXIT_USAGE, Reporter, UsageError, check_output_file, seconds_arg, whole_number_arg
 
 __all__ = ["add_bake_parser", "cmd_bake"]
 
 # A variant that failed for one of these did not fail as an asset: the machine has no usable GPU.
 ENVIRONMENT_FAILURES = ("NoAdapterError", "DeviceLostError", "GpuError")
-
-
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"a positive whole number, not {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"a positive whole number, not {text!r}")
-    return value
 
 
 def add_bake_parser(sub: Any, size_arg: Callable[[str], int], common: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
@@ -41,13 +31,13 @@ def add_bake_parser(sub: Any, size_arg: Callable[[str], int], common: argparse.A
     p.add_argument("assets", nargs="*", metavar="ASSETS", help="asset folders, or folders searched for *.computeShader (default: assets)")
     p.add_argument("--builtin", action="store_true", help="also bake the kernels shipped in the package (the engine's products and the demo's)")
     p.add_argument("--cache", default="cache", metavar="DIR", help="the variant cache folder (default: cache)")
-    p.add_argument("--jobs", "-j", type=_positive, metavar="N", help="local worker processes (default: the CPU count; 1 bakes in this process)")
+    p.add_argument("--jobs", "-j", type=whole_number_arg(1), metavar="N", help="local worker processes (default: the CPU count; 1 bakes in this process)")
     p.add_argument("--variants-from", metavar="USAGE", help="bake only the variants a game recorded in this usage log (cache/usage.msgpack)")
     p.add_argument("--json", metavar="REPORT", help="write a machine-readable report to this file ('-': stdout)")
     p.add_argument("--format", choices=("text", "github"), default="text", help="github: also print each failure as a GitHub Actions annotation on stdout")
     dask = p.add_mutually_exclusive_group()
     dask.add_argument("--scheduler", metavar="ADDRESS", help="run on the Dask cluster at ADDRESS (e.g. tcp://farm:8786); needs engine_plugin[dask]")
-    dask.add_argument("--dask-local", type=_positive, metavar="N", help="run on a Dask LocalCluster of N worker processes on loopback")
+    dask.add_argument("--dask-local", type=whole_number_arg(1), metavar="N", help="run on a Dask LocalCluster of N worker processes on loopback")
     p.add_argument(
         "--connect-timeout",
         type=seconds_arg(positive=True),

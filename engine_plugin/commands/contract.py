@@ -34,6 +34,7 @@ __all__ = [
     "exit_status",
     "one_line",
     "seconds_arg",
+    "whole_number_arg",
     "write_json",
 ]
 
@@ -156,6 +157,21 @@ def configure_logging(reporter: Reporter) -> logging.Handler:
     logger.setLevel(logging.INFO if reporter.verbose else logging.ERROR if reporter.quiet else logging.WARNING)
     logger.propagate = False
     return handler
+
+
+def whole_number_arg(minimum: int) -> Callable[[str], int]:
+    """An argparse type: a whole number of at least ``minimum``."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"a whole number, not {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"a whole number of at least {minimum}, not {text!r}")
+        return value
+
+    return parse
 
 
 def seconds_arg(positive: bool = False, unit: str = "seconds") -> Callable[[str], float]:

@@ -22,7 +22,7 @@ import time
 from typing import Any
 
 from ..errors import PluginError
-from .contract import EXIT_OK, Reporter, UsageError, seconds_arg
+from .contract import EXIT_OK, Reporter, UsageError, seconds_arg, whole_number_arg
 
 __all__ = ["add_parser", "cmd_watch"]
 
@@ -183,16 +183,6 @@ def cmd_watch(args: argparse.Namespace, rep: Reporter) -> int:
     return EXIT_OK
 
 
-def _count(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"a whole number, not {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"a whole number of at least 0, not {text!r}")
-    return value
-
-
 def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser("watch", parents=[common], help="watch assets and print reloads and diagnostics live")
     p.add_argument("assets", nargs="?", default="assets", help="a folder of assets, or one NAME.computeShader folder")
@@ -202,6 +192,6 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("--quiet-ms", type=seconds_arg(unit="ms"), default=30.0, help="debounce quiet window in ms (default 30)")
     p.add_argument("--all-variants", action="store_true", help="compile every variant up front, so each reload validates them all")
     p.add_argument("--duration", type=seconds_arg(), default=0.0, metavar="S", help="stop after S seconds (default: until Ctrl-C)")
-    p.add_argument("--max-events", type=_count, default=0, metavar="N", help="stop after N reloads or failures (default 0: no limit)")
+    p.add_argument("--max-events", type=whole_number_arg(0), default=0, metavar="N", help="stop after N reloads or failures (default 0: no limit)")
     p.add_argument("--json", action="store_true", help="one JSON object a line on stdout (for editor plugins)")
     p.set_defaults(func=cmd_watch)

@@ -43,6 +43,18 @@ def _importers(root: str, factor: str = "2.0") -> None:
         write(os.path.join(folder, "kernel.wgsl"), BODY.format(module=module, call=call))
 
 
+def _near_importer(root: str, make_library):
+    """``sub/near.computeShader`` importing ``factor`` (the library, and its reference, running 2.0)."""
+    sub = os.path.join(root, "sub", "near.computeShader")
+    os.makedirs(sub)
+    write(os.path.join(sub, "bindings.yaml"), SCHEMA)
+    write(os.path.join(sub, "kernel.wgsl"), BODY.format(module="factor", call="shared_factor"))
+    lib = make_library(root)
+    near = lib.load("sub/near.computeShader")
+    assert run_scale(near) == [2.0, 4.0, 6.0, 8.0]
+    return lib, near
+
+
 def test_a_module_edit_hot_reloads_both_importers_body_only(asset_root, make_library):
     _importers(asset_root)
     lib = make_library(asset_root)
@@ -119,13 +131,7 @@ def test_a_module_arriving_nearer_than_the_imported_one_reloads_its_importer(ass
     # than the one the live program imported was ignored: the program kept the far module's
     # numbers, and the next unrelated save switched them silently.
     _importers(asset_root)  # modules/factor.wgsl: 2.0
-    sub = os.path.join(asset_root, "sub", "near.computeShader")
-    os.makedirs(sub)
-    write(os.path.join(sub, "bindings.yaml"), SCHEMA)
-    write(os.path.join(sub, "kernel.wgsl"), BODY.format(module="factor", call="shared_factor"))
-    lib = make_library(asset_root)
-    near = lib.load("sub/near.computeShader")
-    assert run_scale(near) == [2.0, 4.0, 6.0, 8.0]
+    lib, near = _near_importer(asset_root, make_library)
     lib.watch()
     wait_watching(lib, os.path.join(asset_root, "sub"))
     os.makedirs(os.path.join(asset_root, "sub", "modules"))
@@ -209,13 +215,7 @@ def test_a_modules_folder_made_as_a_link_reloads_its_importer(asset_root, make_l
     _importers(asset_root)  # modules/factor.wgsl: 2.0
     os.makedirs(os.path.join(asset_root, "common"))
     write(os.path.join(asset_root, "common", "factor.wgsl"), _factor("7.0"))
-    sub = os.path.join(asset_root, "sub", "near.computeShader")
-    os.makedirs(sub)
-    write(os.path.join(sub, "bindings.yaml"), SCHEMA)
-    write(os.path.join(sub, "kernel.wgsl"), BODY.format(module="factor", call="shared_factor"))
-    lib = make_library(asset_root)
-    near = lib.load("sub/near.computeShader")
-    assert run_scale(near) == [2.0, 4.0, 6.0, 8.0]
+    lib, near = _near_importer(asset_root, make_library)
     lib.watch()
     wait_watching(lib, os.path.join(asset_root, "sub"))
     os.symlink(os.path.join("..", "common"), os.path.join(asset_root, "sub", "modules"))
