@@ -281,7 +281,9 @@ class Delivery:
         product.done(work)
         product.cpu_done.update(zip(work.keys, work.versions))
         if plan is not None and any(f.writes for f in plan.fields):
-            product.mirror_unwritten.update(work.keys)  # the fallback writes no mirror: its readers wait
+            # The fallback writes no mirror: its readers wait, but for chunks the kernel was
+            # dispatched over this frame (a refused readback) the GPU wrote it.
+            product.mirror_unwritten.update(k for k in work.keys if k not in product.gpu_written)
         product.cpu_plan = fallback_view(product.plan)
         values: Any
         overflow: dict[str, int] = {}

@@ -167,6 +167,7 @@ class Engine:
         # dispatches, and when one starts waiting): while not, no slot is owed to anyone.
         self._slot_waiting = False
         self._writers: dict[str, list[Product]] = {}  # mirror -> products whose kernels write it (each frame)
+        self._position: dict[int, int] = {}  # id(product) -> its place in registration order (each frame)
         self._gpu = GpuSide(world, self.config, self._order, self._engine_params, self._on_readback, backend, device, self._dirty_token)
         self._delivery = Delivery(world, self.config, self._products, self._gpu, self._engine_params, self._dirty_token)
 
@@ -526,6 +527,8 @@ class Engine:
             with self._submission():  # 3, 4: one submission for the frame
                 self._writers = self._mirror_writers()
                 for product in self._order:
+                    product.gpu_written.clear()
+                for product in self._order:
                     if product.pending:
                         t, before = time.perf_counter(), st.dispatches
                         self._dispatch(product, st, index)
@@ -807,16 +810,18 @@ class Engine:
         return min(most, max(0, free) // per_chunk), min(most, max(0, budget) // per_chunk)
 
     def _note_waiting(self, product: Product, unwritten: set[int]) -> None:
-        """Log once when ``product`` waits for a writer that is off the GPU (its fallback
-        writes no mirror): its results for those chunks wait for ``recover_gpu()``."""
+        """Log once a waiting episode when ``product`` waits for chunks a writer's CPU fallback
+        served (a fallback writes no mirror): they wait for the writer's kernel to run on the
+        GPU again (``recover_gpu()``, a reload). Waiting for owed work, a frame, is not news."""
         if product.warned_waiting:
             return
         for name in product.field_names:
             for w in self._writers.get(name, ()):
-                if w is not product and (w.mirror_unwritten or not self._serves(w)) and not unwritten.isdisjoint(w.mirror_unwritten | w.pending):
+                if w is not product and not unwritten.isdisjoint(w.mirror_unwritten):
                     product.warned_waiting = True
                     log.warning(
-                        "product %r waits for %r to write the mirror %r on the GPU (it runs off the GPU): its results for those chunks wait for it",
+                        "product %r waits for %r to write the mirror %r on the GPU: its CPU fallback served chunks it did not write; "
+                        "those results wait for its kernel to run on the GPU again",
                         product.key,
                         w.key,
                         name,
@@ -857,6 +862,7 @@ class Engine:
     def _mirror_writers(self) -> dict[str, list[Product]]:
         """Each mirror a registered product's kernel writes -> those products."""
         writers: dict[str, list[Product]] = {}
+        self._position = {id(p): i for i, p in enumerate(self._order)}
         for p in self._order:
             if p.plan is not None:
                 for f in p.plan.fields:
@@ -866,17 +872,21 @@ class Engine:
 
     def _unwritten_for(self, reader: Product) -> set[int]:
         """The chunks whose mirror ``reader`` reads another product has yet to write on the
-        GPU: work it still owes (before or after ``reader`` in this frame's order), or work its
-        CPU fallback served (which writes no mirror). A result ``reader`` computed over them
-        would claim their new versions over the old mirror."""
+        GPU: work still owed by a writer registered before ``reader`` (it runs first in the
+        frame's submission), or work any writer's CPU fallback served (which writes no
+        mirror). A result ``reader`` computed over them would claim their new versions over
+        the old mirror. A writer registered after ``reader`` writes for the next frame: the
+        reader sees the mirror as it left it (state fed back, as the demo's heat step and copy)."""
         writers = self._writers
         if not writers:
             return set()
         out: set[int] = set()
+        here = self._position.get(id(reader), -1)
         for name in reader.field_names:
             for w in writers.get(name, ()):
                 if w is not reader:
-                    out |= w.pending
+                    if self._position.get(id(w), -1) < here:
+                        out |= w.pending
                     out |= w.mirror_unwritten
         return out
 
@@ -889,7 +899,9 @@ class Engine:
         if not work:
             return False  # only evicted chunks were owed (dropped), or a path through one (owed when it is back)
         unwritten = self._unwritten_for(product) if self._writers else None
-        if unwritten and not unwritten.isdisjoint(work.keys):
+        if not unwritten:
+            product.warned_waiting = False  # the next waiting episode is logged again
+        elif not unwritten.isdisjoint(work.keys):
             # Chunks whose mirror a writer has not brought up to date on the GPU: next frame
             # (or once the writer is back on the GPU); the others go now (a path goes whole).
             keys = [k for k in work.keys if k not in unwritten]
@@ -943,6 +955,7 @@ class Engine:
         st.dispatches += 1
         if product.mirror_unwritten:
             product.mirror_unwritten.difference_update(work.keys)  # written on the GPU now
+        product.gpu_written.update(work.keys)  # a refused readback's fallback after this wrote no mirror, but this did
         if product.policy is ReadbackPolicy.NONE:
             product.done(work)
             return True

@@ -239,6 +239,7 @@ class Product:
         # A product whose kernel writes mirrors: chunks whose latest owed work its CPU fallback
         # served (the fallback writes no mirror): its readers wait until the GPU writes them.
         self.mirror_unwritten: set[int] = set()
+        self.gpu_written: set[int] = set()  # chunks its kernel was dispatched over this frame (mirror written)
         self.warned_waiting = False  # logged once: it waits for a writer off the GPU
         self.error: str | None = None  # the last error, rendered (see ``exception``)
         self.exception: BaseException | None = None  # ... and as raised: a PluginError carries its span
@@ -301,6 +302,7 @@ class Product:
         self.pending = set(self.selection_keys)
         self.epoch += 1  # results of the previous selection in flight are void
         self.cpu_done.clear()
+        self.mirror_unwritten &= self.selection_keys  # it writes only what it selects
 
     def owe_everything(self, world: Any) -> None:
         """Owe results for every chunk this product covers (new registration, new program)."""

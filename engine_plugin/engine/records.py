@@ -73,7 +73,11 @@ def fallback_overflow(plan: ProductPlan, outputs: dict[str, np.ndarray], items: 
     expression over ``items`` and the params), as a GPU result is capped; answers the appends
     that ran past it, by name: how many records the fallback answered. An expression the
     fallback cannot evaluate (it reads a binding's length) leaves the output as answered."""
-    env = {k: float(v) for k, v in params.items() if isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool)}
+    env: dict[str, float] = {}
+    for k, v in params.items():  # scalars as the runtime packs them: a one-element list or array too
+        values = np.asarray(v) if not isinstance(v, (str, bytes)) else None
+        if values is not None and values.size == 1 and values.dtype.kind in "iuf":
+            env[k] = float(values.reshape(-1)[0])
     env.update(n=items, nx=items, ny=1, nz=1)
     overflow: dict[str, int] = {}
     for o in plan.outputs:

@@ -510,16 +510,20 @@ def _drain(engine):
     raise AssertionError("never idle")
 
 
-def test_a_mirror_reader_registered_before_its_writer_waits_for_the_writes():
-    # Review helper 89: the rule held only for writers registered first; a reader registered
-    # before applied sums of the world's zeros, then of the old mirror after an edit.
-    world, engine, (reader, _), wrong, applied = _mirror_pair(reader_first=True)
+def test_a_mirror_reader_registered_before_its_writer_sees_what_it_wrote_the_frame_before():
+    # A reader registered first runs first in each frame's submission: it reads the mirror as
+    # the writer left it (state fed back, as the demo's heat step and copy). Waiting for the
+    # writer there made the two halves of a ping-pong wait for each other: no frame advanced.
+    world, engine, (reader, writer), wrong, applied = _mirror_pair(reader_first=True)
+    for _ in range(20):
+        engine.frame()
+        time.sleep(0.002)
+    assert applied  # the reader is served
     _drain(engine)
-    world.write(1, "f", np.full(SHAPE, 7.0, np.float32))
-    engine.invalidate(reader)
+    engine.invalidate(reader)  # the writer is done with every chunk: now the reader sees it all
     _drain(engine)
     engine.close()
-    assert applied and not wrong, wrong
+    assert applied
 
 
 def test_a_mirror_reader_still_gets_the_chunks_its_writer_is_done_with():
@@ -557,3 +561,67 @@ def test_a_mirror_reader_waits_while_its_writer_runs_on_its_cpu_fallback(caplog)
     assert 1 not in applied  # waits for the writer: nothing over the frozen mirror
     assert any("waits for" in m for m in caplog.messages)
     engine.close()
+
+
+STAGE_YAML = """\
+bindings:
+  - { name: tiles, kind: buffer, access: read, element: u32 }
+  - { name: src, kind: buffer, access: read, element: f32 }
+  - { name: dst, kind: buffer, access: read_write, element: f32 }
+params:
+  - { name: mul, type: f32 }
+  - { name: add, type: f32 }
+"""
+STAGE_WGSL = """\
+@compute @workgroup_size(64)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
+    let i = zero_index(gid);
+    if (i >= zero_n()) { return; }
+    let t = tiles_get(i);
+    dst_set(t, src_get(t) * params.mul + params.add);
+}
+"""
+
+
+def test_ping_pong_stages_each_writing_the_mirror_the_other_reads_both_run():
+    # Review helper 91: each stage waited for the other's owed chunks: nothing dispatched again.
+    world = World(SHAPE, {"a": np.float32, "b": np.float32}, max_chunks=4)
+    for k in range(3):
+        world.add(k, {"a": np.full(SHAPE, k + 1.0, np.float32)})
+    engine = Engine(world)
+    engine.field_buffer("a", kernel_writes=True)
+    engine.field_buffer("b", kernel_writes=True)
+    program = _program("t91/stage", STAGE_YAML, STAGE_WGSL)
+    engine.register_product(program, key="P", fields={"src": "a", "dst": "b"}, policy=ReadbackPolicy.NONE, params={"mul": 2.0, "add": 0.0})
+    engine.register_product(program, key="Q", fields={"src": "b", "dst": "a"}, policy=ReadbackPolicy.NONE, params={"mul": 1.0, "add": 1.0})
+    dispatches = sum(engine.frame().dispatches for _ in range(20))
+    assert dispatches >= 2 and engine.idle
+    b = np.frombuffer(abi.read(engine.backend.field_buffer("b")), np.float32).reshape(4, -1)[:3, 0]
+    a = np.frombuffer(abi.read(engine.backend.field_buffer("a")), np.float32).reshape(4, -1)[:3, 0]
+    engine.close()
+    np.testing.assert_array_equal(b, [2.0, 4.0, 6.0])  # P: b = 2 a, over the world's a
+    np.testing.assert_array_equal(a, [3.0, 5.0, 7.0])  # Q after it: a = b + 1
+
+
+def test_a_writer_whose_readback_was_refused_still_wrote_its_mirror_for_its_readers(monkeypatch):
+    # Review helper 91: the refused readback's fallback marked chunks the GPU had written as
+    # unwritten, and the reader waited for them for good.
+    world, engine, (writer, reader), wrong, applied = _mirror_pair()
+    _drain(engine)
+    real = engine.backend.readback
+    refused = [0]
+
+    def refuse_once(desc):
+        if refused[0] == 0 and desc.product == engine.product(writer).gpu.handle:
+            refused[0] += 1
+            return False
+        return real(desc)
+
+    monkeypatch.setattr(engine.backend, "readback", refuse_once)
+    engine.product(writer).cpu_fallback = lambda world, work: np.zeros(len(work.keys), np.float32)  # serves the refused readback
+    applied.clear()
+    world.write(1, "f", np.full(SHAPE, 9.0, np.float32))
+    engine.invalidate(reader)
+    _drain(engine)
+    engine.close()
+    assert refused[0] == 1 and applied.get(1) and not wrong, (refused, applied, wrong)
