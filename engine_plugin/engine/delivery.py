@@ -249,6 +249,20 @@ class Delivery:
         work = product.work(self._world)
         if not work:
             return
+        writes_mirror = product.plan is not None and any(f.writes for f in product.plan.fields)
+        if writes_mirror and product.gpu is not None:
+            # A mirror writer still on the GPU (a refused readback or dispatch): its fallback
+            # serves only what its kernel ran over this frame (the mirror is written there);
+            # the rest stays owed to the kernel, whose writes its readers wait for.
+            if product.policy is ReadbackPolicy.SELECTED_PATH and not set(work.keys) <= product.gpu_written:
+                return
+            ran = [k for k in work.keys if k in product.gpu_written]
+            if not ran:
+                return
+            if len(ran) != len(work.keys):
+                work = product.work(self._world, keys=set(ran))
+                if not work:
+                    return
         fresh = product.skip_computed(work)
         if len(fresh) != len(work.keys):
             if not fresh:
@@ -280,10 +294,9 @@ class Delivery:
         st.cpu_fallbacks += 1
         product.done(work)
         product.cpu_done.update(zip(work.keys, work.versions))
-        if plan is not None and any(f.writes for f in plan.fields):
-            # The fallback writes no mirror: its readers wait, but for chunks the kernel was
-            # dispatched over this frame (a refused readback) the GPU wrote it.
-            product.mirror_unwritten.update(k for k in work.keys if k not in product.gpu_written)
+        if writes_mirror and product.gpu is None:
+            # Off the GPU, the fallback writes no mirror: its readers wait for its kernel.
+            product.mirror_unwritten.update(work.keys)
         product.cpu_plan = fallback_view(product.plan)
         values: Any
         overflow: dict[str, int] = {}

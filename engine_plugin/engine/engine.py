@@ -516,6 +516,8 @@ class Engine:
         flush_current_batch()
         st = FrameStats(frame=self._frame)
         self._frame += 1
+        for product in self._order:  # what each kernel runs over this frame (a frame that dispatches nothing too)
+            product.gpu_written.clear()
         self._gpu.check(st)
         self._apply_reloads(st)  # 1
         self._reattach(st)
@@ -526,8 +528,6 @@ class Engine:
             self._slot_waiting = any(p.slot_waits for p in self._order)
             with self._submission():  # 3, 4: one submission for the frame
                 self._writers = self._mirror_writers()
-                for product in self._order:
-                    product.gpu_written.clear()
                 for product in self._order:
                     if product.pending:
                         t, before = time.perf_counter(), st.dispatches

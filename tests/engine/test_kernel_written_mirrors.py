@@ -625,3 +625,29 @@ def test_a_writer_whose_readback_was_refused_still_wrote_its_mirror_for_its_read
     _drain(engine)
     engine.close()
     assert refused[0] == 1 and applied.get(1) and not wrong, (refused, applied, wrong)
+
+
+def test_a_split_writers_refused_readback_leaves_its_other_chunks_to_its_kernel(monkeypatch):
+    # Review helper 92: one chunk a dispatch, the first readback refused: the fallback served
+    # all three owed chunks, two of them never run over by the kernel, and their reader waited
+    # for good while the writer stayed on the GPU owing nothing.
+    world, engine, (writer, reader), wrong, applied = _mirror_pair(max_chunks_per_dispatch=1)
+    _drain(engine)
+    real = engine.backend.readback
+    refused = [0]
+
+    def refuse_once(desc):
+        if refused[0] == 0 and desc.product == engine.product(writer).gpu.handle:
+            refused[0] += 1
+            return False
+        return real(desc)
+
+    monkeypatch.setattr(engine.backend, "readback", refuse_once)
+    engine.product(writer).cpu_fallback = lambda world, work: np.zeros(len(work.keys), np.float32)
+    applied.clear()
+    for k in range(3):
+        world.write(k, "f", np.full(SHAPE, 20.0 + k, np.float32))
+    engine.invalidate(reader)
+    _drain(engine)
+    engine.close()
+    assert refused[0] == 1 and all(applied.get(k) for k in range(3)) and not wrong, (refused, applied, wrong)
