@@ -453,21 +453,13 @@ def test_a_mirror_reader_never_runs_ahead_of_its_writer_waiting_for_a_readback_s
     engine.register_product(_program("t88/writer", WRITER_YAML, WRITER_WGSL), key="writer", fields={"f": "f", "acc": "acc"}, apply=lambda r: None)
     reader = engine.register_product(_program("t88/reader", SUM_YAML, SUM_WGSL), key="reader", fields={"heat": "acc"}, apply=on_sum)
 
-    def drain():
-        for _ in range(3000):
-            engine.frame()
-            if engine.idle and engine.backend.inflight_readbacks == 0:
-                return
-            time.sleep(0.002)
-        raise AssertionError("never idle")
-
-    drain()
+    _drain(engine)
     for step in range(6):
         engine.invalidate(reader)  # the game: the reader's input changes with f
         world.write(step % 3, "f", np.full(SHAPE, 10.0 + step, np.float32))
         engine.frame()
         time.sleep(0.005)
-    drain()
+    _drain(engine)
     engine.close()
     assert applied and not wrong, wrong
 
@@ -499,15 +491,6 @@ def _mirror_pair(reader_first: bool = False, **backend):
 
     handles = (reader(), writer()) if reader_first else (writer(), reader())
     return world, engine, handles, wrong, applied
-
-
-def _drain(engine):
-    for _ in range(3000):
-        engine.frame()
-        if engine.idle and engine.backend.inflight_readbacks == 0:
-            return
-        time.sleep(0.002)
-    raise AssertionError("never idle")
 
 
 def test_a_mirror_reader_registered_before_its_writer_sees_what_it_wrote_the_frame_before():
