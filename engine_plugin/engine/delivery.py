@@ -250,10 +250,12 @@ class Delivery:
         if not work:
             return
         writes_mirror = product.plan is not None and any(f.writes for f in product.plan.fields)
-        if writes_mirror and product.gpu is not None:
-            # A mirror writer still on the GPU (a refused readback or dispatch): its fallback
-            # serves only what its kernel ran over this frame (the mirror is written there);
-            # the rest stays owed to the kernel, whose writes its readers wait for.
+        if writes_mirror and product.gpu is not None and not product.dispatch_refused:
+            # A mirror writer still on the GPU whose readback was refused (or whose readback
+            # slot went to a waiting reader): its fallback serves only what its kernel ran over
+            # this frame (the mirror is written there); the rest stays owed to the kernel, whose
+            # writes its readers wait for. (A refused dispatch, a limit that will refuse it
+            # again, is served whole below: its readers wait, logged.)
             if product.policy is ReadbackPolicy.SELECTED_PATH and not set(work.keys) <= product.gpu_written:
                 return
             ran = [k for k in work.keys if k in product.gpu_written]
@@ -294,9 +296,9 @@ class Delivery:
         st.cpu_fallbacks += 1
         product.done(work)
         product.cpu_done.update(zip(work.keys, work.versions))
-        if writes_mirror and product.gpu is None:
-            # Off the GPU, the fallback writes no mirror: its readers wait for its kernel.
-            product.mirror_unwritten.update(work.keys)
+        if writes_mirror and (product.gpu is None or product.dispatch_refused):
+            # Its kernel did not run over them: the fallback writes no mirror, its readers wait.
+            product.mirror_unwritten.update(k for k in work.keys if k not in product.gpu_written)
         product.cpu_plan = fallback_view(product.plan)
         values: Any
         overflow: dict[str, int] = {}

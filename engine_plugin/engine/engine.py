@@ -518,6 +518,7 @@ class Engine:
         self._frame += 1
         for product in self._order:  # what each kernel runs over this frame (a frame that dispatches nothing too)
             product.gpu_written.clear()
+            product.dispatch_refused = False
         self._gpu.check(st)
         self._apply_reloads(st)  # 1
         self._reattach(st)
@@ -951,6 +952,7 @@ class Engine:
             desc.prepared.submitted()  # refused: nothing of it will run
             st.refused += 1
             product.force_cpu = True
+            product.dispatch_refused = True
             return False
         st.dispatches += 1
         if product.mirror_unwritten:

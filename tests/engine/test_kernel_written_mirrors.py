@@ -634,3 +634,26 @@ def test_a_split_writers_refused_readback_leaves_its_other_chunks_to_its_kernel(
     _drain(engine)
     engine.close()
     assert refused[0] == 1 and all(applied.get(k) for k in range(3)) and not wrong, (refused, applied, wrong)
+
+
+def test_a_mirror_writer_whose_dispatch_is_always_refused_is_served_by_its_fallback():
+    # Review helper 93: 130 chunks need 3 workgroups, the backend allows 2: every dispatch is
+    # refused. The fallback served only what the kernel ran over (nothing): never served, never idle.
+    n = 130
+    world = World(SHAPE, {"f": np.float32, "acc": np.float32}, max_chunks=n)
+    for k in range(n):
+        world.add(k, {"f": np.full(SHAPE, k + 1.0, np.float32)})
+    engine = Engine(world, config=EngineConfig(backend=WgpuBackendConfig(max_workgroups_x=2)))
+    engine.field_buffer("acc", kernel_writes=True)
+    got: dict = {}
+    engine.register_product(
+        _program("t93/writer", WRITER_YAML, WRITER_WGSL),
+        key="writer",
+        fields={"f": "f", "acc": "acc"},
+        apply=lambda r: got.update({k: (float(v), version) for k, v, version in zip(r.keys, r.values, r.versions)}),
+        cpu_fallback=lambda world, work: np.array([world.read(k, "f").sum() for k in work.keys], np.float32),
+    )
+    _drain(engine)
+    engine.close()
+    current = [k for k, (v, version) in got.items() if world.is_current(k, version) and v == float(world.read(k, "f").sum())]
+    assert len(current) == n
