@@ -254,8 +254,8 @@ class Delivery:
             # A mirror writer still on the GPU whose readback was refused (or whose readback
             # slot went to a waiting reader): its fallback serves only what its kernel ran over
             # this frame (the mirror is written there); the rest stays owed to the kernel, whose
-            # writes its readers wait for. (A refused dispatch, a limit that will refuse it
-            # again, is served whole below: its readers wait, logged.)
+            # writes its readers wait for. (A dispatch refused frame after frame, a limit, is
+            # served whole below: its readers wait, logged.)
             if product.policy is ReadbackPolicy.SELECTED_PATH and not set(work.keys) <= product.gpu_written:
                 return
             ran = [k for k in work.keys if k in product.gpu_written]

@@ -952,9 +952,13 @@ class Engine:
             desc.prepared.submitted()  # refused: nothing of it will run
             st.refused += 1
             product.force_cpu = True
-            product.dispatch_refused = True
+            # A refusal that repeats is a limit (too many workgroups): the fallback serves the
+            # writer whole. A one-off leaves a mirror writer's chunks owed to its kernel.
+            product.dispatch_refusals += 1
+            product.dispatch_refused = product.dispatch_refusals >= DISPATCH_REFUSALS_TO_FALLBACK
             return False
         st.dispatches += 1
+        product.dispatch_refusals = 0
         if product.mirror_unwritten:
             product.mirror_unwritten.difference_update(work.keys)  # written on the GPU now
         product.gpu_written.update(work.keys)  # a refused readback's fallback after this wrote no mirror, but this did
@@ -1051,6 +1055,9 @@ class Engine:
     def __repr__(self) -> str:
         where = "GPU" if self.gpu_active else f"CPU ({self.gpu_fault or type(self.backend).__name__})"
         return f"<Engine {len(self._order)} products on {where}, frame {self._frame}>"
+
+
+DISPATCH_REFUSALS_TO_FALLBACK = 3  # refused dispatches in a row after which a mirror writer's fallback serves it whole
 
 
 def _keeps_gpu_state(product: Product) -> bool:

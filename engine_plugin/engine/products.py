@@ -240,7 +240,8 @@ class Product:
         # served (the fallback writes no mirror): its readers wait until the GPU writes them.
         self.mirror_unwritten: set[int] = set()
         self.gpu_written: set[int] = set()  # chunks its kernel was dispatched over this frame (mirror written)
-        self.dispatch_refused = False  # the backend refused its dispatch this frame (a limit: likely again)
+        self.dispatch_refused = False  # the backend refused its dispatch this frame, and the frames before (a limit)
+        self.dispatch_refusals = 0  # refused dispatches in a row
         self.warned_waiting = False  # logged once: it waits for a writer off the GPU
         self.error: str | None = None  # the last error, rendered (see ``exception``)
         self.exception: BaseException | None = None  # ... and as raised: a PluginError carries its span

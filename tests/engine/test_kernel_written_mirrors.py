@@ -657,3 +657,23 @@ def test_a_mirror_writer_whose_dispatch_is_always_refused_is_served_by_its_fallb
     engine.close()
     current = [k for k, (v, version) in got.items() if world.is_current(k, version) and v == float(world.read(k, "f").sum())]
     assert len(current) == n
+
+
+def test_a_mirror_writers_one_off_refused_dispatch_is_retried_by_its_kernel(monkeypatch):
+    # Review helper 94: one refused dispatch had the fallback serve the writer whole; the
+    # chunks its kernel never ran over were owed to nobody, and the reader waited for good.
+    world, engine, (writer, reader), wrong, applied = _mirror_pair()
+    real = engine.backend.dispatch
+    refused = [0]
+
+    def refuse_once(desc):
+        if refused[0] == 0 and desc.product == engine.product(writer).gpu.handle:
+            refused[0] += 1
+            return False
+        return real(desc)
+
+    monkeypatch.setattr(engine.backend, "dispatch", refuse_once)
+    engine.product(writer).cpu_fallback = lambda world, work: np.zeros(len(work.keys), np.float32)
+    _drain(engine)
+    engine.close()
+    assert refused[0] == 1 and all(applied.get(k) for k in range(3)) and not wrong, (refused, applied, wrong)
