@@ -39,7 +39,7 @@ from ..runtime.program import Program, adopt_program, program, registered_progra
 from .builtin import builtin_folder, builtin_root
 from .folder import ASSET_SUFFIX, AssetSource, module_search_path, read_asset_folder
 from .prefetch import PrefetchReport, prefetch
-from .reload import BODY, LAYOUT, Prepared, ReloadEvent, ReloadFailure, Unsettled, carry_spec, plan_signature, prepare
+from .reload import BODY, LAYOUT, Prepared, ReloadEvent, ReloadFailure, Unsettled, carry_spec, plan_signature, prepare, same_content
 from .watcher import ReloadService
 
 __all__ = ["AssetLibrary", "ComputeShaderRef", "PrefetchReport", "allow_network"]
@@ -230,7 +230,6 @@ class ComputeShaderRef:
         self.error: PluginError | None = None
         self._program: Program | None = None
         self._source: AssetSource | None = None
-        self._real_files: tuple[str, ...] = ()  # the last good read's files, links resolved (file events name either)
         self._tried_files: tuple[str, ...] = ()  # the latest read's, when it failed after reading (a fix there reloads)
         self._reload_listeners: list[ReloadCallback] = []
         self._error_listeners: list[ErrorCallback] = []
@@ -473,7 +472,7 @@ class AssetLibrary:
                 ref._program = program(rel, schema, src.wgsl_text, wgsl_path=src.wgsl_path, device=ctx, store=ref._store, modules=src.module_texts)
             else:
                 ref._program = Program(rel, schema, src.wgsl_text, wgsl_path=src.wgsl_path, ctx=None, store=ref._store, modules=src.module_texts)
-            ref._source, ref._real_files = src, _real_files(src)
+            ref._source = src
             if src.extra_files:
                 log.warning("%s: files ignored in the asset (only bindings.yaml and one .wgsl count): %s", folder, ", ".join(src.extra_files))
         except PluginError as exc:
@@ -595,7 +594,7 @@ class AssetLibrary:
         folder = os.path.abspath(ref.folder)
         self._watch_index.enter(
             folder,
-            tuple(dict.fromkeys(ref._real_files + ref._tried_files)),
+            tuple(dict.fromkeys((_real_files(src) if src is not None else ()) + ref._tried_files)),
             tuple(dict.fromkeys([os.path.abspath(b) for b in bases] + [os.path.realpath(b) for b in bases])),
             names,
             os.path.realpath(folder),
@@ -667,16 +666,7 @@ class AssetLibrary:
             return self._fail(ref, prepared.error, prepared)
         src, schema = prepared.source, prepared.schema
         live = ref._source
-        if (
-            prepared.unchanged
-            and src is not None
-            and live is not None
-            and (live.content_hash, os.path.basename(live.wgsl_path))
-            != (
-                src.content_hash,
-                os.path.basename(src.wgsl_path),
-            )
-        ):
+        if prepared.unchanged and src is not None and live is not None and not same_content(src, live):
             # Judged unchanged against the content that was live when it was read, but a newer
             # reload was applied meanwhile (an edit, then undone before this poll): the files
             # say this content, which is no longer live. Read again, against what is live now.
@@ -687,7 +677,7 @@ class AssetLibrary:
             if prepared.unchanged and src is not None:
                 # The same content, perhaps through other files (a link retargeted to a copy):
                 # later events must follow the files it reads now.
-                ref._source, ref._real_files = src, _real_files(src)
+                ref._source = src
             if ref.error is not None:
                 log.info("%s is back to its live content; diagnostics cleared", ref.path)
             ref.error = None
@@ -769,7 +759,7 @@ class AssetLibrary:
         if old is not None and old is not new:
             old.follow(new)  # whoever holds the old Program sees the new one, never a mix
         ref._program = new
-        ref._source, ref._real_files = src, _real_files(src)
+        ref._source = src
         ref.error = None
         ref.generation += 1
         ref.reloads += 1

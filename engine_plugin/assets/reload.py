@@ -21,7 +21,7 @@ from .folder import AssetSource, is_editor_noise, read_asset_folder
 if TYPE_CHECKING:
     from ..runtime.program import Program
 
-__all__ = ["ReloadEvent", "ReloadFailure", "Prepared", "plan_signature", "carry_spec", "prepare", "Unsettled", "folder_stamp"]
+__all__ = ["ReloadEvent", "ReloadFailure", "Prepared", "plan_signature", "carry_spec", "prepare", "same_content", "Unsettled", "folder_stamp"]
 
 BODY = "body"
 LAYOUT = "layout"
@@ -108,6 +108,12 @@ class Prepared:
     validation: VariantSpec | None = None  # lowered only to validate (nothing in use)
     baseline: Lowered | None = None  # the validation variant under the old content, for the kind
     missing: bool = False  # the error is a missing file or folder (may be mid-save)
+
+
+def same_content(a: AssetSource, b: AssetSource) -> bool:
+    """Whether two reads of an asset hold the same content (its texts, modules included, and
+    its body's file name): a read of what is live is no reload."""
+    return a.content_hash == b.content_hash and os.path.basename(a.wgsl_path) == os.path.basename(b.wgsl_path)
 
 
 # -- classification --------------------------------------------------------------------
@@ -199,7 +205,7 @@ def prepare(
         out.missing = _is_missing(exc)
         return out
     out.source = src
-    if current is not None and src.content_hash == current.content_hash and os.path.basename(src.wgsl_path) == os.path.basename(current.wgsl_path):
+    if current is not None and same_content(src, current):
         out.unchanged = True
         return out
     try:

@@ -132,6 +132,11 @@ class ProductPlan:
     slot_params: tuple[tuple[str, int], ...] = ()
 
     @cached_property
+    def written_fields(self) -> tuple[str, ...]:
+        """The world fields whose mirrors the kernel writes (read_write field bindings)."""
+        return tuple(dict.fromkeys(f.field for f in self.fields if f.writes))
+
+    @cached_property
     def field_names(self) -> tuple[str, ...]:
         """The world fields the product reads, each once, in binding order (made once: the
         upload step asks every product every frame)."""

@@ -249,7 +249,7 @@ class Delivery:
         work = product.work(self._world)
         if not work:
             return
-        writes_mirror = product.plan is not None and any(f.writes for f in product.plan.fields)
+        writes_mirror = product.plan is not None and bool(product.plan.written_fields)
         if writes_mirror and product.gpu is not None and not product.dispatch_refused:
             # A mirror writer still on the GPU whose readback was refused (or whose readback
             # slot went to a waiting reader): its fallback serves only what its kernel ran over

@@ -865,10 +865,8 @@ class Engine:
         writers: dict[str, list[Product]] = {}
         self._position = {id(p): i for i, p in enumerate(self._order)}
         for p in self._order:
-            if p.plan is not None:
-                for f in p.plan.fields:
-                    if f.writes:
-                        writers.setdefault(f.field, []).append(p)
+            for name in p.plan.written_fields if p.plan is not None else ():
+                writers.setdefault(name, []).append(p)
         return writers
 
     def _unwritten_for(self, reader: Product) -> set[int]:
@@ -1063,8 +1061,7 @@ DISPATCH_REFUSALS_TO_FALLBACK = 3  # refused dispatches in a row after which a m
 def _keeps_gpu_state(product: Product) -> bool:
     """Whether what the product computes lives on the GPU: a ``NONE`` product (it writes
     mirrors or the buffers and textures it was given), or one whose kernel writes a mirror."""
-    plan = product.plan
-    return product.policy is ReadbackPolicy.NONE or (plan is not None and any(f.writes for f in plan.fields))
+    return product.policy is ReadbackPolicy.NONE or (product.plan is not None and bool(product.plan.written_fields))
 
 
 def _takes_consumer(world: Any) -> bool:

@@ -182,12 +182,13 @@ class _Lowerer:
             self.check_module(m, text, toks)
         self.check_body(body_text, body_toks, body.user_lines, present)
         wx, wy, wz = self.workgroup
-        all_lines = tuple(ln for ml in module_lines for ln in ml) + tuple(body.lines)
-        init = workgroup_init_function(all_lines, wx * wy * wz)
+        all_text = "\n".join(tuple(ln for ml in module_lines for ln in ml) + tuple(body.lines))
+        all_toks = list(tokens(all_text))  # the modules and the body, once for both generated resets
+        init = workgroup_init_function(all_text, all_toks, wx * wy * wz)
         if init is not None:
             em.declare(INIT_FN, 0, "the workgroup memory initialiser")
             em.emit(init, 0)
-        reset = private_reset_function(all_lines)
+        reset = private_reset_function(all_text, all_toks)
         if reset is not None:
             em.declare(PRIVATE_INIT_FN, 0, "the private variables' reset")
             em.emit(reset, 0)
@@ -201,7 +202,7 @@ class _Lowerer:
             raise self.error(
                 exc.message, body.user_lines[exc.token.line - 1] if exc.token.line - 1 < len(body.user_lines) else exc.token.line, exc.token.col
             ) from None
-        self.check_builtin_shadows("\n".join(t for t, _ in em.lines) + "\n" + wrapped.wrapper)
+        self.check_builtin_shadows((init or "") + "\n" + (reset or ""))
         # WGSL's directives open the module: those opening the body and each module go above
         # every generated declaration, each line mapped to the user's line (rows stay put).
         body_lines, directives = hoist_directives(wrapped.lines)
@@ -247,15 +248,18 @@ class _Lowerer:
             asset=self.wgsl_path,
         )
 
-    def check_builtin_shadows(self, generated: str) -> None:
+    def check_builtin_shadows(self, resets: str) -> None:
         """Refuse a schema name that shadows a WGSL builtin the generated code calls.
 
         A binding, struct or specialisation is declared at module scope, where a name like
         ``min`` or ``select`` hides the builtin for every generated accessor that calls it: naga
         then fails inside generated code. Only the builtins this variant's generated code
-        calls are refused, so a binding named ``all`` (which no accessor calls) still works.
+        calls are refused, so a binding named ``all`` (which no accessor calls) still works:
+        those the checks found (``_generated_builtins``), and those the workgroup and private
+        resets, emitted after them, call (``resets``: they carry the body's own lengths and
+        initialisers).
         """
-        called = set(_CALLED.findall(generated)) & WGSL_BUILTIN_FUNCTIONS
+        called = self._generated_builtins | (set(_CALLED.findall(resets)) & WGSL_BUILTIN_FUNCTIONS)
         for name, (line, what) in self.em.names.items():
             if name in called and what.startswith(("binding '", "struct '", "specialisation '")):
                 text = self.schema.text.split("\n")

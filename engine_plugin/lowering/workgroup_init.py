@@ -10,7 +10,7 @@ Adapters that zero on their own pay one pass over memory already in the workgrou
 
 from __future__ import annotations
 
-from .wgsl_text import Token, at_module_scope, tokens
+from .wgsl_text import Token, at_module_scope
 
 __all__ = ["workgroup_init_function", "private_reset_function", "INIT_FN", "PRIVATE_INIT_FN"]
 
@@ -172,7 +172,7 @@ def _workgroup_vars(toks: list[Token], text: str) -> list[tuple[str, str]]:
     return [(name, t) for name, t, _ in _module_vars(toks, text, "workgroup") if t]
 
 
-def private_reset_function(lines: tuple[str, ...]) -> str | None:
+def private_reset_function(text: str, toks: list[Token]) -> str | None:
     """The generated ``fn zero_init_private()`` setting every module-scope ``var<private>``
     back to its initialiser (or zero), or None when the body declares none.
 
@@ -181,20 +181,17 @@ def private_reset_function(lines: tuple[str, ...]) -> str | None:
     :mod:`.entry`), so it calls this before each logical workgroup after the first: state a
     body keeps in a private variable never leaks from one logical invocation into the next.
     """
-    text = "\n".join(lines)
-    found = _module_vars(list(tokens(text)), text, "private")
+    found = _module_vars(toks, text, "private")
     if not found:
         return None
     body = "\n".join(f"    {name} = {init or f'{t}()'};" for name, t, init in found if init or t)
     return f"fn {PRIVATE_INIT_FN}() {{\n{body}\n}}"
 
 
-def workgroup_init_function(lines: tuple[str, ...], invocations: int) -> str | None:
+def workgroup_init_function(text: str, toks: list[Token], invocations: int) -> str | None:
     """The generated ``fn zero_init_workgroup(zero_lii: u32)`` clearing every workgroup
-    variable the body declares, or None when it declares none. The generated entry point
-    (see :mod:`.entry`) calls it first."""
-    text = "\n".join(lines)
-    toks = list(tokens(text))
+    variable the body declares (``text``, the modules and the body, and its ``tokens``), or
+    None when it declares none. The generated entry point (see :mod:`.entry`) calls it first."""
     wvars = _workgroup_vars(toks, text)
     if not wvars:
         return None

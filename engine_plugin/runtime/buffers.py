@@ -58,15 +58,10 @@ class BufferPool:
             # Nothing to sort first (give() filed every return): take the last buffer freed
             # without the lock; a list pop is atomic, and a list another thread emptied
             # meanwhile falls through to the locked path.
-            free = self._free.get((size, usage))
-            while free:
-                try:
-                    buffer = free.pop()
-                except IndexError:
-                    break
-                if buffer._internal is not None:  # see the locked path
-                    self.reused += 1  # a statistic: a lost increment under threads is harmless
-                    return buffer
+            buffer = _pop_live(self._free.get((size, usage)))
+            if buffer is not None:
+                self.reused += 1  # a statistic: a lost increment under threads is harmless
+                return buffer
         with self._lock:
             if self._returned and not self._parked and not open_batches():
                 self._free_returned()  # nothing can be held by a batch: the common case, run after run
@@ -79,14 +74,10 @@ class BufferPool:
             if (self._returned or self._parked) and (not (free and open_batches()) or flush_epoch() != self._drained_epoch):
                 self._drain()
                 free = self._free.get((size, usage))
-            while free:
-                buffer = free.pop()
-                if buffer._internal is not None:
-                    # Pooled by its Output's finaliser, then released by its own in the same
-                    # garbage cycle (the collector runs them in its own order): wgpu freed it,
-                    # and a run binding it would abort the process.
-                    self.reused += 1
-                    return buffer
+            buffer = _pop_live(free)
+            if buffer is not None:
+                self.reused += 1
+                return buffer
             self.created += 1
         return self.ctx.device.create_buffer(size=size, usage=usage, label=label)
 
@@ -141,6 +132,21 @@ class BufferPool:
     def free_count(self) -> int:
         # list(): give() may add a free list from another thread (a C-level copy is atomic)
         return sum(len(v) for v in list(self._free.values())) + len(self._returned) + len(self._parked)
+
+
+def _pop_live(free: list | None) -> Any:
+    """The last buffer of ``free`` wgpu has not released, or None (a list pop is atomic: a
+    list another thread emptied meanwhile ends it). A buffer pooled by its Output's finaliser
+    and then released by its own in the same garbage cycle (the collector runs them in its
+    own order) is dropped: a run binding it would abort the process."""
+    while free:
+        try:
+            buffer = free.pop()
+        except IndexError:
+            return None
+        if buffer._internal is not None:
+            return buffer
+    return None
 
 
 def pool_for(ctx: DeviceContext) -> BufferPool:
