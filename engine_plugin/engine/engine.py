@@ -375,8 +375,13 @@ class Engine:
     def product_error(self, handle: GpuProductHandle) -> BaseException | None:
         """Why the product runs without its newest kernel or off the GPU, as raised (a
         :class:`~engine_plugin.errors.PluginError` names the user's file, line and column),
-        or None while it is fine. Raises StaleHandleError for a stale handle."""
-        return self.product(handle).exception
+        or None while it is fine. A product waiting for chunks a writer's CPU fallback served
+        (a mirror only that writer's kernel writes) answers a ProductError naming the writer
+        until those chunks are written on the GPU. Raises StaleHandleError for a stale handle."""
+        product = self.product(handle)
+        if product.exception is not None:
+            return product.exception
+        return product.waiting if self._serves(product) else None  # off the GPU: its fallback serves it
 
     def generation(self, handle: GpuProductHandle) -> int:
         """The product's live GPU registration generation (0 while it runs on the CPU)."""
@@ -810,24 +815,23 @@ class Engine:
         free = budget - int(getattr(self.backend, "inflight_readback_bytes", 0))
         return min(most, max(0, free) // per_chunk), min(most, max(0, budget) // per_chunk)
 
-    def _note_waiting(self, product: Product, unwritten: set[int]) -> None:
-        """Log once a waiting episode when ``product`` waits for chunks a writer's CPU fallback
-        served (a fallback writes no mirror): they wait for the writer's kernel to run on the
-        GPU again (``recover_gpu()``, a reload). Waiting for owed work, a frame, is not news."""
-        if product.warned_waiting:
-            return
+    def _note_waiting(self, product: Product, blocked: set[int]) -> None:
+        """``product.waiting`` (its ``product_error``, logged once an episode) while it waits
+        for chunks ``blocked`` a writer's CPU fallback served (a fallback writes no mirror):
+        they wait for the writer's kernel to run on the GPU again (``recover_gpu()``, a
+        reload). Cleared when no such chunk holds it back. Waiting for owed work, a frame, is
+        not news."""
         for name in product.field_names:
             for w in self._writers.get(name, ()):
-                if w is not product and not unwritten.isdisjoint(w.mirror_unwritten):
-                    product.warned_waiting = True
-                    log.warning(
-                        "product %r waits for %r to write the mirror %r on the GPU: its CPU fallback served chunks it did not write; "
-                        "those results wait for its kernel to run on the GPU again",
-                        product.key,
-                        w.key,
-                        name,
-                    )
+                if w is not product and not blocked.isdisjoint(w.mirror_unwritten):
+                    if product.waiting is None:
+                        product.waiting = ProductError(
+                            f"product {product.key!r} waits for {w.key!r} to write the mirror {name!r} on the GPU: its CPU fallback served "
+                            "chunks it did not write; those results wait for its kernel to run on the GPU again"
+                        )
+                        log.warning("%s", product.waiting)
                     return
+        product.waiting = None  # the next waiting episode is reported again
 
     def _reads_gpu_state(self, product: Product) -> bool:
         """Whether ``product`` reads a kernel-written mirror (state the world's bytes lack)."""
@@ -898,13 +902,13 @@ class Engine:
         if not work:
             return False  # only evicted chunks were owed (dropped), or a path through one (owed when it is back)
         unwritten = self._unwritten_for(product) if self._writers else None
-        if not unwritten:
-            product.warned_waiting = False  # the next waiting episode is logged again
-        elif not unwritten.isdisjoint(work.keys):
+        blocked = unwritten.intersection(work.keys) if unwritten else set()
+        if product.waiting is not None or blocked:
+            self._note_waiting(product, blocked)
+        if blocked:
             # Chunks whose mirror a writer has not brought up to date on the GPU: next frame
             # (or once the writer is back on the GPU); the others go now (a path goes whole).
-            keys = [k for k in work.keys if k not in unwritten]
-            self._note_waiting(product, unwritten)
+            keys = [k for k in work.keys if k not in blocked]
             if not keys or product.policy is ReadbackPolicy.SELECTED_PATH:
                 st.deferred += 1
                 return False

@@ -242,7 +242,9 @@ class Product:
         self.gpu_written: set[int] = set()  # chunks its kernel was dispatched over this frame (mirror written)
         self.dispatch_refused = False  # the backend refused its dispatch this frame, and the frames before (a limit)
         self.dispatch_refusals = 0  # refused dispatches in a row
-        self.warned_waiting = False  # logged once: it waits for a writer off the GPU
+        # Set (and logged once) while it waits for chunks a writer's CPU fallback served: its
+        # ``product_error`` until that writer's kernel writes them on the GPU again.
+        self.waiting: ProductError | None = None
         self.error: str | None = None  # the last error, rendered (see ``exception``)
         self.exception: BaseException | None = None  # ... and as raised: a PluginError carries its span
         self.refused_program: Any = None  # a reloaded program that did not fit (not retried)

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from engine_plugin import abi
-from engine_plugin.engine import Engine, EngineConfig
+from engine_plugin.engine import Engine, EngineConfig, ProductError
 from engine_plugin.gpu import NoGpuBackend, ReadbackPolicy, WgpuBackendConfig
 from engine_plugin.world import World
 
@@ -67,7 +67,9 @@ def _world(values):
 
 
 def _decay(engine, k=0.5):
-    handle = engine.register_product(_program("t15k/decay", DECAY_YAML, DECAY_WGSL), key="decay", fields={"heat": "heat"}, policy=ReadbackPolicy.NONE, params={"k": k})
+    handle = engine.register_product(
+        _program("t15k/decay", DECAY_YAML, DECAY_WGSL), key="decay", fields={"heat": "heat"}, policy=ReadbackPolicy.NONE, params={"k": k}
+    )
     engine.field_buffer("heat", kernel_writes=True)
     return handle
 
@@ -147,8 +149,13 @@ def test_a_taken_readback_slot_defers_a_product_instead_of_its_cpu_fallback(gpu)
             return np.array([w.read(k, "heat").sum(dtype=np.float32) for k in work.keys], np.float32)
 
         for key in ("a", "b"):
-            engine.register_product(_program("t15k/sum", SUM_YAML, SUM_WGSL), key=key, fields={"heat": "heat"},
-                                    apply=lambda r, key=key: got[key].append((r.source, r.records.tolist())), cpu_fallback=from_world)
+            engine.register_product(
+                _program("t15k/sum", SUM_YAML, SUM_WGSL),
+                key=key,
+                fields={"heat": "heat"},
+                apply=lambda r, key=key: got[key].append((r.source, r.records.tolist())),
+                cpu_fallback=from_world,
+            )
         for _ in range(3):
             engine.invalidate()
             engine.frame()
@@ -221,9 +228,13 @@ def test_readers_of_gpu_state_waiting_for_readback_slots_each_get_their_turn(gpu
         _decay(engine, k=1.0)
         got: dict[str, int] = {"a": 0, "b": 0, "c": 0}
         for key in got:
-            engine.register_product(_program("t15k/sum", SUM_YAML, SUM_WGSL), key=key, fields={"heat": "heat"},
-                                    apply=lambda r, key=key: got.__setitem__(key, got[key] + 1),
-                                    cpu_fallback=lambda w, work: np.zeros(len(work.keys), np.float32))
+            engine.register_product(
+                _program("t15k/sum", SUM_YAML, SUM_WGSL),
+                key=key,
+                fields={"heat": "heat"},
+                apply=lambda r, key=key: got.__setitem__(key, got[key] + 1),
+                cpu_fallback=lambda w, work: np.zeros(len(work.keys), np.float32),
+            )
         deadline = time.monotonic() + 60
         while min(got.values()) < 3 and time.monotonic() < deadline:
             engine.invalidate()  # owed every frame, as the demo's GPU-state products are
@@ -274,8 +285,13 @@ def test_readers_waiting_for_slots_keep_registration_order_within_a_frame(gpu):
 
         engine._dispatch_once = noting
         for key in ("a", "b"):
-            engine.register_product(_program("t15k/sum", SUM_YAML, SUM_WGSL), key=key, fields={"heat": "heat"},
-                                    apply=lambda r: None, cpu_fallback=lambda w, work: np.zeros(len(work.keys), np.float32))
+            engine.register_product(
+                _program("t15k/sum", SUM_YAML, SUM_WGSL),
+                key=key,
+                fields={"heat": "heat"},
+                apply=lambda r: None,
+                cpu_fallback=lambda w, work: np.zeros(len(work.keys), np.float32),
+            )
         for _ in range(8):
             order.append("|")
             engine.invalidate()
@@ -342,8 +358,13 @@ def test_a_reader_of_gpu_state_is_served_behind_an_earlier_readback_product(gpu)
         got = {"x": 0, "r": 0}
         zero = lambda w, work: np.zeros(len(work.keys), np.float32)  # noqa: E731
         for key, field in (("x", "src"), ("r", "heat")):
-            engine.register_product(_program("t15k/sum", SUM_YAML, SUM_WGSL), key=key, fields={"heat": field},
-                                    apply=lambda r, key=key: got.__setitem__(key, got[key] + 1), cpu_fallback=zero)
+            engine.register_product(
+                _program("t15k/sum", SUM_YAML, SUM_WGSL),
+                key=key,
+                fields={"heat": field},
+                apply=lambda r, key=key: got.__setitem__(key, got[key] + 1),
+                cpu_fallback=zero,
+            )
         deadline = time.monotonic() + 60
         while (got["r"] < 5 or got["x"] < 5) and time.monotonic() < deadline:
             engine.invalidate()
@@ -386,8 +407,13 @@ def test_a_waiting_reader_that_left_the_gpu_is_owed_no_slot(gpu):
         sources: dict[str, list] = {"x": [], "r": []}
         zero = lambda w, work: np.zeros(len(work.keys), np.float32)  # noqa: E731
         for key, field in (("x", "src"), ("r", "heat")):
-            engine.register_product(_program("t15k/sum", SUM_YAML, SUM_WGSL), key=key, fields={"heat": field},
-                                    apply=lambda r, key=key: sources[key].append(r.source), cpu_fallback=zero)
+            engine.register_product(
+                _program("t15k/sum", SUM_YAML, SUM_WGSL),
+                key=key,
+                fields={"heat": field},
+                apply=lambda r, key=key: sources[key].append(r.source),
+                cpu_fallback=zero,
+            )
         reader = next(p for p in engine._order if p.key == "r")
         deadline = time.monotonic() + 30
         while reader.slot_waits == 0 and time.monotonic() < deadline:
@@ -543,6 +569,21 @@ def test_a_mirror_reader_waits_while_its_writer_runs_on_its_cpu_fallback(caplog)
     assert not wrong, wrong
     assert 1 not in applied  # waits for the writer: nothing over the frozen mirror
     assert any("waits for" in m for m in caplog.messages)
+    # Not only logged: the game can see why the reader's chunk is not served (it would wait
+    # for good while the writer stays on its fallback).
+    error = engine.product_error(reader)
+    assert isinstance(error, ProductError) and "'writer'" in str(error) and "'acc'" in str(error), error
+    assert engine.product_error(writer) is None
+    assert engine.recover_gpu()  # the writer's kernel runs again: it writes the chunks, the reader follows
+    for _ in range(60):
+        engine.frame()
+        time.sleep(0.003)
+        if 1 in applied:
+            break
+    assert not wrong, wrong
+    assert 1 in applied
+    _drain(engine)
+    assert engine.product_error(reader) is None
     engine.close()
 
 
