@@ -4,8 +4,9 @@ generated entry point reads (every caller -- variant.run, abi.batch, the engine 
 :func:`dispatch_fields`, nothing else names them).
 
 The host launches ``P = min(T, cap)`` of the domain's ``T`` workgroups as a tight fold
-``(px, py, pz)`` of at most ``max_groups`` a dimension (``px * py * pz - P`` is less than one
-row of ``px`` groups, never the 6-100% of a ``gx = 65535`` fold). The generated entry point
+``(px, py, pz)`` of at most ``max_groups`` a dimension (``px * py * pz - P`` is fewer than
+``pz * (py + 1)`` groups: one plane, ``pz = 1``, wastes less than a column of ``py``; never the
+6-100% of a ``gx = 65535`` fold). The generated entry point
 (:mod:`.entry`) is a grid-stride loop over logical workgroups: physical workgroup ``p``
 serves ``p, p + P, ...``, so ``global_invocation_id``, ``workgroup_id`` and ``num_workgroups``
 mean the domain's coordinates whatever the fold and the cap; padding workgroups do nothing.
@@ -19,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["Domain", "as_domain", "fold_groups", "dispatch_fields", "group_cap", "GEOMETRY_FIELDS", "INVOCATION_BUDGET"]
+__all__ = ["Domain", "as_domain", "fold_groups", "dispatch_fields", "group_cap", "wrapping_axis", "GEOMETRY_FIELDS", "INVOCATION_BUDGET"]
 
 # Params the entry point reads, in layout order (all u32).
 GEOMETRY_FIELDS = ("zero_nx", "zero_ny", "zero_nz", "zero_gx", "zero_gy", "zero_gz", "zero_px", "zero_py")
@@ -65,6 +66,17 @@ def _is_int(v: object) -> bool:
 
 def logical_groups(domain: Domain, workgroup: tuple[int, int, int]) -> tuple[int, int, int]:
     return tuple(-(-e // w) for e, w in zip(domain.extent, workgroup))  # type: ignore[return-value]
+
+
+def wrapping_axis(domain: Domain, workgroup: tuple[int, int, int]) -> int | None:
+    """The first axis (0-2) whose extent, rounded up to whole workgroups, passes 2**32
+    invocations, or None. There the last workgroup's ``global_invocation_id`` wraps past the
+    u32 the kernel sees, back to 0, 1, ...: a padding invocation would pass ``gid < n`` and
+    compute the first elements again (review helper 96)."""
+    for axis, (e, w) in enumerate(zip(domain.extent, workgroup)):
+        if -(-e // w) * w > 1 << 32:
+            return axis
+    return None
 
 
 def fold_groups(total: int, max_groups: int) -> tuple[int, int, int] | None:

@@ -39,7 +39,7 @@ from ..device.destroyed import EPOCH as DESTROY_EPOCH
 from ..device.destroyed import is_destroyed
 from ..errors import DeviceLostError, DispatchError, ExpressionError, PluginError, Span, bug, in_source
 from ..lowering.expressions import parse_expression
-from ..lowering.geometry import Domain, as_domain, dispatch_fields, group_cap
+from ..lowering.geometry import Domain, as_domain, dispatch_fields, group_cap, wrapping_axis
 from ..lowering.lowered import HostSlot, Lowered
 from ..lowering.structs import StructType
 from ..lowering.textures import format_sample
@@ -1222,6 +1222,14 @@ class Variant:
         if domain.count > 0xFFFFFFFF:
             raise DispatchError(
                 f"n={n} is {domain.count} invocations; that does not fit the u32 the kernel sees (at most 2**32-1 = 4294967295)", Span(self.yaml_path)
+            )
+        axis = wrapping_axis(domain, self.lowered.workgroup)
+        if axis is not None:
+            w = self.lowered.workgroup[axis]
+            raise DispatchError(
+                f"n={n}: {domain.extent[axis]} invocations along {'xyz'[axis]} round up to {-(-domain.extent[axis] // w) * w} in workgroups of {w}, "
+                f"past 2**32: global_invocation_id would wrap to 0 and compute the first elements again (at most {(1 << 32) // w * w} along {'xyz'[axis]})",
+                Span(self.yaml_path),
             )
         # A grid as plain ints: the caller's tuple may hold 0-d arrays that change in place (a
         # repeat compares against this, and Run.n reports it).

@@ -14,6 +14,7 @@ import pytest
 
 from engine_plugin import abi
 from engine_plugin.errors import DispatchError
+from engine_plugin.lowering.geometry import Domain, wrapping_axis
 
 pytestmark = pytest.mark.gpu
 
@@ -57,6 +58,36 @@ def test_a_dispatch_size_past_u32_is_refused_before_anything_runs():
             v.run(n=n, params={"k": 1.0})
 
 
+W100_YAML = """\
+bindings:
+  - { name: hits, kind: buffer, access: read_write, element: u32, count: "4" }
+workgroup: 100
+"""
+W100_WGSL = """\
+@compute @workgroup_size(100)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
+    let i = zero_index(gid);
+    if (i >= zero_n() || i >= 4u) { return; }
+    hits_set(i, hits_get(i) + 1u);
+}
+"""
+
+
+def test_a_domain_whose_last_workgroup_passes_u32_is_refused_instead_of_wrapping_to_element_0():
+    # Review helper 96: with workgroups of 100, n = 2**32-1 rounds up past 2**32: the last
+    # group's global_invocation_id wrapped to 0..3 and ran the body on elements 0..3 again.
+    v = variant("t96/w100", W100_YAML, W100_WGSL)
+    for n in (2**32 - 1, (2**32 - 1, 1)):
+        with pytest.raises(DispatchError, match="would wrap to 0"):
+            v.run(n=n)
+    assert abi.read(v.run(n=5).outputs["hits"]).tolist() == [1, 1, 1, 1]  # the variant still runs
+    # The bound itself: the largest extent whose groups end at 2**32 passes, one more does not.
+    assert wrapping_axis(Domain((2**32 // 100 * 100, 1, 1)), (100, 1, 1)) is None
+    assert wrapping_axis(Domain((2**32 // 100 * 100 + 1, 1, 1)), (100, 1, 1)) == 0
+    assert wrapping_axis(Domain((2**32 - 1, 1, 1)), (64, 1, 1)) is None  # 2**32 is whole groups of 64
+    assert wrapping_axis(Domain((1, 1, 2**32 - 1)), (1, 1, 7)) == 2  # 2**32-1 = 3 (mod 7)
+
+
 def test_negative_zero_after_zero_is_its_own_params():
     v = variant("t19/k", K_YAML, K_WGSL)
     first = abi.read(v.run(n=2, params={"k": 0.0}).outputs["dst"])
@@ -81,12 +112,15 @@ def test_big_endian_words_with_bits_go_up_as_their_values():
     assert got.tolist() == [int(np.array([1.5], "<f4").view("<u4")[0])]
 
 
-@pytest.mark.parametrize("elem,values,match", [
-    ("i32", np.array([3_000_000_000], np.int64), "outside int32's range"),
-    ("u32", np.array([-1], np.int64), "outside uint32's range"),
-    ("i32", np.array([np.nan], np.float64), "NaN or infinity"),
-    ("f32", np.array([1e300], np.float64), "beyond f32's range"),
-])
+@pytest.mark.parametrize(
+    "elem,values,match",
+    [
+        ("i32", np.array([3_000_000_000], np.int64), "outside int32's range"),
+        ("u32", np.array([-1], np.int64), "outside uint32's range"),
+        ("i32", np.array([np.nan], np.float64), "NaN or infinity"),
+        ("f32", np.array([1e300], np.float64), "beyond f32's range"),
+    ],
+)
 def test_a_cast_by_value_that_would_change_a_value_is_refused(elem, values, match):
     v = variant(f"t19/cast/{elem}", COPY_YAML.replace("ELEM", elem).replace("BITS", "false"), COPY_WGSL)
     with pytest.raises(DispatchError, match=match):
