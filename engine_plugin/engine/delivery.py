@@ -267,6 +267,11 @@ class Delivery:
                     return
         fresh = product.skip_computed(work)
         if len(fresh) != len(work.keys):
+            if writes_mirror and (product.gpu is None or product.dispatch_refused):
+                # Served already (their results applied), but not written by its kernel here:
+                # after recover_gpu() a new mirror holds the world's bytes for them, and its
+                # readers must wait for its kernel (review helper 95), as for what it computes below.
+                product.mirror_unwritten.update(k for k in set(work.keys).difference(fresh) if k not in product.gpu_written)
             if not fresh:
                 return
             if product.policy is not ReadbackPolicy.SELECTED_PATH:  # a path is computed whole

@@ -535,6 +535,9 @@ class Engine:
             with self._submission():  # 3, 4: one submission for the frame
                 self._writers = self._mirror_writers()
                 for product in self._order:
+                    if product.mirror_unwritten and self._serves(product):
+                        product.owe_unwritten(self.world)  # on the GPU: its kernel writes them
+                for product in self._order:
                     if product.pending:
                         t, before = time.perf_counter(), st.dispatches
                         self._dispatch(product, st, index)
@@ -800,12 +803,12 @@ class Engine:
             if not product.pending or not self._dispatch_once(product, st, index):
                 return
 
-    def _chunk_budget(self, product: Product, work: Any) -> tuple[int, int]:
+    def _chunk_budget(self, product: Product, work: Any, readback: bool = True) -> tuple[int, int]:
         """(chunks one dispatch may take now, chunks it may take at most): the backend's
         ``max_chunks_per_dispatch`` and the readback bytes budget (free now, and in all)."""
         cfg = getattr(self.backend, "config", None)
         most = int(getattr(cfg, "max_chunks_per_dispatch", len(work.keys)) or len(work.keys))
-        if product.policy is ReadbackPolicy.NONE or cfg is None:
+        if product.policy is ReadbackPolicy.NONE or not readback or cfg is None:
             return most, most
         # A readback is fixed bytes (whole-dispatch outputs of a constant size, alignment) plus
         # bytes that grow with the chunks: only the latter shrink when the work is split.
@@ -915,10 +918,22 @@ class Engine:
             work = product.work(self.world, keys=set(keys), index=index)
             if not work:
                 return False
+        # Chunks its fallback served (results applied) that its kernel runs over only to write
+        # the mirror: dispatched without a readback, so no result is applied twice. Chunks owed
+        # a result go first, in a dispatch of their own (a path goes whole, with its readback).
+        mirror_only = False
+        if product.mirror_unwritten and product.policy is not ReadbackPolicy.NONE:
+            rewrite = product.rewrites(work)
+            if len(rewrite) == len(work.keys):
+                mirror_only = True
+            elif rewrite and product.policy is not ReadbackPolicy.SELECTED_PATH:
+                work = product.work(self.world, keys=set(work.keys).difference(rewrite), index=index)
+                if not work:
+                    return False
         if work.items.size > gpu.capacity:
             self._gpu.reregister(product)  # outgrown (a selection): bigger buffers next frame
             return False
-        if product.policy is not ReadbackPolicy.NONE:
+        if product.policy is not ReadbackPolicy.NONE and not mirror_only:
             short = self._no_slot_for(product)
             if short and self._reads_gpu_state(product):
                 # Its readback would be refused and the CPU fallback would serve it from the
@@ -931,7 +946,7 @@ class Engine:
             if short == "owed":  # the free slots are owed to waiting readers of GPU state
                 product.force_cpu = True  # served as a refused readback is: its CPU fallback
                 return False
-        now, most = self._chunk_budget(product, work)
+        now, most = self._chunk_budget(product, work, readback=not mirror_only)
         splittable = product.policy is not ReadbackPolicy.SELECTED_PATH  # a path is all or nothing
         if len(work.keys) > now and most >= 1 and (splittable or len(work.keys) <= most):
             if now < 1 or not splittable:
@@ -964,7 +979,7 @@ class Engine:
         if product.mirror_unwritten:
             product.mirror_unwritten.difference_update(work.keys)  # written on the GPU now
         product.gpu_written.update(work.keys)  # a refused readback's fallback after this wrote no mirror, but this did
-        if product.policy is ReadbackPolicy.NONE:
+        if product.policy is ReadbackPolicy.NONE or mirror_only:
             product.done(work)
             return True
         prepared = desc.prepared

@@ -278,6 +278,7 @@ class GpuSide:
             log.warning("product %r runs on the CPU: the backend refused it (%s)", product.key, getattr(self.backend, "last_refusal", "refused"))
             return False
         product.gpu = gpu
+        product.dispatch_refusals = 0  # a new registration: refusals of the old one do not count
         if product.kernel_changed_off_gpu:
             # A reload (or new params) landed while a fallback served it: the results an older
             # kernel computed on the GPU before are stale; the new one computes everything.

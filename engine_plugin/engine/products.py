@@ -308,6 +308,21 @@ class Product:
         self.cpu_done.clear()
         self.mirror_unwritten &= self.selection_keys  # it writes only what it selects
 
+    def owe_unwritten(self, world: Any) -> None:
+        """Owe its kernel the chunks its CPU fallback served without writing its mirror
+        (``mirror_unwritten``; evicted ones are forgotten): on the GPU again, the kernel writes
+        them for the readers waiting for them (review helper 95: a dispatch refused three
+        frames, then accepted, left them unwritten for good)."""
+        unwritten = {k for k in self.mirror_unwritten if k in world}
+        self.mirror_unwritten = unwritten
+        self.pending |= unwritten
+
+    def rewrites(self, work: Work) -> list[int]:
+        """The chunks of ``work`` owed to its kernel only for the mirror: unwritten, and with
+        their results for these very versions applied by the CPU fallback already."""
+        done, unwritten = self.cpu_done, self.mirror_unwritten
+        return [k for k, v in zip(work.keys, work.versions) if k in unwritten and done.get(k) == v]
+
     def owe_everything(self, world: Any) -> None:
         """Owe results for every chunk this product covers (new registration, new program)."""
         if self.policy in (ReadbackPolicy.SELECTED_TILES, ReadbackPolicy.SELECTED_PATH):

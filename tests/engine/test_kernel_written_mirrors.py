@@ -718,3 +718,183 @@ def test_a_mirror_writers_one_off_refused_dispatch_is_retried_by_its_kernel(monk
     _drain(engine)
     engine.close()
     assert refused[0] == 1 and all(applied.get(k) for k in range(3)) and not wrong, (refused, applied, wrong)
+
+
+def _refusing(engine, writer, refuse):
+    """Wrap the engine's backend (again after each recover_gpu) so ``refuse["dispatch"]`` and
+    ``refuse["readback"]`` frames refuse the writer's dispatch and readback."""
+
+    def wrap():
+        backend = engine.backend
+        if getattr(backend, "_refusing", False):
+            return
+        dispatch, readback = backend.dispatch, backend.readback
+
+        def mine(desc):
+            p = engine.product(writer)
+            return p.gpu is not None and desc.product == p.gpu.handle
+
+        backend.dispatch = lambda d: False if refuse["dispatch"] > 0 and mine(d) else dispatch(d)
+        backend.readback = lambda d: False if refuse["readback"] > 0 and mine(d) else readback(d)
+        backend._refusing = True
+
+    def frame():
+        wrap()
+        engine.frame()
+        for name in refuse:
+            refuse[name] = max(0, refuse[name] - 1)
+        time.sleep(0.005)
+
+    return frame
+
+
+def test_a_mirror_writers_dispatch_refused_three_frames_then_accepted_writes_what_its_fallback_served():
+    # Review helper 95 (D1): refused 3 frames in a row (the limit), the writer was served whole
+    # by its fallback and the chunks went `mirror_unwritten`; accepted again, nothing owed them
+    # to its kernel: the reader waited for good, engine.idle stayed False.
+    world, engine, (writer, reader), wrong, applied = _mirror_pair()
+    engine.product(writer).cpu_fallback = lambda world, work: np.array([world.read(k, "f").sum() for k in work.keys], np.float32)
+    _drain(engine)
+    refuse = {"dispatch": 3, "readback": 0}
+    frame = _refusing(engine, writer, refuse)
+    world.write(1, "f", np.full(SHAPE, 7.0, np.float32))
+    engine.invalidate(reader)
+    for _ in range(5):
+        frame()
+    _drain(engine)
+    assert not wrong, wrong
+    assert applied.get(1) and not engine.product(writer).mirror_unwritten and not engine.product(reader).pending
+    engine.close()
+
+
+def test_a_mirror_writers_results_are_not_applied_twice_when_its_kernel_rewrites_what_its_fallback_served():
+    # The kernel runs again over the chunks its fallback served (for the mirror): the results of
+    # those chunks' versions were applied already, by the fallback; they are not applied again.
+    world, engine, (writer, reader), wrong, applied = _mirror_pair()
+    served: list = []
+
+    def on_writer(result):
+        served.extend(zip(result.keys, result.versions))
+
+    product = engine.product(writer)
+    product.apply = on_writer
+    product.cpu_fallback = lambda world, work: np.array([world.read(k, "f").sum() for k in work.keys], np.float32)
+    _drain(engine)
+    served.clear()
+    refuse = {"dispatch": 3, "readback": 0}
+    frame = _refusing(engine, writer, refuse)
+    world.write(1, "f", np.full(SHAPE, 7.0, np.float32))
+    for _ in range(5):
+        frame()
+    _drain(engine)
+    engine.close()
+    assert served.count((1, world.version(1))) == 1, served
+
+
+@pytest.mark.parametrize("policy", ["none", "summary"])
+def test_a_mirror_writer_refused_after_recover_gpu_leaves_its_readers_waiting_not_reading_zeros(policy):
+    # Review helper 95 (D2): after recover_gpu() the writer owed every chunk again; its dispatch
+    # refused 3 frames, its fallback skipped the chunks it had computed before (cpu_done) and
+    # never marked them unwritten: the reader summed the new mirror's zeros as current results.
+    world = World(SHAPE, {"f": np.float32, "acc": np.float32}, max_chunks=4)
+    for k in range(4):
+        world.add(k, {"f": np.full(SHAPE, k + 1.0, np.float32)})
+    engine = Engine(world, config=EngineConfig(backend=WgpuBackendConfig(max_inflight_readbacks=8, max_chunks_per_dispatch=2)))
+    engine.field_buffer("acc", kernel_writes=True)
+    if policy == "none":
+        writer = engine.register_product(
+            _program("t95/none_writer", NONE_WRITER_YAML, NONE_WRITER_WGSL),
+            key="writer",
+            fields={"f": "f", "acc": "acc"},
+            policy=ReadbackPolicy.NONE,
+            cpu_fallback=lambda world, work: None,
+        )
+    else:
+        writer = engine.register_product(
+            _program("t95/writer", WRITER_YAML, WRITER_WGSL),
+            key="writer",
+            fields={"f": "f", "acc": "acc"},
+            apply=lambda r: None,
+            cpu_fallback=lambda world, work: np.array([world.read(k, "f").sum() for k in work.keys], np.float32),
+        )
+    wrong: list = []
+    applied: dict = {}
+
+    def on_sum(result):
+        for k, v, value in zip(result.keys, result.versions, result.values):
+            applied[k] = applied.get(k, 0) + 1
+            want = float((world.read(k, "f").astype(np.float64) + 100).sum())
+            if world.is_current(k, v) and float(value) != want:
+                wrong.append((k, v, float(value), want))
+
+    reader = engine.register_product(_program("t95/reader", SUM_YAML, SUM_WGSL), key="reader", fields={"heat": "acc"}, apply=on_sum)
+    refuse = {"dispatch": 0, "readback": 0}
+    frame = _refusing(engine, writer, refuse)
+    if policy == "none":
+        engine.backend.notify_device_error("the game saw a device error")
+        frame()
+        engine.recover_gpu()
+        frame()
+        refuse["dispatch"] = 6
+        frame()
+    else:
+        refuse["readback"] = 1  # its fallback serves (and remembers) what its kernel ran over
+        frame()
+        refuse["dispatch"] = 2
+        frame()
+    engine.recover_gpu()  # a new mirror: the world's bytes (zeros) until the writer's kernel runs
+    frame()
+    refuse["dispatch"] = 3
+    frame()
+    world.write(3, "f", np.full(SHAPE, 9.0, np.float32))
+    engine.invalidate(reader)
+    for _ in range(4):
+        frame()
+    assert not wrong, wrong
+    _drain(engine)  # accepted again: the writer's kernel writes the chunks, the reader follows
+    engine.close()
+    assert not wrong, wrong
+    assert all(applied.get(k) for k in range(4)), applied
+
+
+NONE_WRITER_YAML = """\
+bindings:
+  - { name: tiles, kind: buffer, access: read, element: u32 }
+  - { name: f, kind: buffer, access: read, element: f32 }
+  - { name: acc, kind: buffer, access: read_write, element: f32 }
+"""
+NONE_WRITER_WGSL = """\
+@compute @workgroup_size(64)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
+    let i = zero_index(gid);
+    if (i >= zero_n()) { return; }
+    let t = tiles_get(i);
+    acc_set(t, f_get(t) + 100.0);
+}
+"""
+
+
+def test_dispatch_refusals_before_recover_gpu_do_not_count_toward_the_fallbacks_limit():
+    # Review helper 95: refusals of the old registration and of the new one added up to the
+    # limit (1, recover, 2, 3): a one-off refusal had the fallback serve the writer whole.
+    world, engine, (writer, reader), wrong, applied = _mirror_pair()
+    calls: list = []
+
+    def fallback(world, work):
+        calls.append(list(work.keys))
+        return np.array([world.read(k, "f").sum() for k in work.keys], np.float32)
+
+    engine.product(writer).cpu_fallback = fallback
+    _drain(engine)
+    refuse = {"dispatch": 2, "readback": 0}
+    frame = _refusing(engine, writer, refuse)
+    world.write(1, "f", np.full(SHAPE, 7.0, np.float32))
+    frame()
+    frame()
+    assert engine.product(writer).dispatch_refusals == 2
+    assert engine.recover_gpu()
+    refuse["dispatch"] = 1
+    frame()
+    _drain(engine)
+    engine.close()
+    assert not calls and not wrong, (calls, wrong)
