@@ -148,7 +148,9 @@ class _AssetStore:
             found = self._memory.get(key)
             if found is not None:
                 self.memory_hits += 1
-                return found
+                # Keyed by content: the same content read from other files (a body renamed)
+                # names the files read now (review helper 97: errors named a deleted file).
+                return self._rebase(found)
         if self.cache is not None:
             found, foreign = self.cache.get_lowered_from(key, derived_from, self.rel)
             if foreign:
@@ -642,8 +644,19 @@ class AssetLibrary:
                     continue
                 log.exception("applying a reload of %s failed", ref.path)
                 result = self._fail(ref, bug(f"applying a reload raised {type(exc).__name__}: {exc}"), prepared)
+            if ref._source is not None:
+                # The worker pointed the store at the files it read; what is live reads these
+                # (a failed or unchanged read left them naming files the live program never read).
+                ref._store.paths = _store_paths(ref._source)
             ref._tried_files = _real_files(prepared.source) if prepared.source is not None and ref._source is not prepared.source else ()
+            followed = self._watch_index.files_of(os.path.abspath(ref.folder))
             self._reindex(ref)  # what it reads now (a reload, a failure, a link retargeted)
+            if not set(self._watch_index.files_of(os.path.abspath(ref.folder))) <= set(followed):
+                # Files this read brought in (a link's new target, a new #import) were not
+                # followed while it was read and applied: an edit to one meanwhile matched no
+                # asset (review helper 97). Read once more: judged unchanged unless one changed.
+                self.service.start_worker()
+                self.service.schedule(os.path.abspath(ref.folder))
             if result is not None:
                 out.append(result)
         retry, self._retry = self._retry, []
@@ -920,6 +933,11 @@ class _WatchIndex:
                 if not entries:
                     del self.bases[b]
 
+    def files_of(self, folder: str) -> tuple[str, ...]:
+        """The files the asset at ``folder`` is followed by (empty when not entered)."""
+        with self._lock:
+            return self._of.get(folder, ((), (), ""))[0]
+
     def hits(self, path: str, real: str) -> set[str]:
         with self._lock:
             return self._hits(path, real)
@@ -961,10 +979,37 @@ class _WatchIndex:
 
 
 def _real_files(src: AssetSource) -> tuple[str, ...]:
-    """An asset read's files with every link resolved (kept once a read is live, so that a
-    file event matches them without touching the disk)."""
+    """An asset read's files, each as every path that names it through its chain of links
+    (kept once a read is live, so that a file event matches them without touching the disk):
+    a link in the middle of a chain retargeted names a path only the chain passes through
+    (review helper 97)."""
     files = [src.yaml_path, src.wgsl_path] + [m.path for m in src.modules]
-    return tuple(dict.fromkeys(os.path.realpath(f) for f in files))
+    return tuple(dict.fromkeys(p for f in files for p in _spellings(f)))
+
+
+def _spellings(path: str, limit: int = 40) -> list[str]:
+    """``path`` absolute, then as each link on its way is resolved in turn (the first link
+    from the root first), down to the real path: every path an event for it may name."""
+    out = [os.path.abspath(path)]
+    for _ in range(limit):
+        parts = out[-1].split(os.sep)
+        for i in range(2, len(parts) + 1):
+            head = os.sep.join(parts[:i])
+            if os.path.islink(head):
+                try:
+                    target = os.readlink(head)
+                except OSError:
+                    break
+                out.append(os.path.normpath(os.path.join(os.path.dirname(head), target, *parts[i:])))
+                break
+        else:
+            break
+        if out[-1] in out[:-1]:  # a loop of links: the read itself refused it
+            break
+    real = os.path.realpath(path)
+    if real not in out:
+        out.append(real)
+    return out
 
 
 def _under(path: str, top: str) -> bool:

@@ -1,0 +1,176 @@
+"""Hot reload follows what a read brings in and names the files it reads (review helper 97):
+an edit to a file an asset just started reading (a link's new target) before the reload is
+applied; a link in the middle of a chain retargeted; errors after a body is renamed or after a
+failed read name the files the live program reads."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+
+import pytest
+from asset_support import SCHEMA, kernel, pump, run_scale, settle, wait_watching, write
+
+pytestmark = pytest.mark.gpu
+
+
+def _swap_link(target: str, link: str) -> None:
+    os.symlink(target, link + ".new")
+    os.replace(link + ".new", link)  # an atomic retarget
+
+
+def _old(*paths: str) -> None:
+    old = time.time() - 10  # settled files: no quiet window to wait for
+    for p in paths:
+        os.utime(p, (old, old))
+
+
+def test_an_edit_to_a_links_new_target_before_the_reload_is_applied_is_not_lost(tmp_path, make_library):
+    root = str(tmp_path / "assets")
+    os.makedirs(f"{root}/bodies")
+    write(f"{root}/bodies/t1.wgsl", kernel(2.0))
+    write(f"{root}/bodies/t2.wgsl", kernel(5.0))
+    os.makedirs(f"{root}/k.computeShader")
+    write(f"{root}/k.computeShader/bindings.yaml", SCHEMA)
+    os.symlink("../bodies/t1.wgsl", f"{root}/k.computeShader/kernel.wgsl")
+    _old(f"{root}/bodies/t1.wgsl", f"{root}/bodies/t2.wgsl", f"{root}/k.computeShader/bindings.yaml")
+    lib = make_library(root)
+    ref = lib.load("k.computeShader")
+    assert run_scale(ref) == [2.0, 4.0, 6.0, 8.0]
+    lib.watch()
+    wait_watching(lib, root)
+    _swap_link("../bodies/t2.wgsl", f"{root}/k.computeShader/kernel.wgsl")
+    deadline = time.monotonic() + 10
+    while lib.pending == 0 and time.monotonic() < deadline:  # read, not applied: the game's frame runs
+        time.sleep(0.005)
+    assert lib.pending
+    write(f"{root}/bodies/t2.wgsl", kernel(7.0))  # the file the asset reads now, edited meanwhile
+    time.sleep(0.3)  # its event arrives before the next poll
+    pump(lib, lambda: run_scale(ref) == [7.0, 14.0, 21.0, 28.0], what="the edit of the new target")
+    settle(lib, 0.3)
+    assert run_scale(ref) == [7.0, 14.0, 21.0, 28.0] and ref.error is None
+
+
+def _body_chain(root: str) -> None:
+    os.makedirs(f"{root}/bodies")
+    write(f"{root}/bodies/v1.wgsl", kernel(2.0))
+    write(f"{root}/bodies/v2.wgsl", kernel(5.0))
+    os.symlink("v1.wgsl", f"{root}/bodies/current.wgsl")
+    os.makedirs(f"{root}/k.computeShader")
+    write(f"{root}/k.computeShader/bindings.yaml", SCHEMA)
+    os.symlink("../bodies/current.wgsl", f"{root}/k.computeShader/kernel.wgsl")
+    _old(f"{root}/bodies/v1.wgsl", f"{root}/bodies/v2.wgsl", f"{root}/k.computeShader/bindings.yaml")
+
+
+def _folder_chain(root: str) -> None:
+    for v, scale in (("v1", 2.0), ("v2", 5.0)):
+        os.makedirs(f"{root}/versions/{v}")
+        write(f"{root}/versions/{v}/bindings.yaml", SCHEMA)
+        write(f"{root}/versions/{v}/kernel.wgsl", kernel(scale))
+        _old(f"{root}/versions/{v}/bindings.yaml", f"{root}/versions/{v}/kernel.wgsl")
+    os.symlink("v1", f"{root}/versions/current")
+    os.symlink("versions/current", f"{root}/k.computeShader")
+
+
+def _through_linked_folder(root: str) -> None:
+    for v, scale in (("sharedv1", 2.0), ("sharedv2", 5.0)):
+        os.makedirs(f"{root}/{v}")
+        write(f"{root}/{v}/k.wgsl", kernel(scale))
+        _old(f"{root}/{v}/k.wgsl")
+    os.symlink("sharedv1", f"{root}/shared")
+    os.makedirs(f"{root}/k.computeShader")
+    write(f"{root}/k.computeShader/bindings.yaml", SCHEMA)
+    _old(f"{root}/k.computeShader/bindings.yaml")
+    os.symlink("../shared/k.wgsl", f"{root}/k.computeShader/kernel.wgsl")
+
+
+@pytest.mark.parametrize(
+    "build, retarget",
+    [
+        (_body_chain, lambda r: _swap_link("v2.wgsl", f"{r}/bodies/current.wgsl")),
+        (_folder_chain, lambda r: _swap_link("v2", f"{r}/versions/current")),
+        (_through_linked_folder, lambda r: _swap_link("sharedv2", f"{r}/shared")),
+    ],
+    ids=["body-link-to-link", "folder-link-to-link", "body-link-through-linked-folder"],
+)
+def test_a_link_in_the_middle_of_a_chain_retargeted_reloads(tmp_path, make_library, build, retarget):
+    root = str(tmp_path / "assets")
+    os.makedirs(root)
+    build(root)
+    lib = make_library(root)
+    ref = lib.load("k.computeShader")
+    assert run_scale(ref) == [2.0, 4.0, 6.0, 8.0]
+    lib.watch()
+    wait_watching(lib, root)
+    retarget(root)
+    pump(lib, lambda: ref.generation >= 1, what="the reload of the retargeted chain")
+    assert run_scale(ref) == [5.0, 10.0, 15.0, 20.0] and ref.error is None
+
+
+INT_ERROR_BODY = """@compute @workgroup_size(64)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
+    let i = zero_index(gid);
+    if (i >= zero_n()) { return; }
+    dst_set(i, sqrt(src_get(i)));
+}
+"""
+
+
+def test_after_a_body_is_renamed_a_variants_error_names_the_new_file(tmp_path, make_library):
+    root = str(tmp_path / "assets")
+    folder = f"{root}/k.computeShader"
+    os.makedirs(folder)
+    write(f"{folder}/bindings.yaml", SCHEMA)
+    write(f"{folder}/kernel.wgsl", INT_ERROR_BODY)
+    lib = make_library(root)
+    ref = lib.load("k.computeShader")
+    ref.program().variant({"T": "f32"})
+    with pytest.raises(Exception, match="kernel.wgsl"):
+        ref.program().variant({"T": "i32"})  # sqrt of an i32: the body's error, at its line
+    lib.watch()
+    wait_watching(lib, folder)
+    os.rename(f"{folder}/kernel.wgsl", f"{folder}/main.wgsl")
+    pump(lib, lambda: os.path.basename(ref.source.wgsl_path) == "main.wgsl", what="the renamed body read")
+    settle(lib, 0.3)
+    with pytest.raises(Exception) as caught:
+        ref.program().variant({"T": "i32"})
+    assert "main.wgsl:5:" in str(caught.value) and "kernel.wgsl" not in str(caught.value), caught.value
+
+
+MODULE = "// shared\nfn shared_root(x: f32) -> f32 {\n    return sqrt(x);\n}\nfn shared_bad_for_ints(x: T) -> T {\n    return sqrt(x);\n}\n"
+IMPORTER = """#import factor
+
+@compute @workgroup_size(64)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
+    let i = zero_index(gid);
+    if (i >= zero_n()) { return; }
+    dst_set(i, shared_bad_for_ints(src_get(i)));
+}
+"""
+
+
+def test_a_failed_read_leaves_later_errors_naming_the_files_the_live_program_reads(tmp_path, make_library):
+    root = str(tmp_path / "assets")
+    os.makedirs(f"{root}/modules")
+    write(f"{root}/modules/factor.wgsl", MODULE)
+    os.makedirs(f"{root}/sub/n.computeShader")
+    write(f"{root}/sub/n.computeShader/bindings.yaml", SCHEMA)
+    write(f"{root}/sub/n.computeShader/kernel.wgsl", IMPORTER)
+    with pytest.raises(Exception):
+        make_library(root).load("sub/n.computeShader").program().variant({"T": "i32"})  # cached by a first run
+    lib = make_library(root)
+    ref = lib.load("sub/n.computeShader")
+    ref.program().variant({"T": "f32"})
+    lib.watch()
+    wait_watching(lib, root)
+    os.makedirs(f"{root}/sub/modules")
+    write(f"{root}/sub/modules/factor.wgsl", "fn oops( {\n")  # a broken module made nearer: the read fails
+    pump(lib, lambda: ref.error is not None, what="the failed read")
+    shutil.rmtree(f"{root}/sub/modules")  # and gone again: the live content is what the disk says
+    pump(lib, lambda: ref.error is None, what="the error cleared")
+    settle(lib, 0.3)
+    with pytest.raises(Exception) as caught:
+        ref.program().variant({"T": "i32"})
+    text = str(caught.value)
+    assert os.path.join("modules", "factor.wgsl") in text and os.path.join("sub", "modules") not in text, text
