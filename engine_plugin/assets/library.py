@@ -354,7 +354,7 @@ class AssetLibrary:
         remote_on_demand: bool = False,
         modules: Sequence[str] = (),
     ):
-        self.root = os.fspath(root)
+        self.root = os.path.abspath(os.fspath(root))  # a later chdir must not move the assets (review helper 97)
         self.module_paths = tuple(os.fspath(m) for m in modules)
         self.remote = remote_from(remote, timeout=remote_timeout)
         self.remote_on_demand = bool(remote_on_demand)

@@ -174,3 +174,22 @@ def test_a_failed_read_leaves_later_errors_naming_the_files_the_live_program_rea
         ref.program().variant({"T": "i32"})
     text = str(caught.value)
     assert os.path.join("modules", "factor.wgsl") in text and os.path.join("sub", "modules") not in text, text
+
+
+def test_a_relative_root_keeps_naming_the_same_assets_after_the_game_changes_directory(tmp_path, make_library, monkeypatch):
+    # Review helper 97: the watcher followed the absolute root, the reload read the relative one
+    # from the new working directory: another tree's asset went live, silently.
+    for where, scale in (("game", 2.0), ("elsewhere", 9.0)):
+        folder = tmp_path / where / "assets" / "k.computeShader"
+        os.makedirs(folder)
+        write(str(folder / "bindings.yaml"), SCHEMA)
+        write(str(folder / "kernel.wgsl"), kernel(scale))
+    monkeypatch.chdir(tmp_path / "game")
+    lib = make_library("assets")
+    ref = lib.load("k.computeShader")
+    lib.watch()
+    wait_watching(lib, str(tmp_path / "game" / "assets"))
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    write(str(tmp_path / "game" / "assets" / "k.computeShader" / "kernel.wgsl"), kernel(5.0))
+    pump(lib, lambda: ref.generation >= 1 or ref.error is not None, what="the reload")
+    assert ref.error is None and run_scale(ref) == [5.0, 10.0, 15.0, 20.0]
