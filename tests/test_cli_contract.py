@@ -85,9 +85,23 @@ def test_help_states_the_contract():
         (["bake", "no/such/folder", "--cache", "c"], "bake"),
         (["bench", "no_such_case"], "bench"),
         (["watch", "no/such/folder"], "watch"),
+        # Review helper 99: these ran (-3 frames at -179372 fps; 0 frames as 300; a log every 0
+        # frames as every 1) or came out as "engine_plugin bug", exit 1.
+        (["demo", "--headless", "--frames", "-3"], "demo"),
+        (["demo", "--headless", "--frames", "0"], "demo"),
+        (["demo", "--headless", "--log-every", "0"], "demo"),
+        (["demo", "--headless", "--log", "afile/demo.jsonl"], "demo"),
+        (["demo", "--headless", "--snapshot", "afile/demo.png"], "demo"),
+        (["bench", "kernels", "--sizes", "-5"], "bench"),
+        (["bench", "kernels", "--sizes", "abc"], "bench"),
+        (["bench", "kernels", "--sizes", "8,"], "bench"),
+        (["bench", "kernels", "--reps", "0"], "bench"),
+        (["bench", "kernels", "--runs", "1"], "bench"),
+        (["bench", "lowering", "--json", "afile/report.json"], "bench"),
     ],
 )
 def test_usage_errors_exit_2_with_one_prefixed_line_on_stderr_and_nothing_on_stdout(tmp_path, args, command):
+    (tmp_path / "afile").write_text("")  # a file where a folder is named
     done = cli(*args, cwd=str(tmp_path))
     assert done.returncode == 2, done.stderr
     one_error_line(done, command)
@@ -327,3 +341,44 @@ def test_cache_stats_of_a_file_is_a_usage_error_as_for_gc(tmp_path):
     for sub in ("stats", "gc"):
         done = cli("cache", sub, "--cache", "f", cwd=str(tmp_path))
         assert done.returncode == 2 and ("not a folder" in done.stderr or "no variant cache" in done.stderr), (sub, done.stderr)
+
+
+def test_watch_prints_a_diagnostic_once_when_the_same_broken_text_is_saved_again(broken):
+    # Review helper 99: re-saving (or touching) a broken file printed the same failure again.
+    cmd = [sys.executable, "-m", "engine_plugin", "watch", "assets", "--no-cache", "--json", "--max-events", "2", "--duration", "60"]
+    proc = subprocess.Popen(cmd, cwd=str(broken), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=dict(os.environ, PYTHONUNBUFFERED="1"))
+    events = []
+    try:
+        wgsl = broken / "assets" / "broken.computeShader" / "kernel.wgsl"
+        while True:
+            line = proc.stdout.readline()
+            if not line:
+                break
+            events.append(json.loads(line))
+            if events[-1]["event"] == "watching":
+                for text in (BROKEN_WGSL, BROKEN_WGSL.replace("heigth", "heigth2"), BROKEN_WGSL.replace("heigth", "heigth2")):
+                    wgsl.write_text(text)  # the same text again, then another error saved twice
+                    time.sleep(1.0)  # each save read on its own (the quiet window is 30 ms)
+                wgsl.write_text(BROKEN_WGSL.replace("heigth", "1.0"))  # fixed: the reload ends the watch
+        assert proc.wait(timeout=60) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert [e["event"] for e in events] == ["failure", "watching", "failure", "reload"], events
+    assert "heigth2" in events[2]["message"]
+
+
+def test_the_lowering_benchs_note_counts_the_lowerings_it_timed(tmp_path):
+    done = cli("bench", "lowering", "--quick", "--json", "-", cwd=str(tmp_path))
+    assert done.returncode == 0, done.stderr
+    (row,) = json.loads(done.stdout)["results"]
+    assert row["note"] == "median over 100 lowerings", row
+
+
+def test_the_headless_demos_p95_is_never_below_its_median():
+    from engine_plugin.demo.headless import nearest_rank
+
+    assert nearest_rank([23.4, 112.0], 0.95) == 112.0  # two frames: p95 read the minimum
+    assert nearest_rank([1.0, 2.0, 3.0], 0.5) == 2.0 and nearest_rank([], 0.95) == 0.0
+    assert nearest_rank([float(v) for v in range(1, 101)], 0.95) == 95.0

@@ -99,8 +99,9 @@ def bench_lowering(opts) -> Result:
     wgsl = open(os.path.join(root, "kernel.wgsl")).read()
     schema = abi.parse(yaml_text, "reference/bindings.yaml")
     spec = abi.resolve_spec(schema, {"T": "vec3<f32>", "FOLD": "mean"})
-    t = median_time(lambda: abi.lower(schema, wgsl, spec), repeat=_repeat(opts, 1000), warmup=10)
-    return Result("lowering (reference, 1 variant)", t, None, "s", note="median over 1,000 lowerings")
+    repeat = _repeat(opts, 1000)
+    t = median_time(lambda: abi.lower(schema, wgsl, spec), repeat=repeat, warmup=10)
+    return Result("lowering (reference, 1 variant)", t, None, "s", note=f"median over {repeat:,} lowerings")
 
 
 def _sync(ctx) -> None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import gc
-import json
 import platform
 import statistics
 import sys
@@ -111,8 +110,18 @@ LETTERS = {
 }
 
 
+def _mib_list(text: str) -> list[int]:
+    """``--sizes``: whole MiB counts of at least 1, comma-separated."""
+    import argparse
+
+    parts = text.split(",")
+    if not all(p.strip().isdigit() and int(p) >= 1 for p in parts):
+        raise argparse.ArgumentTypeError(f"whole MiB counts of at least 1, comma-separated (256,1024), not {text!r}")
+    return [int(p) for p in parts]
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    from ..commands.contract import OneLineParser
+    from ..commands.contract import OneLineParser, UsageError, check_output_file, whole_number_arg, write_json
     from . import cases  # noqa: F401  (registers every case: their names go into the help)
 
     parser = OneLineParser(prog="engine-plugin bench")
@@ -120,10 +129,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("cases", nargs="*", help=f"case names (default: all): {', '.join(CASES)}; or the README's letters: {letters}")
     parser.add_argument("--json", metavar="PATH", help="write the results as JSON ('-': stdout, the table then goes to stderr)")
     parser.add_argument("--quick", action="store_true", help="fewer repeats (smoke run)")
-    parser.add_argument("--sizes", metavar="MIB,...", help="kernel cases: array sizes in MiB (default 256,1024 on a GPU, 8 on a CPU adapter)")
-    parser.add_argument("--reps", type=int, metavar="N", help="kernel cases: dispatches per timed submission")
-    parser.add_argument("--runs", type=int, metavar="N", help="kernel cases: timed runs per figure (at least 3)")
+    parser.add_argument("--sizes", type=_mib_list, metavar="MIB,...", help="kernel cases: array sizes in MiB (default 256,1024 on a GPU, 8 on a CPU adapter)")
+    parser.add_argument("--reps", type=whole_number_arg(1), metavar="N", help="kernel cases: dispatches per timed submission")
+    parser.add_argument("--runs", type=whole_number_arg(3), metavar="N", help="kernel cases: timed runs per figure (at least 3)")
     args = parser.parse_args(argv)
+    if args.json:
+        try:
+            check_output_file(args.json, "--json")  # before the cases run, not after
+        except UsageError as exc:
+            parser.error(str(exc))
     from rich.console import Console  # after the arguments: --help works without the [cli] extra
     from rich.table import Table
 
@@ -143,7 +157,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     table = Table(title="engine_plugin vs raw wgpu-py, same run (plugin, raw: medians; ratio: of those medians; a note's range: per-run ratios)")
     for col in ("case", "plugin", "raw", "ratio", "target", "note"):
         table.add_column(col)
-    opts = {"quick": args.quick, "sizes": args.sizes.split(",") if args.sizes else None, "reps": args.reps, "runs": args.runs}
+    opts = {"quick": args.quick, "sizes": args.sizes, "reps": args.reps, "runs": args.runs}
     for name in args.cases or list(CASES):
         found = CASES[name](opts)
         for r in found if isinstance(found, list) else [found]:
@@ -163,11 +177,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "python": platform.python_version(),
             "results": [dict(asdict(r), ratio=r.ratio) for r in results],
         }
-        if args.json == "-":
-            json.dump(report, sys.stdout, indent=2)
-            sys.stdout.write("\n")
-        else:
-            with open(args.json, "w") as f:
-                json.dump(report, f, indent=2)
+        write_json(report, args.json)
+        if args.json != "-":
             console.print(f"wrote {args.json}")
     return 0

@@ -6,7 +6,7 @@ import argparse
 import os
 from typing import Any
 
-from .contract import EXIT_OK, Reporter
+from .contract import EXIT_OK, Reporter, check_output_file, whole_number_arg
 
 __all__ = ["add_parser", "cmd_demo"]
 
@@ -36,6 +36,9 @@ def cmd_demo(args: argparse.Namespace, rep: Reporter) -> int:
             # A display was asked for and cannot be had: say so once, then run headless.
             rep.note(f"{problem}; running headless")
     snapshot = args.snapshot or None
+    for flag, target in (("--snapshot", snapshot), ("--log", args.log)):
+        if target:
+            check_output_file(target, flag)  # before the frames run, not after
     if snapshot:
         require("PIL", "the demo's PNG snapshot (or pass --snapshot '')")
         folder = os.path.dirname(os.path.abspath(snapshot))
@@ -65,11 +68,11 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
         "without one, or when the display cannot be opened (said on one line), it runs headless frames and writes a PNG snapshot "
         "and a JSON-lines log of the overlay's figures.",
     )
-    p.add_argument("--frames", type=int, default=None, help="frames to run (default: until Esc; 300 headless)")
+    p.add_argument("--frames", type=whole_number_arg(1), default=None, help="frames to run (default: until Esc; 300 headless)")
     p.add_argument("--headless", action="store_true", help="no window, even with a display")
     p.add_argument("--snapshot", default="out/demo.png", help="PNG written at the end of a headless run (its folder is created; '' for none)")
     p.add_argument("--log", default="out/demo.jsonl", metavar="FILE", help="headless: JSON-lines log of the overlay's figures ('' for none)")
-    p.add_argument("--log-every", type=int, default=10, metavar="N", help="headless: one log line every N frames (default 10)")
+    p.add_argument("--log-every", type=whole_number_arg(1), default=10, metavar="N", help="headless: one log line every N frames (default 10)")
     p.add_argument("--screenshots", default="out", metavar="DIR", help="window: the folder the screenshot key (F12) writes PNGs to")
     p.add_argument("--assets", default=None, metavar="DIR", help="the demo's kernels (default: the packaged ones; pass a copy to edit them live)")
     p.add_argument("--cache", default="cache", metavar="DIR", help="the variant cache folder (default: cache)")

@@ -47,11 +47,22 @@ class _Log:
     def __init__(self, rep: Reporter, as_json: bool):
         self.rep = rep
         self.as_json = as_json
+        self._shown: dict[str, str] = {}  # asset -> the failure shown last (until a reload or a clear)
 
     def emit(self, data: dict[str, Any]) -> None:
         print(json.dumps(data), file=self.rep.out, flush=True)
 
-    def failure(self, asset: str, generation: int, error: PluginError, what: str) -> None:
+    def failure(self, asset: str, generation: int, error: PluginError, what: str) -> bool:
+        """Report a failure unless it is the one shown last for ``asset`` (the same broken text
+        saved again, or touched): each diagnostic once. Answers whether it was shown."""
+        rendered = error.render()
+        if self._shown.get(asset) == rendered:
+            return False
+        self._shown[asset] = rendered
+        self._failure(asset, generation, error, what)
+        return True
+
+    def _failure(self, asset: str, generation: int, error: PluginError, what: str) -> None:
         if self.as_json:
             self.emit(_failure_json(asset, generation, error))
             return
@@ -61,12 +72,14 @@ class _Log:
 
     def cleared(self, asset: str, generation: int) -> None:
         """A failed edit was undone: the files hold the live program's content again."""
+        self._shown.pop(asset, None)
         if self.as_json:
             self.emit({"event": "cleared", "asset": asset, "generation": generation})
             return
         self.rep.say(f"{time.strftime('%H:%M:%S')} {asset} is back to its live content (generation {generation}); diagnostics cleared")
 
     def reload(self, result: Any) -> None:
+        self._shown.pop(result.asset, None)
         if self.as_json:
             self.emit(
                 {
@@ -165,12 +178,16 @@ def cmd_watch(args: argparse.Namespace, rep: Reporter) -> int:
                         rep.say(f"         variants from: {_origins_line(lib, result)}")
                 else:
                     failing.add(result.asset)
-                    log.failure(result.asset, result.generation, result.error, f"reload of {result.asset} failed; generation {result.generation} stays live")
+                    if not log.failure(
+                        result.asset, result.generation, result.error, f"reload of {result.asset} failed; generation {result.generation} stays live"
+                    ):
+                        seen -= 1  # the same diagnostic again (saved again, touched): shown once
             for asset in [a for a in failing if by_path[a].error is None]:  # the failed edit undone: no reload, but news
                 failing.discard(asset)
                 seen += 1
                 if asset in live_failures:  # back to live content that never compiled: its failure again, not "cleared"
-                    log.failure(asset, by_path[asset].generation, live_failures[asset], f"{asset} is back to its live content, which does not compile")
+                    if not log.failure(asset, by_path[asset].generation, live_failures[asset], f"{asset} is back to its live content, which does not compile"):
+                        seen -= 1
                 else:
                     log.cleared(asset, by_path[asset].generation)
             if args.max_events and seen >= args.max_events:
