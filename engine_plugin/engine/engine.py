@@ -381,7 +381,9 @@ class Engine:
         product = self.product(handle)
         if product.exception is not None:
             return product.exception
-        return product.waiting if self._serves(product) else None  # off the GPU: its fallback serves it
+        if product.waiting is None or not self._serves(product) or not product.pending:
+            return None  # off the GPU (its fallback serves it), or nothing owed: it waits for nothing
+        return product.waiting
 
     def generation(self, handle: GpuProductHandle) -> int:
         """The product's live GPU registration generation (0 while it runs on the CPU)."""
@@ -543,6 +545,9 @@ class Engine:
                         self._dispatch(product, st, index)
                         if st.dispatches > before:  # timed only when it ran on the GPU
                             wall[str(product.key)] = (time.perf_counter() - t) * 1e3
+        for product in self._order:
+            if product.waiting is not None and not product.pending:
+                product.waiting = None  # it waits for nothing (the chunk left, a fallback served it)
         self._delivery.collect(st)  # 5
         self._note_gpu_times(st, wall)
         self._gpu.check(st)
@@ -888,12 +893,17 @@ class Engine:
             return set()
         out: set[int] = set()
         here = self._position.get(id(reader), -1)
+        writes = reader.plan.written_fields if reader.plan is not None else ()
         for name in reader.field_names:
             for w in writers.get(name, ()):
                 if w is not reader:
                     if self._position.get(id(w), -1) < here:
                         out |= w.pending
-                    out |= w.mirror_unwritten
+                    if name not in writes:
+                        # A writer of the mirror writes it itself: waiting for another writer's
+                        # fallback-served chunks too, while that one waits for its owed work,
+                        # held both for good (review helper 98).
+                        out |= w.mirror_unwritten
         return out
 
     def _dispatch_once(self, product: Product, st: FrameStats, index: ChunkIndex) -> bool:

@@ -898,3 +898,72 @@ def test_dispatch_refusals_before_recover_gpu_do_not_count_toward_the_fallbacks_
     _drain(engine)
     engine.close()
     assert not calls and not wrong, (calls, wrong)
+
+
+def _writer_fallback(world, work):
+    return np.array([world.read(k, "f").sum() for k in work.keys], np.float32)
+
+
+def test_two_writers_of_one_mirror_never_wait_for_each_other():
+    # Review helper 98 (D1): W1 waited for the chunk W2's fallback served, W2 for W1's owed
+    # work: neither dispatched again, and the reader waited behind both for good.
+    world = World(SHAPE, {"f": np.float32, "acc": np.float32}, max_chunks=4)
+    for k in range(2):
+        world.add(k, {"f": np.full(SHAPE, float(k + 1), np.float32)})
+    engine = Engine(world)
+    engine.field_buffer("acc", kernel_writes=True)
+    handles = {}
+    for name in ("W1", "W2"):
+        handles[name] = engine.register_product(
+            _program(f"t98/{name}", WRITER_YAML, WRITER_WGSL), key=name, fields={"f": "f", "acc": "acc"}, cpu_fallback=_writer_fallback, apply=lambda r: None
+        )
+    got: dict = {}
+    reader = engine.register_product(
+        _program("t98/reader", SUM_YAML, SUM_WGSL),
+        key="R",
+        fields={"heat": "acc"},
+        apply=lambda r: got.update({k: (v, float(x)) for k, v, x in zip(r.keys, r.versions, r.values)}),
+    )
+    _drain(engine)
+    refuse = {"dispatch": 5, "readback": 0}
+    frame = _refusing(engine, handles["W2"], refuse)
+    world.write(1, "f", np.full(SHAPE, 7.0, np.float32))
+    engine.invalidate(reader)
+    for i in range(5):
+        if i == 3:
+            world.write(1, "f", np.full(SHAPE, 9.0, np.float32))
+            engine.invalidate(reader)
+        frame()
+    _drain(engine)
+    assert got[1] == (world.version(1), float(16 * 109)), got
+    assert all(engine.product_error(h) is None for h in (*handles.values(), reader))
+    engine.close()
+
+
+@pytest.mark.parametrize("how", ["evict", "lose"])
+def test_a_readers_waiting_error_clears_once_it_waits_for_nothing(how):
+    # Review helper 98 (D2): the chunk the reader waited for was evicted (or the reader's
+    # fallback served it while the device was lost): idle, nothing owed, but product_error
+    # kept naming the writer for good.
+    world, engine, (writer, reader), wrong, applied = _mirror_pair()
+    engine.product(writer).cpu_fallback = _writer_fallback
+    engine.product(reader).cpu_fallback = lambda world, work: np.array([(world.read(k, "f") + 100).sum() for k in work.keys], np.float32)
+    _drain(engine)
+    refuse = {"dispatch": 6, "readback": 0}
+    frame = _refusing(engine, writer, refuse)
+    world.write(1, "f", np.full(SHAPE, 7.0, np.float32))
+    engine.invalidate(reader)
+    for _ in range(5):
+        frame()
+    assert isinstance(engine.product_error(reader), ProductError)
+    if how == "evict":
+        world.evict(1)
+    else:
+        engine.backend.notify_device_error("the game saw a device error")
+        frame()
+        frame()
+        assert engine.recover_gpu()
+    refuse["dispatch"] = 0
+    _drain(engine)
+    assert engine.product_error(reader) is None
+    engine.close()
