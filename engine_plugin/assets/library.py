@@ -233,6 +233,7 @@ class ComputeShaderRef:
         self._program: Program | None = None
         self._source: AssetSource | None = None
         self._tried_files: tuple[str, ...] = ()  # the latest read's, when it failed after reading (a fix there reloads)
+        self._rereading = False  # read once more for files its last read brought in (see AssetLibrary.poll)
         self._reload_listeners: list[ReloadCallback] = []
         self._error_listeners: list[ErrorCallback] = []
         self.reloads = 0
@@ -355,7 +356,7 @@ class AssetLibrary:
         modules: Sequence[str] = (),
     ):
         self.root = os.path.abspath(os.fspath(root))  # a later chdir must not move the assets (review helper 97)
-        self.module_paths = tuple(os.fspath(m) for m in modules)
+        self.module_paths = tuple(os.path.abspath(os.fspath(m)) for m in modules)  # as the root: a later chdir moves nothing
         self.remote = remote_from(remote, timeout=remote_timeout)
         self.remote_on_demand = bool(remote_on_demand)
         self._writer: ThreadPoolExecutor | None = None
@@ -651,10 +652,13 @@ class AssetLibrary:
             ref._tried_files = _real_files(prepared.source) if prepared.source is not None and ref._source is not prepared.source else ()
             followed = self._watch_index.files_of(os.path.abspath(ref.folder))
             self._reindex(ref)  # what it reads now (a reload, a failure, a link retargeted)
+            ref._rereading = False
             if not set(self._watch_index.files_of(os.path.abspath(ref.folder))) <= set(followed):
                 # Files this read brought in (a link's new target, a new #import) were not
                 # followed while it was read and applied: an edit to one meanwhile matched no
-                # asset (review helper 97). Read once more: judged unchanged unless one changed.
+                # asset (review helper 97). Read once more: judged unchanged unless one changed
+                # (a failed read's failure, read again unchanged, is not reported twice).
+                ref._rereading = True
                 self.service.start_worker()
                 self.service.schedule(os.path.abspath(ref.folder))
             if result is not None:
@@ -666,7 +670,9 @@ class AssetLibrary:
                     self._ready.appendleft(prepared)
         return out
 
-    def _fail(self, ref: ComputeShaderRef, error: PluginError, prepared: Prepared) -> ReloadFailure:
+    def _fail(self, ref: ComputeShaderRef, error: PluginError, prepared: Prepared) -> ReloadFailure | None:
+        if ref._rereading and _same_failure(error, ref.error):
+            return None  # the read once more (see poll) failed as the read before it: reported once (review helper 100)
         ref.error = error
         ref.failures += 1
         failure = ReloadFailure(ref.path, ref.generation, error, time.monotonic() - prepared.first_event)
@@ -987,29 +993,47 @@ def _real_files(src: AssetSource) -> tuple[str, ...]:
     return tuple(dict.fromkeys(p for f in files for p in _spellings(f)))
 
 
+def _same_failure(error: PluginError | None, before: PluginError | None) -> bool:
+    """Whether ``error`` says what ``before`` said (the same message at the same place)."""
+    return error is not None and before is not None and type(error) is type(before) and error.render() == before.render()
+
+
 def _spellings(path: str, limit: int = 40) -> list[str]:
-    """``path`` absolute, then as each link on its way is resolved in turn (the first link
-    from the root first), down to the real path: every path an event for it may name."""
+    """``path`` absolute, each link on its way (where it lies), and each path that names the
+    file as those links are resolved in turn, the first link from the root first, down to the
+    real path: every path an event for it may name. A link's own path is exact (every folder
+    before it is a real one); a path with a ``..`` after a link is kept only as resolved
+    further, since collapsing it as text would name another file (review helper 100)."""
     out = [os.path.abspath(path)]
+    current = out[0]
     for _ in range(limit):
-        parts = out[-1].split(os.sep)
+        parts = current.split(os.sep)
         for i in range(2, len(parts) + 1):
             head = os.sep.join(parts[:i])
             if os.path.islink(head):
                 try:
                     target = os.readlink(head)
                 except OSError:
-                    break
-                out.append(os.path.normpath(os.path.join(os.path.dirname(head), target, *parts[i:])))
+                    return _with_real(out, path)
+                out.append(os.path.normpath(head))
+                current = os.path.join(os.path.dirname(head), target, *parts[i:])  # not collapsed: the OS resolves a link before its ``..``
+                if _lexical(current):
+                    out.append(os.path.normpath(current))
                 break
         else:
             break
-        if out[-1] in out[:-1]:  # a loop of links: the read itself refused it
-            break
-    real = os.path.realpath(path)
-    if real not in out:
-        out.append(real)
-    return out
+    return _with_real(out, path)
+
+
+def _lexical(path: str) -> bool:
+    """Whether collapsing ``path``'s ``..`` as text names the file the OS would: no ``..``
+    follows a link."""
+    parts = path.split(os.sep)
+    return all(os.sep.join(parts[:i]) == "" or not os.path.islink(os.sep.join(parts[:i])) for i, p in enumerate(parts) if p == "..")
+
+
+def _with_real(spellings: list[str], path: str) -> list[str]:
+    return list(dict.fromkeys([*spellings, os.path.realpath(path)]))
 
 
 def _under(path: str, top: str) -> bool:

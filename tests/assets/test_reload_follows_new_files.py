@@ -193,3 +193,74 @@ def test_a_relative_root_keeps_naming_the_same_assets_after_the_game_changes_dir
     write(str(tmp_path / "game" / "assets" / "k.computeShader" / "kernel.wgsl"), kernel(5.0))
     pump(lib, lambda: ref.generation >= 1 or ref.error is not None, what="the reload")
     assert ref.error is None and run_scale(ref) == [5.0, 10.0, 15.0, 20.0]
+
+
+def test_a_link_whose_target_goes_through_a_link_then_up_follows_that_link(tmp_path, make_library):
+    # Review helper 100: "../cur/../body.wgsl" with cur a link was collapsed as text to
+    # "../body.wgsl": the path through `cur` was never followed, and its retarget reloaded nothing.
+    root = str(tmp_path / "assets")
+    for v, scale in (("va", 2.0), ("vb", 5.0)):
+        os.makedirs(f"{root}/versions/{v}/inner")
+        write(f"{root}/versions/{v}/body.wgsl", kernel(scale))
+        _old(f"{root}/versions/{v}/body.wgsl")
+    os.symlink("versions/va/inner", f"{root}/cur")
+    os.makedirs(f"{root}/k.computeShader")
+    write(f"{root}/k.computeShader/bindings.yaml", SCHEMA)
+    _old(f"{root}/k.computeShader/bindings.yaml")
+    os.symlink("../cur/../body.wgsl", f"{root}/k.computeShader/kernel.wgsl")  # versions/va/body.wgsl
+    lib = make_library(root)
+    ref = lib.load("k.computeShader")
+    assert run_scale(ref) == [2.0, 4.0, 6.0, 8.0]
+    lib.watch()
+    wait_watching(lib, root)
+    _swap_link("versions/vb/inner", f"{root}/cur")
+    pump(lib, lambda: ref.generation >= 1, what="the reload through the retargeted link")
+    assert run_scale(ref) == [5.0, 10.0, 15.0, 20.0] and ref.error is None
+
+
+def test_a_broken_save_that_brings_in_a_new_import_is_reported_once(tmp_path, make_library):
+    # Review helper 100: the read once more (for the new import) failed again against the live
+    # content and was reported a second time: two ReloadFailures, ref.failures == 2.
+    root = str(tmp_path / "assets")
+    os.makedirs(f"{root}/modules")
+    write(f"{root}/modules/factor.wgsl", "fn shared_factor() -> f32 { return 2.0; }\n")
+    folder = f"{root}/k.computeShader"
+    os.makedirs(folder)
+    write(f"{folder}/bindings.yaml", SCHEMA)
+    write(f"{folder}/kernel.wgsl", kernel(2.0))
+    _old(f"{root}/modules/factor.wgsl", f"{folder}/bindings.yaml", f"{folder}/kernel.wgsl")
+    lib = make_library(root)
+    ref = lib.load("k.computeShader")
+    heard: list = []
+    ref.on_error(heard.append)
+    lib.watch()
+    wait_watching(lib, folder)
+    write(f"{folder}/kernel.wgsl", "#import factor\n" + kernel(2.0).replace("dst_set", "let oops = ;\n    dst_set"))
+    results = pump(lib, lambda: ref.error is not None, what="the failed reload")
+    results += settle(lib, 1.0)
+    assert [type(r).__name__ for r in results] == ["ReloadFailure"] and ref.failures == 1 and len(heard) == 1, results
+
+
+def test_relative_module_folders_keep_naming_the_same_modules_after_the_game_changes_directory(tmp_path, make_library, monkeypatch):
+    # Review helper 100: the root was made absolute, the extra module folders were not.
+    for where, factor in (("game", 1.0), ("elsewhere", 100.0)):
+        os.makedirs(tmp_path / where / "shared")
+        write(str(tmp_path / where / "shared" / "factor.wgsl"), f"fn shared_factor() -> f32 {{ return {factor}; }}\n")
+    folder = tmp_path / "game" / "assets" / "k.computeShader"
+    os.makedirs(folder)
+    write(str(folder / "bindings.yaml"), SCHEMA)
+
+    def body(scale: float) -> str:
+        return "#import factor\n" + kernel(scale).replace(f"T({scale!r})", f"T({scale!r} * shared_factor())")
+
+    write(str(folder / "kernel.wgsl"), body(2.0))
+    monkeypatch.chdir(tmp_path / "game")
+    lib = make_library("assets", modules=["shared"])
+    ref = lib.load("k.computeShader")
+    assert run_scale(ref) == [2.0, 4.0, 6.0, 8.0]
+    lib.watch()
+    wait_watching(lib, str(folder))
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    write(str(folder / "kernel.wgsl"), body(3.0))
+    pump(lib, lambda: ref.generation >= 1 or ref.error is not None, what="the reload")
+    assert ref.error is None and run_scale(ref) == [3.0, 6.0, 9.0, 12.0]
