@@ -22,7 +22,17 @@ from typing import Sequence
 from ..errors import AssetError, Span
 from ..lowering.modules import Module, resolve_imports
 
-__all__ = ["AssetSource", "read_asset_folder", "find_assets", "ASSET_SUFFIX", "MODULES_DIR", "is_editor_noise", "module_search_path", "read_modules"]
+__all__ = [
+    "AssetSource",
+    "read_asset_folder",
+    "find_assets",
+    "link_chain",
+    "ASSET_SUFFIX",
+    "MODULES_DIR",
+    "is_editor_noise",
+    "module_search_path",
+    "read_modules",
+]
 
 ASSET_SUFFIX = ".computeShader"
 MODULES_DIR = "modules"  # shared WGSL modules live in a folder of this name (e.g. assets/modules/)
@@ -67,6 +77,47 @@ class AssetSource:
         return {m.name: (m.path, m.text) for m in self.modules}
 
 
+def link_chain(path: str, limit: int = 40) -> tuple[list[str], list[str]]:
+    """``(spellings, links)`` of ``path``: ``path`` absolute, each link on its way (where it
+    lies), and each path that names the file as those links are resolved in turn, the first
+    link from the root first, down to the real path (every path a file event for it may
+    name); and the links alone. A link's own path is exact (every folder before it is a real
+    one); a path with a ``..`` after a link is kept only as resolved further, since
+    collapsing it as text would name another file (review helper 100)."""
+    spellings: list[str] = [os.path.abspath(path)]
+    links: list[str] = []
+    current = spellings[0]
+    for _ in range(limit):
+        parts = current.split(os.sep)
+        for i in range(2, len(parts) + 1):
+            head = os.sep.join(parts[:i])
+            if os.path.islink(head):
+                try:
+                    target = os.readlink(head)
+                except OSError:
+                    return _with_real(spellings, path), links
+                links.append(os.path.normpath(head))
+                spellings.append(links[-1])
+                current = os.path.join(os.path.dirname(head), target, *parts[i:])  # not collapsed: the OS resolves a link before its ``..``
+                if _lexical(current):
+                    spellings.append(os.path.normpath(current))
+                break
+        else:
+            break
+    return _with_real(spellings, path), list(dict.fromkeys(links))
+
+
+def _lexical(path: str) -> bool:
+    """Whether collapsing ``path``'s ``..`` as text names the file the OS would: no ``..``
+    follows a link."""
+    parts = path.split(os.sep)
+    return all(os.sep.join(parts[:i]) == "" or not os.path.islink(os.sep.join(parts[:i])) for i, p in enumerate(parts) if p == "..")
+
+
+def _with_real(spellings: list[str], path: str) -> list[str]:
+    return list(dict.fromkeys([*spellings, os.path.realpath(path)]))
+
+
 def _inside(path: str, root: str) -> bool:
     real, top = os.path.realpath(path), os.path.realpath(root)
     return real == top or real.startswith(top.rstrip(os.sep) + os.sep)
@@ -78,6 +129,14 @@ def _read_text(path: str, root: str) -> str:
         how = "is a symlink" if os.path.islink(path) else "lies behind a symlink"
         raise AssetError(
             f"{how} to a file outside the asset root {root}; refused (nothing was read): copy the file into the asset root, or link to a file inside it",
+            Span(path),
+        )
+    outside = [link for link in link_chain(path)[1] if not _link_within(link, root)]
+    if outside:
+        # A chain that leaves the root and comes back: the watcher follows the root only, so a
+        # retarget out there would leave a stale kernel live, silently (review helper 100).
+        raise AssetError(
+            f"reaches its file through the link {outside[0]}, outside the asset root {root}; refused: keep every link on the way inside the asset root",
             Span(path),
         )
     try:
@@ -159,6 +218,19 @@ def _check_utf8_name(path: str) -> None:
     except UnicodeEncodeError:
         shown = os.fsencode(path).decode("utf-8", "backslashreplace")
         raise AssetError("this path is not valid UTF-8 (its bytes name no text); rename the file or folder", Span(shown)) from None
+
+
+def _link_within(link: str, root: str) -> bool:
+    """Whether the link ``link`` itself (not its target) lies at or under ``root``, as written
+    or with the folders above it resolved, or names the root or a folder holding it (a link
+    above the root only spells the root another way: the watcher follows the root itself)."""
+
+    def under(here: str, top: str) -> bool:
+        return here == top or here.startswith(top.rstrip(os.sep) + os.sep)
+
+    where = os.path.join(os.path.realpath(os.path.dirname(link)), os.path.basename(link))
+    top, real_top = os.path.abspath(root), os.path.realpath(root)
+    return under(os.path.abspath(link), top) or under(where, real_top) or under(real_top, os.path.realpath(link))
 
 
 def _within(path: str, root: str) -> bool:

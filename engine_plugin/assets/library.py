@@ -37,7 +37,7 @@ from ..lowering import Lowered, Schema, VariantSpec, parse
 from ..runtime.compile import compile_lowered
 from ..runtime.program import Program, adopt_program, program, registered_program
 from .builtin import builtin_folder, builtin_root
-from .folder import ASSET_SUFFIX, AssetSource, module_search_path, read_asset_folder
+from .folder import ASSET_SUFFIX, AssetSource, link_chain, module_search_path, read_asset_folder
 from .prefetch import PrefetchReport, prefetch
 from .reload import BODY, LAYOUT, Prepared, ReloadEvent, ReloadFailure, Unsettled, carry_spec, plan_signature, prepare, same_content
 from .watcher import ReloadService
@@ -990,50 +990,12 @@ def _real_files(src: AssetSource) -> tuple[str, ...]:
     a link in the middle of a chain retargeted names a path only the chain passes through
     (review helper 97)."""
     files = [src.yaml_path, src.wgsl_path] + [m.path for m in src.modules]
-    return tuple(dict.fromkeys(p for f in files for p in _spellings(f)))
+    return tuple(dict.fromkeys(p for f in files for p in link_chain(f)[0]))
 
 
 def _same_failure(error: PluginError | None, before: PluginError | None) -> bool:
     """Whether ``error`` says what ``before`` said (the same message at the same place)."""
     return error is not None and before is not None and type(error) is type(before) and error.render() == before.render()
-
-
-def _spellings(path: str, limit: int = 40) -> list[str]:
-    """``path`` absolute, each link on its way (where it lies), and each path that names the
-    file as those links are resolved in turn, the first link from the root first, down to the
-    real path: every path an event for it may name. A link's own path is exact (every folder
-    before it is a real one); a path with a ``..`` after a link is kept only as resolved
-    further, since collapsing it as text would name another file (review helper 100)."""
-    out = [os.path.abspath(path)]
-    current = out[0]
-    for _ in range(limit):
-        parts = current.split(os.sep)
-        for i in range(2, len(parts) + 1):
-            head = os.sep.join(parts[:i])
-            if os.path.islink(head):
-                try:
-                    target = os.readlink(head)
-                except OSError:
-                    return _with_real(out, path)
-                out.append(os.path.normpath(head))
-                current = os.path.join(os.path.dirname(head), target, *parts[i:])  # not collapsed: the OS resolves a link before its ``..``
-                if _lexical(current):
-                    out.append(os.path.normpath(current))
-                break
-        else:
-            break
-    return _with_real(out, path)
-
-
-def _lexical(path: str) -> bool:
-    """Whether collapsing ``path``'s ``..`` as text names the file the OS would: no ``..``
-    follows a link."""
-    parts = path.split(os.sep)
-    return all(os.sep.join(parts[:i]) == "" or not os.path.islink(os.sep.join(parts[:i])) for i, p in enumerate(parts) if p == "..")
-
-
-def _with_real(spellings: list[str], path: str) -> list[str]:
-    return list(dict.fromkeys([*spellings, os.path.realpath(path)]))
 
 
 def _under(path: str, top: str) -> bool:

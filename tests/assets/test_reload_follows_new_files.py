@@ -10,6 +10,7 @@ import shutil
 import time
 
 import pytest
+from engine_plugin.errors import AssetError
 from asset_support import SCHEMA, kernel, pump, run_scale, settle, wait_watching, write
 
 pytestmark = pytest.mark.gpu
@@ -264,3 +265,25 @@ def test_relative_module_folders_keep_naming_the_same_modules_after_the_game_cha
     write(str(folder / "kernel.wgsl"), body(3.0))
     pump(lib, lambda: ref.generation >= 1 or ref.error is not None, what="the reload")
     assert ref.error is None and run_scale(ref) == [3.0, 6.0, 9.0, 12.0]
+
+
+def test_a_link_chain_that_leaves_the_root_and_comes_back_is_refused_naming_the_outside_link(tmp_path, make_library):
+    # Review helper 100: kernel.wgsl -> /outside/hop.wgsl -> root/bodies/v1.wgsl was read (its
+    # file is inside the root) but the watcher follows the root only: retargeting the outside
+    # hop left the old kernel live, silently. Every link on the way must lie inside the root.
+    root = str(tmp_path / "assets")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    os.makedirs(f"{root}/bodies")
+    write(f"{root}/bodies/v1.wgsl", kernel(2.0))
+    os.makedirs(f"{root}/k.computeShader")
+    write(f"{root}/k.computeShader/bindings.yaml", SCHEMA)
+    os.symlink(f"{root}/bodies/v1.wgsl", str(outside / "hop.wgsl"))
+    os.symlink(str(outside / "hop.wgsl"), f"{root}/k.computeShader/kernel.wgsl")
+    lib = make_library(root)
+    with pytest.raises(AssetError, match="hop.wgsl, outside the asset root") as caught:
+        lib.load("k.computeShader")
+    assert "kernel.wgsl" in str(caught.value)
+    os.remove(f"{root}/k.computeShader/kernel.wgsl")
+    os.symlink("../bodies/v1.wgsl", f"{root}/k.computeShader/kernel.wgsl")  # a chain inside the root is read
+    assert run_scale(make_library(root).load("k.computeShader")) == [2.0, 4.0, 6.0, 8.0]
