@@ -490,6 +490,22 @@ def test_a_mirror_reader_never_runs_ahead_of_its_writer_waiting_for_a_readback_s
     assert applied and not wrong, wrong
 
 
+def _sum_checker(world):
+    """``(apply, wrong, applied)``: a reader's apply that counts each chunk's results and
+    lists those applied as current whose sum of acc is not the world's f + 100."""
+    wrong: list = []
+    applied: dict = {}
+
+    def on_sum(result):
+        for k, v, value in zip(result.keys, result.versions, result.values):
+            applied[k] = applied.get(k, 0) + 1
+            want = float((world.read(k, "f").astype(np.float64) + 100).sum())
+            if world.is_current(k, v) and float(value) != want:
+                wrong.append((k, v, float(value), want))
+
+    return on_sum, wrong, applied
+
+
 def _mirror_pair(reader_first: bool = False, **backend):
     """A world, an engine with one readback slot, the writer of `acc` (acc = f + 100) and its
     reader (a sum of acc over the chunk), and the list of wrong values the reader applied as
@@ -499,15 +515,7 @@ def _mirror_pair(reader_first: bool = False, **backend):
         world.add(k, {"f": np.full(SHAPE, k + 1.0, np.float32)})
     engine = Engine(world, config=EngineConfig(backend=WgpuBackendConfig(max_inflight_readbacks=1, **backend)))
     engine.field_buffer("acc", kernel_writes=True)
-    wrong: list = []
-    applied: dict = {}
-
-    def on_sum(result):
-        for k, v, value in zip(result.keys, result.versions, result.values):
-            applied[k] = applied.get(k, 0) + 1
-            want = float((world.read(k, "f").astype(np.float64) + 100).sum())
-            if world.is_current(k, v) and float(value) != want:
-                wrong.append((k, float(value), want))
+    on_sum, wrong, applied = _sum_checker(world)
 
     def writer():
         return engine.register_product(_program("t89/writer", WRITER_YAML, WRITER_WGSL), key="writer", fields={"f": "f", "acc": "acc"}, apply=lambda r: None)
@@ -817,16 +825,7 @@ def test_a_mirror_writer_refused_after_recover_gpu_leaves_its_readers_waiting_no
             apply=lambda r: None,
             cpu_fallback=lambda world, work: np.array([world.read(k, "f").sum() for k in work.keys], np.float32),
         )
-    wrong: list = []
-    applied: dict = {}
-
-    def on_sum(result):
-        for k, v, value in zip(result.keys, result.versions, result.values):
-            applied[k] = applied.get(k, 0) + 1
-            want = float((world.read(k, "f").astype(np.float64) + 100).sum())
-            if world.is_current(k, v) and float(value) != want:
-                wrong.append((k, v, float(value), want))
-
+    on_sum, wrong, applied = _sum_checker(world)
     reader = engine.register_product(_program("t95/reader", SUM_YAML, SUM_WGSL), key="reader", fields={"heat": "acc"}, apply=on_sum)
     refuse = {"dispatch": 0, "readback": 0}
     frame = _refusing(engine, writer, refuse)
