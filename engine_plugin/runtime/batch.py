@@ -43,6 +43,8 @@ from typing import Any, Iterator
 
 from ..device.context import DeviceContext
 from ..device.destroyed import register_holder_lookup
+from ..errors import DeviceLostError
+from .loss import LOST_HINT, lost_error
 from .submission import PENDING, flush_pending, submit_records
 
 __all__ = [
@@ -178,8 +180,12 @@ class Batch:
                 outer.flush()
         self._slice_start = 0.0
         self._limit = SLICE_S
+        ctx = None
         try:
             for variant, offsets, _ in self._staged.values():
+                ctx = variant.ctx
+                if ctx.guard.lost:  # destroyed meanwhile (another thread, or inside the batch)
+                    raise DeviceLostError(LOST_HINT)
                 ring = variant._ring
                 offsets.sort()
                 start = prev = offsets[0]
@@ -195,6 +201,13 @@ class Batch:
                 if records:
                     self.submissions += 1
                     submit_records(ctx.device, ctx.queue, ctx.guard, records, "a batch")
+        except Exception as exc:
+            # The params writes meet a device destroyed after the runs were recorded first: a
+            # raw "Parent device is lost" is a DeviceLostError (review helper 102).
+            lost = lost_error(ctx, exc) if ctx is not None else None
+            if lost is None or lost is exc:
+                raise
+            raise lost from None
         finally:
             # Submitted, or failed (a lost device: nothing of it will run): either way the
             # recorded runs hold nothing any more.
@@ -273,6 +286,17 @@ def made_by_open_batch(buffer: Any) -> bool:
     if not _open:
         return False
     return any(isinstance(b, Batch) and buffer in b._made for b in tuple(_open))
+
+
+def made_by_other_open_batch(buffer: Any) -> bool:
+    """Whether ``buffer`` is a pooled output buffer of a run recorded in an ``abi.batch()`` open
+    on another thread (or another task's): nothing of that run is on the GPU yet, and a run of
+    this thread submitted first would read an earlier user's data. This thread's own batches
+    keep their runs in order, so their outputs chain as usual."""
+    if not _open:
+        return False
+    mine = {id(b) for b in _mine(_stack.get())}
+    return any(isinstance(b, Batch) and id(b) not in mine and buffer in b._made for b in tuple(_open))
 
 
 def _waiting_for(obj: Any) -> list[list]:

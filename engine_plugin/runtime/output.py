@@ -17,7 +17,7 @@ import wgpu
 
 from ..device.context import get_context
 from ..device.destroyed import is_destroyed
-from ..device.mapping import map_submitted
+from ..device.mapping import map_submitted, settled
 from ..errors import DeviceLostError, DispatchError
 from ..lowering.structs import StructType
 from ..lowering.types import ValueType
@@ -32,11 +32,12 @@ from .textures import TextureOutput, read_texture
 __all__ = ["HANDOUTS", "Output", "give_back", "handed_out", "output_of", "read", "read_words", "own_pooled", "share"]
 
 
-def read_words(buffer: Any, offset: int = 0, size: int | None = None, device: Any = None, dtype: Any = None) -> Any:
+def read_words(buffer: Any, offset: int = 0, size: int | None = None, device: Any = None, dtype: Any = None, name: str | None = None) -> Any:
     """Copy ``size`` bytes of ``buffer`` back to the CPU, waiting for the GPU (not for frame paths).
 
     Answers a memoryview of the bytes; with ``dtype``, a numpy array of that dtype that owns
-    them (copied once, straight from the mapped range). Staging buffers are pooled per device:
+    them (copied once, straight from the mapped range). ``name``: what errors call the buffer
+    (an output's name; a pooled buffer's label is its first user's). Staging buffers are pooled per device:
     ``queue.read_buffer`` makes (and destroys) a new one per call, which dominates small reads.
     """
     if not (buffer.usage & wgpu.BufferUsage.COPY_SRC):
@@ -58,7 +59,7 @@ def read_words(buffer: Any, offset: int = 0, size: int | None = None, device: An
             # not this thread's to submit. Waiting could wait forever (that thread may wait for
             # this one). A buffer such a run only appends to or reads answers what it holds now.
             raise DispatchError(
-                f"cannot read buffer {buffer.label!r} yet: it is the output of a run recorded in an abi.batch() still open on another thread; read it once that batch has ended"
+                f"cannot read {name or buffer.label!r} yet: it is the output of a run recorded in an abi.batch() still open on another thread; read it once that batch has ended"
             )
         return _read_words(buffer, offset, size, ctx, dtype)
     except Exception as exc:
@@ -86,18 +87,31 @@ def _read_words(buffer: Any, offset: int, size: int, ctx: Any, dtype: Any = None
         encoder = dev.create_command_encoder()
         encoder.copy_buffer_to_buffer(buffer, offset, staging, 0, nbytes)
     mapped = submit_encoder(dev.queue, ctx.guard, encoder, "abi.read", partial(map_submitted, staging, cls))
-    mapped.sync_wait()
-    try:
-        if dtype is None:
-            data = staging.read_mapped(0, padded, copy=True)
-        else:  # one copy, into an array that owns it (the view is gone before the unmap)
-            array = np.frombuffer(staging.read_mapped(0, padded, copy=False), dtype, size // np.dtype(dtype).itemsize).copy()
-    finally:
-        staging.unmap()
+    guard = ctx.guard
+    # A destroyed device's promises never settle (device/mapping.py): wait in steps and look at
+    # the loss flag between them, so a destroy on another thread ends the wait (review helper 102).
+    while not settled(mapped, _READ_POLL_S):
+        if guard.lost:
+            raise DeviceLostError(LOST_HINT)
+    # Under the device's submit lock, which a destroy() takes first: the staging buffer cannot
+    # be freed between the check and reading its mapped range (wgpu-native aborts on that).
+    with guard.lock:
+        if guard.lost:
+            raise DeviceLostError(LOST_HINT)
+        mapped.sync_wait()
+        try:
+            if dtype is None:
+                data = staging.read_mapped(0, padded, copy=True)
+            else:  # one copy, into an array that owns it (the view is gone before the unmap)
+                array = np.frombuffer(staging.read_mapped(0, padded, copy=False), dtype, size // np.dtype(dtype).itemsize).copy()
+        finally:
+            staging.unmap()
     if len(free) < 8:
         free.append(staging)
     return memoryview(data)[:size] if dtype is None else array
 
+
+_READ_POLL_S = 0.05  # how often a read waiting for its map looks at the device's loss flag
 
 _new_output = object.__new__
 
@@ -253,7 +267,7 @@ class Output:
             return
         counter = self._counter
         epoch = _rewrites.get(counter, 0) if _rewrites else 0  # before the read: a later rewrite reads again
-        raw = int(np.frombuffer(read_words(counter, 0, 4), dtype="<u4")[0])
+        raw = int(np.frombuffer(read_words(counter, 0, 4, name=f"the count of output {self.name!r}"), dtype="<u4")[0])
         self._attempted = raw
         self._count = min(raw, self._counter_limit)
         self._epoch = epoch
@@ -297,7 +311,7 @@ def read(x: Any, as_u32: bool = False) -> np.ndarray:
         count = x.count
         vt = x.element
         dtype = "<u4" if as_u32 else vt.numpy_dtype
-        arr = read_words(x._buffer, 0, count * vt.bytes, dtype=dtype) if count else np.empty(0, dtype)
+        arr = read_words(x._buffer, 0, count * vt.bytes, dtype=dtype, name=f"output {x.name!r}") if count else np.empty(0, dtype)
         if isinstance(vt, StructType) and not as_u32:
             return arr  # a structured array, WGSL's offsets
         return arr.reshape(count, vt.lanes) if vt.lanes > 1 else arr

@@ -43,7 +43,7 @@ from ..lowering.geometry import Domain, as_domain, dispatch_fields, group_cap, w
 from ..lowering.lowered import HostSlot, Lowered
 from ..lowering.structs import StructType
 from ..lowering.textures import format_sample
-from .batch import current_batch, open_batches
+from .batch import current_batch, made_by_other_open_batch, open_batches
 from .buffers import STORAGE_USAGE, pool_for, prepare_array, size_class
 from .compile import CompiledVariant
 from .convert import clamp_record, conversion_record
@@ -599,6 +599,13 @@ class Variant:
         if is_destroyed(buffer):
             raise self._slot_error(
                 slot, f"{slot.name!r}: the buffer or texture {buffer.label!r} handed to it was destroyed (destroy() was called on it); hand it a live one"
+            )
+        if made_by_other_open_batch(buffer):
+            # Recorded, not submitted: this run would read an earlier user's data (review helper 102).
+            raise self._slot_error(
+                slot,
+                f"{slot.name!r}: what is handed to it is the output of a run recorded in an abi.batch() still open on another thread; "
+                "hand it over once that batch has ended",
             )
         if self._other_device(buffer):
             raise self._slot_error(

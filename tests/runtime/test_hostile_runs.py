@@ -370,3 +370,145 @@ def test_abi_device_is_the_device_runs_take_buffers_of_and_another_devices_buffe
     theirs = other.create_buffer_with_data(data=np.array([1.5], np.float32), usage=U.STORAGE | U.COPY_SRC)
     with pytest.raises(DispatchError, match=r"abi\.device\(\)"):
         v.run(n=1, inputs={"src": theirs})
+
+
+DESTROY_IN_BATCH_SCRIPT = textwrap.dedent("""
+    import numpy as np
+    from engine_plugin import abi
+    from engine_plugin.errors import DeviceLostError
+    YAML = "bindings:\\n  - { name: dst, kind: buffer, access: read_write, element: f32, count: 'n' }\\n"
+    WGSL = "@compute @workgroup_size(64)\\nfn main(@builtin(global_invocation_id) gid: vec3<u32>) {\\n    let i = zero_index(gid);\\n    if (i >= zero_n()) { return; }\\n    dst_set(i, 7.0);\\n}\\n"
+    v = abi.program(key="destroy_in_batch", schema=abi.parse(YAML), wgsl=WGSL).variant()
+    try:
+        with abi.batch():
+            v.run(n=64)
+            abi.device().destroy()
+    except DeviceLostError:
+        print("DeviceLostError")
+""")
+
+
+def test_a_device_destroyed_inside_a_batch_is_a_device_lost_error_when_it_submits(tmp_path):
+    # Review helper 102: the batch's params write met the lost device first: a raw
+    # GPUValidationError ("Parent device is lost") escaped abi.batch().
+    proc = _run_script(tmp_path, DESTROY_IN_BATCH_SCRIPT, timeout=120)
+    assert "DeviceLostError" in proc.stdout, proc.stdout + proc.stderr
+
+
+READ_WHILE_DESTROYED_SCRIPT = textwrap.dedent("""
+    import sys, threading, time, numpy as np
+    from engine_plugin import abi
+    from engine_plugin.errors import PluginError
+    YAML = "bindings:\\n  - { name: dst, kind: buffer, access: read_write, element: f32, count: 'n' }\\n"
+    WGSL = "@compute @workgroup_size(64)\\nfn main(@builtin(global_invocation_id) gid: vec3<u32>) {\\n    let i = zero_index(gid);\\n    if (i >= zero_n()) { return; }\\n    dst_set(i, 7.0);\\n}\\n"
+    v = abi.program(key="read_destroy", schema=abi.parse(YAML), wgsl=WGSL).variant()
+    outs = [v.run(n=256).outputs["dst"] for _ in range(4)]
+    stop = threading.Event()
+    def reader():
+        while not stop.is_set():
+            try:
+                for o in outs:
+                    abi.read(o)
+            except PluginError:
+                return
+    threads = [threading.Thread(target=reader) for _ in range(2)]
+    for t in threads:
+        t.start()
+    time.sleep(float(sys.argv[1]))
+    abi.device().destroy()
+    stop.set()
+    for t in threads:
+        t.join(20)
+    print("hung" if any(t.is_alive() for t in threads) else "survived", flush=True)
+""")
+
+
+@pytest.mark.parametrize("delay", [0.05, 0.12, 0.2, 0.3])
+def test_reads_on_other_threads_while_the_device_is_destroyed_neither_hang_nor_abort(tmp_path, delay):
+    # Review helper 102: a read waiting for its map hung for good (a destroyed device's promises
+    # never settle), or read the mapped range of a staging buffer the destroy had just freed:
+    # wgpu-native panicked and the process aborted (rc 134).
+    script = tmp_path / "script.py"
+    script.write_text(READ_WHILE_DESTROYED_SCRIPT)
+    proc = subprocess.run([sys.executable, str(script), str(delay)], capture_output=True, text=True, timeout=120, env=dict(os.environ))
+    assert proc.returncode == 0 and "survived" in proc.stdout, (proc.returncode, proc.stdout, proc.stderr[-2000:])
+
+
+def test_an_output_of_a_batch_still_open_on_another_thread_is_refused_as_an_input():
+    # Review helper 102: thread B chained the Output of a run thread A had only recorded: B's
+    # run read what the pooled buffer held from its previous user (389.0 where 2.0 was due).
+    import threading
+
+    v = variant("t102/k", K_YAML, K_WGSL)
+    copy = variant("t102/copy", COPY_YAML.replace("ELEM", "u32").replace("BITS", "false"), COPY_WGSL)
+    box: dict = {}
+    recorded, done = threading.Event(), threading.Event()
+
+    def a():
+        with abi.batch():
+            box["o"] = v.run(n=64, params={"k": 1.0}).outputs["dst"]
+            recorded.set()
+            done.wait(30)
+
+    def b():
+        recorded.wait(30)
+        try:
+            copy.run(n=64, inputs={"src": box["o"]})
+        except DispatchError as exc:
+            box["refused"] = str(exc)
+        finally:
+            done.set()
+
+    threads = [threading.Thread(target=a), threading.Thread(target=b)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert "still open on another thread" in box.get("refused", ""), box
+    after = copy.run(n=64, inputs={"src": box["o"]}).outputs["dst"]  # the batch ended: chained as usual
+    assert abi.read(after).tolist() == [0x3F800000] * 64
+
+
+def test_reading_the_count_of_another_threads_pending_append_output_names_that_output():
+    # Review helper 102: the refusal named the pooled buffer's first label ('y'), not the output.
+    import threading
+
+    yaml = """\
+bindings:
+  - { name: hits, kind: buffer, access: read_write, element: u32, append: true, capacity: "n" }
+determinism: float_order
+"""
+    wgsl = """\
+@compute @workgroup_size(64)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
+    let i = zero_index(gid);
+    if (i >= zero_n()) { return; }
+    hits_append(i);
+}
+"""
+    v = variant("t102/hits", yaml, wgsl)
+    box: dict = {}
+    recorded, done = threading.Event(), threading.Event()
+
+    def a():
+        with abi.batch():
+            box["o"] = v.run(n=64).outputs["hits"]
+            recorded.set()
+            done.wait(30)
+
+    def b():
+        recorded.wait(30)
+        try:
+            box["o"].count
+        except DispatchError as exc:
+            box["refused"] = str(exc)
+        finally:
+            done.set()
+
+    threads = [threading.Thread(target=a), threading.Thread(target=b)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert "the count of output 'hits'" in box.get("refused", ""), box
+    assert box["o"].count == 64
