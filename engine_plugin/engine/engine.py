@@ -831,14 +831,22 @@ class Engine:
         not news."""
         for name in product.field_names:
             for w in self._writers.get(name, ()):
-                if w is not product and not blocked.isdisjoint(w.mirror_unwritten):
-                    if product.waiting is None:
-                        product.waiting = ProductError(
-                            f"product {product.key!r} waits for {w.key!r} to write the mirror {name!r} on the GPU: its CPU fallback served "
-                            "chunks it did not write; those results wait for its kernel to run on the GPU again"
-                        )
-                        log.warning("%s", product.waiting)
-                    return
+                if w is product:
+                    continue
+                if not blocked.isdisjoint(w.mirror_unwritten):
+                    why = (
+                        f"product {product.key!r} waits for {w.key!r} to write the mirror {name!r} on the GPU: its CPU fallback served "
+                        "chunks it did not write; those results wait for its kernel to run on the GPU again"
+                    )
+                elif w.waiting is not None and not blocked.isdisjoint(w.pending):
+                    # Behind a writer that waits itself (a chain of mirrors): said, not silent (review helper 101).
+                    why = f"product {product.key!r} waits for {w.key!r} to write the mirror {name!r}, which waits in turn: {w.waiting}"
+                else:
+                    continue
+                if product.waiting is None or str(product.waiting) != why:
+                    product.waiting = ProductError(why)
+                    log.warning("%s", product.waiting)
+                return
         product.waiting = None  # the next waiting episode is reported again
 
     def _reads_gpu_state(self, product: Product) -> bool:
@@ -897,12 +905,15 @@ class Engine:
         for name in reader.field_names:
             for w in writers.get(name, ()):
                 if w is not reader:
-                    if self._position.get(id(w), -1) < here:
+                    before = self._position.get(id(w), -1) < here
+                    if before:
                         out |= w.pending
-                    if name not in writes:
-                        # A writer of the mirror writes it itself: waiting for another writer's
-                        # fallback-served chunks too, while that one waits for its owed work,
-                        # held both for good (review helper 98).
+                    if before or name not in writes:
+                        # A writer registered before a later writer of the same mirror reads what
+                        # that one left the frame before: waiting for its fallback-served chunks
+                        # too, while it waits for this one's owed work, held both for good (review
+                        # helper 98). A later writer does wait for an earlier one's: it may read
+                        # the mirror before it writes (review helper 101).
                         out |= w.mirror_unwritten
         return out
 
@@ -969,7 +980,7 @@ class Engine:
             # The run does not check (a DispatchError), the device went away meanwhile, or the
             # product's inputs= are not this device's (after recover_gpu): its fallback serves
             # it until it is registered again (set_params, a reload, recover_gpu).
-            product.fail(exc)
+            product.fail(exc, off_gpu=True)
             log.warning("product %r leaves the GPU: its dispatch cannot be prepared:\n%s", product.key, exc)
             self._gpu.release(product)
             st.refused += 1
@@ -1046,7 +1057,7 @@ class Engine:
                 try:
                     self._gpu.register(product)
                 except PluginError as exc:  # this product stays on its fallback; the others go on
-                    product.fail(exc)
+                    product.fail(exc, off_gpu=True)
                     log.warning("recover_gpu: product %r stays on the CPU:\n%s", product.key, exc)
                 if product.gpu is not None and isinstance(product.exception, DeviceLostError):
                     product.fail(None)  # the loss it reported is over: it is on the GPU again

@@ -279,6 +279,7 @@ class GpuSide:
             return False
         product.gpu = gpu
         product.dispatch_refusals = 0  # a new registration: refusals of the old one do not count
+        product.back_on_gpu()  # why it left the GPU is over (review helper 101)
         if product.kernel_changed_off_gpu:
             # A reload (or new params) landed while a fallback served it: the results an older
             # kernel computed on the GPU before are stale; the new one computes everything.
@@ -319,7 +320,7 @@ class GpuSide:
             try:
                 self.register(product)
             except PluginError as exc:
-                product.fail(exc)
+                product.fail(exc, off_gpu=True)
                 log.warning("product %r runs on the CPU: re-registering it failed:\n%s", product.key, exc)
         if was_gpu or product.gpu is not None or product.program is None:
             # New kernel, params or buffers: everything is recomputed. A product served by its

@@ -247,6 +247,7 @@ class Product:
         self.waiting: ProductError | None = None
         self.error: str | None = None  # the last error, rendered (see ``exception``)
         self.exception: BaseException | None = None  # ... and as raised: a PluginError carries its span
+        self._off_gpu_error: BaseException | None = None  # the exception that took it off the GPU (see back_on_gpu)
         self.refused_program: Any = None  # a reloaded program that did not fit (not retried)
         # ``program`` pinned (Program.pinned): what the product compiles from. ``program`` itself
         # answers as its successor after any reload, one the engine refused too.
@@ -257,10 +258,18 @@ class Product:
         self.warned_no_fallback = False
         self.warned_overflow = False  # an append overflow was logged once (every result carries it)
 
-    def fail(self, exc: BaseException | None) -> None:
-        """Record why the product left its kernel or the GPU (None: it is fine again)."""
+    def fail(self, exc: BaseException | None, off_gpu: bool = False) -> None:
+        """Record why the product left its kernel or the GPU (None: it is fine again).
+        ``off_gpu``: why it left the GPU, over once it is registered there again."""
         self.exception = exc
         self.error = str(exc) if exc is not None else None
+        self._off_gpu_error = exc if off_gpu else None
+
+    def back_on_gpu(self) -> None:
+        """Registered on the GPU again: the error that took it off (if that is what it
+        reports) is over; one of a refused reload is not."""
+        if self.exception is not None and self.exception is self._off_gpu_error:
+            self.fail(None)
 
     @property
     def field_names(self) -> tuple[str, ...]:

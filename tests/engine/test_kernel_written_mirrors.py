@@ -12,6 +12,7 @@ import pytest
 
 from engine_plugin import abi
 from engine_plugin.engine import Engine, EngineConfig, ProductError
+from engine_plugin.errors import DispatchError
 from engine_plugin.gpu import NoGpuBackend, ReadbackPolicy, WgpuBackendConfig
 from engine_plugin.world import World
 
@@ -965,4 +966,115 @@ def test_a_readers_waiting_error_clears_once_it_waits_for_nothing(how):
     refuse["dispatch"] = 0
     _drain(engine)
     assert engine.product_error(reader) is None
+    engine.close()
+
+
+RMW_YAML = WRITER_YAML
+RMW_WGSL = """\
+@compute @workgroup_size(64)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
+    let i = zero_index(gid);
+    if (i >= zero_n()) { return; }
+    let base = chunks_get(i) * params.tile_count;
+    var s = 0.0;
+    for (var t = 0u; t < params.tile_count; t = t + 1u) { s = s + acc_get(base + t); acc_set(base + t, acc_get(base + t) * 0.0 + f_get(base + t) + 100.0); }
+    out_set(i, s);
+}
+"""
+COPY2_YAML = """\
+bindings:
+  - { name: chunks, kind: buffer, access: read, element: u32 }
+  - { name: acc, kind: buffer, access: read, element: f32 }
+  - { name: acc2, kind: buffer, access: read_write, element: f32 }
+  - { name: out, kind: buffer, access: read_write, element: f32, count: "n" }
+params:
+  - { name: tile_count, type: u32 }
+"""
+COPY2_WGSL = """\
+@compute @workgroup_size(64)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
+    let i = zero_index(gid);
+    if (i >= zero_n()) { return; }
+    let base = chunks_get(i) * params.tile_count;
+    var s = 0.0;
+    for (var t = 0u; t < params.tile_count; t = t + 1u) { s = s + acc_get(base + t); acc2_set(base + t, acc_get(base + t)); }
+    out_set(i, s);
+}
+"""
+
+
+def _cannot_prepare(engine, handle):
+    def boom(*args, **kwargs):
+        raise DispatchError("injected: the run does not check")
+
+    engine.product(handle).gpu.dispatch_desc = boom
+
+
+def test_a_writer_reading_the_mirror_waits_for_an_earlier_writers_fallback_served_chunks():
+    # Review helper 101 (D1): W2 reads acc and rewrites it; W1, registered first, left the GPU
+    # and its fallback served chunk 0: W2 summed the mirror without W1's write as the chunk's
+    # new version (1616 where 1680 was due), and reported nothing.
+    world = World(SHAPE, {"f": np.float32, "acc": np.float32}, max_chunks=2)
+    for k in range(2):
+        world.add(k, {"f": np.full(SHAPE, float(k + 1), np.float32)})
+    engine = Engine(world)
+    engine.field_buffer("acc", kernel_writes=True)
+    w1 = engine.register_product(
+        _program("t101/w1", WRITER_YAML, WRITER_WGSL), key="W1", fields={"f": "f", "acc": "acc"}, cpu_fallback=_writer_fallback, apply=lambda r: None
+    )
+    on_sum, wrong, applied = _sum_checker(world)
+    w2 = engine.register_product(_program("t101/w2", RMW_YAML, RMW_WGSL), key="W2", fields={"f": "f", "acc": "acc"}, apply=on_sum)
+    _drain(engine)
+    _cannot_prepare(engine, w1)
+    world.write(0, "f", np.full(SHAPE, 5.0, np.float32))
+    for _ in range(8):
+        engine.frame()
+        time.sleep(0.005)
+    assert not wrong, wrong
+    assert "'W1'" in str(engine.product_error(w2))  # it waits, and says for whom
+    engine.close()
+
+
+def test_a_product_back_on_the_gpu_reports_no_error_of_the_time_it_left():
+    # Review helper 101 (D2): a dispatch that could not be prepared took the product off the
+    # GPU with its error; set_params() or recover_gpu() put it back, but product_error kept
+    # answering the old error for good.
+    world, engine, (writer, reader), wrong, applied = _mirror_pair()
+    _drain(engine)
+    for back in (lambda: engine.set_params(reader, {}), engine.recover_gpu):
+        _cannot_prepare(engine, reader)
+        engine.invalidate(reader)
+        engine.frame()
+        assert isinstance(engine.product_error(reader), DispatchError)
+        back()
+        _drain(engine)
+        assert engine.product(reader).gpu is not None and engine.product_error(reader) is None
+    engine.close()
+
+
+def test_a_reader_behind_a_waiting_writer_says_what_it_waits_for():
+    # Review helper 101 (D3): W1 -> acc -> C -> acc2 -> R. W1 off the GPU: C waited for W1 and
+    # said so; R waited for C's owed chunk for good with product_error None.
+    world = World(SHAPE, {"f": np.float32, "acc": np.float32, "acc2": np.float32}, max_chunks=2)
+    for k in range(2):
+        world.add(k, {"f": np.full(SHAPE, float(k + 1), np.float32)})
+    engine = Engine(world)
+    engine.field_buffer("acc", kernel_writes=True)
+    engine.field_buffer("acc2", kernel_writes=True)
+    w1 = engine.register_product(
+        _program("t101c/w1", WRITER_YAML, WRITER_WGSL), key="W1", fields={"f": "f", "acc": "acc"}, cpu_fallback=_writer_fallback, apply=lambda r: None
+    )
+    c = engine.register_product(_program("t101c/c", COPY2_YAML, COPY2_WGSL), key="C", fields={"acc": "acc", "acc2": "acc2"}, apply=lambda r: None)
+    r = engine.register_product(_program("t101c/r", SUM_YAML, SUM_WGSL), key="R", fields={"heat": "acc2"}, apply=lambda r: None)
+    _drain(engine)
+    _cannot_prepare(engine, w1)
+    world.write(0, "f", np.full(SHAPE, 5.0, np.float32))
+    engine.invalidate(c)
+    engine.invalidate(r)
+    for _ in range(10):
+        engine.frame()
+        time.sleep(0.005)
+    assert "'W1'" in str(engine.product_error(c))
+    error = engine.product_error(r)
+    assert isinstance(error, ProductError) and "'C'" in str(error) and "'W1'" in str(error), error
     engine.close()
