@@ -901,20 +901,23 @@ class Engine:
             return set()
         out: set[int] = set()
         here = self._position.get(id(reader), -1)
-        writes = reader.plan.written_fields if reader.plan is not None else ()
+        writes = set(reader.plan.written_fields) if reader.plan is not None else set()
         for name in reader.field_names:
             for w in writers.get(name, ()):
-                if w is not reader:
-                    before = self._position.get(id(w), -1) < here
-                    if before:
-                        out |= w.pending
-                    if before or name not in writes:
-                        # A writer registered before a later writer of the same mirror reads what
-                        # that one left the frame before: waiting for its fallback-served chunks
-                        # too, while it waits for this one's owed work, held both for good (review
-                        # helper 98). A later writer does wait for an earlier one's: it may read
-                        # the mirror before it writes (review helper 101).
-                        out |= w.mirror_unwritten
+                if w is reader:
+                    continue
+                if self._position.get(id(w), -1) < here:
+                    out |= w.pending
+                    out |= w.mirror_unwritten
+                elif w.mirror_unwritten and writes.intersection(w.field_names):
+                    # A later writer that reads a mirror this one writes waits for this one's owed
+                    # work; waiting here for its fallback-served chunks among that work too held
+                    # both for good (review helpers 98, 103: two writers of one mirror, a
+                    # ping-pong of two). This one goes first and reads what the later one left
+                    # the frame before, as any reader registered before a writer does.
+                    out |= w.mirror_unwritten - reader.pending
+                else:
+                    out |= w.mirror_unwritten
         return out
 
     def _dispatch_once(self, product: Product, st: FrameStats, index: ChunkIndex) -> bool:

@@ -1078,3 +1078,61 @@ def test_a_reader_behind_a_waiting_writer_says_what_it_waits_for():
     error = engine.product_error(r)
     assert isinstance(error, ProductError) and "'C'" in str(error) and "'W1'" in str(error), error
     engine.close()
+
+
+PING_YAML = """\
+bindings:
+  - { name: chunks, kind: buffer, access: read, element: u32 }
+  - { name: f, kind: buffer, access: read, element: f32 }
+  - { name: acc2, kind: buffer, access: read, element: f32 }
+  - { name: acc, kind: buffer, access: read_write, element: f32 }
+  - { name: out, kind: buffer, access: read_write, element: f32, count: "n" }
+params:
+  - { name: tile_count, type: u32 }
+"""
+PING_WGSL = """\
+@compute @workgroup_size(64)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
+    let i = zero_index(gid);
+    if (i >= zero_n()) { return; }
+    let base = chunks_get(i) * params.tile_count;
+    var s = 0.0;
+    for (var t = 0u; t < params.tile_count; t = t + 1u) { s = s + acc2_get(base + t); acc_set(base + t, f_get(base + t) + 100.0); }
+    out_set(i, s);
+}
+"""
+
+
+def test_two_products_each_reading_the_mirror_the_other_writes_do_not_wait_for_each_other():
+    # Review helper 103: P1 (reads acc2, writes acc) waited for the chunk P2's fallback served,
+    # P2 (reads acc, writes acc2) for P1's owed work: both for good, recover_gpu() or not.
+    world = World(SHAPE, {"f": np.float32, "acc": np.float32, "acc2": np.float32}, max_chunks=4)
+    world.add(0, {"f": np.full(SHAPE, 1.0, np.float32)})
+    engine = Engine(world)
+    engine.field_buffer("acc", kernel_writes=True)
+    engine.field_buffer("acc2", kernel_writes=True)
+    sums = lambda world, work: np.zeros(len(work.keys), np.float32)  # noqa: E731
+    p1 = engine.register_product(
+        _program("t103/p1", PING_YAML, PING_WGSL), key="P1", fields={"f": "f", "acc": "acc", "acc2": "acc2"}, cpu_fallback=sums, apply=lambda r: None
+    )
+    got: dict = {}
+    p2 = engine.register_product(
+        _program("t103/p2", COPY2_YAML, COPY2_WGSL),
+        key="P2",
+        fields={"acc": "acc", "acc2": "acc2"},
+        cpu_fallback=sums,
+        apply=lambda r: got.update({k: (v, float(x)) for k, v, x in zip(r.keys, r.versions, r.values)}),
+    )
+    _drain(engine)
+    refuse = {"dispatch": 8, "readback": 0}
+    frame = _refusing(engine, p2, refuse)
+    world.write(0, "f", np.full(SHAPE, 2.0, np.float32))
+    engine.invalidate()
+    for _ in range(8):
+        frame()
+    world.write(0, "f", np.full(SHAPE, 3.0, np.float32))
+    engine.invalidate()
+    _drain(engine)
+    assert got[0] == (world.version(0), float(16 * 103)), got  # P2's sum of acc = f + 100, current
+    assert engine.product_error(p1) is None and engine.product_error(p2) is None
+    engine.close()
