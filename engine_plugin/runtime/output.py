@@ -59,7 +59,7 @@ def read_words(buffer: Any, offset: int = 0, size: int | None = None, device: An
             # not this thread's to submit. Waiting could wait forever (that thread may wait for
             # this one). A buffer such a run only appends to or reads answers what it holds now.
             raise DispatchError(
-                f"cannot read {name or buffer.label!r} yet: it is the output of a run recorded in an abi.batch() still open on another thread; read it once that batch has ended"
+                f"cannot read {name or repr(buffer.label)} yet: it is the output of a run recorded in an abi.batch() still open on another thread or task; read it once that batch has ended"
             )
         return _read_words(buffer, offset, size, ctx, dtype)
     except Exception as exc:
@@ -91,7 +91,7 @@ def _read_words(buffer: Any, offset: int, size: int, ctx: Any, dtype: Any = None
     # A destroyed device's promises never settle (device/mapping.py): wait in steps and look at
     # the loss flag between them, so a destroy on another thread ends the wait (review helper 102).
     while not settled(mapped, _READ_POLL_S):
-        if guard.lost:
+        if guard.check():  # the flag, or a loss the wgpu logger reported (a reset nobody destroyed)
             raise DeviceLostError(LOST_HINT)
     # Under the device's submit lock, which a destroy() takes first: the staging buffer cannot
     # be freed between the check and reading its mapped range (wgpu-native aborts on that).

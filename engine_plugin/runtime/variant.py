@@ -604,7 +604,7 @@ class Variant:
             # Recorded, not submitted: this run would read an earlier user's data (review helper 102).
             raise self._slot_error(
                 slot,
-                f"{slot.name!r}: what is handed to it is the output of a run recorded in an abi.batch() still open on another thread; "
+                f"{slot.name!r}: what is handed to it is the output of a run recorded in an abi.batch() still open on another thread or task; "
                 "hand it over once that batch has ended",
             )
         if self._other_device(buffer):
