@@ -27,6 +27,7 @@ __all__ = [
     "read_asset_folder",
     "find_assets",
     "link_chain",
+    "path_under",
     "ASSET_SUFFIX",
     "MODULES_DIR",
     "is_editor_noise",
@@ -118,9 +119,13 @@ def _with_real(spellings: list[str], path: str) -> list[str]:
     return list(dict.fromkeys([*spellings, os.path.realpath(path)]))
 
 
+def path_under(path: str, top: str) -> bool:
+    """Whether ``path`` is ``top`` or lies under it, as written (no link is resolved)."""
+    return path == top or path.startswith(top.rstrip(os.sep) + os.sep)
+
+
 def _inside(path: str, root: str) -> bool:
-    real, top = os.path.realpath(path), os.path.realpath(root)
-    return real == top or real.startswith(top.rstrip(os.sep) + os.sep)
+    return path_under(os.path.realpath(path), os.path.realpath(root))
 
 
 def _read_text(path: str, root: str) -> str:
@@ -172,7 +177,7 @@ def module_search_path(folder: str, root: str | None = None, extra: Sequence[str
     out: list[str] = []
     here = os.path.dirname(os.path.normpath(os.path.abspath(folder)))
     top = os.path.normpath(os.path.abspath(root)) if root is not None else None
-    if top is not None and not (here == top or here.startswith(top.rstrip(os.sep) + os.sep)):
+    if top is not None and not path_under(here, top):
         here = top  # an asset outside the root (a built-in one): the root's modules only
     while True:
         out.append(os.path.join(here, MODULES_DIR))
@@ -224,24 +229,16 @@ def _link_within(link: str, root: str) -> bool:
     """Whether the link ``link`` itself (not its target) lies at or under ``root``, as written
     or with the folders above it resolved, or names the root or a folder holding it (a link
     above the root only spells the root another way: the watcher follows the root itself)."""
-
-    def under(here: str, top: str) -> bool:
-        return here == top or here.startswith(top.rstrip(os.sep) + os.sep)
-
     where = os.path.join(os.path.realpath(os.path.dirname(link)), os.path.basename(link))
     top, real_top = os.path.abspath(root), os.path.realpath(root)
-    return under(os.path.abspath(link), top) or under(where, real_top) or under(real_top, os.path.realpath(link))
+    return path_under(os.path.abspath(link), top) or path_under(where, real_top) or path_under(real_top, os.path.realpath(link))
 
 
 def _within(path: str, root: str) -> bool:
     """Whether ``path`` lies at or under ``root``, as written or resolved: a ``modules/`` link
     inside the root to a folder outside it is the root's (its files must still resolve inside
     the root), and so is a folder named through another spelling of the root (a link to it)."""
-
-    def under(here: str, top: str) -> bool:
-        return here == top or here.startswith(top.rstrip(os.sep) + os.sep)
-
-    return under(os.path.abspath(path), os.path.abspath(root)) or under(os.path.realpath(path), os.path.realpath(root))
+    return path_under(os.path.abspath(path), os.path.abspath(root)) or path_under(os.path.realpath(path), os.path.realpath(root))
 
 
 def read_asset_folder(folder: str, root: str | None = None, modules: Sequence[str] = ()) -> AssetSource:

@@ -37,7 +37,7 @@ from ..lowering import Lowered, Schema, VariantSpec, parse
 from ..runtime.compile import compile_lowered
 from ..runtime.program import Program, adopt_program, program, registered_program
 from .builtin import builtin_folder, builtin_root
-from .folder import ASSET_SUFFIX, AssetSource, link_chain, module_search_path, read_asset_folder
+from .folder import ASSET_SUFFIX, AssetSource, link_chain, module_search_path, path_under, read_asset_folder
 from .prefetch import PrefetchReport, prefetch
 from .reload import BODY, LAYOUT, Prepared, ReloadEvent, ReloadFailure, Unsettled, carry_spec, plan_signature, prepare, same_content
 from .watcher import ReloadService
@@ -475,7 +475,7 @@ class AssetLibrary:
                 ref._program = program(rel, schema, src.wgsl_text, wgsl_path=src.wgsl_path, device=ctx, store=ref._store, modules=src.module_texts)
             else:
                 ref._program = Program(rel, schema, src.wgsl_text, wgsl_path=src.wgsl_path, ctx=None, store=ref._store, modules=src.module_texts)
-            ref._source = src
+            ref._source, ref._tried_files = src, ()  # live: its files are the source's
             if src.extra_files:
                 log.warning("%s: files ignored in the asset (only bindings.yaml and one .wgsl count): %s", folder, ", ".join(src.extra_files))
         except PluginError as exc:
@@ -585,8 +585,9 @@ class AssetLibrary:
         p = os.path.abspath(path)
         return sorted(self._watch_index.hits(p, os.path.realpath(p)))
 
-    def _reindex(self, ref: ComputeShaderRef) -> None:
-        """Enter what ``ref`` depends on now into the watch index."""
+    def _reindex(self, ref: ComputeShaderRef) -> bool:
+        """Enter what ``ref`` depends on now into the watch index; answers whether it follows
+        files it did not follow before."""
         src = ref._source
         if src is not None:
             bases: tuple[str, ...] = tuple(src.module_search)
@@ -595,13 +596,16 @@ class AssetLibrary:
         else:
             bases, names = tuple(module_search_path(ref.folder, self.root, self.module_paths)), None
         folder = os.path.abspath(ref.folder)
+        followed = set(self._watch_index.files_of(folder))
+        files = tuple(dict.fromkeys((_real_files(src) if src is not None else ()) + ref._tried_files))
         self._watch_index.enter(
             folder,
-            tuple(dict.fromkeys((_real_files(src) if src is not None else ()) + ref._tried_files)),
+            files,
             tuple(dict.fromkeys([os.path.abspath(b) for b in bases] + [os.path.realpath(b) for b in bases])),
             names,
             os.path.realpath(folder),
         )
+        return not followed.issuperset(files)
 
     def _deliver(self, prepared: Prepared) -> None:
         with self._ready_lock:
@@ -650,10 +654,9 @@ class AssetLibrary:
                 # (a failed or unchanged read left them naming files the live program never read).
                 ref._store.paths = _store_paths(ref._source)
             ref._tried_files = _real_files(prepared.source) if prepared.source is not None and ref._source is not prepared.source else ()
-            followed = self._watch_index.files_of(os.path.abspath(ref.folder))
-            self._reindex(ref)  # what it reads now (a reload, a failure, a link retargeted)
+            grew = self._reindex(ref)  # what it reads now (a reload, a failure, a link retargeted)
             ref._rereading = False
-            if not set(self._watch_index.files_of(os.path.abspath(ref.folder))) <= set(followed):
+            if grew:
                 # Files this read brought in (a link's new target, a new #import) were not
                 # followed while it was read and applied: an edit to one meanwhile matched no
                 # asset (review helper 97). Read once more: judged unchanged unless one changed
@@ -954,12 +957,12 @@ class _WatchIndex:
         if not out and gone_or_folder:
             # a folder (moved, deleted, made) or a file gone: the files that lay under it
             for f, folders in self.files.items():
-                if _under(f, real) or _under(f, path):
+                if path_under(f, real) or path_under(f, path):
                     out |= folders
         for where in {path, real}:
             # inside an asset folder reached through a link (a body made there)
             base = os.path.dirname(where)
-            while _under(base, os.path.dirname(self.root)):
+            while path_under(base, os.path.dirname(self.root)):
                 out |= self.folders.get(base, set())
                 parent = os.path.dirname(base)
                 if parent == base:
@@ -968,7 +971,7 @@ class _WatchIndex:
             if gone_or_folder:
                 # a module folder (or one above it) made, removed or retargeted as a whole (a link)
                 for b, under in self.bases.items():
-                    if _under(b, where):
+                    if path_under(b, where):
                         out |= set(under)
             if where.endswith(".wgsl"):
                 base = os.path.dirname(where)
@@ -978,7 +981,7 @@ class _WatchIndex:
                         name = os.path.relpath(where, base)[: -len(".wgsl")].replace(os.sep, "/")
                         out |= {folder for folder, names in found.items() if names is None or name in names}
                     parent = os.path.dirname(base)
-                    if parent == base or not _under(parent, os.path.dirname(self.root)):
+                    if parent == base or not path_under(parent, os.path.dirname(self.root)):
                         break
                     base = parent
         return out
@@ -996,7 +999,3 @@ def _real_files(src: AssetSource) -> tuple[str, ...]:
 def _same_failure(error: PluginError | None, before: PluginError | None) -> bool:
     """Whether ``error`` says what ``before`` said (the same message at the same place)."""
     return error is not None and before is not None and type(error) is type(before) and error.render() == before.render()
-
-
-def _under(path: str, top: str) -> bool:
-    return path == top or path.startswith(top.rstrip(os.sep) + os.sep)

@@ -265,9 +265,12 @@ class Delivery:
                 work = product.work(self._world, keys=set(ran))
                 if not work:
                     return
+        # Off the GPU, or refused frame after frame: its kernel writes nothing it serves here,
+        # and its readers wait for those chunks (``mirror_unwritten``).
+        unwritten_here = writes_mirror and (product.gpu is None or product.dispatch_refused)
         fresh = product.skip_computed(work)
         if len(fresh) != len(work.keys):
-            if writes_mirror and (product.gpu is None or product.dispatch_refused):
+            if unwritten_here:
                 # Served already (their results applied), but not written by its kernel here:
                 # after recover_gpu() a new mirror holds the world's bytes for them, and its
                 # readers must wait for its kernel (review helper 95), as for what it computes below.
@@ -301,7 +304,7 @@ class Delivery:
         st.cpu_fallbacks += 1
         product.done(work)
         product.cpu_done.update(zip(work.keys, work.versions))
-        if writes_mirror and (product.gpu is None or product.dispatch_refused):
+        if unwritten_here:
             # Its kernel did not run over them: the fallback writes no mirror, its readers wait.
             product.mirror_unwritten.update(k for k in work.keys if k not in product.gpu_written)
         product.cpu_plan = fallback_view(product.plan)

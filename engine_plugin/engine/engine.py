@@ -895,7 +895,9 @@ class Engine:
         frame's submission), or work any writer's CPU fallback served (which writes no
         mirror). A result ``reader`` computed over them would claim their new versions over
         the old mirror. A writer registered after ``reader`` writes for the next frame: the
-        reader sees the mirror as it left it (state fed back, as the demo's heat step and copy)."""
+        reader sees the mirror as it left it (state fed back, as the demo's heat step and copy),
+        and when that writer reads a mirror ``reader`` writes, ``reader``'s own owed chunks do
+        not wait for its fallback-served ones (each would wait for the other)."""
         writers = self._writers
         if not writers:
             return set()

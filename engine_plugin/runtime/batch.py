@@ -55,7 +55,7 @@ __all__ = [
     "held_by_open_batch",
     "flush_epoch",
     "open_batches",
-    "made_by_open_batch",
+    "made_by_other_open_batch",
     "register_open",
     "unregister_open",
     "bump_epoch",
@@ -279,20 +279,12 @@ def held_by_open_batch(buffer: Any) -> bool:
     return any(b.holds(buffer) for b in tuple(_open))
 
 
-def made_by_open_batch(buffer: Any) -> bool:
-    """Whether ``buffer`` is a pooled output buffer of a run recorded in an open ``abi.batch()``
-    (its contents are an earlier user's until that run is submitted): after
-    :func:`flush_current_batch`, only another thread's batch can hold one."""
-    if not _open:
-        return False
-    return any(isinstance(b, Batch) and buffer in b._made for b in tuple(_open))
-
-
 def made_by_other_open_batch(buffer: Any) -> bool:
     """Whether ``buffer`` is a pooled output buffer of a run recorded in an ``abi.batch()`` open
-    on another thread (or another task's): nothing of that run is on the GPU yet, and a run of
-    this thread submitted first would read an earlier user's data. This thread's own batches
-    keep their runs in order, so their outputs chain as usual."""
+    on another thread (or another task's): nothing of that run is on the GPU yet (the buffer
+    holds an earlier user's data), and that batch is not this one's to submit. This thread's
+    own batches keep their runs in order, so their outputs chain as usual (and a read flushes
+    them first)."""
     if not _open:
         return False
     mine = {id(b) for b in _mine(_stack.get())}

@@ -21,7 +21,7 @@ from ..device.mapping import map_submitted, settled
 from ..errors import DeviceLostError, DispatchError
 from ..lowering.structs import StructType
 from ..lowering.types import ValueType
-from .batch import flush_current_batch, made_by_open_batch
+from .batch import flush_current_batch, made_by_other_open_batch
 from .buffers import size_class
 from .deferred import flush_deferred
 from .loss import LOST_HINT, device_guard, lost_error
@@ -53,7 +53,7 @@ def read_words(buffer: Any, offset: int = 0, size: int | None = None, device: An
         raise DeviceLostError(LOST_HINT)
     try:
         flush_current_batch()  # a read inside abi.batch() sees every run recorded before it
-        if made_by_open_batch(buffer):
+        if made_by_other_open_batch(buffer):
             # The output of a run recorded in a batch still open on another thread: nothing of
             # it is on the GPU yet (the buffer holds an earlier user's data), and that batch is
             # not this thread's to submit. Waiting could wait forever (that thread may wait for

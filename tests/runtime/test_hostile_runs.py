@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import textwrap
+from typing import Any
 
 import numpy as np
 import pytest
@@ -434,26 +435,24 @@ def test_reads_on_other_threads_while_the_device_is_destroyed_neither_hang_nor_a
     assert proc.returncode == 0 and "survived" in proc.stdout, (proc.returncode, proc.stdout, proc.stderr[-2000:])
 
 
-def test_an_output_of_a_batch_still_open_on_another_thread_is_refused_as_an_input():
-    # Review helper 102: thread B chained the Output of a run thread A had only recorded: B's
-    # run read what the pooled buffer held from its previous user (389.0 where 2.0 was due).
+def _refused_while_another_threads_batch_holds(record, use) -> tuple[Any, str]:
+    """``record()`` inside an ``abi.batch()`` on thread A, held open while thread B calls
+    ``use(output)``; answers the output and the DispatchError B met ("" if none)."""
     import threading
 
-    v = variant("t102/k", K_YAML, K_WGSL)
-    copy = variant("t102/copy", COPY_YAML.replace("ELEM", "u32").replace("BITS", "false"), COPY_WGSL)
-    box: dict = {}
+    box: dict = {"refused": ""}
     recorded, done = threading.Event(), threading.Event()
 
     def a():
         with abi.batch():
-            box["o"] = v.run(n=64, params={"k": 1.0}).outputs["dst"]
+            box["o"] = record()
             recorded.set()
             done.wait(30)
 
     def b():
         recorded.wait(30)
         try:
-            copy.run(n=64, inputs={"src": box["o"]})
+            use(box["o"])
         except DispatchError as exc:
             box["refused"] = str(exc)
         finally:
@@ -464,15 +463,24 @@ def test_an_output_of_a_batch_still_open_on_another_thread_is_refused_as_an_inpu
         t.start()
     for t in threads:
         t.join(60)
-    assert "still open on another thread" in box.get("refused", ""), box
-    after = copy.run(n=64, inputs={"src": box["o"]}).outputs["dst"]  # the batch ended: chained as usual
+    return box["o"], box["refused"]
+
+
+def test_an_output_of_a_batch_still_open_on_another_thread_is_refused_as_an_input():
+    # Review helper 102: thread B chained the Output of a run thread A had only recorded: B's
+    # run read what the pooled buffer held from its previous user (389.0 where 2.0 was due).
+    v = variant("t102/k", K_YAML, K_WGSL)
+    copy = variant("t102/copy", COPY_YAML.replace("ELEM", "u32").replace("BITS", "false"), COPY_WGSL)
+    out, refused = _refused_while_another_threads_batch_holds(
+        lambda: v.run(n=64, params={"k": 1.0}).outputs["dst"], lambda o: copy.run(n=64, inputs={"src": o})
+    )
+    assert "still open on another thread" in refused, refused
+    after = copy.run(n=64, inputs={"src": out}).outputs["dst"]  # the batch ended: chained as usual
     assert abi.read(after).tolist() == [0x3F800000] * 64
 
 
 def test_reading_the_count_of_another_threads_pending_append_output_names_that_output():
     # Review helper 102: the refusal named the pooled buffer's first label ('y'), not the output.
-    import threading
-
     yaml = """\
 bindings:
   - { name: hits, kind: buffer, access: read_write, element: u32, append: true, capacity: "n" }
@@ -487,28 +495,6 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
 }
 """
     v = variant("t102/hits", yaml, wgsl)
-    box: dict = {}
-    recorded, done = threading.Event(), threading.Event()
-
-    def a():
-        with abi.batch():
-            box["o"] = v.run(n=64).outputs["hits"]
-            recorded.set()
-            done.wait(30)
-
-    def b():
-        recorded.wait(30)
-        try:
-            box["o"].count
-        except DispatchError as exc:
-            box["refused"] = str(exc)
-        finally:
-            done.set()
-
-    threads = [threading.Thread(target=a), threading.Thread(target=b)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(60)
-    assert "cannot read the count of output 'hits' yet" in box.get("refused", ""), box
-    assert box["o"].count == 64
+    out, refused = _refused_while_another_threads_batch_holds(lambda: v.run(n=64).outputs["hits"], lambda o: o.count)
+    assert "cannot read the count of output 'hits' yet" in refused, refused
+    assert out.count == 64
