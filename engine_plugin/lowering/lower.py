@@ -33,7 +33,7 @@ __all__ = ["lower", "LOWERING_VERSION"]
 log = logging.getLogger("engine_plugin.lowering")
 
 # Bump whenever the generated code or plan changes: it is part of every cache key.
-LOWERING_VERSION = 8
+LOWERING_VERSION = 9
 _YAML = 0  # source-map file index of bindings.yaml
 _BODY = 1  # and of the WGSL body; imported modules follow, in inclusion order
 # a name called as a function or a constructor, templated or not (bitcast<f32>(...))
@@ -542,6 +542,7 @@ class _Lowerer:
                     t.col - 1,
                 )
         self.check_workgroup_size(toks, where)
+        self.check_word_lengths(toks, where, present)
         if self.schema.determinism == "exact":
             appends = {f"{b.name}_append" for b in present if b.kind == "buffer" and b.append}
             for call in find_calls(body_text, appends):
@@ -552,6 +553,32 @@ class _Lowerer:
                     call.col,
                 )
             self.check_exact_atomics(toks, where)
+
+    def check_word_lengths(self, toks: list, where: Any, present: list[Binding]) -> None:
+        """``arrayLength(&NAME)`` of a buffer stored as flat words with several per element (a
+        ``vec3``, or a ``bits`` vector) counts words, not elements: a loop ported from a kernel
+        that declared ``array<vec3<f32>>`` would run three times past the data, silently.
+        Refused, naming ``NAME_len()`` (the element count)."""
+        words = {}
+        for b in present:
+            if b.kind != "buffer" or self.schema.struct(b.element) is not None:
+                continue
+            vt = self.element(b)
+            if vt.lanes > 1 and (b.bits or b.atomic or vt.lanes == 3):  # type: ignore[union-attr]
+                words[b.name] = (vt.lanes, vt.wgsl)  # type: ignore[union-attr]
+        if not words:
+            return
+        for i in range(len(toks) - 4):
+            t = toks[i]
+            if t.text != "arrayLength" or toks[i + 1].text != "(" or toks[i + 2].text != "&" or toks[i + 3].text not in words:
+                continue
+            name = toks[i + 3].text
+            lanes, wgsl = words[name]
+            raise self.error(
+                f"arrayLength(&{name}) counts words: '{name}' ({wgsl}) is stored as flat words, {lanes} per element; use {name}_len() for its element count",
+                where(t),
+                t.col,
+            )
 
     def check_workgroup_size(self, toks: list, where: Any) -> None:
         """The body's ``@workgroup_size`` must be the schema's workgroup: the generated entry

@@ -1161,7 +1161,7 @@ class Variant:
         bound: dict[int, _Bound] = {}
         lengths: dict[str, int] = {}
         bound_len: dict[str, int] = {}  # given outputs bound over more than this run's size
-        uploaded_textures: list[tuple[HostSlot, Any]] = []  # storage textures made from host data
+        written_textures: list[tuple[HostSlot, Any]] = []  # storage textures the kernel may write
         domain_capacity = None
         for slot in self.lowered.host_slots:
             if slot.role in ("input", "inout"):
@@ -1213,10 +1213,11 @@ class Variant:
             elif slot.role == "storage_texture":
                 given = outputs.get(slot.name, inputs.get(slot.name))
                 bound[slot.binding] = b = self._resolve_storage_texture(slot, given)
-                if slot.texture[2] != "read" and not isinstance(given, (TextureOutput, wgpu.GPUTexture)):
-                    # Host data uploaded into a texture this run made: the kernel's writes live
-                    # there, so the run answers it (as a read_write buffer given numpy does).
-                    uploaded_textures.append((slot, b.buffer))
+                if slot.texture[2] != "read":
+                    # The kernel writes this texture (host data uploaded into one this run made,
+                    # or the caller's own): the run answers it, as it answers a read_write
+                    # buffer whatever it was given, so a loop can chain run.outputs[name].
+                    written_textures.append((slot, b.buffer))
         if domain_count is not None and self.lowered.domain_count is None:
             raise DispatchError("domain_count= given, but this variant has no kind: domain_count binding", Span(self.yaml_path))
         if n is None:
@@ -1251,7 +1252,7 @@ class Variant:
         shape3 = domain.extent if shape is not None else (n, 1, 1)
         env.update(nx=shape3[0], ny=shape3[1], nz=shape3[2])  # the grid's axes, as counts may name them
         result: dict[str, Any] = {}  # Output, or TextureOutput for output textures
-        for slot, texture in uploaded_textures:
+        for slot, texture in written_textures:
             dim, fmt, _ = slot.texture
             result[slot.name] = TextureOutput(texture, fmt, (texture.size[0], texture.size[1], texture.size[2]), dim, slot.name)
         for slot, key, text in self._output_slots:

@@ -16,6 +16,7 @@ from runtime_kernels import AXPY_WGSL, AXPY_YAML
 
 from engine_plugin import abi
 from engine_plugin.device.context import get_context
+from engine_plugin.errors import LoweringError
 
 pytestmark = pytest.mark.gpu
 
@@ -136,7 +137,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
     if (zero_index(gid) != 0u) { return; }
     dst_set(0u, arrayLength(&src));
     dst_set(1u, src_len());
-    dst_set(2u, arrayLength(&v3));
+    dst_set(2u, 0u);  // arrayLength(&v3) is refused: it would count words (see below)
     dst_set(3u, v3_len());
     dst_set(4u, arrayLength(&cols));
     dst_set(5u, arrayLength(&hits));
@@ -152,12 +153,38 @@ def test_array_length_of_every_binding_kind_is_its_live_length():
     table = abi.table({"w": np.ones(3, np.float32)})
     run = v.run(n=1, inputs={"src": np.ones(5, np.float32), "v3": np.ones((2, 3), np.float32), "cols": table})
     got = abi.read(run.outputs["dst"])
-    # vec3 is stored as flat words (the seed's layout): arrayLength counts words, 3 per element
-    np.testing.assert_array_equal(got, [5, 5, 6, 2, table.words.size, 7, 8, 1])
+    np.testing.assert_array_equal(got, [5, 5, 0, 2, table.words.size, 7, 8, 1])
     # chained: an earlier output as an input binds exactly that output's elements
     chained = v.run(n=1, inputs={"src": make("t13/fill", FILL_YAML, FILL_WGSL).run(n=3, params={"value": 1.0}).outputs["dst"],
                                 "v3": np.ones((1, 3), np.float32)})
-    np.testing.assert_array_equal(abi.read(chained.outputs["dst"])[:4], [3, 3, 3, 1])
+    np.testing.assert_array_equal(abi.read(chained.outputs["dst"])[:4], [3, 3, 0, 1])
+
+
+@pytest.mark.parametrize(
+    "element,extra,lanes",
+    [("vec3<f32>", "", 3), ("vec2<f32>", ", bits: true", 2), ("vec4<u32>", ", bits: true", 4)],
+)
+def test_array_length_of_a_binding_stored_as_several_words_an_element_is_refused_at_its_call(element, extra, lanes):
+    # vec3 (and bits vectors) are stored as flat words (the seed's layout): arrayLength counts
+    # words, so a loop ported from array<vec3<f32>> ran three times past the data (review
+    # helper 106). Refused at the user's line and column, naming NAME_len().
+    yaml = f"bindings:\n  - {{ name: pts, kind: buffer, access: read, element: {element}{extra} }}\n  - {{ name: dst, kind: buffer, access: read_write, element: u32, count: \"1\" }}\n"
+    body = (
+        "@compute @workgroup_size(64)\nfn main(@builtin(global_invocation_id) gid: vec3<u32>) {\n"
+        "    if (zero_index(gid) != 0u) { return; }\n"
+        "    var total = 0u;\n"
+        "    for (var i = 0u; i < arrayLength( &pts ); i++) { total += 1u; }\n"
+        "    dst_set(0u, total);\n}\n"
+    )
+    with pytest.raises(LoweringError) as info:
+        make(f"t13/words_{lanes}{bool(extra)}", yaml, body)
+    err = info.value
+    assert err.span.path.endswith("kernel.wgsl") and (err.span.line, err.span.col) == (5, 26)
+    assert f"{lanes} per element" in err.message and "pts_len()" in err.message
+    # NAME_len() and arrayLength of a binding stored one element a slot are what they were
+    fine = body.replace("arrayLength( &pts )", "pts_len()")
+    run = make(f"t13/words_ok_{lanes}{bool(extra)}", yaml, fine).run(n=1, inputs={"pts": np.ones((5, lanes), np.float32 if "f32" in element else np.uint32)})
+    assert abi.read(run.outputs["dst"])[0] == 5
 
 
 def test_an_unbound_columns_binding_is_an_empty_table():

@@ -204,6 +204,27 @@ def test_a_read_write_storage_texture_given_numpy_answers_the_texture_the_kernel
     np.testing.assert_array_equal(host, np.arange(12, dtype=np.float32).reshape(3, 4))  # the caller's array untouched
 
 
+def test_a_read_write_storage_texture_chained_from_an_earlier_run_is_answered_again():
+    # Review helper 106: an accumulation loop (cur = run.outputs["acc"]) got a KeyError on its
+    # second frame: only host data handed to the binding was answered, while a read_write
+    # buffer is answered whatever it was given. A caller's own GPUTexture is answered too.
+    yaml = "bindings:\n  - { name: acc, kind: storage_texture, format: r32float, access: read_write }\nworkgroup: [8, 8]\n"
+    body = (
+        "@compute @workgroup_size(8, 8)\nfn main(@builtin(global_invocation_id) gid: vec3<u32>) {\n"
+        "    let i = zero_index(gid);\n    if (i >= zero_n()) { return; }\n"
+        "    textureStore(acc, gid.xy, textureLoad(acc, gid.xy) + vec4<f32>(f32(i)));\n}\n"
+    )
+    variant = abi.program(key="t/storage_rw_chain", schema=abi.parse(yaml, "t/storage_rw_chain/bindings.yaml"), wgsl=body).variant()
+    cur = variant.run((4, 3), inputs={"acc": np.zeros((3, 4), np.float32)}).outputs["acc"]
+    for _ in range(3):
+        cur = variant.run((4, 3), inputs={"acc": cur}).outputs["acc"]
+    index = np.arange(12, dtype=np.float32).reshape(3, 4)
+    np.testing.assert_array_equal(abi.read(cur)[..., 0], index * 4)
+    run = variant.run((4, 3), outputs={"acc": cur.texture})  # the caller's own texture
+    assert run.outputs["acc"].texture is cur.texture
+    np.testing.assert_array_equal(abi.read(run.outputs["acc"])[..., 0], index * 5)
+
+
 @pytest.mark.parametrize(
     "value,message",
     [
