@@ -87,6 +87,13 @@ class CacheEntryInfo:
     path: str
     size: int
     mtime_ns: int
+    regular: bool = True  # a regular file (not a link, FIFO, folder, device)
+
+    @property
+    def readable(self) -> bool:
+        """Whether a read would even look inside: a regular file of 1 to MAX_ENTRY_BYTES bytes
+        (what :func:`read_entry_file` checks before reading a byte)."""
+        return self.regular and 0 < self.size <= MAX_ENTRY_BYTES
 
 
 def _kind(mode: int) -> str:
@@ -351,7 +358,7 @@ class VariantCache:
                     st = de.stat(follow_symlinks=False)
                 except OSError:
                     continue
-                yield CacheEntryInfo(m.group(1), de.path, st.st_size, st.st_mtime_ns)
+                yield CacheEntryInfo(m.group(1), de.path, st.st_size, st.st_mtime_ns, stat.S_ISREG(st.st_mode))
 
     def _temp_files(self) -> list[tuple[str, float]]:
         out = []
@@ -380,6 +387,15 @@ class VariantCache:
                 except OSError:
                     pass
         infos = list(self.entries())
+        # A file named like an entry that no read would take (a link, a FIFO, a folder, an empty
+        # or oversized file: a sparse giant counts its apparent size) is a miss whenever it is
+        # asked for: removed first, so it never pushes good entries out (review helper 108: one
+        # planted 1 GiB sparse file evicted a whole baked cache).
+        if cap is not None:
+            for info in [i for i in infos if not i.readable]:
+                log.warning("variant cache: %s is no usable entry (%s); removed", os.path.basename(info.path), "not a regular file" if not info.regular else f"{info.size} bytes")
+                self._discard(info.path)
+            infos = [i for i in infos if i.readable]
         total = sum(i.size for i in infos)
         evicted = 0
         if cap is not None and total > cap:

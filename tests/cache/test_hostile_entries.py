@@ -168,6 +168,30 @@ def test_a_sparse_huge_file_is_refused_by_size_before_reading(tmp_path):
     assert not os.path.exists(cache.path(key))
 
 
+def test_files_no_read_would_take_never_push_good_entries_out_of_a_capped_cache(tmp_path):
+    # Review helper 108: a 1 GiB sparse file named like an entry (a key nobody asks for) made
+    # the cap count 1 GiB, and the LRU evicted every good entry before reaching it: one planted
+    # file discarded a whole baked cache. Files no read takes go first, whatever their age.
+    cache = VariantCache(str(tmp_path / "cache"), max_bytes=256 * 1024)
+    variants = reference_variants()
+    for key, lowered in variants[:-1]:
+        cache.put(key, lowered)
+    good = {key for key, _ in variants[:-1]}
+    sparse = cache.path("f" * 64)
+    with open(sparse, "wb") as f:
+        f.truncate(1024 * 1024 * 1024)
+    os.mkdir(cache.path("e" * 64))  # a folder under an entry's name
+    for path in (sparse, cache.path("e" * 64)):
+        os.utime(path, (time.time() + 3600, time.time() + 3600))  # the most recently used, by mtime
+    key, lowered = variants[-1]
+    cache = VariantCache(cache.folder, max_bytes=256 * 1024)  # the next start: its first write scans
+    cache.put(key, lowered)  # past the cap as counted before: the LRU evicted every good entry
+    assert cache.stats().evictions == 0
+    assert {i.key for i in cache.entries()} == good | {key}
+    assert not os.path.exists(sparse) and not os.path.exists(cache.path("e" * 64))
+    assert all(cache.get(k) is not None for k in good)
+
+
 @pytest.fixture
 def deadline():
     """Fail (rather than hang the suite) when the test body blocks for 10 s."""
