@@ -87,13 +87,21 @@ class CacheEntryInfo:
     path: str
     size: int
     mtime_ns: int
-    regular: bool = True  # a regular file (not a link, FIFO, folder, device)
+    regular: bool  # a regular file (not a link, FIFO, folder, device)
+    disk: int  # bytes it takes on disk, at most its size (a sparse file's holes take none)
 
     @property
     def readable(self) -> bool:
         """Whether a read would even look inside: a regular file of 1 to MAX_ENTRY_BYTES bytes
         (what :func:`read_entry_file` checks before reading a byte)."""
         return self.regular and 0 < self.size <= MAX_ENTRY_BYTES
+
+
+def _disk_bytes(st: os.stat_result) -> int:
+    """What a file takes on disk, at most its size: the size cap counts this, so a sparse
+    file planted under an entry's name cannot push good entries out."""
+    blocks = getattr(st, "st_blocks", None)
+    return st.st_size if blocks is None else min(st.st_size, blocks * 512)
 
 
 def _kind(mode: int) -> str:
@@ -358,7 +366,7 @@ class VariantCache:
                     st = de.stat(follow_symlinks=False)
                 except OSError:
                     continue
-                yield CacheEntryInfo(m.group(1), de.path, st.st_size, st.st_mtime_ns, stat.S_ISREG(st.st_mode))
+                yield CacheEntryInfo(m.group(1), de.path, st.st_size, st.st_mtime_ns, stat.S_ISREG(st.st_mode), _disk_bytes(st))
 
     def _temp_files(self) -> list[tuple[str, float]]:
         out = []
@@ -396,7 +404,7 @@ class VariantCache:
                 log.warning("variant cache: %s is no usable entry (%s); removed", os.path.basename(info.path), "not a regular file" if not info.regular else f"{info.size} bytes")
                 self._discard(info.path)
             infos = [i for i in infos if i.readable]
-        total = sum(i.size for i in infos)
+        total = sum(i.disk for i in infos)
         evicted = 0
         if cap is not None and total > cap:
             target = int(cap * low_water)
@@ -405,7 +413,7 @@ class VariantCache:
                     break
                 freed = self._discard(info.path)
                 if freed or not os.path.exists(info.path):
-                    total -= info.size
+                    total -= info.disk
                     evicted += 1
             if evicted:
                 log.info("variant cache: evicted %d least recently used entries (cap %d bytes)", evicted, cap)
@@ -448,7 +456,7 @@ class VariantCache:
         if not scan:
             return CacheStats(**counts)
         infos = list(self.entries())
-        return CacheStats(**counts, entries=len(infos), bytes=sum(i.size for i in infos), temp_files=len(self._temp_files()))
+        return CacheStats(**counts, entries=len(infos), bytes=sum(i.disk for i in infos), temp_files=len(self._temp_files()))
 
     def __repr__(self) -> str:
         c = self._counts

@@ -192,6 +192,22 @@ def test_files_no_read_would_take_never_push_good_entries_out_of_a_capped_cache(
     assert all(cache.get(k) is not None for k in good)
 
 
+def test_sparse_files_under_the_size_limit_count_what_they_take_on_disk(tmp_path):
+    # Eight 60 MiB sparse files (each small enough to be read and refused) would make a
+    # 512 MiB cap evict every good entry if the cap counted their apparent size.
+    cache = VariantCache(str(tmp_path / "cache"), max_bytes=256 * 1024)
+    variants = reference_variants()
+    for key, lowered in variants[:-1]:
+        cache.put(key, lowered)
+    for k in range(8):
+        with open(cache.path(f"{k:x}" * 64), "wb") as f:
+            f.truncate(60 * 1024 * 1024)
+    cache = VariantCache(cache.folder, max_bytes=256 * 1024)
+    cache.put(*variants[-1])
+    assert cache.stats().evictions == 0
+    assert {key for key, _ in variants} <= {i.key for i in cache.entries()}
+
+
 @pytest.fixture
 def deadline():
     """Fail (rather than hang the suite) when the test body blocks for 10 s."""
