@@ -91,14 +91,18 @@ class ParamType:
         return (self.count, *self.element.shape)  # type: ignore[union-attr]
 
     @property
+    def _holds_matrix(self) -> bool:
+        return self.kind == "matrix" or (self.kind == "array" and self.element._holds_matrix)  # type: ignore[union-attr]
+
+    @property
     def simple(self) -> bool:
         return self.kind in ("scalar", "vector")
 
     def pack_into(self, buf: bytearray, offset: int, value: Any) -> None:
         """Write ``value`` (numbers, nested lists or a numpy array of :attr:`shape`)."""
         arr = np.asarray(value)
-        if arr.shape != self.shape and arr.size == int(np.prod(self.shape, dtype=np.int64)):
-            arr = arr.reshape(self.shape)
+        if arr.shape != self.shape and arr.ndim <= 1 and arr.size == int(np.prod(self.shape, dtype=np.int64)):
+            arr = arr.reshape(self.shape)  # flat numbers, in WGSL's order (a matrix column by column)
         self._pack(buf, offset, arr)
 
     def _pack(self, buf: bytearray, offset: int, arr: np.ndarray) -> None:
@@ -122,8 +126,12 @@ class ParamType:
             return f"takes numbers of shape {self.shape}"
         if arr.dtype.kind not in "fiub" or arr.dtype.kind == "b":
             return f"takes numbers, not {value!r}"
-        if arr.shape != self.shape and arr.size != int(np.prod(self.shape, dtype=np.int64)):
-            return f"takes {int(np.prod(self.shape, dtype=np.int64))} numbers (shape {self.shape}), not shape {arr.shape}"
+        # Flat numbers are taken in WGSL's order; a value with axes has this type's shape. A
+        # row-major (rows, columns) matrix of the right count was packed by count: silently
+        # transposed numbers (review helper 109).
+        if arr.shape != self.shape and (arr.ndim > 1 or arr.size != int(np.prod(self.shape, dtype=np.int64))):
+            hint = ": a matrix is (columns, rows), pass M.T for a row-major one" if self._holds_matrix else ""
+            return f"takes {int(np.prod(self.shape, dtype=np.int64))} numbers (shape {self.shape}), not shape {arr.shape}{hint}"
         if self.scalar in _RANGE and arr.size:
             if arr.dtype.kind == "f" and not np.all(np.mod(arr, 1) == 0):
                 return f"is {self.wgsl}: pass integers"

@@ -66,6 +66,22 @@ def test_a_param_of_the_wrong_shape_is_refused_naming_its_line():
         variant().run(n=1, params={**good, "ids": -np.ones((2, 4))})
 
 
+def test_a_matrix_of_the_right_count_but_not_its_shape_is_refused_not_packed_transposed():
+    # Review helper 109: a row-major (3, 2) matrix handed to a mat2x3 param (which takes
+    # (columns, rows) = (2, 3)) was packed by count: m * (1, 10) gave [41, 52, 63] for [21, 43, 65].
+    yaml = 'bindings:\n  - { name: out, kind: buffer, access: read_write, element: vec3<f32>, count: "1" }\nparams:\n  - { name: m, type: "mat2x3<f32>" }\nworkgroup: 1\n'
+    body = "@compute @workgroup_size(1)\nfn main(@builtin(global_invocation_id) gid: vec3<u32>) {\n    out_set(0u, params.m * vec2<f32>(1.0, 10.0));\n}\n"
+    v = abi.program(key="t/param_mat_shape", schema=abi.parse(yaml, "t/pms/bindings.yaml"), wgsl=body).variant()
+    rows = np.array([[1, 2], [3, 4], [5, 6]], np.float32)
+    with pytest.raises(DispatchError, match=r"shape \(2, 3\)\), not shape \(3, 2\): a matrix is \(columns, rows\), pass M.T") as info:
+        v.run(n=1, params={"m": rows})
+    assert info.value.span.line == 4
+    np.testing.assert_array_equal(abi.read(v.run(n=1, params={"m": rows.T}).outputs["out"])[0], rows @ [1, 10])
+    np.testing.assert_array_equal(abi.read(v.run(n=1, params={"m": rows.T.reshape(-1)}).outputs["out"])[0], rows @ [1, 10])  # flat: column by column
+    with pytest.raises(DispatchError, match=r"not shape \(4, 6\)"):
+        variant().run(n=1, params={"planes": np.zeros((4, 6)), "m": np.eye(4), "s": 1.0, "m3": np.eye(3), "ids": np.zeros((2, 4)), "m2": np.eye(2)})
+
+
 @pytest.mark.parametrize(
     "type_,message",
     [
