@@ -175,7 +175,11 @@ class Figures:
             self._stale.popleft()
         self.stale_per_s = float(sum(n for _, n in self._stale))
         if stats.product_gpu_ms:  # latched: measured frames are a frame or more behind
-            self.gpu_ms = dict(stats.product_gpu_ms)
+            # Per product: a frame's samples may time some products only (each is timed one
+            # frame in 16, and a reloaded product's turn moves), and the others keep their
+            # last time; replacing the whole dict showed n/a for most frames after a reload
+            # (review helper 109).
+            self.gpu_ms.update(stats.product_gpu_ms)
             self.gpu_timing = stats.gpu_timing
 
     def product_names(self) -> tuple[str, ...]:

@@ -123,6 +123,17 @@ def test_gpu_time_shows_na_until_the_engine_reports_it_then_stays_latched():
     assert fig.stale_per_s == 1.0 and fig.fps == pytest.approx(2 / 0.85) and fig.frame_ms == pytest.approx(800.0)
 
 
+def test_a_frame_timing_some_products_only_keeps_the_others_last_times():
+    # Review helper 109: after a hot reload the products' timed frames fall apart (each is
+    # timed one frame in 16); a frame's times replaced the whole latch, so the overlay showed
+    # n/a for most products most of the time.
+    fig = Figures(products=("summary", "hotspots"))
+    fig.frame_done(FrameStats(frame=1, product_gpu_ms={"summary": 0.25, "hotspots": 0.5}, gpu_timing="timestamps"), 0.001, inflight=0, now=1.0)
+    fig.frame_done(FrameStats(frame=2, product_gpu_ms={"hotspots": 0.75}, gpu_timing="timestamps"), 0.001, inflight=0, now=1.1)
+    assert fig.record()["gpu_ms"] == {"summary": 0.25, "hotspots": 0.75}
+    assert fig.gpu_text("summary") == "0.250 ms"
+
+
 def test_diagnostic_splits_a_rendered_error_into_location_source_line_and_caret():
     text = "heat_step.computeShader/heat_step.wgsl:7:13: unknown identifier 'heigth'\n    let h = heigth;\n            ^"
     d = Diagnostic.from_error("heat_step", text)
