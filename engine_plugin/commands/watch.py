@@ -4,7 +4,8 @@
 
     {"event": "watching", "root": ..., "assets": [...]}
     {"event": "reload", "asset": "k.computeShader", "generation": 1, "kind": "body"|"layout",
-     "files": [...], "recompiled": ["T=f32"], "layout_changed": [...], "latency_ms": 41.0}
+     "files": [...], "recompiled": ["T=f32"], "layout_changed": [...], "latency_ms": 41.0,
+     "origins": {"remote": 1}}   # where the recompiled variants came from: cache, remote, lowered
     {"event": "failure", "asset": ..., "generation": 0, "kind": "CompileError", "path": ...,
      "line": 6, "col": 5, "message": "path:6:5: ...", "rendered": "... with the line and a caret"}
 
@@ -78,7 +79,8 @@ class _Log:
             return
         self.rep.say(f"{time.strftime('%H:%M:%S')} {asset} is back to its live content (generation {generation}); diagnostics cleared")
 
-    def reload(self, result: Any) -> None:
+    def reload(self, result: Any, origins: dict[str, int]) -> None:
+        """A reload applied; ``origins``: how many of its recompiled variants came from where."""
         self._shown.pop(result.asset, None)
         if self.as_json:
             self.emit(
@@ -91,21 +93,26 @@ class _Log:
                     "recompiled": [s.label() for s in result.recompiled],
                     "layout_changed": [s.label() for s in result.layout_changed],
                     "latency_ms": round(result.latency * 1e3, 1),
+                    "origins": origins,
                 }
             )
             return
         self.rep.say(f"{time.strftime('%H:%M:%S')} {result.describe()}")
         if result.layout_changed:
             self.rep.say(f"         layout changed for: {', '.join(s.label() for s in result.layout_changed)}")
+        if origins:
+            self.rep.say(f"         variants from: {', '.join(f'{n} {where}' for where, n in sorted(origins.items()))}")
 
 
-def _origins_line(lib: Any, event: Any) -> str:
-    """``2 remote, 1 lowered`` for a reload's variants (local cache, remote tier, lowered here)."""
+def _origin_counts(lib: Any, event: Any) -> dict[str, int]:
+    """How many of a reload's recompiled variants came from where (the local cache, the
+    remote tier, lowered here): ``{"remote": 2, "lowered": 1}``."""
     from collections import Counter
 
+    if not event.recompiled:
+        return {}
     origins = lib.load(event.asset, strict=False).origins(event.recompiled, event.program)
-    counts = Counter(origins.values())
-    return ", ".join(f"{n} {where}" for where, n in sorted(counts.items()))
+    return dict(sorted(Counter(origins.values()).items()))
 
 
 def cmd_watch(args: argparse.Namespace, rep: Reporter) -> int:
@@ -173,9 +180,7 @@ def cmd_watch(args: argparse.Namespace, rep: Reporter) -> int:
                 if result.ok:
                     failing.discard(result.asset)
                     live_failures.pop(result.asset, None)
-                    log.reload(result)
-                    if result.recompiled and not args.json:
-                        rep.say(f"         variants from: {_origins_line(lib, result)}")
+                    log.reload(result, _origin_counts(lib, result))
                 else:
                     failing.add(result.asset)
                     if not log.failure(

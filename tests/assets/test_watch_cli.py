@@ -42,6 +42,7 @@ def test_watch_prints_a_failure_with_its_line_then_the_reload_that_fixes_it(asse
         write(path, kernel(3.0))
         _read_until(proc, "reloaded k.computeShader -> generation 1", lines)
         assert proc.wait(timeout=30) == 0
+        lines.append(proc.stdout.read())
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -49,6 +50,29 @@ def test_watch_prints_a_failure_with_its_line_then_the_reload_that_fixes_it(asse
     out = "".join(lines)
     assert "kernel.wgsl:6:" in out and "typo_here" in out
     assert "3 variant(s) recompiled" in out  # --all-variants: every variant is in use
+    assert "variants from: 3 lowered" in out
+
+
+def test_watch_json_says_where_a_reloads_variants_came_from(asset_root, tmp_path):
+    # Review helper 109: the text log said "variants from: 1 remote"; the JSON stream (the form
+    # for editor plugins) had no origin at all.
+    import json
+
+    env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""), PYTHONUNBUFFERED="1")
+    cmd = [sys.executable, "-m", "engine_plugin.cli", "watch", asset_root, "--cache", str(tmp_path / "cache"), "--json", "--max-events", "1", "--duration", "60"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=REPO)
+    lines: list[str] = []
+    try:
+        _read_until(proc, '"event": "watching"', lines)
+        write(os.path.join(asset_root, "k.computeShader", "kernel.wgsl"), kernel(5.0))
+        _read_until(proc, '"event": "reload"', lines)
+        assert proc.wait(timeout=30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    (reload,) = [json.loads(line) for line in lines if '"event": "reload"' in line]
+    assert reload["origins"] == {"lowered": len(reload["recompiled"])} and reload["recompiled"]
 
 
 def test_watch_reports_a_body_broken_at_start_and_an_undone_failed_edit(asset_root, tmp_path):
