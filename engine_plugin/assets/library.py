@@ -30,6 +30,7 @@ from dataclasses import replace
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from ..cache import DEFAULT_MAX_BYTES, USAGE_FILE, UsageLog, VariantCache
+from ..cache.entry import Entry
 from ..cache.remote import DEFAULT_TIMEOUT, RemoteCache, remote_from
 from ..device.context import get_context
 from ..errors import AssetError, CacheError, DeviceLostError, NoAdapterError, PluginError, Span, bug
@@ -161,15 +162,18 @@ class _AssetStore:
                 self._remember(key, found, LOCAL)
         return found
 
-    def adopt_remote(self, key: str, lowered: Lowered, defer: Callable[..., Any] | None = None) -> Lowered:
+    def adopt_remote(self, key: str, entry: Entry, defer: Callable[..., Any] | None = None) -> Lowered:
         """A verified remote entry: kept in memory and written to the local cache as it came
         (through ``defer(fn, *args)`` when given: the write, an fsync, need not delay a start)."""
+        lowered = entry.lowered
         if self.cache is not None:
-            # The decoded entry re-encodes to the server's bytes (the local copy is identical).
+            # The decoded entry re-encodes to the baker's bytes, its validated mark with it (a
+            # signed one; a re-lowered one is this client's own, unmarked): the local copy
+            # differs only by its local signature.
             if defer is not None:
-                defer(self.cache.put, key, lowered)
+                defer(self.cache.put, key, lowered, entry.validated)
             else:
-                self.cache.put(key, lowered)
+                self.cache.put(key, lowered, entry.validated)
         found = self._rebase(lowered)
         self._remember(key, found, REMOTE)
         return found

@@ -115,11 +115,11 @@ def _fetch_remote(lib: "AssetLibrary", pending: list[_Pending], report: Prefetch
         if value is None:
             report.missed += 1
             continue
-        lowered = remote.check(key, value, schema=schema, wgsl=wgsl, spec=spec, wgsl_path=wgsl_path, modules=modules)
-        if lowered is None:
+        proven = remote.check(key, value, schema=schema, wgsl=wgsl, spec=spec, wgsl_path=wgsl_path, modules=modules)
+        if proven is None:
             report.rejected += 1
             report.missed += 1
             continue
-        ref._store.adopt_remote(key, lowered, defer=lib._defer_write)
+        ref._store.adopt_remote(key, proven, defer=lib._defer_write)
         report.remote += 1
     remote.publish()

@@ -124,7 +124,7 @@ class _Bake:
         server that is down is counted in the remote stats, not a failed variant)."""
         ok = self.cache.put(key, lowered, validated=self.validated)
         if ok and self.remote is not None:
-            self.remote.put_entries([(key, encode_entry(key, lowered, signed=False))])
+            self.remote.put_entries([(key, encode_entry(key, lowered, signed=False, validated=self.validated))])
         return ok
 
     def take(self, job: ChunkJob, result: ChunkResult | BaseException) -> None:

@@ -38,7 +38,7 @@ from urllib.parse import urlsplit, urlunsplit
 from ..errors import CacheError, PluginError, Span
 from ..lowering import LOWERING_VERSION, Lowered, Schema, VariantSpec
 from ..lowering.fingerprint import CACHE_FORMAT_VERSION
-from .entry import BadEntry, decode_entry, encode_entry
+from .entry import BadEntry, Entry, decode_entry, encode_entry
 from .verify import sign, split_signed, verify_entry
 
 __all__ = [
@@ -253,11 +253,12 @@ class RemoteCache:
 
     def check(
         self, key: str, value: bytes, *, schema: Schema, wgsl: str, spec: VariantSpec, wgsl_path: str | None = None, modules: Mapping[str, tuple[str, str]] | None = None
-    ) -> Lowered | None:
-        """Verify a value :meth:`get_values` answered; the Lowered when it holds, else None
-        (counted as rejected and a miss, warned about once per key)."""
+    ) -> Entry | None:
+        """Verify a value :meth:`get_values` answered; the Entry when it holds (marked
+        validated only when signed by a baker that compiled it), else None (counted as
+        rejected and a miss, warned about once per key)."""
         try:
-            lowered, how = verify_entry(key, value, schema=schema, wgsl=wgsl, spec=spec, wgsl_path=wgsl_path, secret=self.secret, modules=modules)
+            proven, how = verify_entry(key, value, schema=schema, wgsl=wgsl, spec=spec, wgsl_path=wgsl_path, secret=self.secret, modules=modules)
         except BadEntry as exc:
             self._count("rejected")
             self._count("misses")
@@ -267,11 +268,11 @@ class RemoteCache:
             self._counts["hits"] += 1
             self._counts["verified"] += 1
             self._counts[how] += 1
-        return lowered
+        return proven
 
     def fetch(
         self, key: str, *, schema: Schema, wgsl: str, spec: VariantSpec, wgsl_path: str | None = None, modules: Mapping[str, tuple[str, str]] | None = None
-    ) -> Lowered | None:
+    ) -> Entry | None:
         """One variant from the server, verified; None on a miss, a refusal or a dead server."""
         value = self.get_values([key]).get(key)
         if value is None:
@@ -291,9 +292,10 @@ class RemoteCache:
         return self._call("exists", ask, None) if keys else set()
 
     # -- writes ----------------------------------------------------------------------------
-    def value_of(self, key: str, lowered: Lowered) -> bytes:
-        """The server value for ``lowered`` (the local entry bytes, signed when a secret is set)."""
-        return self.wrap(encode_entry(key, lowered, signed=False))
+    def value_of(self, key: str, lowered: Lowered, validated: bool = False) -> bytes:
+        """The server value for ``lowered`` (the entry bytes, unsigned locally, signed when a
+        secret is set; ``validated``: the baker compiled it on a device)."""
+        return self.wrap(encode_entry(key, lowered, signed=False, validated=validated))
 
     def wrap(self, entry: bytes) -> bytes:
         return sign(self.secret, entry) if self.secret else entry
@@ -318,9 +320,9 @@ class RemoteCache:
             self._count("bytes_written", sum(len(v) for _, v in items))
         return written
 
-    def put(self, key: str, lowered: Lowered) -> bool:
+    def put(self, key: str, lowered: Lowered, validated: bool = False) -> bool:
         """Write one entry (the ``LoweredStore`` protocol); False when the server is down."""
-        return self.put_entries([(key, encode_entry(key, lowered, signed=False))]) == 1
+        return self.put_entries([(key, encode_entry(key, lowered, signed=False, validated=validated))]) == 1
 
     def publish(self) -> bool:
         """Add this process's counters since the last call to the server's studio-wide ones

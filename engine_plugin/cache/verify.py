@@ -16,7 +16,7 @@ from dataclasses import replace
 from ..lowering import Lowered, Schema, VariantSpec, lower
 from ..lowering.fingerprint import variant_key
 from ..lowering.modules import ModuleTexts, from_mapping, resolve_imports
-from .entry import BadEntry, decode_entry
+from .entry import BadEntry, Entry, open_entry
 
 __all__ = ["verify_entry", "sign", "split_signed", "SIGNED_MAGIC"]
 
@@ -75,7 +75,7 @@ def verify_entry(
     wgsl_path: str | None = None,
     secret: bytes | None = None,
     modules: ModuleTexts | None = None,
-) -> tuple[Lowered, str]:
+) -> tuple[Entry, str]:
     """The lowered variant held in ``value`` once it is proven to be ``spec`` of this asset.
 
     Checks, in order: the key re-derived from the client's own ``schema.text``, ``wgsl`` and
@@ -87,9 +87,10 @@ def verify_entry(
     not hold under ``secret`` is refused.
 
     Returns:
-        (the Lowered to serve, how it was proven): the entry's when "signed"; this client's own
-        lowering when "relowered" (equal but for the header line and file names, which are
-        the baker's and are not to be trusted).
+        (the Entry to serve, how it was proven): the entry's own when "signed" (with its bake's
+        mark that a device compiled it); this client's own lowering, unmarked, when
+        "relowered" (equal but for the header line and file names, which are the baker's and
+        are not to be trusted, as an unproven mark is not).
     Raises:
         BadEntry: with a one-line reason, whatever is wrong.
     """
@@ -101,13 +102,14 @@ def verify_entry(
     if expected != key:
         raise BadEntry("the key does not derive from this asset's text and spec")
     mac, entry = split_signed(value)
-    lowered = decode_entry(key, entry, signed=False)  # a remote entry: proven below, its own way
+    opened = open_entry(key, entry, signed=False)  # a remote entry: proven below, its own way
+    lowered = opened.lowered
     if lowered.spec != spec:
         raise BadEntry(f"an entry of another specialisation ({lowered.spec.label()})")
     if mac is not None and secret is not None:
         if not hmac.compare_digest(mac, hmac.new(secret, entry, hashlib.sha256).digest()):
             raise BadEntry("the signature does not hold under this studio's secret (forged, or another secret)")
-        return lowered, "signed"
+        return opened, "signed"
     try:
         reference = lower(schema, wgsl, spec, wgsl_path=wgsl_path, modules=modules)
     except Exception as exc:  # the client's own text does not lower: nothing can match it
@@ -117,4 +119,4 @@ def verify_entry(
     # The client's own lowering is what is served and kept: the entry's header line and file
     # names (the baker's paths) are not compared, and a forged one (a NUL in the header, a
     # files field of another type) would otherwise be served, and signed locally, for good.
-    return reference, "relowered"
+    return Entry(reference, False), "relowered"

@@ -65,8 +65,8 @@ def upload(server, entries: dict[str, bytes]) -> None:
         client.set(NAMESPACE + key, data)
 
 
-def machine(cache: str, url: str, timeout: float = 0.25) -> dict:
-    res = subprocess.run([sys.executable, MACHINE, cache, url, str(timeout)], capture_output=True, text=True, timeout=120)
+def machine(cache: str, url: str, timeout: float = 0.25, env: dict | None = None) -> dict:
+    res = subprocess.run([sys.executable, MACHINE, cache, url, str(timeout)], capture_output=True, text=True, timeout=120, env={**os.environ, **(env or {})})
     assert res.returncode == 0, res.stderr
     return json.loads(res.stdout.strip().splitlines()[-1])
 
@@ -125,6 +125,21 @@ def test_a_second_machine_starts_warm_from_what_the_first_baked_with_zero_loweri
 
     again = machine(b, redis_server.url)  # the next start is all local: the server is not asked
     assert again["prefetch"]["local"] == 26 and again["remote"]["hits"] + again["remote"]["misses"] == 0 and again["lowered"] == 0
+
+
+def test_with_a_studio_secret_the_second_machines_entries_are_the_bakes_bytes(redis_server, tmp_path):
+    # Issue 20: "one bakes, the other starts warm from the remote tier with zero lowerings,
+    # byte-identical entries". Review helper 109: the copy lacked the bake's validated mark
+    # (and the checksum covering it). Signed by the farm, the mark is the farm's word and is
+    # kept; the local signature is the machine's (here one user's key: the same bytes).
+    a, b = str(tmp_path / "A"), str(tmp_path / "B")
+    secret = {"ENGINE_PLUGIN_REMOTE_SECRET": "studio-secret"}
+    res = run_cli("bake", "assets/samples", "--cache", a, "--remote", redis_server.url, "-j", "1", "--progress", "none", env=secret)
+    assert res.returncode == 0, res.stdout + res.stderr
+    out = machine(b, redis_server.url, env=secret)
+    assert out["lowered"] == 0 and out["remote"]["signed"] == 26 and out["remote"]["relowered"] == 0
+    baked, fetched = entries_of(a), entries_of(b)
+    assert len(baked) == 26 and fetched == baked
 
 
 def test_keys_are_namespaced_by_format_and_lowering_version(redis_server, baked_samples, tmp_path):
