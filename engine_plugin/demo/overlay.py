@@ -52,15 +52,20 @@ class Overlay:
         self.error_rect: tuple[int, int, int, int] | None = None  # (x, y, w, h) of the error panel, when drawn
 
     # -- text, recorded ------------------------------------------------------------------------
-    def _text(self, text: str, color: tuple[float, float, float, float] | None = None) -> None:
+    def _text(self, text: str, color: tuple[float, float, float, float] | None = None, wrap: bool = False) -> None:
+        """One line (``wrap``: folded at the window's edge instead of cut off there)."""
         imgui = self._imgui
         self.lines.append(text)
+        if wrap:  # what text_wrapped does, without a printf format (a message may hold '%')
+            imgui.push_text_wrap_pos(0.0)
         if color is None:
             imgui.text_unformatted(text)
         else:
             imgui.push_style_color(imgui.Col_.text, imgui.ImVec4(*color))
             imgui.text_unformatted(text)
             imgui.pop_style_color()
+        if wrap:
+            imgui.pop_text_wrap_pos()
 
     # -- a frame ---------------------------------------------------------------------------------
     def render(self, render_pass: Any, figures: Figures, size: tuple[int, int], notice: str = "") -> None:
@@ -139,7 +144,9 @@ class Overlay:
         try:
             for diag in fig.diagnostics:
                 first, *rest = diag.lines()
-                self._text(f"[{diag.asset}] {first}", _ERROR_TEXT)
+                # The message folds at the panel's edge (a long one was cut off mid-word in the
+                # default window, review helper 109); the source line and caret never fold.
+                self._text(f"[{diag.asset}] {first}", _ERROR_TEXT, wrap=True)
                 for line in rest:
                     self._text(line)
         finally:
