@@ -24,13 +24,18 @@ import yaml
 
 from ..errors import SchemaError, Span
 
-__all__ = ["compose_bounded", "EditorLines", "MAX_ALIAS_NODES", "MAX_DEPTH"]
+__all__ = ["compose_bounded", "EditorLines", "MAX_ALIAS_NODES", "MAX_DEPTH", "MAX_NODES", "MAX_SCHEMA_CHARS"]
 
 # Nodes all aliases together may stand for. A real bindings.yaml that reuses a list of options
 # through an anchor stands for tens; a bomb for millions.
 MAX_ALIAS_NODES = 10_000
 # Nesting of collections. A schema nests 4 deep (bindings > binding > key > list).
 MAX_DEPTH = 64
+# PyYAML's scanner is pure Python, about 1 s a MiB: a schema is a few KiB (a binding is about
+# ten nodes and WebGPU binds at most 1,000 a group), so past these it is not a schema, and a
+# hot reload must not spend seconds finding that out (review helper 108: 8 MiB took ~a minute).
+MAX_SCHEMA_CHARS = 256 * 1024
+MAX_NODES = 20_000
 
 
 class _Refused(Exception):
@@ -48,8 +53,12 @@ class _BoundedLoader(yaml.SafeLoader):
         self._sizes: dict[int, int] = {}  # id(node) -> nodes it stands for once expanded
         self._aliased = 0
         self._depth = 0
+        self._nodes = 0
 
     def compose_node(self, parent: Any, index: Any) -> Any:
+        self._nodes += 1
+        if self._nodes > MAX_NODES:
+            raise _Refused(f"more than {MAX_NODES} YAML values: a bindings.yaml holds hundreds; is it the right file?", self.peek_event().start_mark)
         if self.check_event(yaml.AliasEvent):
             event = self.peek_event()
             node = self.anchors.get(event.anchor)
@@ -108,6 +117,11 @@ def compose_bounded(text: str, path: str | None) -> Any:
         SchemaError: invalid YAML, a refused character, an alias bomb, a recursive alias or
             nesting past :data:`MAX_DEPTH`, at the line and column where it was found.
     """
+    if len(text) > MAX_SCHEMA_CHARS:  # before anything walks the text (the line table too)
+        line = text.count("\n", 0, MAX_SCHEMA_CHARS) + 1
+        col = MAX_SCHEMA_CHARS - text.rfind("\n", 0, MAX_SCHEMA_CHARS)
+        message = f"{len(text)} characters: a bindings.yaml is a few KiB (at most {MAX_SCHEMA_CHARS} here); is it the right file?"
+        raise SchemaError(message, Span(path, line, col))
     editor = EditorLines(text)
 
     def span_at(index: int) -> Span:

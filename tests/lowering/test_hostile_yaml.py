@@ -191,3 +191,20 @@ def test_lines_are_counted_as_editors_count_them_not_as_yaml_does(brk):
     err = _refusal(text)
     assert (err.line, err.col) == (2, text.split("\n")[1].index("]]") + 2)
     assert err.span.text == f'workgroup: ["a{brk}b", 1]]'
+
+
+@pytest.mark.parametrize(
+    "text,line,message",
+    [
+        ("# " + "x" * 4_000_000 + "\nbindings: []\n", 1, "4000016 characters"),
+        ("bindings:\n" + "".join(f"  - {{ name: b{i}, kind: buffer, access: read, element: f32 }}\n" for i in range(3000)), 2223, "more than 20000 YAML values"),
+    ],
+)
+def test_a_file_far_larger_than_any_schema_is_refused_at_once_with_a_line(text, line, message):
+    # Review helper 108: PyYAML's scanner is pure Python (about 1 s a MiB): an 8 MiB file,
+    # which the asset reader allows, took about a minute of a hot reload worker.
+    t0 = time.perf_counter()
+    with pytest.raises(SchemaError, match=message) as info:
+        parse(text, "big/bindings.yaml")
+    assert info.value.span.path == "big/bindings.yaml" and info.value.span.line == line
+    assert time.perf_counter() - t0 < 5.0  # what took 10 s to a minute; well under a second here
