@@ -124,6 +124,7 @@ def read_entry_file(path: str, max_bytes: int = MAX_ENTRY_BYTES) -> bytes:
 
     Raises:
         FileNotFoundError: no file there.
+        OSError: the folder cannot be searched (its permissions).
         BadEntry: a link, FIFO, device, folder, empty or oversized file, or a read error.
     """
     st = os.lstat(path)  # FileNotFoundError: a plain miss
@@ -181,7 +182,12 @@ class VariantCache:
             raise CacheError(f"cannot create the variant cache folder: {exc.strerror or exc}", Span(folder)) from None
         if not os.path.isdir(self.folder):
             raise CacheError("the variant cache path exists and is not a folder", Span(folder))
+        if not os.access(self.folder, os.R_OK | os.X_OK):
+            # Another user's private folder, or mode 000: no entry could be read (each read
+            # raised PermissionError, review helper 107); callers treat this as no cache.
+            raise CacheError("cannot read the variant cache folder (permission denied)", Span(folder))
         self._lock = threading.Lock()
+        self._unreadable_warned = False
         self._counts = {"hits": 0, "misses": 0, "corrupt": 0, "writes": 0, "write_errors": 0, "evictions": 0}
         self._approx_bytes: int | None = None  # entry bytes as this instance believes; None: not scanned yet
         self._last_stamp = 0
@@ -249,6 +255,12 @@ class VariantCache:
         except FileNotFoundError:
             self._count("misses")
             return None
+        except OSError as exc:  # the folder's permissions changed under us: a miss, said once
+            self._count("misses")
+            if not self._unreadable_warned:
+                self._unreadable_warned = True
+                log.warning("variant cache %s cannot be read (%s): entries are misses", self.folder, exc.strerror or exc)
+            return None
         except BadEntry as exc:
             self._bad(key, path, exc.reason)
             return None
@@ -287,7 +299,10 @@ class VariantCache:
                 self._approx_bytes += len(data) - old_size
             over = self.max_bytes is not None and (self._approx_bytes is None or self._approx_bytes > self.max_bytes)
         if over:
-            self.gc()
+            try:
+                self.gc()
+            except CacheError as exc:  # the folder cannot be listed now: the cap waits for the next write
+                log.warning("variant cache: %s", exc.message)
         return True
 
     def remove(self, key: str) -> bool:

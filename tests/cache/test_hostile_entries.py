@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -293,6 +294,36 @@ def test_a_cache_folder_that_cannot_be_created_disables_the_cache_with_one_warni
     assert lib.cache is None
     src = lib.load("samples/reference.computeShader").source
     assert src.yaml_text  # the library works without its cache
+
+
+@pytest.mark.skipif(shutil.which("setpriv") is None or os.geteuid() != 0, reason="needs root and setpriv to act as a user without DAC override")
+def test_a_cache_folder_the_user_cannot_open_is_no_cache_for_the_game_and_a_clear_error_for_bake(tmp_path):
+    # Review helper 107: a cache folder of mode 000 (another user's private folder) made
+    # AssetLibrary.variant() raise a raw PermissionError from every read, and bake printed
+    # "engine_plugin bug". setpriv drops root's permission override: an ordinary user.
+    folder = tmp_path / "cache"
+    folder.mkdir()
+    os.chmod(folder, 0)
+    user = ["setpriv", "--bounding-set", "-dac_override,-dac_read_search"]
+    game = textwrap.dedent(
+        f"""
+        import numpy as np
+        from engine_plugin import abi
+        from engine_plugin.assets import AssetLibrary
+        lib = AssetLibrary({os.path.join(REPO, "assets", "samples")!r}, {str(folder)!r})
+        assert lib.cache is None
+        v = lib.load("reference.computeShader").variant(specialize={{"T": "f32", "FOLD": "add"}})
+        print("ran", v.lowered.source.count("fn main"))
+        """
+    )
+    try:
+        proc = subprocess.run([*user, sys.executable, "-c", game], capture_output=True, text=True, timeout=120, cwd=REPO)
+        assert proc.returncode == 0 and "ran 1" in proc.stdout, proc.stderr[-1500:]
+        assert "cannot read the variant cache folder" in proc.stderr
+        bake = subprocess.run([*user, sys.executable, "-m", "engine_plugin", "bake", "assets/samples", "--cache", str(folder), "-j", "1", "-q"], capture_output=True, text=True, timeout=120, cwd=REPO)
+        assert bake.returncode == 2 and "bug" not in bake.stderr + bake.stdout and "cannot read the variant cache folder" in bake.stderr, (bake.returncode, bake.stdout, bake.stderr)
+    finally:
+        os.chmod(folder, 0o755)
 
 
 def test_a_read_only_cache_serves_entries_and_warns_once_instead_of_failing_each_write(tmp_path, monkeypatch, caplog):
