@@ -173,7 +173,8 @@ def _read_text(path: str, root: str) -> str:
 
 def module_search_path(folder: str, root: str | None = None, extra: Sequence[str] = ()) -> tuple[str, ...]:
     """The folders ``#import`` looks in for an asset at ``folder``: the ``modules/`` folder of
-    each folder above it, nearest first, up to ``root`` (every ancestor when None), then ``extra``."""
+    each folder above it, nearest first, up to ``root`` (every ancestor when None), then ``extra``.
+    (:func:`read_asset_folder` of an asset on its own passes the folder holding it.)"""
     out: list[str] = []
     here = os.path.dirname(os.path.normpath(os.path.abspath(folder)))
     top = os.path.normpath(os.path.abspath(root)) if root is not None else None
@@ -279,7 +280,10 @@ def read_asset_folder(folder: str, root: str | None = None, modules: Sequence[st
     for path in (yaml_path, wgsl_path):
         _check_utf8_name(path)
     texts = [_read_text(path, root) for path in (yaml_path, wgsl_path)]
-    search = module_search_path(folder, root if root != folder else None, modules)
+    # An asset read on its own has the folder holding it as its root, as watch and the
+    # library see it: searching every folder above it found modules outside any asset root,
+    # so `bake x.computeShader` passed on an asset the game could not load (review helper 107).
+    search = module_search_path(folder, root if root != folder else (os.path.dirname(folder) or "."), modules)
     # Module files must stay inside the asset root, or (an asset read on its own) inside the
     # module folder they were found in.
     mod_root = root if root != folder else None

@@ -57,12 +57,13 @@ def cmd_lower(args: argparse.Namespace, rep: Reporter) -> int:
     return EXIT_OK
 
 
-def asset_info(folder: str) -> dict[str, Any]:
-    """What ``info --json`` says about one asset (raises the asset's PluginError)."""
+def asset_info(folder: str, root: str | None = None) -> dict[str, Any]:
+    """What ``info --json`` says about one asset found under ``root`` (the path given; raises
+    the asset's PluginError)."""
     from ..assets.folder import read_asset_folder
     from ..lowering import is_extended, parse, variant_count
 
-    src = read_asset_folder(folder)
+    src = read_asset_folder(folder, root=root)
     schema = parse(src.yaml_text, src.yaml_path)
     bindings = []
     for b in schema.bindings:
@@ -96,10 +97,12 @@ def cmd_info(args: argparse.Namespace, rep: Reporter) -> int:
     from .. import __version__
     from ..assets.folder import find_assets
 
-    assets = find_assets(_existing(args.path))
+    path = _existing(args.path)
+    assets = find_assets(path)
     if not assets:
         raise UsageError(f"no .computeShader assets under {args.path}")
-    infos = [asset_info(folder) for folder in assets]  # the first broken asset raises: exit 1
+    # The path given is the assets' root (as bake takes it): modules are searched up to it.
+    infos = [asset_info(folder, None if folder == path else path) for folder in assets]  # the first broken asset raises: exit 1
     if args.json:
         write_json({"engine_plugin": __version__, "assets": infos}, "-")
         return EXIT_OK

@@ -115,6 +115,28 @@ def test_an_unknown_module_lists_the_folders_searched(tmp_path):
     assert [(m.name, m.path) for m in src.modules] == [("hash", str(root / "kernels" / "modules" / "hash.wgsl")), ("mix", str(root / "modules" / "mix.wgsl"))]
 
 
+def test_an_asset_read_on_its_own_searches_up_to_the_folder_holding_it_as_watch_and_bake_of_the_folder_do(tmp_path, capsys):
+    # Review helper 107: `bake x.computeShader`, `lower` and `info` searched every folder above
+    # the asset up to /, so a modules/ folder outside the asset root (or one planted in /tmp)
+    # was compiled in, and a CI bake passed on an asset the game (root: assets) cannot load.
+    from engine_plugin.cli import main
+
+    project = tmp_path / "project"
+    folder = project / "assets" / "k.computeShader"
+    os.makedirs(folder)
+    os.makedirs(project / "modules")
+    (project / "modules" / "mix.wgsl").write_text(MIX)  # above the asset root
+    (project / "modules" / "hash.wgsl").write_text(HASH)
+    (folder / "bindings.yaml").write_text(SCHEMA)
+    (folder / "kernel.wgsl").write_text(BODY)
+    with pytest.raises(LoweringError, match=r"no module mix.wgsl \(searched: " + str(project / "assets" / "modules").replace("/", "/") + r"\)"):
+        read_asset_folder(str(folder))
+    assert [m.name for m in read_asset_folder(str(folder), root=str(project)).modules] == ["hash", "mix"]  # a root that holds them
+    for args in (["lower", str(folder)], ["info", str(project / "assets")], ["bake", str(folder), "--cache", str(tmp_path / "c"), "-q", "-j", "1"]):
+        assert main(args) == 1, args
+        assert "no module mix.wgsl" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize(
     "line, message",
     [
