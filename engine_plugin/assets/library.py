@@ -368,6 +368,7 @@ class AssetLibrary:
         self._writes_lock = threading.Lock()
         self._root_abs = os.path.abspath(self.root)
         cache_disabled = False
+        self.cache_error: CacheError | None = None  # why the cache asked for is off (logged once)
         if isinstance(cache, VariantCache) or cache is None:
             self.cache = cache
         else:
@@ -377,7 +378,7 @@ class AssetLibrary:
                 # A game installed read-only (or a cache path that is a file) still runs: it
                 # lowers what it uses, as a library without a cache does.
                 log.warning("variant cache disabled: %s; every variant is lowered on first use", exc.headline())
-                self.cache, cache_disabled = None, True
+                self.cache, cache_disabled, self.cache_error = None, True, exc
         usage_path = None
         if isinstance(record_usage, str):
             usage_path = record_usage

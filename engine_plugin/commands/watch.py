@@ -137,6 +137,8 @@ def cmd_watch(args: argparse.Namespace, rep: Reporter) -> int:
 
     get_context()  # NoAdapterError: exit 2, before anything is watched
     lib = AssetLibrary(root, cache=None if args.no_cache else args.cache, quiet=args.quiet_ms / 1000.0, remote=args.remote or None)
+    if lib.cache_error is not None:  # the library's own warning is silenced above: said here
+        rep.error(f"variant cache disabled: {lib.cache_error.headline()}; every variant is lowered on first use")
     refs = [lib.load(os.path.relpath(f, root), strict=False) for f in folders]
     if args.all_variants and lib.remote is not None:
         wanted = {}

@@ -139,3 +139,14 @@ def test_watch_undoing_back_to_a_body_that_never_compiled_reports_its_failure_no
     kinds = [e["event"] for e in events if e["event"] != "watching"]
     assert kinds == ["failure", "failure", "failure"], events
     assert "broken_at_start" in events[-1]["message"]
+
+
+def test_watch_says_once_that_a_cache_path_it_cannot_use_turns_the_cache_off(asset_root, tmp_path):
+    # Review helper 107: watch silences the library's warnings about its assets (it reports
+    # each diagnostic itself), which silenced "variant cache disabled" too.
+    (tmp_path / "cachefile").write_text("not a folder")
+    env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    cmd = [sys.executable, "-m", "engine_plugin.cli", "watch", asset_root, "--cache", str(tmp_path / "cachefile"), "--duration", "0.5"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=REPO, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr.count("variant cache disabled") == 1 and "is not a folder" in proc.stderr
