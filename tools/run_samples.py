@@ -21,12 +21,12 @@ def main(root: str = "assets") -> int:
     total = failed = 0
     t0 = time.perf_counter()
     for folder in find_assets(root):
-        src = read_asset_folder(folder)
+        src = read_asset_folder(folder, root=root)
         schema = abi.parse(src.yaml_text, src.yaml_path)
         for spec in abi.enumerate_variants(schema):
             total += 1
             try:
-                compile_lowered(abi.lower(schema, src.wgsl_text, spec, wgsl_path=src.wgsl_path))
+                compile_lowered(abi.lower(schema, src.wgsl_text, spec, wgsl_path=src.wgsl_path, modules=src.module_texts))
             except Exception as exc:  # report every failing variant, keep going
                 failed += 1
                 print(f"FAILED {folder} {spec.label()}: {exc}")

@@ -192,6 +192,15 @@ def module_search_path(folder: str, root: str | None = None, extra: Sequence[str
     return tuple(dict.fromkeys(out))
 
 
+def _own_root(folder: str) -> str:
+    """The root an asset read on its own searches ``modules/`` up to: the working folder (the
+    project a command runs in) when the asset lies under it, else the folder holding the
+    asset. Searching every folder above it, up to ``/``, compiled in modules from outside any
+    project (a ``/tmp/modules`` file anyone can write; review helper 107)."""
+    here, parent = os.getcwd(), os.path.dirname(os.path.abspath(folder))
+    return here if path_under(parent, here) else parent
+
+
 def read_modules(wgsl_text: str, wgsl_path: str, search: Sequence[str], root: str | None = None) -> tuple[Module, ...]:
     """The modules ``wgsl_text`` imports, read from ``search`` (first folder holding
     ``NAME.wgsl`` wins), transitively, dependencies first.
@@ -280,10 +289,7 @@ def read_asset_folder(folder: str, root: str | None = None, modules: Sequence[st
     for path in (yaml_path, wgsl_path):
         _check_utf8_name(path)
     texts = [_read_text(path, root) for path in (yaml_path, wgsl_path)]
-    # An asset read on its own has the folder holding it as its root, as watch and the
-    # library see it: searching every folder above it found modules outside any asset root,
-    # so `bake x.computeShader` passed on an asset the game could not load (review helper 107).
-    search = module_search_path(folder, root if root != folder else (os.path.dirname(folder) or "."), modules)
+    search = module_search_path(folder, root if root != folder else _own_root(folder), modules)
     # Module files must stay inside the asset root, or (an asset read on its own) inside the
     # module folder they were found in.
     mod_root = root if root != folder else None

@@ -67,7 +67,7 @@ def _rel(path: str) -> str:
 
 def read_asset(folder: str, id: str | None = None) -> Asset:
     """An asset folder given relative to the repository root."""
-    src = read_asset_folder(os.path.join(REPO, folder))
+    src = read_asset_folder(os.path.join(REPO, folder), root=os.path.join(REPO, folder.split("/")[0]))  # modules up to assets/
     return Asset(
         id or os.path.basename(folder).removesuffix(".computeShader"),
         _rel(src.yaml_path),

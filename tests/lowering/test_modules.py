@@ -115,10 +115,12 @@ def test_an_unknown_module_lists_the_folders_searched(tmp_path):
     assert [(m.name, m.path) for m in src.modules] == [("hash", str(root / "kernels" / "modules" / "hash.wgsl")), ("mix", str(root / "modules" / "mix.wgsl"))]
 
 
-def test_an_asset_read_on_its_own_searches_up_to_the_folder_holding_it_as_watch_and_bake_of_the_folder_do(tmp_path, capsys):
+def test_an_asset_read_on_its_own_outside_the_working_folder_never_searches_up_to_the_filesystem_root(tmp_path, capsys):
     # Review helper 107: `bake x.computeShader`, `lower` and `info` searched every folder above
-    # the asset up to /, so a modules/ folder outside the asset root (or one planted in /tmp)
-    # was compiled in, and a CI bake passed on an asset the game (root: assets) cannot load.
+    # the asset up to /, so a modules/ folder outside the project (one planted in /tmp) was
+    # compiled in. On its own, an asset searches up to the working folder when it lies under
+    # it (tests/bake: a nested asset finds the project's modules), else the folder holding it;
+    # info searches up to the folder it is given, as bake does. (The tests run in the repo.)
     from engine_plugin.cli import main
 
     project = tmp_path / "project"
