@@ -122,10 +122,12 @@ class _Lowerer:
             return self._run()
         except GeneratedNameClash as clash:
             (line1, what1), (line2, what2) = clash.first, clash.second
-            text = self.schema.text.split("\n")
+            # At the name that makes it on that line: the binding's (or struct's...) own name.
+            quoted = re.findall(r"'([^']+)'", what2)
+            span = self.schema.span_at(line2, quoted[0] if quoted else clash.name)
             raise LoweringError(
                 f"the name '{clash.name}' is generated for {what2} and also for {what1}" + (f" (line {line1})" if line1 else "") + "; rename one of them",
-                Span(self.yaml_path, line2 or None, None, text[line2 - 1] if 0 < line2 <= len(text) else None),
+                Span(self.yaml_path, span.line, span.col, span.text),
                 notes=(f"{self.yaml_path}:{line1}: first generated here",) if line1 else (),
             ) from None
 

@@ -6,8 +6,10 @@ programs. Line numbers are 1-based lines of the YAML text, kept for every error 
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
+from ..errors import Span
 from .conditions import Condition
 from .expressions import Expr
 from .structs import StructType
@@ -99,6 +101,14 @@ class Schema:
     text: str = field(default="", repr=False, compare=False)
     path: str | None = field(default=None, compare=False)
     structs: tuple[StructType, ...] = ()
+
+    def span_at(self, line: int, word: str | None = None) -> Span:
+        """The span of ``line`` of this schema's text, at the column of ``word`` on it (the
+        first whole-word match; no column when it is not there), with the line's text."""
+        lines = self.text.split("\n")
+        text = lines[line - 1] if 0 < line <= len(lines) else None
+        found = re.search(rf"(?<![A-Za-z0-9_]){re.escape(word)}(?![A-Za-z0-9_])", text) if word and text is not None else None
+        return Span(self.path, line or None, found.start() + 1 if found else None, text)
 
     def struct(self, name: str | None) -> StructType | None:
         for s in self.structs:

@@ -62,12 +62,12 @@ def resolve_spec(schema: Schema, specialize: Mapping[str, str] | VariantSpec | N
         if sp.kind == "workgroup" and isinstance(val, int) and not isinstance(val, bool):
             val = str(val)
         if not isinstance(val, str):
-            raise SpecializationError(f"specialisation {name}={val!r} must be text", Span(path, sp.line))
+            raise SpecializationError(f"specialisation {name}={val!r} must be text", schema.span_at(sp.line, name))
         if sp.kind == "type":
             vt = parse_value_type(val)
             val = vt.wgsl if vt else val
         if sp.options and val not in sp.options and sp.kind != "source":
-            raise SpecializationError(f"{name}={val!r} is not an option; {name} takes one of: {', '.join(sp.options)}", Span(path, sp.line))
+            raise SpecializationError(f"{name}={val!r} is not an option; {name} takes one of: {', '.join(sp.options)}", schema.span_at(sp.line, name))
         values[name] = val
     for sp in schema.specialize:
         if sp.name not in values:
@@ -83,9 +83,9 @@ def resolve_spec(schema: Schema, specialize: Mapping[str, str] | VariantSpec | N
         seen = []
         for c in names:
             if not isinstance(c, str) or not _IDENT_RE.match(c):
-                raise SpecializationError(f"column name {c!r} of table {bname!r} must be an identifier", Span(path, b.line))
+                raise SpecializationError(f"column name {c!r} of table {bname!r} must be an identifier", schema.span_at(b.line, bname))
             if c in seen:
-                raise SpecializationError(f"column {c!r} named twice for table {bname!r}", Span(path, b.line))
+                raise SpecializationError(f"column {c!r} named twice for table {bname!r}", schema.span_at(b.line, bname))
             seen.append(c)
         cols[bname] = tuple(seen)
     return VariantSpec(tuple(sorted(values.items())), tuple(sorted(cols.items())))
