@@ -32,6 +32,9 @@ __all__ = ["lower", "LOWERING_VERSION"]
 
 log = logging.getLogger("engine_plugin.lowering")
 
+# A body with its #import modules, in characters (see _Lowerer._run).
+MAX_KERNEL_CHARS = 1024 * 1024
+
 # Bump whenever the generated code or plan changes: it is part of every cache key.
 LOWERING_VERSION = 9
 _YAML = 0  # source-map file index of bindings.yaml
@@ -138,6 +141,15 @@ class _Lowerer:
         modules = resolve_imports(
             self.wgsl, self.wgsl_path, from_mapping(self.module_texts), f"the modules given: {where}" if where else "no modules were given"
         )
+        total = len(self.wgsl) + sum(len(m.text) for m in modules)
+        if total > MAX_KERNEL_CHARS:
+            # The checks walk the text several times in Python (about 6 s a MiB): past this
+            # it is not a kernel, and a bake or hot reload must not spend minutes finding out
+            # (review helper 107: 2.8 MiB took 25 s and 1 GB to lower, 8 MiB were allowed).
+            where = f" ({len(self.wgsl)} in the body, {total - len(self.wgsl)} in {len(modules)} modules)" if modules else ""
+            raise self.error(
+                f"the kernel is {total} characters{where}: at most {MAX_KERNEL_CHARS} here (a kernel is KiB, not MiB); is it the right file?", 1, 1
+            )
         kept = apply_when_blocks(blank_imports(self.wgsl).split("\n"), self.values, spec_params, self.wgsl_path)
         module_lines = [apply_when_blocks(blank_imports(m.text).split("\n"), self.values, spec_params, m.path) for m in modules]
         sources = {sp.name: self.values[sp.name] for sp in schema.specialize if sp.kind == "source"}

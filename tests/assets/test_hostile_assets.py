@@ -251,3 +251,19 @@ def test_a_long_else_if_chain_is_refused_and_a_comment_ends_where_naga_ends_it()
         body = simple_body("0.0 //" + brk + "+ " + "(" * 300 + "1.0" + ")" * 300)
         with pytest.raises(LoweringError, match="nest"):
             lower(parse(SIMPLE_YAML, "k/bindings.yaml"), body, {}, wgsl_path="k/kernel.wgsl")
+
+
+def test_a_kernel_far_larger_than_any_kernel_is_refused_at_once():
+    # Review helper 107: a valid 1.4 MiB body (30,000 one-line functions) took 13-16 s and
+    # 360 MB to lower, 2.8 MiB 25 s (bake: 114 s, 1 GB); files of 8 MiB are read.
+    from engine_plugin.lowering.lower import MAX_KERNEL_CHARS
+
+    yaml = 'bindings:\n  - { name: dst, kind: buffer, access: read_write, element: f32, count: "n" }\n'
+    main = "@compute @workgroup_size(64)\nfn main(@builtin(global_invocation_id) gid: vec3<u32>) {\n    let i = zero_index(gid);\n    if (i >= zero_n()) { return; }\n    dst_set(i, f0(1.0));\n}\n"
+    helpers = "".join(f"fn f{i}(x: f32) -> f32 {{ return x + {i}.0; }}\n" for i in range(MAX_KERNEL_CHARS // 40 + 1000))
+    t0 = time.monotonic()
+    with pytest.raises(LoweringError, match=r"the kernel is \d+ characters: at most 1048576") as info:
+        abi.lower(abi.parse(yaml, "big/bindings.yaml"), helpers + main, {}, wgsl_path="big/kernel.wgsl")
+    assert info.value.span.path == "big/kernel.wgsl" and time.monotonic() - t0 < 10  # a minute before
+    with pytest.raises(LoweringError, match=r"in 1 modules\)"):
+        abi.lower(abi.parse(yaml, "big/bindings.yaml"), "#import big\n" + main, {}, wgsl_path="big/kernel.wgsl", modules={"big": ("m/big.wgsl", helpers)})
