@@ -157,10 +157,10 @@ def _cmd_local(args: argparse.Namespace, rep: Reporter) -> int:
     cap = args.max_bytes or DEFAULT_MAX_BYTES
     if args.action == "stats":
         return _stats(args, rep, cap)
-    if not os.path.isdir(args.cache):
-        if args.action == "gc" and not args.remote:
-            raise UsageError(f"no variant cache at {args.cache}")
-        rep.say(f"no variant cache at {args.cache}; nothing to clear")
+    if os.path.exists(args.cache) and not os.path.isdir(args.cache):
+        raise UsageError(f"{args.cache} is not a folder (a variant cache is one)")  # stats, gc and clear alike
+    if not os.path.isdir(args.cache):  # nothing to look at, collect or clear: as stats says, exit 0
+        rep.say(f"no variant cache at {args.cache}; nothing to {'collect' if args.action == 'gc' else 'clear'}")
         return EXIT_OK
     cache = VariantCache(args.cache, max_bytes=cap)
     if args.action == "gc":

@@ -63,3 +63,17 @@ def test_cache_sizes_take_units(tmp_path, capsys):
     assert main(["cache", "stats", "--cache", folder, "--max-bytes", "64K"]) == 0
     assert "of 64.0 KiB cap" in capsys.readouterr().out
 
+
+
+def test_stats_gc_and_clear_agree_on_a_missing_cache_and_on_a_file(tmp_path, capsys):
+    # Review helper 107: on a missing folder stats and clear exited 0, gc 2; on a file stats
+    # said "is not a folder" (2), gc "no variant cache" (2), clear "nothing to clear" (0).
+    missing, afile = str(tmp_path / "nope"), str(tmp_path / "f")
+    with open(afile, "w") as f:
+        f.write("x")
+    for action in ("stats", "gc", "clear"):
+        assert main(["cache", action, "--cache", missing]) == 0, action
+        assert "no variant cache at" in capsys.readouterr().out
+        assert main(["cache", action, "--cache", afile]) == 2, action
+        assert "is not a folder" in capsys.readouterr().err
+    assert not os.path.exists(missing)  # looking never creates one
