@@ -13,6 +13,16 @@ import uuid
 __all__ = ["write_atomic"]
 
 
+def shown_path(path: str) -> str:
+    """``path`` as a message shows it: bytes that are not UTF-8 (kept by Python as surrogates,
+    which print as ``\\udcff``) spelled ``\\xff``, as the file's own name shows them."""
+    try:
+        path.encode("utf-8")
+        return path
+    except UnicodeEncodeError:
+        return os.fsencode(path).decode("utf-8", "backslashreplace")
+
+
 def write_atomic(path: str, data: bytes, *, temp_prefix: str = ".engine-plugin-", stamp_ns: int | None = None, mode: int = 0o644) -> None:
     """Write ``data`` to a fresh temporary file beside ``path``, fsync it, then rename it over
     ``path``. The temporary file's name starts with ``temp_prefix`` (so a sweep can tell it);

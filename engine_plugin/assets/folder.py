@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from ..errors import AssetError, Span
+from ..files import shown_path
 from ..lowering.modules import Module, resolve_imports
 
 __all__ = [
@@ -231,8 +232,7 @@ def _check_utf8_name(path: str) -> None:
     try:
         path.encode("utf-8")
     except UnicodeEncodeError:
-        shown = os.fsencode(path).decode("utf-8", "backslashreplace")
-        raise AssetError("this path is not valid UTF-8 (its bytes name no text); rename the file or folder", Span(shown)) from None
+        raise AssetError("this path is not valid UTF-8 (its bytes name no text); rename the file or folder", Span(shown_path(path))) from None
 
 
 def _link_within(link: str, root: str) -> bool:

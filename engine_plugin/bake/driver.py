@@ -10,6 +10,7 @@ from typing import Any, Iterable, Mapping
 from ..cache import VariantCache, encode_entry
 from ..cache.remote import RemoteCache
 from ..errors import PluginError
+from ..files import shown_path
 from ..lowering import VariantSpec
 from .plan import AssetPlan, chunk_jobs, plan_assets
 from .progress import NoProgress
@@ -68,7 +69,7 @@ class _Bake:
         caret with -v); repeats are counted (one broken line usually breaks every variant)."""
         self._seen[failure.rendered] += 1
         if self._seen[failure.rendered] == 1:
-            where = f" (in {asset}" + (f" variant {spec.label()})" if spec is not None else ")")
+            where = f" (in {shown_path(asset)}" + (f" variant {spec.label()})" if spec is not None else ")")
             detail = failure.rendered[len(failure.headline) :].lstrip("\n") if failure.rendered.startswith(failure.headline) else failure.rendered
             self.progress.failure(failure.headline + where, detail)
             self._first[failure.rendered] = failure.headline

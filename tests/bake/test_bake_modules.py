@@ -83,3 +83,16 @@ def test_an_asset_baked_on_its_own_finds_the_modules_above_it(tmp_path):
     proc = run_bake([os.path.join("assets", "kernels", "indirect.computeShader"), "--cache", "cache", "--jobs", "1"], cwd=root)
     assert proc.returncode == 0, explain(proc)
     assert len(entries(os.path.join(root, "cache"))) == 2
+
+
+def test_a_folder_name_that_is_not_utf8_is_spelled_one_way_in_a_bake_error(tmp_path):
+    # Review helper 107: "a/bad\xffname.computeShader/bindings.yaml: ... (in a/bad\udcffname
+    # .computeShader)": a Python surrogate escape in the message beside the readable spelling.
+    root = tmp_path / "a"
+    good = os.path.join(str(root), "k.computeShader")
+    write_asset(good, BROKEN_YAML, "fn main() {}\n")  # refused by its name before anything is parsed
+    os.rename(os.fsencode(good), os.fsencode(str(root)) + b"/bad\xffname.computeShader")
+    proc = run_bake(["a", "--cache", "cache", "--jobs", "1"], cwd=str(tmp_path))
+    assert proc.returncode == 1, explain(proc)
+    assert "bad\\xffname.computeShader/bindings.yaml" in proc.stderr and "(in a/bad\\xffname.computeShader)" in proc.stderr, proc.stderr
+    assert "udcff" not in proc.stderr + proc.stdout
