@@ -105,6 +105,7 @@ class _Lowerer:
         self.module_texts = modules
         self._reached: set[str] | None = None  # module functions the body reaches (set by lower)
         self._generated_builtins: set[str] = set()  # WGSL builtins the generated code calls (set by lower)
+        self._words: dict[str, tuple[int, str]] = {}  # buffers stored as several words an element (set by lower)
 
     def error(self, message: str, line: int, col: int | None = None, notes=()) -> LoweringError:
         text = self.user_lines[line - 1] if 1 <= line <= len(self.user_lines) else None
@@ -192,6 +193,7 @@ class _Lowerer:
         # shared module may hold helpers meant for float_order assets).
         self._reached = _reached_functions(body_toks, module_toks)
         self._generated_builtins = (set(_CALLED.findall("\n".join(t for t, _ in em.lines))) | _CALLED_LATER) & WGSL_BUILTIN_FUNCTIONS
+        self._words = self.word_bindings(present)
         for m, text, toks in zip(modules, module_texts, module_toks):
             self.check_module(m, text, toks)
         self.check_body(body_text, body_toks, body.user_lines, present)
@@ -490,7 +492,7 @@ class _Lowerer:
             shown = src_lines[line - 1] if 1 <= line <= len(src_lines) else None
             return LoweringError(message, Span(module.path, line, col, shown), notes=notes)
 
-        found = _bracket_error(toks) or _chain_error(toks)
+        found = _bracket_error(toks) or _chain_error(toks) or _word_pointer_error(toks, self._words)
         if found is None and self.schema.determinism == "exact":
             found = _exact_atomic_error(_function_tokens(toks, self._reached), self.em.atomics)
         if found is not None:
@@ -556,7 +558,10 @@ class _Lowerer:
                     t.col - 1,
                 )
         self.check_workgroup_size(toks, where)
-        self.check_word_lengths(toks, where, present)
+        found = _word_pointer_error(toks, self._words)
+        if found is not None:
+            tok, message = found
+            raise self.error(message, where(tok), tok.col)
         if self.schema.determinism == "exact":
             appends = {f"{b.name}_append" for b in present if b.kind == "buffer" and b.append}
             for call in find_calls(body_text, appends):
@@ -568,11 +573,9 @@ class _Lowerer:
                 )
             self.check_exact_atomics(toks, where)
 
-    def check_word_lengths(self, toks: list, where: Any, present: list[Binding]) -> None:
-        """``arrayLength(&NAME)`` of a buffer stored as flat words with several per element (a
-        ``vec3``, or a ``bits`` vector) counts words, not elements: a loop ported from a kernel
-        that declared ``array<vec3<f32>>`` would run three times past the data, silently.
-        Refused, naming ``NAME_len()`` (the element count)."""
+    def word_bindings(self, present: list[Binding]) -> dict[str, tuple[int, str]]:
+        """Buffers stored as flat words with several per element (a ``vec3``, a ``bits``
+        vector): name -> (words an element, the element's WGSL type)."""
         words = {}
         for b in present:
             if b.kind != "buffer" or self.schema.struct(b.element) is not None:
@@ -580,19 +583,7 @@ class _Lowerer:
             vt = self.element(b)
             if vt.lanes > 1 and (b.bits or b.atomic or vt.lanes == 3):  # type: ignore[union-attr]
                 words[b.name] = (vt.lanes, vt.wgsl)  # type: ignore[union-attr]
-        if not words:
-            return
-        for i in range(len(toks) - 4):
-            t = toks[i]
-            if t.text != "arrayLength" or toks[i + 1].text != "(" or toks[i + 2].text != "&" or toks[i + 3].text not in words:
-                continue
-            name = toks[i + 3].text
-            lanes, wgsl = words[name]
-            raise self.error(
-                f"arrayLength(&{name}) counts words: '{name}' ({wgsl}) is stored as flat words, {lanes} per element; use {name}_len() for its element count",
-                where(t),
-                t.col,
-            )
+        return words
 
     def check_workgroup_size(self, toks: list, where: Any) -> None:
         """The body's ``@workgroup_size`` must be the schema's workgroup: the generated entry
@@ -724,6 +715,36 @@ def _function_spans(toks: list) -> dict[str, tuple[int, int]]:
 
 def _called(toks: list) -> set[str]:
     return {t.text for t, nxt in zip(toks, toks[1:]) if t.kind == "ident" and nxt.text == "("}
+
+
+def _word_pointer_error(toks: list, words: dict[str, tuple[int, str]]) -> tuple[Token, str] | None:
+    """A pointer to a whole buffer stored as flat words (``&NAME``, ``&(NAME)``, ``&*&NAME``,
+    not ``&NAME[i]``), with why: ``arrayLength`` of it counts words, not elements, and a loop
+    ported from a kernel that declared ``array<vec3<f32>>`` ran three times past the data,
+    silently. A pointer kept (``let p = &NAME``) or passed to a function reaches the same
+    ``arrayLength``, so every such pointer is refused (review helpers 106, 110)."""
+    if not words:
+        return None
+    for i, t in enumerate(toks):
+        if t.text != "&":
+            continue
+        j = i + 1
+        while j < len(toks) and toks[j].text in ("(", "*", "&"):
+            j += 1
+        if j >= len(toks) or toks[j].text not in words or (j + 1 < len(toks) and toks[j + 1].text in ("[", ".")):
+            continue
+        name = toks[j].text
+        lanes, wgsl = words[name]
+        call = i >= 2 and toks[i - 1].text == "(" and toks[i - 2].text == "arrayLength"
+        if call:
+            return toks[
+                i - 2
+            ], f"arrayLength(&{name}) counts words: '{name}' ({wgsl}) is stored as flat words, {lanes} per element; use {name}_len() for its element count"
+        return t, (
+            f"a pointer to '{name}' ({wgsl}, stored as flat words, {lanes} per element) reaches words, not elements "
+            f"(arrayLength of it counts words); use {name}_len(), {name}_get(i) and {name}_set(i, v)"
+        )
+    return None
 
 
 def _reached_functions(body_toks: list, module_toks: Sequence[list]) -> set[str]:

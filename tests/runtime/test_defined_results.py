@@ -181,6 +181,22 @@ def test_array_length_of_a_binding_stored_as_several_words_an_element_is_refused
     err = info.value
     assert err.span.path.endswith("kernel.wgsl") and (err.span.line, err.span.col) == (5, 26)
     assert f"{lanes} per element" in err.message and "pts_len()" in err.message
+    # Any pointer to the whole buffer reaches the same count (review helper 110: these lowered
+    # and answered 15 words for 5 elements), in the body or in a module it imports.
+    for form in ("arrayLength(&(pts))", "arrayLength(&*&pts)", "n_of(&pts)"):
+        bypass = body.replace("arrayLength( &pts )", form).replace("@compute", "fn n_of(p: ptr<storage, array<u32>, read>) -> u32 { return arrayLength(p); }\n@compute")
+        with pytest.raises(LoweringError, match=f"{lanes} per element") as info:
+            make(f"t13/words_bypass_{lanes}{bool(extra)}_{len(form)}", yaml, bypass)
+        assert info.value.span.path.endswith("kernel.wgsl") and info.value.span.line >= 5
+    kept = body.replace("arrayLength( &pts )", "arrayLength(p)").replace("var total = 0u;", "var total = 0u;\n    let p = &pts;")
+    with pytest.raises(LoweringError, match="a pointer to 'pts'") as info:
+        make(f"t13/words_let_{lanes}{bool(extra)}", yaml, kept)
+    assert (info.value.span.line, info.value.span.col) == (5, 13)
+    schema = abi.parse(yaml, "t13/words_mod/bindings.yaml")
+    with pytest.raises(LoweringError, match=f"{lanes} per element") as info:
+        abi.lower(schema, "#import count\n" + body.replace("arrayLength( &pts )", "count_pts()"), {}, wgsl_path="t13/words_mod/kernel.wgsl",
+                  modules={"count": ("m/count.wgsl", "fn count_pts() -> u32 {\n    return arrayLength(&pts);\n}\n")})
+    assert (info.value.span.path, info.value.span.line, info.value.span.col) == ("m/count.wgsl", 2, 12)
     # NAME_len() and arrayLength of a binding stored one element a slot are what they were
     fine = body.replace("arrayLength( &pts )", "pts_len()")
     run = make(f"t13/words_ok_{lanes}{bool(extra)}", yaml, fine).run(n=1, inputs={"pts": np.ones((5, lanes), np.float32 if "f32" in element else np.uint32)})
