@@ -287,8 +287,8 @@ class VariantCache:
         if self.read_only:
             return False
         data = encode_entry(key, lowered, validated=validated)
-        try:
-            old_size = os.stat(path).st_size
+        try:  # what the replaced file took on disk, as gc counts it (a sparse one: ~0, helper 110)
+            old_size = _disk_bytes(os.lstat(path))
         except OSError:
             old_size = 0
         if not self._write_atomic(path, data):

@@ -209,6 +209,22 @@ def test_sparse_files_under_the_size_limit_count_what_they_take_on_disk(tmp_path
     assert {key for key, _ in variants} <= {i.key for i in cache.entries()}
 
 
+def test_writing_over_a_sparse_file_keeps_the_size_cap(tmp_path):
+    # Review helper 110: put() took the apparent size of the file it replaced off its running
+    # count while gc counted disk bytes: writing over one 60 MiB sparse file under an entry's
+    # name made the count 60 MiB low, and the cap was never enforced again.
+    variants = reference_variants()
+    cap = 64 * 1024
+    folder = str(tmp_path / "cache")
+    cache = VariantCache(folder, max_bytes=cap)
+    cache.put(*variants[0])  # the first write scans: the count is what is on disk
+    with open(cache.path(variants[1][0]), "wb") as f:
+        f.truncate(60 * 1024 * 1024)
+    for key, lowered in variants[1:]:
+        cache.put(key, lowered)
+    assert sum(i.size for i in cache.entries()) <= cap and cache.stats().evictions > 0
+
+
 @pytest.fixture
 def deadline():
     """Fail (rather than hang the suite) when the test body blocks for 10 s."""
