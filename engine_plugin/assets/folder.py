@@ -194,12 +194,17 @@ def module_search_path(folder: str, root: str | None = None, extra: Sequence[str
 
 
 def _own_root(folder: str) -> str:
-    """The root an asset read on its own searches ``modules/`` up to: the working folder (the
-    project a command runs in) when the asset lies under it, else the folder holding the
-    asset. Searching every folder above it, up to ``/``, compiled in modules from outside any
-    project (a ``/tmp/modules`` file anyone can write; review helper 107)."""
-    here, parent = os.getcwd(), os.path.dirname(os.path.abspath(folder))
-    return here if path_under(parent, here) else parent
+    """The root an asset read on its own searches ``modules/`` up to: the first folder of its
+    path as given (``assets`` for ``assets/kernels/k.computeShader``: what ``bake assets``
+    and ``AssetLibrary("assets")`` search), or only the folder holding it when the path is
+    absolute or starts at the asset or above the working folder. Never every folder up to
+    ``/``: that compiled in modules from outside any project (a ``/tmp/modules`` file anyone
+    can write), and a bake of one asset passed where the library failed (helpers 107, 110)."""
+    parent = os.path.dirname(folder) or "."
+    if os.path.isabs(folder) or os.sep not in folder:
+        return parent
+    first = folder.split(os.sep, 1)[0]
+    return parent if first in (".", "..") else first
 
 
 def read_modules(wgsl_text: str, wgsl_path: str, search: Sequence[str], root: str | None = None) -> tuple[Module, ...]:

@@ -115,12 +115,13 @@ def test_an_unknown_module_lists_the_folders_searched(tmp_path):
     assert [(m.name, m.path) for m in src.modules] == [("hash", str(root / "kernels" / "modules" / "hash.wgsl")), ("mix", str(root / "modules" / "mix.wgsl"))]
 
 
-def test_an_asset_read_on_its_own_outside_the_working_folder_never_searches_up_to_the_filesystem_root(tmp_path, capsys):
-    # Review helper 107: `bake x.computeShader`, `lower` and `info` searched every folder above
-    # the asset up to /, so a modules/ folder outside the project (one planted in /tmp) was
-    # compiled in. On its own, an asset searches up to the working folder when it lies under
-    # it (tests/bake: a nested asset finds the project's modules), else the folder holding it;
-    # info searches up to the folder it is given, as bake does. (The tests run in the repo.)
+def test_an_asset_read_on_its_own_searches_up_to_the_first_folder_of_its_path_never_to_the_filesystem_root(tmp_path, capsys, monkeypatch):
+    # Review helpers 107 and 110: `bake x.computeShader`, `lower` and `info` searched every
+    # folder above the asset up to /, so a modules/ folder outside the project (one planted in
+    # /tmp) was compiled in, and a bake of one asset passed where `bake assets` and the library
+    # failed. On its own an asset searches up to the first folder of its path as given
+    # (tests/bake: assets/kernels/k finds assets/modules), only the folder holding it when the
+    # path is absolute; info searches up to the folder it is given, as bake does.
     from engine_plugin.cli import main
 
     project = tmp_path / "project"
@@ -137,6 +138,12 @@ def test_an_asset_read_on_its_own_outside_the_working_folder_never_searches_up_t
     for args in (["lower", str(folder)], ["info", str(project / "assets")], ["bake", str(folder), "--cache", str(tmp_path / "c"), "-q", "-j", "1"]):
         assert main(args) == 1, args
         assert "no module mix.wgsl" in capsys.readouterr().err
+    monkeypatch.chdir(project)  # a relative path, from the project: up to assets/, as `bake assets`
+    for args in (["lower", "assets/k.computeShader"], ["bake", "assets/k.computeShader", "--cache", str(tmp_path / "c"), "-q", "-j", "1"]):
+        assert main(args) == 1, args
+        assert "no module mix.wgsl (searched: assets/modules)" in capsys.readouterr().err
+    os.rename(project / "modules", project / "assets" / "modules")
+    assert main(["lower", "assets/k.computeShader"]) == 0 and "fn mix_value" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize(
