@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import os
+import stat
 from typing import Any, Callable
 
 from .contract import EXIT_FAILED, EXIT_OK, Reporter, UsageError, seconds_arg, write_json
@@ -36,12 +37,25 @@ def _when(ns: int) -> str:
     return datetime.datetime.fromtimestamp(ns / 1e9).strftime("%Y-%m-%d %H:%M:%S")
 
 
+def _cache_folder(path: str) -> bool:
+    """Whether a cache folder is at ``path`` (False: nothing there), for stats, gc and clear
+    alike. Raises UsageError for a file there, or a path that cannot be looked at: a folder
+    above it the user cannot enter read as "no cache" and clear reported success (helper 110)."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return False
+    except OSError as exc:
+        raise UsageError(f"cannot look at {path}: {exc.strerror or exc}") from None
+    if not stat.S_ISDIR(st.st_mode):
+        raise UsageError(f"{path} is not a folder (a variant cache is one)")
+    return True
+
+
 def _stats(args: argparse.Namespace, rep: Reporter, cap: int) -> int:
     from ..cache import USAGE_FILE, VariantCache, read_usage
 
-    if os.path.exists(args.cache) and not os.path.isdir(args.cache):
-        raise UsageError(f"{args.cache} is not a folder (a variant cache is one)")  # as gc and clear say
-    if not os.path.isdir(args.cache):
+    if not _cache_folder(args.cache):
         # Looking at a cache must not create one: say so instead.
         if args.json:
             write_json({"cache": os.path.abspath(args.cache), "exists": False}, "-")
@@ -157,9 +171,7 @@ def _cmd_local(args: argparse.Namespace, rep: Reporter) -> int:
     cap = args.max_bytes or DEFAULT_MAX_BYTES
     if args.action == "stats":
         return _stats(args, rep, cap)
-    if os.path.exists(args.cache) and not os.path.isdir(args.cache):
-        raise UsageError(f"{args.cache} is not a folder (a variant cache is one)")  # stats, gc and clear alike
-    if not os.path.isdir(args.cache):  # nothing to look at, collect or clear: as stats says, exit 0
+    if not _cache_folder(args.cache):  # nothing to look at, collect or clear: as stats says, exit 0
         rep.say(f"no variant cache at {args.cache}; nothing to {'collect' if args.action == 'gc' else 'clear'}")
         return EXIT_OK
     cache = VariantCache(args.cache, max_bytes=cap)

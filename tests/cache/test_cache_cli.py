@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import os
+import shutil
 
-from cache_support import reference_variants
+import pytest
+
+from cache_support import REPO, reference_variants
 
 from engine_plugin.cache import VariantCache
 from engine_plugin.cli import main
@@ -77,3 +80,22 @@ def test_stats_gc_and_clear_agree_on_a_missing_cache_and_on_a_file(tmp_path, cap
         assert main(["cache", action, "--cache", afile]) == 2, action
         assert "is not a folder" in capsys.readouterr().err
     assert not os.path.exists(missing)  # looking never creates one
+
+
+@pytest.mark.skipif(shutil.which("setpriv") is None or os.geteuid() != 0, reason="needs root and setpriv to act as a user without DAC override")
+def test_a_cache_under_a_folder_the_user_cannot_enter_is_an_error_not_no_cache(tmp_path):
+    # Review helper 110: os.path.exists answered False on "permission denied": stats, gc and
+    # clear said "no variant cache" and exited 0 (clear reporting success, removing nothing).
+    import subprocess
+    import sys
+
+    parent = tmp_path / "p"
+    (parent / "cache").mkdir(parents=True)
+    os.chmod(parent, 0)
+    try:
+        for action in ("stats", "gc", "clear"):
+            cmd = ["setpriv", "--bounding-set", "-dac_override,-dac_read_search", sys.executable, "-m", "engine_plugin", "cache", action, "--cache", str(parent / "cache")]
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=REPO)
+            assert proc.returncode == 2 and "cannot look at" in proc.stderr and "Permission denied" in proc.stderr, (action, proc.stdout, proc.stderr)
+    finally:
+        os.chmod(parent, 0o755)
