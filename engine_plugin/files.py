@@ -7,10 +7,12 @@ Ground floor: the standard library only.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import uuid
+from typing import Any
 
-__all__ = ["write_atomic"]
+__all__ = ["json_text", "shown_path", "write_atomic"]
 
 
 def shown_path(path: str) -> str:
@@ -21,6 +23,23 @@ def shown_path(path: str) -> str:
         return path
     except UnicodeEncodeError:
         return os.fsencode(path).decode("utf-8", "backslashreplace")
+
+
+def json_text(data: Any, indent: int | None = None) -> str:
+    """``data`` as JSON text, every string spelled as :func:`shown_path` spells a path: a name
+    that is not UTF-8 would otherwise be a lone surrogate (``\\udcff``), which strict JSON
+    readers refuse, beside its ``\\xff`` spelling in the same object (review helper 110)."""
+    return json.dumps(_shown_strings(data), indent=indent)
+
+
+def _shown_strings(data: Any) -> Any:
+    if isinstance(data, str):
+        return shown_path(data)
+    if isinstance(data, dict):
+        return {_shown_strings(k): _shown_strings(v) for k, v in data.items()}
+    if isinstance(data, (list, tuple)):
+        return [_shown_strings(v) for v in data]
+    return data
 
 
 def write_atomic(path: str, data: bytes, *, temp_prefix: str = ".engine-plugin-", stamp_ns: int | None = None, mode: int = 0o644) -> None:

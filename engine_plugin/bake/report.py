@@ -36,13 +36,12 @@ scheduler ran again on the others (those variants' ``worker`` says where they fi
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..files import shown_path, write_atomic
+from ..files import json_text, shown_path, write_atomic
 from ..lowering import VariantSpec
 from .worker import Failure
 
@@ -217,7 +216,7 @@ class BakeReport:
     def write_json(self, path: str) -> None:
         """Write the JSON report atomically (a build system never reads half a report);
         ``-`` writes it to stdout."""
-        text = json.dumps(self.as_json(), indent=1) + "\n"
+        text = json_text(self.as_json(), indent=1) + "\n"
         if path == "-":
             sys.stdout.write(text)
             sys.stdout.flush()

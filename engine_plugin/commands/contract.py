@@ -13,7 +13,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import math
 import sys
@@ -217,15 +216,15 @@ def check_output_file(target: str, what: str) -> None:
 
 def write_json(data: Any, target: str, *, out: TextIO | None = None) -> None:
     """Write ``data`` as JSON to the file ``target``, or to stdout when ``target`` is ``-``."""
+    from ..files import json_text, write_atomic
+
+    text = json_text(data, indent=1) + "\n"
     if target == "-":
         stream = out or sys.stdout
-        json.dump(data, stream, indent=1)
-        stream.write("\n")
+        stream.write(text)
         stream.flush()
         return
     import os
 
-    from ..files import write_atomic
-
     os.makedirs(os.path.dirname(os.path.abspath(target)), exist_ok=True)
-    write_atomic(target, (json.dumps(data, indent=1) + "\n").encode("utf-8"))
+    write_atomic(target, text.encode("utf-8"))

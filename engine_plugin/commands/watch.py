@@ -16,13 +16,13 @@ it watches are not printed again).
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
 import time
 from typing import Any
 
 from ..errors import PluginError
+from ..files import json_text
 from .contract import EXIT_OK, Reporter, UsageError, seconds_arg, whole_number_arg
 
 __all__ = ["add_parser", "cmd_watch"]
@@ -51,7 +51,7 @@ class _Log:
         self._shown: dict[str, str] = {}  # asset -> the failure shown last (until a reload or a clear)
 
     def emit(self, data: dict[str, Any]) -> None:
-        print(json.dumps(data), file=self.rep.out, flush=True)
+        print(json_text(data), file=self.rep.out, flush=True)
 
     def failure(self, asset: str, generation: int, error: PluginError, what: str) -> bool:
         """Report a failure unless it is the one shown last for ``asset`` (the same broken text

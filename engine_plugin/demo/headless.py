@@ -10,13 +10,14 @@ the snapshot after N frames the same whatever the GPU's speed.
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import statistics
 import sys
 import time
 from typing import Any
+
+from ..files import json_text
 
 __all__ = ["run_headless"]
 
@@ -60,7 +61,7 @@ def run_headless(demo: Any, frames: int, snapshot: str | None = None, *, out: An
             host_frames += taken
             times.append(time.perf_counter() - t0)
             if log_file is not None and ((i + 1) % max(1, log_every) == 0 or i + 1 == frames):
-                log_file.write(json.dumps(demo.figures.record(reloads_since=reloads_logged)) + "\n")
+                log_file.write(json_text(demo.figures.record(reloads_since=reloads_logged)) + "\n")
                 reloads_logged = demo.figures.reload_count
             _progress(console, live, hud, i, frames)
     finally:

@@ -4,6 +4,7 @@ importing it), and a broken module fails the bake at the module's own file and l
 
 from __future__ import annotations
 
+import json
 import os
 
 import pytest
@@ -92,7 +93,11 @@ def test_a_folder_name_that_is_not_utf8_is_spelled_one_way_in_a_bake_error(tmp_p
     good = os.path.join(str(root), "k.computeShader")
     write_asset(good, BROKEN_YAML, "fn main() {}\n")  # refused by its name before anything is parsed
     os.rename(os.fsencode(good), os.fsencode(str(root)) + b"/bad\xffname.computeShader")
-    proc = run_bake(["a", "--cache", "cache", "--jobs", "1"], cwd=str(tmp_path))
+    proc = run_bake(["a", "--cache", "cache", "--jobs", "1", "--json", "r.json"], cwd=str(tmp_path))
     assert proc.returncode == 1, explain(proc)
     assert "bad\\xffname.computeShader/bindings.yaml" in proc.stderr and "(in a/bad\\xffname.computeShader)" in proc.stderr, proc.stderr
     assert "udcff" not in proc.stderr + proc.stdout
+    # The JSON report too (helper 110): a lone surrogate there is refused by strict JSON readers.
+    text = (tmp_path / "r.json").read_text()
+    assert "udcff" not in text and "bad\\\\xffname.computeShader" in text
+    assert json.loads(text)["assets"][0]["asset"] == "a/bad\\xffname.computeShader"
