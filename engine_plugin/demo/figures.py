@@ -27,6 +27,9 @@ __all__ = ["Diagnostic", "Figures", "ReloadEntry"]
 
 HISTORY = 120  # frames in the rolling graph
 RELOADS_KEPT = 8
+# A product's GPU time shows while one landed within this many seconds (each product is timed
+# one frame in 16 and its timestamps land frames later; on a loaded CPU adapter, seconds).
+GPU_TIME_KEPT_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -145,6 +148,7 @@ class Figures:
     _stamps: deque = field(default_factory=lambda: deque(maxlen=HISTORY), repr=False)
     _stale: deque = field(default_factory=deque, repr=False)
     _since: list = field(default_factory=lambda: [0.0, 0, 0], repr=False)  # step s, uploads, bytes since the last game frame
+    _gpu_seen: dict = field(default_factory=dict, repr=False)  # product -> when its GPU time last landed
 
     def frame_done(self, stats: FrameStats, step_s: float, inflight: int, now: float | None = None, *, advanced: bool = True) -> None:
         """Take one frame's engine statistics (``step_s``: the demo's own time for it).
@@ -181,6 +185,13 @@ class Figures:
             # (review helper 109).
             self.gpu_ms.update(stats.product_gpu_ms)
             self.gpu_timing = stats.gpu_timing
+            for product in stats.product_gpu_ms:
+                self._gpu_seen[product] = now
+        # ...but only while it is measured: a product unregistered, or no longer dispatched,
+        # goes back to n/a instead of showing its last time for good (review helper 110).
+        for product in [p for p, seen in self._gpu_seen.items() if now - seen > GPU_TIME_KEPT_S]:
+            del self._gpu_seen[product]
+            self.gpu_ms.pop(product, None)
 
     def product_names(self) -> tuple[str, ...]:
         """The products to list: the demo's own, then any other the engine timed."""

@@ -132,6 +132,13 @@ def test_a_frame_timing_some_products_only_keeps_the_others_last_times():
     fig.frame_done(FrameStats(frame=2, product_gpu_ms={"hotspots": 0.75}, gpu_timing="timestamps"), 0.001, inflight=0, now=1.1)
     assert fig.record()["gpu_ms"] == {"summary": 0.25, "hotspots": 0.75}
     assert fig.gpu_text("summary") == "0.250 ms"
+    # ...while it is measured (review helper 110): a product no longer timed goes back to n/a,
+    # one the demo does not name leaves the list.
+    fig.frame_done(FrameStats(frame=3, product_gpu_ms={"scratch": 9.0}), 0.001, inflight=0, now=1.2)
+    for frame in range(4, 1000):  # 16 s at 60 frames a second
+        fig.frame_done(FrameStats(frame=frame, product_gpu_ms={"hotspots": 0.5} if frame % 16 == 0 else {}), 0.001, inflight=0, now=1.2 + frame / 60)
+    assert fig.record()["gpu_ms"] == {"summary": None, "hotspots": 0.5}
+    assert fig.product_names() == ("summary", "hotspots")
 
 
 def test_diagnostic_splits_a_rendered_error_into_location_source_line_and_caret():
