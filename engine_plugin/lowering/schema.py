@@ -103,12 +103,24 @@ class Schema:
     structs: tuple[StructType, ...] = ()
 
     def span_at(self, line: int, word: str | None = None) -> Span:
-        """The span of ``line`` of this schema's text, at the column of ``word`` on it (the
-        first whole-word match; no column when it is not there), with the line's text."""
+        """The span of the item at ``line`` of this schema's text, at ``word`` where it is the
+        item's ``name:`` (on that line, or a later line of a block-style item), else at its
+        first whole-word use on that line (no column when it is not there)."""
         lines = self.text.split("\n")
-        text = lines[line - 1] if 0 < line <= len(lines) else None
-        found = re.search(rf"(?<![A-Za-z0-9_]){re.escape(word)}(?![A-Za-z0-9_])", text) if word and text is not None else None
-        return Span(self.path, line or None, found.start() + 1 if found else None, text)
+        if not 0 < line <= len(lines):
+            return Span(self.path, line or None)
+        if word:
+            named = re.compile(rf"(?<![A-Za-z0-9_])name\s*:\s*[\"']?({re.escape(word)})(?![A-Za-z0-9_])")
+            for row in range(line, min(len(lines), line + 32) + 1):
+                if row > line and lines[row - 1].lstrip().startswith("- "):
+                    break  # the next item
+                found = named.search(lines[row - 1])
+                if found:
+                    return Span(self.path, row, found.start(1) + 1, lines[row - 1])
+            found = re.search(rf"(?<![A-Za-z0-9_]){re.escape(word)}(?![A-Za-z0-9_])", lines[line - 1])
+            if found:
+                return Span(self.path, line, found.start() + 1, lines[line - 1])
+        return Span(self.path, line, None, lines[line - 1])
 
     def struct(self, name: str | None) -> StructType | None:
         for s in self.structs:

@@ -668,3 +668,26 @@ def test_a_binding_named_like_a_builtin_the_generated_code_never_calls_still_low
     schema = parse('bindings:\n  - { name: all, element: f32 }\n  - { name: dot, access: read_write, element: f32, count: "len(all)" }\n', YAML)
     lowered = lower(schema, MAIN, {}, wgsl_path=WGSL)
     assert "var<storage, read> all:" in lowered.source and "var<storage, read_write> dot:" in lowered.source
+
+
+@pytest.mark.parametrize(
+    "text,spec,at",
+    [
+        # a specialisation whose options come first: at its name, not the option spelled alike
+        ("bindings: []\nspecialize:\n  - { options: [M, N], name: M }\n", {"M": "Q"}, (3, 30)),
+        # a binding named 'name': at the name, not the key
+        ("bindings:\n  - { name: name, kind: buffer, access: read, element: f32 }\n  - { name: name_get, kind: buffer, access: read, element: f32 }\n", {}, None),
+        # block style, the name on the item's second line
+        ("bindings:\n  - kind: buffer\n    name: src\n    element: f32\n  - { name: src_get, kind: buffer, element: f32 }\n", {}, None),
+    ],
+)
+def test_a_schema_error_points_at_the_items_name_not_another_word_spelled_alike(text, spec, at):
+    # Review helper 110: Schema.span_at took the first whole-word match on the item's line.
+    with pytest.raises((SchemaError, LoweringError, SpecializationError)) as info:
+        lower(parse(text, YAML), MAIN, spec, wgsl_path=WGSL)
+    err = info.value
+    if at is not None:
+        assert (err.line, err.col) == at, str(err)
+    else:
+        line = err.span.text
+        assert err.col is not None and line[err.col - 1 :].startswith(("name", "src")) and line[: err.col - 1].rstrip().endswith("name:"), str(err)
