@@ -24,6 +24,7 @@ from ..files import shown_path
 from ..lowering.modules import Module, resolve_imports
 
 __all__ = [
+    "real_path",
     "AssetSource",
     "read_asset_folder",
     "find_assets",
@@ -109,6 +110,19 @@ def link_chain(path: str, limit: int = 40) -> tuple[list[str], list[str]]:
     return _with_real(spellings, path), list(dict.fromkeys(links))
 
 
+def real_path(path: str) -> str:
+    """``os.path.realpath`` that never raises: Python 3.11's raises FileNotFoundError when a
+    link it found is removed before it reads it (a file event for a link renamed away and
+    deleted logged an ERROR and dropped the event's other paths: review helper 111). A path
+    gone meanwhile resolves as far as it still can."""
+    try:
+        return os.path.realpath(path)
+    except OSError:
+        whole = os.path.abspath(path)
+        head, tail = os.path.split(whole)
+        return whole if head == whole else os.path.join(real_path(head), tail)
+
+
 def _lexical(path: str) -> bool:
     """Whether collapsing ``path``'s ``..`` as text names the file the OS would: no ``..``
     follows a link."""
@@ -117,7 +131,7 @@ def _lexical(path: str) -> bool:
 
 
 def _with_real(spellings: list[str], path: str) -> list[str]:
-    return list(dict.fromkeys([*spellings, os.path.realpath(path)]))
+    return list(dict.fromkeys([*spellings, real_path(path)]))
 
 
 def path_under(path: str, top: str) -> bool:
@@ -126,7 +140,7 @@ def path_under(path: str, top: str) -> bool:
 
 
 def _inside(path: str, root: str) -> bool:
-    return path_under(os.path.realpath(path), os.path.realpath(root))
+    return path_under(real_path(path), real_path(root))
 
 
 def _read_text(path: str, root: str) -> str:
@@ -244,16 +258,16 @@ def _link_within(link: str, root: str) -> bool:
     """Whether the link ``link`` itself (not its target) lies at or under ``root``, as written
     or with the folders above it resolved, or names the root or a folder holding it (a link
     above the root only spells the root another way: the watcher follows the root itself)."""
-    where = os.path.join(os.path.realpath(os.path.dirname(link)), os.path.basename(link))
-    top, real_top = os.path.abspath(root), os.path.realpath(root)
-    return path_under(os.path.abspath(link), top) or path_under(where, real_top) or path_under(real_top, os.path.realpath(link))
+    where = os.path.join(real_path(os.path.dirname(link)), os.path.basename(link))
+    top, real_top = os.path.abspath(root), real_path(root)
+    return path_under(os.path.abspath(link), top) or path_under(where, real_top) or path_under(real_top, real_path(link))
 
 
 def _within(path: str, root: str) -> bool:
     """Whether ``path`` lies at or under ``root``, as written or resolved: a ``modules/`` link
     inside the root to a folder outside it is the root's (its files must still resolve inside
     the root), and so is a folder named through another spelling of the root (a link to it)."""
-    return path_under(os.path.abspath(path), os.path.abspath(root)) or path_under(os.path.realpath(path), os.path.realpath(root))
+    return path_under(os.path.abspath(path), os.path.abspath(root)) or path_under(real_path(path), real_path(root))
 
 
 def read_asset_folder(folder: str, root: str | None = None, modules: Sequence[str] = ()) -> AssetSource:

@@ -38,7 +38,7 @@ from ..lowering import Lowered, Schema, VariantSpec, parse
 from ..runtime.compile import compile_lowered
 from ..runtime.program import Program, adopt_program, program, registered_program
 from .builtin import builtin_folder, builtin_root
-from .folder import ASSET_SUFFIX, AssetSource, link_chain, module_search_path, path_under, read_asset_folder
+from .folder import ASSET_SUFFIX, AssetSource, link_chain, module_search_path, path_under, read_asset_folder, real_path
 from .prefetch import PrefetchReport, prefetch
 from .reload import BODY, LAYOUT, Prepared, ReloadEvent, ReloadFailure, Unsettled, carry_spec, plan_signature, prepare, same_content
 from .watcher import ReloadService
@@ -391,7 +391,7 @@ class AssetLibrary:
         self._ctx: Any = None
         self._refs: dict[str, ComputeShaderRef] = {}
         self._by_folder: dict[str, ComputeShaderRef] = {}
-        self._watch_index = _WatchIndex(os.path.realpath(self._root_abs))
+        self._watch_index = _WatchIndex(real_path(self._root_abs))
         self._ready: deque[Prepared] = deque()
         self._ready_lock = threading.Lock()
         self._retry: list[Prepared] = []  # reloads a device loss interrupted: back in _ready after poll
@@ -588,7 +588,7 @@ class AssetLibrary:
         :class:`_WatchIndex`): a file their last read used (by its path or through a link), a
         folder holding such files, and a module file where their imports look for it first."""
         p = os.path.abspath(path)
-        return sorted(self._watch_index.hits(p, os.path.realpath(p)))
+        return sorted(self._watch_index.hits(p, real_path(p)))
 
     def _reindex(self, ref: ComputeShaderRef) -> bool:
         """Enter what ``ref`` depends on now into the watch index; answers whether it follows
@@ -606,9 +606,9 @@ class AssetLibrary:
         self._watch_index.enter(
             folder,
             files,
-            tuple(dict.fromkeys([os.path.abspath(b) for b in bases] + [os.path.realpath(b) for b in bases])),
+            tuple(dict.fromkeys([os.path.abspath(b) for b in bases] + [real_path(b) for b in bases])),
             names,
-            os.path.realpath(folder),
+            real_path(folder),
         )
         return not followed.issuperset(files)
 
