@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
 import time
+from typing import Iterator
 
 import pytest
 
@@ -28,12 +30,24 @@ def _read_until(proc, needle: str, lines: list, timeout: float = 30.0) -> None:
     raise AssertionError(f"no {needle!r} in the output:\n{''.join(lines)}")
 
 
-def test_watch_prints_a_failure_with_its_line_then_the_reload_that_fixes_it(asset_root, tmp_path):
+@contextlib.contextmanager
+def _watch(asset_root: str, cache: str, *options: str) -> Iterator[subprocess.Popen]:
+    """``engine-plugin watch ASSET_ROOT --cache CACHE OPTIONS`` in a process whose stdout (and
+    stderr) the test reads line by line; killed if the test leaves it running."""
     env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""), PYTHONUNBUFFERED="1")
-    cmd = [sys.executable, "-m", "engine_plugin.cli", "watch", asset_root, "--cache", str(tmp_path / "cache"), "--all-variants", "--max-events", "2", "--duration", "60", "-v"]
+    cmd = [sys.executable, "-m", "engine_plugin.cli", "watch", asset_root, "--cache", cache, *options]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=REPO)
-    lines: list[str] = []
     try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def test_watch_prints_a_failure_with_its_line_then_the_reload_that_fixes_it(asset_root, tmp_path):
+    lines: list[str] = []
+    with _watch(asset_root, str(tmp_path / "cache"), "--all-variants", "--max-events", "2", "--duration", "60", "-v") as proc:
         _read_until(proc, "watching 1 asset", lines)
         path = os.path.join(asset_root, "k.computeShader", "kernel.wgsl")
         write(path, kernel("typo_here"))
@@ -43,10 +57,6 @@ def test_watch_prints_a_failure_with_its_line_then_the_reload_that_fixes_it(asse
         _read_until(proc, "reloaded k.computeShader -> generation 1", lines)
         assert proc.wait(timeout=30) == 0
         lines.append(proc.stdout.read())
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
     out = "".join(lines)
     assert "kernel.wgsl:6:" in out and "typo_here" in out
     assert "3 variant(s) recompiled" in out  # --all-variants: every variant is in use
@@ -58,19 +68,12 @@ def test_watch_json_says_where_a_reloads_variants_came_from(asset_root, tmp_path
     # for editor plugins) had no origin at all.
     import json
 
-    env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""), PYTHONUNBUFFERED="1")
-    cmd = [sys.executable, "-m", "engine_plugin.cli", "watch", asset_root, "--cache", str(tmp_path / "cache"), "--json", "--max-events", "1", "--duration", "60"]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=REPO)
     lines: list[str] = []
-    try:
+    with _watch(asset_root, str(tmp_path / "cache"), "--json", "--max-events", "1", "--duration", "60") as proc:
         _read_until(proc, '"event": "watching"', lines)
         write(os.path.join(asset_root, "k.computeShader", "kernel.wgsl"), kernel(5.0))
         _read_until(proc, '"event": "reload"', lines)
         assert proc.wait(timeout=30) == 0
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
     (reload,) = [json.loads(line) for line in lines if '"event": "reload"' in line]
     assert reload["origins"] == {"lowered": len(reload["recompiled"])} and reload["recompiled"]
 
@@ -86,11 +89,8 @@ def test_watch_reports_a_body_broken_at_start_and_an_undone_failed_edit(asset_ro
     with open(os.path.join(asset_root, "k.computeShader", "bindings.yaml")) as f:
         write(os.path.join(broken, "bindings.yaml"), f.read())
     write(os.path.join(broken, "kernel.wgsl"), kernel("broken_at_start"))
-    env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""), PYTHONUNBUFFERED="1")
-    cmd = [sys.executable, "-m", "engine_plugin.cli", "watch", asset_root, "--cache", str(tmp_path / "cache"), "--json", "--max-events", "2", "--duration", "60"]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=REPO)
     lines: list[str] = []
-    try:
+    with _watch(asset_root, str(tmp_path / "cache"), "--json", "--max-events", "2", "--duration", "60") as proc:
         _read_until(proc, '"event": "watching"', lines)
         path = os.path.join(asset_root, "k.computeShader", "kernel.wgsl")
         with open(path) as f:
@@ -100,10 +100,6 @@ def test_watch_reports_a_body_broken_at_start_and_an_undone_failed_edit(asset_ro
         write(path, live)  # undone
         _read_until(proc, '"event": "cleared"', lines)
         assert proc.wait(timeout=30) == 0
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
     events = [json.loads(line) for line in lines if line.startswith("{")]
     assert [(e["event"], e["asset"]) for e in events if e["event"] != "watching"] == [
         ("failure", "b.computeShader"),
@@ -120,21 +116,14 @@ def test_watch_undoing_back_to_a_body_that_never_compiled_reports_its_failure_no
 
     path = os.path.join(asset_root, "k.computeShader", "kernel.wgsl")
     write(path, kernel("broken_at_start"))
-    env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""), PYTHONUNBUFFERED="1")
-    cmd = [sys.executable, "-m", "engine_plugin.cli", "watch", asset_root, "--cache", str(tmp_path / "cache"), "--json", "--max-events", "2", "--duration", "60"]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=REPO)
     lines: list[str] = []
-    try:
+    with _watch(asset_root, str(tmp_path / "cache"), "--json", "--max-events", "2", "--duration", "60") as proc:
         _read_until(proc, '"event": "watching"', lines)
         write(path, kernel("another_typo"))
         _read_until(proc, "another_typo", lines)
         write(path, kernel("broken_at_start"))  # undone: the live, broken, content
         assert proc.wait(timeout=30) == 0
         lines += proc.stdout.readlines()
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
     events = [json.loads(line) for line in lines if line.startswith("{")]
     kinds = [e["event"] for e in events if e["event"] != "watching"]
     assert kinds == ["failure", "failure", "failure"], events

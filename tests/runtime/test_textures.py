@@ -187,16 +187,23 @@ def test_a_bgra8_storage_texture_reads_back_in_rgba_order_and_numpy_feeds_a_stor
         np.testing.assert_array_equal(abi.read(v.run(n=(4, 3), inputs={"img": a}).outputs["dst"]), a.reshape(-1))
 
 
-def test_a_read_write_storage_texture_given_numpy_answers_the_texture_the_kernel_wrote():
-    # The data went up into a texture the run made, the kernel wrote it, and no output held
-    # it: the writes were unreachable (a read_write buffer given numpy answers its Output).
-    yaml = "bindings:\n  - { name: img, kind: storage_texture, format: r32float, access: read_write }\nworkgroup: [8, 8]\n"
+def _rw_texture_variant(key: str, name: str, stored: str):
+    """A variant over an 8x8-grouped grid whose one binding ``name`` is a read_write r32float
+    storage texture; each texel becomes ``stored`` (a WGSL vec4<f32> expression; ``i`` is
+    the texel's index)."""
+    yaml = f"bindings:\n  - {{ name: {name}, kind: storage_texture, format: r32float, access: read_write }}\nworkgroup: [8, 8]\n"
     body = (
         "@compute @workgroup_size(8, 8)\nfn main(@builtin(global_invocation_id) gid: vec3<u32>) {\n"
         "    let i = zero_index(gid);\n    if (i >= zero_n()) { return; }\n"
-        "    textureStore(img, gid.xy, textureLoad(img, gid.xy) * 2.0 + vec4<f32>(1.0));\n}\n"
+        f"    textureStore({name}, gid.xy, {stored});\n}}\n"
     )
-    variant = abi.program(key="t/storage_rw_numpy", schema=abi.parse(yaml, "t/storage_rw_numpy/bindings.yaml"), wgsl=body).variant()
+    return abi.program(key=key, schema=abi.parse(yaml, f"{key}/bindings.yaml"), wgsl=body).variant()
+
+
+def test_a_read_write_storage_texture_given_numpy_answers_the_texture_the_kernel_wrote():
+    # The data went up into a texture the run made, the kernel wrote it, and no output held
+    # it: the writes were unreachable (a read_write buffer given numpy answers its Output).
+    variant = _rw_texture_variant("t/storage_rw_numpy", "img", "textureLoad(img, gid.xy) * 2.0 + vec4<f32>(1.0)")
     host = np.arange(12, dtype=np.float32).reshape(3, 4)
     for how in ("inputs", "outputs"):
         run = variant.run((4, 3), **{how: {"img": host}})
@@ -208,13 +215,7 @@ def test_a_read_write_storage_texture_chained_from_an_earlier_run_is_answered_ag
     # Review helper 106: an accumulation loop (cur = run.outputs["acc"]) got a KeyError on its
     # second frame: only host data handed to the binding was answered, while a read_write
     # buffer is answered whatever it was given. A caller's own GPUTexture is answered too.
-    yaml = "bindings:\n  - { name: acc, kind: storage_texture, format: r32float, access: read_write }\nworkgroup: [8, 8]\n"
-    body = (
-        "@compute @workgroup_size(8, 8)\nfn main(@builtin(global_invocation_id) gid: vec3<u32>) {\n"
-        "    let i = zero_index(gid);\n    if (i >= zero_n()) { return; }\n"
-        "    textureStore(acc, gid.xy, textureLoad(acc, gid.xy) + vec4<f32>(f32(i)));\n}\n"
-    )
-    variant = abi.program(key="t/storage_rw_chain", schema=abi.parse(yaml, "t/storage_rw_chain/bindings.yaml"), wgsl=body).variant()
+    variant = _rw_texture_variant("t/storage_rw_chain", "acc", "textureLoad(acc, gid.xy) + vec4<f32>(f32(i))")
     cur = variant.run((4, 3), inputs={"acc": np.zeros((3, 4), np.float32)}).outputs["acc"]
     for _ in range(3):
         cur = variant.run((4, 3), inputs={"acc": cur}).outputs["acc"]
