@@ -735,11 +735,9 @@ def _word_pointer_error(toks: list, words: dict[str, tuple[int, str]]) -> tuple[
             continue
         name = toks[j].text
         lanes, wgsl = words[name]
-        call = i >= 2 and toks[i - 1].text == "(" and toks[i - 2].text == "arrayLength"
-        if call:
-            return toks[
-                i - 2
-            ], f"arrayLength(&{name}) counts words: '{name}' ({wgsl}) is stored as flat words, {lanes} per element; use {name}_len() for its element count"
+        if i >= 2 and toks[i - 1].text == "(" and toks[i - 2].text == "arrayLength":
+            count = f"arrayLength(&{name}) counts words: '{name}' ({wgsl}) is stored as flat words, {lanes} per element"
+            return toks[i - 2], f"{count}; use {name}_len() for its element count"
         return t, (
             f"a pointer to '{name}' ({wgsl}, stored as flat words, {lanes} per element) reaches words, not elements "
             f"(arrayLength of it counts words); use {name}_len(), {name}_get(i) and {name}_set(i, v)"
