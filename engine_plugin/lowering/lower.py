@@ -722,17 +722,26 @@ def _word_pointer_error(toks: list, words: dict[str, tuple[int, str]]) -> tuple[
     not ``&NAME[i]``), with why: ``arrayLength`` of it counts words, not elements, and a loop
     ported from a kernel that declared ``array<vec3<f32>>`` ran three times past the data,
     silently. A pointer kept (``let p = &NAME``) or passed to a function reaches the same
-    ``arrayLength``, so every such pointer is refused (review helpers 106, 110)."""
+    ``arrayLength``, so every such pointer is refused (review helpers 106, 110). Not refused:
+    a binary ``&`` or ``&&``, and a name a function declares itself (a parameter or a local
+    spelled like the binding: helper 112)."""
     if not words:
         return None
+    shadowed = _local_names(toks, set(words))
     for i, t in enumerate(toks):
-        if t.text != "&":
-            continue
+        before = toks[i - 1] if i > 0 else None
+        if t.text != "&" or (before is not None and ((before.kind in ("ident", "number") and before.text != "return") or before.text in (")", "]", "&"))):
+            continue  # a binary '&' (or the second '&' of '&&'): no address is taken
         j = i + 1
         while j < len(toks) and toks[j].text in ("(", "*", "&"):
             j += 1
-        if j >= len(toks) or toks[j].text not in words or (j + 1 < len(toks) and toks[j + 1].text in ("[", ".")):
+        if j >= len(toks) or toks[j].text not in words or any(a <= i < b for a, b in shadowed.get(toks[j].text, ())):
             continue
+        k = j + 1
+        while k < len(toks) and toks[k].text == ")":
+            k += 1
+        if k < len(toks) and toks[k].text in ("[", "."):
+            continue  # a pointer to one word (&pts[i], &(pts)[i])
         name = toks[j].text
         lanes, wgsl = words[name]
         if i >= 2 and toks[i - 1].text == "(" and toks[i - 2].text == "arrayLength":
@@ -743,6 +752,31 @@ def _word_pointer_error(toks: list, words: dict[str, tuple[int, str]]) -> tuple[
             f"(arrayLength of it counts words); use {name}_len(), {name}_get(i) and {name}_set(i, v)"
         )
     return None
+
+
+def _local_names(toks: list, names: set[str]) -> dict[str, list[tuple[int, int]]]:
+    """Where each of ``names`` is a function's own (a parameter: the whole function; a
+    ``let``/``var``/``const``: from its declaration to the end of its block), as token spans:
+    there the name is not the module-scope binding."""
+    out: dict[str, list[tuple[int, int]]] = {}
+    for a, b in _function_spans(toks).values():
+        for k in range(a + 2, b - 1):
+            t, nxt = toks[k], toks[k + 1]
+            if t.text in names and nxt.text == ":" and toks[k - 1].text in ("(", ","):
+                out.setdefault(t.text, []).append((a, b))  # a parameter
+            elif t.text in ("let", "var", "const"):
+                m = k + 1
+                if m < b and toks[m].text == "<":  # var<function>
+                    while m < b and toks[m].text != ">":
+                        m += 1
+                    m += 1
+                if m < b and toks[m].text in names:
+                    depth, e = 0, m
+                    while e < b and depth >= 0:  # to the '}' that closes the declaring block
+                        depth += {"{": 1, "}": -1}.get(toks[e].text, 0)
+                        e += 1
+                    out.setdefault(toks[m].text, []).append((m, e))
+    return out
 
 
 def _reached_functions(body_toks: list, module_toks: Sequence[list]) -> set[str]:

@@ -39,6 +39,10 @@ class Token:
 
 
 _LINE_BREAK = re.compile("[\n\r\x0b\x0c\x85\u2028\u2029]")
+# WGSL's blankspace but \n (counted as lines above): the left-to-right and right-to-left marks
+# too, or they became tokens that split '&pts' and 'atomicExchange (' for every check, while
+# naga read the text as without them (review helper 112).
+_BLANK = " \t\r\x0b\x0c\x85\u200e\u200f\u2028\u2029"
 
 
 def tokens(text: str) -> Iterator[Token]:
@@ -52,7 +56,7 @@ def tokens(text: str) -> Iterator[Token]:
             line_start = i + 1
             i += 1
             continue
-        if c in " \t\r\x0b\x0c\x85\u2028\u2029":
+        if c in _BLANK:
             i += 1
             continue
         if c == "/" and i + 1 < n and text[i + 1] == "/":

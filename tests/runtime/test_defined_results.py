@@ -197,6 +197,19 @@ def test_array_length_of_a_binding_stored_as_several_words_an_element_is_refused
         abi.lower(schema, "#import count\n" + body.replace("arrayLength( &pts )", "count_pts()"), {}, wgsl_path="t13/words_mod/kernel.wgsl",
                   modules={"count": ("m/count.wgsl", "fn count_pts() -> u32 {\n    return arrayLength(&pts);\n}\n")})
     assert (info.value.span.path, info.value.span.line, info.value.span.col) == ("m/count.wgsl", 2, 12)
+    # Review helper 112: a left-to-right mark (WGSL blankspace) between '&' and the name got
+    # past the token check; a local spelled like the binding, a binary '&' or '&&', and
+    # '&(pts)[0]' were refused. A local shadows only from its declaration to its block's end.
+    lrm = body.replace("arrayLength( &pts )", "arrayLength(&\u200epts)")
+    with pytest.raises(LoweringError, match=f"{lanes} per element"):
+        make(f"t13/words_lrm_{lanes}{bool(extra)}", yaml, lrm)
+    helpers = "fn mask(m: u32, pts: u32) -> u32 { return m & pts; }\nfn both(a: bool, pts: bool) -> bool { return a && pts; }\n"
+    fine = body.replace("@compute", helpers + "@compute").replace("var total = 0u;", "var total = mask(0u, 1u);\n    { var pts = 3u; let q = &pts; total += *q - 3u; }\n    let w = &(pts)[0];")
+    make(f"t13/words_locals_{lanes}{bool(extra)}", yaml, fine.replace("arrayLength( &pts )", "pts_len()"))
+    for late in ("arrayLength( &pts ); let pts = 1u; total += pts", "arrayLength( &pts ); { let pts = 1u; total += pts; }"):
+        scoped = fine.replace("arrayLength( &pts )", "pts_len()").replace("dst_set(0u, total);", f"total += {late};\n    dst_set(0u, total);")
+        with pytest.raises(LoweringError, match=f"{lanes} per element"):
+            make(f"t13/words_late_{lanes}{bool(extra)}_{len(late)}", yaml, scoped)
     # NAME_len() and arrayLength of a binding stored one element a slot are what they were
     fine = body.replace("arrayLength( &pts )", "pts_len()")
     run = make(f"t13/words_ok_{lanes}{bool(extra)}", yaml, fine).run(n=1, inputs={"pts": np.ones((5, lanes), np.float32 if "f32" in element else np.uint32)})
