@@ -756,6 +756,7 @@ def _atomics_body(line: str) -> str:
         ("    if (hu_atomic_min(2u, i) > 3u) { out_set(i, 1u); }", 9),
         ("    out_set(i, atomicAdd(&hu[0], 1u));", 16),  # WGSL's own atomics on the binding
         ("    _ = atomicExchange(&hu[0], i);", 9),
+        ("    _ = atomicExchange\u200e(&hu[0], i);", 9),  # a left-to-right mark: WGSL blankspace (helper 112)
         ("    let s = atomicAdd(&wgc, 1u); out_set(i, s);", 13),  # a slot from a workgroup atomic
     ],
 )
