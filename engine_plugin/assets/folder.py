@@ -208,17 +208,13 @@ def module_search_path(folder: str, root: str | None = None, extra: Sequence[str
 
 
 def _own_root(folder: str) -> str:
-    """The root an asset read on its own searches ``modules/`` up to: the first folder of its
-    path as given (``assets`` for ``assets/kernels/k.computeShader``: what ``bake assets``
-    and ``AssetLibrary("assets")`` search), or only the folder holding it when the path is
-    absolute or starts at the asset or above the working folder. Never every folder up to
-    ``/``: that compiled in modules from outside any project (a ``/tmp/modules`` file anyone
-    can write), and a bake of one asset passed where the library failed (helpers 107, 110)."""
-    parent = os.path.dirname(folder) or "."
-    if os.path.isabs(folder) or os.sep not in folder:
-        return parent
-    first = folder.split(os.sep, 1)[0]
-    return parent if first in (".", "..") else first
+    """The root an asset read on its own searches ``modules/`` up to: the folder holding it,
+    as ``watch`` of one asset and a library rooted there take it. Every folder up to ``/``
+    compiled in modules from outside any project (a ``/tmp/modules`` file anyone can write),
+    and guessing a project root from the path (the working folder, the path's first folder)
+    searched outside it from some working folders and disagreed with ``bake`` of the folder
+    (helpers 107, 110, 112): a command names a root further up with ``--root``."""
+    return os.path.dirname(folder) or "."
 
 
 def read_modules(wgsl_text: str, wgsl_path: str, search: Sequence[str], root: str | None = None) -> tuple[Module, ...]:

@@ -193,6 +193,7 @@ def bake(
     validate: bool = True,
     force: bool = False,
     remote: RemoteCache | None = None,
+    root: str | None = None,
 ) -> BakeReport:
     """Lower and validate every variant of the assets under ``paths`` into ``cache``.
 
@@ -207,6 +208,8 @@ def bake(
         force: rebake variants the cache already holds.
         remote: the shared remote tier: every baked entry is written there too, and entries
             the local cache already held are uploaded when the server lacks them.
+        root: the asset root of every path (``modules/`` folders are searched up to it, files
+            stay inside it); default: each path given (for one asset, the folder holding it).
     Returns:
         The :class:`BakeReport`; ``report.ok`` is false when anything failed.
     Raises:
@@ -217,7 +220,7 @@ def bake(
     progress = progress or NoProgress()
     runner = runner or InlineRunner()
     report = BakeReport(store.folder)
-    plans, notes = plan_assets(paths, usage)
+    plans, notes = plan_assets(paths, usage, root)
     report.notes.extend(notes)
     state = _Bake(store, progress, report, remote, validate)
     skipped: list[str] = []

@@ -91,7 +91,7 @@ def _usage_spec(schema: Schema, spec: VariantSpec) -> VariantSpec:
     return resolve_spec(schema, spec.as_dict(), {k: list(v) for k, v in spec.columns} or None)
 
 
-def plan_assets(paths: Iterable[str], usage: Mapping[str, list[VariantSpec]] | None = None) -> tuple[list[AssetPlan], list[str]]:
+def plan_assets(paths: Iterable[str], usage: Mapping[str, list[VariantSpec]] | None = None, root: str | None = None) -> tuple[list[AssetPlan], list[str]]:
     """Read and enumerate every asset under ``paths``.
 
     Args:
@@ -113,7 +113,7 @@ def plan_assets(paths: Iterable[str], usage: Mapping[str, list[VariantSpec]] | N
         for f in found:
             if f not in folders:
                 folders.append(f)
-                roots[f] = p
+                roots[f] = root or p
     notes: list[str] = []
     wanted: dict[str, list[VariantSpec]] | None = None
     if usage is not None:

@@ -8,7 +8,7 @@ import os
 import sys
 from typing import Any, Callable
 
-from .contract import EXIT_FAILED, EXIT_OK, EXIT_USAGE, Reporter, UsageError, check_output_file, seconds_arg, whole_number_arg
+from .contract import EXIT_FAILED, EXIT_OK, EXIT_USAGE, ROOT_HELP, Reporter, UsageError, check_output_file, check_under_root, seconds_arg, whole_number_arg
 
 __all__ = ["add_bake_parser", "cmd_bake"]
 
@@ -29,6 +29,7 @@ def add_bake_parser(sub: Any, size_arg: Callable[[str], int], common: argparse.A
         "or environment errors (no asset under a path, no adapter, an unreachable scheduler).",
     )
     p.add_argument("assets", nargs="*", metavar="ASSETS", help="asset folders, or folders searched for *.computeShader (default: assets)")
+    p.add_argument("--root", metavar="DIR", help=ROOT_HELP)
     p.add_argument("--builtin", action="store_true", help="also bake the kernels shipped in the package (the engine's products and the demo's)")
     p.add_argument("--cache", default="cache", metavar="DIR", help="the variant cache folder (default: cache)")
     p.add_argument("--jobs", "-j", type=whole_number_arg(1), metavar="N", help="local worker processes (default: the CPU count; 1 bakes in this process)")
@@ -115,6 +116,7 @@ def cmd_bake(args: argparse.Namespace, rep: Reporter | None = None) -> int:
     for path in paths:
         if not find_assets(path):
             raise UsageError(f"no .computeShader assets under {path}")
+        check_under_root(path, args.root)
     table_out = sys.stderr if args.json == "-" else sys.stdout
     if not rep.quiet:
         require("rich", "the bake summary table (or pass -q)")
@@ -126,7 +128,7 @@ def cmd_bake(args: argparse.Namespace, rep: Reporter | None = None) -> int:
     progress = NoProgress() if rep.quiet else make_progress(args.progress, verbose=rep.verbose)
     progress.verbose = rep.verbose
     progress.prefix = f"{rep.prefix}: "
-    report = bake(paths, cache, runner=runner, usage=usage, progress=progress, force=args.force, remote=remote)
+    report = bake(paths, cache, runner=runner, usage=usage, progress=progress, force=args.force, remote=remote, root=args.root)
 
     st = cache.stats()
     if st.evictions:

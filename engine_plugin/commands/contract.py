@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import logging
 import math
+import os
 import sys
 import traceback
 from typing import Any, Callable, NoReturn, TextIO
@@ -189,6 +190,23 @@ def seconds_arg(positive: bool = False, unit: str = "seconds") -> Callable[[str]
     return parse
 
 
+ROOT_HELP = (
+    "the asset root: #import looks in the modules/ folder of each folder from the asset's up to it, "
+    "and asset files stay inside it (default: the path given; for one asset, the folder holding it)"
+)
+
+
+def check_under_root(path: str, root: str | None) -> None:
+    """Refuse (UsageError) an asset path outside ``--root`` (None: nothing to check)."""
+    if root is None:
+        return
+    if not os.path.isdir(root):
+        raise UsageError(f"--root {root}: not a folder")
+    here, top = os.path.abspath(path), os.path.abspath(root)
+    if not (here == top or here.startswith(top.rstrip(os.sep) + os.sep)):
+        raise UsageError(f"{path} is not under --root {root}")
+
+
 def check_output_file(target: str, what: str) -> None:
     """Refuse, before any work, a file path a command could not write at its end: a folder,
     or a path through a file or a folder it may not write (missing folders are made).
@@ -196,8 +214,6 @@ def check_output_file(target: str, what: str) -> None:
     Raises:
         UsageError: naming ``what`` and the path.
     """
-    import os
-
     if target == "-":
         return
     path = os.path.abspath(target)
@@ -224,7 +240,5 @@ def write_json(data: Any, target: str, *, out: TextIO | None = None) -> None:
         stream.write(text)
         stream.flush()
         return
-    import os
-
     os.makedirs(os.path.dirname(os.path.abspath(target)), exist_ok=True)
     write_atomic(target, text.encode("utf-8"))

@@ -8,7 +8,7 @@ import posixpath
 import sys
 from typing import Any, Sequence
 
-from .contract import EXIT_FAILED, EXIT_OK, Reporter, UsageError, write_json
+from .contract import EXIT_FAILED, EXIT_OK, ROOT_HELP, Reporter, UsageError, check_under_root, write_json
 
 __all__ = ["add_parsers", "cmd_info", "cmd_lower", "asset_info"]
 
@@ -42,7 +42,9 @@ def cmd_lower(args: argparse.Namespace, rep: Reporter) -> int:
     from ..lowering import lower, parse
     from ..lowering.portability import portability_issues
 
-    src = read_asset_folder(_existing(args.asset))
+    asset = _existing(args.asset)
+    check_under_root(asset, args.root)
+    src = read_asset_folder(asset, root=args.root)
     schema = parse(src.yaml_text, src.yaml_path)
     spec = dict(_pairs(args.spec, "--spec", "NAME=VALUE"))
     columns = {k: [c.strip() for c in v.split(",") if c.strip()] for k, v in _pairs(args.columns, "--columns", "TABLE=col,col")}
@@ -145,6 +147,7 @@ def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("--spec", action="append", metavar="NAME=VALUE", help="a specialisation value (repeatable)")
     p.add_argument("--columns", action="append", metavar="TABLE=a,b", help="table column names (repeatable)")
     p.add_argument("--numbered", action="store_true", help="prefix line numbers")
+    p.add_argument("--root", metavar="DIR", help=ROOT_HELP)
     p.add_argument("--strict", action="store_true", help="refuse (exit 1) a variant that exceeds WebGPU's default limits (warned about otherwise)")
     p.set_defaults(func=cmd_lower)
 

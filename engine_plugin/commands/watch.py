@@ -23,7 +23,7 @@ from typing import Any
 
 from ..errors import PluginError
 from ..files import json_text
-from .contract import EXIT_OK, Reporter, UsageError, seconds_arg, whole_number_arg
+from .contract import EXIT_OK, ROOT_HELP, Reporter, UsageError, check_under_root, seconds_arg, whole_number_arg
 
 __all__ = ["add_parser", "cmd_watch"]
 
@@ -123,7 +123,8 @@ def cmd_watch(args: argparse.Namespace, rep: Reporter) -> int:
     target = os.path.normpath(args.assets)
     if not os.path.isdir(target):
         raise UsageError(f"{target} is not a folder")
-    root = (os.path.dirname(target) or ".") if target.endswith(ASSET_SUFFIX) else target
+    check_under_root(target, args.root)
+    root = args.root or ((os.path.dirname(target) or ".") if target.endswith(ASSET_SUFFIX) else target)
     folders = find_assets(target)
     if not folders:
         raise UsageError(f"no .computeShader assets under {target}")
@@ -218,4 +219,5 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("--duration", type=seconds_arg(), default=0.0, metavar="S", help="stop after S seconds (default: until Ctrl-C)")
     p.add_argument("--max-events", type=whole_number_arg(0), default=0, metavar="N", help="stop after N reloads or failures (default 0: no limit)")
     p.add_argument("--json", action="store_true", help="one JSON object a line on stdout (for editor plugins)")
+    p.add_argument("--root", metavar="DIR", help=ROOT_HELP)
     p.set_defaults(func=cmd_watch)

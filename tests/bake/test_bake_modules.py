@@ -78,12 +78,20 @@ def test_a_module_edit_rebakes_exactly_the_importers_and_a_broken_module_names_i
     assert (failed["direct.computeShader"]["failed"], failed["indirect.computeShader"]["failed"], failed["plain.computeShader"]["skipped"]) == (2, 2, 2)
 
 
-def test_an_asset_baked_on_its_own_finds_the_modules_above_it(tmp_path):
+def test_an_asset_baked_on_its_own_finds_the_modules_above_it_up_to_the_root_named(tmp_path):
+    # On its own an asset's root is the folder holding it (as watch takes it; guessing a
+    # project root searched outside it: helpers 107, 110, 112); --root names one further up.
     root = str(tmp_path)
     _tree(root)
-    proc = run_bake([os.path.join("assets", "kernels", "indirect.computeShader"), "--cache", "cache", "--jobs", "1"], cwd=root)
+    asset = os.path.join("assets", "kernels", "indirect.computeShader")
+    alone = run_bake([asset, "--cache", "cache", "--jobs", "1"], cwd=root)
+    assert alone.returncode == 1 and "searched: assets/kernels/modules)" in alone.stderr, explain(alone)
+    proc = run_bake([asset, "--root", "assets", "--cache", "cache", "--jobs", "1"], cwd=root)
     assert proc.returncode == 0, explain(proc)
     assert len(entries(os.path.join(root, "cache"))) == 2
+    os.makedirs(os.path.join(root, "other"))
+    outside = run_bake([asset, "--root", "other", "--cache", "cache", "--jobs", "1"], cwd=root)
+    assert outside.returncode == 2 and "is not under --root" in outside.stderr, explain(outside)
 
 
 def test_a_folder_name_that_is_not_utf8_is_spelled_one_way_in_a_bake_error(tmp_path):

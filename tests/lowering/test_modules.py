@@ -115,13 +115,12 @@ def test_an_unknown_module_lists_the_folders_searched(tmp_path):
     assert [(m.name, m.path) for m in src.modules] == [("hash", str(root / "kernels" / "modules" / "hash.wgsl")), ("mix", str(root / "modules" / "mix.wgsl"))]
 
 
-def test_an_asset_read_on_its_own_searches_up_to_the_first_folder_of_its_path_never_to_the_filesystem_root(tmp_path, capsys, monkeypatch):
-    # Review helpers 107 and 110: `bake x.computeShader`, `lower` and `info` searched every
-    # folder above the asset up to /, so a modules/ folder outside the project (one planted in
-    # /tmp) was compiled in, and a bake of one asset passed where `bake assets` and the library
-    # failed. On its own an asset searches up to the first folder of its path as given
-    # (tests/bake: assets/kernels/k finds assets/modules), only the folder holding it when the
-    # path is absolute; info searches up to the folder it is given, as bake does.
+def test_an_asset_read_on_its_own_searches_up_to_the_folder_holding_it_or_the_root_named(tmp_path, capsys, monkeypatch):
+    # Review helpers 107, 110 and 112: `bake x.computeShader`, `lower` and `info` searched
+    # every folder above the asset up to / (a modules/ folder planted in /tmp was compiled in),
+    # and guessed project roots searched outside the project from some working folders and
+    # disagreed with `bake` of the folder and `watch`. On its own an asset's root is the folder
+    # holding it; --root names one further up; info searches up to the folder it is given.
     from engine_plugin.cli import main
 
     project = tmp_path / "project"
@@ -142,6 +141,7 @@ def test_an_asset_read_on_its_own_searches_up_to_the_first_folder_of_its_path_ne
     for args in (["lower", "assets/k.computeShader"], ["bake", "assets/k.computeShader", "--cache", str(tmp_path / "c"), "-q", "-j", "1"]):
         assert main(args) == 1, args
         assert "no module mix.wgsl (searched: assets/modules)" in capsys.readouterr().err
+    assert main(["lower", "assets/k.computeShader", "--root", "."]) == 0 and "fn mix_value" in capsys.readouterr().out  # named
     os.rename(project / "modules", project / "assets" / "modules")
     assert main(["lower", "assets/k.computeShader"]) == 0 and "fn mix_value" in capsys.readouterr().out
 
