@@ -22,7 +22,11 @@ def shown_path(path: str) -> str:
         path.encode("utf-8")
         return path
     except UnicodeEncodeError:
+        pass
+    try:
         return os.fsencode(path).decode("utf-8", "backslashreplace")
+    except UnicodeEncodeError:  # a surrogate no file name decodes to (text read as '\ud800')
+        return path.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def json_text(data: Any, indent: int | None = None) -> str:

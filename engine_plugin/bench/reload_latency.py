@@ -20,7 +20,6 @@ Target (issue 5): p95 of "dispatchable" <= 150 ms including the debounce.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import statistics
@@ -36,6 +35,7 @@ import numpy as np  # noqa: E402
 from engine_plugin import abi  # noqa: E402
 from engine_plugin.assets import AssetLibrary  # noqa: E402
 from engine_plugin.bench.harness import bench_kernels  # noqa: E402
+from engine_plugin.files import json_text, write_atomic  # noqa: E402
 
 SPEC = {"T": "f32", "FOLD": "add"}
 
@@ -141,8 +141,7 @@ def main(argv: list[str] | None = None) -> int:
     target = report["dispatchable_p95_ms"] <= 150.0
     print(f"  target p95 <= 150 ms: {'met' if target else 'NOT met'}")
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(report, f, indent=2)
+        write_atomic(args.json, (json_text(report, indent=2) + "\n").encode("utf-8"))
     return 0 if target and reloads == args.saves else 1
 
 

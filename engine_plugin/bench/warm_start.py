@@ -28,6 +28,8 @@ import sys
 import tempfile
 import time
 
+from ..files import json_text, write_atomic
+
 BODIES = ["v", "v * T(2)", "v + v", "abs(v)"]
 
 
@@ -109,19 +111,15 @@ def main(argv: list[str] | None = None) -> int:
     print(f"  speed-up                 {ratio:.1f}x   (target >= 10x: {'met' if ratio >= 10 else 'NOT met'})")
     print(f"  for context, not counted: the driver's pipeline compile of the 100 = {bake['compile_seconds'] * 1e3:.0f} ms")
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(
-                {
-                    "cold_ms": c50 * 1e3,
-                    "warm_ms": w50 * 1e3,
-                    "ratio": ratio,
-                    "cold_runs_ms": [x * 1e3 for x in cold],
-                    "warm_runs_ms": [x * 1e3 for x in warm],
-                    "compile_100_ms": bake["compile_seconds"] * 1e3,
-                },
-                f,
-                indent=2,
-            )
+        figures = {
+            "cold_ms": c50 * 1e3,
+            "warm_ms": w50 * 1e3,
+            "ratio": ratio,
+            "cold_runs_ms": [x * 1e3 for x in cold],
+            "warm_runs_ms": [x * 1e3 for x in warm],
+            "compile_100_ms": bake["compile_seconds"] * 1e3,
+        }
+        write_atomic(args.json, (json_text(figures, indent=2) + "\n").encode("utf-8"))
     return 0 if ratio >= 10 else 1
 
 

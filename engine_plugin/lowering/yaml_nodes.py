@@ -80,6 +80,12 @@ class _BoundedLoader(yaml.SafeLoader):
             node = super().compose_node(parent, index)
         finally:
             self._depth -= 1
+        if isinstance(node, yaml.ScalarNode) and isinstance(node.value, str):
+            try:
+                node.value.encode("utf-8")
+            except UnicodeEncodeError as exc:  # a "\ud800" escape: spliced or written out, no UTF-8 holds it
+                char = node.value[exc.start]
+                raise _Refused(f"the escape \\u{ord(char):04x} names a lone surrogate, which is no text; write the character itself", node.start_mark) from None
         self._sizes[id(node)] = _size(node, self._sizes)
         return node
 

@@ -109,3 +109,15 @@ def test_a_folder_name_that_is_not_utf8_is_spelled_one_way_in_a_bake_error(tmp_p
     text = (tmp_path / "r.json").read_text()
     assert "udcff" not in text and "bad\\\\xffname.computeShader" in text
     assert json.loads(text)["assets"][0]["asset"] == "a/bad\\xffname.computeShader"
+
+
+def test_json_text_never_raises_on_a_lone_surrogate():
+    # Review helper 112: a schema option "\ud800" (YAML accepts it) made info --json and
+    # bake --json exit 1 with "engine_plugin bug": shown_path's fsencode raised on it.
+    from engine_plugin.files import json_text
+
+    assert json.loads(json_text({"option": "\ud800", "path": "a/bad\udcffname", "ok": "é漢字🙂"})) == {
+        "option": "\\ud800",
+        "path": "a/bad\\xffname",
+        "ok": "é漢字🙂",
+    }

@@ -208,3 +208,12 @@ def test_a_file_far_larger_than_any_schema_is_refused_at_once_with_a_line(text, 
         parse(text, "big/bindings.yaml")
     assert info.value.span.path == "big/bindings.yaml" and info.value.span.line == line
     assert time.perf_counter() - t0 < 5.0  # what took 10 s to a minute; well under a second here
+
+
+def test_a_yaml_escape_naming_a_lone_surrogate_is_refused_where_it_stands():
+    # Review helper 112: "\ud800" in a source option was spliced into the WGSL and baking
+    # raised UnicodeEncodeError ("engine_plugin bug"); no UTF-8 text holds it.
+    text = 'bindings: []\nspecialize:\n  - { name: MODE, kind: source, options: ["\\ud800", "b"], default: "b" }\n'
+    with pytest.raises(SchemaError, match="lone surrogate") as info:
+        parse(text, "k/bindings.yaml")
+    assert (info.value.span.line, info.value.span.col) == (3, 43)  # its opening quote
