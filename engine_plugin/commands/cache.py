@@ -44,6 +44,8 @@ def _cache_folder(path: str) -> bool:
     try:
         st = os.stat(path)
     except FileNotFoundError:
+        if os.path.lexists(path):  # a dangling link: a bake could not make a cache there either
+            raise UsageError(f"{path} is a link to nothing (a variant cache is a folder)") from None
         return False
     except OSError as exc:
         raise UsageError(f"cannot look at {path}: {exc.strerror or exc}") from None
@@ -175,13 +177,17 @@ def _cmd_local(args: argparse.Namespace, rep: Reporter) -> int:
         rep.say(f"no variant cache at {args.cache}; nothing to {'collect' if args.action == 'gc' else 'clear'}")
         return EXIT_OK
     cache = VariantCache(args.cache, max_bytes=cap)
+    if cache.read_only:  # removal would fail file by file while saying it succeeded (helper 112)
+        raise UsageError(f"{args.cache} is read-only to you: nothing in it can be removed")
     if args.action == "gc":
         bad = cache.verify()
-        for key in bad:
-            cache.remove(key)
+        removed = sum(1 for key in bad if cache.remove(key))
         evicted = cache.gc(cap)
         st = cache.stats(scan=True)
-        rep.say(f"removed {len(bad)} unusable entries, evicted {evicted} least recently used; {st.entries} entries, {fmt_bytes(st.bytes)} left")
+        rep.say(f"removed {removed} unusable entries, evicted {evicted} least recently used; {st.entries} entries, {fmt_bytes(st.bytes)} left")
+        if removed < len(bad):
+            rep.error(f"{len(bad) - removed} unusable entries could not be removed")
+            return EXIT_FAILED
         return EXIT_OK
     removed = cache.clear()
     usage_note, kept = "", None
@@ -195,6 +201,10 @@ def _cmd_local(args: argparse.Namespace, rep: Reporter) -> int:
         except OSError as exc:  # a folder (or something else) where the usage log goes: left alone
             kept = f"{usage_path}: the usage log was not removed ({exc.strerror or exc})"
     rep.say(f"removed {removed} entries{usage_note} from {cache.folder}")
+    left = sum(1 for _ in cache.entries())
+    if left:
+        rep.error(f"{left} entries could not be removed")
+        return EXIT_FAILED
     if kept is not None:
         rep.error(kept)
         return EXIT_FAILED

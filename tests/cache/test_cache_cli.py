@@ -99,3 +99,34 @@ def test_a_cache_under_a_folder_the_user_cannot_enter_is_an_error_not_no_cache(t
             assert proc.returncode == 2 and "cannot look at" in proc.stderr and "Permission denied" in proc.stderr, (action, proc.stdout, proc.stderr)
     finally:
         os.chmod(parent, 0o755)
+
+
+def test_a_dangling_link_is_no_place_for_a_cache(tmp_path, capsys):
+    # Review helper 112: stats said "no variant cache ... (bake one with: ...)" and exited 0,
+    # but a bake there cannot make one.
+    os.symlink(tmp_path / "nowhere", tmp_path / "cache")
+    for action in ("stats", "gc", "clear"):
+        assert main(["cache", action, "--cache", str(tmp_path / "cache")]) == 2, action
+        assert "is a link to nothing" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(shutil.which("setpriv") is None or os.geteuid() != 0, reason="needs root and setpriv to act as a user without DAC override")
+def test_gc_and_clear_of_a_cache_the_user_cannot_write_are_errors_not_success(tmp_path):
+    # Review helper 112: clear printed "removed 0 entries" and gc "removed 3 unusable entries",
+    # both exit 0, with every file still there.
+    import subprocess
+    import sys
+
+    folder = tmp_path / "ro"
+    folder.mkdir()
+    for k in "abc":
+        (folder / f"{k * 64}.msgpack").write_bytes(os.urandom(2000))
+    os.chmod(folder, 0o555)
+    try:
+        for action in (["clear"], ["gc", "--max-bytes", "1K"]):
+            cmd = ["setpriv", "--bounding-set", "-dac_override,-dac_read_search", sys.executable, "-m", "engine_plugin", "cache", *action, "--cache", str(folder)]
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=REPO)
+            assert proc.returncode == 2 and "read-only" in proc.stderr, (action, proc.stdout, proc.stderr)
+            assert len(os.listdir(folder)) == 3
+    finally:
+        os.chmod(folder, 0o755)
