@@ -89,6 +89,12 @@ class SpecParam:
     line: int = 0
 
 
+def _code(line: str) -> str:
+    """``line`` without its YAML comment (a ``#`` at its start or after a blank; one inside
+    quotes is taken for a comment too: a column is then not found, never a wrong one)."""
+    return re.split(r"(?:^|\s)#", line, maxsplit=1)[0]
+
+
 @dataclass(frozen=True)
 class Schema:
     bindings: tuple[Binding, ...]
@@ -114,10 +120,10 @@ class Schema:
             for row in range(line, min(len(lines), line + 32) + 1):
                 if row > line and lines[row - 1].lstrip().startswith("- "):
                     break  # the next item
-                found = named.search(lines[row - 1])
+                found = named.search(_code(lines[row - 1]))
                 if found:
                     return Span(self.path, row, found.start(1) + 1, lines[row - 1])
-            found = re.search(rf"(?<![A-Za-z0-9_]){re.escape(word)}(?![A-Za-z0-9_])", lines[line - 1])
+            found = re.search(rf"(?<![A-Za-z0-9_]){re.escape(word)}(?![A-Za-z0-9_])", _code(lines[line - 1]))
             if found:
                 return Span(self.path, line, found.start() + 1, lines[line - 1])
         return Span(self.path, line, None, lines[line - 1])

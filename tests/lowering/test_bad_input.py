@@ -679,6 +679,8 @@ def test_a_binding_named_like_a_builtin_the_generated_code_never_calls_still_low
         ("bindings:\n  - { name: name, kind: buffer, access: read, element: f32 }\n  - { name: name_get, kind: buffer, access: read, element: f32 }\n", {}, None),
         # block style, the name on the item's second line
         ("bindings:\n  - kind: buffer\n    name: src\n    element: f32\n  - { name: src_get, kind: buffer, element: f32 }\n", {}, None),
+        # a comment spelling the name first (helper 112: the caret went into the comment)
+        ("bindings: []\nspecialize:\n  - kind: named\n    # was: name: M, options: [a]\n    name: M\n    options: [a, b]\n", {"M": "q"}, (5, 11)),
     ],
 )
 def test_a_schema_error_points_at_the_items_name_not_another_word_spelled_alike(text, spec, at):
