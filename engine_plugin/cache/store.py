@@ -423,7 +423,10 @@ class VariantCache:
         evicted = 0
         if cap is not None and total > cap:
             target = int(cap * low_water)
-            for info in sorted(infos, key=lambda i: (i.mtime_ns, i.key)):
+            # A use stamps "now": an entry stamped in the future was not (a planted file, or a
+            # clock set back) and goes first, or it would outlive every entry in use (helper 112).
+            future = time.time_ns() + 60 * 10**9
+            for info in sorted(infos, key=lambda i: (i.mtime_ns if i.mtime_ns <= future else -1, i.key)):
                 if total <= target:
                     break
                 freed = self._discard(info.path)

@@ -225,6 +225,21 @@ def test_writing_over_a_sparse_file_keeps_the_size_cap(tmp_path):
     assert sum(i.size for i in cache.entries()) <= cap and cache.stats().evictions > 0
 
 
+def test_an_entry_stamped_in_the_future_is_evicted_first(tmp_path):
+    # Review helper 112: a file of an entry's size stamped years ahead looked like the most
+    # recently used entry and outlived every entry in use (it held most of a small cap).
+    variants = reference_variants()
+    cache = VariantCache(str(tmp_path / "cache"), max_bytes=10**9)
+    for key, lowered in variants[:6]:
+        cache.put(key, lowered)
+    planted = variants[0][0]
+    ahead = time.time() + 10 * 365 * 86400
+    os.utime(cache.path(planted), (ahead, ahead))
+    sizes = sum(i.size for i in cache.entries())
+    assert cache.gc(max_bytes=sizes - 1, low_water=1.0) == 1  # one eviction is enough: the planted one goes
+    assert planted not in {i.key for i in cache.entries()}
+
+
 @pytest.fixture
 def deadline():
     """Fail (rather than hang the suite) when the test body blocks for 10 s."""
