@@ -732,14 +732,15 @@ def _word_pointer_error(toks: list, words: dict[str, tuple[int, str]]) -> tuple[
         before = toks[i - 1] if i > 0 else None
         if t.text != "&" or (before is not None and ((before.kind in ("ident", "number") and before.text != "return") or before.text in (")", "]", "&"))):
             continue  # a binary '&' (or the second '&' of '&&'): no address is taken
-        j = i + 1
+        j, opened = i + 1, 0
         while j < len(toks) and toks[j].text in ("(", "*", "&"):
+            opened += toks[j].text == "("
             j += 1
         if j >= len(toks) or toks[j].text not in words or any(a <= i < b for a, b in shadowed.get(toks[j].text, ())):
             continue
         k = j + 1
-        while k < len(toks) and toks[k].text == ")":
-            k += 1
+        while k < len(toks) and toks[k].text == ")" and opened:  # only the parentheses opened after the '&'
+            k, opened = k + 1, opened - 1
         if k < len(toks) and toks[k].text in ("[", "."):
             continue  # a pointer to one word (&pts[i], &(pts)[i])
         name = toks[j].text
@@ -755,28 +756,75 @@ def _word_pointer_error(toks: list, words: dict[str, tuple[int, str]]) -> tuple[
 
 
 def _local_names(toks: list, names: set[str]) -> dict[str, list[tuple[int, int]]]:
-    """Where each of ``names`` is a function's own (a parameter: the whole function; a
-    ``let``/``var``/``const``: from its declaration to the end of its block), as token spans:
-    there the name is not the module-scope binding."""
+    """Where each of ``names`` is a function's own, as token spans: a parameter in the whole
+    function; a ``let``/``var``/``const`` from the end of its declaration (its initializer
+    still sees the binding) to the end of its block, or of its ``for`` statement when the
+    ``for`` header declares it (helper 113). There the name is not the module-scope binding."""
     out: dict[str, list[tuple[int, int]]] = {}
     for a, b in _function_spans(toks).values():
         for k in range(a + 2, b - 1):
             t, nxt = toks[k], toks[k + 1]
             if t.text in names and nxt.text == ":" and toks[k - 1].text in ("(", ","):
                 out.setdefault(t.text, []).append((a, b))  # a parameter
-            elif t.text in ("let", "var", "const"):
-                m = k + 1
-                if m < b and toks[m].text == "<":  # var<function>
-                    while m < b and toks[m].text != ">":
-                        m += 1
+                continue
+            if t.text not in ("let", "var", "const"):
+                continue
+            m = k + 1
+            if m < b and toks[m].text == "<":  # var<function>
+                while m < b and toks[m].text != ">":
                     m += 1
-                if m < b and toks[m].text in names:
-                    depth, e = 0, m
-                    while e < b and depth >= 0:  # to the '}' that closes the declaring block
-                        depth += {"{": 1, "}": -1}.get(toks[e].text, 0)
-                        e += 1
-                    out.setdefault(toks[m].text, []).append((m, e))
+                m += 1
+            if m >= b or toks[m].text not in names:
+                continue
+            first = _statement_end(toks, m, b)  # the declaration's ';': the name is the local after it
+            if toks[k - 1].text == "(" and k >= 2 and toks[k - 2].text == "for":
+                last = _for_end(toks, k - 1, b)
+            else:
+                depth, last = 0, m
+                while last < b and depth >= 0:  # to the '}' that closes the declaring block
+                    depth += {"{": 1, "}": -1}.get(toks[last].text, 0)
+                    last += 1
+            out.setdefault(toks[m].text, []).append((first, last))
     return out
+
+
+def _statement_end(toks: list, i: int, end: int) -> int:
+    """The index of the ``;`` that ends the statement holding token ``i`` (or where the
+    enclosing bracket closes first)."""
+    depth = 0
+    while i < end:
+        text = toks[i].text
+        if text in ("(", "[", "{"):
+            depth += 1
+        elif text in (")", "]", "}"):
+            if depth == 0:
+                return i
+            depth -= 1
+        elif text == ";" and depth == 0:
+            return i
+        i += 1
+    return end
+
+
+def _for_end(toks: list, paren: int, end: int) -> int:
+    """One past the ``}`` that ends the ``for`` statement whose header opens at ``paren``."""
+    depth, i = 0, paren
+    while i < end:  # the header's ')'
+        depth += {"(": 1, ")": -1}.get(toks[i].text, 0)
+        i += 1
+        if depth == 0:
+            break
+    depth = 0
+    while i < end:  # its body
+        text = toks[i].text
+        if text == "{":
+            depth += 1
+        elif text == "}":
+            depth -= 1
+            if depth == 0:
+                return i + 1
+        i += 1
+    return end
 
 
 def _reached_functions(body_toks: list, module_toks: Sequence[list]) -> set[str]:
