@@ -25,6 +25,7 @@ from ..lowering.modules import Module, resolve_imports
 
 __all__ = [
     "real_path",
+    "under_root",
     "AssetSource",
     "read_asset_folder",
     "find_assets",
@@ -235,7 +236,7 @@ def read_modules(wgsl_text: str, wgsl_path: str, search: Sequence[str], root: st
                 _check_utf8_name(path)
                 # Inside the asset root, files stay in it; a module folder passed from outside
                 # it (AssetLibrary(modules=[...])) bounds its own files.
-                return path, _read_text(path, root if root is not None and _within(base, root) else base)
+                return path, _read_text(path, root if root is not None and under_root(base, root) else base)
         return None
 
     return resolve_imports(wgsl_text, wgsl_path, find, ", ".join(search) or "no module folders")
@@ -259,7 +260,7 @@ def _link_within(link: str, root: str) -> bool:
     return path_under(os.path.abspath(link), top) or path_under(where, real_top) or path_under(real_top, real_path(link))
 
 
-def _within(path: str, root: str) -> bool:
+def under_root(path: str, root: str) -> bool:
     """Whether ``path`` lies at or under ``root``, as written or resolved: a ``modules/`` link
     inside the root to a folder outside it is the root's (its files must still resolve inside
     the root), and so is a folder named through another spelling of the root (a link to it)."""
@@ -281,6 +282,7 @@ def read_asset_folder(folder: str, root: str | None = None, modules: Sequence[st
     folder = os.path.normpath(folder)
     if os.path.basename(folder) == "bindings.yaml":
         folder = os.path.dirname(folder) or "."
+    alone = root is None  # read on its own: its root is the folder holding it (see _own_root)
     root = folder if root is None else os.path.normpath(root)
     if os.path.basename(root) == "bindings.yaml":  # a root named by its schema file
         root = os.path.dirname(root) or "."
@@ -304,10 +306,10 @@ def read_asset_folder(folder: str, root: str | None = None, modules: Sequence[st
     for path in (yaml_path, wgsl_path):
         _check_utf8_name(path)
     texts = [_read_text(path, root) for path in (yaml_path, wgsl_path)]
-    search = module_search_path(folder, root if root != folder else _own_root(folder), modules)
+    search = module_search_path(folder, _own_root(folder) if alone else root, modules)
     # Module files must stay inside the asset root, or (an asset read on its own) inside the
     # module folder they were found in.
-    mod_root = root if root != folder else None
+    mod_root = None if alone else root
     imported = read_modules(texts[1], wgsl_path, search, mod_root) if "#import" in texts[1] else ()
     return AssetSource(folder, yaml_path, texts[0], wgsl_path, texts[1], others, imported, search)
 

@@ -13,7 +13,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Iterable, Mapping, Sequence
 
-from ..assets.folder import AssetSource, find_assets, read_asset_folder
+from ..assets.folder import AssetSource, find_assets, read_asset_folder, under_root
 from ..errors import AssetError, PluginError, Span, SpecializationError, bug
 from ..lowering import Schema, VariantSpec, enumerate_variants, parse, resolve_spec
 from ..lowering.fingerprint import variant_key
@@ -105,7 +105,7 @@ def plan_assets(paths: Iterable[str], usage: Mapping[str, list[VariantSpec]] | N
     """
     paths = list(paths)
     folders: list[str] = []
-    roots: dict[str, str] = {}  # asset folder -> the path it was found under: its files stay inside
+    roots: dict[str, str | None] = {}  # asset folder -> its root (None: read on its own): its files stay inside
     for p in paths:
         found = find_assets(p)
         if not found:
@@ -113,7 +113,7 @@ def plan_assets(paths: Iterable[str], usage: Mapping[str, list[VariantSpec]] | N
         for f in found:
             if f not in folders:
                 folders.append(f)
-                roots[f] = root or p
+                roots[f] = root if root is not None and under_root(f, root) else (None if f == p else p)
     notes: list[str] = []
     wanted: dict[str, list[VariantSpec]] | None = None
     if usage is not None:

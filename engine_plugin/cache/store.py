@@ -423,9 +423,10 @@ class VariantCache:
         evicted = 0
         if cap is not None and total > cap:
             target = int(cap * low_water)
-            # A use stamps "now": an entry stamped in the future was not (a planted file, or a
-            # clock set back) and goes first, or it would outlive every entry in use (helper 112).
-            future = time.time_ns() + 60 * 10**9
+            # A use stamps "now": an entry stamped more than a day ahead was not (a planted file)
+            # and goes first, or it would outlive every entry in use (helper 112); a stamp a
+            # little ahead is another machine's clock on a shared folder, kept in order (113).
+            future = time.time_ns() + 86400 * 10**9
             for info in sorted(infos, key=lambda i: (i.mtime_ns if i.mtime_ns <= future else -1, i.key)):
                 if total <= target:
                     break
@@ -444,7 +445,8 @@ class VariantCache:
         """Remove every entry and temporary file; answers the number of entries removed."""
         removed = 0
         for info in list(self.entries()):
-            if self._discard(info.path):
+            self._discard(info.path)
+            if not os.path.lexists(info.path):  # an empty file frees no bytes but is gone (helper 113)
                 removed += 1
         for tmp, _ in self._temp_files():
             try:

@@ -116,6 +116,7 @@ def cmd_bake(args: argparse.Namespace, rep: Reporter | None = None) -> int:
     for path in paths:
         if not find_assets(path):
             raise UsageError(f"no .computeShader assets under {path}")
+    for path in list(args.assets) or ([] if args.builtin else ["assets"]):  # --builtin's packaged kernels keep their own root
         check_under_root(path, args.root)
     table_out = sys.stderr if args.json == "-" else sys.stdout
     if not rep.quiet:

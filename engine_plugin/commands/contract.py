@@ -197,13 +197,17 @@ ROOT_HELP = (
 
 
 def check_under_root(path: str, root: str | None) -> None:
-    """Refuse (UsageError) an asset path outside ``--root`` (None: nothing to check)."""
+    """Refuse (UsageError) an asset path outside ``--root``, as written or resolved (None:
+    nothing to check), and a root that is the asset itself (a root holds assets)."""
     if root is None:
         return
+    from ..assets.folder import ASSET_SUFFIX, real_path, under_root
+
     if not os.path.isdir(root):
         raise UsageError(f"--root {root}: not a folder")
-    here, top = os.path.abspath(path), os.path.abspath(root)
-    if not (here == top or here.startswith(top.rstrip(os.sep) + os.sep)):
+    if os.path.normpath(root).endswith(ASSET_SUFFIX) or real_path(root) == real_path(path) and path.endswith(ASSET_SUFFIX):
+        raise UsageError(f"--root {root} is an asset; the root is a folder holding assets (its modules/ and theirs)")
+    if not under_root(path, root):
         raise UsageError(f"{path} is not under --root {root}")
 
 

@@ -100,11 +100,12 @@ def cmd_info(args: argparse.Namespace, rep: Reporter) -> int:
     from ..assets.folder import find_assets
 
     path = _existing(args.path)
+    check_under_root(path, args.root)
     assets = find_assets(path)
     if not assets:
         raise UsageError(f"no .computeShader assets under {args.path}")
-    # The path given is the assets' root (as bake takes it): modules are searched up to it.
-    infos = [asset_info(folder, None if folder == path else path) for folder in assets]  # the first broken asset raises: exit 1
+    # The root named, else the path given (as bake takes it): modules are searched up to it.
+    infos = [asset_info(folder, args.root or (None if folder == path else path)) for folder in assets]  # the first broken asset raises: exit 1
     if args.json:
         write_json({"engine_plugin": __version__, "assets": infos}, "-")
         return EXIT_OK
@@ -154,4 +155,5 @@ def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser("info", parents=[common], help="print schemas, options and variant counts")
     p.add_argument("path", nargs="?", default="assets", help="an asset folder or a folder of assets (default: assets)")
     p.add_argument("--json", action="store_true", help="JSON on stdout instead of tables")
+    p.add_argument("--root", metavar="DIR", help=ROOT_HELP)
     p.set_defaults(func=cmd_info)

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Iterator, Mapping, Sequence
 
 from ..errors import Span, SpecializationError
+from ..files import shown_path
 from .schema import Schema
 from .types import parse_value_type
 
@@ -63,6 +64,11 @@ def resolve_spec(schema: Schema, specialize: Mapping[str, str] | VariantSpec | N
             val = str(val)
         if not isinstance(val, str):
             raise SpecializationError(f"specialisation {name}={val!r} must be text", schema.span_at(sp.line, name))
+        try:
+            val.encode("utf-8")
+        except UnicodeEncodeError:  # a byte no UTF-8 decodes (a command line's), or a lone surrogate
+            message = f"specialisation {name}='{shown_path(val)}' is not text (a byte or escape no UTF-8 holds)"
+            raise SpecializationError(message, schema.span_at(sp.line, name)) from None
         if sp.kind == "type":
             vt = parse_value_type(val)
             val = vt.wgsl if vt else val

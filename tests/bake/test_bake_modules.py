@@ -92,6 +92,9 @@ def test_an_asset_baked_on_its_own_finds_the_modules_above_it_up_to_the_root_nam
     os.makedirs(os.path.join(root, "other"))
     outside = run_bake([asset, "--root", "other", "--cache", "cache", "--jobs", "1"], cwd=root)
     assert outside.returncode == 2 and "is not under --root" in outside.stderr, explain(outside)
+    # Helper 113: --builtin's packaged kernels keep their own root (bake --builtin --root was refused)
+    both = run_bake([asset, "--root", "assets", "--builtin", "--cache", "cache", "--jobs", "1", "-q"], cwd=root)
+    assert both.returncode == 0, explain(both)
 
 
 def test_a_folder_name_that_is_not_utf8_is_spelled_one_way_in_a_bake_error(tmp_path):

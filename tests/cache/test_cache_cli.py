@@ -130,3 +130,14 @@ def test_gc_and_clear_of_a_cache_the_user_cannot_write_are_errors_not_success(tm
             assert len(os.listdir(folder)) == 3
     finally:
         os.chmod(folder, 0o755)
+
+
+def test_clear_counts_every_entry_it_removed(tmp_path, capsys):
+    # Review helper 113: an empty file named like an entry was removed but not counted.
+    folder = tmp_path / "cache"
+    cache = VariantCache(str(folder))
+    key, lowered = reference_variants()[0]
+    cache.put(key, lowered)
+    (folder / f"{'e' * 64}.msgpack").write_bytes(b"")
+    assert main(["cache", "clear", "--cache", str(folder)]) == 0
+    assert "removed 2 entries" in capsys.readouterr().out and not list(cache.entries())

@@ -238,6 +238,14 @@ def test_an_entry_stamped_in_the_future_is_evicted_first(tmp_path):
     sizes = sum(i.size for i in cache.entries())
     assert cache.gc(max_bytes=sizes - 1, low_water=1.0) == 1  # one eviction is enough: the planted one goes
     assert planted not in {i.key for i in cache.entries()}
+    # Helper 113: a stamp minutes ahead is another machine's clock (a shared folder), not a
+    # plant: entries used a moment ago there stay newer than yesterday's.
+    fresh, old = variants[1][0], variants[2][0]
+    os.utime(cache.path(fresh), (time.time() + 120, time.time() + 120))
+    os.utime(cache.path(old), (time.time() - 86400, time.time() - 86400))
+    sizes = sum(i.size for i in cache.entries())
+    assert cache.gc(max_bytes=sizes - 1, low_water=1.0) == 1
+    assert old not in {i.key for i in cache.entries()} and fresh in {i.key for i in cache.entries()}
 
 
 @pytest.fixture

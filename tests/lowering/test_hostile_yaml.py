@@ -217,3 +217,18 @@ def test_a_yaml_escape_naming_a_lone_surrogate_is_refused_where_it_stands():
     with pytest.raises(SchemaError, match="lone surrogate") as info:
         parse(text, "k/bindings.yaml")
     assert (info.value.span.line, info.value.span.col) == (3, 43)  # its opening quote
+
+
+@pytest.mark.parametrize("value", ["v\ud800", "v*\udcff"])
+def test_a_specialisation_value_that_is_no_text_is_refused_naming_it(value):
+    # Review helper 113: a source value with a lone surrogate (the API) or a byte no UTF-8
+    # decodes (a command line's --spec) was spliced into the WGSL: a raw 0xff byte printed, or
+    # a bare UnicodeEncodeError ("engine_plugin bug").
+    from engine_plugin.errors import SpecializationError
+    from engine_plugin.lowering import lower
+
+    schema = parse('bindings: []\nspecialize:\n  - { name: BODY, kind: source, default: "v" }\n', "k/bindings.yaml")
+    with pytest.raises(SpecializationError, match="is not text") as info:
+        lower(schema, "@compute @workgroup_size(1)\nfn main() { let v = 1u; _ = BODY; }\n", {"BODY": value}, wgsl_path="k/kernel.wgsl")
+    assert (info.value.span.line, info.value.span.col) == (3, 13)
+    assert "\\" in info.value.message  # spelled with escapes, never the raw character

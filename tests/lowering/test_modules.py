@@ -142,6 +142,19 @@ def test_an_asset_read_on_its_own_searches_up_to_the_folder_holding_it_or_the_ro
         assert main(args) == 1, args
         assert "no module mix.wgsl (searched: assets/modules)" in capsys.readouterr().err
     assert main(["lower", "assets/k.computeShader", "--root", "."]) == 0 and "fn mix_value" in capsys.readouterr().out  # named
+    # Helper 113: info takes --root too; a root that is the asset, or outside it, is refused;
+    # a root reached through a link still holds the asset (compared resolved too).
+    assert main(["info", "assets/k.computeShader", "--root", "."]) == 0
+    capsys.readouterr()
+    for root, says in (("assets/k.computeShader", "is an asset"), ("assets/other", "not under --root")):
+        os.makedirs(root, exist_ok=True) if root.endswith("other") else None
+        for cmd in ("lower", "info"):
+            assert main([cmd, "assets/k.computeShader", "--root", root]) == 2, (cmd, root)
+            assert says in capsys.readouterr().err
+    os.symlink(project, tmp_path / "link")
+    assert main(["lower", str(tmp_path / "link" / "assets" / "k.computeShader"), "--root", str(project)]) == 0
+    assert main(["lower", "assets/k.computeShader", "--root", str(tmp_path / "link")]) == 0
+    capsys.readouterr()
     os.rename(project / "modules", project / "assets" / "modules")
     assert main(["lower", "assets/k.computeShader"]) == 0 and "fn mix_value" in capsys.readouterr().out
 
