@@ -195,7 +195,16 @@ def module_search_path(folder: str, root: str | None = None, extra: Sequence[str
     here = os.path.dirname(os.path.normpath(os.path.abspath(folder)))
     top = os.path.normpath(os.path.abspath(root)) if root is not None else None
     if top is not None and not path_under(here, top):
-        here = top  # an asset outside the root (a built-in one): the root's modules only
+        # The root spelled through a link (--root link, or the asset named through one): the
+        # folder above the asset that is the root, resolved, in the asset's own spelling; the
+        # root's modules alone skipped the asset's nearer ones (review helper 114).
+        real_top, up = real_path(top), here
+        while real_path(up) != real_top and os.path.dirname(up) != up:
+            up = os.path.dirname(up)
+        if real_path(up) == real_top:
+            top = up
+        else:
+            here = top  # an asset outside the root (a built-in one): the root's modules only
     while True:
         out.append(os.path.join(here, MODULES_DIR))
         parent = os.path.dirname(here)

@@ -738,8 +738,13 @@ def _word_pointer_error(toks: list, words: dict[str, tuple[int, str]]) -> tuple[
             j += 1
         if j >= len(toks) or toks[j].text not in words or any(a <= i < b for a, b in shadowed.get(toks[j].text, ())):
             continue
+        p = i - 1  # grouping parentheses opened just before it ('(&pts)[1]', not a call's 'f(&pts)')
+        while p >= 0 and toks[p].text in ("*", "&"):
+            p -= 1
+        while p >= 0 and toks[p].text == "(" and not (p > 0 and (toks[p - 1].kind == "ident" or toks[p - 1].text in (">", ")", "]"))):
+            opened, p = opened + 1, p - 1
         k = j + 1
-        while k < len(toks) and toks[k].text == ")" and opened:  # only the parentheses opened after the '&'
+        while k < len(toks) and toks[k].text == ")" and opened:  # only the parentheses around the pointer
             k, opened = k + 1, opened - 1
         if k < len(toks) and toks[k].text in ("[", "."):
             continue  # a pointer to one word (&pts[i], &(pts)[i])

@@ -155,6 +155,18 @@ def test_an_asset_read_on_its_own_searches_up_to_the_folder_holding_it_or_the_ro
     assert main(["lower", str(tmp_path / "link" / "assets" / "k.computeShader"), "--root", str(project)]) == 0
     assert main(["lower", "assets/k.computeShader", "--root", str(tmp_path / "link")]) == 0
     capsys.readouterr()
+    # ...and still the nearest module first (helper 114: through a link the root's own won)
+    os.makedirs("assets/modules")
+    with open("assets/modules/mix.wgsl", "w") as f:
+        f.write(MIX.replace("100u", "222u"))
+    for args in (["--root", str(tmp_path / "link")], ["--root", "."]):
+        assert main(["lower", "assets/k.computeShader", *args]) == 0, args
+        assert "222u" in capsys.readouterr().out, args
+    os.remove("assets/modules/mix.wgsl")
+    os.rmdir("assets/modules")
+    os.symlink(project / "assets" / "k.computeShader", tmp_path / "asset_link")
+    assert main(["lower", "assets/k.computeShader/", "--root", str(tmp_path / "asset_link")]) == 2  # a root that is an asset, however spelled
+    assert "is an asset" in capsys.readouterr().err
     os.rename(project / "modules", project / "assets" / "modules")
     assert main(["lower", "assets/k.computeShader"]) == 0 and "fn mix_value" in capsys.readouterr().out
 

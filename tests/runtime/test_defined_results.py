@@ -204,7 +204,9 @@ def test_array_length_of_a_binding_stored_as_several_words_an_element_is_refused
     with pytest.raises(LoweringError, match=f"{lanes} per element"):
         make(f"t13/words_lrm_{lanes}{bool(extra)}", yaml, lrm)
     helpers = "fn mask(m: u32, pts: u32) -> u32 { return m & pts; }\nfn both(a: bool, pts: bool) -> bool { return a && pts; }\n"
-    fine = body.replace("@compute", helpers + "@compute").replace("var total = 0u;", "var total = mask(0u, 1u);\n    { var pts = 3u; let q = &pts; total += *q - 3u; }\n    let w = &(pts)[0];")
+    fine = body.replace("@compute", helpers + "@compute").replace(
+        "var total = 0u;", "var total = mask(0u, 1u);\n    { var pts = 3u; let q = &pts; total += *q - 3u; }\n    let w = &(pts)[0];\n    let x = (&pts)[1];\n    let y = (*&pts)[1];"
+    )
     make(f"t13/words_locals_{lanes}{bool(extra)}", yaml, fine.replace("arrayLength( &pts )", "pts_len()"))
     for late in (
         "arrayLength( &pts ); let pts = 1u; total += pts",
