@@ -167,6 +167,9 @@ def test_an_asset_read_on_its_own_searches_up_to_the_folder_holding_it_or_the_ro
     os.symlink(project / "assets" / "k.computeShader", tmp_path / "asset_link")
     assert main(["lower", "assets/k.computeShader/", "--root", str(tmp_path / "asset_link")]) == 2  # a root that is an asset, however spelled
     assert "is an asset" in capsys.readouterr().err
+    os.symlink(project / "assets" / "k.computeShader", tmp_path / "alias")  # a link to it named otherwise (helper 115)
+    assert main(["lower", str(tmp_path / "alias"), "--root", str(tmp_path / "alias")]) == 2
+    assert "is an asset" in capsys.readouterr().err
     os.rename(project / "modules", project / "assets" / "modules")
     assert main(["lower", "assets/k.computeShader"]) == 0 and "fn mix_value" in capsys.readouterr().out
 
