@@ -7,7 +7,7 @@ from collections import Counter
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Iterable, Mapping
 
-from ..cache import VariantCache, encode_entry
+from ..cache import VariantCache
 from ..cache.remote import RemoteCache
 from ..errors import PluginError
 from ..files import shown_path
@@ -125,7 +125,7 @@ class _Bake:
         server that is down is counted in the remote stats, not a failed variant)."""
         ok = self.cache.put(key, lowered, validated=self.validated)
         if ok and self.remote is not None:
-            self.remote.put_entries([(key, encode_entry(key, lowered, signed=False, validated=self.validated))])
+            self.remote.put(key, lowered, self.validated)
         return ok
 
     def take(self, job: ChunkJob, result: ChunkResult | BaseException) -> None:

@@ -292,11 +292,6 @@ class RemoteCache:
         return self._call("exists", ask, None) if keys else set()
 
     # -- writes ----------------------------------------------------------------------------
-    def value_of(self, key: str, lowered: Lowered, validated: bool = False) -> bytes:
-        """The server value for ``lowered`` (the entry bytes, unsigned locally, signed when a
-        secret is set; ``validated``: the baker compiled it on a device)."""
-        return self.wrap(encode_entry(key, lowered, signed=False, validated=validated))
-
     def wrap(self, entry: bytes) -> bytes:
         return sign(self.secret, entry) if self.secret else entry
 
@@ -321,7 +316,8 @@ class RemoteCache:
         return written
 
     def put(self, key: str, lowered: Lowered, validated: bool = False) -> bool:
-        """Write one entry (the ``LoweredStore`` protocol); False when the server is down."""
+        """Write one entry (the ``LoweredStore`` protocol; ``validated``: the baker compiled it
+        on a device); False when the server is down."""
         return self.put_entries([(key, encode_entry(key, lowered, signed=False, validated=validated))]) == 1
 
     def publish(self) -> bool:

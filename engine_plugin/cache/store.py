@@ -308,9 +308,7 @@ class VariantCache:
     def remove(self, key: str) -> bool:
         """Remove the entry under ``key``; answers whether there was one."""
         path = self.path(key)
-        existed = os.path.lexists(path)
-        self._discard(path)
-        return existed and not os.path.lexists(path)
+        return os.path.lexists(path) and self._discard(path)
 
     def contains(self, key: str) -> bool:
         """Whether an entry file exists under ``key`` (not whether it is valid; counts nothing)."""
@@ -347,23 +345,20 @@ class VariantCache:
         log.warning("variant cache: entry %s is unusable (%s); treated as a miss and replaced", os.path.basename(path), reason)
         self._discard(path)
 
-    def _discard(self, path: str) -> int:
-        """Remove an entry (file or stray folder); answers the bytes freed."""
-        try:
-            st = os.lstat(path)
-        except OSError:
-            return 0
+    def _discard(self, path: str) -> bool:
+        """Remove an entry (file or stray folder); answers whether nothing is left there
+        (removed now, or by another process first)."""
         try:
             if os.path.isdir(path) and not os.path.islink(path):
                 shutil.rmtree(path)
             else:
                 os.unlink(path)
         except FileNotFoundError:
-            return 0  # another process evicted it first
+            return True  # another process evicted it first
         except OSError as exc:
             log.warning("variant cache: cannot remove %s: %s", path, exc.strerror or exc)
-            return 0
-        return st.st_size
+            return False
+        return True
 
     # -- maintenance -----------------------------------------------------------------------
     def entries(self) -> Iterator[CacheEntryInfo]:
@@ -430,8 +425,7 @@ class VariantCache:
             for info in sorted(infos, key=lambda i: (i.mtime_ns if i.mtime_ns <= future else -1, i.key)):
                 if total <= target:
                     break
-                freed = self._discard(info.path)
-                if freed or not os.path.exists(info.path):
+                if self._discard(info.path):
                     total -= info.disk
                     evicted += 1
             if evicted:
@@ -445,8 +439,7 @@ class VariantCache:
         """Remove every entry and temporary file; answers the number of entries removed."""
         removed = 0
         for info in list(self.entries()):
-            self._discard(info.path)
-            if not os.path.lexists(info.path):  # an empty file frees no bytes but is gone (helper 113)
+            if self._discard(info.path):  # an empty file counts too (helper 113)
                 removed += 1
         for tmp, _ in self._temp_files():
             try:

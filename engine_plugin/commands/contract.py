@@ -201,14 +201,12 @@ def check_under_root(path: str, root: str | None) -> None:
     nothing to check), and a root that is the asset itself (a root holds assets)."""
     if root is None:
         return
-    from ..assets.folder import ASSET_SUFFIX, real_path, under_root
+    from ..assets.folder import ASSET_SUFFIX, under_root
 
     if not os.path.isdir(root):
         raise UsageError(f"--root {root}: not a folder")
-    asset = os.path.normpath(path)
-    asset = os.path.dirname(asset) if os.path.basename(asset) == "bindings.yaml" else asset
-    is_asset = os.path.isfile(os.path.join(root, "bindings.yaml"))  # an asset however spelled (a link named otherwise: helper 115)
-    if is_asset or os.path.normpath(root).endswith(ASSET_SUFFIX) or (asset.endswith(ASSET_SUFFIX) and real_path(root) == real_path(asset)):
+    # An asset however spelled (through a link named otherwise: helper 115), or named like one.
+    if os.path.isfile(os.path.join(root, "bindings.yaml")) or os.path.normpath(root).endswith(ASSET_SUFFIX):
         raise UsageError(f"--root {root} is an asset; the root is a folder holding assets (its modules/ and theirs)")
     if not under_root(path, root):
         raise UsageError(f"{path} is not under --root {root}")

@@ -278,12 +278,10 @@ class _Lowerer:
         called = self._generated_builtins | (set(_CALLED.findall(resets)) & WGSL_BUILTIN_FUNCTIONS)
         for name, (line, what) in self.em.names.items():
             if name in called and what.startswith(("binding '", "struct '", "specialisation '")):
-                text = self.schema.text.split("\n")
-                found = re.search(rf"\b{name}\b", text[line - 1]) if 0 < line <= len(text) else None
-                col = found.start() + 1 if found else 0
+                span = self.schema.span_at(line, name)
                 raise LoweringError(
                     f"{what} is named like the WGSL builtin {name}(), which the code generated for this schema calls; rename it",
-                    Span(self.yaml_path, line or None, col or None, text[line - 1] if 0 < line <= len(text) else None),
+                    Span(self.yaml_path, span.line, span.col, span.text),
                 )
 
     # -- plan ----------------------------------------------------------------------------------
