@@ -169,6 +169,17 @@ def test_a_taken_readback_slot_defers_a_product_instead_of_its_cpu_fallback(gpu)
         engine.close()
 
 
+def _acc_engine(chunks: int, max_chunks: int | None = None, **backend):
+    """A world of ``chunks`` chunks whose ``f`` holds k + 1 in chunk k, and an engine over it
+    with a kernel-written ``acc`` mirror (``backend``: WgpuBackendConfig options)."""
+    world = World(SHAPE, {"f": np.float32, "acc": np.float32}, max_chunks=max_chunks or chunks)
+    for k in range(chunks):
+        world.add(k, {"f": np.full(SHAPE, k + 1.0, np.float32)})
+    engine = Engine(world, config=EngineConfig(backend=WgpuBackendConfig(**backend))) if backend else Engine(world)
+    engine.field_buffer("acc", kernel_writes=True)
+    return world, engine
+
+
 def _two_field_world(src: float = 0.0):
     world = World(SHAPE, {"heat": np.float32, "src": np.float32}, max_chunks=2)
     for k in (0, 1):
@@ -462,11 +473,7 @@ def test_a_mirror_reader_never_runs_ahead_of_its_writer_waiting_for_a_readback_s
     # Review helper 88: with one readback slot, the writer of `acc` (registered first, owing a
     # changed chunk) was deferred and its reader, which had waited longer for a slot, ran over
     # the old mirror: the sum of the old acc applied for the chunk's new version.
-    world = World(SHAPE, {"f": np.float32, "acc": np.float32}, max_chunks=4)
-    for k in range(3):
-        world.add(k, {"f": np.full(SHAPE, k + 1.0, np.float32)})
-    engine = Engine(world, config=EngineConfig(backend=WgpuBackendConfig(max_inflight_readbacks=1)))
-    engine.field_buffer("acc", kernel_writes=True)
+    world, engine = _acc_engine(3, max_chunks=4, max_inflight_readbacks=1)
     wrong: list = []
     applied: list = []
 
@@ -511,11 +518,7 @@ def _mirror_pair(reader_first: bool = False, **backend):
     """A world, an engine with one readback slot, the writer of `acc` (acc = f + 100) and its
     reader (a sum of acc over the chunk), and the list of wrong values the reader applied as
     current (checked against the world when they are applied)."""
-    world = World(SHAPE, {"f": np.float32, "acc": np.float32}, max_chunks=4)
-    for k in range(3):
-        world.add(k, {"f": np.full(SHAPE, k + 1.0, np.float32)})
-    engine = Engine(world, config=EngineConfig(backend=WgpuBackendConfig(max_inflight_readbacks=1, **backend)))
-    engine.field_buffer("acc", kernel_writes=True)
+    world, engine = _acc_engine(3, max_chunks=4, max_inflight_readbacks=1, **backend)
     on_sum, wrong, applied = _sum_checker(world)
 
     def writer():
@@ -690,11 +693,7 @@ def test_a_mirror_writer_whose_dispatch_is_always_refused_is_served_by_its_fallb
     # Review helper 93: 130 chunks need 3 workgroups, the backend allows 2: every dispatch is
     # refused. The fallback served only what the kernel ran over (nothing): never served, never idle.
     n = 130
-    world = World(SHAPE, {"f": np.float32, "acc": np.float32}, max_chunks=n)
-    for k in range(n):
-        world.add(k, {"f": np.full(SHAPE, k + 1.0, np.float32)})
-    engine = Engine(world, config=EngineConfig(backend=WgpuBackendConfig(max_workgroups_x=2)))
-    engine.field_buffer("acc", kernel_writes=True)
+    world, engine = _acc_engine(n, max_workgroups_x=2)
     got: dict = {}
     engine.register_product(
         _program("t93/writer", WRITER_YAML, WRITER_WGSL),
@@ -805,11 +804,7 @@ def test_a_mirror_writer_refused_after_recover_gpu_leaves_its_readers_waiting_no
     # Review helper 95 (D2): after recover_gpu() the writer owed every chunk again; its dispatch
     # refused 3 frames, its fallback skipped the chunks it had computed before (cpu_done) and
     # never marked them unwritten: the reader summed the new mirror's zeros as current results.
-    world = World(SHAPE, {"f": np.float32, "acc": np.float32}, max_chunks=4)
-    for k in range(4):
-        world.add(k, {"f": np.full(SHAPE, k + 1.0, np.float32)})
-    engine = Engine(world, config=EngineConfig(backend=WgpuBackendConfig(max_inflight_readbacks=8, max_chunks_per_dispatch=2)))
-    engine.field_buffer("acc", kernel_writes=True)
+    world, engine = _acc_engine(4, max_inflight_readbacks=8, max_chunks_per_dispatch=2)
     if policy == "none":
         writer = engine.register_product(
             _program("t95/none_writer", NONE_WRITER_YAML, NONE_WRITER_WGSL),
@@ -907,11 +902,7 @@ def _writer_fallback(world, work):
 def test_two_writers_of_one_mirror_never_wait_for_each_other():
     # Review helper 98 (D1): W1 waited for the chunk W2's fallback served, W2 for W1's owed
     # work: neither dispatched again, and the reader waited behind both for good.
-    world = World(SHAPE, {"f": np.float32, "acc": np.float32}, max_chunks=4)
-    for k in range(2):
-        world.add(k, {"f": np.full(SHAPE, float(k + 1), np.float32)})
-    engine = Engine(world)
-    engine.field_buffer("acc", kernel_writes=True)
+    world, engine = _acc_engine(2, max_chunks=4)
     handles = {}
     for name in ("W1", "W2"):
         handles[name] = engine.register_product(
@@ -993,11 +984,7 @@ def test_a_writer_reading_the_mirror_waits_for_an_earlier_writers_fallback_serve
     # Review helper 101 (D1): W2 reads acc and rewrites it; W1, registered first, left the GPU
     # and its fallback served chunk 0: W2 summed the mirror without W1's write as the chunk's
     # new version (1616 where 1680 was due), and reported nothing.
-    world = World(SHAPE, {"f": np.float32, "acc": np.float32}, max_chunks=2)
-    for k in range(2):
-        world.add(k, {"f": np.full(SHAPE, float(k + 1), np.float32)})
-    engine = Engine(world)
-    engine.field_buffer("acc", kernel_writes=True)
+    world, engine = _acc_engine(2)
     w1 = engine.register_product(
         _program("t101/w1", WRITER_YAML, WRITER_WGSL), key="W1", fields={"f": "f", "acc": "acc"}, cpu_fallback=_writer_fallback, apply=lambda r: None
     )
