@@ -309,6 +309,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
 """
 
 
+@pytest.mark.usefixtures("young_gc")
 def test_a_batch_chain_with_dropped_intermediates_is_not_overwritten_by_later_uploads():
     add = make("t13/add", ADD_YAML, ADD_WGSL)
     with abi.batch():

@@ -14,7 +14,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 from engine_plugin import abi
 
-pytestmark = pytest.mark.gpu
+pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("young_gc")]
 
 N = 48  # elements per run (pooled buffers of one size class: maximal reuse)
 
