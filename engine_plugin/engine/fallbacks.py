@@ -37,22 +37,40 @@ def summary(world: Any, work: ProductWork) -> np.ndarray:
     start = np.zeros((len(work.keys), 1), dtype=np.float32)
     with np.errstate(invalid="ignore", over="ignore"):
         total = np.cumsum(np.concatenate([start, as_f32], axis=1), axis=1, dtype=np.float32)[:, -1]
-    # A NaN tile is skipped, as the GPU's min/max do (IEEE minNum on lavapipe and the H200;
-    # numpy's min made the whole chunk's min NaN), and a chunk of NaN only is NaN. Otherwise
-    # numpy's min and max, which pick between 0.0 and -0.0 as the kernel's loop does.
-    nan = np.isnan(values) if values.dtype.kind == "f" else None
-    if nan is not None and nan.any():
-        lo = np.where(nan, np.inf, values).min(axis=1)
-        hi = np.where(nan, -np.inf, values).max(axis=1)
-        only_nan = nan.all(axis=1)
-        lo[only_nan] = hi[only_nan] = values[only_nan, 0]  # the kernel keeps its first NaN's bits
+    # The kernel's rule, which holds on every adapter: NaN tiles are skipped, a tie keeps the
+    # earlier tile (0.0 against -0.0), a chunk of NaN only keeps its first tile's bits.
+    if values.dtype.kind == "f":
+        lo, hi = _first_extreme(values, True), _first_extreme(values, False)
     else:
         lo, hi = values.min(axis=1), values.max(axis=1)
     out[:, 0] = lo.astype(np.float32)
     out[:, 1] = hi.astype(np.float32)
-    out[:, 2] = total * np.float32(work.params["inv_tile_count"])
-    out[:, 3] = total
+    out[:, 2] = _quiet(total * np.float32(work.params["inv_tile_count"]))
+    out[:, 3] = _quiet(total)
     return out
+
+
+def _first_extreme(values: np.ndarray, smallest: bool) -> np.ndarray:
+    """Per row, the first non-NaN tile equal to the row's smallest (or largest) non-NaN value;
+    a row of NaN only answers its first tile, bits and all. (NaNs are masked out by
+    ``np.isnan`` rather than left to np.fmin, which let a signalling NaN through.)"""
+    nan = np.isnan(values)
+    with np.errstate(invalid="ignore"):
+        if smallest:
+            extreme = np.where(nan, np.inf, values).min(axis=1)
+        else:
+            extreme = np.where(nan, -np.inf, values).max(axis=1)
+        first = ((values == extreme[:, None]) & ~nan).argmax(axis=1)  # 0 where none: NaN only
+    return values[np.arange(len(values)), first]
+
+
+_QUIET_NAN = np.array(0x7FC00000, dtype=np.uint32).view(np.float32)
+
+
+def _quiet(values: np.ndarray) -> np.ndarray:
+    """``values`` with every NaN replaced by the quiet NaN 0x7fc00000, as the kernels write it
+    (a NaN's bits from arithmetic differ between adapters and CPUs)."""
+    return np.where(np.isnan(values), _QUIET_NAN, values).astype(np.float32)
 
 
 def count_above(world: Any, work: ProductWork) -> np.ndarray:
@@ -81,8 +99,10 @@ def combine(world: Any, work: ProductWork) -> np.ndarray:
 
 
 def _combine(op: str, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    # The kernel's rule: a NaN operand of min/max yields the other, a tie keeps a (0.0 against
+    # -0.0), and a NaN result is the quiet NaN 0x7fc00000.
     if op == "min":
-        return np.fmin(a, b)  # a NaN operand yields the other, as the GPU's min does
+        return _quiet(np.where((b < a) | np.isnan(a), b, a))
     if op == "max":
-        return np.fmax(a, b)
-    return a + b
+        return _quiet(np.where((b > a) | np.isnan(a), b, a))
+    return _quiet(a + b)

@@ -180,3 +180,51 @@ def test_the_combine_fallback_adds_inf_and_minus_inf_without_a_warning():
         warnings.simplefilter("error")  # numpy's RuntimeWarning reached the game (review helper 69)
         run_until_idle(engine)
     assert np.isnan(applied.results[-1].values).all()
+
+
+def _rule_combine(op: str, a: np.float32, b: np.float32) -> int:
+    """The combine kernel's stated rule on one tile, in plain Python over bits (an independent
+    model): min/max skip a NaN operand and keep a on a tie, a NaN result is 0x7fc00000."""
+    def nan(v):
+        return (int(np.float32(v).view(np.uint32)) & 0x7FFFFFFF) > 0x7F800000
+
+    with np.errstate(invalid="ignore", over="ignore"):
+        if op == "min":
+            v = b if (b < a or nan(a)) else a
+        elif op == "max":
+            v = b if (b > a or nan(a)) else a
+        else:
+            v = np.float32(a + b)
+    return 0x7FC00000 if nan(v) else int(np.float32(v).view(np.uint32))
+
+
+@pytest.mark.parametrize("op", ["add", "min", "max"])
+def test_combine_answers_one_rule_for_nans_and_signed_zeros_on_the_gpu_and_the_cpu(make_engine, op):
+    # WGSL leaves min/max of a NaN, 0.0 against -0.0 and an arithmetic NaN's bits to the
+    # adapter (the H200 answered other bits than lavapipe and numpy for the summary kernel):
+    # the kernel states every bit, and both sides are checked against that rule.
+    from engine_plugin.world import World
+
+    words = [0x7FC00000, 0x7FC00001, 0xFFC00000, 0x7F800001, 0x00000000, 0x80000000, 0x3F800000, 0xBF800000, 0x7F800000, 0xFF800000]
+    values = np.array(words, np.uint32).view(np.float32)
+    pairs = [(a, b) for a in values for b in values]  # every ordered pair, NaN kinds and zeros included
+    chunks = len(pairs) // 4
+    world = World((2, 2), {"height": np.float32, "moisture": np.float32}, max_chunks=chunks)
+    for key in range(chunks):
+        part = pairs[4 * key: 4 * key + 4]
+        world.add(key, {"height": np.array([a for a, _ in part], np.float32).reshape(2, 2),
+                        "moisture": np.array([b for _, b in part], np.float32).reshape(2, 2)})
+    tiles = [(k, (y, x)) for k in range(chunks) for y in range(2) for x in range(2)]
+    gpu, cpu = Applied(world), Applied(world)
+    gpu_engine = make_engine(world)
+    _combine(gpu_engine, ReadbackPolicy.SELECTED_TILES, gpu, op=op, tiles=tiles)
+    run_until_idle(gpu_engine)
+    cpu_engine = Engine(world, backend=NoGpuBackend())
+    _combine(cpu_engine, ReadbackPolicy.SELECTED_TILES, cpu, op=op, tiles=tiles)
+    run_until_idle(cpu_engine)
+    assert {r.source for r in gpu.results} == {"gpu"} and {r.source for r in cpu.results} == {"cpu"}
+    for tile, (a, b) in zip(tiles, pairs):
+        want = _rule_combine(op, a, b)
+        for side, applied in (("GPU", gpu), ("CPU", cpu)):
+            got = int(np.float32(applied.latest[tile]).view(np.uint32))
+            assert got == want, f"{side} {op}({a.view(np.uint32):#x}, {b.view(np.uint32):#x}) = {got:#x}, the rule says {want:#x}"

@@ -179,14 +179,51 @@ def test_frame_stats_add_sums_a_subclasss_own_fields_too():
     assert (totals.frame, totals.uploads, totals.culled) == (2, 6, 15)
 
 
-def test_nan_tiles_and_signed_zeros_summarise_the_same_on_the_gpu_and_the_cpu(make_engine):
-    # The GPU's min/max skip a NaN tile; numpy's min made the chunk's min NaN, so a chunk's
-    # summary depended on who served it (review helper 67). A chunk of NaN only is NaN.
-    bits = lambda *words: np.array(words, np.uint32).view(np.float32)  # noqa: E731
+QUIET_NAN = 0x7FC00000
+
+
+def _bits(*words: int) -> np.ndarray:
+    return np.array(words, np.uint32).view(np.float32)
+
+
+def _rule_summary(values: np.ndarray) -> np.ndarray:
+    """The summary record by the kernel's stated rule, tile by tile in plain Python (an
+    independent model): NaN tiles skipped by their bits, a tie keeps the earlier tile, a chunk
+    of NaN only keeps its first tile's bits, a NaN mean or sum is the quiet NaN 0x7fc00000."""
+    words = values.view(np.uint32)
+    lo = hi = values[0]
+    seen = False
+    total = np.float32(0.0)
+    with np.errstate(invalid="ignore", over="ignore"):
+        for v, w in zip(values, words):
+            total = np.float32(total + v)
+            if (int(w) & 0x7FFFFFFF) > 0x7F800000:
+                continue
+            if not seen or v < lo:
+                lo = v
+            if not seen or v > hi:
+                hi = v
+            seen = True
+        mean = np.float32(total * np.float32(1.0 / values.size))
+    record = np.array([lo, hi, mean, total], np.float32)
+    out = record.view(np.uint32).copy()
+    out[2:][np.isnan(record[2:])] = QUIET_NAN
+    return out.view(np.float32)
+
+
+def test_nan_tiles_and_signed_zeros_summarise_by_one_rule_on_the_gpu_and_the_cpu(make_engine):
+    # The GPU's min/max skipped a NaN tile and numpy's min made the chunk's min NaN, so a
+    # chunk's summary depended on who served it (review helper 67). Then the H200 answered
+    # other bits than lavapipe and the CPU: WGSL leaves min/max of NaN, 0.0 against -0.0 and
+    # an arithmetic NaN's bits to the adapter. The kernel now states every bit, and both sides
+    # are checked against that rule, not only against each other.
     chunks = [
         [np.nan, 1, 2, 3], [1, np.nan, 3, 2], [0.0, -0.0, 1, 1], [-0.0, 0.0, -1, -1], [np.nan] * 4, [np.inf, -np.inf, 1, 2],
         [-0.0] * 4,  # sums to +0.0: the kernel's loop starts there (review helper 68)
-        bits(0xFFC00000, 0xFFC00000, 0xFFC00000, 0xFFC00000),  # NaN only: its first bits are kept
+        _bits(0xFFC00000, 0xFFC00000, 0xFFC00000, 0xFFC00000),  # NaN only: its first bits are kept
+        _bits(0x7FC00001, 0x3F800000, 0x7F800001, 0x40000000),  # NaNs with payloads (quiet, signalling)
+        _bits(0xFFC00000, 0x7FC12345, 0xFF800001, 0x7FFFFFFF),  # NaN only, four kinds: the first is kept
+        [0.0, -0.0, 0.0, -0.0], [-0.0, np.nan, 0.0, np.nan], [np.inf, np.nan, np.inf, 5], [-np.inf, np.nan, -np.inf, -5],
     ]
     world = World((2, 2), {"height": np.float32}, max_chunks=len(chunks))
     for key, values in enumerate(chunks):
@@ -200,5 +237,7 @@ def test_nan_tiles_and_signed_zeros_summarise_the_same_on_the_gpu_and_the_cpu(ma
     summary_product(cpu_engine, "height", cpu)
     world.mark_dirty()
     run_until_idle(cpu_engine)
-    for key in world.keys():
-        assert same_bits(gpu.latest[key], cpu.latest[key]), f"chunk {key}: GPU {gpu.latest[key]} != CPU {cpu.latest[key]}"
+    for key, values in enumerate(chunks):
+        want = _rule_summary(np.array(values, np.float32))
+        assert same_bits(gpu.latest[key], want), f"chunk {key}: GPU {gpu.latest[key].view(np.uint32)} != rule {want.view(np.uint32)}"
+        assert same_bits(cpu.latest[key], want), f"chunk {key}: CPU {cpu.latest[key].view(np.uint32)} != rule {want.view(np.uint32)}"

@@ -1,3 +1,10 @@
+// Every bit is defined on every adapter (see summary.computeShader): min and max skip a NaN
+// operand by its bits and keep a on a tie (0.0 against -0.0), and a NaN result is the quiet
+// NaN 0x7fc00000.
+fn is_nan_bits(v: f32) -> bool {
+    return (bitcast<u32>(v) & 0x7fffffffu) > 0x7f800000u;
+}
+
 @compute @workgroup_size(64)
 fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
     let i = zero_index(gid);
@@ -9,9 +16,9 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
     let y = b_get(t);
     var v = x + y;
     if (OP == OP_min) {
-        v = min(x, y);
+        v = select(x, y, y < x || is_nan_bits(x));
     } else if (OP == OP_max) {
-        v = max(x, y);
+        v = select(x, y, y > x || is_nan_bits(x));
     }
-    value_set(i, v);
+    value_set(i, bitcast<f32>(select(bitcast<u32>(v), 0x7fc00000u, is_nan_bits(v))));
 }

@@ -1,4 +1,23 @@
 // One invocation per chunk of the work list: chunks_get(i) is the chunk's mirror slot.
+//
+// Every bit is defined on every adapter, so the CPU fallback can reproduce it: WGSL leaves
+// min/max of a NaN, the choice between 0.0 and -0.0, and the bits of a NaN that arithmetic
+// makes to the implementation (the H200 answered other bits than lavapipe). So NaN tiles are
+// skipped by their bits, a tie keeps the earlier tile, a chunk of NaN only keeps its first
+// tile's bits, and a NaN mean or sum is the quiet NaN 0x7fc00000.
+fn is_nan_bits(v: f32) -> bool {
+    return (bitcast<u32>(v) & 0x7fffffffu) > 0x7f800000u;
+}
+
+fn quiet_nan(v: f32) -> f32 {
+    return bitcast<f32>(select(bitcast<u32>(v), 0x7fc00000u, is_nan_bits(v)));
+}
+
+// The record with its mean and sum NaN-quieted (min and max keep their tiles' bits).
+fn quiet_mean_and_sum(r: vec4<f32>) -> vec4<f32> {
+    return vec4<f32>(r.x, r.y, quiet_nan(r.z), quiet_nan(r.w));
+}
+
 @compute @workgroup_size(64)
 fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
     let i = zero_index(gid);
@@ -8,12 +27,21 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
     let base = chunks_get(i) * params.tile_count;
     var lo = src_get(base);
     var hi = lo;
+    var seen = false;
     var sum = 0.0;
     for (var t = 0u; t < params.tile_count; t = t + 1u) {
         let v = src_get(base + t);
-        lo = min(lo, v);
-        hi = max(hi, v);
         sum = sum + f32(v);
+        if (is_nan_bits(f32(v))) {
+            continue;
+        }
+        if (!seen || v < lo) {
+            lo = v;
+        }
+        if (!seen || v > hi) {
+            hi = v;
+        }
+        seen = true;
     }
-    summary_set(i, vec4<f32>(f32(lo), f32(hi), sum * params.inv_tile_count, sum));
+    summary_set(i, quiet_mean_and_sum(vec4<f32>(f32(lo), f32(hi), sum * params.inv_tile_count, sum)));
 }
