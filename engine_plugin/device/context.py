@@ -27,6 +27,7 @@ import wgpu
 from ..errors import NoAdapterError
 from .destroyed import install as install_destroy_marks
 from .guard import SubmissionGuard, guard_for
+from .poller import install as install_poller
 
 __all__ = ["DeviceContext", "adapter_summary", "fresh_context", "get_context", "reset_default_context"]
 
@@ -88,6 +89,7 @@ class DeviceContext:
 
     def __init__(self, device: Any, adapter: Any | None = None):
         install_destroy_marks()  # runs refuse a destroyed buffer instead of aborting in wgpu-native
+        install_poller(device)  # the frame thread never waits inside wgpu for the GPU (device/poller.py)
         self.device = device
         self.adapter = adapter
         self.queue = device.queue

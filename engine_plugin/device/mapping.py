@@ -24,8 +24,11 @@ def map_submitted(staging: Any, size: int) -> Any:
         return staging.map_async(_MAP_MODE_READ, 0, size)
 
 
-def settled(promise: Any, timeout: float) -> bool:
+def settled(promise: Any, timeout: float, urgent: bool = False) -> bool:
     """Wait up to ``timeout`` for ``promise`` to receive its result, without resolving it.
+    ``urgent``: the caller has nothing else to do until then (a read, a drain): the device's
+    poller waits inside the driver meanwhile, which answers soonest but holds the device
+    (see :mod:`engine_plugin.device.poller`); a background waiter leaves it False.
 
     wgpu 0.32's public ``sync_wait()`` has no timeout, and a destroyed device's promises never
     settle (``device.destroy()`` stops wgpu's poll thread). Its native ``sync_wait`` waits on
@@ -34,6 +37,11 @@ def settled(promise: Any, timeout: float) -> bool:
     ``sync_wait()`` blocks as the public API does.
     """
     event = getattr(promise, "_thread_event", None)
-    if isinstance(event, threading.Event):
+    if not isinstance(event, threading.Event):
+        return True
+    if event.is_set() or not urgent or timeout <= 0:
         return event.wait(timeout)
-    return True
+    from .poller import urgent_wait  # not at import: this module is imported without wgpu
+
+    with urgent_wait():
+        return event.wait(timeout)

@@ -145,7 +145,7 @@ class ReadbackRing:
             with guard_for(device).submitting("warming up the readback path"):
                 device.queue.submit([encoder.finish()])
                 promise = staging.map_async(_MAP_MODE_READ, 0, 4)
-            if settled(promise, 2.0):  # bounded: a destroyed device's map never settles
+            if settled(promise, 2.0, urgent=True):  # bounded: a destroyed device's map never settles
                 promise.sync_wait()
                 memoryview(staging.read_mapped(0, 4, copy=False)).release()
         finally:
@@ -313,7 +313,7 @@ class ReadbackRing:
         for req in self.tracker.requests():
             if not self._deferred(req):
                 continue
-            if self.device_lost or settled(req.promise, max(0.0, deadline - time.perf_counter())):
+            if self.device_lost or settled(req.promise, max(0.0, deadline - time.perf_counter()), urgent=True):
                 self.release(req)
             else:
                 self._forget(req)

@@ -90,7 +90,7 @@ def _read_words(buffer: Any, offset: int, size: int, ctx: Any, dtype: Any = None
     guard = ctx.guard
     # A destroyed device's promises never settle (device/mapping.py): wait in steps and look at
     # the loss flag between them, so a destroy on another thread ends the wait (review helper 102).
-    while not settled(mapped, _READ_POLL_S):
+    while not settled(mapped, _READ_POLL_S, urgent=True):
         if guard.check():  # the flag, or a loss the wgpu logger reported (a reset nobody destroyed)
             raise DeviceLostError(LOST_HINT)
     # Under the device's submit lock, which a destroy() takes first: the staging buffer cannot
