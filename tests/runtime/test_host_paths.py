@@ -125,7 +125,8 @@ def test_a_read_inside_a_sliced_batch_sees_every_run_recorded_before_it(axpy, ev
 
 
 def test_a_batch_on_a_cpu_adapter_keeps_one_submission_by_default(axpy, every_run_a_slice):
-    assert "CPU" in get_context().adapter_name  # lavapipe: a submit waits for the previous one
+    if "CPU" not in get_context().adapter_name:  # CI's lavapipe always is one (a submit waits for the previous one)
+        pytest.skip("a CPU adapter's default; a GPU's batch is sliced")
     with abi.batch() as b:
         outs = [axpy.run(256, inputs={"x": XS}, params={"a": float(i)}).outputs["y"] for i in range(5)]
     assert b.submissions == 1
