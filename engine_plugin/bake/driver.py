@@ -102,7 +102,8 @@ class _Bake:
             self.done += 1
             return
         path = self.cache.path(out.key)
-        text = f"{path}: cannot write the cache entry (disk full or read-only? the log says why)"
+        why = self.cache.write_error(out.key) or "disk full or read-only?"
+        text = f"{path}: cannot write the cache entry ({why})"
         self._failed(asset, out, Failure("CacheError", text, text, path), worker)
 
     def drain(self, wait: bool = False) -> None:

@@ -14,7 +14,9 @@ from __future__ import annotations
 import contextlib
 import logging
 import multiprocessing
+import os
 import signal
+import threading
 import time
 import uuid
 from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -102,7 +104,22 @@ class InlineRunner:
                 yield job, exc
 
 
+def _exit_with_parent(poll_s: float = 0.5) -> None:
+    """End this worker when the bake client that started it is gone (killed by a supervisor,
+    an IDE or the OOM killer): the pool's pipes do not tell a worker blocked writing a result
+    or waiting on the queue's lock, and such workers lived on for good, 130-200 MB each."""
+    parent = os.getppid()
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(poll_s)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="engine_plugin bake: parent watch", daemon=True).start()
+
+
 def _warm_worker() -> None:
+    _exit_with_parent()
     # Ctrl-C reaches the whole process group: the client handles it (cancels the queued
     # chunks, lets the running ones finish), so a worker ignores it instead of dying mid-chunk
     # with a traceback of its own.

@@ -189,6 +189,7 @@ class VariantCache:
         self._lock = threading.Lock()
         self._unreadable_warned = False
         self._counts = {"hits": 0, "misses": 0, "corrupt": 0, "writes": 0, "write_errors": 0, "evictions": 0}
+        self._write_errors: dict[str, str] = {}  # path -> why its last write failed (until taken)
         self._approx_bytes: int | None = None  # entry bytes as this instance believes; None: not scanned yet
         self._last_stamp = 0
         # A folder we may read but not write (a read-only game install) serves what it holds;
@@ -305,6 +306,11 @@ class VariantCache:
                 log.warning("variant cache: %s", exc.message)
         return True
 
+    def write_error(self, key: str) -> str | None:
+        """Why the last failed write of ``key``'s entry failed (the OS's words), once."""
+        with self._lock:
+            return self._write_errors.pop(self.path(key), None)
+
     def remove(self, key: str) -> bool:
         """Remove the entry under ``key``; answers whether there was one."""
         path = self.path(key)
@@ -329,6 +335,8 @@ class VariantCache:
             return True
         except OSError as exc:
             self._count("write_errors")
+            with self._lock:
+                self._write_errors[path] = exc.strerror or str(exc)
             # The folder itself refusing writes makes the cache read-only; one entry that
             # cannot be replaced (immutable, another user's in a sticky folder) fails alone.
             if exc.errno in (errno.EROFS, errno.EACCES, errno.EPERM) and (exc.errno == errno.EROFS or not os.access(self.folder, os.W_OK)):
@@ -392,11 +400,10 @@ class VariantCache:
             pass
         return out
 
-    def gc(self, max_bytes: int | None = None, *, low_water: float = LOW_WATER) -> int:
-        """Evict least recently used entries until the folder is at most ``low_water`` of the
-        cap (``max_bytes`` or the store's own); remove stale temporary files. Answers the
-        number of entries evicted."""
-        cap = max_bytes if max_bytes is not None else self.max_bytes
+    def _remove_stale_temps(self) -> None:
+        """Remove temporary files older than a write takes: a fresh one is a writer's (this
+        process's or another's), which renames it into place next; removing it failed that
+        write (review helper 117: `cache clear` during a bake failed variants)."""
         now = time.time()
         for tmp, mtime in self._temp_files():
             if now - mtime > _STALE_TEMP_S:
@@ -404,6 +411,13 @@ class VariantCache:
                     os.unlink(tmp)
                 except OSError:
                     pass
+
+    def gc(self, max_bytes: int | None = None, *, low_water: float = LOW_WATER) -> int:
+        """Evict least recently used entries until the folder is at most ``low_water`` of the
+        cap (``max_bytes`` or the store's own); remove stale temporary files. Answers the
+        number of entries evicted."""
+        cap = max_bytes if max_bytes is not None else self.max_bytes
+        self._remove_stale_temps()
         infos = list(self.entries())
         # A file named like an entry that no read would take (a link, a FIFO, a folder, an empty
         # or oversized file: a sparse giant counts its apparent size) is a miss whenever it is
@@ -436,16 +450,13 @@ class VariantCache:
         return evicted
 
     def clear(self) -> int:
-        """Remove every entry and temporary file; answers the number of entries removed."""
+        """Remove every entry and every stale temporary file (a fresh one is a live writer's);
+        answers the number of entries removed."""
         removed = 0
         for info in list(self.entries()):
             if self._discard(info.path):  # an empty file counts too (helper 113)
                 removed += 1
-        for tmp, _ in self._temp_files():
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
+        self._remove_stale_temps()
         with self._lock:
             self._approx_bytes = 0
         return removed

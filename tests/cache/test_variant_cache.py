@@ -180,6 +180,40 @@ def test_gc_evicts_to_a_cap_and_removes_stale_temp_files(folder):
     assert not os.path.exists(stale) and os.path.exists(fresh)  # a live writer's temp is left alone
 
 
+def test_clear_leaves_a_live_writers_temp_file_and_removes_stale_ones(folder):
+    # `cache clear` during a bake removed the bake's in-flight temporaries, so their renames
+    # failed and variants failed with "disk full or read-only?" (review helper 117).
+    cache = VariantCache(folder, max_bytes=None)
+    for key, lowered in reference_variants()[:3]:
+        cache.put(key, lowered)
+    stale = os.path.join(folder, ".tmp-deadbeef-1-00000000")
+    fresh = os.path.join(folder, ".tmp-deadbeef-2-00000000")
+    for p in (stale, fresh):
+        with open(p, "wb") as f:
+            f.write(b"half an entry")
+    os.utime(stale, (time.time() - 3600, time.time() - 3600))
+    assert cache.clear() == 3
+    assert sorted(os.listdir(folder)) == [os.path.basename(fresh)]
+
+
+def test_a_write_whose_temp_file_vanishes_names_the_reason(folder, monkeypatch):
+    import engine_plugin.cache.store as store_module
+
+    cache = VariantCache(folder, max_bytes=None)
+    key, lowered = reference_variants()[0]
+    real = store_module.write_atomic
+
+    def cleared_meanwhile(path, data, **kwargs):  # another process removed the temp before the rename
+        raise FileNotFoundError(2, "No such file or directory")
+
+    monkeypatch.setattr(store_module, "write_atomic", cleared_meanwhile)
+    assert cache.put(key, lowered) is False
+    assert cache.write_error(key) == "No such file or directory"
+    assert cache.write_error(key) is None  # said once
+    monkeypatch.setattr(store_module, "write_atomic", real)
+    assert cache.put(key, lowered) is True
+
+
 def test_a_failed_write_is_counted_and_logged_not_raised(folder, monkeypatch, caplog):
     cache = VariantCache(folder)
     key, lowered = reference_variants()[0]

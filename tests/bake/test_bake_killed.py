@@ -1,0 +1,70 @@
+"""A bake killed outright (SIGKILL or SIGTERM from a supervisor, an IDE, the OOM killer) leaves
+no worker process behind: they lived on for good, 130-200 MB each (review helper 117)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from bake_support import cli_env, copy_samples
+
+
+def _children(pid: int) -> set[int]:
+    found = set()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid and fields[0] != "Z":
+            found.add(int(entry))
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM])
+def test_killing_a_parallel_bake_ends_its_workers(tmp_path, sig):
+    copy_samples(str(tmp_path / "assets"))
+    cmd = [sys.executable, "-m", "engine_plugin.cli", "-q", "bake", "assets", "--cache", "cache", "-j", "2", "--progress", "none", "--force"]
+    proc = subprocess.Popen(cmd, cwd=str(tmp_path), env=cli_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    workers: set[int] = set()
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and proc.poll() is None:
+            # the pool's two workers (and the resource tracker), once they are up
+            workers = _children(proc.pid)
+            if len(workers) >= 3:
+                break
+            time.sleep(0.05)
+        assert proc.poll() is None and len(workers) >= 2, "the bake ended before its workers could be seen"
+        time.sleep(0.5)  # the workers are past their start-up
+        proc.send_signal(sig)
+        proc.wait(timeout=30)
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline and any(_alive(p) for p in workers):
+            time.sleep(0.1)
+        left = [p for p in workers if _alive(p)]
+        assert not left, f"{len(left)} of the bake's processes outlived it: {left}"
+    finally:
+        for p in workers:
+            try:
+                os.kill(p, signal.SIGKILL)
+            except OSError:
+                pass
+        if proc.poll() is None:
+            proc.kill()
