@@ -197,6 +197,24 @@ def test_info_json_and_cache_stats_json_are_json_on_stdout(tmp_path):
     assert data["exists"] is True and data["entries"] == 1 and data["unusable"] == []
 
 
+def test_info_describes_the_good_assets_beside_a_broken_one_and_exits_1(tmp_path):
+    # The first broken asset ended info with nothing on stdout (review helper 117): an editor
+    # listing a project's assets lost every good one to one typo.
+    shutil.copytree(os.path.join(SAMPLES, "particles.computeShader"), tmp_path / "assets" / "good.computeShader")
+    bad = tmp_path / "assets" / "bad.computeShader"
+    shutil.copytree(os.path.join(SAMPLES, "particles.computeShader"), bad)
+    (bad / "bindings.yaml").write_text("bindings:\n  - { name: src, kind: bufer }\n")
+    as_json = cli("info", "assets", "--json", cwd=str(tmp_path))
+    assert as_json.returncode == 1
+    assert "bindings.yaml:2:" in one_error_line(as_json, "info")
+    by_name = {os.path.basename(a["asset"]): a for a in json.loads(as_json.stdout)["assets"]}
+    assert by_name["good.computeShader"]["variants"] == 1 and "error" not in by_name["good.computeShader"]
+    error = by_name["bad.computeShader"]["error"]
+    assert error["kind"] == "SchemaError" and error["path"].endswith("bindings.yaml") and error["line"] == 2 and error["col"] > 0
+    as_text = cli("info", "assets", cwd=str(tmp_path))
+    assert as_text.returncode == 1 and "good.computeShader" in as_text.stdout and "bad.computeShader" not in as_text.stdout
+
+
 def test_quiet_bake_prints_nothing_but_errors(tmp_path):
     shutil.copytree(os.path.join(SAMPLES, "particles.computeShader"), tmp_path / "assets" / "particles.computeShader")
     done = cli("-q", "bake", "assets", "--cache", "c", "--jobs", "1", cwd=str(tmp_path))

@@ -8,6 +8,7 @@ import posixpath
 import sys
 from typing import Any, Sequence
 
+from ..errors import PluginError
 from .contract import EXIT_FAILED, EXIT_OK, ROOT_HELP, Reporter, UsageError, check_under_root, write_json
 
 __all__ = ["add_parsers", "cmd_info", "cmd_lower", "asset_info"]
@@ -105,10 +106,23 @@ def cmd_info(args: argparse.Namespace, rep: Reporter) -> int:
     if not assets:
         raise UsageError(f"no .computeShader assets under {args.path}")
     # The root named, else the path given (as bake takes it): modules are searched up to it.
-    infos = [asset_info(folder, args.root or (None if folder == path else path)) for folder in assets]  # the first broken asset raises: exit 1
+    # A broken asset is reported (one line, its file, line and column) and the others are
+    # still described: an editor listing a project's assets needs the good ones (helper 117).
+    infos: list[dict[str, Any]] = []
+    failed = 0
+    for folder in assets:
+        try:
+            infos.append(asset_info(folder, args.root or (None if folder == path else path)))
+        except PluginError as exc:
+            failed += 1
+            rep.exception(exc)
+            infos.append(
+                {"asset": folder, "error": {"kind": type(exc).__name__, "path": exc.path, "line": exc.line, "col": exc.col, "message": exc.headline()}}
+            )
+    status = EXIT_FAILED if failed else EXIT_OK
     if args.json:
         write_json({"engine_plugin": __version__, "assets": infos}, "-")
-        return EXIT_OK
+        return status
     from ..extras import require
 
     require("rich", "engine-plugin info's tables (or use --json)")
@@ -117,6 +131,8 @@ def cmd_info(args: argparse.Namespace, rep: Reporter) -> int:
 
     console = Console()
     for info in infos:
+        if "error" in info:
+            continue  # said on stderr above
         table = Table(title=f"{info['asset']}  ({info['variants']} variants, {'extended' if info['extended'] else 'plain'} ABI)")
         for col in ("binding", "kind", "access", "element", "size", "flags"):
             table.add_column(col)
@@ -138,7 +154,7 @@ def cmd_info(args: argparse.Namespace, rep: Reporter) -> int:
         console.print(f"  determinism {info['determinism']}, workgroup {info['workgroup']}", markup=False, highlight=False)
         if info["extra_files"]:
             rep.note(f"{info['asset']}: files ignored in the asset: {', '.join(info['extra_files'])}")
-    return EXIT_OK
+    return status
 
 
 def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
