@@ -85,6 +85,12 @@ def test_help_states_the_contract():
         (["bake", "no/such/folder", "--cache", "c"], "bake"),
         (["bench", "no_such_case"], "bench"),
         (["watch", "no/such/folder"], "watch"),
+        # Review helper 117: a file where an asset folder is named failed as a broken asset, exit 1.
+        (["info", "file.computeShader"], "info"),
+        (["bake", "file.computeShader", "--cache", "c"], "bake"),
+        (["lower", "file.computeShader"], "lower"),
+        (["lower", os.path.join(REPO, "assets", "samples", "particles.computeShader", "integrate.wgsl")], "lower"),
+        (["bake", "--variants-from", "."], "bake"),
         # Review helper 99: these ran (-3 frames at -179372 fps; 0 frames as 300; a log every 0
         # frames as every 1) or came out as "engine_plugin bug", exit 1.
         (["demo", "--headless", "--frames", "-3"], "demo"),
@@ -102,6 +108,7 @@ def test_help_states_the_contract():
 )
 def test_usage_errors_exit_2_with_one_prefixed_line_on_stderr_and_nothing_on_stdout(tmp_path, args, command):
     (tmp_path / "afile").write_text("")  # a file where a folder is named
+    (tmp_path / "file.computeShader").write_text("")  # a file named like an asset
     done = cli(*args, cwd=str(tmp_path))
     assert done.returncode == 2, done.stderr
     one_error_line(done, command)

@@ -8,7 +8,19 @@ import os
 import sys
 from typing import Any, Callable
 
-from .contract import EXIT_FAILED, EXIT_OK, EXIT_USAGE, ROOT_HELP, Reporter, UsageError, check_output_file, check_under_root, seconds_arg, whole_number_arg
+from .contract import (
+    EXIT_FAILED,
+    EXIT_OK,
+    EXIT_USAGE,
+    ROOT_HELP,
+    Reporter,
+    UsageError,
+    check_asset_path,
+    check_output_file,
+    check_under_root,
+    seconds_arg,
+    whole_number_arg,
+)
 
 __all__ = ["add_bake_parser", "cmd_bake"]
 
@@ -108,12 +120,16 @@ def cmd_bake(args: argparse.Namespace, rep: Reporter | None = None) -> int:
     paths = _paths(args)
     usage = None
     if args.variants_from:
-        if not os.path.isfile(args.variants_from):
+        if not os.path.exists(args.variants_from):
             raise UsageError(f"no usage log at {args.variants_from} (a game writes one with AssetLibrary(record_usage=True))")
+        if not os.path.isfile(args.variants_from):
+            kind = "a folder" if os.path.isdir(args.variants_from) else "not a regular file"
+            raise UsageError(f"{args.variants_from} is {kind}, not a usage log (a game writes one with AssetLibrary(record_usage=True))")
         usage = read_usage(args.variants_from)
         if not usage:
             raise UsageError(f"{args.variants_from} is not a usage log or records no variants")
     for path in paths:
+        check_asset_path(path)
         if not find_assets(path):
             raise UsageError(f"no .computeShader assets under {path}")
     for path in list(args.assets) or ([] if args.builtin else ["assets"]):  # --builtin's packaged kernels keep their own root

@@ -30,6 +30,7 @@ __all__ = [
     "OneLineParser",
     "Reporter",
     "UsageError",
+    "check_asset_path",
     "check_output_file",
     "exit_status",
     "one_line",
@@ -194,6 +195,14 @@ ROOT_HELP = (
     "the asset root: #import looks in the modules/ folder of each folder from the asset's up to it, "
     "and asset files stay inside it (default: the path given; for one asset, the folder holding it)"
 )
+
+
+def check_asset_path(path: str) -> None:
+    """Refuse (UsageError, exit 2) a path that exists and is a file other than an asset's
+    ``bindings.yaml``: it names no asset (review helper 117: a ``x.computeShader`` file, or
+    an asset's ``kernel.wgsl``, failed as a broken asset, exit 1)."""
+    if os.path.exists(path) and not os.path.isdir(path) and os.path.basename(os.path.normpath(path)) != "bindings.yaml":
+        raise UsageError(f"{path}: a file, not a .computeShader folder or a folder holding some")
 
 
 def check_under_root(path: str, root: str | None) -> None:

@@ -9,7 +9,7 @@ import sys
 from typing import Any, Sequence
 
 from ..errors import PluginError
-from .contract import EXIT_FAILED, EXIT_OK, ROOT_HELP, Reporter, UsageError, check_under_root, write_json
+from .contract import EXIT_FAILED, EXIT_OK, ROOT_HELP, Reporter, UsageError, check_asset_path, check_under_root, write_json
 
 __all__ = ["add_parsers", "cmd_info", "cmd_lower", "asset_info"]
 
@@ -44,6 +44,7 @@ def cmd_lower(args: argparse.Namespace, rep: Reporter) -> int:
     from ..lowering.portability import portability_issues
 
     asset = _existing(args.asset)
+    check_asset_path(asset)
     check_under_root(asset, args.root)
     src = read_asset_folder(asset, root=args.root)
     schema = parse(src.yaml_text, src.yaml_path)
@@ -101,6 +102,7 @@ def cmd_info(args: argparse.Namespace, rep: Reporter) -> int:
     from ..assets.folder import find_assets
 
     path = _existing(args.path)
+    check_asset_path(path)
     check_under_root(path, args.root)
     assets = find_assets(path)
     if not assets:
