@@ -8,6 +8,10 @@
      "origins": {"remote": 1}}   # where the recompiled variants came from: cache, remote, lowered
     {"event": "failure", "asset": ..., "generation": 0, "kind": "CompileError", "path": ...,
      "line": 6, "col": 5, "message": "path:6:5: ...", "rendered": "... with the line and a caret"}
+    {"event": "added", "asset": ..., "generation": 0}   # an asset made under the folder watched
+
+Assets made (or moved in) under the watched folder while it runs are watched from then on
+(the folder is scanned again every second); each is checked as those found at start are.
 
 Each failure is reported once: by this command (the library's own warnings about the assets
 it watches are not printed again).
@@ -26,6 +30,8 @@ from ..files import json_text
 from .contract import EXIT_OK, ROOT_HELP, Reporter, UsageError, check_under_root, seconds_arg, whole_number_arg
 
 __all__ = ["add_parser", "cmd_watch"]
+
+_RESCAN_S = 1.0  # how often the watched folder is scanned for new assets
 
 
 def _failure_json(asset: str, generation: int, error: PluginError) -> dict[str, Any]:
@@ -70,6 +76,13 @@ class _Log:
         stamp = time.strftime("%H:%M:%S")
         detail = error.render()[len(error.headline()) :].lstrip("\n")
         self.rep.error(f"{stamp} {what}: {error.headline()}", detail or None)
+
+    def added(self, asset: str, generation: int) -> None:
+        """An asset made under the watched folder while the command runs, watched from now on."""
+        if self.as_json:
+            self.emit({"event": "added", "asset": asset, "generation": generation})
+            return
+        self.rep.say(f"{time.strftime('%H:%M:%S')} watching {asset} too (new under the folder)")
 
     def cleared(self, asset: str, generation: int) -> None:
         """A failed edit was undone: the files hold the live program's content again."""
@@ -151,11 +164,12 @@ def cmd_watch(args: argparse.Namespace, rep: Reporter) -> int:
                     pass  # too many to enumerate: reported below, when they are compiled
         found = lib.prefetch(wanted)
         rep.say(f"prefetched: {found.local} local, {found.remote} remote, {found.missed} to lower ({found.rejected} refused)")
-    live_failures: dict[str, PluginError] = {}  # assets whose live content does not compile (found at start)
-    for ref in refs:
+    live_failures: dict[str, PluginError] = {}  # assets whose live content does not compile (found when first loaded)
+
+    def check(ref: Any) -> bool:
+        """Report what a newly loaded asset's live content does (answers whether it failed)."""
         if ref.error is not None:
-            log.failure(ref.path, ref.generation, ref.error, f"{ref.path} is not loadable yet")
-            continue
+            return log.failure(ref.path, ref.generation, ref.error, f"{ref.path} is not loadable yet")
         try:
             if args.all_variants:
                 for spec in enumerate_variants(ref.program().schema):
@@ -166,7 +180,11 @@ def cmd_watch(args: argparse.Namespace, rep: Reporter) -> int:
                     ref.program().variant(first)
         except PluginError as exc:
             live_failures[ref.path] = exc
-            log.failure(ref.path, ref.generation, exc, f"{ref.path} does not compile")
+            return log.failure(ref.path, ref.generation, exc, f"{ref.path} does not compile")
+        return False
+
+    for ref in refs:
+        check(ref)
     lib.watch()
     if args.json:
         log.emit({"event": "watching", "root": os.path.abspath(root), "assets": [r.path for r in refs]})
@@ -176,8 +194,21 @@ def cmd_watch(args: argparse.Namespace, rep: Reporter) -> int:
     seen = 0
     failing: set[str] = set()  # assets whose last word here was a failed reload
     by_path = {r.path: r for r in refs}
+    known = set(folders)
+    next_scan = time.monotonic() + _RESCAN_S
     try:
         while deadline is None or time.monotonic() < deadline:
+            if time.monotonic() >= next_scan and not target.endswith(ASSET_SUFFIX):
+                next_scan = time.monotonic() + _RESCAN_S
+                for folder in find_assets(target):  # assets made or moved in meanwhile (review helper 117)
+                    if folder in known:
+                        continue
+                    known.add(folder)
+                    ref = lib.load(os.path.relpath(folder, root), strict=False)
+                    by_path[ref.path] = ref
+                    seen += 1
+                    log.added(ref.path, ref.generation)
+                    check(ref)
             for result in lib.poll():
                 seen += 1
                 if result.ok:

@@ -139,3 +139,30 @@ def test_watch_says_once_that_a_cache_path_it_cannot_use_turns_the_cache_off(ass
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=REPO, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert proc.stderr.count("variant cache disabled") == 1 and "is not a folder" in proc.stderr
+
+
+def test_watch_takes_an_asset_made_under_its_folder_while_it_runs(asset_root, tmp_path):
+    # The asset list was fixed at start: a new asset (or one moved in) and every later edit of
+    # it went unreported until watch was restarted (review helper 117).
+    import json
+
+    from asset_support import make_asset
+
+    lines: list[str] = []
+    with _watch(asset_root, str(tmp_path / "cache"), "--json", "--duration", "60") as proc:
+        _read_until(proc, '"event": "watching"', lines)
+        staging = tmp_path / "elsewhere"
+        folder = make_asset(str(staging), name="fresh")
+        os.makedirs(os.path.join(asset_root, "sub"))
+        os.rename(folder, os.path.join(asset_root, "sub", "fresh.computeShader"))  # moved in, one folder down
+        _read_until(proc, '"event": "added"', lines)
+        added = json.loads(lines[-1])
+        assert added["asset"] == "sub/fresh.computeShader" and added["generation"] == 0
+        time.sleep(0.2)
+        write(os.path.join(asset_root, "sub", "fresh.computeShader", "kernel.wgsl"), kernel("typo_here"))
+        _read_until(proc, '"event": "failure"', lines)
+        failure = json.loads(lines[-1])
+        assert failure["asset"] == "sub/fresh.computeShader" and failure["path"].endswith("kernel.wgsl") and failure["line"] > 0
+        write(os.path.join(asset_root, "sub", "fresh.computeShader", "kernel.wgsl"), kernel(5.0))
+        _read_until(proc, '"event": "reload"', lines)
+        assert json.loads(lines[-1])["asset"] == "sub/fresh.computeShader"
