@@ -167,7 +167,8 @@ def _read_text(path: str, root: str) -> str:
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
-            raise AssetError("not a regular file (a FIFO, device or socket?); an asset file must be a plain text file", Span(path))
+            kind = "a folder" if stat.S_ISDIR(st.st_mode) else "not a regular file (a FIFO, device or socket?)"
+            raise AssetError(f"{kind}; an asset file must be a plain text file", Span(path))
         if st.st_size > MAX_ASSET_FILE_BYTES:
             raise AssetError(f"{st.st_size} bytes is too large for an asset file (at most {MAX_ASSET_FILE_BYTES}); is it the right file?", Span(path))
         os.set_blocking(fd, True)

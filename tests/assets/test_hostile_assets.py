@@ -267,3 +267,14 @@ def test_a_kernel_far_larger_than_any_kernel_is_refused_at_once():
     assert info.value.span.path == "big/kernel.wgsl" and time.monotonic() - t0 < 10  # a minute before
     with pytest.raises(LoweringError, match=r"in 1 modules\)"):
         abi.lower(abi.parse(yaml, "big/bindings.yaml"), "#import big\n" + main, {}, wgsl_path="big/kernel.wgsl", modules={"big": ("m/big.wgsl", helpers)})
+
+
+def test_a_bindings_yaml_that_is_a_folder_is_named_a_folder(tmp_path, make_library):
+    # It was called "not a regular file (a FIFO, device or socket?)" (review helper 117).
+    folder = make_asset(str(tmp_path / "assets"))
+    os.remove(os.path.join(folder, "bindings.yaml"))
+    os.mkdir(os.path.join(folder, "bindings.yaml"))
+    lib = make_library(str(tmp_path / "assets"))
+    with pytest.raises(AssetError) as info:
+        lib.load("k.computeShader")
+    assert "bindings.yaml" in str(info.value) and "a folder; an asset file must be a plain text file" in str(info.value)
