@@ -10,6 +10,9 @@
      "line": 6, "col": 5, "message": "path:6:5: ...", "rendered": "... with the line and a caret"}
     {"event": "added", "asset": ..., "generation": 0}   # an asset made under the folder watched
 
+Exit status: 0, or 1 when an asset watched is failing as the command stops (Ctrl-C,
+``--duration``, ``--max-events``).
+
 Assets made (or moved in) under the watched folder while it runs are watched from then on
 (the folder is scanned again every second); each is checked as those found at start are.
 
@@ -27,7 +30,7 @@ from typing import Any
 
 from ..errors import PluginError
 from ..files import json_text
-from .contract import EXIT_OK, ROOT_HELP, Reporter, UsageError, check_under_root, seconds_arg, whole_number_arg
+from .contract import EXIT_FAILED, EXIT_OK, ROOT_HELP, Reporter, UsageError, check_under_root, seconds_arg, whole_number_arg
 
 __all__ = ["add_parser", "cmd_watch"]
 
@@ -236,7 +239,10 @@ def cmd_watch(args: argparse.Namespace, rep: Reporter) -> int:
         pass
     finally:
         lib.close()
-    return EXIT_OK
+    # By the exit contract: 1 when an asset watched is failing as the command stops (its last
+    # save failed, or its live content never loaded or compiled), as bake exits for a broken one.
+    broken = failing | set(live_failures) | {p for p, r in by_path.items() if r.error is not None}
+    return EXIT_FAILED if broken else EXIT_OK
 
 
 def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:

@@ -99,7 +99,7 @@ def test_watch_reports_a_body_broken_at_start_and_an_undone_failed_edit(asset_ro
         _read_until(proc, "typo_here", lines)
         write(path, live)  # undone
         _read_until(proc, '"event": "cleared"', lines)
-        assert proc.wait(timeout=30) == 0
+        assert proc.wait(timeout=30) == 1  # b.computeShader still fails as it stops (the exit contract)
     events = [json.loads(line) for line in lines if line.startswith("{")]
     assert [(e["event"], e["asset"]) for e in events if e["event"] != "watching"] == [
         ("failure", "b.computeShader"),
@@ -122,7 +122,7 @@ def test_watch_undoing_back_to_a_body_that_never_compiled_reports_its_failure_no
         write(path, kernel("another_typo"))
         _read_until(proc, "another_typo", lines)
         write(path, kernel("broken_at_start"))  # undone: the live, broken, content
-        assert proc.wait(timeout=30) == 0
+        assert proc.wait(timeout=30) == 1  # failing as it stops (the exit contract)
         lines += proc.stdout.readlines()
     events = [json.loads(line) for line in lines if line.startswith("{")]
     kinds = [e["event"] for e in events if e["event"] != "watching"]
