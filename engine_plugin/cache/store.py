@@ -190,6 +190,7 @@ class VariantCache:
         self._unreadable_warned = False
         self._counts = {"hits": 0, "misses": 0, "corrupt": 0, "writes": 0, "write_errors": 0, "evictions": 0}
         self._write_errors: dict[str, str] = {}  # path -> why its last write failed (until taken)
+        self._gc_lock = threading.Lock()  # one collection at a time in this process
         self._approx_bytes: int | None = None  # entry bytes as this instance believes; None: not scanned yet
         self._last_stamp = 0
         # A folder we may read but not write (a read-only game install) serves what it holds;
@@ -299,11 +300,14 @@ class VariantCache:
             if self._approx_bytes is not None:
                 self._approx_bytes += len(data) - old_size
             over = self.max_bytes is not None and (self._approx_bytes is None or self._approx_bytes > self.max_bytes)
-        if over:
+        # A collection running on another thread brings the folder under the cap: not twice.
+        if over and self._gc_lock.acquire(blocking=False):
             try:
-                self.gc()
+                self._collect(None, LOW_WATER)
             except CacheError as exc:  # the folder cannot be listed now: the cap waits for the next write
                 log.warning("variant cache: %s", exc.message)
+            finally:
+                self._gc_lock.release()
         return True
 
     def write_error(self, key: str) -> str | None:
@@ -416,6 +420,13 @@ class VariantCache:
         """Evict least recently used entries until the folder is at most ``low_water`` of the
         cap (``max_bytes`` or the store's own); remove stale temporary files. Answers the
         number of entries evicted."""
+        # One at a time: a bake's writer threads each crossing the cap ran gc together, and
+        # each counted the files the others removed (76 evictions of 52 entries written,
+        # review helper 117).
+        with self._gc_lock:
+            return self._collect(max_bytes, low_water)
+
+    def _collect(self, max_bytes: int | None, low_water: float) -> int:
         cap = max_bytes if max_bytes is not None else self.max_bytes
         self._remove_stale_temps()
         infos = list(self.entries())
