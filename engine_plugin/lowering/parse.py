@@ -27,7 +27,7 @@ from .param_types import ParamTypeError, parse_param_type
 from .schema import BINDING_KINDS, KIND_KEYS, Binding, Param, Schema, SpecParam
 from .structs import layout_struct
 from .textures import ADDRESS_MODES, FILTERS, READ_WRITE_STORAGE_FORMATS, SAMPLE_TYPES, STORAGE_FORMATS, TEXTURE_DIMS
-from .types import WGSL_KEYWORDS, is_value_type, parse_value_type
+from .types import WGSL_KEYWORDS, WGSL_RESERVED, is_value_type, parse_value_type
 from .yaml_nodes import EditorLines, compose_bounded
 
 # Declarations of one binding name (each under its own 'when'): the overlap check compares
@@ -209,12 +209,16 @@ class _Parser:
             raise self.error(node, f"{what} must be true or false, found {self._describe(node)}")
         return v
 
-    def ident(self, node: Any, what: str) -> str:
+    def ident(self, node: Any, what: str, *, wgsl_name: bool = True) -> str:
+        """An identifier; ``wgsl_name``: the generated WGSL uses it as a name of its own (a
+        column name only ever ends a longer one: WGSL's reserved words are fine there)."""
         v = self.value(node)
         if isinstance(v, bool):
             raise self.error(node, f"{what} must be an identifier, but YAML reads {node.value!r} as {v}; quote it: '{node.value}'")
         if not isinstance(v, str) or not _IDENT_RE.match(v):
             raise self.error(node, f"{what} must be an identifier (letters, digits, _), found {self._describe(node)}")
+        if wgsl_name and v in WGSL_RESERVED:
+            raise self.error(node, f"{what} {v!r} is a reserved word in WGSL (the compiler refuses it as a name); pick another")
         if v in WGSL_KEYWORDS or v.startswith("zero_") or v.startswith("__") or v.startswith("col_"):
             raise self.error(node, f"{what} {v!r} is reserved (WGSL keywords, 'params', 'main', and names starting zero_, col_ or __)")
         return v
@@ -428,7 +432,7 @@ class _Parser:
         for table, tnode, cnode in self.mapping(vnode, "bake columns (table: [column, ...])"):
             if table not in tables:
                 raise self.error(tnode, f"bake columns name {table!r}, which is not a kind: columns binding (tables: {', '.join(sorted(tables)) or 'none'})")
-            names = tuple(self.ident(c, f"a column of {table!r}") for c in self.sequence(cnode, f"columns of {table!r}"))
+            names = tuple(self.ident(c, f"a column of {table!r}", wgsl_name=False) for c in self.sequence(cnode, f"columns of {table!r}"))
             out.append((table, names))
         return tuple(sorted(out))
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-__all__ = ["ValueType", "parse_value_type", "is_value_type", "SCALARS", "KIND_CODE", "WGSL_KEYWORDS"]
+__all__ = ["ValueType", "parse_value_type", "is_value_type", "SCALARS", "KIND_CODE", "WGSL_KEYWORDS", "WGSL_RESERVED"]
 
 SCALARS = ("f32", "i32", "u32")
 # Kind codes used in column tables and host packing: 0 f32, 1 i32, 2 u32.
@@ -76,4 +76,21 @@ WGSL_KEYWORDS = frozenset(
     enable false fn for if let loop override requires return struct switch true var while
     array atomic bool f16 f32 i32 u32 mat2x2 mat2x3 mat2x4 mat3x2 mat3x3 mat3x4 mat4x2 mat4x3
     mat4x4 ptr sampler texture_1d texture_2d vec2 vec3 vec4 main params""".split()
+)
+# WGSL's reserved words (the spec's list, which naga refuses too): a binding named `meta` failed
+# in the compiler, its error placed on another field of the binding's line (review helper 118).
+WGSL_RESERVED = frozenset(
+    """NULL Self abstract active alignas alignof as asm asm_fragment async attribute auto await
+    become binding_array cast catch class co_await co_return co_yield coherent column_major common
+    compile compile_fragment concept const_cast consteval constexpr constinit crate debugger
+    decltype delete demote demote_to_helper do dynamic_cast enum explicit export extends extern
+    external fallthrough filter final finally friend from fxgroup get goto groupshared highp impl
+    implements import inline instanceof interface layout lowp macro macro_rules match mediump meta
+    mod module move mut mutable namespace new nil noexcept noinline nointerpolation noperspective
+    null nullptr of operator package packoffset partition pass patch pixelfragment precise
+    precision premerge priv protected pub public readonly ref regardless register reinterpret_cast
+    require resource restrict self set shared sizeof smooth snorm static static_assert static_cast
+    std subroutine super target template this thread_local throw trait try type typedef typeid
+    typename typeof union unless unorm unsafe unsized use using varying virtual volatile wgsl where
+    with writeonly yield""".split()
 )

@@ -84,6 +84,9 @@ CASES = [
     Bad("storage-texture-read-write-format", "bindings:\n  - { name: img, kind: storage_texture, dim: 2d, format: rgba8unorm, access: read_write }\n", SchemaError, "rgba8unorm", "access read_write takes r32float, r32uint, r32sint"),
     Bad("storage-texture-read-bgra8unorm", "bindings:\n  - { name: img, kind: storage_texture, dim: 2d, format: bgra8unorm, access: read }\n", SchemaError, "bgra8unorm", "write-only storage format"),
     Bad("keyword-name", "bindings:\n  - { name: var, element: f32 }\n", SchemaError, "var", "reserved"),
+    # WGSL's reserved words: naga refused them, its error placed on another field (review helper 118)
+    Bad("reserved-word-binding", "bindings:\n  - { name: meta, kind: buffer, access: read_write, element: u32, count: \"8\" }\n", SchemaError, "meta", "reserved word in WGSL"),
+    Bad("reserved-word-param", "bindings:\n  - { name: a, element: f32 }\nparams:\n  - { name: of, type: u32 }\n", SchemaError, "of,", "reserved word in WGSL"),
     Bad("missing-element", "bindings:\n  - { name: a, kind: buffer }\n", SchemaError, "{ name: a", "needs 'element'"),
     Bad("bad-element", "bindings:\n  - { name: a, element: f64 }\n", SchemaError, "f64", "not 'f64'"),
     Bad("bad-access", "bindings:\n  - { name: a, element: f32, access: write }\n", SchemaError, "write", "access must be 'read' or 'read_write'"),
@@ -693,3 +696,12 @@ def test_a_schema_error_points_at_the_items_name_not_another_word_spelled_alike(
     else:
         line = err.span.text
         assert err.col is not None and line[err.col - 1 :].startswith(("name", "src")) and line[: err.col - 1].rstrip().endswith("name:"), str(err)
+
+
+def test_a_column_named_with_a_wgsl_reserved_word_is_fine_it_only_ends_a_longer_name():
+    schema = parse(
+        "bindings:\n  - { name: cols, kind: columns, access: read }\n  - { name: out, kind: buffer, access: read_write, element: f32, count: n }\n"
+        "bake:\n  - { columns: { cols: [set, type] } }\n",
+        "ok.computeShader/bindings.yaml",
+    )
+    assert dict(schema.bake[0])["columns"] == (("cols", ("set", "type")),)
