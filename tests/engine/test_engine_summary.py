@@ -224,6 +224,9 @@ def test_nan_tiles_and_signed_zeros_summarise_by_one_rule_on_the_gpu_and_the_cpu
         _bits(0x7FC00001, 0x3F800000, 0x7F800001, 0x40000000),  # NaNs with payloads (quiet, signalling)
         _bits(0xFFC00000, 0x7FC12345, 0xFF800001, 0x7FFFFFFF),  # NaN only, four kinds: the first is kept
         [0.0, -0.0, 0.0, -0.0], [-0.0, np.nan, 0.0, np.nan], [np.inf, np.nan, np.inf, 5], [-np.inf, np.nan, -np.inf, -5],
+        _bits(0x00000001, 0x80000001, 0x007FFFFF, 0x00000000),  # denormals: min, max, sum and mean of them
+        _bits(0x00000003, 0x00000002, 0x80000005, 0x00000001),
+        [3e38, 3e38, -1, 1], [-3e38, -3e38, 1, -1],  # the sum overflows to inf
     ]
     world = World((2, 2), {"height": np.float32}, max_chunks=len(chunks))
     for key, values in enumerate(chunks):
