@@ -75,10 +75,10 @@ def urgent_wait() -> Iterator[None]:
     with _lock:
         _waiters[0] += 1
         first = _waiters[0] == 1
-    if first:
-        for poller in list(_pollers):
-            poller.wake.set()
     try:
+        if first:
+            for poller in list(_pollers):
+                poller.wake.set()
         yield
     finally:
         with _lock:
