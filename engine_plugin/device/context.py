@@ -169,6 +169,7 @@ def _new_context(adapter: Any = None) -> DeviceContext:
     # Linear sampling of 32-bit float textures (lavapipe and desktop GPUs have it).
     features = [f for f in _WANTED_FEATURES if f in adapter.features]
     dev = adapter.request_device_sync(required_features=features, required_limits=limits, label="engine_plugin")
+    install_poller(dev, fresh=True)  # made here: no map can be pending on it yet
     ctx = DeviceContext(dev, adapter)
     _contexts[id(dev)] = ctx
     return ctx

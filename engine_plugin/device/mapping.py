@@ -41,7 +41,7 @@ def settled(promise: Any, timeout: float, urgent: bool = False) -> bool:
         return True
     if event.is_set() or not urgent or timeout <= 0:
         return event.wait(timeout)
-    from .poller import urgent_wait  # not at import: this module is imported without wgpu
+    from .poller import promise_poller, urgent_wait  # not at import: this module is imported without wgpu
 
-    with urgent_wait():
+    with urgent_wait(promise_poller(promise)):
         return event.wait(timeout)

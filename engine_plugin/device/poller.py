@@ -10,18 +10,21 @@ lavapipe hides it: its submits wait for each other anyway.
 
 :class:`FramePoller` polls without waiting, every :data:`POLL_INTERVAL_S`, while maps are
 pending, and waits inside the driver only while some thread is blocked on a result (a read, a
-drain, any ``promise.sync_wait()``): that is when waiting in the driver answers soonest. A
-thread announces such a wait with :func:`urgent_wait`; wgpu-py's ``sync_wait`` is wrapped to
-announce itself (:func:`install`), so a raw loop or wgpu's own ``queue.read_buffer`` wait as
-fast as before. The engine's readback waiter thread does not announce its waits: it can wait
-an interval longer, the frame thread cannot wait for the GPU.
+drain, any ``promise.sync_wait()``) on that device: that is when waiting in the driver answers
+soonest. A thread announces such a wait with :func:`urgent_wait`; a map's promise carries its
+device's poller (``map_async`` is wrapped to say which) and wgpu-py's ``sync_wait`` is wrapped
+to announce itself, so a raw loop or wgpu's own ``queue.read_buffer`` wait as fast as before.
+The engine's readback waiter thread does not announce its waits: it can wait an interval
+longer, the frame thread cannot wait for the GPU. A wait on one device never makes another
+device's poller wait in its driver.
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import threading
-import weakref
+import time
 from typing import Any, Iterator
 
 from wgpu.backends.wgpu_native import _api
@@ -29,11 +32,11 @@ from wgpu.backends.wgpu_native._poller import PollThread
 
 __all__ = ["POLL_INTERVAL_S", "FramePoller", "install", "urgent_wait"]
 
-POLL_INTERVAL_S = 0.0005  # a readback lands at most this much later than the GPU finished it
+log = logging.getLogger("engine_plugin.gpu")
 
-_waiters = [0]  # threads blocked on a result now (under _lock)
-_lock = threading.Lock()
-_pollers: "weakref.WeakSet[FramePoller]" = weakref.WeakSet()
+POLL_INTERVAL_S = 0.0005  # a readback lands at most this much later than the GPU finished it
+_ERROR_BACKOFF_S = 0.01  # after a poll raised: no tight loop of failures
+_install_lock = threading.Lock()  # two contexts made for one device at once install one poller
 
 
 class FramePoller(PollThread):
@@ -43,78 +46,134 @@ class FramePoller(PollThread):
         super().__init__(poll_func)
         self.name = "engine_plugin device poller"
         self.wake = threading.Event()  # set by an urgent waiter, and by stop()
+        self.waiters = 0  # threads blocked on a result of this device now (under _lock)
+        self._lock = threading.Lock()
         self.blocking_polls = 0  # waits inside the driver (tests read these)
         self.quick_polls = 0
+        self._failed = False
+
+    def enter_wait(self) -> None:
+        with self._lock:
+            self.waiters += 1
+        self.wake.set()
+
+    def leave_wait(self) -> None:
+        with self._lock:
+            self.waiters -= 1
 
     def stop(self) -> None:
         self.wake.set()
         super().stop()
+
+    def _poll(self, block: bool) -> None:
+        """One poll; a poll that raises (a lost device, a wgpu error) is logged once and the
+        thread lives on: a dead poller leaves every waiter of this device waiting for good."""
+        try:
+            self._poll_func(block)
+        except Exception as exc:
+            if not self._failed:
+                self._failed = True
+                log.warning("engine_plugin device poller: a device poll failed (%s: %s); polling on", type(exc).__name__, exc)
+            time.sleep(_ERROR_BACKOFF_S)
 
     def run(self) -> None:
         event, tokens, wake = self._event, self._token_ids, self.wake
         while not self._shutdown:
             event.wait()
             event.clear()
-            self._poll_func(False)
+            self._poll(False)
             self.quick_polls += 1
             while tokens and not self._shutdown:
-                if _waiters[0]:
+                if self.waiters:
                     self.blocking_polls += 1
-                    self._poll_func(True)
+                    self._poll(True)
                 else:
                     wake.wait(POLL_INTERVAL_S)
                     wake.clear()
                     self.quick_polls += 1
-                    self._poll_func(False)
+                    self._poll(False)
 
 
 @contextlib.contextmanager
-def urgent_wait() -> Iterator[None]:
-    """Mark the calling thread as blocked on a GPU result for the ``with`` block: the device
-    pollers wait inside the driver meanwhile, which answers soonest."""
-    with _lock:
-        _waiters[0] += 1
-        first = _waiters[0] == 1
+def urgent_wait(poller: Any) -> Iterator[None]:
+    """Mark the calling thread as blocked on a result of ``poller``'s device for the ``with``
+    block (anything but a :class:`FramePoller`: nothing to mark): that poller waits inside the
+    driver meanwhile, which answers soonest."""
+    if not isinstance(poller, FramePoller):
+        yield
+        return
+    poller.enter_wait()
     try:
-        if first:
-            for poller in list(_pollers):
-                poller.wake.set()
         yield
     finally:
-        with _lock:
-            _waiters[0] -= 1
+        poller.leave_wait()
 
 
-def _wrap_sync_wait() -> None:
-    promise_class = _api.GPUPromise
+def promise_poller(promise: Any) -> Any:
+    """The poller of the device a map's promise belongs to (None: not a map of ours to hurry)."""
+    return getattr(promise, "_engine_plugin_poller", None)
+
+
+def _wrap_wgpu() -> None:
+    """Once per process: a map's promise names its device's poller, and ``sync_wait`` on such a
+    promise marks an urgent wait on that device."""
+    buffer_class, promise_class = _api.GPUBuffer, _api.GPUPromise
     if getattr(promise_class._sync_wait, "_engine_plugin", False):
         return
-    plain = promise_class._sync_wait
+    plain_map, plain_wait = buffer_class.map_async, promise_class._sync_wait
+
+    def map_async(self: Any, *args: Any, **kwargs: Any) -> Any:
+        promise = plain_map(self, *args, **kwargs)
+        poller = getattr(self._device, "_poller", None)
+        if isinstance(poller, FramePoller):
+            promise._engine_plugin_poller = poller
+        return promise
 
     def _sync_wait(self: Any) -> None:
         event = getattr(self, "_thread_event", None)
         if event is not None and event.is_set():
             return  # settled already: nothing to hurry (and no driver wait to start)
-        with urgent_wait():
-            plain(self)
+        with urgent_wait(promise_poller(self)):
+            plain_wait(self)
 
+    map_async.__doc__ = plain_map.__doc__
     _sync_wait._engine_plugin = True  # type: ignore[attr-defined]
+    buffer_class.map_async = map_async
     promise_class._sync_wait = _sync_wait
 
 
-def install(device: Any) -> bool:
-    """Give ``device`` a :class:`FramePoller` in place of wgpu-py's poll thread (once; a device
-    with maps pending keeps its own, which would otherwise lose their wake-ups). Answers
-    whether the device has one now."""
-    _wrap_sync_wait()
+def install(device: Any, fresh: bool = False) -> bool:
+    """Give ``device`` a :class:`FramePoller` in place of wgpu-py's poll thread; answers whether
+    it has one now.
+
+    ``fresh``: the device was just made here, so no map can be pending: wgpu's thread is
+    stopped. A device handed in by its owner may have maps in flight on other threads, whose
+    tokens are wgpu's thread's (a stop drops them, and their maps would never settle, review
+    helper 119): that thread stays for them, made never to wait in the driver, and idles once
+    they are done; new maps take the new poller's tokens.
+    """
+    with _install_lock:
+        return _install(device, fresh)
+
+
+def _install(device: Any, fresh: bool) -> bool:
+    _wrap_wgpu()
     old = getattr(device, "_poller", None)
     if isinstance(old, FramePoller):
         return True
-    if not isinstance(old, PollThread) or old._token_ids:
+    if not isinstance(old, PollThread):
         return False
-    poller = FramePoller(old._poll_func)
+    real = old._poll_func
+    poller = FramePoller(real)
+    if not fresh:
+
+        def without_driver_waits(_block: bool) -> None:
+            real(False)
+            time.sleep(POLL_INTERVAL_S)
+
+        old._poll_func = without_driver_waits
     poller.start()
     device._poller = poller
-    _pollers.add(poller)
-    old.stop()
+    if fresh:
+        old.stop()
     return True

@@ -75,3 +75,135 @@ def test_a_read_blocked_on_its_result_lets_the_poller_wait_in_the_driver(gpu):
         assert True in polls, f"no driver wait among {len(polls)} polls while a read waited"
     finally:
         log.restore()
+
+
+def _heavy_run(ctx=None):
+    """Heavy GPU work (tens of ms on lavapipe) on ``ctx``'s device (default: the process's)."""
+    kwargs = {} if ctx is None else {"device": ctx}
+    program = abi.program(key="pacing/heavy" if ctx is None else "pacing/heavy@other", schema=abi.parse(ps.HEAVY_YAML, "pacing/heavy/bindings.yaml"),
+                          wgsl=ps.HEAVY_WGSL, wgsl_path="pacing/heavy/kernel.wgsl", **kwargs)
+    return program.variant().run(64, inputs={"chunks": np.arange(64, dtype=np.uint32), "src": np.arange(64 * 1024, dtype=np.float32)},
+                                 params={"tile_count": 1024, "reps": 150})
+
+
+def _map_of(ctx, buffer):
+    """A map of ``buffer``'s first 256 bytes, copied after the work submitted before it."""
+    import wgpu
+
+    from engine_plugin.device.mapping import map_submitted
+
+    staging = ctx.device.create_buffer(size=256, usage=wgpu.BufferUsage.MAP_READ | wgpu.BufferUsage.COPY_DST)
+    encoder = ctx.device.create_command_encoder()
+    encoder.copy_buffer_to_buffer(buffer, 0, staging, 0, 256)
+    ctx.queue.submit([encoder.finish()])
+    return map_submitted(staging, 256), staging
+
+
+HEAVY_RAW = """
+@group(0) @binding(0) var<storage, read_write> out: array<u32>;
+@compute @workgroup_size(64)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
+    var h = gid.x;
+    for (var r = 0u; r < 900u; r = r + 1u) {
+        for (var t = 0u; t < 64u; t = t + 1u) { h = (h ^ t) * 16777619u; h = h ^ (h >> 13u); }
+    }
+    out[gid.x] = h;
+}
+"""
+
+
+def _pending_map(device):
+    """Heavy work and the copy of its result in one submission, then the map: on lavapipe too
+    (whose submit waits for the previous submission only) the map stays pending while it runs."""
+    import wgpu
+
+    from engine_plugin.device.mapping import map_submitted
+
+    out = device.create_buffer(size=4096 * 4, usage=wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC)
+    staging = device.create_buffer(size=4096 * 4, usage=wgpu.BufferUsage.MAP_READ | wgpu.BufferUsage.COPY_DST)
+    pipeline = _pipelines.get(id(device))
+    if pipeline is None:  # compiled once a device: the first compile outlasts the work
+        module = device.create_shader_module(code=HEAVY_RAW)
+        pipeline = _pipelines[id(device)] = device.create_compute_pipeline(layout="auto", compute={"module": module, "entry_point": "main"})
+    group = device.create_bind_group(layout=pipeline.get_bind_group_layout(0), entries=[{"binding": 0, "resource": {"buffer": out}}])
+    encoder = device.create_command_encoder()
+    cpass = encoder.begin_compute_pass()
+    cpass.set_pipeline(pipeline)
+    cpass.set_bind_group(0, group)
+    cpass.dispatch_workgroups(64)
+    cpass.end()
+    encoder.copy_buffer_to_buffer(out, 0, staging, 0, 4096 * 4)
+    device.queue.submit([encoder.finish()])
+    return map_submitted(staging, 4096 * 4), staging
+
+
+_pipelines: dict = {}
+
+
+def test_a_read_blocked_on_one_device_never_makes_another_devices_poller_wait_in_its_driver(gpu):
+    # The waiter count was process-wide: an abi.read on any device brought the driver waits
+    # back to the engine's device (review helper 119).
+    from engine_plugin.device.context import fresh_context
+    from engine_plugin.device.mapping import settled
+
+    other = fresh_context(avoid=gpu)
+    assert other.device is not gpu.device
+    for ctx in (other, gpu):  # compiled, and the devices idle
+        assert settled(_pending_map(ctx.device)[0], 30.0, urgent=True)
+    log = _PollLog(other.device)
+    try:
+        promise, _staging = _pending_map(other.device)  # pending there for tens of ms, nobody waiting for it
+        mine, _mine_staging = _pending_map(gpu.device)
+        assert settled(mine, 30.0, urgent=True)  # blocks on the default device meanwhile
+        assert settled(promise, 30.0)
+        polls = log.take()
+        assert polls and True not in polls, f"{polls.count(True)} of {len(polls)} polls of the other device waited in its driver"
+    finally:
+        log.restore()
+
+
+def test_a_poll_that_raises_leaves_the_poller_polling_and_the_read_arrives(gpu, caplog):
+    # One exception out of the poll function ended the thread: every later map of the device
+    # waited for good (review helper 119).
+    import logging
+
+    poller = gpu.device._poller
+    real, failed = poller._poll_func, []
+
+    def once_broken(block):
+        if not failed:
+            failed.append(block)
+            raise RuntimeError("injected poll failure")
+        return real(block)
+
+    poller._poll_func = once_broken
+    try:
+        with caplog.at_level(logging.WARNING, logger="engine_plugin.gpu"):
+            got = abi.read(_heavy_run().outputs["out"])
+        assert failed and got.any() and poller.is_alive()
+        assert "injected poll failure" in caplog.text
+    finally:
+        poller._poll_func = real
+
+
+def test_a_callers_device_with_a_map_in_flight_gets_the_poller_and_the_map_still_settles(gpu):
+    # Install stopped wgpu's poll thread, dropping the tokens of maps in flight: such a map
+    # never settled (review helper 119); a device with one pending kept wgpu's thread for good.
+    from engine_plugin.device.context import DeviceContext
+    from engine_plugin.device.mapping import settled
+    from engine_plugin.device.poller import FramePoller
+
+    device = gpu.adapter.request_device_sync()  # the caller's own: wgpu's poll thread
+    assert not isinstance(device._poller, FramePoller)
+    import wgpu
+
+    data = device.create_buffer_with_data(data=np.arange(64, dtype=np.uint32), usage=wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC)
+    theirs = type("Ctx", (), {"device": device, "queue": device.queue})()
+    promise, staging = _map_of(theirs, data)
+    ctx = DeviceContext(device)
+    assert isinstance(device._poller, FramePoller) and ctx.device is device
+    assert settled(promise, 30.0), "the map in flight at install never settled"
+    promise.sync_wait()
+    assert np.frombuffer(staging.read_mapped(0, 256), np.uint32)[:64].tolist() == list(range(64))
+    staging.unmap()
+    device.destroy()
