@@ -9,12 +9,15 @@
     {"event": "failure", "asset": ..., "generation": 0, "kind": "CompileError", "path": ...,
      "line": 6, "col": 5, "message": "path:6:5: ...", "rendered": "... with the line and a caret"}
     {"event": "added", "asset": ..., "generation": 0}   # an asset made under the folder watched
+    {"event": "removed", "asset": ...}                  # its folder removed or moved out
 
 Exit status: 0, or 1 when an asset watched is failing as the command stops (Ctrl-C,
 ``--duration``, ``--max-events``).
 
 Assets made (or moved in) under the watched folder while it runs are watched from then on
-(the folder is scanned again every second); each is checked as those found at start are.
+(the folder is scanned again every second); each is checked as those found at start are. An
+asset whose folder goes away is reported removed, not failing. ``--max-events`` counts
+reloads and failures (``added`` and ``removed`` are news, not events to stop on).
 
 Each failure is reported once: by this command (the library's own warnings about the assets
 it watches are not printed again).
@@ -86,6 +89,14 @@ class _Log:
             self.emit({"event": "added", "asset": asset, "generation": generation})
             return
         self.rep.say(f"{time.strftime('%H:%M:%S')} watching {asset} too (new under the folder)")
+
+    def removed(self, asset: str) -> None:
+        """An asset whose folder was removed or moved out from under the watched folder."""
+        self._shown.pop(asset, None)
+        if self.as_json:
+            self.emit({"event": "removed", "asset": asset})
+            return
+        self.rep.say(f"{time.strftime('%H:%M:%S')} {asset} was removed; no longer watched")
 
     def cleared(self, asset: str, generation: int) -> None:
         """A failed edit was undone: the files hold the live program's content again."""
@@ -198,21 +209,45 @@ def cmd_watch(args: argparse.Namespace, rep: Reporter) -> int:
     failing: set[str] = set()  # assets whose last word here was a failed reload
     by_path = {r.path: r for r in refs}
     known = set(folders)
+
+    def gone(asset: str) -> None:
+        """An asset whose folder went away: said once, and no longer watched or counted."""
+        if by_path.pop(asset, None) is None:
+            return
+        failing.discard(asset)
+        live_failures.pop(asset, None)
+        log.removed(asset)
+
     next_scan = time.monotonic() + _RESCAN_S
     try:
         while deadline is None or time.monotonic() < deadline:
             if time.monotonic() >= next_scan and not target.endswith(ASSET_SUFFIX):
                 next_scan = time.monotonic() + _RESCAN_S
-                for folder in find_assets(target):  # assets made or moved in meanwhile (review helper 117)
+                found = find_assets(target)
+                for folder in sorted(known - set(found)):  # removed, or moved out (helper 120)
+                    known.discard(folder)
+                    gone(os.path.relpath(folder, root).replace(os.sep, "/"))
+                for folder in found:  # assets made or moved in meanwhile (review helper 117)
                     if folder in known:
                         continue
                     known.add(folder)
-                    ref = lib.load(os.path.relpath(folder, root), strict=False)
+                    rel = os.path.relpath(folder, root)
+                    again = any(os.path.normpath(r.folder) == folder for r in lib.refs())
+                    ref = lib.load(rel, strict=False)
                     by_path[ref.path] = ref
-                    seen += 1
                     log.added(ref.path, ref.generation)
-                    check(ref)
+                    if again:  # an asset removed earlier, back: read it as saved (a reload or its failure follows)
+                        lib.request_reload(ref.path)
+                    elif check(ref):
+                        seen += 1
             for result in lib.poll():
+                ref = by_path.get(result.asset)
+                if ref is None:
+                    continue  # removed: said already
+                if not result.ok and not os.path.isdir(ref.folder):
+                    known.discard(os.path.normpath(ref.folder))
+                    gone(result.asset)  # its folder went away: removed, not a failure of it
+                    continue
                 seen += 1
                 if result.ok:
                     failing.discard(result.asset)

@@ -166,3 +166,35 @@ def test_watch_takes_an_asset_made_under_its_folder_while_it_runs(asset_root, tm
         write(os.path.join(asset_root, "sub", "fresh.computeShader", "kernel.wgsl"), kernel(5.0))
         _read_until(proc, '"event": "reload"', lines)
         assert json.loads(lines[-1])["asset"] == "sub/fresh.computeShader"
+
+
+def test_watch_says_an_asset_removed_or_renamed_is_gone_not_failing_and_exits_0(asset_root, tmp_path):
+    # A renamed or deleted asset was reported as a failure for good and made watch exit 1
+    # (review helper 120).
+    import json
+    import shutil
+    import signal
+
+    from asset_support import make_asset
+
+    make_asset(asset_root, name="b")
+    lines: list[str] = []
+    with _watch(asset_root, str(tmp_path / "cache"), "--json", "--duration", "60") as proc:
+        _read_until(proc, '"event": "watching"', lines)
+        os.rename(os.path.join(asset_root, "k.computeShader"), os.path.join(asset_root, "k2.computeShader"))
+        _read_until(proc, '"asset": "k2.computeShader"', lines)
+        kept = str(tmp_path / "b_copy")
+        shutil.copytree(os.path.join(asset_root, "b.computeShader"), kept)
+        shutil.rmtree(os.path.join(asset_root, "b.computeShader"))
+        _read_until(proc, '"event": "removed", "asset": "b.computeShader"', lines)
+        shutil.copytree(kept, os.path.join(asset_root, "b.computeShader"))
+        _read_until(proc, '"event": "added", "asset": "b.computeShader"', lines)
+        time.sleep(1.5)
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=30) == 0
+        lines += proc.stdout.readlines()
+    events = [json.loads(line) for line in lines if line.startswith("{")]
+    said = [(e["event"], e["asset"]) for e in events if e["event"] != "watching"]
+    assert ("removed", "k.computeShader") in said and ("added", "k2.computeShader") in said
+    assert ("removed", "b.computeShader") in said and ("added", "b.computeShader") in said
+    assert not [e for e in events if e["event"] == "failure"], events
