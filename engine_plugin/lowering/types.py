@@ -77,11 +77,12 @@ WGSL_KEYWORDS = frozenset(
     array atomic bool f16 f32 i32 u32 mat2x2 mat2x3 mat2x4 mat3x2 mat3x3 mat3x4 mat4x2 mat4x3
     mat4x4 ptr sampler texture_1d texture_2d vec2 vec3 vec4 main params""".split()
 )
-# WGSL's reserved words (the spec's list, which naga refuses too): a binding named `meta` failed
+# WGSL's reserved words (the spec's list, which naga refuses too, but for binding_array, which
+# this naga takes as a name): a binding named `meta` failed
 # in the compiler, its error placed on another field of the binding's line (review helper 118).
 WGSL_RESERVED = frozenset(
     """NULL Self abstract active alignas alignof as asm asm_fragment async attribute auto await
-    become binding_array cast catch class co_await co_return co_yield coherent column_major common
+    become cast catch class co_await co_return co_yield coherent column_major common
     compile compile_fragment concept const_cast consteval constexpr constinit crate debugger
     decltype delete demote demote_to_helper do dynamic_cast enum explicit export extends extern
     external fallthrough filter final finally friend from fxgroup get goto groupshared highp impl
@@ -93,4 +94,8 @@ WGSL_RESERVED = frozenset(
     std subroutine super target template this thread_local throw trait try type typedef typeid
     typename typeof union unless unorm unsafe unsized use using varying virtual volatile wgsl where
     with writeonly yield""".split()
+    # and the address spaces and access modes the generated declarations spell
+    # (`var<storage, read> NAME`): naga took a binding of those names for a recursive
+    # declaration, its error on another field (review helper 120)
+    + ["read", "read_write", "storage", "uniform"]
 )

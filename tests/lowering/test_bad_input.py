@@ -86,6 +86,8 @@ CASES = [
     Bad("keyword-name", "bindings:\n  - { name: var, element: f32 }\n", SchemaError, "var", "reserved"),
     # WGSL's reserved words: naga refused them, its error placed on another field (review helper 118)
     Bad("reserved-word-binding", "bindings:\n  - { name: meta, kind: buffer, access: read_write, element: u32, count: \"8\" }\n", SchemaError, "meta", "reserved word in WGSL"),
+    Bad("access-mode-binding", "bindings:\n  - { name: read, kind: buffer, access: read, element: f32 }\n", SchemaError, "read,", "reserved word in WGSL"),
+    Bad("address-space-binding", "bindings:\n  - { name: uniform, kind: buffer, access: read, element: f32 }\n", SchemaError, "uniform", "reserved word in WGSL"),
     Bad("reserved-word-param", "bindings:\n  - { name: a, element: f32 }\nparams:\n  - { name: of, type: u32 }\n", SchemaError, "of,", "reserved word in WGSL"),
     Bad("missing-element", "bindings:\n  - { name: a, kind: buffer }\n", SchemaError, "{ name: a", "needs 'element'"),
     Bad("bad-element", "bindings:\n  - { name: a, element: f64 }\n", SchemaError, "f64", "not 'f64'"),
