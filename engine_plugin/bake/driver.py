@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
+import signal
+import threading
 import time
 from collections import Counter
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Iterator, Mapping
 
 from ..cache import VariantCache
 from ..cache.remote import RemoteCache
@@ -184,6 +187,32 @@ def _no_result(out: VariantOutcome) -> Failure:
     return Failure("PluginError", text, text)
 
 
+@contextlib.contextmanager
+def _interrupt_flag() -> Iterator[list]:
+    """A Ctrl-C during the bake is noted as well as raised: Python raises it wherever the main
+    thread is, and a KeyboardInterrupt raised inside a gc callback (distributed installs one)
+    is printed as "ignored" and lost, so a Dask bake ran on to its end and exited 0 (review
+    helper 120). The loop looks at the note after each chunk. The flag is truthy once noted."""
+    noted: list = []
+    try:
+        previous = signal.getsignal(signal.SIGINT)
+    except ValueError:
+        previous = None
+    if previous is not signal.default_int_handler or threading.current_thread() is not threading.main_thread():
+        yield noted  # an embedding program's own handler (or none): its business
+        return
+
+    def note(signum: int, frame: Any) -> None:
+        noted.append(signum)
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGINT, note)
+    try:
+        yield noted
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 def bake(
     paths: Iterable[str],
     cache: VariantCache | str,
@@ -263,9 +292,11 @@ def bake(
             jobs = chunk_jobs(todo, runner.workers, validate)
             progress.start(total, runner.label)
             try:
-                with state:
+                with state, _interrupt_flag() as interrupted:
                     events = getattr(runner, "events", None)
                     for job, result in runner.run(jobs):
+                        if interrupted:
+                            raise KeyboardInterrupt  # a Ctrl-C that landed where it was swallowed
                         state.take(job, result)
                         if events is not None:
                             state.lost(events(), jobs)
