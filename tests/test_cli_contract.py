@@ -311,7 +311,7 @@ def test_watch_prints_a_refused_reload_once_as_one_line_on_stderr(broken):
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-    assert proc.returncode == 0
+    assert proc.returncode == 1  # it stops with the asset failing (the exit contract)
     lines = err.splitlines()
     assert len(lines) == 2, err  # each once: the library's own warning is not printed as well
     assert lines[0].startswith("engine-plugin watch: ") and "broken.computeShader does not compile" in lines[0] and "kernel.wgsl:5:29:" in lines[0]

@@ -15,7 +15,7 @@ import weakref
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from ..errors import NoAdapterError, PluginError
+from ..errors import DeviceLostError, NoAdapterError, PluginError
 from ..gpu.backend import NoGpuBackend, ReadbackResult, ResourceBackend
 from ..gpu.descriptors import ReadbackPolicy, coalesce_uploads, field_mirror_desc
 from ..world import World
@@ -335,8 +335,14 @@ class GpuSide:
             return
         self.fault = getattr(self.backend, "fault", None) or "the GPU backend is disabled"
         st.gpu_lost = True
+        # product_error() answers why each product is off the GPU, wherever the loss was found
+        # (found in an upload or a readback, it answered None: a suite run under load, when the
+        # dispatch was not the first to meet it); recover_gpu() clears it.
+        lost = DeviceLostError(f"the GPU is unavailable ({self.fault}); the product runs on its CPU fallback until engine.recover_gpu()")
         for product in self._products:
             product.gpu = None  # its registration died with the backend
+            if product.exception is None:
+                product.fail(lost, off_gpu=True)
         log.warning("GPU unavailable (%s): products continue on their CPU fallbacks; engine.recover_gpu() re-acquires a device", self.fault)
 
     # ---- pacing ------------------------------------------------------------------------

@@ -76,3 +76,34 @@ def test_a_device_reported_faulty_is_never_offered_again_by_a_later_recovery():
     assert report["recovered"] == [True, True]
     assert not report["d2_is_d1"] and not report["d3_is_d1"] and not report["d3_is_d2"]
     assert report["again"] == [True] * 10
+
+
+def test_product_error_names_a_loss_found_outside_a_dispatch_until_recovery(gpu):
+    # Found by an upload, a readback or the guard rather than by the product's own dispatch,
+    # a loss left product_error() None while the product ran on its CPU fallback (a suite run
+    # under load: loss_error_script's "error after the loss" read False).
+    from engine_plugin.device.context import fresh_context
+    from engine_plugin.engine import Engine, fallbacks, kernel_program
+    from engine_plugin.errors import DeviceLostError
+
+    from engine_support import make_world, run_until_idle
+
+    private = fresh_context(avoid=gpu)
+    world = make_world(n=8)
+    engine = Engine(world, device=private)
+    try:
+        handle = engine.register_product(kernel_program("summary"), key="s", spec={"T": "f32"}, fields={"src": "height"},
+                                         apply=lambda r: None, cpu_fallback=fallbacks.summary)
+        run_until_idle(engine)
+        assert engine.product_error(handle) is None
+        private.lost = True  # what a backend or a probe marks when it finds the loss
+        world.write(0, "height", 1.0)
+        engine.frame()
+        assert not engine.gpu_active
+        assert isinstance(engine.product_error(handle), DeviceLostError), engine.product_error(handle)
+        assert engine.recover_gpu(gpu)
+        world.write(1, "height", 2.0)
+        run_until_idle(engine)
+        assert engine.product_error(handle) is None
+    finally:
+        engine.close()
