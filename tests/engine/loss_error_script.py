@@ -28,7 +28,15 @@ frames(10)
 device = engine.backend.device
 type(device).destroy(device)  # behind the guard's back
 engine.invalidate(handle)
-engine.frame()
+# Frames until the engine meets the loss: the first frame after it may touch no GPU object (a
+# readback of the last frame still pending defers the dispatch) and find it a frame later (an
+# upload) or at the stall probe; what is checked is what product_error() says once it is met.
+for _ in range(400):
+    world.write(0, "h", 5.0)
+    engine.frame()
+    if not engine.gpu_active:
+        break
+    time.sleep(0.01)
 print("error after the loss:", engine.product_error(handle) is not None)
 frames(3)
 print("recovered:", engine.recover_gpu())
