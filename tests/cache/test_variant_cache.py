@@ -164,9 +164,11 @@ def test_lru_eviction_under_a_small_cap_keeps_what_was_used_recently(folder):
     assert st.entries == len(present) and st.evictions == 10 - len(present)
 
 
-def test_gc_evicts_to_a_cap_and_removes_stale_temp_files(folder):
+def _with_temp_files(folder: str, entries: int) -> tuple[VariantCache, str, str]:
+    """A cache of ``entries`` entries beside a stale temporary file (an hour old: a writer that
+    died) and a fresh one (a live writer's, about to be renamed into place)."""
     cache = VariantCache(folder, max_bytes=None)
-    for key, lowered in reference_variants()[:8]:
+    for key, lowered in reference_variants()[:entries]:
         cache.put(key, lowered)
     stale = os.path.join(folder, ".tmp-deadbeef-1-00000000")
     fresh = os.path.join(folder, ".tmp-deadbeef-2-00000000")
@@ -174,6 +176,11 @@ def test_gc_evicts_to_a_cap_and_removes_stale_temp_files(folder):
         with open(p, "wb") as f:
             f.write(b"half an entry")
     os.utime(stale, (time.time() - 3600, time.time() - 3600))
+    return cache, stale, fresh
+
+
+def test_gc_evicts_to_a_cap_and_removes_stale_temp_files(folder):
+    cache, stale, fresh = _with_temp_files(folder, 8)
     size = cache.stats(scan=True).bytes
     evicted = cache.gc(max_bytes=size // 2)
     assert evicted >= 4 and cache.stats(scan=True).bytes <= size // 2
@@ -183,15 +190,7 @@ def test_gc_evicts_to_a_cap_and_removes_stale_temp_files(folder):
 def test_clear_leaves_a_live_writers_temp_file_and_removes_stale_ones(folder):
     # `cache clear` during a bake removed the bake's in-flight temporaries, so their renames
     # failed and variants failed with "disk full or read-only?" (review helper 117).
-    cache = VariantCache(folder, max_bytes=None)
-    for key, lowered in reference_variants()[:3]:
-        cache.put(key, lowered)
-    stale = os.path.join(folder, ".tmp-deadbeef-1-00000000")
-    fresh = os.path.join(folder, ".tmp-deadbeef-2-00000000")
-    for p in (stale, fresh):
-        with open(p, "wb") as f:
-            f.write(b"half an entry")
-    os.utime(stale, (time.time() - 3600, time.time() - 3600))
+    cache, _stale, fresh = _with_temp_files(folder, 3)
     assert cache.clear() == 3
     assert sorted(os.listdir(folder)) == [os.path.basename(fresh)]
 
