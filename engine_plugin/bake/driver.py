@@ -286,24 +286,31 @@ def bake(
     total = sum(len(items) for _, items in todo)
     if total:
         t_start = time.perf_counter()
-        with runner:
-            report.startup_s = time.perf_counter() - t_start
-            report.runner, report.workers = runner.label, runner.workers
-            jobs = chunk_jobs(todo, runner.workers, validate)
-            progress.start(total, runner.label)
-            try:
-                with state, _interrupt_flag() as interrupted:
-                    events = getattr(runner, "events", None)
-                    for job, result in runner.run(jobs):
-                        if interrupted:
-                            raise KeyboardInterrupt  # a Ctrl-C that landed where it was swallowed
-                        state.take(job, result)
+        # A Ctrl-C swallowed anywhere from the runner's start to its shutdown (a cluster
+        # closing runs gc callbacks too) is acted on after each chunk and once it is over.
+        with _interrupt_flag() as interrupted:
+            with runner:
+                report.startup_s = time.perf_counter() - t_start
+                report.runner, report.workers = runner.label, runner.workers
+                jobs = chunk_jobs(todo, runner.workers, validate)
+                progress.start(total, runner.label)
+                try:
+                    with state:
+                        events = getattr(runner, "events", None)
+                        for job, result in runner.run(jobs):
+                            if interrupted:
+                                raise KeyboardInterrupt  # a Ctrl-C that landed where it was swallowed
+                            state.take(job, result)
+                            if events is not None:
+                                state.lost(events(), jobs)
                         if events is not None:
-                            state.lost(events(), jobs)
-                    if events is not None:
-                        state.lost(events(final=True), jobs)
-            finally:
-                progress.stop()
+                            state.lost(events(final=True), jobs)
+                        if interrupted:
+                            raise KeyboardInterrupt
+                finally:
+                    progress.stop()
+            if interrupted:
+                raise KeyboardInterrupt
     state.repeats()
     if remote is not None:
         report.remote = _sync_remote(store, remote, skipped)

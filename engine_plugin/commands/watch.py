@@ -208,7 +208,8 @@ def cmd_watch(args: argparse.Namespace, rep: Reporter) -> int:
     seen = 0
     failing: set[str] = set()  # assets whose last word here was a failed reload
     by_path = {r.path: r for r in refs}
-    known = set(folders)
+    known = {os.path.abspath(f) for f in folders}  # absolute: the library's refs are, a target may not be (helper 121)
+    root_abs = os.path.abspath(root)
 
     def gone(asset: str) -> None:
         """An asset whose folder went away: said once, and no longer watched or counted."""
@@ -223,17 +224,14 @@ def cmd_watch(args: argparse.Namespace, rep: Reporter) -> int:
         while deadline is None or time.monotonic() < deadline:
             if time.monotonic() >= next_scan and not target.endswith(ASSET_SUFFIX):
                 next_scan = time.monotonic() + _RESCAN_S
-                found = find_assets(target)
-                for folder in sorted(known - set(found)):  # removed, or moved out (helper 120)
+                found = {os.path.abspath(f) for f in find_assets(target)}
+                for folder in sorted(known - found):  # removed, or moved out (helper 120)
                     known.discard(folder)
-                    gone(os.path.relpath(folder, root).replace(os.sep, "/"))
-                for folder in found:  # assets made or moved in meanwhile (review helper 117)
-                    if folder in known:
-                        continue
+                    gone(os.path.relpath(folder, root_abs).replace(os.sep, "/"))
+                for folder in sorted(found - known):  # assets made or moved in meanwhile (review helper 117)
                     known.add(folder)
-                    rel = os.path.relpath(folder, root)
-                    again = any(os.path.normpath(r.folder) == folder for r in lib.refs())
-                    ref = lib.load(rel, strict=False)
+                    again = any(os.path.abspath(r.folder) == folder for r in lib.refs())
+                    ref = lib.load(os.path.relpath(folder, root_abs), strict=False)
                     by_path[ref.path] = ref
                     log.added(ref.path, ref.generation)
                     if again:  # an asset removed earlier, back: read it as saved (a reload or its failure follows)
@@ -242,10 +240,15 @@ def cmd_watch(args: argparse.Namespace, rep: Reporter) -> int:
                         seen += 1
             for result in lib.poll():
                 ref = by_path.get(result.asset)
-                if ref is None:
-                    continue  # removed: said already
+                if ref is None:  # removed earlier: back before the next scan, or still gone
+                    ref = lib.load(result.asset, strict=False)
+                    if not os.path.isdir(ref.folder):
+                        continue  # still gone: said already
+                    known.add(os.path.abspath(ref.folder))
+                    by_path[ref.path] = ref
+                    log.added(ref.path, ref.generation)
                 if not result.ok and not os.path.isdir(ref.folder):
-                    known.discard(os.path.normpath(ref.folder))
+                    known.discard(os.path.abspath(ref.folder))
                     gone(result.asset)  # its folder went away: removed, not a failure of it
                     continue
                 seen += 1

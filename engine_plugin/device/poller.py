@@ -50,7 +50,7 @@ class FramePoller(PollThread):
         self._lock = threading.Lock()
         self.blocking_polls = 0  # waits inside the driver (tests read these)
         self.quick_polls = 0
-        self._failed = False
+        self._last_error = ""
 
     def enter_wait(self) -> None:
         with self._lock:
@@ -71,9 +71,10 @@ class FramePoller(PollThread):
         try:
             self._poll_func(block)
         except Exception as exc:
-            if not self._failed:
-                self._failed = True
-                log.warning("engine_plugin device poller: a device poll failed (%s: %s); polling on", type(exc).__name__, exc)
+            said = f"{type(exc).__name__}: {exc}"
+            if said != self._last_error:  # each new failure once, not one per poll
+                self._last_error = said
+                log.warning("engine_plugin device poller: a device poll failed (%s); polling on", said)
             time.sleep(_ERROR_BACKOFF_S)
 
     def run(self) -> None:
@@ -149,7 +150,7 @@ def install(device: Any, fresh: bool = False) -> bool:
     ``fresh``: the device was just made here, so no map can be pending: wgpu's thread is
     stopped. A device handed in by its owner may have maps in flight on other threads, whose
     tokens are wgpu's thread's (a stop drops them, and their maps would never settle, review
-    helper 119): that thread stays for them, made never to wait in the driver, and idles once
+    helper 119): that thread stays for them, made never to wait in the driver, and ends once
     they are done; new maps take the new poller's tokens.
     """
     with _install_lock:
@@ -166,14 +167,21 @@ def _install(device: Any, fresh: bool) -> bool:
     real = old._poll_func
     poller = FramePoller(real)
     if not fresh:
+        # A map_async that fetched the old thread just before the swap takes a new token.
+        old.get_token = poller.get_token
 
         def without_driver_waits(_block: bool) -> None:
             real(False)
-            time.sleep(POLL_INTERVAL_S)
+            if old._token_ids:
+                time.sleep(POLL_INTERVAL_S)
+            else:
+                old._shutdown = True  # its maps in flight are done: the thread ends (helper 121)
 
         old._poll_func = without_driver_waits
     poller.start()
     device._poller = poller
     if fresh:
         old.stop()
+    else:
+        old._event.set()  # one more turn: it ends at once when nothing of its is in flight
     return True

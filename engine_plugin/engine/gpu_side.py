@@ -330,20 +330,26 @@ class GpuSide:
             product.owe_everything(self._world)
 
     def check(self, st: FrameStats) -> None:
-        """Report a lost or disabled GPU once; its products continue on their fallbacks."""
-        if self.fault is not None or not self.resource_backend or self.active:
+        """Report a lost or disabled GPU once; its products continue on their fallbacks.
+
+        While it lasts, every product off the GPU without another error answers the loss in
+        ``product_error()``, wherever the loss was met (an upload, a readback, the guard: it
+        answered None) and whenever it came to lack one (a reload applied, a product
+        registered meanwhile: helper 121); recover_gpu() clears it."""
+        if not self.resource_backend or (self.fault is None and self.active):
             return
-        self.fault = getattr(self.backend, "fault", None) or "the GPU backend is disabled"
-        st.gpu_lost = True
-        # product_error() answers why each product is off the GPU, wherever the loss was found
-        # (found in an upload or a readback, it answered None: a suite run under load, when the
-        # dispatch was not the first to meet it); recover_gpu() clears it.
-        lost = DeviceLostError(f"the GPU is unavailable ({self.fault}); the product runs on its CPU fallback until engine.recover_gpu()")
+        if self.fault is None:
+            self.fault = getattr(self.backend, "fault", None) or "the GPU backend is disabled"
+            st.gpu_lost = True
+            for product in self._products:
+                product.gpu = None  # its registration died with the backend
+            log.warning("GPU unavailable (%s): products continue on their CPU fallbacks; engine.recover_gpu() re-acquires a device", self.fault)
+        lost = None
         for product in self._products:
-            product.gpu = None  # its registration died with the backend
-            if product.exception is None:
+            if product.exception is None and product.gpu is None:
+                if lost is None:
+                    lost = DeviceLostError(f"the GPU is unavailable ({self.fault}); the product runs on its CPU fallback until engine.recover_gpu()")
                 product.fail(lost, off_gpu=True)
-        log.warning("GPU unavailable (%s): products continue on their CPU fallbacks; engine.recover_gpu() re-acquires a device", self.fault)
 
     # ---- pacing ------------------------------------------------------------------------
 

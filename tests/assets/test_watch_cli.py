@@ -31,12 +31,12 @@ def _read_until(proc, needle: str, lines: list, timeout: float = 30.0) -> None:
 
 
 @contextlib.contextmanager
-def _watch(asset_root: str, cache: str, *options: str) -> Iterator[subprocess.Popen]:
+def _watch(asset_root: str, cache: str, *options: str, cwd: str = REPO) -> Iterator[subprocess.Popen]:
     """``engine-plugin watch ASSET_ROOT --cache CACHE OPTIONS`` in a process whose stdout (and
     stderr) the test reads line by line; killed if the test leaves it running."""
     env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""), PYTHONUNBUFFERED="1")
     cmd = [sys.executable, "-m", "engine_plugin.cli", "watch", asset_root, "--cache", cache, *options]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=REPO)
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=cwd)
     try:
         yield proc
     finally:
@@ -198,3 +198,25 @@ def test_watch_says_an_asset_removed_or_renamed_is_gone_not_failing_and_exits_0(
     assert ("removed", "k.computeShader") in said and ("added", "k2.computeShader") in said
     assert ("removed", "b.computeShader") in said and ("added", "b.computeShader") in said
     assert not [e for e in events if e["event"] == "failure"], events
+
+
+def test_watch_of_a_relative_folder_keeps_an_asset_put_back_at_once(asset_root, tmp_path):
+    # With a relative target ("assets", the default) the scan's paths and the library's never
+    # matched: an asset removed and put back within a scan was never watched again (helper 121).
+    import json
+    import shutil
+
+    lines: list[str] = []
+    parent = os.path.dirname(asset_root)
+    with _watch(os.path.basename(asset_root), str(tmp_path / "cache"), "--json", "--duration", "60", cwd=parent) as proc:
+        _read_until(proc, '"event": "watching"', lines)
+        kept = str(tmp_path / "k_copy")
+        shutil.copytree(os.path.join(asset_root, "k.computeShader"), kept)
+        shutil.rmtree(os.path.join(asset_root, "k.computeShader"))
+        _read_until(proc, '"event": "removed"', lines)
+        shutil.copytree(kept, os.path.join(asset_root, "k.computeShader"))  # at once
+        _read_until(proc, '"event": "added"', lines)
+        time.sleep(1.5)
+        write(os.path.join(asset_root, "k.computeShader", "kernel.wgsl"), kernel("typo_here"))
+        _read_until(proc, '"event": "failure"', lines)
+        assert json.loads(lines[-1])["asset"] == "k.computeShader"

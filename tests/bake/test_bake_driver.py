@@ -167,3 +167,31 @@ def test_a_ctrl_c_swallowed_where_it_landed_still_stops_the_bake(tmp_path, gpu):
         bake([root], str(tmp_path / "cache"), runner=FakeRunner(answer))
     assert len(answered) == 1  # stopped after the chunk it landed in
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+@pytest.mark.parametrize("where", ["after the last chunk", "while the runner shuts down"])
+def test_a_ctrl_c_swallowed_at_the_end_of_the_bake_still_stops_it(tmp_path, gpu, where):
+    # Noted but looked at only before each chunk: one swallowed as the last chunk came in, or
+    # while the runner shut down, let the bake return ok (helper 121).
+    import signal
+
+    def swallowed_ctrl_c():
+        try:
+            signal.raise_signal(signal.SIGINT)
+        except KeyboardInterrupt:
+            pass
+
+    class LateRunner(FakeRunner):
+        def run(self, jobs):
+            yield from super().run(jobs)
+            if where == "after the last chunk":
+                swallowed_ctrl_c()
+
+        def __exit__(self, *exc):
+            if where == "while the runner shuts down":
+                swallowed_ctrl_c()
+
+    root = copy_samples(str(tmp_path / "assets"))
+    with pytest.raises(KeyboardInterrupt):
+        bake([root], str(tmp_path / "cache"), runner=LateRunner(bake_chunk))
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler

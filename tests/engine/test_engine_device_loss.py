@@ -101,9 +101,18 @@ def test_product_error_names_a_loss_found_outside_a_dispatch_until_recovery(gpu)
         engine.frame()
         assert not engine.gpu_active
         assert isinstance(engine.product_error(handle), DeviceLostError), engine.product_error(handle)
+        # One registered while it lasts, and a reload applied meanwhile, answer the loss too
+        # (they answered None: helper 121).
+        later = engine.register_product(kernel_program("summary"), key="s2", spec={"T": "f32"}, fields={"src": "height"},
+                                        apply=lambda r: None, cpu_fallback=fallbacks.summary)
+        engine.frame()
+        assert isinstance(engine.product_error(later), DeviceLostError), engine.product_error(later)
+        engine.product(handle).fail(None)  # what applying a reload does to the product
+        engine.frame()
+        assert isinstance(engine.product_error(handle), DeviceLostError), engine.product_error(handle)
         assert engine.recover_gpu(gpu)
         world.write(1, "height", 2.0)
         run_until_idle(engine)
-        assert engine.product_error(handle) is None
+        assert engine.product_error(handle) is None and engine.product_error(later) is None
     finally:
         engine.close()

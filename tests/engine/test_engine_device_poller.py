@@ -200,10 +200,13 @@ def test_a_callers_device_with_a_map_in_flight_gets_the_poller_and_the_map_still
     data = device.create_buffer_with_data(data=np.arange(64, dtype=np.uint32), usage=wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC)
     theirs = type("Ctx", (), {"device": device, "queue": device.queue})()
     promise, staging = _map_of(theirs, data)
+    old = device._poller
     ctx = DeviceContext(device)
     assert isinstance(device._poller, FramePoller) and ctx.device is device
     assert settled(promise, 30.0), "the map in flight at install never settled"
     promise.sync_wait()
     assert np.frombuffer(staging.read_mapped(0, 256), np.uint32)[:64].tolist() == list(range(64))
     staging.unmap()
+    old.join(timeout=5.0)  # its map done, wgpu's thread ends (it lived on, holding the device: helper 121)
+    assert not old.is_alive()
     device.destroy()
