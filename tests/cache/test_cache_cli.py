@@ -60,6 +60,18 @@ def test_cache_clear_removes_every_entry(tmp_path, capsys):
     assert [n for n in os.listdir(folder) if n.endswith(".msgpack")] == []
 
 
+def test_cache_clear_says_it_kept_a_fresh_temporary_file(tmp_path, capsys):
+    # A live writer's temp file (or a killed writer's, for 10 minutes) was kept silently
+    # (review helper 120).
+    folder = str(tmp_path / "cache")
+    _fill(folder, 2)
+    with open(os.path.join(folder, ".tmp-0123456789abcdef-12345-deadbeef"), "wb") as f:
+        f.write(b"x" * 100)
+    assert main(["cache", "clear", "--cache", folder]) == 0
+    out = capsys.readouterr().out
+    assert "removed 2 entries" in out and "kept 1 temporary file(s)" in out
+
+
 def test_cache_sizes_take_units(tmp_path, capsys):
     folder = str(tmp_path / "cache")
     _fill(folder, 1)
