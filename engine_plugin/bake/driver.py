@@ -305,8 +305,6 @@ def bake(
                                 state.lost(events(), jobs)
                         if events is not None:
                             state.lost(events(final=True), jobs)
-                        if interrupted:
-                            raise KeyboardInterrupt
                 finally:
                     progress.stop()
             if interrupted:

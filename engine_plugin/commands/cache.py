@@ -201,12 +201,13 @@ def _cmd_local(args: argparse.Namespace, rep: Reporter) -> int:
         except OSError as exc:  # a folder (or something else) where the usage log goes: left alone
             kept = f"{usage_path}: the usage log was not removed ({exc.strerror or exc})"
     rep.say(f"removed {removed} entries{usage_note} from {cache.folder}")
-    temps = cache.stats(scan=True).temp_files
-    if temps:  # a live writer's (a bake running), or one a killed writer left: said, not silent (helper 120)
-        rep.say(f"kept {temps} temporary file(s) written in the last 10 minutes (a writer may still rename them into place; gc removes them once older)")
-    left = sum(1 for _ in cache.entries())
-    if left:
-        rep.error(f"{left} entries could not be removed")
+    after = cache.stats(scan=True)  # one scan: what is left, and the temporary files kept
+    if after.temp_files:  # a live writer's (a bake running), or one a killed writer left: said, not silent (helper 120)
+        rep.say(
+            f"kept {after.temp_files} temporary file(s) written in the last 10 minutes (a writer may still rename them into place; gc removes them once older)"
+        )
+    if after.entries:
+        rep.error(f"{after.entries} entries could not be removed")
         return EXIT_FAILED
     if kept is not None:
         rep.error(kept)

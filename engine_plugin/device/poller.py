@@ -48,8 +48,6 @@ class FramePoller(PollThread):
         self.wake = threading.Event()  # set by an urgent waiter, and by stop()
         self.waiters = 0  # threads blocked on a result of this device now (under _lock)
         self._lock = threading.Lock()
-        self.blocking_polls = 0  # waits inside the driver (tests read these)
-        self.quick_polls = 0
         self._last_error = ""
 
     def enter_wait(self) -> None:
@@ -83,15 +81,12 @@ class FramePoller(PollThread):
             event.wait()
             event.clear()
             self._poll(False)
-            self.quick_polls += 1
             while tokens and not self._shutdown:
                 if self.waiters:
-                    self.blocking_polls += 1
                     self._poll(True)
                 else:
                     wake.wait(POLL_INTERVAL_S)
                     wake.clear()
-                    self.quick_polls += 1
                     self._poll(False)
 
 
