@@ -20,7 +20,8 @@ Raw references:
   invocations a group, a tight fold) in one submission, against the plugin's fast idiom.
 - ``oneshot``: one upload of x, one params write, one encoder with clear + dispatch + copy to
   a persistent MAP_READ staging buffer, one submit, one map (wgpu-py's ``READ_NOSYNC`` mode,
-  which skips the empty submit ``map_async`` adds: the best raw way known), ``read_mapped``.
+  which skips the empty submit ``map_async`` adds), waited for by polling the device in the
+  calling thread (no poll-thread handoffs: the best raw way known), ``read_mapped``.
 """
 
 from __future__ import annotations
@@ -134,7 +135,14 @@ class RawAxpy:
         cp.end()
         enc.copy_buffer_to_buffer(self.ys[0], 0, self.staging, 0, self.nbytes)
         self.queue.submit([enc.finish()])
-        map_submitted(self.staging, self.nbytes).sync_wait()
+        # The map is waited for in this thread, polling the device without waiting in the
+        # driver: no poll thread to wake and no wake back (the best way known; the plugin's
+        # urgent waits do the same first, device/poller.py).
+        promise = map_submitted(self.staging, self.nbytes)
+        done, poll = promise._thread_event, self.dev._poll
+        while not done.is_set():
+            poll(False)
+        promise.sync_wait()
         data = self.staging.read_mapped(0, self.nbytes, copy=True)
         self.staging.unmap()
         return np.frombuffer(data, dtype=np.float32)

@@ -41,7 +41,10 @@ def settled(promise: Any, timeout: float, urgent: bool = False) -> bool:
         return True
     if event.is_set() or not urgent or timeout <= 0:
         return event.wait(timeout)
-    from .poller import promise_poller, urgent_wait  # not at import: this module is imported without wgpu
+    from .poller import SPIN_S, promise_poller, spin_until, urgent_wait  # not at import: this module is imported without wgpu
 
-    with urgent_wait(promise_poller(promise)):
+    poller = promise_poller(promise)
+    if spin_until(event, poller, min(timeout, SPIN_S)):
+        return True
+    with urgent_wait(poller):
         return event.wait(timeout)

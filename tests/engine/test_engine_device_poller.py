@@ -8,6 +8,7 @@ which answers soonest. Observed at the driver boundary: every ``wgpuDevicePoll``
 from __future__ import annotations
 
 import threading
+import time
 
 import numpy as np
 
@@ -210,3 +211,59 @@ def test_a_callers_device_with_a_map_in_flight_gets_the_poller_and_the_map_still
     old.join(timeout=5.0)  # its map done, wgpu's thread ends (it lived on, holding the device: helper 121)
     assert not old.is_alive()
     device.destroy()
+
+
+def test_a_read_polls_the_device_itself_before_it_hands_the_wait_to_the_poll_thread(gpu, monkeypatch):
+    # A one-shot read woke the poll thread and was woken back by it: two thread handoffs,
+    # about 100 µs of a 450 µs one-shot on lavapipe's host. The reading thread polls first.
+    from engine_plugin.device import poller as poller_module
+    from engine_plugin.runtime import output as output_module
+
+    monkeypatch.setattr(poller_module, "SPIN_S", 30.0, raising=False)  # long enough for any light read on a loaded host
+    monkeypatch.setattr(output_module, "_READ_POLL_S", 30.0)
+    from engine_plugin.bench.axpy import AXPY_WGSL, AXPY_YAML
+
+    axpy = abi.program(key="poller/axpy", schema=abi.parse(AXPY_YAML, "poller/axpy/bindings.yaml"), wgsl=AXPY_WGSL).variant()
+    xs = np.arange(1024, dtype=np.float32)
+    abi.read(axpy.run(1024, inputs={"x": xs}, params={"a": 2.0}).outputs["y"])  # compiled, pooled, the GPU idle
+    reader = threading.get_ident()
+    threads: list[tuple[int, bool]] = []
+    poller = gpu.device._poller
+    original = poller._poll_func
+
+    def logged(block):
+        threads.append((threading.get_ident(), bool(block)))
+        return original(block)
+
+    poller._poll_func = logged
+    try:
+        for k in range(20):
+            got = abi.read(axpy.run(1024, inputs={"x": xs + k}, params={"a": 2.0}).outputs["y"])
+            assert np.array_equal(got, 2.0 * (xs + k) + 1.0), "the read must answer this run's numbers"
+    finally:
+        poller._poll_func = original
+    mine = [wait for ident, wait in threads if ident == reader]
+    assert mine, "the reading thread never polled the device: it handed every wait to the poll thread"
+    assert True not in [wait for _, wait in threads], "a light read spun long enough must not make anyone wait in the driver"
+
+
+def test_a_spin_gives_up_at_its_limit_and_the_long_wait_still_arrives(gpu):
+    from engine_plugin.device.mapping import settled
+    from engine_plugin.device.poller import spin_until
+
+    assert settled(_pending_map(gpu.device)[0], 30.0, urgent=True)  # compiled, the GPU idle
+    promise, staging = _pending_map(gpu.device)  # tens of ms on lavapipe, more than 1 ms anywhere
+    log = _PollLog(gpu.device)
+    try:
+        t0 = time.perf_counter()
+        done = spin_until(promise._thread_event, gpu.device._poller, 0.001)
+        spent = time.perf_counter() - t0
+        polls = log.take()
+    finally:
+        log.restore()
+    assert not done and spent < 0.5, f"a 1 ms spin took {spent * 1e3:.1f} ms (or found heavy work done)"
+    assert polls and True not in polls, "a spin never waits inside the driver"
+    assert settled(promise, 30.0, urgent=True)
+    promise.sync_wait()
+    staging.unmap()
+
