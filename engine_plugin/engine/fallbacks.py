@@ -31,23 +31,54 @@ def summary(world: Any, work: ProductWork) -> np.ndarray:
     if not work.keys:
         return out
     values = _chunks(world, work.field("src"), work.keys)
-    as_f32 = values.astype(np.float32)
+    floats = values.dtype.kind == "f"
+    as_f32 = _flush_in(values.astype(np.float32)) if floats else values.astype(np.float32)
     # Sequential f32 adds from +0.0, like the kernel's loop (a chunk of -0.0 sums to +0.0);
     # inf + -inf is NaN there too, without numpy's warning.
     start = np.zeros((len(work.keys), 1), dtype=np.float32)
     with np.errstate(invalid="ignore", over="ignore"):
-        total = np.cumsum(np.concatenate([start, as_f32], axis=1), axis=1, dtype=np.float32)[:, -1]
+        partials = np.cumsum(np.concatenate([start, as_f32], axis=1), axis=1, dtype=np.float32)
+        total = partials[:, -1].copy()
+        # The kernel makes every zero or subnormal running sum +0.0: rows where one occurred
+        # (rare: a partial sum below 2**-126) are summed again, add by add, with that flush.
+        words = partials.view(np.uint32)
+        again = np.flatnonzero((((words & _EXPONENT) == 0) & (words != 0)).any(axis=1))
+        if again.size:
+            rows, sums = as_f32[again], np.zeros(again.size, np.float32)
+            for t in range(rows.shape[1]):
+                sums = _flush_result(sums + rows[:, t])
+            total[again] = sums
+        mean = _flush_result(total * np.float32(work.params["inv_tile_count"]))
     # The kernel's rule, which holds on every adapter: NaN tiles are skipped, a tie keeps the
     # earlier tile (0.0 against -0.0), a chunk of NaN only keeps its first tile's bits.
-    if values.dtype.kind == "f":
-        lo, hi = _first_extreme(values, True), _first_extreme(values, False)
+    if floats:
+        lo, hi = _first_extreme(as_f32, True), _first_extreme(as_f32, False)
     else:
         lo, hi = values.min(axis=1), values.max(axis=1)
     out[:, 0] = lo.astype(np.float32)
     out[:, 1] = hi.astype(np.float32)
-    out[:, 2] = _quiet(total * np.float32(work.params["inv_tile_count"]))
+    out[:, 2] = _quiet(mean)
     out[:, 3] = _quiet(total)
     return out
+
+
+_EXPONENT, _SIGN = np.uint32(0x7F800000), np.uint32(0x80000000)
+
+
+def _flush_in(values: np.ndarray) -> np.ndarray:
+    """f32 ``values`` with every subnormal as the zero of its sign: the kernels' rule, by bits
+    (WGSL lets an adapter flush subnormals: the H200 does, lavapipe and numpy do not)."""
+    words = np.ascontiguousarray(values, dtype=np.float32).view(np.uint32)
+    tiny = (words & _EXPONENT) == 0
+    if not tiny.any():
+        return words.view(np.float32)
+    return np.where(tiny, words & _SIGN, words).astype(np.uint32).view(np.float32)
+
+
+def _flush_result(values: np.ndarray) -> np.ndarray:
+    """f32 results with every zero or subnormal as +0.0, as the kernels write a sum or mean."""
+    words = np.ascontiguousarray(values, dtype=np.float32).view(np.uint32)
+    return np.where((words & _EXPONENT) == 0, np.uint32(0), words).astype(np.uint32).view(np.float32)
 
 
 def _first_extreme(values: np.ndarray, smallest: bool) -> np.ndarray:
@@ -78,7 +109,8 @@ def count_above(world: Any, work: ProductWork) -> np.ndarray:
     if not work.keys:
         return np.zeros(0, dtype=np.uint32)
     values = _chunks(world, work.field("src"), work.keys)
-    return (values > np.float32(work.params["threshold"])).sum(axis=1).astype(np.uint32)
+    threshold = _flush_in(np.array([work.params["threshold"]], np.float32))[0]
+    return (_flush_in(values) > threshold).sum(axis=1).astype(np.uint32)  # subnormals as zeros, as the kernel
 
 
 def combine(world: Any, work: ProductWork) -> np.ndarray:
@@ -93,16 +125,16 @@ def combine(world: Any, work: ProductWork) -> np.ndarray:
     else:  # FULL_FIELD: every tile of each chunk
         a = _chunks(world, work.field("a"), work.keys).reshape(-1)
         b = _chunks(world, work.field("b"), work.keys).reshape(-1)
-    a, b = a.astype(np.float32), b.astype(np.float32)
+    a, b = _flush_in(a), _flush_in(b)  # subnormal operands as zeros of their sign, as the kernel
     with np.errstate(invalid="ignore", over="ignore"):  # inf + -inf is NaN, as on the GPU
         return _combine(op, a, b)
 
 
 def _combine(op: str, a: np.ndarray, b: np.ndarray) -> np.ndarray:
     # The kernel's rule: a NaN operand of min/max yields the other, a tie keeps a (0.0 against
-    # -0.0), and a NaN result is the quiet NaN 0x7fc00000.
+    # -0.0), a zero or subnormal sum is +0.0, and a NaN result is the quiet NaN 0x7fc00000.
     if op == "min":
         return _quiet(np.where((b < a) | np.isnan(a), b, a))
     if op == "max":
         return _quiet(np.where((b > a) | np.isnan(a), b, a))
-    return _quiet(a + b)
+    return _quiet(_flush_result(a + b))

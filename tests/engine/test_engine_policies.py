@@ -184,9 +184,18 @@ def test_the_combine_fallback_adds_inf_and_minus_inf_without_a_warning():
 
 def _rule_combine(op: str, a: np.float32, b: np.float32) -> int:
     """The combine kernel's stated rule on one tile, in plain Python over bits (an independent
-    model): min/max skip a NaN operand and keep a on a tie, a NaN result is 0x7fc00000."""
+    model): a subnormal operand is the zero of its sign, min/max skip a NaN operand and keep a
+    on a tie, a zero or subnormal sum is +0.0, a NaN result is 0x7fc00000."""
     def nan(v):
         return (int(np.float32(v).view(np.uint32)) & 0x7FFFFFFF) > 0x7F800000
+
+    def bits(v):
+        return int(np.float32(v).view(np.uint32))
+
+    def flushed(v):
+        return np.uint32(bits(v) & 0x80000000).view(np.float32) if (bits(v) & 0x7F800000) == 0 else v
+
+    a, b = flushed(a), flushed(b)
 
     with np.errstate(invalid="ignore", over="ignore"):
         if op == "min":
@@ -195,6 +204,7 @@ def _rule_combine(op: str, a: np.float32, b: np.float32) -> int:
             v = b if (b > a or nan(a)) else a
         else:
             v = np.float32(a + b)
+            v = np.float32(0.0) if (bits(v) & 0x7F800000) == 0 else v
     return 0x7FC00000 if nan(v) else int(np.float32(v).view(np.uint32))
 
 
@@ -205,7 +215,8 @@ def test_combine_answers_one_rule_for_nans_and_signed_zeros_on_the_gpu_and_the_c
     # the kernel states every bit, and both sides are checked against that rule.
     from engine_plugin.world import World
 
-    words = [0x7FC00000, 0x7FC00001, 0xFFC00000, 0x7F800001, 0x00000000, 0x80000000, 0x3F800000, 0xBF800000, 0x7F800000, 0xFF800000]
+    words = [0x7FC00000, 0x7FC00001, 0xFFC00000, 0x7F800001, 0x00000000, 0x80000000, 0x3F800000, 0xBF800000, 0x7F800000, 0xFF800000,
+             0x00000001, 0x807FFFFF, 0x00800000, 0x80800001]  # subnormals (the H200 flushes them) and the smallest normals
     values = np.array(words, np.uint32).view(np.float32)
     pairs = [(a, b) for a in values for b in values]  # every ordered pair, NaN kinds and zeros included
     chunks = len(pairs) // 4

@@ -4,6 +4,7 @@ recomputation only of what changed, the frame loop's counts."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from engine_plugin.engine import Engine, fallbacks, kernel_program
 from engine_plugin.gpu import NoGpuBackend
@@ -186,17 +187,30 @@ def _bits(*words: int) -> np.ndarray:
     return np.array(words, np.uint32).view(np.float32)
 
 
+def _flush_in(v: np.float32) -> np.float32:
+    """A subnormal f32 as the zero of its sign (the rule: the H200 flushes them, lavapipe not)."""
+    w = int(np.float32(v).view(np.uint32))
+    return np.uint32(w & 0x80000000).view(np.float32) if (w & 0x7F800000) == 0 else np.float32(v)
+
+
+def _flush_result(v: np.float32) -> np.float32:
+    """A zero or subnormal sum or mean is +0.0."""
+    return np.float32(0.0) if (int(np.float32(v).view(np.uint32)) & 0x7F800000) == 0 else np.float32(v)
+
+
 def _rule_summary(values: np.ndarray) -> np.ndarray:
     """The summary record by the kernel's stated rule, tile by tile in plain Python (an
-    independent model): NaN tiles skipped by their bits, a tie keeps the earlier tile, a chunk
-    of NaN only keeps its first tile's bits, a NaN mean or sum is the quiet NaN 0x7fc00000."""
+    independent model): subnormal tiles count as zeros of their sign, NaN tiles skipped by
+    their bits, a tie keeps the earlier tile, a chunk of NaN only keeps its first tile's bits,
+    a zero or subnormal running sum or mean is +0.0, a NaN mean or sum is 0x7fc00000."""
+    values = np.array([_flush_in(v) for v in values], np.float32)
     words = values.view(np.uint32)
     lo = hi = values[0]
     seen = False
     total = np.float32(0.0)
     with np.errstate(invalid="ignore", over="ignore"):
         for v, w in zip(values, words):
-            total = np.float32(total + v)
+            total = _flush_result(np.float32(total + v))
             if (int(w) & 0x7FFFFFFF) > 0x7F800000:
                 continue
             if not seen or v < lo:
@@ -204,7 +218,7 @@ def _rule_summary(values: np.ndarray) -> np.ndarray:
             if not seen or v > hi:
                 hi = v
             seen = True
-        mean = np.float32(total * np.float32(1.0 / values.size))
+        mean = _flush_result(np.float32(total * np.float32(1.0 / values.size)))
     record = np.array([lo, hi, mean, total], np.float32)
     out = record.view(np.uint32).copy()
     out[2:][np.isnan(record[2:])] = QUIET_NAN
@@ -226,6 +240,9 @@ def test_nan_tiles_and_signed_zeros_summarise_by_one_rule_on_the_gpu_and_the_cpu
         [0.0, -0.0, 0.0, -0.0], [-0.0, np.nan, 0.0, np.nan], [np.inf, np.nan, np.inf, 5], [-np.inf, np.nan, -np.inf, -5],
         _bits(0x00000001, 0x80000001, 0x007FFFFF, 0x00000000),  # denormals: min, max, sum and mean of them
         _bits(0x00000003, 0x00000002, 0x80000005, 0x00000001),
+        _bits(0x80000003, 0x00000002, 0x807FFFFF, 0x80000000),  # negative subnormals: zeros of their sign
+        _bits(0x00800001, 0x80800000, 0x3F800000, 0xBF800000),  # a normal sum that is subnormal on the way: +0.0
+        _bits(0x00800000, 0x00000000, 0x00800000, 0x807FFFFF),  # the smallest normals around subnormals
         [3e38, 3e38, -1, 1], [-3e38, -3e38, 1, -1],  # the sum overflows to inf
     ]
     world = World((2, 2), {"height": np.float32}, max_chunks=len(chunks))
@@ -244,3 +261,39 @@ def test_nan_tiles_and_signed_zeros_summarise_by_one_rule_on_the_gpu_and_the_cpu
         want = _rule_summary(np.array(values, np.float32))
         assert same_bits(gpu.latest[key], want), f"chunk {key}: GPU {gpu.latest[key].view(np.uint32)} != rule {want.view(np.uint32)}"
         assert same_bits(cpu.latest[key], want), f"chunk {key}: CPU {cpu.latest[key].view(np.uint32)} != rule {want.view(np.uint32)}"
+
+
+@pytest.mark.parametrize("threshold_word", [0x00000000, 0x80000000, 0x00000001, 0x80000001, 0x00800000])
+def test_count_above_counts_subnormal_tiles_as_zeros_on_the_gpu_and_the_cpu(make_engine, threshold_word):
+    # The H200 flushes subnormal f32 values to zero and lavapipe does not (WGSL allows either):
+    # a tile of 1e-45 was above a threshold of 0.0 on one adapter and not on the other. The
+    # kernel reads subnormal tiles and thresholds as zeros of their sign, by bits, everywhere.
+
+    chunks = [
+        _bits(0x00000001, 0x80000001, 0x007FFFFF, 0x00000000),
+        _bits(0x00800000, 0x80800000, 0x00000002, 0x3F800000),
+        _bits(0x807FFFFF, 0x80000000, 0x00000000, 0x00800001),
+    ]
+    threshold = float(np.uint32(threshold_word).view(np.float32))
+
+    def model(values: np.ndarray) -> int:  # independent: plain Python over bits
+        def flushed(w: int) -> float:
+            w = (w & 0x80000000) if (w & 0x7F800000) == 0 else w
+            return float(np.uint32(w).view(np.float32))
+
+        return sum(flushed(int(w)) > flushed(threshold_word) for w in values.view(np.uint32))
+
+    world = World((2, 2), {"height": np.float32}, max_chunks=len(chunks))
+    for key, values in enumerate(chunks):
+        world.add(key, {"height": values.reshape(2, 2)})
+    results = {}
+    for side, engine in (("gpu", make_engine(world)), ("cpu", Engine(world, backend=NoGpuBackend()))):
+        applied = Applied(world)
+        engine.register_product(kernel_program("count_above"), fields=["height"], params={"threshold": threshold},
+                                apply=applied, cpu_fallback=fallbacks.count_above)
+        world.mark_dirty()
+        run_until_idle(engine)
+        assert {r.source for r in applied.results} == {side}
+        results[side] = {k: int(np.asarray(applied.latest[k]).reshape(-1)[0]) for k in range(len(chunks))}
+    want = {k: model(values) for k, values in enumerate(chunks)}
+    assert results["gpu"] == want and results["cpu"] == want, f"threshold {threshold_word:#x}: {results} != rule {want}"

@@ -4,7 +4,21 @@
 // min/max of a NaN, the choice between 0.0 and -0.0, and the bits of a NaN that arithmetic
 // makes to the implementation (the H200 answered other bits than lavapipe). So NaN tiles are
 // skipped by their bits, a tie keeps the earlier tile, a chunk of NaN only keeps its first
-// tile's bits, and a NaN mean or sum is the quiet NaN 0x7fc00000.
+// tile's bits, and a NaN mean or sum is the quiet NaN 0x7fc00000. WGSL also lets an adapter
+// flush subnormal f32 values to zero (the H200 does, lavapipe does not): a subnormal tile
+// counts as the zero of its sign, and a zero or subnormal sum (after every add) or mean is
+// +0.0, by bits, on every adapter.
+fn flush_tile(v: T) -> T {
+    let b = bitcast<u32>(v);
+    let float = bitcast<u32>(T(1)) == 0x3f800000u;  // T is f32 (an i32/u32 tile is itself)
+    return bitcast<T>(select(b, b & 0x80000000u, float && (b & 0x7f800000u) == 0u));
+}
+
+fn flush_result(v: f32) -> f32 {
+    let b = bitcast<u32>(v);
+    return bitcast<f32>(select(b, 0u, (b & 0x7f800000u) == 0u));
+}
+
 fn is_nan_bits(v: f32) -> bool {
     return (bitcast<u32>(v) & 0x7fffffffu) > 0x7f800000u;
 }
@@ -25,13 +39,13 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
         return;
     }
     let base = chunks_get(i) * params.tile_count;
-    var lo = src_get(base);
+    var lo = flush_tile(src_get(base));
     var hi = lo;
     var seen = false;
     var sum = 0.0;
     for (var t = 0u; t < params.tile_count; t = t + 1u) {
-        let v = src_get(base + t);
-        sum = sum + f32(v);
+        let v = flush_tile(src_get(base + t));
+        sum = flush_result(sum + f32(v));
         if (is_nan_bits(f32(v))) {
             continue;
         }
@@ -43,5 +57,5 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
         }
         seen = true;
     }
-    summary_set(i, quiet_mean_and_sum(vec4<f32>(f32(lo), f32(hi), sum * params.inv_tile_count, sum)));
+    summary_set(i, quiet_mean_and_sum(vec4<f32>(f32(lo), f32(hi), flush_result(sum * params.inv_tile_count), sum)));
 }
