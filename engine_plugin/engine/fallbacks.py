@@ -49,8 +49,8 @@ def summary(world: Any, work: ProductWork) -> np.ndarray:
                 sums = _flush_result(sums + rows[:, t])
             total[again] = sums
         mean = _flush_result(total * np.float32(work.params["inv_tile_count"]))
-    # The kernel's rule, which holds on every adapter: NaN tiles are skipped, a tie keeps the
-    # earlier tile (0.0 against -0.0), a chunk of NaN only keeps its first tile's bits.
+    # The kernel's rule, which holds on every adapter: zeros and subnormals read as +0.0, NaN
+    # tiles are skipped, a tie keeps the earlier tile, a chunk of NaN only keeps its first tile's bits.
     if floats:
         lo, hi = _first_extreme(as_f32, True), _first_extreme(as_f32, False)
     else:
@@ -62,17 +62,14 @@ def summary(world: Any, work: ProductWork) -> np.ndarray:
     return out
 
 
-_EXPONENT, _SIGN = np.uint32(0x7F800000), np.uint32(0x80000000)
+_EXPONENT = np.uint32(0x7F800000)
 
 
 def _flush_in(values: np.ndarray) -> np.ndarray:
-    """f32 ``values`` with every subnormal as the zero of its sign: the kernels' rule, by bits
-    (WGSL lets an adapter flush subnormals: the H200 does, lavapipe and numpy do not)."""
+    """f32 ``values`` with every zero or subnormal as +0.0: the kernels' rule, by bits (WGSL
+    lets an adapter flush subnormals: the H200 does, lavapipe and numpy do not)."""
     words = np.ascontiguousarray(values, dtype=np.float32).view(np.uint32)
-    tiny = (words & _EXPONENT) == 0
-    if not tiny.any():
-        return words.view(np.float32)
-    return np.where(tiny, words & _SIGN, words).astype(np.uint32).view(np.float32)
+    return np.where((words & _EXPONENT) == 0, np.uint32(0), words).astype(np.uint32).view(np.float32)
 
 
 def _flush_result(values: np.ndarray) -> np.ndarray:
@@ -110,7 +107,7 @@ def count_above(world: Any, work: ProductWork) -> np.ndarray:
         return np.zeros(0, dtype=np.uint32)
     values = _chunks(world, work.field("src"), work.keys)
     threshold = _flush_in(np.array([work.params["threshold"]], np.float32))[0]
-    return (_flush_in(values) > threshold).sum(axis=1).astype(np.uint32)  # subnormals as zeros, as the kernel
+    return (_flush_in(values) > threshold).sum(axis=1).astype(np.uint32)  # zeros and subnormals as +0.0, as the kernel
 
 
 def combine(world: Any, work: ProductWork) -> np.ndarray:
@@ -125,7 +122,7 @@ def combine(world: Any, work: ProductWork) -> np.ndarray:
     else:  # FULL_FIELD: every tile of each chunk
         a = _chunks(world, work.field("a"), work.keys).reshape(-1)
         b = _chunks(world, work.field("b"), work.keys).reshape(-1)
-    a, b = _flush_in(a), _flush_in(b)  # subnormal operands as zeros of their sign, as the kernel
+    a, b = _flush_in(a), _flush_in(b)  # zero and subnormal operands as +0.0, as the kernel
     with np.errstate(invalid="ignore", over="ignore"):  # inf + -inf is NaN, as on the GPU
         return _combine(op, a, b)
 

@@ -184,7 +184,7 @@ def test_the_combine_fallback_adds_inf_and_minus_inf_without_a_warning():
 
 def _rule_combine(op: str, a: np.float32, b: np.float32) -> int:
     """The combine kernel's stated rule on one tile, in plain Python over bits (an independent
-    model): a subnormal operand is the zero of its sign, min/max skip a NaN operand and keep a
+    model): a zero or subnormal operand reads as +0.0, min/max skip a NaN operand and keep a
     on a tie, a zero or subnormal sum is +0.0, a NaN result is 0x7fc00000."""
     def nan(v):
         return (int(np.float32(v).view(np.uint32)) & 0x7FFFFFFF) > 0x7F800000
@@ -193,7 +193,7 @@ def _rule_combine(op: str, a: np.float32, b: np.float32) -> int:
         return int(np.float32(v).view(np.uint32))
 
     def flushed(v):
-        return np.uint32(bits(v) & 0x80000000).view(np.float32) if (bits(v) & 0x7F800000) == 0 else v
+        return np.float32(0.0) if (bits(v) & 0x7F800000) == 0 else v
 
     a, b = flushed(a), flushed(b)
 

@@ -291,7 +291,7 @@ def test_a_reload_that_adds_a_param_is_adopted_by_setting_it(tmp_path, gpu, make
         yaml_path = folder / "bindings.yaml"
         yaml_path.write_text(yaml_path.read_text().replace("  - { name: threshold, type: f32 }", "  - { name: threshold, type: f32 }\n  - { name: bias, type: f32 }"))
         kernel = folder / "kernel.wgsl"
-        kernel.write_text(kernel.read_text().replace("> params.threshold", "> params.threshold + params.bias"))
+        kernel.write_text(kernel.read_text().replace("flush_in(params.threshold)", "flush_in(params.threshold + params.bias)"))
         lib.request_reload("engine/count_above.computeShader")
         _wait_prepared(lib)
         generation = engine.generation(h)

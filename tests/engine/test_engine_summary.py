@@ -188,9 +188,8 @@ def _bits(*words: int) -> np.ndarray:
 
 
 def _flush_in(v: np.float32) -> np.float32:
-    """A subnormal f32 as the zero of its sign (the rule: the H200 flushes them, lavapipe not)."""
-    w = int(np.float32(v).view(np.uint32))
-    return np.uint32(w & 0x80000000).view(np.float32) if (w & 0x7F800000) == 0 else np.float32(v)
+    """A zero or subnormal f32 tile reads as +0.0 (the rule: the H200 flushes subnormals, lavapipe not)."""
+    return np.float32(0.0) if (int(np.float32(v).view(np.uint32)) & 0x7F800000) == 0 else np.float32(v)
 
 
 def _flush_result(v: np.float32) -> np.float32:
@@ -200,7 +199,7 @@ def _flush_result(v: np.float32) -> np.float32:
 
 def _rule_summary(values: np.ndarray) -> np.ndarray:
     """The summary record by the kernel's stated rule, tile by tile in plain Python (an
-    independent model): subnormal tiles count as zeros of their sign, NaN tiles skipped by
+    independent model): zero and subnormal tiles read as +0.0, NaN tiles skipped by
     their bits, a tie keeps the earlier tile, a chunk of NaN only keeps its first tile's bits,
     a zero or subnormal running sum or mean is +0.0, a NaN mean or sum is 0x7fc00000."""
     values = np.array([_flush_in(v) for v in values], np.float32)
@@ -240,7 +239,7 @@ def test_nan_tiles_and_signed_zeros_summarise_by_one_rule_on_the_gpu_and_the_cpu
         [0.0, -0.0, 0.0, -0.0], [-0.0, np.nan, 0.0, np.nan], [np.inf, np.nan, np.inf, 5], [-np.inf, np.nan, -np.inf, -5],
         _bits(0x00000001, 0x80000001, 0x007FFFFF, 0x00000000),  # denormals: min, max, sum and mean of them
         _bits(0x00000003, 0x00000002, 0x80000005, 0x00000001),
-        _bits(0x80000003, 0x00000002, 0x807FFFFF, 0x80000000),  # negative subnormals: zeros of their sign
+        _bits(0x80000003, 0x00000002, 0x807FFFFF, 0x80000000),  # negative subnormals and -0.0: +0.0
         _bits(0x00800001, 0x80800000, 0x3F800000, 0xBF800000),  # a normal sum that is subnormal on the way: +0.0
         _bits(0x00800000, 0x00000000, 0x00800000, 0x807FFFFF),  # the smallest normals around subnormals
         [3e38, 3e38, -1, 1], [-3e38, -3e38, 1, -1],  # the sum overflows to inf
@@ -267,7 +266,7 @@ def test_nan_tiles_and_signed_zeros_summarise_by_one_rule_on_the_gpu_and_the_cpu
 def test_count_above_counts_subnormal_tiles_as_zeros_on_the_gpu_and_the_cpu(make_engine, threshold_word):
     # The H200 flushes subnormal f32 values to zero and lavapipe does not (WGSL allows either):
     # a tile of 1e-45 was above a threshold of 0.0 on one adapter and not on the other. The
-    # kernel reads subnormal tiles and thresholds as zeros of their sign, by bits, everywhere.
+    # kernel reads zero and subnormal tiles and thresholds as +0.0, by bits, everywhere.
 
     chunks = [
         _bits(0x00000001, 0x80000001, 0x007FFFFF, 0x00000000),
@@ -278,7 +277,7 @@ def test_count_above_counts_subnormal_tiles_as_zeros_on_the_gpu_and_the_cpu(make
 
     def model(values: np.ndarray) -> int:  # independent: plain Python over bits
         def flushed(w: int) -> float:
-            w = (w & 0x80000000) if (w & 0x7F800000) == 0 else w
+            w = 0 if (w & 0x7F800000) == 0 else w
             return float(np.uint32(w).view(np.float32))
 
         return sum(flushed(int(w)) > flushed(threshold_word) for w in values.view(np.uint32))

@@ -1,10 +1,10 @@
 // Every bit is defined on every adapter (see summary.computeShader): min and max skip a NaN
 // operand by its bits and keep a on a tie (0.0 against -0.0), and a NaN result is the quiet
-// NaN 0x7fc00000. A subnormal operand counts as the zero of its sign and a zero or subnormal
-// sum is +0.0, by bits (the H200 flushes subnormals, lavapipe does not; WGSL allows either).
+// NaN 0x7fc00000. A zero or subnormal operand reads as +0.0 and a zero or subnormal sum is
+// +0.0, by bits (the H200 flushes subnormals, lavapipe does not; WGSL allows either).
 fn flush_in(v: f32) -> f32 {
     let b = bitcast<u32>(v);
-    return bitcast<f32>(select(b, b & 0x80000000u, (b & 0x7f800000u) == 0u));
+    return bitcast<f32>(select(b, 0u, (b & 0x7f800000u) == 0u));
 }
 
 fn flush_result(v: f32) -> f32 {

@@ -1,8 +1,8 @@
-// A subnormal tile or threshold counts as the zero of its sign, by bits: the H200 flushes
-// subnormals, lavapipe does not (WGSL allows either), and the count must not depend on it.
+// A zero or subnormal tile or threshold reads as +0.0, by bits: the H200 flushes subnormals,
+// lavapipe does not (WGSL allows either), and the count must not depend on it.
 fn flush_in(v: f32) -> f32 {
     let b = bitcast<u32>(v);
-    return bitcast<f32>(select(b, b & 0x80000000u, (b & 0x7f800000u) == 0u));
+    return bitcast<f32>(select(b, 0u, (b & 0x7f800000u) == 0u));
 }
 
 @compute @workgroup_size(64)
