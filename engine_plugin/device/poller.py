@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import signal
 import threading
 import time
 from typing import Any, Iterator
@@ -45,6 +46,8 @@ POLL_INTERVAL_S = 0.0005  # a readback lands at most this much later than the GP
 # without the two thread handoffs (wake the poller; the poller wakes the waiter) that cost
 # 40-60 µs each on lavapipe's host. Longer waits go to the poll thread as before.
 SPIN_S = 0.0003
+# Signals whose Python handler a spin on the main thread holds back (see FramePoller.spin_until).
+_HELD_SIGNALS = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGALRM") if hasattr(signal, name))
 _ERROR_BACKOFF_S = 0.01  # after a poll raised: no tight loop of failures
 _install_lock = threading.Lock()  # two contexts made for one device at once install one poller
 
@@ -92,15 +95,33 @@ class FramePoller(PollThread):
     def spin_until(self, event: threading.Event, limit: float) -> bool:
         """Poll the device from the calling thread, never waiting in the driver, until
         ``event`` is set or ``limit`` seconds have passed; answers whether it is set. A map's
-        callback runs in the thread whose poll finds the map done: here, the waiting one."""
-        clock = time.perf_counter
-        end = clock() + limit
-        while not self._shutdown and self._poll(False, backoff=False):
-            if event.is_set():
-                return True
-            if clock() >= end:
-                break
-        return event.is_set()
+        callback runs in the thread whose poll finds the map done: here, the waiting one.
+
+        On the main thread a Python signal handler (Ctrl-C's KeyboardInterrupt) runs wherever
+        that thread is, inside a map callback too: cffi swallows the exception there and, when
+        it lands before the promise is given its result, the map never settles and the read
+        waits for good (review helper 122). So the main thread's spin holds those handlers back
+        and runs them, in order, once it is over."""
+        held: dict[int, Any] = {}
+        noted: list[tuple[int, Any]] = []
+        if threading.current_thread() is threading.main_thread():
+            for number in _HELD_SIGNALS:
+                handler = signal.getsignal(number)
+                if callable(handler):
+                    held[number] = handler
+                    signal.signal(number, lambda signum, frame: noted.append((signum, frame)))
+        try:
+            clock = time.perf_counter
+            end = clock() + limit
+            while not self._shutdown and self._poll(False, backoff=False):
+                if event.is_set() or clock() >= end:
+                    break
+            return event.is_set()
+        finally:
+            for number, handler in held.items():
+                signal.signal(number, handler)
+            for signum, frame in noted:
+                held[signum](signum, frame)
 
     def run(self) -> None:
         event, tokens, wake = self._event, self._token_ids, self.wake
