@@ -28,12 +28,14 @@ The client comes from the ``redis`` package, the ``[remote]`` extra.
 from __future__ import annotations
 
 import logging
+import math
 import os
+import re
 import threading
 import time
 from dataclasses import dataclass
 from typing import Any, Iterable, Iterator, Mapping
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 from ..errors import CacheError, PluginError, Span
 from ..lowering import LOWERING_VERSION, Lowered, Schema, VariantSpec
@@ -105,12 +107,23 @@ class RemoteStats:
 
 
 def _redact(url: str) -> str:
-    parts = urlsplit(url)
-    if parts.password:
-        host = parts.hostname or ""
-        netloc = f"{parts.username or ''}:***@{host}" + (f":{parts.port}" if parts.port else "")
-        return urlunsplit(parts._replace(netloc=netloc))
-    return url
+    """``url`` with its password masked. Textual, so a URL that does not parse (a bad port, a
+    broken IPv6 host) is masked too: parsing it here raised inside the error report that
+    names it (review helper 123)."""
+    return _PASSWORD.sub(r"\1***@", str(url))
+
+
+_PASSWORD = re.compile(r"(//[^:/@]*:)[^/]*@")
+
+
+def _refusal(exc: Exception) -> str:
+    """What a refused command's error means for the user, when it is a known kind."""
+    text = str(exc)
+    if "OOM" in text or "maxmemory" in text:  # a pipeline wraps the server's words
+        return "the server is full and its maxmemory-policy is noeviction: set `maxmemory-policy allkeys-lru` (or raise maxmemory)"
+    if "WRONGTYPE" in text:
+        return "a key of this namespace holds another Redis type than a variant entry (written by something else)"
+    return ""
 
 
 class RemoteCache:
@@ -145,14 +158,20 @@ class RemoteCache:
             raise RemoteMissingError() from None
         self._redis = redis
         self.url = url
-        if not isinstance(url, str) or urlsplit(url).scheme not in ("redis", "rediss", "unix"):
+        try:
+            scheme = urlsplit(url).scheme if isinstance(url, str) else ""
+        except ValueError as exc:  # e.g. a broken IPv6 host
+            raise RemoteCacheError(f"unusable remote cache URL {_redact(url)!r}: {exc}", Span(_redact(url))) from None
+        if scheme not in ("redis", "rediss", "unix"):
             raise RemoteCacheError(f"a remote cache is a redis://host:port/db URL, not {url!r}", Span(str(url)))
         if not (timeout > 0):
             raise RemoteCacheError(f"the remote timeout must be positive seconds, not {timeout!r}", Span(url))
         if ttl is not None and not ttl > 0:
             raise RemoteCacheError(f"the remote ttl must be positive seconds or None, not {ttl!r}", Span(url))
         self.timeout = float(timeout)
-        self.ttl = int(ttl) if ttl is not None else None
+        # Redis expires in whole seconds and refuses EX 0: a fraction rounds up (0.5 made every
+        # write refused, review helper 123).
+        self.ttl = math.ceil(ttl) if ttl is not None else None
         self.cooldown = float(cooldown)
         if secret is None:
             secret = os.environ.get(ENV_SECRET) or None
@@ -217,7 +236,16 @@ class RemoteCache:
         except self._redis.exceptions.RedisError as exc:  # e.g. a server refusing the command
             self._count("errors")
             self._count("misses", misses)
-            log.warning("remote variant cache %s: %s refused: %s", _redact(self.url), what, exc)
+            hint = _refusal(exc)
+            kind = f"refused:{what}:{str(exc).split(' ', 1)[0]}"
+            with self._lock:  # each kind of refusal once: a full server refused every write, one line each
+                if kind in self._warned:
+                    return default
+                self._warned.add(kind)
+            log.warning(
+                "remote variant cache %s: %s refused: %s%s (said once; the errors count in stats)",
+                _redact(self.url), what, exc, f"; {hint}" if hint else "",
+            )
             return default
 
     def _warn_once(self, key: str, reason: str) -> None:
