@@ -116,6 +116,14 @@ def _redact(url: str) -> str:
 _PASSWORD = re.compile(r"(//[^:/@]*:)[^/]*@")
 
 
+def _counter(value: Any) -> int:
+    """A studio counter as an int; one something else wrote as text counts 0."""
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return 0
+
+
 def _refusal(exc: Exception) -> str:
     """What a refused command's error means for the user, when it is a known kind."""
     text = str(exc)
@@ -362,7 +370,12 @@ class RemoteCache:
             pipe = self._client.pipeline(transaction=False)
             for k, v in delta.items():
                 pipe.hincrby(STATS_KEY, k, v)
-            pipe.execute()
+            # Each field's answer on its own: a field something else made non-integer refuses
+            # its increment while the others land, so raising here re-sent those others on the
+            # next publish (counted twice, review helper 123). The refused ones are dropped.
+            refused = [k for k, r in zip(delta, pipe.execute(raise_on_error=False)) if isinstance(r, Exception)]
+            if refused:
+                self._warn_once("stats:" + ",".join(refused), f"the studio counters {', '.join(refused)} of {STATS_KEY} are not integers; not added to")
             return True
 
         if self._call("publish", send, False):
@@ -396,17 +409,20 @@ class RemoteCache:
             pipe = self._client.pipeline(transaction=False)
             for n in names:
                 pipe.strlen(n)
-            sizes = pipe.execute() if names else []
+            # A key of another Redis type in the namespace answers WRONGTYPE: counted, not fatal
+            # (it made `cache stats` say the server does not answer, review helper 123).
+            sizes = pipe.execute(raise_on_error=False) if names else []
             info = self._client.info("memory")
-            studio = {(k.decode() if isinstance(k, bytes) else k): int(v) for k, v in self._client.hgetall(STATS_KEY).items()}
+            studio = {(k.decode() if isinstance(k, bytes) else k): _counter(v) for k, v in self._client.hgetall(STATS_KEY).items()}
             other = sum(1 for _ in self._client.scan_iter(match="engine_plugin:*", count=1000)) - len(names)
         except (self._redis.exceptions.RedisError, OSError) as exc:
             raise RemoteCacheError(f"the remote variant cache does not answer: {exc}", Span(_redact(self.url))) from None
         return {
             "url": _redact(self.url),
             "namespace": NAMESPACE,
-            "entries": len(names),
-            "bytes": int(sum(sizes)),
+            "entries": sum(1 for n in sizes if isinstance(n, int)),
+            "wrong_type_keys": sum(1 for n in sizes if not isinstance(n, int)),
+            "bytes": int(sum(n for n in sizes if isinstance(n, int))),
             "other_builds_entries": max(0, other),
             "used_memory": int(info.get("used_memory", 0)),
             "maxmemory": int(info.get("maxmemory", 0)),
@@ -426,7 +442,12 @@ class RemoteCache:
         try:
             for name in list(self._scan()):
                 key = name[len(NAMESPACE) :]
-                value = self._client.get(name)
+                try:
+                    value = self._client.get(name)
+                except self._redis.exceptions.ResponseError as exc:
+                    if "WRONGTYPE" not in str(exc):
+                        raise
+                    value = b""  # another Redis type under our namespace: unusable, removed below
                 if value is None:
                     continue
                 try:

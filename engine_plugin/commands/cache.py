@@ -120,6 +120,10 @@ def _remote(args: argparse.Namespace, rep: Reporter) -> tuple[int, dict | None]:
         say(f"remote tier {st['url']}")
         say(f"  namespace   {st['namespace']}")
         say(f"  entries     {st['entries']} ({st['other_builds_entries']} of other builds)")
+        if st.get("wrong_type_keys"):
+            say(
+                f"  note        {st['wrong_type_keys']} keys of this namespace hold another Redis type (written by something else): `cache gc --remote` removes them"
+            )
         say(
             f"  size        {fmt_bytes(st['bytes'])}; server memory {fmt_bytes(st['used_memory'])} of {fmt_bytes(cap) if cap else 'no'} maxmemory, policy {st['maxmemory_policy']}"
         )

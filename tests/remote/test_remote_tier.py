@@ -526,3 +526,27 @@ def test_a_full_server_refusing_writes_is_said_once_with_the_fix(redis_server, b
     assert remote.stats().errors >= 2, "the server must have refused several writes"
     assert len(refused) == 1, [r.getMessage() for r in refused]
     assert "maxmemory-policy allkeys-lru" in refused[0].getMessage()
+
+
+def test_junk_of_other_redis_types_is_counted_by_stats_and_removed_by_gc(redis_server, baked_samples, tmp_path):
+    # A list under the namespace made stats and gc exit 2 with "does not answer: WRONGTYPE", and
+    # gc could not remove it; a non-integer studio counter was "engine_plugin bug: ValueError"
+    # and made every publish fail after adding its other counters (review helper 123).
+    remote = RemoteCache(redis_server.url)
+    entries = list(entries_of(baked_samples).items())
+    assert remote.put_entries(entries[:3]) == 3
+    client = redis_server.client()
+    client.lpush(NAMESPACE + "junk-list", b"x")
+    from engine_plugin.cache.remote import STATS_KEY
+
+    client.hset(STATS_KEY, "hits", "not a number")
+    res = run_cli("cache", "stats", "--cache", str(tmp_path / "none"), "--remote", redis_server.url)
+    assert res.returncode == 0 and "bug" not in res.stderr, res.stdout + res.stderr
+    assert "1 keys of this namespace hold another Redis type" in res.stdout, res.stdout
+    res = run_cli("cache", "gc", "--cache", str(tmp_path / "none"), "--remote", redis_server.url)
+    assert res.returncode == 0 and "removed 1 unusable values, kept 3" in res.stdout, res.stdout + res.stderr
+    assert client.exists(NAMESPACE + "junk-list") == 0
+    remote._count("misses", 5)
+    remote._count("hits", 2)
+    assert remote.publish() and remote.publish() is False  # published once: nothing left to re-send
+    assert int(client.hget(STATS_KEY, "misses")) == 5 and client.hget(STATS_KEY, "hits") == b"not a number"
