@@ -153,9 +153,13 @@ class ProcessPoolRunner:
         self.workers = n
         self.label = f"{n} local processes"
         self._pool: ProcessPoolExecutor | None = None
+        self._lost: list[LostWorker] = []
+
+    def _start(self) -> ProcessPoolExecutor:
+        return ProcessPoolExecutor(max_workers=self.workers, mp_context=multiprocessing.get_context("spawn"), initializer=_warm_worker)
 
     def __enter__(self) -> "ProcessPoolRunner":
-        self._pool = ProcessPoolExecutor(max_workers=self.workers, mp_context=multiprocessing.get_context("spawn"), initializer=_warm_worker)
+        self._pool = self._start()
         return self
 
     def __exit__(self, exc_type: Any, *exc: Any) -> None:
@@ -166,21 +170,55 @@ class ProcessPoolRunner:
             self._pool = None
 
     def events(self, final: bool = False) -> list[LostWorker]:
-        # A dead pool process breaks the whole pool: its chunks come back as WorkerDied.
-        return []
+        """Pools a dead worker process broke since the last call, with the chunks run again."""
+        out, self._lost = self._lost, []
+        return out
+
+    def _restart(self, retried: list[ChunkJob]) -> None:
+        """A worker process died: the pool is broken for good. A new one takes the chunks
+        that had not finished (one dead process failed every queued chunk of every asset,
+        blamed on assets that did nothing wrong, and the other workers sat idle: review
+        helper 123)."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+        self._pool = self._start()
+        if retried:
+            self._lost.append(LostWorker("a local bake process", tuple(job.index for job in retried)))
 
     def run(self, jobs: Sequence[ChunkJob]) -> Yielded:
+        """Chunks in completion order. After a worker's death the unfinished chunks run again
+        in a new pool; after a second death they run one at a time, so the chunk that kills
+        its worker is the one that fails (a crash in the driver's compiler), not its neighbours."""
         if self._pool is None:
             raise RuntimeError("ProcessPoolRunner.run outside its with-block")
-        futures = {self._pool.submit(bake_chunk, job): job for job in jobs}
-        for fut in as_completed(futures):
-            job = futures[fut]
-            try:
-                yield job, fut.result()
-            except BrokenProcessPool as exc:
-                yield job, WorkerDied(f"a bake worker process died ({exc}); the variants of this chunk were not validated")
-            except Exception as exc:
-                yield job, exc
+        pending, breaks = list(jobs), 0
+        while pending:
+            batches = [pending] if breaks < 2 else [[job] for job in pending]
+            pending = []
+            for batch in batches:
+                futures = {self._pool.submit(bake_chunk, job): job for job in batch}
+                broken: list[ChunkJob] = []
+                for fut in as_completed(futures):
+                    job = futures[fut]
+                    try:
+                        yield job, fut.result()
+                    except BrokenProcessPool as exc:
+                        if breaks >= 2:  # run alone, and its worker died again: this chunk kills it
+                            yield (
+                                job,
+                                WorkerDied(
+                                    f"a bake worker process died running this chunk alone, after two pools had broken ({exc}); its variants were not validated"
+                                ),
+                            )
+                        else:
+                            broken.append(job)
+                    except Exception as exc:
+                        yield job, exc
+                if broken or (breaks >= 2 and self._pool is not None and getattr(self._pool, "_broken", False)):
+                    self._restart(broken)
+                pending.extend(broken)
+            if pending:
+                breaks += 1
 
 
 class DaskRunner:
