@@ -10,7 +10,8 @@ from collections import Counter
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Iterable, Iterator, Mapping
 
-from ..cache import VariantCache
+from ..cache import VariantCache, decode_entry
+from ..cache.entry import BadEntry
 from ..cache.remote import RemoteCache
 from ..errors import PluginError
 from ..files import shown_path
@@ -158,28 +159,39 @@ class _Bake:
         self.drain()
 
 
-def _sync_remote(store: VariantCache, remote: RemoteCache, skipped: list[str]) -> dict[str, Any]:
-    """Upload the skipped (already local) entries the server lacks; answers the remote part
-    of the report: what was uploaded, and the tier's counters."""
-    uploaded = 0
-    there = remote.existing(skipped) if skipped else set()
+def _sync_remote(store: VariantCache, remote: RemoteCache, keys: list[str]) -> dict[str, Any]:
+    """Make the tier hold this bake's entries (``keys``, in the local cache) as this machine
+    has them: upload what the server lacks, and replace what it holds other bytes for (a
+    forgery that decodes was refused by every client and kept by every re-bake, review helper
+    123). Answers the remote part of the report: what was uploaded and replaced, the counters."""
+    uploaded = replaced = 0
+    there = remote.existing(keys) if keys else set()
     if there is not None:
-        batch: list[tuple[str, bytes]] = []
-        for key in skipped:
-            if key in there:
-                continue
+        local: dict[str, bytes] = {}
+        for key in keys:
             try:
                 with open(store.path(key), "rb") as f:
-                    batch.append((key, f.read()))
+                    local[key] = f.read()
             except OSError:
                 continue  # evicted meanwhile: the next bake uploads it
-            if len(batch) >= 64:
-                uploaded += remote.put_entries(batch)
-                batch = []
-        uploaded += remote.put_entries(batch)
+        mine = {}
+        for k in there:
+            if k in local:
+                try:
+                    mine[k] = decode_entry(k, local[k])
+                except BadEntry:
+                    continue  # replaced locally meanwhile: not this bake's to judge
+        other = remote.differing(mine)
+        send = [k for k in local if k not in there or k in other]
+        for i in range(0, len(send), 64):
+            chunk = send[i : i + 64]
+            written = remote.put_entries([(k, local[k]) for k in chunk])
+            if written == len(chunk):
+                replaced += sum(1 for k in chunk if k in other)
+            uploaded += written
     remote.publish()
     st = remote.stats()
-    return {**st.as_dict(), "uploaded": uploaded, "reachable": there is not None and remote.available}
+    return {**st.as_dict(), "uploaded": uploaded, "replaced": replaced, "reachable": there is not None and remote.available}
 
 
 def _no_result(out: VariantOutcome) -> Failure:
@@ -311,7 +323,11 @@ def bake(
                 raise KeyboardInterrupt
     state.repeats()
     if remote is not None:
-        report.remote = _sync_remote(store, remote, skipped)
+        # Every entry of this bake the tier lacks goes up now, the ones baked in this run too:
+        # a write refused during an outage mid-bake was otherwise missing from the tier with
+        # nothing said (review helper 123).
+        baked = [v.key for v in report.variants if v.status == "baked"]
+        report.remote = _sync_remote(store, remote, list(dict.fromkeys(skipped + baked)))
     # Results arrive in completion order; the report lists variants in plan order.
     order = {(plan.folder, item.key): i for i, (plan, item) in enumerate((p, it) for p in plans for it in p.items)}
     report.variants.sort(key=lambda v: order.get((v.asset, v.key), len(order)))

@@ -273,7 +273,9 @@ class BakeReport:
             return None
         state = "" if r.get("reachable") else " (unreachable: the local cache has everything; rerun to upload)"
         return (
-            f"remote {r['url']}: wrote {r['writes']} entries ({r['bytes_written']} bytes, {r['uploaded']} already local), "
+            f"remote {r['url']}: wrote {r['writes']} entries ({r['bytes_written']} bytes, {r['uploaded']} from the local cache at the end"
+            + (f", {r['replaced']} replacing other bytes the server held" if r.get("replaced") else "")
+            + "), "
             f"{r['errors']} errors, {r['timeouts']} timeouts{state}"
         )
 

@@ -40,7 +40,7 @@ from urllib.parse import urlsplit
 from ..errors import CacheError, PluginError, Span
 from ..lowering import LOWERING_VERSION, Lowered, Schema, VariantSpec
 from ..lowering.fingerprint import CACHE_FORMAT_VERSION
-from .entry import BadEntry, Entry, decode_entry, encode_entry
+from .entry import BadEntry, Entry, decode_entry, encode_entry, open_entry
 from .verify import sign, split_signed, verify_entry
 
 __all__ = [
@@ -326,6 +326,31 @@ class RemoteCache:
             return {k for k, n in zip(keys, pipe.execute()) if n}
 
         return self._call("exists", ask, None) if keys else set()
+
+    def differing(self, entries: Mapping[str, Lowered]) -> set[str]:
+        """Which keys of ``entries`` (key -> the variant this machine holds) the server holds
+        another variant for, or bytes that do not decode: a forgery that decodes (refused by
+        every client, which lowers again) or garbage. Empty when it cannot be asked; counts
+        nothing."""
+        keys = list(entries)
+
+        def ask() -> set[str]:
+            out = set()
+            for i in range(0, len(keys), 64):
+                chunk = keys[i : i + 64]
+                for k, v in zip(chunk, self._client.mget([self.name(k) for k in chunk])):
+                    if v is None:
+                        continue
+                    try:
+                        theirs = open_entry(k, split_signed(v if isinstance(v, bytes) else v.encode())[1], signed=False).lowered
+                    except BadEntry:
+                        out.add(k)
+                        continue
+                    if theirs != entries[k]:
+                        out.add(k)
+            return out
+
+        return self._call("compare", ask, set()) if keys else set()
 
     # -- writes ----------------------------------------------------------------------------
     def wrap(self, entry: bytes) -> bytes:

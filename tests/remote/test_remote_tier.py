@@ -550,3 +550,48 @@ def test_junk_of_other_redis_types_is_counted_by_stats_and_removed_by_gc(redis_s
     remote._count("hits", 2)
     assert remote.publish() and remote.publish() is False  # published once: nothing left to re-send
     assert int(client.hget(STATS_KEY, "misses")) == 5 and client.hget(STATS_KEY, "hits") == b"not a number"
+
+
+def test_entries_refused_by_the_tier_during_a_bake_are_uploaded_at_its_end(redis_server, tmp_path):
+    # A tier refusing writes mid-bake (full, or out for longer than the breaker) left those
+    # variants out of it, and the report said nothing once the server answered again: only
+    # already-local entries were checked at the end (review helper 123).
+    from engine_plugin.bake import bake
+
+    client = redis_server.client()
+    client.config_set("maxmemory-policy", "noeviction")
+    client.config_set("maxmemory", 1)  # every write refused while the bake runs
+    remote = RemoteCache(redis_server.url)
+    ask = remote.existing
+
+    def server_back(keys):
+        client.config_set("maxmemory", 0)  # the outage is over when the bake ends
+        return ask(keys)
+
+    remote.existing = server_back
+    report = bake([os.path.join(REPO, "assets", "samples")], str(tmp_path / "cache"), remote=remote, validate=False)
+    baked = {v.key for v in report.variants if v.status == "baked"}
+    assert baked and remote.stats().errors >= 1, "the bake's own writes must have been refused"
+    assert set(server_values(redis_server)) >= baked
+    assert report.remote["uploaded"] >= len(baked) and report.remote["reachable"]
+
+
+def test_a_rebake_replaces_a_forgery_that_decodes(redis_server, tmp_path):
+    # Another variant's entry filed under a key is refused by every client (it lowers another
+    # specialisation), but gc keeps it (it decodes) and a re-bake skipped it (the key existed):
+    # never repaired (review helper 123).
+    from engine_plugin.bake import bake
+
+    cache = str(tmp_path / "cache")
+    samples = [os.path.join(REPO, "assets", "samples")]
+    bake(samples, cache, remote=RemoteCache(redis_server.url), validate=False)
+    values = server_values(redis_server)
+    a, b = sorted(values)[:2]
+    redis_server.client().set(NAMESPACE + a, values[b])  # B's bytes under A's key
+    report = bake(samples, cache, remote=RemoteCache(redis_server.url), validate=False)
+    assert report.totals["baked"] == 0 and report.remote["replaced"] == 1, report.remote
+    from engine_plugin.cache import VariantCache
+
+    with open(VariantCache(cache).path(a), "rb") as f:
+        assert server_values(redis_server)[a] == f.read()
+    assert "1 replacing other bytes" in report.remote_line()
