@@ -61,12 +61,14 @@ log = logging.getLogger("engine_plugin.cache")
 ENV_REMOTE = "ENGINE_PLUGIN_REMOTE_CACHE"
 ENV_SECRET = "ENGINE_PLUGIN_REMOTE_SECRET"
 DEFAULT_TIMEOUT = 0.25
+DEADLINE_TIMEOUTS = 4  # a command's whole time, however slowly its answer trickles: this many timeouts
 DEFAULT_COOLDOWN = 30.0
 NAMESPACE = f"engine_plugin:v{CACHE_FORMAT_VERSION}.{LOWERING_VERSION}:"
 # Studio-wide counters (a hash each client adds its own to), outside the entries' namespace.
 STATS_KEY = f"engine_plugin-stats:v{CACHE_FORMAT_VERSION}.{LOWERING_VERSION}"
 _PUBLISHED = ("hits", "misses", "verified", "relowered", "signed", "rejected", "errors", "timeouts", "skipped", "writes", "bytes_read", "bytes_written")
 _MGET_CHUNK = 64
+MAX_VALUE_BYTES = 8 * 1024 * 1024  # a remote value larger than this is not read (an entry is about 8 KiB)
 
 
 class RemoteCacheError(CacheError):
@@ -200,6 +202,15 @@ class RemoteCache:
         self._open_until = 0.0
         self._warned: set[str] = set()
         self._published = {k: 0 for k in _PUBLISHED}
+        # A command's whole time is bounded too: the socket timeout bounds each read, and a
+        # slow but live link (every read gets a few bytes) never tripped it: a game start took
+        # 9.4 s over a 5 KB/s link (review helper 123). A watchdog closes the connections of a
+        # command past its deadline; the command then fails as a timeout.
+        self.deadline = max(DEADLINE_TIMEOUTS * self.timeout, self.timeout + 0.1)
+        self._deadlines: dict[int, float] = {}
+        self._late: set[int] = set()
+        self._serial = 0
+        self._watcher: threading.Thread | None = None
 
     # -- bookkeeping -----------------------------------------------------------------------
     def _count(self, name: str, by: int = 1) -> None:
@@ -235,13 +246,26 @@ class RemoteCache:
             self._count("skipped", misses)
             self._count("misses", misses)
             return default
+        token = self._watch()
         try:
             return fn()
         except (self._redis.exceptions.ConnectionError, self._redis.exceptions.TimeoutError, OSError) as exc:
+            if token in self._late:
+                exc = self._redis.exceptions.TimeoutError(f"no whole answer within {self.deadline:g} s (a slow link)")
             self._failed(exc, what)
             self._count("misses", misses)
             return default
+        except ValueError:  # a read on the socket the watchdog closed ("I/O operation on closed file")
+            if token not in self._late:
+                raise
+            self._failed(self._redis.exceptions.TimeoutError(f"no whole answer within {self.deadline:g} s (a slow link)"), what)
+            self._count("misses", misses)
+            return default
         except self._redis.exceptions.RedisError as exc:  # e.g. a server refusing the command
+            if token in self._late:
+                self._failed(self._redis.exceptions.TimeoutError(f"no whole answer within {self.deadline:g} s (a slow link)"), what)
+                self._count("misses", misses)
+                return default
             self._count("errors")
             self._count("misses", misses)
             hint = _refusal(exc)
@@ -255,6 +279,43 @@ class RemoteCache:
                 _redact(self.url), what, exc, f"; {hint}" if hint else "",
             )
             return default
+        finally:
+            self._unwatch(token)
+
+    def _watch(self) -> int:
+        """Register a command's deadline (see ``deadline``); starts the watchdog when idle."""
+        with self._lock:
+            self._serial += 1
+            token = self._serial
+            self._deadlines[token] = time.monotonic() + self.deadline
+            if self._watcher is None:
+                self._watcher = threading.Thread(target=self._watch_loop, name="engine_plugin remote deadline", daemon=True)
+                self._watcher.start()
+        return token
+
+    def _unwatch(self, token: int) -> None:
+        with self._lock:
+            self._deadlines.pop(token, None)
+            self._late.discard(token)
+
+    def _watch_loop(self) -> None:
+        """Close every connection while a command is past its deadline (its blocked read then
+        ends with an error); ends when no command is in flight."""
+        step = min(0.05, self.timeout / 4)
+        while True:
+            time.sleep(step)
+            with self._lock:
+                if not self._deadlines:
+                    self._watcher = None
+                    return
+                now = time.monotonic()
+                late = {t for t, d in self._deadlines.items() if d <= now} - self._late
+                self._late |= late
+            if late:
+                try:
+                    self._client.connection_pool.disconnect()
+                except Exception:  # a pool closed meanwhile: nothing left to cut
+                    pass
 
     def _warn_once(self, key: str, reason: str) -> None:
         with self._lock:
@@ -276,7 +337,7 @@ class RemoteCache:
         out: dict[str, bytes] = {}
         for i in range(0, len(keys), _MGET_CHUNK):
             chunk = keys[i : i + _MGET_CHUNK]
-            values = self._call("read", lambda: self._client.mget([self.name(k) for k in chunk]), None, misses=len(chunk))
+            values = self._call("read", lambda: self._read_sized(chunk), None, misses=len(chunk))
             if values is None:
                 continue
             for k, v in zip(chunk, values):
@@ -284,7 +345,26 @@ class RemoteCache:
                     out[k] = v
                     self._count("bytes_read", len(v))
                 else:
+                    if isinstance(v, int) and v > MAX_VALUE_BYTES:
+                        self._count("rejected")
+                        self._warn_once(k, f"{v} bytes, over the {MAX_VALUE_BYTES} a variant entry may have: not read")
                     self._count("misses")
+        return out
+
+    def _read_sized(self, chunk: list[str]) -> list[Any]:
+        """The values of ``chunk`` (None where missing), each read only when its size, asked
+        first, is at most :data:`MAX_VALUE_BYTES` (else its size): forged 200 MB values were
+        read whole before the size check, 1.2 GB for three (review helper 123)."""
+        names = [self.name(k) for k in chunk]
+        pipe = self._client.pipeline(transaction=False)
+        for n in names:
+            pipe.strlen(n)
+        sizes = pipe.execute(raise_on_error=False)
+        wanted = [i for i, n in enumerate(sizes) if isinstance(n, int) and 0 < n <= MAX_VALUE_BYTES]
+        out: list[Any] = [n if isinstance(n, int) and n > MAX_VALUE_BYTES else None for n in sizes]
+        if wanted:
+            for i, v in zip(wanted, self._client.mget([names[i] for i in wanted])):
+                out[i] = v
         return out
 
     def check(

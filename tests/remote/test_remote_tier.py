@@ -595,3 +595,85 @@ def test_a_rebake_replaces_a_forgery_that_decodes(redis_server, tmp_path):
     with open(VariantCache(cache).path(a), "rb") as f:
         assert server_values(redis_server)[a] == f.read()
     assert "1 replacing other bytes" in report.remote_line()
+
+
+class _SlowLink:
+    """A loopback TCP proxy to ``port`` that forwards the server's replies at ``rate`` bytes/s
+    in 512-byte pieces: every socket read gets bytes well inside the client's timeout."""
+
+    def __init__(self, port: int, rate: float):
+        self.rate, self.target = rate, port
+        self.server = socket.socket()
+        self.server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.server.bind(("127.0.0.1", 0))
+        self.server.listen(16)
+        self.port = self.server.getsockname()[1]
+        self.stopped = False
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while not self.stopped:
+            try:
+                client, _ = self.server.accept()
+            except OSError:
+                return
+            upstream = socket.create_connection(("127.0.0.1", self.target))
+            threading.Thread(target=self._pipe, args=(client, upstream, False), daemon=True).start()
+            threading.Thread(target=self._pipe, args=(upstream, client, True), daemon=True).start()
+
+    def _pipe(self, src: socket.socket, dst: socket.socket, slow: bool) -> None:
+        try:
+            while not self.stopped:
+                data = src.recv(512 if slow else 65536)
+                if not data:
+                    break
+                dst.sendall(data)
+                if slow:
+                    time.sleep(len(data) / self.rate)
+        except OSError:
+            pass
+        finally:
+            for s in (src, dst):
+                try:
+                    s.close()
+                except OSError:
+                    pass
+
+    def close(self) -> None:
+        self.stopped = True
+        self.server.close()
+
+
+def test_a_slow_but_live_link_costs_the_deadline_not_the_whole_transfer(redis_server, baked_samples):
+    # The timeout bounds each socket read; a link that trickles bytes never tripped it: a game
+    # start took 9.4 s over 5 KB/s (review helper 123). A command's whole time is bounded now.
+    entries = entries_of(baked_samples)
+    upload(redis_server, entries)
+    link = _SlowLink(redis_server.port, rate=5000)
+    try:
+        remote = RemoteCache(f"redis://127.0.0.1:{link.port}/0", timeout=0.25)
+        t0 = time.monotonic()
+        got = remote.get_values(list(entries))
+        spent = time.monotonic() - t0
+    finally:
+        link.close()
+    total = sum(len(v) for v in entries.values())
+    assert total / 5000 > 10, "the transfer must take far longer than the deadline for this to test anything"
+    assert spent < remote.deadline + 2.0, f"reading over a slow link took {spent:.1f} s (deadline {remote.deadline} s)"
+    assert remote.stats().timeouts >= 1 and not remote.available, "a slow link is a timeout and opens the breaker"
+    assert len(got) < len(entries)
+
+
+def test_an_oversized_value_is_never_read(redis_server, baked_samples):
+    # Values were read whole before the size check: three forged 200 MB values took the client
+    # from 138 MB to 1.16 GB (review helper 123). Sizes are asked first now.
+    from engine_plugin.cache.remote import MAX_VALUE_BYTES
+
+    entries = entries_of(baked_samples)
+    key = next(iter(entries))
+    upload(redis_server, entries)
+    redis_server.client().set(NAMESPACE + key, b"\0" * (MAX_VALUE_BYTES + 1))
+    remote = RemoteCache(redis_server.url)
+    got = remote.get_values(list(entries))
+    assert key not in got and len(got) == len(entries) - 1
+    assert remote.stats().rejected == 1 and remote.stats().bytes_read == sum(len(v) for k, v in entries.items() if k != key)
