@@ -159,13 +159,16 @@ class _Bake:
         self.drain()
 
 
-def _sync_remote(store: VariantCache, remote: RemoteCache, keys: list[str]) -> dict[str, Any]:
-    """Make the tier hold this bake's entries (``keys``, in the local cache) as this machine
-    has them: upload what the server lacks, and replace what it holds other bytes for (a
-    forgery that decodes was refused by every client and kept by every re-bake, review helper
-    123). Answers the remote part of the report: what was uploaded and replaced, the counters."""
+def _sync_remote(store: VariantCache, remote: RemoteCache, keys: list[str], verify: bool = False) -> dict[str, Any]:
+    """Upload the entries of ``keys`` (this bake's, in the local cache, baked now or before)
+    the tier lacks: writes refused during the bake (an outage, a full server) go up here.
+    ``verify`` (``--remote-verify``) also reads what the tier holds for them and replaces what
+    a client would refuse (a forgery that decodes, one not signed under the studio's secret:
+    every client refused it, and gc and plain bakes kept it). Answers the remote part of the
+    report: what was uploaded and replaced, and the tier's counters."""
     uploaded = replaced = 0
     there = remote.existing(keys) if keys else set()
+    compared = False
     if there is not None:
         local: dict[str, bytes] = {}
         for key in keys:
@@ -174,14 +177,18 @@ def _sync_remote(store: VariantCache, remote: RemoteCache, keys: list[str]) -> d
                     local[key] = f.read()
             except OSError:
                 continue  # evicted meanwhile: the next bake uploads it
-        mine = {}
-        for k in there:
-            if k in local:
-                try:
-                    mine[k] = decode_entry(k, local[k])
-                except BadEntry:
-                    continue  # replaced locally meanwhile: not this bake's to judge
-        other = remote.differing(mine)
+        other: set[str] = set()
+        if verify:
+            mine = {}
+            for k in there:
+                if k in local:
+                    try:
+                        mine[k] = decode_entry(k, local[k])
+                    except BadEntry:
+                        continue  # replaced locally meanwhile: not this bake's to judge
+            found = remote.differing(mine)
+            compared = found is not None
+            other = found or set()
         send = [k for k in local if k not in there or k in other]
         for i in range(0, len(send), 64):
             chunk = send[i : i + 64]
@@ -191,7 +198,10 @@ def _sync_remote(store: VariantCache, remote: RemoteCache, keys: list[str]) -> d
             uploaded += written
     remote.publish()
     st = remote.stats()
-    return {**st.as_dict(), "uploaded": uploaded, "replaced": replaced, "reachable": there is not None and remote.available}
+    out = {**st.as_dict(), "uploaded": uploaded, "replaced": replaced, "reachable": there is not None and remote.available}
+    if verify:
+        out["verified"] = compared
+    return out
 
 
 def _no_result(out: VariantOutcome) -> Failure:
@@ -236,6 +246,7 @@ def bake(
     force: bool = False,
     remote: RemoteCache | None = None,
     root: str | None = None,
+    remote_verify: bool = False,
 ) -> BakeReport:
     """Lower and validate every variant of the assets under ``paths`` into ``cache``.
 
@@ -250,6 +261,8 @@ def bake(
         force: rebake variants the cache already holds.
         remote: the shared remote tier: every baked entry is written there too, and entries
             the local cache already held are uploaded when the server lacks them.
+        remote_verify: also read what the tier holds for this bake's variants and replace
+            what a client would refuse (reads every value: an occasional repair, not every bake).
         root: the asset root of every path (``modules/`` folders are searched up to it, files
             stay inside it); default: each path given (for one asset, the folder holding it).
     Returns:
@@ -327,7 +340,7 @@ def bake(
         # a write refused during an outage mid-bake was otherwise missing from the tier with
         # nothing said (review helper 123).
         baked = [v.key for v in report.variants if v.status == "baked"]
-        report.remote = _sync_remote(store, remote, list(dict.fromkeys(skipped + baked)))
+        report.remote = _sync_remote(store, remote, list(dict.fromkeys(skipped + baked)), remote_verify)
     # Results arrive in completion order; the report lists variants in plan order.
     order = {(plan.folder, item.key): i for i, (plan, item) in enumerate((p, it) for p in plans for it in p.items)}
     report.variants.sort(key=lambda v: order.get((v.asset, v.key), len(order)))

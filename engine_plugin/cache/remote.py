@@ -112,10 +112,13 @@ def _redact(url: str) -> str:
     """``url`` with its password masked. Textual, so a URL that does not parse (a bad port, a
     broken IPv6 host) is masked too: parsing it here raised inside the error report that
     names it (review helper 123)."""
-    return _PASSWORD.sub(r"\1***@", str(url))
+    return _QUERY_PASSWORD.sub(r"\1***", _PASSWORD.sub(r"\1***@", str(url)))
 
 
-_PASSWORD = re.compile(r"(//[^:/@]*:)[^/]*@")
+# user:password@ up to the netloc's last @ (a password may hold / or @: masking too much is
+# the safe side), and a ?password= query option (redis-py takes one).
+_PASSWORD = re.compile(r"(//[^:/@]*:)[^?#]*@")
+_QUERY_PASSWORD = re.compile(r"([?&]password=)[^&#]*", re.IGNORECASE)
 
 
 def _counter(value: Any) -> int:
@@ -173,11 +176,11 @@ class RemoteCache:
         except ValueError as exc:  # e.g. a broken IPv6 host
             raise RemoteCacheError(f"unusable remote cache URL {_redact(url)!r}: {exc}", Span(_redact(url))) from None
         if scheme not in ("redis", "rediss", "unix"):
-            raise RemoteCacheError(f"a remote cache is a redis://host:port/db URL, not {url!r}", Span(str(url)))
+            raise RemoteCacheError(f"a remote cache is a redis://host:port/db URL, not {_redact(url)!r}", Span(_redact(url)))
         if not (timeout > 0):
-            raise RemoteCacheError(f"the remote timeout must be positive seconds, not {timeout!r}", Span(url))
+            raise RemoteCacheError(f"the remote timeout must be positive seconds, not {timeout!r}", Span(_redact(url)))
         if ttl is not None and not ttl > 0:
-            raise RemoteCacheError(f"the remote ttl must be positive seconds or None, not {ttl!r}", Span(url))
+            raise RemoteCacheError(f"the remote ttl must be positive seconds or None, not {ttl!r}", Span(_redact(url)))
         self.timeout = float(timeout)
         # Redis expires in whole seconds and refuses EX 0: a fraction rounds up (0.5 made every
         # write refused, review helper 123).
@@ -210,6 +213,7 @@ class RemoteCache:
         self._deadlines: dict[int, float] = {}
         self._late: set[int] = set()
         self._serial = 0
+        self._cuts = 0  # connections cut by the watchdog so far
         self._watcher: threading.Thread | None = None
 
     # -- bookkeeping -----------------------------------------------------------------------
@@ -247,6 +251,7 @@ class RemoteCache:
             self._count("misses", misses)
             return default
         token = self._watch()
+        cuts = self._cuts
         try:
             return fn()
         except (self._redis.exceptions.ConnectionError, self._redis.exceptions.TimeoutError, OSError) as exc:
@@ -255,9 +260,11 @@ class RemoteCache:
             self._failed(exc, what)
             self._count("misses", misses)
             return default
-        except ValueError:  # a read on the socket the watchdog closed ("I/O operation on closed file")
-            if token not in self._late:
+        except (ValueError, AttributeError):  # a read on a socket the watchdog closed ("I/O operation on closed file")
+            if token not in self._late and self._cuts == cuts:
                 raise
+            # This command's own deadline, or another's: the watchdog cuts every connection of
+            # the pool, so commands of other threads end here too (review helper 124).
             self._failed(self._redis.exceptions.TimeoutError(f"no whole answer within {self.deadline:g} s (a slow link)"), what)
             self._count("misses", misses)
             return default
@@ -311,6 +318,8 @@ class RemoteCache:
                 now = time.monotonic()
                 late = {t for t, d in self._deadlines.items() if d <= now} - self._late
                 self._late |= late
+                if late:
+                    self._cuts += 1
             if late:
                 try:
                     self._client.connection_pool.disconnect()
@@ -396,41 +405,56 @@ class RemoteCache:
         return self.check(key, value, schema=schema, wgsl=wgsl, spec=spec, wgsl_path=wgsl_path, modules=modules)
 
     def existing(self, keys: Iterable[str]) -> set[str] | None:
-        """Which of ``keys`` the server holds (None when it cannot be asked); counts nothing."""
+        """Which of ``keys`` the server holds as values (None when it cannot be asked);
+        counts nothing."""
         keys = list(dict.fromkeys(keys))
 
-        def ask() -> set[str]:
+        def ask_chunk(chunk: list[str]) -> set[str]:
             pipe = self._client.pipeline(transaction=False)
-            for k in keys:
-                pipe.exists(self.name(k))
-            return {k for k, n in zip(keys, pipe.execute()) if n}
+            for k in chunk:
+                pipe.type(self.name(k))
+            # A key of another Redis type holds no entry (a SET replaces it): not there.
+            return {k for k, t in zip(chunk, pipe.execute()) if t in (b"string", "string")}
 
-        return self._call("exists", ask, None) if keys else set()
+        out: set[str] = set()
+        for i in range(0, len(keys), _MGET_CHUNK):  # one deadline a chunk: a large bake on a modest link
+            found = self._call("exists", lambda: ask_chunk(keys[i : i + _MGET_CHUNK]), None)
+            if found is None:
+                return None
+            out |= found
+        return out
 
-    def differing(self, entries: Mapping[str, Lowered]) -> set[str]:
-        """Which keys of ``entries`` (key -> the variant this machine holds) the server holds
-        another variant for, or bytes that do not decode: a forgery that decodes (refused by
-        every client, which lowers again) or garbage. Empty when it cannot be asked; counts
-        nothing."""
+    def differing(self, entries: Mapping[str, Lowered]) -> set[str] | None:
+        """Which keys of ``entries`` (key -> the variant this machine holds) the server holds a
+        value for that a client would refuse: another variant (a forgery that decodes),
+        bytes that do not decode, a value over :data:`MAX_VALUE_BYTES`, or, with a studio
+        secret, a value not signed under it. The same relation clients check (the baker's
+        file paths aside). Reads every value: ``bake --remote-verify`` only. None when it
+        cannot be asked; counts nothing."""
+        from .verify import _same_lowering
+
         keys = list(entries)
-
-        def ask() -> set[str]:
-            out = set()
-            for i in range(0, len(keys), 64):
-                chunk = keys[i : i + 64]
-                for k, v in zip(chunk, self._client.mget([self.name(k) for k in chunk])):
-                    if v is None:
-                        continue
-                    try:
-                        theirs = open_entry(k, split_signed(v if isinstance(v, bytes) else v.encode())[1], signed=False).lowered
-                    except BadEntry:
-                        out.add(k)
-                        continue
-                    if theirs != entries[k]:
-                        out.add(k)
-            return out
-
-        return self._call("compare", ask, set()) if keys else set()
+        out: set[str] = set()
+        for i in range(0, len(keys), _MGET_CHUNK):
+            chunk = keys[i : i + _MGET_CHUNK]
+            values = self._call("compare", lambda: self._read_sized(chunk), None)
+            if values is None:
+                return None
+            for k, v in zip(chunk, values):
+                if v is None:
+                    continue  # gone meanwhile: the missing are uploaded anyway
+                if not isinstance(v, bytes):
+                    out.add(k)  # over the size a value may have
+                    continue
+                try:
+                    mac, entry = split_signed(v)
+                    if self.secret and (mac is None or v != sign(self.secret, entry)):
+                        raise BadEntry("not signed under this studio's secret")
+                    if not _same_lowering(open_entry(k, entry, signed=False).lowered, entries[k]):
+                        raise BadEntry("another variant")
+                except BadEntry:
+                    out.add(k)
+        return out
 
     # -- writes ----------------------------------------------------------------------------
     def wrap(self, entry: bytes) -> bytes:

@@ -69,6 +69,11 @@ def add_bake_parser(sub: Any, size_arg: Callable[[str], int], common: argparse.A
     p.add_argument(
         "--remote-ttl", type=seconds_arg(positive=True), metavar="S", help="expire remote entries after S seconds (default: never; Redis's LRU evicts)"
     )
+    p.add_argument(
+        "--remote-verify",
+        action="store_true",
+        help="also read what the remote tier holds for these variants and replace what a client would refuse (a forgery, another secret's signature); reads every value",
+    )
     p.add_argument("--remote-timeout", type=seconds_arg(positive=True), default=None, metavar="S", help="remote socket timeout in seconds (default 0.25)")
     p.add_argument("--progress", choices=("auto", "rich", "plain", "none"), default="auto", help="auto: a bar on a terminal, plain lines otherwise")
     p.set_defaults(func=cmd_bake)
@@ -145,7 +150,9 @@ def cmd_bake(args: argparse.Namespace, rep: Reporter | None = None) -> int:
     progress = NoProgress() if rep.quiet else make_progress(args.progress, verbose=rep.verbose)
     progress.verbose = rep.verbose
     progress.prefix = f"{rep.prefix}: "
-    report = bake(paths, cache, runner=runner, usage=usage, progress=progress, force=args.force, remote=remote, root=args.root)
+    report = bake(
+        paths, cache, runner=runner, usage=usage, progress=progress, force=args.force, remote=remote, root=args.root, remote_verify=args.remote_verify
+    )
 
     st = cache.stats()
     if st.evictions:
