@@ -47,7 +47,7 @@ class NoProgress:
         """A worker left mid-bake; its ``chunks`` run again on the other workers."""
         self.lost += 1
         self.retried += chunks
-        self.message(f"{self.prefix}lost worker {worker}; the {chunks} chunk(s) ({variants} variants) it was running are retried on the other workers")
+        self.message(f"{self.prefix}lost worker {worker}; {chunks} chunk(s) ({variants} variants) not finished are run again on the workers left")
 
     def stop(self) -> None:
         pass

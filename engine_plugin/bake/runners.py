@@ -183,7 +183,9 @@ class ProcessPoolRunner:
             self._pool.shutdown(wait=False, cancel_futures=True)
         self._pool = self._start()
         if retried:
-            self._lost.append(LostWorker("a local bake process", tuple(job.index for job in retried)))
+            # One event a broken pool: which of its processes died (one or several) is not known,
+            # and its chunks are every unfinished one, queued ones too.
+            self._lost.append(LostWorker("of the local pool (its unfinished chunks, queued ones too, run in a new pool)", tuple(job.index for job in retried)))
 
     def run(self, jobs: Sequence[ChunkJob]) -> Yielded:
         """Chunks in completion order. After a worker's death the unfinished chunks run again
