@@ -68,6 +68,7 @@ NAMESPACE = f"engine_plugin:v{CACHE_FORMAT_VERSION}.{LOWERING_VERSION}:"
 STATS_KEY = f"engine_plugin-stats:v{CACHE_FORMAT_VERSION}.{LOWERING_VERSION}"
 _PUBLISHED = ("hits", "misses", "verified", "relowered", "signed", "rejected", "errors", "timeouts", "skipped", "writes", "bytes_read", "bytes_written")
 _MGET_CHUNK = 64
+_TYPE_CHUNK = 512  # keys a TYPE pipeline asks at once (answers of a few bytes each)
 MAX_VALUE_BYTES = 8 * 1024 * 1024  # a remote value larger than this is not read (an entry is about 8 KiB)
 
 
@@ -417,8 +418,8 @@ class RemoteCache:
             return {k for k, t in zip(chunk, pipe.execute()) if t in (b"string", "string")}
 
         out: set[str] = set()
-        for i in range(0, len(keys), _MGET_CHUNK):  # one deadline a chunk: a large bake on a modest link
-            found = self._call("exists", lambda: ask_chunk(keys[i : i + _MGET_CHUNK]), None)
+        for i in range(0, len(keys), _TYPE_CHUNK):  # one deadline a chunk: a large bake on a modest link
+            found = self._call("exists", lambda: ask_chunk(keys[i : i + _TYPE_CHUNK]), None)
             if found is None:
                 return None
             out |= found
