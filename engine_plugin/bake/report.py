@@ -271,8 +271,8 @@ class BakeReport:
         r = self.remote
         if r is None:
             return None
-        state = "" if r.get("reachable") else " (unreachable: the local cache has everything; rerun to upload)"
-        if r.get("verified") is False and r.get("reachable"):
+        state = "" if r.get("reachable") else " (unreachable or too slow: the local cache has everything; rerun to upload)"
+        if r.get("compared") is False and r.get("reachable"):
             state += " (--remote-verify could not read the tier's values: nothing was compared)"
         return (
             f"remote {r['url']}: wrote {r['writes']} entries ({r['bytes_written']} bytes, {r['uploaded']} from the local cache at the end"

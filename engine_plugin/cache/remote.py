@@ -68,7 +68,9 @@ NAMESPACE = f"engine_plugin:v{CACHE_FORMAT_VERSION}.{LOWERING_VERSION}:"
 STATS_KEY = f"engine_plugin-stats:v{CACHE_FORMAT_VERSION}.{LOWERING_VERSION}"
 _PUBLISHED = ("hits", "misses", "verified", "relowered", "signed", "rejected", "errors", "timeouts", "skipped", "writes", "bytes_read", "bytes_written")
 _MGET_CHUNK = 64
-_TYPE_CHUNK = 512  # keys a TYPE pipeline asks at once (answers of a few bytes each)
+_ENTRY_BYTES_GUESS = 10 * 1024  # a variant entry is about 8 KiB
+_TYPE_CHUNK = 512  # keys an existence pipeline asks at once (answers of a few bytes each)
+_SYNC_BYTES = 128 * 1024  # what one bulk command of a bake's sync moves at most: it must fit a deadline on a modest link
 MAX_VALUE_BYTES = 8 * 1024 * 1024  # a remote value larger than this is not read (an entry is about 8 KiB)
 
 
@@ -116,9 +118,9 @@ def _redact(url: str) -> str:
     return _QUERY_PASSWORD.sub(r"\1***", _PASSWORD.sub(r"\1***@", str(url)))
 
 
-# user:password@ up to the netloc's last @ (a password may hold / or @: masking too much is
+# user:password@ up to the URL's last @ (a password may hold /, @, ? or #: masking too much is
 # the safe side), and a ?password= query option (redis-py takes one).
-_PASSWORD = re.compile(r"(//[^:/@]*:)[^?#]*@")
+_PASSWORD = re.compile(r"(//[^:/@]*:).*@")
 _QUERY_PASSWORD = re.compile(r"([?&]password=)[^&#]*", re.IGNORECASE)
 
 
@@ -175,7 +177,8 @@ class RemoteCache:
         try:
             scheme = urlsplit(url).scheme if isinstance(url, str) else ""
         except ValueError as exc:  # e.g. a broken IPv6 host
-            raise RemoteCacheError(f"unusable remote cache URL {_redact(url)!r}: {exc}", Span(_redact(url))) from None
+            said = "" if "@" in str(url) else f": {exc}"
+            raise RemoteCacheError(f"unusable remote cache URL {_redact(url)!r}{said}", Span(_redact(url))) from None
         if scheme not in ("redis", "rediss", "unix"):
             raise RemoteCacheError(f"a remote cache is a redis://host:port/db URL, not {_redact(url)!r}", Span(_redact(url)))
         if not (timeout > 0):
@@ -200,7 +203,9 @@ class RemoteCache:
                 health_check_interval=0,
             )
         except ValueError as exc:
-            raise RemoteCacheError(f"unusable remote cache URL {_redact(url)!r}: {exc}", Span(_redact(url))) from None
+            # redis-py's words may quote a piece of the password ("...integer value as 'hun'").
+            said = "" if "@" in url else f": {exc}"
+            raise RemoteCacheError(f"unusable remote cache URL {_redact(url)!r}{said}", Span(_redact(url))) from None
         self._lock = threading.Lock()
         self._counts = {k: 0 for k in RemoteStats.__dataclass_fields__ if k != "url"}
         self._open_until = 0.0
@@ -256,7 +261,7 @@ class RemoteCache:
         try:
             return fn()
         except (self._redis.exceptions.ConnectionError, self._redis.exceptions.TimeoutError, OSError) as exc:
-            if token in self._late:
+            if token in self._late or self._cuts != cuts:  # its own deadline, or cut with a late one's
                 exc = self._redis.exceptions.TimeoutError(f"no whole answer within {self.deadline:g} s (a slow link)")
             self._failed(exc, what)
             self._count("misses", misses)
@@ -326,6 +331,8 @@ class RemoteCache:
                     self._client.connection_pool.disconnect()
                 except Exception:  # a pool closed meanwhile: nothing left to cut
                     pass
+                with self._lock:  # again after: a command started while cutting sees a change too
+                    self._cuts += 1
 
     def _warn_once(self, key: str, reason: str) -> None:
         with self._lock:
@@ -413,9 +420,10 @@ class RemoteCache:
         def ask_chunk(chunk: list[str]) -> set[str]:
             pipe = self._client.pipeline(transaction=False)
             for k in chunk:
-                pipe.type(self.name(k))
-            # A key of another Redis type holds no entry (a SET replaces it): not there.
-            return {k for k, t in zip(chunk, pipe.execute()) if t in (b"string", "string")}
+                pipe.strlen(self.name(k))
+            # An empty value or a key of another Redis type (WRONGTYPE) holds no entry, and a
+            # SET replaces either: not there (review helpers 124, 125).
+            return {k for k, n in zip(chunk, pipe.execute(raise_on_error=False)) if isinstance(n, int) and n > 0}
 
         out: set[str] = set()
         for i in range(0, len(keys), _TYPE_CHUNK):  # one deadline a chunk: a large bake on a modest link
@@ -436,14 +444,16 @@ class RemoteCache:
 
         keys = list(entries)
         out: set[str] = set()
-        for i in range(0, len(keys), _MGET_CHUNK):
-            chunk = keys[i : i + _MGET_CHUNK]
+        step = max(1, min(_MGET_CHUNK, _SYNC_BYTES // _ENTRY_BYTES_GUESS))
+        for i in range(0, len(keys), step):
+            chunk = keys[i : i + step]
             values = self._call("compare", lambda: self._read_sized(chunk), None)
             if values is None:
                 return None
             for k, v in zip(chunk, values):
-                if v is None:
-                    continue  # gone meanwhile: the missing are uploaded anyway
+                if v is None:  # emptied or expired since it was found: a SET puts it back
+                    out.add(k)
+                    continue
                 if not isinstance(v, bytes):
                     out.add(k)  # over the size a value may have
                     continue
