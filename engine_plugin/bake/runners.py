@@ -198,7 +198,14 @@ class ProcessPoolRunner:
             batches = [pending] if breaks < 2 else [[job] for job in pending]
             pending = []
             for batch in batches:
-                futures = {self._pool.submit(bake_chunk, job): job for job in batch}
+                # A pool starts its processes at its first submits: they are born ignoring SIGINT,
+                # so a Ctrl-C while they import (a bake's start, a pool started anew after a
+                # death) prints no traceback of theirs (review helper 124). The window in which
+                # this process ignores it too is that of starting them.
+                head = batch[: self.workers]  # the submits that start the processes (one each)
+                with _children_ignore_sigint():
+                    futures = {self._pool.submit(bake_chunk, job): job for job in head}
+                futures.update({self._pool.submit(bake_chunk, job): job for job in batch[len(head) :]})
                 broken: list[ChunkJob] = []
                 for fut in as_completed(futures):
                     job = futures[fut]

@@ -62,3 +62,41 @@ def test_a_chunk_that_kills_its_worker_fails_alone():
     failed = {i: r for i, r in got.items() if not isinstance(r, ChunkResult)}
     assert not failed, f"chunks failed with the one that kills its worker: {failed}"
     assert sorted(got) == sorted(job.index for job in jobs)
+
+
+def _ignores_sigint(pid: int) -> bool:
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("SigIgn:"):
+                return bool(int(line.split()[1], 16) & (1 << (signal.SIGINT - 1)))
+    return False
+
+
+def test_pool_processes_are_born_ignoring_ctrl_c():
+    # They ignored SIGINT only once their initializer ran, after importing: a Ctrl-C at a bake's
+    # start, or just after a pool was started anew, printed their KeyboardInterrupt tracebacks
+    # (review helper 124). The client handles Ctrl-C for them.
+    import threading
+    import time
+
+    jobs = _jobs(2)
+    born: dict[int, bool] = {}
+    with ProcessPoolRunner(2) as runner:
+        stop = threading.Event()
+
+        def watch() -> None:  # each process's disposition the moment it appears
+            while not stop.is_set() and len(born) < 2:
+                for pid in list(getattr(runner._pool, "_processes", None) or {}):
+                    if pid not in born:
+                        born[pid] = _ignores_sigint(pid)  # long before its initializer runs
+                time.sleep(0.0002)
+
+        watcher = threading.Thread(target=watch)
+        watcher.start()
+        try:
+            done = list(runner.run(jobs[:2]))  # in the main thread, as a bake runs it
+        finally:
+            stop.set()
+            watcher.join(10)
+    assert born and all(born.values()), f"pool processes started without ignoring SIGINT: {born}"
+    assert len(done) == 2 and all(isinstance(r, ChunkResult) for _, r in done)
