@@ -177,7 +177,7 @@ def _sync_remote(store: VariantCache, remote: RemoteCache, keys: list[str], veri
                     local[key] = f.read()
             except OSError:
                 continue  # evicted meanwhile: the next bake uploads it
-        uploaded += _upload(remote, local, [k for k in local if k not in there])  # the missing first
+        uploaded += remote.put_entries([(k, v) for k, v in local.items() if k not in there])  # the missing first
         if verify and remote.available:
             mine = {}
             for k in there:
@@ -189,7 +189,7 @@ def _sync_remote(store: VariantCache, remote: RemoteCache, keys: list[str], veri
             other = remote.differing(mine)
             compared = other is not None
             if other:
-                written = _upload(remote, local, sorted(other))
+                written = remote.put_entries([(k, local[k]) for k in sorted(other)])
                 uploaded += written
                 replaced += written
     remote.publish()
@@ -198,19 +198,6 @@ def _sync_remote(store: VariantCache, remote: RemoteCache, keys: list[str], veri
     if verify:
         out["compared"] = compared
     return out
-
-
-def _upload(remote: RemoteCache, local: Mapping[str, bytes], keys: list[str]) -> int:
-    """Write ``keys``' local entries, a pipeline per ~128 KiB (one pipeline of 64 entries did not
-    fit the command deadline on a 600 KB/s link and was cut, every bake, review helper 125)."""
-    written, batch, size = 0, [], 0
-    for k in keys:
-        batch.append((k, local[k]))
-        size += len(local[k])
-        if size >= 128 * 1024 or len(batch) >= 64:
-            written += remote.put_entries(batch)
-            batch, size = [], 0
-    return written + remote.put_entries(batch)
 
 
 def _no_result(out: VariantOutcome) -> Failure:

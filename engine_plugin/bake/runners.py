@@ -207,11 +207,13 @@ class ProcessPoolRunner:
                     futures = {self._pool.submit(bake_chunk, job): job for job in head}
                 futures.update({self._pool.submit(bake_chunk, job): job for job in batch[len(head) :]})
                 broken: list[ChunkJob] = []
+                died = False
                 for fut in as_completed(futures):
                     job = futures[fut]
                     try:
                         yield job, fut.result()
                     except BrokenProcessPool as exc:
+                        died = True
                         if breaks >= 2:  # run alone, and its worker died again: this chunk kills it
                             yield (
                                 job,
@@ -223,7 +225,7 @@ class ProcessPoolRunner:
                             broken.append(job)
                     except Exception as exc:
                         yield job, exc
-                if broken or (breaks >= 2 and self._pool is not None and getattr(self._pool, "_broken", False)):
+                if died:
                     self._restart(broken)
                 pending.extend(broken)
             if pending:

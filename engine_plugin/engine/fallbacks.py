@@ -32,7 +32,7 @@ def summary(world: Any, work: ProductWork) -> np.ndarray:
         return out
     values = _chunks(world, work.field("src"), work.keys)
     floats = values.dtype.kind == "f"
-    as_f32 = _flush_in(values.astype(np.float32)) if floats else values.astype(np.float32)
+    as_f32 = _flush(values) if floats else values.astype(np.float32)
     # Sequential f32 adds from +0.0, like the kernel's loop (a chunk of -0.0 sums to +0.0);
     # inf + -inf is NaN there too, without numpy's warning.
     start = np.zeros((len(work.keys), 1), dtype=np.float32)
@@ -46,9 +46,9 @@ def summary(world: Any, work: ProductWork) -> np.ndarray:
         if again.size:
             rows, sums = as_f32[again], np.zeros(again.size, np.float32)
             for t in range(rows.shape[1]):
-                sums = _flush_result(sums + rows[:, t])
+                sums = _flush(sums + rows[:, t])
             total[again] = sums
-        mean = _flush_result(total * np.float32(work.params["inv_tile_count"]))
+        mean = _flush(total * np.float32(work.params["inv_tile_count"]))
     # The kernel's rule, which holds on every adapter: zeros and subnormals read as +0.0, NaN
     # tiles are skipped, a tie keeps the earlier tile, a chunk of NaN only keeps its first tile's bits.
     if floats:
@@ -65,17 +65,12 @@ def summary(world: Any, work: ProductWork) -> np.ndarray:
 _EXPONENT = np.uint32(0x7F800000)
 
 
-def _flush_in(values: np.ndarray) -> np.ndarray:
-    """f32 ``values`` with every zero or subnormal as +0.0: the kernels' rule, by bits (WGSL
-    lets an adapter flush subnormals: the H200 does, lavapipe and numpy do not)."""
+def _flush(values: np.ndarray) -> np.ndarray:
+    """f32 ``values`` with every zero or subnormal as +0.0: the kernels' rule, by bits, for the
+    tiles, operands and thresholds they read and the sums and means they write (WGSL lets an
+    adapter flush subnormals: the H200 does, lavapipe and numpy do not)."""
     words = np.ascontiguousarray(values, dtype=np.float32).view(np.uint32)
-    return np.where((words & _EXPONENT) == 0, np.uint32(0), words).astype(np.uint32).view(np.float32)
-
-
-def _flush_result(values: np.ndarray) -> np.ndarray:
-    """f32 results with every zero or subnormal as +0.0, as the kernels write a sum or mean."""
-    words = np.ascontiguousarray(values, dtype=np.float32).view(np.uint32)
-    return np.where((words & _EXPONENT) == 0, np.uint32(0), words).astype(np.uint32).view(np.float32)
+    return np.where((words & _EXPONENT) == 0, np.uint32(0), words).view(np.float32)
 
 
 def _first_extreme(values: np.ndarray, smallest: bool) -> np.ndarray:
@@ -106,8 +101,8 @@ def count_above(world: Any, work: ProductWork) -> np.ndarray:
     if not work.keys:
         return np.zeros(0, dtype=np.uint32)
     values = _chunks(world, work.field("src"), work.keys)
-    threshold = _flush_in(np.array([work.params["threshold"]], np.float32))[0]
-    return (_flush_in(values) > threshold).sum(axis=1).astype(np.uint32)  # zeros and subnormals as +0.0, as the kernel
+    threshold = _flush(np.array([work.params["threshold"]], np.float32))[0]
+    return (_flush(values) > threshold).sum(axis=1).astype(np.uint32)  # zeros and subnormals as +0.0, as the kernel
 
 
 def combine(world: Any, work: ProductWork) -> np.ndarray:
@@ -122,7 +117,7 @@ def combine(world: Any, work: ProductWork) -> np.ndarray:
     else:  # FULL_FIELD: every tile of each chunk
         a = _chunks(world, work.field("a"), work.keys).reshape(-1)
         b = _chunks(world, work.field("b"), work.keys).reshape(-1)
-    a, b = _flush_in(a), _flush_in(b)  # zero and subnormal operands as +0.0, as the kernel
+    a, b = _flush(a), _flush(b)  # zero and subnormal operands as +0.0, as the kernel
     with np.errstate(invalid="ignore", over="ignore"):  # inf + -inf is NaN, as on the GPU
         return _combine(op, a, b)
 
@@ -134,4 +129,4 @@ def _combine(op: str, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         return _quiet(np.where((b < a) | np.isnan(a), b, a))
     if op == "max":
         return _quiet(np.where((b > a) | np.isnan(a), b, a))
-    return _quiet(_flush_result(a + b))
+    return _quiet(_flush(a + b))

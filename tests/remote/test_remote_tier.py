@@ -798,14 +798,13 @@ def test_the_end_of_bake_upload_goes_in_pipelines_a_slow_link_can_carry(redis_se
     bake(samples, cache, validate=False)  # baked locally only: the tier lacks everything
     remote = RemoteCache(redis_server.url)
     batches: list[int] = []
-    real = remote.put_entries
+    real = remote._put_batch  # one pipeline
 
     def counted(items):
-        items = list(items)
         batches.append(sum(len(v) for _, v in items))
         return real(items)
 
-    remote.put_entries = counted
+    remote._put_batch = counted
     report = bake(samples, cache, remote=remote, validate=False)
     assert report.remote["uploaded"] == len(server_values(redis_server)) > 0
     largest_entry = max(len(v) for v in server_values(redis_server).values())
