@@ -26,6 +26,7 @@ one-shot's 450 µs on lavapipe's host).
 
 from __future__ import annotations
 
+import _signal  # type: ignore[import-not-found]  # signal.signal/getsignal wrap these in enums (µs a spin)
 import contextlib
 import logging
 import signal
@@ -47,7 +48,7 @@ POLL_INTERVAL_S = 0.0005  # a readback lands at most this much later than the GP
 # 40-60 µs each on lavapipe's host. Longer waits go to the poll thread as before.
 SPIN_S = 0.0003
 # Signals whose Python handler a spin on the main thread holds back (see FramePoller.spin_until).
-_HELD_SIGNALS = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGALRM") if hasattr(signal, name))
+_HELD_SIGNALS = tuple(int(getattr(signal, name)) for name in ("SIGINT", "SIGTERM", "SIGALRM") if hasattr(signal, name))
 _ERROR_BACKOFF_S = 0.01  # after a poll raised: no tight loop of failures
 _install_lock = threading.Lock()  # two contexts made for one device at once install one poller
 
@@ -105,11 +106,12 @@ class FramePoller(PollThread):
         held: dict[int, Any] = {}
         noted: list[tuple[int, Any]] = []
         if threading.current_thread() is threading.main_thread():
+            note = noted.append
             for number in _HELD_SIGNALS:
-                handler = signal.getsignal(number)
+                handler = _signal.getsignal(number)
                 if callable(handler):
                     held[number] = handler
-                    signal.signal(number, lambda signum, frame: noted.append((signum, frame)))
+                    _signal.signal(number, lambda signum, frame: note((signum, frame)))
         try:
             clock = time.perf_counter
             end = clock() + limit
@@ -119,7 +121,7 @@ class FramePoller(PollThread):
             return event.is_set()
         finally:
             for number, handler in held.items():
-                signal.signal(number, handler)
+                _signal.signal(number, handler)
             for signum, frame in noted:
                 held[signum](signum, frame)
 
