@@ -8,8 +8,10 @@ __all__ = ["cast_refusal"]
 
 
 def cast_refusal(arr: np.ndarray, target: np.dtype) -> str | None:
-    """Why casting ``arr`` to ``target`` by value would change a value (wrap, truncate to
-    garbage, overflow to inf), or None. Float to int truncates toward zero, as WGSL does."""
+    """Why casting ``arr`` to ``target`` by value would change a value (wrap, drop a
+    fraction, overflow to inf), or None. A float array for an integer target must hold whole
+    numbers: numpy (and WGSL) would truncate 1.5 to 1 without a word (review helper 126), where
+    a param of the same value is refused."""
     if arr.size == 0:
         return None
     if arr.dtype.kind not in "fiub":
@@ -19,6 +21,10 @@ def cast_refusal(arr: np.ndarray, target: np.dtype) -> str | None:
         if arr.dtype.kind == "f":
             if not np.all(np.isfinite(arr)):
                 return f"a NaN or infinity cannot be cast to {target.name}"
+            fractional = arr != np.trunc(arr)
+            if fractional.any():
+                bad = arr.reshape(-1)[int(np.argmax(fractional.reshape(-1)))]  # str(): 0.9 as its own dtype prints it
+                return f"value {bad!s} is not a whole number, and {target.name} holds integers; round it yourself (e.g. np.rint(arr).astype(np.{target.name})) if that is what you want"
         # As Python numbers: numpy compares a float32 with an int in float32, where
         # 2147483647 is 2147483648.0 (a value just past the range would pass).
         lo, hi = arr.min().item(), arr.max().item()

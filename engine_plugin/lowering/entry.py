@@ -132,6 +132,56 @@ def _resolve(declared: str, aliases: Mapping[str, str], structs: set[str]) -> st
     return declared.replace(",>", ">") if words <= _WGSL_WORDS | structs else None
 
 
+def _builtin_arg(param: Token, builtin: str | None, declared: str, aliases: Mapping[str, str], structs: set[str], struct: str | None = None) -> str:
+    """The generated main's expression for ``param`` (a parameter of main, or a member of the
+    struct ``struct`` main takes), which takes ``@builtin(builtin)`` and is typed ``declared``."""
+    where = f"member '{param.text}' of struct {struct}" if struct else f"parameter '{param.text}' of main"
+    if builtin is None:
+        raise EntryError(param, f"{where} has no @builtin(...); a compute entry point takes builtins only")
+    if builtin not in _ARGUMENT:
+        raise EntryError(
+            param,
+            f"@builtin({builtin}) is not a compute builtin (use global_invocation_id, workgroup_id, num_workgroups, local_invocation_id or local_invocation_index)",
+        )
+    # The generated main hands each builtin over as WGSL types it: another type here would be
+    # a type error in generated code, which names no line of the user's.
+    resolved = _resolve(declared, aliases, structs)
+    if resolved is not None and resolved not in _BUILTIN_TYPES[builtin]:
+        shown = declared if resolved == declared.replace(",>", ">") else f"{declared} ({resolved})"
+        raise EntryError(param, f"@builtin({builtin}) is {_BUILTIN_TYPES[builtin][0]}, not {shown or 'untyped'}")
+    return _ARGUMENT[builtin]
+
+
+def _struct_members(toks: list[Token], name: str) -> list[tuple[Token, str | None, str]]:
+    """(name token, its @builtin or None, its type's text) for each member of the body's
+    ``struct name { ... }``."""
+    found = [i for i, t in at_module_scope(toks) if t.text == "struct" and i + 2 < len(toks) and toks[i + 1].text == name and toks[i + 2].text == "{"]
+    if not found:
+        return []
+    j = found[0] + 3
+    members: list[tuple[Token, str | None, str]] = []
+    while j < len(toks) and toks[j].text != "}":
+        builtin = None
+        while toks[j].text == "@":
+            end = j + 1
+            if j + 2 < len(toks) and toks[j + 2].text == "(":
+                end = _matching(toks, j + 2)
+                if toks[j + 1].text == "builtin" and j + 3 < len(toks):
+                    builtin = toks[j + 3].text
+            j = end + 1
+        member = toks[j]
+        depth = 0
+        start = j
+        while j < len(toks) and not (toks[j].text in ",}" and depth == 0):
+            depth += {"<": 1, ">": -1, "(": 1, ")": -1}.get(toks[j].text, 0)
+            j += 1
+        declared = "".join(t.text for t in toks[start + 2 : j]) if start + 1 < j and toks[start + 1].text == ":" else ""
+        members.append((member, builtin, declared))
+        if j < len(toks) and toks[j].text == ",":
+            j += 1
+    return members
+
+
 def wrap_entry(
     lines: tuple[str, ...],
     splices: tuple,
@@ -190,29 +240,29 @@ def wrap_entry(
             _blank(chars, toks[j].offset, toks[end].offset + len(toks[end].text))
             j = end + 1
         param = toks[j]
-        if builtin is None:
-            raise EntryError(param, f"parameter '{param.text}' of main has no @builtin(...); a compute entry point takes builtins only")
-        if builtin not in _ARGUMENT:
-            raise EntryError(
-                param,
-                f"@builtin({builtin}) is not a compute builtin (use global_invocation_id, workgroup_id, num_workgroups, local_invocation_id or local_invocation_index)",
-            )
-        args.append(_ARGUMENT[builtin])
         depth = 0
         start = j
         while j < close_i and not (toks[j].text == "," and depth == 0):
             depth += {"<": 1, ">": -1, "(": 1, ")": -1}.get(toks[j].text, 0)
             j += 1
-        # The generated main hands each builtin over as WGSL types it: another type here would
-        # be a type error in generated code, which names no line of the user's.
         declared = "".join(t.text for t in toks[start + 2 : j]) if start + 1 < j and toks[start + 1].text == ":" else ""
         # Judged through the body's aliases and the type specialisations: a wrong type would
         # be a type error at the generated main's call, which names no line of the user's. A
         # type naming what this body does not declare (a module's alias) is naga's to judge.
         resolved = _resolve(declared, aliases, structs)
-        if resolved is not None and resolved not in _BUILTIN_TYPES[builtin]:
-            shown = declared if resolved == declared.replace(",>", ">") else f"{declared} ({resolved})"
-            raise EntryError(param, f"@builtin({builtin}) is {_BUILTIN_TYPES[builtin][0]}, not {shown or 'untyped'}")
+        if builtin is None:
+            if resolved not in structs:
+                raise EntryError(
+                    param,
+                    f"parameter '{param.text}' of main has no @builtin(...); a compute entry point takes builtins only "
+                    "(each as a parameter, or as the members of a struct this body declares)",
+                )
+            # WGSL's other spelling: the builtins as members of a struct (review helper 126).
+            # The generated main builds it, member by member, in declaration order.
+            members = [_builtin_arg(member, b, member_type, aliases, structs, resolved) for member, b, member_type in _struct_members(toks, resolved)]
+            args.append(f"{resolved}({', '.join(members)})")
+        else:
+            args.append(_builtin_arg(param, builtin, declared, aliases, structs))
         j += 1
     blanked = "".join(chars).split("\n")
     # Rename main -> zero_user_main in place; a splice keeps later columns mapping back.

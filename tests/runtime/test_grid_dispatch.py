@@ -85,6 +85,54 @@ def test_builtins_of_a_3d_domain_are_logical_in_any_parameter_order():
     assert (got[..., 2, :3] == np.array([2, 2, 3])).all()
 
 
+BUILTINS_STRUCT_WGSL = """\
+struct Ids {
+    @builtin(num_workgroups) groups: vec3<u32>,
+    @builtin(global_invocation_id) gid: vec3u,
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(local_invocation_index) lii: u32,
+}
+alias In = Ids;
+@compute @workgroup_size(4, 2, 2)
+fn main(ids: In) {
+    let i = zero_index(ids.gid);
+    if (i >= zero_n()) { return; }
+    out_set(3u * i, vec4<u32>(ids.gid, ids.lii));
+    out_set(3u * i + 1u, vec4<u32>(ids.wid, 0u));
+    out_set(3u * i + 2u, vec4<u32>(ids.groups, 0u));
+}
+"""
+
+
+def test_builtins_taken_as_struct_members_are_the_same_logical_values():
+    # WGSL's other spelling of an entry point's builtins (public kernels use it) was refused
+    # as "a compute entry point takes builtins only" (review helper 126).
+    w, h, d = 6, 3, 5
+    plain = abi.program(key="t17/builtins", schema=abi.parse(BUILTINS_YAML), wgsl=BUILTINS_WGSL).variant()
+    struct = abi.program(key="t17/builtins_struct", schema=abi.parse(BUILTINS_YAML), wgsl=BUILTINS_STRUCT_WGSL).variant()
+    expected = abi.read(plain.run(n=(w, h, d)).outputs["out"])
+    got = abi.read(struct.run(n=(w, h, d)).outputs["out"])
+    np.testing.assert_array_equal(got, expected)
+    assert got.reshape(d, h, w, 3, 4)[..., 0, 0].max() == w - 1  # a real grid, not zeros
+
+
+@pytest.mark.parametrize(
+    ("members", "line", "col", "message"),
+    [
+        ("    @builtin(global_invocation_id) gid: vec3<u32>,\n    extra: u32,\n", 3, 5, "member 'extra' of struct Ids has no @builtin"),
+        ("    @builtin(local_invocation_index) lii: vec3<u32>,\n", 2, 38, "@builtin(local_invocation_index) is u32, not vec3<u32>"),
+        ("    @builtin(position) p: vec4<f32>,\n", 2, 24, "is not a compute builtin"),
+    ],
+)
+def test_a_struct_of_builtins_main_cannot_take_is_named_in_the_users_file(members, line, col, message):
+    from engine_plugin.errors import PluginError
+
+    wgsl = "struct Ids {\n" + members + "}\n@compute @workgroup_size(4, 2, 2)\nfn main(ids: Ids) {\n}\n"
+    with pytest.raises(PluginError) as info:
+        abi.program(key="t17/builtins_bad", schema=abi.parse(BUILTINS_YAML), wgsl=wgsl, wgsl_path="t17/kernel.wgsl").variant()
+    assert message in str(info.value) and (info.value.span.line, info.value.span.col) == (line, col), str(info.value)
+
+
 def test_a_1d_kernel_sees_its_linear_index_as_gid_x_past_the_fold(gpu, monkeypatch):
     # launch every logical group (no grid-stride cap), so the fold itself is what runs
     monkeypatch.setitem(geometry.INVOCATION_BUDGET, "cpu", 1 << 40)

@@ -369,3 +369,17 @@ def test_an_f64_that_rounds_to_the_f32_maximum_is_taken_and_one_past_it_refused(
 
     assert cast_refusal(np.array([3.4028235e38, -3.4028235e38]), np.dtype(np.float32)) is None
     assert cast_refusal(np.array([3.5e38]), np.dtype(np.float32)) is not None
+
+
+@pytest.mark.parametrize(("element", "values", "bad"), [("i32", [1.0, 1.5, -2.7], "1.5"), ("u32", [0.9], "0.9"), ("vec2<i32>", [[3.0, -0.5]], "-0.5")])
+def test_a_float_array_with_a_fraction_is_refused_for_an_integer_binding(element, values, bad):
+    # Truncated silently (1.5 -> 1, -2.7 -> -2, 0.9 -> 0, review helper 126), where a param of
+    # the same value is refused: a cast by value that changes a value.
+    v = copy(f"t15h/frac_{element.replace('<', '_').replace('>', '')}", element)
+    for dtype in (np.float64, np.float32):
+        with pytest.raises(DispatchError, match=f"value {bad}\\d* is not a whole number"):
+            v.run(n=len(values), inputs={"x": np.array(values, dtype)})
+    whole = np.array(values, np.float64)
+    whole = np.trunc(whole) if element != "u32" else np.abs(np.trunc(whole))
+    got = abi.read(v.run(n=len(values), inputs={"x": whole}).outputs["y"])
+    np.testing.assert_array_equal(np.asarray(got).reshape(whole.shape), whole)

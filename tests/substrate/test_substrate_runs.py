@@ -109,7 +109,10 @@ def test_vec3_runs_are_twelve_bytes_an_element_flat(gpu, arena):
 
 def test_writes_cast_by_value_go_at_an_element_offset_and_refuse_overruns(arena):
     h = arena.alloc("i32", 6)
-    arena.write(h, np.array([1.9, -2.0, 3.0]), start=2)  # floats cast by value, like run inputs
+    arena.write(h, np.array([1.0, -2.0, 3.0]), start=2)  # floats cast by value, like run inputs
+    np.testing.assert_array_equal(h.read_back(), [0, 0, 1, -2, 3, 0])
+    with pytest.raises(SubstrateError, match="value 1.9 is not a whole number"):  # truncated to 1 before (review helper 126)
+        arena.write(h, np.array([1.9]), start=2)
     np.testing.assert_array_equal(h.read_back(), [0, 0, 1, -2, 3, 0])
     with pytest.raises(SubstrateError, match="overruns"):
         arena.write(h, np.zeros(5), start=2)
