@@ -473,7 +473,8 @@ class ProductResult:
         generation: the GPU registration generation the results come from (0: the CPU).
         policy: what the values are.
         source: ``"gpu"`` or ``"cpu"`` (the fallback).
-        keys: the chunks the values cover, each still at ``versions[i]`` when applied.
+        keys: the chunks the values cover, each still at ``versions[i]`` when applied (with
+            ``EngineConfig(revalidate="fields")``: the product's own fields unchanged since).
         values: ``SUMMARY``/``NONE``: ``(len(keys), *record)``; ``FULL_FIELD``:
             ``(len(keys), *chunk_shape, *record)``; ``SELECTED_*``: ``(len(tiles), *record)``.
             Owned by the callee (a copy).

@@ -294,6 +294,14 @@ class Engine:
             try:
                 self._claim_if_released()  # a field's first upload asks the world's dirty flags
                 self._gpu.register(product)
+            except DeviceLostError as exc:
+                # A loss nobody reported yet (a reset met by the compile): the registration is
+                # sound, the device is not. Registered as after a loss the engine knew of: its
+                # fallback serves it, product_error() answers the loss, recover_gpu() brings it
+                # back (it raised, and the product was dropped: review helper 127).
+                self._gpu.release(product)
+                product.fail(exc, off_gpu=True)
+                log.warning("product %r runs on its CPU fallback: the GPU was lost while it was registered:\n%s", key, exc)
             except BaseException:  # e.g. a CompileError: nothing stays registered
                 self.unregister_product(handle)
                 raise
@@ -409,7 +417,11 @@ class Engine:
         if product.gpu is not None and product.gpu.capacity < len(tiles):
             self._gpu.release(product)  # outgrown: bigger buffers under a new generation
             if self.gpu_active:
-                self._gpu.register(product)
+                try:
+                    self._gpu.register(product)
+                except PluginError as exc:  # a loss no frame met yet, say: its fallback serves it
+                    product.fail(exc, off_gpu=True)
+                    log.warning("product %r runs on its CPU fallback: registering its grown selection failed:\n%s", product.key, exc)
 
     def set_params(self, handle: GpuProductHandle, params: Mapping[str, Any]) -> None:
         """New values of a product's params: a new GPU generation, every chunk recomputed.

@@ -33,3 +33,20 @@ def test_a_good_reload_after_an_unreported_reset_and_recovery_is_applied(tmp_pat
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "recover_gpu: True" in proc.stdout and "bug" not in proc.stdout
     assert "ref.generation: 2" in proc.stdout and "product kernel has slot_count: False" in proc.stdout
+
+
+def test_a_product_registered_after_an_unreported_reset_runs_on_its_fallback_then_on_the_gpu(tmp_path):
+    proc = subprocess.run([sys.executable, os.path.join(HERE, "register_after_reset_script.py")], capture_output=True, text=True, timeout=180, env=dict(os.environ))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    out = proc.stdout
+    assert "registered: ['C1', 'C2']" in out and "served by: ['cpu'] | loss answered: True" in out, out
+    assert "recover_gpu: True" in out and "on the gpu: True | error now: None" in out, out
+    assert "cpu values: [2.5]" in out and "gpu values: [7.25]" in out, out  # max(a, b) by the fallback, then the kernel
+
+
+def test_a_selection_outgrowing_its_buffers_after_an_unreported_reset_is_served_then_recovered(tmp_path):
+    proc = subprocess.run([sys.executable, os.path.join(HERE, "select_after_reset_script.py")], capture_output=True, text=True, timeout=180, env=dict(os.environ))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    out = proc.stdout
+    assert "outgrown: True" in out and "served: ['cpu'] | tiles: 128" in out, out
+    assert "recover_gpu: True" in out and "gpu tiles: 128 | right: True" in out, out
