@@ -48,10 +48,18 @@ def _row_to_spec(row) -> VariantSpec:
     )
 
 
+# A usage log lists variants a game asked for: a planted one of 22 million empty rows (63 MiB)
+# took 70 s and 4.6 GB to read, in a game's close() too (review helper 128). Past these it is
+# ignored, decided from the container headers before any row is decoded.
+MAX_USAGE_VARIANTS = 100_000  # rows, all assets together (a bake of as many takes hours)
+MAX_USAGE_ROW_ITEMS = 4096  # names or columns in one row's lists
+
+
 def read_usage(path: str) -> dict[str, list[VariantSpec]]:
     """The variants recorded in a usage log, by asset (relative path), in a stable order.
 
-    A missing file answers {}; an unreadable or malformed one is logged and answers {}.
+    A missing file answers {}; an unreadable, malformed or oversized one is logged and
+    answers {} (the log only ever saves work).
     """
     try:
         data = read_entry_file(path)  # a regular file of bounded size only: never blocks on a FIFO
@@ -61,17 +69,45 @@ def read_usage(path: str) -> dict[str, list[VariantSpec]]:
         log.warning("usage log %s is unusable (%s); ignored", path, exc.reason)
         return {}
     try:
-        doc = msgpack.unpackb(data, raw=False)
-        if not isinstance(doc, dict) or doc.get("magic") != _MAGIC or doc.get("format") != _FORMAT:
-            raise ValueError("not a usage log of this format")
-        out: dict[str, list[VariantSpec]] = {}
-        for asset, rows in doc["assets"].items():
-            specs = {_row_to_spec(r) for r in rows}
-            out[str(asset)] = sorted(specs, key=lambda s: (s.values, s.columns))
-        return out
-    except Exception as exc:  # any malformed content: the log only ever saves work
+        found = _decode(data)
+    except Exception as exc:  # any malformed content
         log.warning("usage log %s is malformed (%s); ignored", path, exc)
         return {}
+    return {asset: sorted(specs, key=lambda s: (s.values, s.columns)) for asset, specs in found.items()}
+
+
+def _decode(data: bytes) -> dict[str, set[VariantSpec]]:
+    """The log's rows by asset, streamed: every count is checked from its header first."""
+    up = msgpack.Unpacker(
+        raw=False, max_buffer_size=max(1, len(data)), max_str_len=1 << 16, max_bin_len=0, max_ext_len=0, max_array_len=MAX_USAGE_ROW_ITEMS, max_map_len=8
+    )
+    up.feed(data)
+    head: dict = {}
+    assets: dict[str, set[VariantSpec]] | None = None
+    fields = up.read_map_header()
+    if fields > 8:
+        raise ValueError("not a usage log of this format")
+    for _ in range(fields):
+        key = up.unpack()
+        if key != "assets":
+            head[key] = up.unpack()
+            continue
+        assets, total = {}, 0
+        count = up.read_map_header()
+        if count > MAX_USAGE_VARIANTS:
+            raise ValueError(f"{count} assets (at most {MAX_USAGE_VARIANTS} variants are read)")
+        for _ in range(count):
+            asset = up.unpack()
+            rows = up.read_array_header()
+            total += rows
+            if not isinstance(asset, str) or total > MAX_USAGE_VARIANTS:
+                raise ValueError(f"more than {MAX_USAGE_VARIANTS} variants" if isinstance(asset, str) else "an asset path that is not text")
+            specs = assets.setdefault(asset, set())
+            for _ in range(rows):
+                specs.add(_row_to_spec(up.unpack()))
+    if head.get("magic") != _MAGIC or head.get("format") != _FORMAT or assets is None:
+        raise ValueError("not a usage log of this format")
+    return assets
 
 
 @contextmanager
@@ -130,11 +166,9 @@ class UsageLog:
         try:
             os.makedirs(os.path.dirname(self.path), exist_ok=True)
             with _locked(self.path):
-                merged = read_usage(self.path)
+                merged = {asset: set(specs) for asset, specs in read_usage(self.path).items()}
                 for asset, spec in pending:
-                    specs = merged.setdefault(asset, [])
-                    if spec not in specs:
-                        specs.append(spec)
+                    merged.setdefault(asset, set()).add(spec)
                 doc = {
                     "magic": _MAGIC,
                     "format": _FORMAT,

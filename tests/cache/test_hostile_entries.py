@@ -393,3 +393,52 @@ def test_a_fifo_in_place_of_the_usage_log_is_ignored_not_a_hang(tmp_path, deadli
     with caplog.at_level(logging.WARNING, logger="engine_plugin.cache"):
         assert read_usage(path) == {}
     assert any("FIFO" in r.getMessage() for r in caplog.records)
+
+
+def _usage_doc(assets_header: bytes, body: bytes) -> bytes:
+    head = b"\x83" + msgpack.packb("magic") + msgpack.packb("engine_plugin.usage") + msgpack.packb("format") + msgpack.packb(1)
+    return head + msgpack.packb("assets") + assets_header + body
+
+
+@pytest.mark.parametrize("shape", ["rows", "assets"])
+def test_a_planted_usage_log_of_millions_of_rows_is_ignored_from_its_headers(tmp_path, deadline, caplog, shape):
+    # 22 million empty rows (63 MiB, under the entry cap) took 70 s and 4.6 GB to read, in a
+    # game's close() too (its flush merges the log on disk): review helper 128.
+    from engine_plugin.cache import UsageLog, read_usage
+    from engine_plugin.lowering import VariantSpec
+
+    n = 63 * 1024 * 1024 // 3
+    if shape == "rows":  # one asset, n rows [[], []]
+        doc = _usage_doc(b"\x81" + msgpack.packb("k/a.computeShader") + b"\xdd" + n.to_bytes(4, "big"), b"\x92\x90\x90" * n)
+    else:  # n assets of no rows
+        doc = _usage_doc(b"\xdf" + n.to_bytes(4, "big"), b"".join(msgpack.packb(f"k{i}") + b"\x90" for i in range(200_000)))
+    path = tmp_path / "usage.msgpack"
+    path.write_bytes(doc)
+    tracemalloc.start()
+    try:
+        with caplog.at_level(logging.WARNING, logger="engine_plugin.cache"):
+            assert read_usage(str(path)) == {}
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 3 * len(doc), peak  # the file's bytes, not millions of rows (4.6 GB before)
+    assert any("more than 100000 variants" in r.getMessage() or "100000 variants are read" in r.getMessage() for r in caplog.records)
+    usage = UsageLog(str(path))  # a game's close(): its own records replace what cannot be read
+    spec = VariantSpec((("T", "f32"),), ())
+    usage.record("k/a.computeShader", spec)
+    assert usage.flush()
+    assert read_usage(str(path)) == {"k/a.computeShader": [spec]}
+
+
+def test_a_usage_log_at_the_variant_limit_is_read_whole(tmp_path):
+    from engine_plugin.cache import read_usage
+    from engine_plugin.cache.usage import MAX_USAGE_VARIANTS
+
+    rows = [[[["T", str(i)]], []] for i in range(MAX_USAGE_VARIANTS)]
+    path = tmp_path / "usage.msgpack"
+    path.write_bytes(msgpack.packb({"magic": "engine_plugin.usage", "format": 1, "assets": {"k/a.computeShader": rows[:60_000], "k/b.computeShader": rows[60_000:]}}))
+    found = read_usage(str(path))
+    assert [len(found[a]) for a in sorted(found)] == [60_000, MAX_USAGE_VARIANTS - 60_000]
+    rows.append([[["T", "one more"]], []])
+    path.write_bytes(msgpack.packb({"magic": "engine_plugin.usage", "format": 1, "assets": {"k/a.computeShader": rows}}))
+    assert read_usage(str(path)) == {}
