@@ -104,6 +104,11 @@ def test_help_states_the_contract():
         (["bench", "kernels", "--reps", "0"], "bench"),
         (["bench", "kernels", "--runs", "1"], "bench"),
         (["bench", "lowering", "--json", "afile/report.json"], "bench"),
+        # Review helper 128: an OverflowError traceback, exit 1.
+        (["cache", "stats", "--cache", "c", "--max-bytes", "inf"], "cache"),
+        (["cache", "gc", "--cache", "c", "--max-bytes", "1e400K"], "cache"),
+        (["bake", "--builtin", "--cache", ""], "bake"),  # wrote the entries into the current folder
+        (["cache", "clear", "--cache", " "], "cache"),
     ],
 )
 def test_usage_errors_exit_2_with_one_prefixed_line_on_stderr_and_nothing_on_stdout(tmp_path, args, command):
@@ -407,3 +412,15 @@ def test_the_headless_demos_p95_is_never_below_its_median():
     assert nearest_rank([23.4, 112.0], 0.95) == 112.0  # two frames: p95 read the minimum
     assert nearest_rank([1.0, 2.0, 3.0], 0.5) == 2.0 and nearest_rank([], 0.95) == 0.0
     assert nearest_rank([float(v) for v in range(1, 101)], 0.95) == 95.0
+
+
+@pytest.mark.parametrize(("log", "why"), [("/dev/full", "No space left on device"), ("/proc/nope/demo.jsonl", "No such file or directory")])
+def test_a_demo_log_the_disk_refuses_is_an_environment_error(tmp_path, log, why):
+    # A full disk or a folder /proc will not make was "engine_plugin bug, please report", exit 1
+    # (review helper 128); a log the system refuses is the environment's, exit 2.
+    if not os.path.exists(log.split("/nope")[0] if "/nope" in log else log):
+        pytest.skip(f"no {log} on this system")
+    done = cli("demo", "--headless", "--frames", "12", "--log-every", "1", "--snapshot", "", "--log", log, "--cache", str(tmp_path / "cache"), cwd=str(tmp_path))
+    assert done.returncode == 2, done.stderr
+    line = one_error_line(done, "demo")
+    assert why in line and "bug" not in line, line

@@ -18,6 +18,7 @@ from .contract import (
     check_asset_path,
     check_output_file,
     check_under_root,
+    folder_arg,
     seconds_arg,
     whole_number_arg,
 )
@@ -43,7 +44,7 @@ def add_bake_parser(sub: Any, size_arg: Callable[[str], int], common: argparse.A
     p.add_argument("assets", nargs="*", metavar="ASSETS", help="asset folders, or folders searched for *.computeShader (default: assets)")
     p.add_argument("--root", metavar="DIR", help=ROOT_HELP)
     p.add_argument("--builtin", action="store_true", help="also bake the kernels shipped in the package (the engine's products and the demo's)")
-    p.add_argument("--cache", default="cache", metavar="DIR", help="the variant cache folder (default: cache)")
+    p.add_argument("--cache", default="cache", type=folder_arg, metavar="DIR", help="the variant cache folder (default: cache)")
     p.add_argument("--jobs", "-j", type=whole_number_arg(1), metavar="N", help="local worker processes (default: the CPU count; 1 bakes in this process)")
     p.add_argument("--variants-from", metavar="USAGE", help="bake only the variants a game recorded in this usage log (cache/usage.msgpack)")
     p.add_argument("--json", metavar="REPORT", help="write a machine-readable report to this file ('-': stdout)")

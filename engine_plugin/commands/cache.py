@@ -8,7 +8,7 @@ import os
 import stat
 from typing import Any, Callable
 
-from .contract import EXIT_FAILED, EXIT_OK, Reporter, UsageError, seconds_arg, write_json
+from .contract import EXIT_FAILED, EXIT_OK, Reporter, UsageError, folder_arg, seconds_arg, write_json
 
 __all__ = ["add_parser", "cmd_cache", "size_arg"]
 
@@ -19,7 +19,7 @@ def size_arg(text: str) -> int:
     scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(t[-1:], 1)
     try:
         value = int(float(t[:-1] if scale > 1 else t) * scale)
-    except ValueError:
+    except (ValueError, OverflowError):  # OverflowError: inf, 1e400 (a traceback: review helper 128)
         raise argparse.ArgumentTypeError(f"a size is a number of bytes, optionally with K, M or G (e.g. 512M), not {text!r}") from None
     if value <= 0:
         raise argparse.ArgumentTypeError(f"a size must be positive, not {text!r}")
@@ -224,7 +224,7 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> Callable[..., int]:
     p.add_argument(
         "action", choices=("stats", "gc", "clear"), help="stats: size and counts; gc: drop unusable entries and evict to the cap; clear: remove every entry"
     )
-    p.add_argument("--cache", default="cache", metavar="DIR", help="the cache folder (default: cache)")
+    p.add_argument("--cache", default="cache", type=folder_arg, metavar="DIR", help="the cache folder (default: cache)")
     p.add_argument("--max-bytes", type=size_arg, metavar="SIZE", help="size cap, e.g. 512M (default 512 MiB)")
     p.add_argument("--verify", action="store_true", help="stats: decode every entry and list the unusable ones (exit 1 when any)")
     p.add_argument("--usage", action="store_true", help="clear: remove the usage log too")

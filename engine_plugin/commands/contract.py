@@ -32,6 +32,7 @@ __all__ = [
     "UsageError",
     "check_asset_path",
     "check_output_file",
+    "folder_arg",
     "exit_status",
     "one_line",
     "seconds_arg",
@@ -219,6 +220,14 @@ def check_under_root(path: str, root: str | None) -> None:
         raise UsageError(f"--root {root} is an asset; the root is a folder holding assets (its modules/ and theirs)")
     if not under_root(path, root):
         raise UsageError(f"{path} is not under --root {root}")
+
+
+def folder_arg(text: str) -> str:
+    """An argparse type: a folder path that names something (``--cache ''`` wrote the cache's
+    entries into the current folder: review helper 128)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("an empty path names no folder (the current one is '.')")
+    return text
 
 
 def check_output_file(target: str, what: str) -> None:

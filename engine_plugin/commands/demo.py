@@ -6,7 +6,7 @@ import argparse
 import os
 from typing import Any
 
-from .contract import EXIT_OK, Reporter, check_output_file, whole_number_arg
+from .contract import EXIT_OK, Reporter, UsageError, check_output_file, folder_arg, whole_number_arg
 
 __all__ = ["add_parser", "cmd_demo"]
 
@@ -49,6 +49,8 @@ def cmd_demo(args: argparse.Namespace, rep: Reporter) -> int:
     try:
         quiet = open(os.devnull, "w") if rep.quiet else None
         run_headless(demo, args.frames or 300, snapshot, out=quiet, log=args.log or None, log_every=args.log_every)
+    except OSError as exc:  # the figures log or the snapshot: a full disk, a folder /proc refuses (review helper 128)
+        raise UsageError(f"cannot write {exc.filename or 'the figures log or the snapshot'}: {exc.strerror or exc}") from None
     finally:
         demo.close()
     where = f"snapshot {os.path.abspath(snapshot)}; " if snapshot else ""
@@ -75,5 +77,5 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("--log-every", type=whole_number_arg(1), default=10, metavar="N", help="headless: one log line every N frames (default 10)")
     p.add_argument("--screenshots", default="out", metavar="DIR", help="window: the folder the screenshot key (F12) writes PNGs to")
     p.add_argument("--assets", default=None, metavar="DIR", help="the demo's kernels (default: the packaged ones; pass a copy to edit them live)")
-    p.add_argument("--cache", default="cache", metavar="DIR", help="the variant cache folder (default: cache)")
+    p.add_argument("--cache", default="cache", type=folder_arg, metavar="DIR", help="the variant cache folder (default: cache)")
     p.set_defaults(func=cmd_demo)

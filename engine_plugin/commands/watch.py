@@ -33,7 +33,7 @@ from typing import Any
 
 from ..errors import PluginError
 from ..files import json_text
-from .contract import EXIT_FAILED, EXIT_OK, ROOT_HELP, Reporter, UsageError, check_under_root, seconds_arg, whole_number_arg
+from .contract import EXIT_FAILED, EXIT_OK, ROOT_HELP, Reporter, UsageError, check_under_root, folder_arg, seconds_arg, whole_number_arg
 
 __all__ = ["add_parser", "cmd_watch"]
 
@@ -286,7 +286,7 @@ def cmd_watch(args: argparse.Namespace, rep: Reporter) -> int:
 def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser("watch", parents=[common], help="watch assets and print reloads and diagnostics live")
     p.add_argument("assets", nargs="?", default="assets", help="a folder of assets, or one NAME.computeShader folder")
-    p.add_argument("--cache", default="cache", metavar="DIR", help="the variant cache folder (default: cache)")
+    p.add_argument("--cache", default="cache", type=folder_arg, metavar="DIR", help="the variant cache folder (default: cache)")
     p.add_argument("--no-cache", action="store_true", help="lower without the variant cache")
     p.add_argument("--remote", metavar="URL", default=None, help="the shared Redis tier reloads may fetch from (default: $ENGINE_PLUGIN_REMOTE_CACHE)")
     p.add_argument("--quiet-ms", type=seconds_arg(unit="ms"), default=30.0, help="debounce quiet window in ms (default 30)")
