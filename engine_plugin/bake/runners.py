@@ -104,11 +104,15 @@ class InlineRunner:
                 yield job, exc
 
 
-def _exit_with_parent(poll_s: float = 0.5) -> None:
-    """End this worker when the bake client that started it is gone (killed by a supervisor,
-    an IDE or the OOM killer): the pool's pipes do not tell a worker blocked writing a result
-    or waiting on the queue's lock, and such workers lived on for good, 130-200 MB each."""
-    parent = os.getppid()
+def _exit_with_parent(parent: int, poll_s: float = 0.5) -> None:
+    """End this worker when the bake client that started it (``parent``, its pid) is gone
+    (killed by a supervisor, an IDE or the OOM killer): the pool's pipes do not tell a worker
+    blocked writing a result or waiting on the queue's lock, and such workers lived on for good,
+    130-200 MB each. The client's pid comes from the client: a worker still importing when the
+    client died read its new parent (init) as the one to watch, and lived on (seen on a loaded
+    machine: the test that kills a bake failed)."""
+    if os.getppid() != parent:
+        os._exit(1)
 
     def watch() -> None:
         while os.getppid() == parent:
@@ -118,8 +122,8 @@ def _exit_with_parent(poll_s: float = 0.5) -> None:
     threading.Thread(target=watch, name="engine_plugin bake: parent watch", daemon=True).start()
 
 
-def _warm_worker() -> None:
-    _exit_with_parent()
+def _warm_worker(parent: int) -> None:
+    _exit_with_parent(parent)
     # Ctrl-C reaches the whole process group: the client handles it (cancels the queued
     # chunks, lets the running ones finish), so a worker ignores it instead of dying mid-chunk
     # with a traceback of its own.
@@ -156,7 +160,7 @@ class ProcessPoolRunner:
         self._lost: list[LostWorker] = []
 
     def _start(self) -> ProcessPoolExecutor:
-        return ProcessPoolExecutor(max_workers=self.workers, mp_context=multiprocessing.get_context("spawn"), initializer=_warm_worker)
+        return ProcessPoolExecutor(max_workers=self.workers, mp_context=multiprocessing.get_context("spawn"), initializer=_warm_worker, initargs=(os.getpid(),))
 
     def __enter__(self) -> "ProcessPoolRunner":
         self._pool = self._start()

@@ -68,3 +68,47 @@ def test_killing_a_parallel_bake_ends_its_workers(tmp_path, sig):
                 pass
         if proc.poll() is None:
             proc.kill()
+
+
+def _cmdline(pid: int) -> list[str]:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().decode(errors="replace").split("\0")
+    except OSError:
+        return []
+
+
+def test_a_bake_killed_while_its_workers_still_start_leaves_none_behind(tmp_path):
+    # A worker still importing when the client died took its new parent (init) for the client
+    # and watched it for good: the test above failed on a loaded machine. Here every pool
+    # process starts 3 s late (a sitecustomize), and the client is killed meanwhile.
+    copy_samples(str(tmp_path / "assets"))
+    slow = tmp_path / "slow"
+    slow.mkdir()
+    (slow / "sitecustomize.py").write_text("import sys, time\nif '--multiprocessing-fork' in sys.argv:\n    time.sleep(3)\n")
+    env = cli_env()
+    env["PYTHONPATH"] = str(slow) + os.pathsep + env["PYTHONPATH"]
+    cmd = [sys.executable, "-m", "engine_plugin.cli", "-q", "bake", "assets", "--cache", "cache", "-j", "2", "--progress", "none", "--force"]
+    proc = subprocess.Popen(cmd, cwd=str(tmp_path), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    workers: set[int] = set()
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and proc.poll() is None and len(workers) < 2:
+            workers = {p for p in _children(proc.pid) if "--multiprocessing-fork" in _cmdline(p)}
+            time.sleep(0.02)
+        assert proc.poll() is None and len(workers) >= 2, "the bake ended before its workers could be seen"
+        proc.kill()  # inside their 3 s start
+        proc.wait(timeout=30)
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline and any(_alive(p) for p in workers):
+            time.sleep(0.1)
+        left = [p for p in workers if _alive(p)]
+        assert not left, f"{len(left)} of the bake's workers outlived it: {left}"
+    finally:
+        for p in workers:
+            try:
+                os.kill(p, signal.SIGKILL)
+            except OSError:
+                pass
+        if proc.poll() is None:
+            proc.kill()
