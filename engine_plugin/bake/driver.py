@@ -285,9 +285,6 @@ def bake(
             report.fail(plan.folder, None, None, plan.error)
             state.announce(plan.folder, None, plan.error)
             continue
-        for spec, failure in plan.failures:
-            report.fail(plan.folder, spec, None, failure)
-            state.announce(plan.folder, spec, failure)
         pending = []
         for item in plan.items:
             # Keys are content hashes: two copies of one asset share their variants, which

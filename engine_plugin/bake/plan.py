@@ -32,20 +32,24 @@ class AssetPlan:
     """One asset's part of a bake.
 
     ``items`` are the variants to bake (keys computed, not yet checked against the cache);
-    ``failures`` are variants refused before any worker ran (a usage-log spec the schema no
-    longer offers); ``error`` is set when the asset cannot be read or parsed at all.
+    ``error`` is set when the asset cannot be read or parsed at all.
     """
 
     folder: str
     source: AssetSource | None = None
     schema: Schema | None = None
     items: list[BakeItem] = field(default_factory=list)
-    failures: list[tuple[VariantSpec | None, Failure]] = field(default_factory=list)
     error: Failure | None = None
 
     @property
     def name(self) -> str:
         return self.folder
+
+
+def _shown(folder: str) -> str:
+    """``folder`` as the user named it, near enough: relative to the current folder when under it."""
+    rel = os.path.relpath(folder)
+    return folder if rel.startswith("..") else rel
 
 
 def _norm(path: str) -> str:
@@ -142,7 +146,11 @@ def plan_assets(paths: Iterable[str], usage: Mapping[str, list[VariantSpec]] | N
                 try:
                     spec = _usage_spec(schema, recorded)
                 except PluginError as exc:
-                    plan.failures.append((recorded, failure_from(exc)))
+                    # A variant the game asked for that the asset no longer offers (an option
+                    # removed since), or a forged row: the log's, not the asset's, and it would
+                    # fail every bake until the log is deleted (review helper 128). Said, left out.
+                    asked = ", ".join(f"{k}={v!r}" for k, v in recorded.values) or "its defaults"
+                    notes.append(f"the usage log records {asked} of {_shown(folder)}, which it no longer accepts ({exc.headline()}); left out")
                     continue
                 if spec not in specs:
                     specs.append(spec)

@@ -165,6 +165,36 @@ def test_variants_from_a_usage_log_bakes_exactly_the_recorded_variants(tmp_path)
     assert report["runner"] == "this process"
 
 
+def test_a_recorded_variant_the_asset_no_longer_offers_is_a_note_naming_the_log_not_a_failure(tmp_path):
+    # An option removed after the game recorded it (or a forged row) failed every bake, blamed
+    # on bindings.yaml, until the log was deleted by hand (review helper 128).
+    copy_samples(str(tmp_path / "assets"))
+    folder = tmp_path / "assets" / "reference.computeShader"
+    src = read_asset_folder(str(folder))
+    schema = parse(src.yaml_text, src.yaml_path)
+    log = UsageLog(str(tmp_path / "usage.msgpack"))
+    kept = resolve_spec(schema, {"T": "f32", "FOLD": "add"})
+    log.record("reference.computeShader", kept)
+    log.record("reference.computeShader", resolve_spec(schema, {"T": "vec4<f32>", "FOLD": "max"}))
+    forged = kept.__class__(tuple(sorted({**dict(kept.values), "FOLD": "add; } fn evil() {"}.items())), kept.columns)
+    log.record("reference.computeShader", forged)
+    assert log.flush()
+    yaml = folder / "bindings.yaml"
+    yaml.write_text(yaml.read_text().replace("options: [f32, i32, vec2<f32>, vec3<f32>, vec4<f32>]", "options: [f32, i32, vec2<f32>, vec3<f32>]"))
+    src = read_asset_folder(str(folder))
+    schema = parse(src.yaml_text, src.yaml_path)
+
+    proc = run_bake(["assets", "--cache", "cache", "--jobs", "1", "--variants-from", "usage.msgpack", "--json", "r.json"], cwd=str(tmp_path))
+    assert proc.returncode == 0, explain(proc)
+    assert set(entries(str(tmp_path / "cache"))) == {variant_key(schema.text, src.wgsl_text, resolve_spec(schema, {"T": "f32", "FOLD": "add"})) + ".msgpack"}
+    notes = [line for line in proc.stdout.splitlines() if line.startswith("note: the usage log records")]
+    assert len(notes) == 2, proc.stdout
+    assert any("T='vec4<f32>'" in n and "is not an option" in n and "bindings.yaml" in n for n in notes), notes
+    assert any("fn evil" in n for n in notes) and all("left out" in n for n in notes), notes
+    report = load_report(str(tmp_path / "r.json"))
+    assert report["totals"]["baked"] == 1 and not report["failures"]
+
+
 def test_a_missing_usage_log_is_a_usage_error(tmp_path):
     copy_samples(str(tmp_path / "assets"))
     proc = run_bake(["assets", "--cache", "cache", "--variants-from", "nope.msgpack"], cwd=str(tmp_path))
