@@ -311,7 +311,12 @@ def read(x: Any, as_u32: bool = False) -> np.ndarray:
         count = x.count
         vt = x.element
         dtype = "<u4" if as_u32 else vt.numpy_dtype
-        arr = read_words(x._buffer, 0, count * vt.bytes, dtype=dtype, name=f"output {x.name!r}") if count else np.empty(0, dtype)
+        if count:
+            arr = read_words(x._buffer, 0, count * vt.bytes, dtype=dtype, name=f"output {x.name!r}")
+        elif get_context(x._buffer._device).guard.lost:  # as every read on a lost device (review helper 130)
+            raise DeviceLostError(LOST_HINT)
+        else:
+            arr = np.empty(0, dtype)
         if isinstance(vt, StructType) and not as_u32:
             return arr  # a structured array, WGSL's offsets
         return arr.reshape(count, vt.lanes) if vt.lanes > 1 else arr
@@ -320,8 +325,6 @@ def read(x: Any, as_u32: bool = False) -> np.ndarray:
         dim = "3d" if str(x.dimension) == "3d" else "2d" if d == 1 else "2d_array"
         x = TextureOutput(x, str(x.format), (w, h, d), dim, x.label or "")
     if isinstance(x, TextureOutput):
-        from ..device.context import get_context
-
         ctx = get_context(x.texture._device)
         with device_guard(ctx):
             flush_current_batch()

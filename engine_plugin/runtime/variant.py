@@ -1606,6 +1606,15 @@ class Variant:
             for what, b in (("buffer", buf), ("counter", counter)):
                 if b is not None and not (b.usage & wgpu.BufferUsage.STORAGE):
                     raise self._slot_error(slot, f"outputs[{slot.name!r}]: its {what} {b.label!r} lacks STORAGE usage")
+            if source is not None and not (slot.bits or slot.atomic) and not _same_scalar(source.element, vt):
+                # Written in place as this binding's type: the Output would read the kernel's
+                # bits as its own type (an f32 kernel's 2.0 read back as 1073741824: review
+                # helper 130), as a read_write input of another type is refused.
+                raise self._slot_error(
+                    slot,
+                    f"outputs[{slot.name!r}] ({vt.wgsl}) cannot take {source.element.wgsl} output {source.name!r}: "
+                    "it is written in place, so it must hold the binding's own type",
+                )
             if source is not None:  # the given Output's buffers are handed out once every check passed
                 work.handouts.append((source, counter is not None and counter is source._counter))
             holder = output_of(buf) if owned is None else None
@@ -1770,6 +1779,14 @@ def _unwrap(value: Any) -> Any:
     if isinstance(value, Mapping) and "buffer" in value:
         return value["buffer"]
     return value
+
+
+def _same_scalar(element: Any, vt: Any) -> bool:
+    """Whether an Output of ``element`` holds words of binding type ``vt``'s kind: the same
+    scalar (any lanes: an f32 Output is a vec4<f32> binding's words), or the same struct."""
+    if isinstance(element, StructType) or isinstance(vt, StructType):
+        return bool(element == vt)
+    return bool(element.scalar == vt.scalar)
 
 
 def _given_output(given: Any) -> tuple[Any, Any, int | None, int | None, Output | None]:

@@ -250,6 +250,7 @@ LOSS_SCRIPT = textwrap.dedent("""
     YAML = "bindings:\\n  - { name: x, kind: buffer, access: read, element: f32 }\\n  - { name: y, kind: buffer, access: read_write, element: f32, count: 'len(x)' }\\n"
     WGSL = "@compute @workgroup_size(64)\\nfn main(@builtin(global_invocation_id) gid: vec3<u32>) {\\n    let i = zero_index(gid);\\n    if (i >= zero_n()) { return; }\\n    y_set(i, x_get(i) + 1.0);\\n}\\n"
     program = abi.program(key="loss", schema=abi.parse(YAML), wgsl=WGSL)
+    empty = program.variant().run(0, inputs={"x": np.zeros(0, np.float32)}).outputs["y"]
     out = program.variant().run(4, inputs={"x": np.zeros(4, np.float32)}).outputs["y"]
     assert deferred_pending()
     get_context().device.destroy()
@@ -257,6 +258,10 @@ LOSS_SCRIPT = textwrap.dedent("""
         abi.read(out)
     except DeviceLostError:
         print("DeviceLostError")
+    try:  # no element to copy, but read on a lost device as any read (it answered []: review helper 130)
+        abi.read(empty)
+    except DeviceLostError:
+        print("DeviceLostError for the empty output")
     again = program.variant()  # a new device: the dropped run does not get in its way
     assert abi.read(again.run(3, inputs={"x": np.ones(3, np.float32)}).outputs["y"]).tolist() == [2.0] * 3
     print("recovered")
@@ -269,6 +274,7 @@ def test_a_deferred_run_on_a_lost_device_reads_as_lost_and_does_not_block_the_ne
     proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120, env=dict(os.environ))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "DeviceLostError" in proc.stdout and "recovered" in proc.stdout
+    assert "DeviceLostError for the empty output" in proc.stdout
 
 
 def test_a_default_batch_on_a_gpu_slices_only_work_worth_a_submission(axpy, every_run_a_slice, monkeypatch):

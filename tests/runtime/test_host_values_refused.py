@@ -383,3 +383,18 @@ def test_a_float_array_with_a_fraction_is_refused_for_an_integer_binding(element
     whole = np.trunc(whole) if element != "u32" else np.abs(np.trunc(whole))
     got = abi.read(v.run(n=len(values), inputs={"x": whole}).outputs["y"])
     np.testing.assert_array_equal(np.asarray(got).reshape(whole.shape), whole)
+
+
+def test_an_output_of_another_scalar_type_given_back_through_outputs_is_refused():
+    # Written in place as the binding's type: a u32 Output read an f32 kernel's 2.0 back as
+    # 1073741824 (review helper 130), where the same Output as a read_write input is refused.
+    u32, f32, v4 = copy("t15h/o_u32", "u32"), copy("t15h/o_f32", "f32"), copy("t15h/o_v4", "vec4<f32>")
+    words = u32.run(n=4, inputs={"x": np.arange(4, dtype=np.uint32)}).outputs["y"]
+    with pytest.raises(DispatchError, match=r"outputs\['y'\] \(f32\) cannot take u32 output 'y'"):
+        f32.run(n=4, inputs={"x": np.full(4, 2.0, np.float32)}, outputs={"y": words})
+    with pytest.raises(DispatchError, match="written in place"):
+        f32.run(n=4, inputs={"x": np.full(4, 2.0, np.float32)}, outputs={"y": {"buffer": words, "capacity": 4}})
+    np.testing.assert_array_equal(abi.read(words), np.arange(4, dtype=np.uint32))  # untouched
+    floats = f32.run(n=8, inputs={"x": np.zeros(8, np.float32)}).outputs["y"]  # the same scalar, other lanes: its words
+    out = v4.run(n=2, inputs={"x": np.full((2, 4), 3.0, np.float32)}, outputs={"y": floats}).outputs["y"]
+    np.testing.assert_array_equal(abi.read(out), np.full((2, 4), 3.0, np.float32))
