@@ -50,6 +50,10 @@ _ARGUMENT = {
 }
 
 
+# The generated entry point's own variables (see the wrapper below): a struct it builds must
+# not be named like one.
+_WRAPPER_LOCALS = frozenset(("zero_wid", "zero_nwg", "zero_lid", "zero_lii", "zero_gc", "zero_total", "zero_step", "zero_l", "zero_w", "zero_g"))
+
 # The WGSL type of each builtin main may take (its spellings).
 _BUILTIN_TYPES = {
     "global_invocation_id": ("vec3<u32>", "vec3u"),
@@ -115,24 +119,71 @@ def _type_names(toks: list[Token]) -> tuple[dict[str, str], set[str]]:
     return aliases, structs
 
 
-def _resolve(declared: str, aliases: Mapping[str, str], structs: set[str]) -> str | None:
-    """``declared`` with every alias replaced (chains followed); None when a name in it is
-    neither a WGSL word, a known alias nor a struct of the body (a module's: naga's to judge)."""
-    for _ in range(len(aliases) + 1):  # a chain through every alias at most, unless one recurs
-        names = {n for n in re.findall(r"[A-Za-z_]\w*", declared) if n in aliases}
-        if not names:
-            break
-        for name in names:
-            declared = re.sub(rf"\b{re.escape(name)}\b", aliases[name], declared)
-        if len(declared) > 1 << 16:  # a recursive alias grows without end: naga reports its cycle
+_IDENT = re.compile(r"[A-Za-z_]\w*")
+_MAX_TYPE_TEXT = 1 << 16  # a recursive or exploding alias: naga reports it
+
+
+class _Aliases:
+    """Type names through the body's aliases and the type specialisations, each alias expanded
+    once (an alias chain re-expanded per parameter, one regex per alias a pass, took 97 s for a
+    170 KB body: review helper 129)."""
+
+    def __init__(self, aliases: Mapping[str, str], structs: set[str]):
+        self.aliases, self.structs = aliases, structs
+        self._expanded: dict[str, str | None] = {}
+
+    def _substitute(self, text: str) -> str | None:
+        parts = _IDENT.split(text)
+        names = _IDENT.findall(text)
+        out = [parts[0]]
+        for name, rest in zip(names, parts[1:]):
+            if name in self.aliases:
+                found = self._expand(name)
+                if found is None:
+                    return None
+                name = found
+            out.append(name)
+            out.append(rest)
+        joined = "".join(out)
+        return joined if len(joined) <= _MAX_TYPE_TEXT else None
+
+    def _expand(self, root: str) -> str | None:
+        """``root``'s type with every alias in it replaced; None in a cycle or past the cap.
+        Depth first without recursion (a chain of thousands of aliases)."""
+        memo = self._expanded
+        if root in memo:
+            return memo[root]
+        stack, open_ = [(root, False)], set()
+        while stack:
+            name, finish = stack.pop()
+            if finish:
+                open_.discard(name)
+                deps = set(_IDENT.findall(self.aliases[name])) & self.aliases.keys()
+                memo[name] = None if any(memo.get(d, None) is None for d in deps) else self._substitute(self.aliases[name])
+                continue
+            if name in memo:
+                continue
+            open_.add(name)
+            stack.append((name, True))
+            for dep in set(_IDENT.findall(self.aliases[name])) & self.aliases.keys():
+                if dep in open_:
+                    memo[dep] = None  # a cycle: everything through it resolves to nothing
+                elif dep not in memo:
+                    stack.append((dep, False))
+        return memo[root]
+
+    def resolve(self, declared: str) -> str | None:
+        """``declared`` with every alias replaced (chains followed); None when a name in it is
+        neither a WGSL word, a known alias nor a struct of the body (a module's: naga's to
+        judge), or an alias in it recurs."""
+        text = self._substitute(declared)
+        if text is None:
             return None
-    else:
-        return None
-    words = set(re.findall(r"[A-Za-z_]\w*", declared))
-    return declared.replace(",>", ">") if words <= _WGSL_WORDS | structs else None
+        words = set(_IDENT.findall(text))
+        return text.replace(",>", ">") if words <= _WGSL_WORDS | self.structs else None
 
 
-def _builtin_arg(param: Token, builtin: str | None, declared: str, aliases: Mapping[str, str], structs: set[str], struct: str | None = None) -> str:
+def _builtin_arg(param: Token, builtin: str | None, declared: str, types: _Aliases, struct: str | None = None) -> str:
     """The generated main's expression for ``param`` (a parameter of main, or a member of the
     struct ``struct`` main takes), which takes ``@builtin(builtin)`` and is typed ``declared``."""
     where = f"member '{param.text}' of struct {struct}" if struct else f"parameter '{param.text}' of main"
@@ -145,20 +196,26 @@ def _builtin_arg(param: Token, builtin: str | None, declared: str, aliases: Mapp
         )
     # The generated main hands each builtin over as WGSL types it: another type here would be
     # a type error in generated code, which names no line of the user's.
-    resolved = _resolve(declared, aliases, structs)
+    resolved = types.resolve(declared)
     if resolved is not None and resolved not in _BUILTIN_TYPES[builtin]:
         shown = declared if resolved == declared.replace(",>", ">") else f"{declared} ({resolved})"
         raise EntryError(param, f"@builtin({builtin}) is {_BUILTIN_TYPES[builtin][0]}, not {shown or 'untyped'}")
     return _ARGUMENT[builtin]
 
 
-def _struct_members(toks: list[Token], name: str) -> list[tuple[Token, str | None, str]]:
-    """(name token, its @builtin or None, its type's text) for each member of the body's
-    ``struct name { ... }``."""
-    found = [i for i, t in at_module_scope(toks) if t.text == "struct" and i + 2 < len(toks) and toks[i + 1].text == name and toks[i + 2].text == "{"]
-    if not found:
+def _struct_at(toks: list[Token], name: str) -> int | None:
+    """The index of the ``struct`` token declaring ``name { ... }`` at module scope, or None."""
+    return next(
+        (i for i, t in at_module_scope(toks) if t.text == "struct" and i + 2 < len(toks) and toks[i + 1].text == name and toks[i + 2].text == "{"), None
+    )
+
+
+def _struct_members(toks: list[Token], at: int | None) -> list[tuple[Token, str | None, str]]:
+    """(name token, its @builtin or None, its type's text) for each member of the struct
+    declared at ``toks[at]`` (:func:`_struct_at`; None: none)."""
+    if at is None:
         return []
-    j = found[0] + 3
+    j = at + 3
     members: list[tuple[Token, str | None, str]] = []
     while j < len(toks) and toks[j].text != "}":
         builtin = None
@@ -194,7 +251,7 @@ def wrap_entry(
     text = "\n".join(lines)
     toks = list(tokens(text))
     body_aliases, structs = _type_names(toks)
-    aliases = {**dict(type_values or {}), **body_aliases}
+    types = _Aliases({**dict(type_values or {}), **body_aliases}, structs)
     mains = [i for i, t in at_module_scope(toks) if t.text == "fn" and i + 2 < len(toks) and toks[i + 1].text == "main" and toks[i + 2].text == "("]
     if not mains:  # check_body already refused a body without one
         raise EntryError(toks[0] if toks else Token("punct", "", 1, 1, 0), "no fn main")
@@ -249,7 +306,7 @@ def wrap_entry(
         # Judged through the body's aliases and the type specialisations: a wrong type would
         # be a type error at the generated main's call, which names no line of the user's. A
         # type naming what this body does not declare (a module's alias) is naga's to judge.
-        resolved = _resolve(declared, aliases, structs)
+        resolved = types.resolve(declared) if builtin is None else None  # _builtin_arg judges a builtin's type
         if builtin is None:
             if resolved not in structs:
                 raise EntryError(
@@ -259,10 +316,15 @@ def wrap_entry(
                 )
             # WGSL's other spelling: the builtins as members of a struct (review helper 126).
             # The generated main builds it, member by member, in declaration order.
-            members = [_builtin_arg(member, b, member_type, aliases, structs, resolved) for member, b, member_type in _struct_members(toks, resolved)]
+            decl = _struct_at(toks, resolved)
+            if resolved in _WRAPPER_LOCALS and decl is not None:  # a local of that name would hide the type there (helper 129)
+                raise EntryError(
+                    toks[decl + 1], f"struct '{resolved}' is named like a variable of the generated entry point, which builds it; rename the struct"
+                )
+            members = [_builtin_arg(member, b, member_type, types, resolved) for member, b, member_type in _struct_members(toks, decl)]
             args.append(f"{resolved}({', '.join(members)})")
         else:
-            args.append(_builtin_arg(param, builtin, declared, aliases, structs))
+            args.append(_builtin_arg(param, builtin, declared, types))
         j += 1
     blanked = "".join(chars).split("\n")
     # Rename main -> zero_user_main in place; a splice keeps later columns mapping back.

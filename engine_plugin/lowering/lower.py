@@ -215,8 +215,11 @@ class _Lowerer:
                 body.lines, body.splices, self.workgroup, f"{INIT_FN}(zero_lii);" if init else None, type_values, f"{PRIVATE_INIT_FN}();" if reset else None
             )
         except EntryError as exc:
+            row = exc.token.line - 1
+            # The token's column is in the spliced body: a source specialisation earlier on its
+            # line moved it (review helper 129: the caret sat past the line's end).
             raise self.error(
-                exc.message, body.user_lines[exc.token.line - 1] if exc.token.line - 1 < len(body.user_lines) else exc.token.line, exc.token.col
+                exc.message, body.user_lines[row] if row < len(body.user_lines) else exc.token.line, _user_col(body.splices, row, exc.token.col)
             ) from None
         self.check_builtin_shadows((init or "") + "\n" + (reset or ""))
         # WGSL's directives open the module: those opening the body and each module go above
@@ -1006,6 +1009,20 @@ def _chain_error(tokens_iter) -> tuple[object, str] | None:
             )
         prev = tok
     return None
+
+
+def _user_col(splices: tuple, row: int, col: int) -> int:
+    """The user's column of ``col`` on spliced body row ``row`` (0-based), as
+    :meth:`SourceMap.locate` maps it: inside a splice, the user's identifier; past one, shifted."""
+    ucol = col
+    for srow, scol, slen, ucol0, ulen in splices:
+        if srow != row:
+            continue
+        if scol <= col < scol + slen:
+            return int(ucol0)
+        if col >= scol + slen:
+            ucol -= slen - ulen
+    return ucol
 
 
 def _bracket_error(tokens_iter) -> tuple[object, str] | None:

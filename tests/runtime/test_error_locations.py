@@ -5,6 +5,7 @@ naga's arena handles (``[8]``)."""
 from __future__ import annotations
 
 import re
+import signal
 
 import numpy as np
 
@@ -295,3 +296,56 @@ def test_a_long_alias_chain_to_a_wrong_type_is_still_named_at_its_parameter():
     with pytest.raises(PluginError) as info:
         abi.program(key="t/alias_chain", schema=abi.parse(yaml, "t/al/bindings.yaml"), wgsl=body, wgsl_path="t/al/kernel.wgsl").variant()
     assert "not A19 (vec3<i32>)" in str(info.value) and info.value.span.line == head.count("\n") + 2
+
+
+@pytest.fixture
+def deadline_30s():
+    """Fail (rather than hang the suite) when the test body blocks for 30 s."""
+
+    def expired(*_):
+        raise TimeoutError("lowering blocked for 30 s")
+
+    old = signal.signal(signal.SIGALRM, expired)
+    signal.alarm(30)
+    yield
+    signal.alarm(0)
+    signal.signal(signal.SIGALRM, old)
+
+
+def test_a_chain_of_thousands_of_aliases_typing_every_builtin_lowers_once_each(deadline_30s):
+    # 6,000 aliases in a chain typing 1,000 struct members: every member re-expanded the chain,
+    # one regex a step, 97 s (a hang for a bake or a reload); each alias is expanded once now
+    # (review helper 129). A hang guard, not a timing: it lowers in about a second.
+    aliases = "alias A0 = vec3u;\n" + "".join(f"alias A{i} = A{i - 1};\n" for i in range(1, 6000))
+    members = "".join(f"  @builtin(global_invocation_id) m{i}: A5999,\n" for i in range(1000))
+    body = aliases + "struct In {\n" + members + "}\n@compute @workgroup_size(64)\nfn main(ids: In) {\n    let i = zero_index(ids.m0);\n    if (i >= zero_n()) { return; }\n    dst_set(i, f32(i));\n}\n"
+    yaml = 'bindings:\n  - { name: dst, kind: buffer, access: read_write, element: f32, count: "n" }\n'
+    variant = abi.program(key="t/alias_thousands", schema=abi.parse(yaml, "t/at/bindings.yaml"), wgsl=body).variant()
+    np.testing.assert_array_equal(abi.read(variant.run(n=5).outputs["dst"]), np.arange(5, dtype=np.float32))
+
+
+@pytest.mark.parametrize("spliced", ["a_much_longer_identifier", "x"])
+def test_an_entry_point_error_after_a_source_splice_on_its_line_is_at_the_users_column(spliced):
+    # The column was the spliced text's: past the line's end, or two columns early (helper 129).
+    yaml = (
+        'bindings:\n  - { name: dst, kind: buffer, access: read_write, element: f32, count: "n" }\n'
+        "specialize:\n  - { name: SRC, kind: source, options: [a_much_longer_identifier, x] }\n"
+    )
+    line = "struct In { @builtin(workgroup_id) SRC: vec3u, @builtin(global_invocation_id) gid: vec3<i32>, }"
+    body = line + "\n@compute @workgroup_size(64)\nfn main(ids: In) {\n    dst_set(0u, 1.0);\n}\n"
+    program = abi.program(key="t/entry_splice", schema=abi.parse(yaml, "t/es/bindings.yaml"), wgsl=body, wgsl_path="t/es/kernel.wgsl")
+    with pytest.raises(PluginError) as info:
+        program.variant({"SRC": spliced})
+    assert "is vec3<u32>, not vec3<i32>" in str(info.value)
+    assert (info.value.span.line, info.value.span.col) == (1, line.index(" gid:") + 2)
+
+
+@pytest.mark.parametrize("name", ["zero_g", "zero_step", "zero_lii"])
+def test_a_builtins_struct_named_like_a_variable_of_the_generated_entry_point_is_named_at_its_name(name):
+    # The generated main's local hid the struct's type: "in generated code", no line (helper 129).
+    yaml = 'bindings:\n  - { name: dst, kind: buffer, access: read_write, element: f32, count: "n" }\n'
+    body = f"struct {name} {{ @builtin(global_invocation_id) gid: vec3<u32>, }}\n@compute @workgroup_size(64)\nfn main(ids: {name}) {{\n    dst_set(0u, 1.0);\n}}\n"
+    with pytest.raises(PluginError) as info:
+        abi.program(key="t/entry_local", schema=abi.parse(yaml, "t/el/bindings.yaml"), wgsl=body, wgsl_path="t/el/kernel.wgsl").variant()
+    assert "named like a variable of the generated entry point" in str(info.value) and "generated code" not in str(info.value)
+    assert (info.value.span.line, info.value.span.col) == (1, 8)
