@@ -168,8 +168,15 @@ class ProcessPoolRunner:
 
     def __exit__(self, exc_type: Any, *exc: Any) -> None:
         if self._pool is not None:
-            # Interrupted: drop the queued chunks; the running ones finish (their entries are
-            # not written, the client is gone) and the workers exit.
+            if exc_type is not None:
+                # Interrupted (a Ctrl-C, an error): what the running chunks bake is never
+                # written, so they are not waited for; a compile that never ends (lavapipe and a
+                # huge var<private> array) held Ctrl-C off for good (review helper 128). The
+                # queued chunks are dropped, the workers ended. ``_processes`` is CPython's
+                # (since 3.2); without it the running chunks are waited for, as before.
+                for process in list((getattr(self._pool, "_processes", None) or {}).values()):
+                    with contextlib.suppress(Exception):
+                        process.terminate()
             self._pool.shutdown(wait=True, cancel_futures=exc_type is not None)
             self._pool = None
 

@@ -112,3 +112,49 @@ def test_a_bake_killed_while_its_workers_still_start_leaves_none_behind(tmp_path
                 pass
         if proc.poll() is None:
             proc.kill()
+
+
+def test_ctrl_c_ends_a_bake_whose_workers_are_stuck_in_a_chunk(tmp_path):
+    # Ctrl-C let the running chunks finish: a compile that never ends (lavapipe and a huge
+    # var<private> array) kept the bake running for good (review helper 128). Here every chunk
+    # sleeps for 10 minutes in its worker (a sitecustomize), and Ctrl-C reaches the process group.
+    copy_samples(str(tmp_path / "assets"))
+    stuck = tmp_path / "stuck"
+    stuck.mkdir()
+    (stuck / "sitecustomize.py").write_text(
+        "import sys\n"
+        "if '--multiprocessing-fork' in sys.argv:\n"
+        "    import time, engine_plugin.bake.worker as w\n"
+        "    w.bake_chunk = lambda job: time.sleep(600)\n"
+    )
+    env = cli_env()
+    env["PYTHONPATH"] = str(stuck) + os.pathsep + env["PYTHONPATH"]
+    cmd = [sys.executable, "-m", "engine_plugin.cli", "-q", "bake", "assets", "--cache", "cache", "-j", "2", "--progress", "none", "--force"]
+    proc = subprocess.Popen(cmd, cwd=str(tmp_path), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    workers: set[int] = set()
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and proc.poll() is None and len(workers) < 2:
+            workers = {p for p in _children(proc.pid) if "--multiprocessing-fork" in _cmdline(p)}
+            time.sleep(0.05)
+        assert proc.poll() is None and len(workers) >= 2, "the bake ended before its workers could be seen"
+        time.sleep(3)  # the workers are inside their chunks
+        os.killpg(proc.pid, signal.SIGINT)
+        try:
+            _, err = proc.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            pytest.fail("the bake still ran 30 s after Ctrl-C")
+        assert proc.returncode == 130, err
+        assert "Traceback" not in err and "leaked" not in err, err
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline and any(_alive(p) for p in workers):
+            time.sleep(0.1)
+        assert not [p for p in workers if _alive(p)]
+    finally:
+        for p in workers:
+            try:
+                os.kill(p, signal.SIGKILL)
+            except OSError:
+                pass
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
