@@ -190,6 +190,7 @@ class VariantCache:
         self._unreadable_warned = False
         self._counts = {"hits": 0, "misses": 0, "corrupt": 0, "writes": 0, "write_errors": 0, "evictions": 0}
         self._write_errors: dict[str, str] = {}  # path -> why its last write failed (until taken)
+        self._warned_errnos: set[int | None] = set()  # write failures logged, by errno (once each)
         self._gc_lock = threading.Lock()  # one collection at a time in this process
         self._approx_bytes: int | None = None  # entry bytes as this instance believes; None: not scanned yet
         self._last_stamp = 0
@@ -346,8 +347,11 @@ class VariantCache:
             if exc.errno in (errno.EROFS, errno.EACCES, errno.EPERM) and (exc.errno == errno.EROFS or not os.access(self.folder, os.W_OK)):
                 self.read_only = True
                 log.warning("variant cache %s is read-only (%s): entries are served but no longer written", self.folder, exc.strerror or exc)
-            else:
-                log.warning("variant cache: cannot write %s: %s", path, exc.strerror or exc)
+            elif exc.errno not in self._warned_errnos:
+                # Once a kind (a full disk fails every write after it): a bake reports each
+                # failed variant itself, and a game's log got a line a write (review helper 128).
+                self._warned_errnos.add(exc.errno)
+                log.warning("variant cache: cannot write %s: %s (further writes failing so are counted, not logged)", path, exc.strerror or exc)
             return False
 
     def _bad(self, key: str, path: str, reason: str) -> None:

@@ -226,7 +226,11 @@ def test_a_failed_write_is_counted_and_logged_not_raised(folder, monkeypatch, ca
     monkeypatch.setattr(os, "open", full_disk)
     with caplog.at_level(logging.WARNING, logger="engine_plugin.cache"):
         assert cache.put(key, lowered) is False
-    assert cache.stats().write_errors == 1 and "No space left" in caplog.text
+        # A full disk fails every later write too: counted each time, logged once (a game's log
+        # got a line a write, a bake each failure twice: review helper 128).
+        assert [cache.put(k, lw) for k, lw in reference_variants()[1:4]] == [False] * 3
+    assert cache.stats().write_errors == 4 and "No space left" in caplog.text
+    assert len([r for r in caplog.records if "cannot write" in r.getMessage()]) == 1
     assert os.listdir(folder) == []
 
 
