@@ -9,10 +9,20 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import uuid
 from typing import Any
 
-__all__ = ["json_text", "shown_path", "write_atomic"]
+__all__ = ["json_text", "printable", "shown_path", "write_atomic"]
+
+
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def printable(text: str) -> str:
+    """``text`` for a terminal: control characters (an ESC in a file name would drive the
+    terminal: review helper 128) spelled ``\\x1b``; tabs and line breaks kept."""
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
 
 
 def shown_path(path: str) -> str:

@@ -10,6 +10,8 @@ import sys
 import time
 from typing import IO, Any, TextIO
 
+from ..files import printable
+
 __all__ = ["PlainProgress", "RichProgress", "NoProgress", "make_progress"]
 
 
@@ -35,7 +37,7 @@ class NoProgress:
         pass
 
     def message(self, text: str) -> None:
-        print(text, file=self.stream, flush=True)
+        print(printable(text), file=self.stream, flush=True)
 
     def failure(self, line: str, detail: str = "") -> None:
         """One failure: a line (prefixed with the command), the detail only when verbose."""
@@ -126,7 +128,7 @@ class RichProgress(NoProgress):
 
     def message(self, text: str) -> None:
         # Above the bar while it runs; markup off: WGSL is full of [brackets].
-        self.console.print(text, markup=False, highlight=False, soft_wrap=True)
+        self.console.print(printable(text), markup=False, highlight=False, soft_wrap=True)
 
     def stop(self) -> None:
         if self._progress is not None:

@@ -41,7 +41,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..files import json_text, shown_path, write_atomic
+from ..files import json_text, printable, shown_path, write_atomic
 from ..lowering import VariantSpec
 from .worker import Failure
 
@@ -260,7 +260,7 @@ class BakeReport:
         table.add_column("work time", justify="right")
         for r in self.assets.values():
             failed = str(r.failed) if not r.error else "asset"
-            table.add_row(shown_path(r.asset), str(r.variants), str(r.baked), str(r.skipped), failed, f"{r.work_s:.2f}s")
+            table.add_row(printable(shown_path(r.asset)), str(r.variants), str(r.baked), str(r.skipped), failed, f"{r.work_s:.2f}s")
         t = self.totals
         table.add_section()
         table.add_row("total", str(t["variants"]), str(t["baked"]), str(t["skipped"]), str(t["failed"]), f"{sum(r.work_s for r in self.assets.values()):.2f}s")

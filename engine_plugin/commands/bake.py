@@ -8,6 +8,7 @@ import os
 import sys
 from typing import Any, Callable
 
+from ..files import printable
 from .contract import (
     EXIT_FAILED,
     EXIT_OK,
@@ -166,7 +167,7 @@ def cmd_bake(args: argparse.Namespace, rep: Reporter | None = None) -> int:
         out = Console(file=table_out, width=None if table_out.isatty() else 120)
         out.print(report.summary_table())
         for note in report.notes:
-            out.print(f"note: {note}", markup=False, highlight=False, soft_wrap=True)
+            out.print(printable(f"note: {note}"), markup=False, highlight=False, soft_wrap=True)
         if report.remote_line():
             out.print(report.remote_line(), markup=False, highlight=False, soft_wrap=True)
         out.print(report.closing_line(), markup=False, highlight=False, soft_wrap=True)

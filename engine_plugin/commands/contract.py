@@ -21,6 +21,7 @@ import traceback
 from typing import Any, Callable, NoReturn, TextIO
 
 from ..errors import CacheError, GpuError, PluginError
+from ..files import printable
 
 __all__ = [
     "CONTRACT",
@@ -64,8 +65,9 @@ class UsageError(Exception):
 
 
 def one_line(text: str) -> str:
-    """``text`` on one line: its lines joined by ``" "`` (indentation dropped)."""
-    return " ".join(part.strip() for part in str(text).splitlines() if part.strip())
+    """``text`` on one line: its lines joined by ``" "`` (indentation dropped), control
+    characters spelled out (:func:`~engine_plugin.files.printable`)."""
+    return printable(" ".join(part.strip() for part in str(text).splitlines() if part.strip()))
 
 
 def exit_status(exc: BaseException) -> int:
@@ -104,7 +106,7 @@ class Reporter:
         """One line on stderr; ``detail`` (indented) only with -v."""
         print(f"{self.prefix}: {one_line(headline)}", file=self.err, flush=True)
         if self.verbose and detail:
-            print(detail.rstrip("\n"), file=self.err, flush=True)
+            print(printable(detail.rstrip("\n")), file=self.err, flush=True)
 
     def exception(self, exc: BaseException) -> int:
         """Report ``exc`` by the contract and answer its exit status."""
@@ -123,7 +125,7 @@ class Reporter:
     def say(self, text: str = "") -> None:
         """A progress or summary line on stdout (silenced by -q)."""
         if not self.quiet:
-            print(text, file=self.out, flush=True)
+            print(printable(text), file=self.out, flush=True)
 
     def note(self, text: str) -> None:
         """A remark on stderr (silenced by -q): a fallback taken, a default assumed."""

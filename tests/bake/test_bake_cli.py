@@ -262,3 +262,17 @@ def test_the_scheduler_option_bakes_on_an_existing_cluster(baked):
     local = entries(os.path.join(root, "cache-local"))
     farm = entries(os.path.join(root, "cache-farm"))
     assert len(farm) == 1 and all(local[name] == data for name, data in farm.items())
+
+
+def test_control_characters_in_an_asset_name_are_spelled_out_not_sent_to_the_terminal(tmp_path):
+    # An ESC in a folder name reached stderr and the summary raw: a crafted asset pack drove the
+    # terminal (or a CI log) of whoever baked it (review helper 128).
+    folder = tmp_path / "assets" / "bad\x1b[31mRED.computeShader"
+    folder.mkdir(parents=True)
+    (folder / "bindings.yaml").write_text("bindings: [\n")
+    (folder / "kernel.wgsl").write_text("fn main() {}\n")
+    proc = run_bake(["assets", "--cache", "cache", "--jobs", "1", "--progress", "none"], cwd=str(tmp_path))
+    assert proc.returncode == 1, explain(proc)
+    assert "\x1b" not in proc.stdout + proc.stderr, explain(proc)
+    assert "bad\\x1b[31mRED.computeShader/bindings.yaml:2:1" in proc.stderr, explain(proc)
+    assert "bad\\x1b[31mRED.computeShader" in proc.stdout, explain(proc)
