@@ -495,7 +495,9 @@ class VariantCache:
         if not scan:
             return CacheStats(**counts)
         infos = list(self.entries())
-        return CacheStats(**counts, entries=len(infos), bytes=sum(i.disk for i in infos), temp_files=len(self._temp_files()))
+        # Entries are regular files: a FIFO, link or folder under an entry's name is junk gc
+        # removes (it was counted as an entry: review helper 128); its bytes are the folder's.
+        return CacheStats(**counts, entries=sum(i.regular for i in infos), bytes=sum(i.disk for i in infos), temp_files=len(self._temp_files()))
 
     def __repr__(self) -> str:
         c = self._counts

@@ -28,6 +28,18 @@ def test_cache_stats_reports_entries_and_size(tmp_path, capsys):
     assert "entries     6" in out and "KiB of 512.0 MiB cap" in out
 
 
+def test_cache_stats_counts_only_regular_files_as_entries(tmp_path, capsys):
+    # A FIFO, a link and a folder under entry names were counted as entries (review helper 128).
+    folder = str(tmp_path / "cache")
+    _fill(folder, 2)
+    name = "a" * 64 + ".msgpack"
+    os.mkfifo(os.path.join(folder, name))
+    os.symlink("/dev/zero", os.path.join(folder, name.replace("a", "b")))
+    os.mkdir(os.path.join(folder, name.replace("a", "c")))
+    assert main(["cache", "stats", "--cache", folder]) == 0
+    assert "entries     2" in capsys.readouterr().out
+
+
 def test_cache_stats_verify_lists_unusable_entries(tmp_path, capsys):
     folder = str(tmp_path / "cache")
     cache = _fill(folder, 3)
