@@ -41,18 +41,63 @@ def _spec_to_row(spec: VariantSpec) -> list:
     return [[list(v) for v in spec.values], [[k, list(cols)] for k, cols in spec.columns]]
 
 
-def _row_to_spec(row) -> VariantSpec:
-    values, columns = row
-    return VariantSpec(
-        tuple(sorted((str(k), str(v)) for k, v in values)), tuple(sorted((str(k), tuple(str(c) for c in cols)) for k, cols in columns))
-    )
-
-
 # A usage log lists variants a game asked for: a planted one of 22 million empty rows (63 MiB)
-# took 70 s and 4.6 GB to read, in a game's close() too (review helper 128). Past these it is
-# ignored, decided from the container headers before any row is decoded.
+# took 70 s and 4.6 GB to read, in a game's close() too (review helper 128), and rows of nested
+# empty lists still took a GB for 16 MiB (review helper 132). The log is read structurally:
+# every container's count is checked from its header before anything in it is decoded, and only
+# text is decoded whole (one string at most ``_MAX_TEXT`` characters).
 MAX_USAGE_VARIANTS = 100_000  # rows, all assets together (a bake of as many takes hours)
-MAX_USAGE_ROW_ITEMS = 4096  # names or columns in one row's lists
+_MAX_ROW_ITEMS = 256  # names in a row, its tables, a table's columns
+_MAX_STRINGS = 2_000_000  # the texts of a whole log (a row of a few names holds ~8)
+_MAX_TEXT = 4096
+
+
+class _Oversized(ValueError):
+    """A usage log holding more than MAX_USAGE_VARIANTS variants: read as none, never replaced."""
+
+
+class _Reader:
+    """A usage log's msgpack, container by container: an array or map is only ever read through
+    its header (``max_array_len=0``: decoding one whole raises), text one string at a time."""
+
+    def __init__(self, data: bytes):
+        self.up = msgpack.Unpacker(
+            raw=False, max_buffer_size=max(1, len(data)), max_str_len=_MAX_TEXT, max_bin_len=0, max_ext_len=0, max_array_len=0, max_map_len=0
+        )
+        self.up.feed(data)
+        self.strings = 0
+
+    def array(self, most: int, what: str) -> int:
+        n = self.up.read_array_header()
+        if n > most:
+            raise ValueError(f"{what} of {n} items (at most {most})")
+        return n
+
+    def pair(self) -> None:
+        if self.up.read_array_header() != 2:
+            raise ValueError("a row, name or column entry that is not a pair")
+
+    def text(self) -> str:
+        value = self.up.unpack()
+        if not isinstance(value, str):
+            raise ValueError(f"{type(value).__name__} where text belongs")
+        self.strings += 1
+        if self.strings > _MAX_STRINGS:
+            raise _Oversized(f"more than {_MAX_STRINGS} names")
+        return value
+
+    def row(self) -> VariantSpec:
+        self.pair()
+        values = []
+        for _ in range(self.array(_MAX_ROW_ITEMS, "a row's names")):
+            self.pair()
+            values.append((self.text(), self.text()))
+        columns = []
+        for _ in range(self.array(_MAX_ROW_ITEMS, "a row's tables")):
+            self.pair()
+            table = self.text()
+            columns.append((table, tuple(self.text() for _ in range(self.array(_MAX_ROW_ITEMS, "a table's columns")))))
+        return VariantSpec(tuple(sorted(values)), tuple(sorted(columns)))
 
 
 def read_usage(path: str) -> dict[str, list[VariantSpec]]:
@@ -61,50 +106,59 @@ def read_usage(path: str) -> dict[str, list[VariantSpec]]:
     A missing file answers {}; an unreadable, malformed or oversized one is logged and
     answers {} (the log only ever saves work).
     """
+    return _load(path)[0]
+
+
+def _load(path: str) -> tuple[dict[str, list[VariantSpec]], bool]:
+    """(:func:`read_usage`'s answer, whether a flush may replace the file): an oversized log is
+    kept (a game that ran long: it is not this process's to drop), anything else unreadable is
+    replaced by what the flushing game recorded."""
     try:
         data = read_entry_file(path)  # a regular file of bounded size only: never blocks on a FIFO
     except FileNotFoundError:
-        return {}
+        return {}, True
     except BadEntry as exc:
         log.warning("usage log %s is unusable (%s); ignored", path, exc.reason)
-        return {}
+        return {}, True
     try:
         found = _decode(data)
+    except _Oversized as exc:
+        log.warning("usage log %s is too large (%s); ignored, and kept as it is (delete it to record afresh)", path, exc)
+        return {}, False
     except Exception as exc:  # any malformed content
         log.warning("usage log %s is malformed (%s); ignored", path, exc)
-        return {}
-    return {asset: sorted(specs, key=lambda s: (s.values, s.columns)) for asset, specs in found.items()}
+        return {}, True
+    return {asset: sorted(specs, key=lambda s: (s.values, s.columns)) for asset, specs in found.items()}, True
 
 
 def _decode(data: bytes) -> dict[str, set[VariantSpec]]:
-    """The log's rows by asset, streamed: every count is checked from its header first."""
-    up = msgpack.Unpacker(
-        raw=False, max_buffer_size=max(1, len(data)), max_str_len=1 << 16, max_bin_len=0, max_ext_len=0, max_array_len=MAX_USAGE_ROW_ITEMS, max_map_len=8
-    )
-    up.feed(data)
+    """The log's rows by asset (see :class:`_Reader`)."""
+    r = _Reader(data)
     head: dict = {}
     assets: dict[str, set[VariantSpec]] | None = None
-    fields = up.read_map_header()
+    fields = r.up.read_map_header()
     if fields > 8:
         raise ValueError("not a usage log of this format")
     for _ in range(fields):
-        key = up.unpack()
+        key = r.text()
+        if key in head or (key == "assets" and assets is not None):
+            raise ValueError(f"the key {key!r} twice")
         if key != "assets":
-            head[key] = up.unpack()
+            head[key] = r.up.unpack()  # a scalar (a container raises)
             continue
         assets, total = {}, 0
-        count = up.read_map_header()
+        count = r.up.read_map_header()
         if count > MAX_USAGE_VARIANTS:
-            raise ValueError(f"{count} assets (at most {MAX_USAGE_VARIANTS} variants are read)")
+            raise _Oversized(f"{count} assets (at most {MAX_USAGE_VARIANTS} variants are read)")
         for _ in range(count):
-            asset = up.unpack()
-            rows = up.read_array_header()
+            asset = r.text()
+            rows = r.up.read_array_header()
             total += rows
-            if not isinstance(asset, str) or total > MAX_USAGE_VARIANTS:
-                raise ValueError(f"more than {MAX_USAGE_VARIANTS} variants" if isinstance(asset, str) else "an asset path that is not text")
+            if total > MAX_USAGE_VARIANTS:
+                raise _Oversized(f"more than {MAX_USAGE_VARIANTS} variants")
             specs = assets.setdefault(asset, set())
             for _ in range(rows):
-                specs.add(_row_to_spec(up.unpack()))
+                specs.add(r.row())
     if head.get("magic") != _MAGIC or head.get("format") != _FORMAT or assets is None:
         raise ValueError("not a usage log of this format")
     return assets
@@ -133,6 +187,7 @@ class UsageLog:
         self._lock = threading.Lock()
         self._seen: set[tuple[str, VariantSpec]] = set()
         self._dirty: set[tuple[str, VariantSpec]] = set()
+        self._full = False  # said that the log on disk holds all it may (once)
 
     def record(self, asset: str, spec: VariantSpec) -> None:
         """Note that ``asset`` was asked for ``spec`` (cheap; nothing is written until flush)."""
@@ -166,9 +221,18 @@ class UsageLog:
         try:
             os.makedirs(os.path.dirname(self.path), exist_ok=True)
             with _locked(self.path):
-                merged = {asset: set(specs) for asset, specs in read_usage(self.path).items()}
+                found, replaceable = _load(self.path)
+                merged = {asset: set(specs) for asset, specs in found.items()}
                 for asset, spec in pending:
                     merged.setdefault(asset, set()).add(spec)
+                # A log past the reader's cap is never replaced, nor written: a game that ran
+                # long would lose every record, and a reader would refuse the file (review
+                # helper 132: one record past the cap emptied it).
+                if not replaceable or sum(len(v) for v in merged.values()) > MAX_USAGE_VARIANTS:
+                    if not self._full:
+                        self._full = True
+                        log.warning("usage log %s: more than %d variants; this game's new records are not added", self.path, MAX_USAGE_VARIANTS)
+                    return False
                 doc = {
                     "magic": _MAGIC,
                     "format": _FORMAT,

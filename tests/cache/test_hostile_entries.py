@@ -422,23 +422,66 @@ def test_a_planted_usage_log_of_millions_of_rows_is_ignored_from_its_headers(tmp
     finally:
         tracemalloc.stop()
     assert peak < 3 * len(doc), peak  # the file's bytes, not millions of rows (4.6 GB before)
-    assert any("more than 100000 variants" in r.getMessage() or "100000 variants are read" in r.getMessage() for r in caplog.records)
-    usage = UsageLog(str(path))  # a game's close(): its own records replace what cannot be read
+    assert any("too large" in r.getMessage() and "100000" in r.getMessage() for r in caplog.records)
+    usage = UsageLog(str(path))  # a game's close(): a log past the cap is kept as it is, not merged into
+    usage.record("k/a.computeShader", VariantSpec((("T", "f32"),), ()))
+    assert not usage.flush()
+    assert path.read_bytes() == doc
+
+
+def test_a_usage_log_row_of_nested_empty_lists_is_refused_before_it_is_decoded(tmp_path, deadline, caplog):
+    # Each array within the per-array cap, nested: 4096 x 4096 empty lists in one row (16 MiB)
+    # took 6 s and 1.2 GB (review helper 132). Only text is decoded whole now.
+    from engine_plugin.cache import UsageLog, read_usage
+    from engine_plugin.lowering import VariantSpec
+
+    inner = b"\xdc" + (4096).to_bytes(2, "big") + b"\x90" * 4096
+    row = b"\x92" + b"\xdc" + (4096).to_bytes(2, "big") + inner * 4096 + b"\x90"
+    doc = _usage_doc(b"\x81" + msgpack.packb("k/a.computeShader") + b"\x91", row)
+    path = tmp_path / "usage.msgpack"
+    path.write_bytes(doc)
+    tracemalloc.start()
+    try:
+        with caplog.at_level(logging.WARNING, logger="engine_plugin.cache"):
+            assert read_usage(str(path)) == {}
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 3 * len(doc), peak  # the bytes and the reader's copy of them (1.2 GB before)
+    assert any("malformed" in r.getMessage() for r in caplog.records)
+    usage = UsageLog(str(path))  # malformed (not past the cap): the game's records replace it
     spec = VariantSpec((("T", "f32"),), ())
     usage.record("k/a.computeShader", spec)
     assert usage.flush()
     assert read_usage(str(path)) == {"k/a.computeShader": [spec]}
 
 
-def test_a_usage_log_at_the_variant_limit_is_read_whole(tmp_path):
+def test_a_usage_log_with_its_assets_twice_is_malformed(tmp_path):
     from engine_plugin.cache import read_usage
+
+    rows = b"\x81" + msgpack.packb("k/a.computeShader") + b"\x91" + msgpack.packb([[["T", "f32"]], []])
+    doc = b"\x84" + msgpack.packb("magic") + msgpack.packb("engine_plugin.usage") + msgpack.packb("format") + msgpack.packb(1)
+    doc += (msgpack.packb("assets") + rows) * 2
+    path = tmp_path / "usage.msgpack"
+    path.write_bytes(doc)
+    assert read_usage(str(path)) == {}
+
+
+def test_a_usage_log_at_the_variant_limit_is_read_whole(tmp_path):
+    from engine_plugin.cache import UsageLog, read_usage
     from engine_plugin.cache.usage import MAX_USAGE_VARIANTS
+    from engine_plugin.lowering import VariantSpec
 
     rows = [[[["T", str(i)]], []] for i in range(MAX_USAGE_VARIANTS)]
     path = tmp_path / "usage.msgpack"
     path.write_bytes(msgpack.packb({"magic": "engine_plugin.usage", "format": 1, "assets": {"k/a.computeShader": rows[:60_000], "k/b.computeShader": rows[60_000:]}}))
     found = read_usage(str(path))
     assert [len(found[a]) for a in sorted(found)] == [60_000, MAX_USAGE_VARIANTS - 60_000]
+    # A game adding one more is not written (one more emptied the whole log: review helper 132).
+    usage = UsageLog(str(path))
+    usage.record("k/c.computeShader", VariantSpec((("T", "one more"),), ()))
+    assert not usage.flush()
+    assert sum(len(v) for v in read_usage(str(path)).values()) == MAX_USAGE_VARIANTS
     rows.append([[["T", "one more"]], []])
     path.write_bytes(msgpack.packb({"magic": "engine_plugin.usage", "format": 1, "assets": {"k/a.computeShader": rows}}))
     assert read_usage(str(path)) == {}
