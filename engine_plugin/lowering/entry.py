@@ -212,31 +212,56 @@ def _struct_at(toks: list[Token], name: str) -> int | None:
 
 def _struct_members(toks: list[Token], at: int | None) -> list[tuple[Token, str | None, str]]:
     """(name token, its @builtin or None, its type's text) for each member of the struct
-    declared at ``toks[at]`` (:func:`_struct_at`; None: none)."""
+    declared at ``toks[at]`` (:func:`_struct_at`; None: none), read up to its closing brace.
+
+    Raises:
+        EntryError: an attribute or member without a name (a raw IndexError past the body's
+            end, or the next declaration read as a member: review helper 132).
+    """
     if at is None:
         return []
+    close, depth = len(toks), 0
+    for k in range(at + 2, len(toks)):
+        depth += {"{": 1, "}": -1}.get(toks[k].text, 0)
+        if depth == 0:
+            close = k
+            break
     j = at + 3
     members: list[tuple[Token, str | None, str]] = []
-    while j < len(toks) and toks[j].text != "}":
-        builtin = None
-        while toks[j].text == "@":
-            end = j + 1
-            if j + 2 < len(toks) and toks[j + 2].text == "(":
-                end = _matching(toks, j + 2)
-                if toks[j + 1].text == "builtin" and j + 3 < len(toks):
-                    builtin = toks[j + 3].text
-            j = end + 1
+    while j < close:
+        builtin, j = _attributes(toks, j, close)
+        if j >= close or toks[j].kind != "ident":
+            raise EntryError(toks[min(j, len(toks) - 1)], f"a member of struct {toks[at + 1].text} without a name")
         member = toks[j]
         depth = 0
         start = j
-        while j < len(toks) and not (toks[j].text in ",}" and depth == 0):
+        while j < close and not (toks[j].text == "," and depth == 0):
             depth += {"<": 1, ">": -1, "(": 1, ")": -1}.get(toks[j].text, 0)
             j += 1
         declared = "".join(t.text for t in toks[start + 2 : j]) if start + 1 < j and toks[start + 1].text == ":" else ""
         members.append((member, builtin, declared))
-        if j < len(toks) and toks[j].text == ",":
-            j += 1
+        j += 1  # past the comma (or onto the brace)
     return members
+
+
+def _attributes(toks: list[Token], j: int, close: int) -> tuple[str | None, int]:
+    """Skip the attributes starting at ``toks[j]`` (before ``close``): (the @builtin's name or
+    None, the index after them).
+
+    Raises:
+        EntryError: an ``@`` naming no attribute.
+    """
+    builtin = None
+    while j < close and toks[j].text == "@":
+        if j + 1 >= close or toks[j + 1].kind != "ident":
+            raise EntryError(toks[j], "'@' names no attribute")
+        end = j + 1
+        if j + 2 < close and toks[j + 2].text == "(":
+            end = min(_matching(toks, j + 2), close - 1)
+            if toks[j + 1].text == "builtin" and j + 3 < end:
+                builtin = toks[j + 3].text
+        j = end + 1
+    return builtin, j
 
 
 def wrap_entry(
@@ -286,16 +311,12 @@ def wrap_entry(
     args: list[str] = []
     j = open_i + 1
     while j < close_i:
-        builtin = None
-        while toks[j].text == "@":
-            name_tok = toks[j + 1]
-            end = j + 1
-            if j + 2 < close_i and toks[j + 2].text == "(":
-                end = _matching(toks, j + 2)
-                if name_tok.text == "builtin":
-                    builtin = toks[j + 3].text
-            _blank(chars, toks[j].offset, toks[end].offset + len(toks[end].text))
-            j = end + 1
+        first = j
+        builtin, j = _attributes(toks, j, close_i)
+        if j > first:  # blanked: the generated main passes each builtin
+            _blank(chars, toks[first].offset, toks[j - 1].offset + len(toks[j - 1].text))
+        if j >= close_i or toks[j].kind != "ident":
+            raise EntryError(toks[min(j, close_i)], "a parameter of main without a name")
         param = toks[j]
         depth = 0
         start = j

@@ -349,3 +349,22 @@ def test_a_builtins_struct_named_like_a_variable_of_the_generated_entry_point_is
         abi.program(key="t/entry_local", schema=abi.parse(yaml, "t/el/bindings.yaml"), wgsl=body, wgsl_path="t/el/kernel.wgsl").variant()
     assert "named like a variable of the generated entry point" in str(info.value) and "generated code" not in str(info.value)
     assert (info.value.span.line, info.value.span.col) == (1, 8)
+
+
+@pytest.mark.parametrize(
+    ("body", "line", "col", "message"),
+    [
+        ("@compute @workgroup_size(64)\nfn main(ids: S) {\n}\nstruct S { @ }\n", 4, 12, "'@' names no attribute"),
+        ("struct S { @builtin }\n@compute @workgroup_size(64)\nfn main(ids: S) {\n}\n", 1, 21, "a member of struct S without a name"),
+        ("@compute @workgroup_size(64)\nfn main(@) {\n}\n", 2, 9, "'@' names no attribute"),
+        ("@compute @workgroup_size(64)\nfn main(@builtin(global_invocation_id)) {\n}\n", 2, 39, "a parameter of main without a name"),
+    ],
+)
+def test_an_entry_point_or_builtins_struct_cut_short_is_named_in_the_users_file(body, line, col, message):
+    # A raw IndexError past the body's end, or the next declaration read as a member (review
+    # helper 132).
+    yaml = 'bindings:\n  - { name: dst, kind: buffer, access: read_write, element: f32, count: "n" }\n'
+    with pytest.raises(PluginError) as info:
+        abi.program(key="t/entry_cut", schema=abi.parse(yaml, "t/ec/bindings.yaml"), wgsl=body, wgsl_path="t/ec/kernel.wgsl").variant()
+    assert message in str(info.value), str(info.value)
+    assert (info.value.span.line, info.value.span.col) == (line, col), str(info.value)
