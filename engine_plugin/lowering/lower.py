@@ -16,7 +16,7 @@ from ..errors import LoweringError, Span
 from .emit import Emitter, GeneratedNameClash, natural_element
 from .entry import USER_MAIN, EntryError, wrap_entry
 from .geometry import GEOMETRY_FIELDS
-from .lowered import ColumnSlot, HostSlot, Lowered, LoweredBinding, ParamField, ParamsLayout, SourceMap
+from .lowered import ColumnSlot, HostSlot, Lowered, LoweredBinding, ParamField, ParamsLayout, SourceMap, splice_col
 from .modules import Module, ModuleTexts, blank_imports, from_mapping, resolve_imports
 from .param_types import MAX_PARAMS_BYTES, parse_param_type
 from .preprocess import SplicedBody, apply_when_blocks, splice_sources
@@ -196,7 +196,7 @@ class _Lowerer:
         self._words = self.word_bindings(present)
         for m, text, toks in zip(modules, module_texts, module_toks):
             self.check_module(m, text, toks)
-        self.check_body(body_text, body_toks, body.user_lines, present)
+        self.check_body(body_text, body_toks, body.user_lines, body.splices, present)
         wx, wy, wz = self.workgroup
         all_text = "\n".join(tuple(ln for ml in module_lines for ln in ml) + tuple(body.lines))
         all_toks = list(tokens(all_text))  # the modules and the body, once for both generated resets
@@ -219,7 +219,7 @@ class _Lowerer:
             # The token's column is in the spliced body: a source specialisation earlier on its
             # line moved it (review helper 129: the caret sat past the line's end).
             raise self.error(
-                exc.message, body.user_lines[row] if row < len(body.user_lines) else exc.token.line, _user_col(body.splices, row, exc.token.col)
+                exc.message, body.user_lines[row] if row < len(body.user_lines) else exc.token.line, splice_col(body.splices, row, exc.token.col)
             ) from None
         self.check_builtin_shadows((init or "") + "\n" + (reset or ""))
         # WGSL's directives open the module: those opening the body and each module go above
@@ -482,7 +482,7 @@ class _Lowerer:
         found = _bracket_error(toks) or _chain_error(toks)
         if found is not None:
             tok, message = found
-            raise self.error(message, where(tok), tok.col)  # type: ignore[attr-defined]
+            raise self.error(message, *where(tok))  # type: ignore[attr-defined]
 
     def check_module(self, module: Module, text: str, toks: list) -> None:
         """A module is shared WGSL: brackets balanced, no generated name redeclared, no
@@ -518,9 +518,12 @@ class _Lowerer:
             if t.text == "binding" and i > 0 and toks[i - 1].text == "@":
                 raise fail(f"module {module.name} declares a @binding; bindings belong to each asset's bindings.yaml", t.line, t.col - 1)
 
-    def check_body(self, body_text: str, toks: list, user_lines: tuple[int, ...], present: list[Binding]) -> None:
-        def where(tok):
-            return user_lines[tok.line - 1] if tok.line - 1 < len(user_lines) else tok.line
+    def check_body(self, body_text: str, toks: list, user_lines: tuple[int, ...], splices: tuple, present: list[Binding]) -> None:
+        def where(tok: Token) -> tuple[int, int]:
+            """The user's (line, column) of a body token: a source specialisation spliced earlier
+            on its line moves its column (review helper 132)."""
+            row = tok.line - 1
+            return (user_lines[row] if row < len(user_lines) else tok.line), splice_col(splices, row, tok.col)
 
         self.check_brackets(toks, where)
         decls = module_declarations(body_text)
@@ -531,21 +534,18 @@ class _Lowerer:
                 gen = f"{self.yaml_path}:{origin}" if origin else "the lowering"
                 raise self.error(
                     f"'{tok.text}' is declared here and also generated for {what} ({gen}); rename yours",
-                    where(tok),
-                    tok.col,
+                    *where(tok),
                     notes=(f"generated name declared by {gen}",),
                 )
             if tok.text in self._generated_builtins:
-                raise self.error(_SHADOWS.format(name=tok.text), where(tok), tok.col)
+                raise self.error(_SHADOWS.format(name=tok.text), *where(tok))
         if not any(t.text == "main" for t in decls):
             for i, t in enumerate(toks):
                 if t.text == "compute" and i > 0 and toks[i - 1].text == "@":
                     fn = next((k for k in range(i + 1, len(toks) - 1) if toks[k].text == "fn"), None)
                     if fn is not None and toks[fn + 1].kind == "ident":
                         named = toks[fn + 1]
-                        raise self.error(
-                            f"the entry point is named '{named.text}'; the lowering calls 'main': rename it 'fn main(...)'", where(named), named.col
-                        )
+                        raise self.error(f"the entry point is named '{named.text}'; the lowering calls 'main': rename it 'fn main(...)'", *where(named))
             raise self.error(
                 "the body declares no entry point; expected '@compute @workgroup_size(...) fn main(@builtin(global_invocation_id) gid: vec3<u32>)'",
                 1,
@@ -555,22 +555,20 @@ class _Lowerer:
             if t.text == "binding" and i > 0 and toks[i - 1].text == "@":
                 raise self.error(
                     "the body declares its own @binding; declare bindings in bindings.yaml, the lowering numbers them",
-                    where(t),
-                    t.col - 1,
+                    *where(toks[i - 1]),
                 )
         self.check_workgroup_size(toks, where)
         found = _word_pointer_error(toks, self._words)
         if found is not None:
             tok, message = found
-            raise self.error(message, where(tok), tok.col)
+            raise self.error(message, *where(tok))
         if self.schema.determinism == "exact":
             appends = {f"{b.name}_append" for b in present if b.kind == "buffer" and b.append}
             for call in find_calls(body_text, appends):
                 raise self.error(
                     f"{call.text}() is unordered (atomic slot order), and this shader is determinism: exact; "
                     f"use {call.text[:-7]}_store(slot, v) with a slot you compute, or declare determinism: float_order",
-                    where(call),
-                    call.col,
+                    *where(call),
                 )
             self.check_exact_atomics(toks, where)
 
@@ -644,8 +642,7 @@ class _Lowerer:
                 "%s:%d:%d: @workgroup_size(%s) is not checked against bindings.yaml's workgroup %s (the lowering cannot evaluate it); "
                 "the host dispatches by the schema's size, so write it as literals or consts if they could differ",
                 self.wgsl_path,
-                where(tok),
-                tok.col,
+                *where(tok),
                 shown,
                 _dims(want),
             )
@@ -654,8 +651,7 @@ class _Lowerer:
         if size != want:
             raise self.error(
                 f"@workgroup_size{_dims(size)} does not match bindings.yaml's workgroup {_dims(want)}; the host dispatches by the schema's size",
-                where(tok),
-                tok.col,
+                *where(tok),
             )
 
     def check_exact_atomics(self, toks: list, where: Any) -> None:
@@ -664,7 +660,7 @@ class _Lowerer:
         found = _exact_atomic_error(toks, self.em.atomics)
         if found is not None:
             tok, message = found
-            raise self.error(message, where(tok), tok.col)  # type: ignore[attr-defined]
+            raise self.error(message, *where(tok))  # type: ignore[attr-defined]
 
 
 # WGSL's own atomics, by op (the generated NAME_atomic_* helpers are in Emitter.atomics).
@@ -1009,20 +1005,6 @@ def _chain_error(tokens_iter) -> tuple[object, str] | None:
             )
         prev = tok
     return None
-
-
-def _user_col(splices: tuple, row: int, col: int) -> int:
-    """The user's column of ``col`` on spliced body row ``row`` (0-based), as
-    :meth:`SourceMap.locate` maps it: inside a splice, the user's identifier; past one, shifted."""
-    ucol = col
-    for srow, scol, slen, ucol0, ulen in splices:
-        if srow != row:
-            continue
-        if scol <= col < scol + slen:
-            return int(ucol0)
-        if col >= scol + slen:
-            ucol -= slen - ulen
-    return ucol
 
 
 def _bracket_error(tokens_iter) -> tuple[object, str] | None:

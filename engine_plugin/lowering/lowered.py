@@ -153,6 +153,21 @@ class ColumnSlot:
     line: int = 0
 
 
+def splice_col(splices: tuple, row: int, col: int) -> int:
+    """The user's column of ``col`` on ``row`` (in the splices' own row numbering), given
+    ``splices`` ``(row, col, length, user col, user length)``: inside spliced text the user's
+    identifier, past it shifted by the lengths' difference."""
+    ucol = col
+    for srow, scol, slen, ucol0, ulen in splices:
+        if srow != row:
+            continue
+        if scol <= col < scol + slen:
+            return int(ucol0)  # inside spliced text: point at the identifier
+        if col >= scol + slen:
+            ucol -= slen - ulen
+    return ucol
+
+
 @dataclass(frozen=True)
 class SourceMap:
     """Lowered line -> the user's file and line; generated lines map to bindings.yaml.
@@ -173,16 +188,7 @@ class SourceMap:
         fidx, uline = self.entries[line - 1]
         if fidx < 0:
             return None
-        ucol = col
-        if col is not None:
-            for sl, scol, slen, ucol0, ulen in self.splices:
-                if sl != line:
-                    continue
-                if scol <= col < scol + slen:
-                    ucol = ucol0  # inside spliced text: point at the identifier
-                    break
-                if col >= scol + slen:
-                    ucol = (ucol or col) - (slen - ulen)
+        ucol = splice_col(self.splices, line, col) if col is not None else None
         text = None
         if fidx < len(self.texts):
             src_lines = self.texts[fidx].split("\n")

@@ -368,3 +368,20 @@ def test_an_entry_point_or_builtins_struct_cut_short_is_named_in_the_users_file(
         abi.program(key="t/entry_cut", schema=abi.parse(yaml, "t/ec/bindings.yaml"), wgsl=body, wgsl_path="t/ec/kernel.wgsl").variant()
     assert message in str(info.value), str(info.value)
     assert (info.value.span.line, info.value.span.col) == (line, col), str(info.value)
+
+
+@pytest.mark.parametrize("spliced", ["a_much_longer_identifier", "x"])
+def test_a_body_error_after_a_source_splice_on_its_line_is_at_the_users_column(spliced):
+    # Only entry-point errors were mapped through the splices; a body's own @binding (or a
+    # workgroup size, a shadowed name) was placed by the spliced text (review helper 132).
+    yaml = (
+        'bindings:\n  - { name: dst, kind: buffer, access: read_write, element: f32, count: "n" }\n'
+        "specialize:\n  - { name: SRC, kind: source, options: [a_much_longer_identifier, x] }\n"
+    )
+    line = "const k = SRC; @group(0) @binding(3) var<storage> extra: array<f32>;"
+    body = "const a_much_longer_identifier = 1u;\nconst x = 2u;\n" + line + "\n@compute @workgroup_size(64)\nfn main(@builtin(global_invocation_id) gid: vec3<u32>) {\n    dst_set(0u, 1.0);\n}\n"
+    program = abi.program(key="t/body_splice", schema=abi.parse(yaml, "t/bsp/bindings.yaml"), wgsl=body, wgsl_path="t/bsp/kernel.wgsl")
+    with pytest.raises(PluginError) as info:
+        program.variant({"SRC": spliced})
+    assert "declares its own @binding" in str(info.value)
+    assert (info.value.span.line, info.value.span.col) == (3, line.index("@binding") + 1)
