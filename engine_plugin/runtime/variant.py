@@ -1606,18 +1606,19 @@ class Variant:
             for what, b in (("buffer", buf), ("counter", counter)):
                 if b is not None and not (b.usage & wgpu.BufferUsage.STORAGE):
                     raise self._slot_error(slot, f"outputs[{slot.name!r}]: its {what} {b.label!r} lacks STORAGE usage")
-            if source is not None and not (slot.bits or slot.atomic) and not _same_scalar(source.element, vt):
+            holder = output_of(buf) if owned is None else None
+            typed = source or holder  # the Output whose elements the buffer holds (given, or handed out by it)
+            if typed is not None and not (slot.bits or slot.atomic) and not _same_scalar(typed.element, vt):
                 # Written in place as this binding's type: the Output would read the kernel's
                 # bits as its own type (an f32 kernel's 2.0 read back as 1073741824: review
-                # helper 130), as a read_write input of another type is refused.
+                # helpers 130, 132), as a read_write input of another type is refused.
                 raise self._slot_error(
                     slot,
-                    f"outputs[{slot.name!r}] ({vt.wgsl}) cannot take {source.element.wgsl} output {source.name!r}: "
+                    f"outputs[{slot.name!r}] ({vt.wgsl}) cannot take {typed.element.wgsl} output {typed.name!r}: "
                     "it is written in place, so it must hold the binding's own type",
                 )
             if source is not None:  # the given Output's buffers are handed out once every check passed
                 work.handouts.append((source, counter is not None and counter is source._counter))
-            holder = output_of(buf) if owned is None else None
             if holder is not None:  # an Output's handed-out buffer: its bytes are the Output's, the pool's slack is not
                 limit = holder.capacity * holder.element.bytes
                 if size * vt.bytes > limit or (cap is not None and cap * vt.bytes > limit):

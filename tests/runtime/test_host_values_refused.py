@@ -394,6 +394,9 @@ def test_an_output_of_another_scalar_type_given_back_through_outputs_is_refused(
         f32.run(n=4, inputs={"x": np.full(4, 2.0, np.float32)}, outputs={"y": words})
     with pytest.raises(DispatchError, match="written in place"):
         f32.run(n=4, inputs={"x": np.full(4, 2.0, np.float32)}, outputs={"y": {"buffer": words, "capacity": 4}})
+    for given in (words.buffer, {"buffer": words.buffer}):  # its handed-out buffer (review helper 132)
+        with pytest.raises(DispatchError, match="written in place"):
+            f32.run(n=4, inputs={"x": np.full(4, 2.0, np.float32)}, outputs={"y": given})
     np.testing.assert_array_equal(abi.read(words), np.arange(4, dtype=np.uint32))  # untouched
     floats = f32.run(n=8, inputs={"x": np.zeros(8, np.float32)}).outputs["y"]  # the same scalar, other lanes: its words
     out = v4.run(n=2, inputs={"x": np.full((2, 4), 3.0, np.float32)}, outputs={"y": floats}).outputs["y"]
