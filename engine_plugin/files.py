@@ -21,7 +21,8 @@ _CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 
 def printable(text: str) -> str:
     """``text`` for a terminal: control characters (an ESC in a file name would drive the
-    terminal: review helper 128) spelled ``\\x1b``; tabs and line breaks kept."""
+    terminal: review helper 128) spelled ``\\x1b``; tabs and newlines kept (a carriage return,
+    which could overwrite the line shown, is spelled out too)."""
     return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
 
 

@@ -80,8 +80,9 @@ class FailureRecord:
 
 
 def _gh_data(text: str) -> str:
-    # GitHub's workflow-command escaping (actions/toolkit, command.ts).
-    return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+    # GitHub's workflow-command escaping (actions/toolkit, command.ts); other control characters
+    # (an ESC in a file name) spelled out, as on the terminal (review helper 132).
+    return printable(text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A"))
 
 
 def _gh_prop(text: str) -> str:

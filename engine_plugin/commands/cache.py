@@ -8,6 +8,7 @@ import os
 import stat
 from typing import Any, Callable
 
+from ..files import printable
 from .contract import EXIT_FAILED, EXIT_OK, Reporter, UsageError, folder_arg, seconds_arg, write_json
 
 __all__ = ["add_parser", "cmd_cache", "size_arg"]
@@ -85,7 +86,7 @@ def _stats(args: argparse.Namespace, rep: Reporter, cap: int) -> int:
             data["unusable"] = [{"key": k, "reason": r} for k, r in sorted(bad.items())]
         write_json(data, "-")
     else:
-        print(f"variant cache {cache.folder}")
+        print(printable(f"variant cache {cache.folder}"))
         print(f"  entries     {st.entries}")
         print(f"  size        {fmt_bytes(st.bytes)} of {fmt_bytes(cap)} cap ({100 * st.bytes / cap:.1f}%)")
         print(f"  temp files  {st.temp_files}")
@@ -97,7 +98,7 @@ def _stats(args: argparse.Namespace, rep: Reporter, cap: int) -> int:
         if bad is not None:
             print(f"  unusable    {len(bad)}")
             for key, reason in sorted(bad.items()):
-                print(f"    {key[:16]}...  {reason}")
+                print(printable(f"    {key[:16]}...  {reason}"))
     for key, reason in sorted((bad or {}).items()):
         rep.error(f"{os.path.join(cache.folder, key)}.msgpack: unusable: {reason}")
     return EXIT_FAILED if bad else EXIT_OK

@@ -144,7 +144,7 @@ class _OneLineFormatter(logging.Formatter):
         if record.exc_info and self.verbose:
             text += "\n" + self.formatException(record.exc_info)
         if self.verbose:
-            return f"{self.prefix}: {text}"
+            return f"{self.prefix}: {printable(text)}"
         return f"{self.prefix}: {one_line(text)}"
 
 

@@ -276,3 +276,5 @@ def test_control_characters_in_an_asset_name_are_spelled_out_not_sent_to_the_ter
     assert "\x1b" not in proc.stdout + proc.stderr, explain(proc)
     assert "bad\\x1b[31mRED.computeShader/bindings.yaml:2:1" in proc.stderr, explain(proc)
     assert "bad\\x1b[31mRED.computeShader" in proc.stdout, explain(proc)
+    github = run_bake(["assets", "--cache", "cache", "--jobs", "1", "--progress", "none", "--format", "github", "-v"], cwd=str(tmp_path))
+    assert "\x1b" not in github.stdout + github.stderr and "::error file=" in github.stdout, explain(github)  # review helper 132
