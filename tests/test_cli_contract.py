@@ -108,7 +108,7 @@ def test_help_states_the_contract():
         (["cache", "stats", "--cache", "c", "--max-bytes", "inf"], "cache"),
         (["cache", "gc", "--cache", "c", "--max-bytes", "1e400K"], "cache"),
         (["bake", "--builtin", "--cache", ""], "bake"),  # wrote the entries into the current folder
-        (["cache", "clear", "--cache", " "], "cache"),
+        (["cache", "clear", "--cache", ""], "cache"),
     ],
 )
 def test_usage_errors_exit_2_with_one_prefixed_line_on_stderr_and_nothing_on_stdout(tmp_path, args, command):

@@ -124,9 +124,9 @@ def _exit_with_parent(parent: int, poll_s: float = 0.5) -> None:
 
 def _warm_worker(parent: int) -> None:
     _exit_with_parent(parent)
-    # Ctrl-C reaches the whole process group: the client handles it (cancels the queued
-    # chunks, lets the running ones finish), so a worker ignores it instead of dying mid-chunk
-    # with a traceback of its own.
+    # Ctrl-C reaches the whole process group: the client handles it (drops the queued chunks
+    # and ends the workers, see ProcessPoolRunner.__exit__), so a worker ignores it instead of
+    # dying mid-chunk with a traceback of its own.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     # Import the lowering and the runtime while the pool starts, not inside the first chunk.
     from ..runtime import compile as _compile  # noqa: F401

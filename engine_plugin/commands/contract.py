@@ -227,7 +227,7 @@ def check_under_root(path: str, root: str | None) -> None:
 def folder_arg(text: str) -> str:
     """An argparse type: a folder path that names something (``--cache ''`` wrote the cache's
     entries into the current folder: review helper 128)."""
-    if not text.strip():
+    if not text:
         raise argparse.ArgumentTypeError("an empty path names no folder (the current one is '.')")
     return text
 

@@ -43,14 +43,14 @@ def cmd_demo(args: argparse.Namespace, rep: Reporter) -> int:
         require("PIL", "the demo's PNG snapshot (or pass --snapshot '')")
         folder = os.path.dirname(os.path.abspath(snapshot))
         os.makedirs(folder, exist_ok=True)
-    from ..demo.headless import run_headless
+    from ..demo.headless import OutputFileError, run_headless
 
     demo = make()
     try:
-        quiet = open(os.devnull, "w") if rep.quiet else None
-        run_headless(demo, args.frames or 300, snapshot, out=quiet, log=args.log or None, log_every=args.log_every)
-    except OSError as exc:  # the figures log or the snapshot: a full disk, a folder /proc refuses (review helper 128)
-        raise UsageError(f"cannot write {exc.filename or 'the figures log or the snapshot'}: {exc.strerror or exc}") from None
+        with open(os.devnull, "w") as devnull:
+            run_headless(demo, args.frames or 300, snapshot, out=devnull if rep.quiet else None, log=args.log or None, log_every=args.log_every)
+    except OutputFileError as exc:  # a full disk, a folder /proc refuses: the environment's (review helpers 128, 132)
+        raise UsageError(str(exc)) from None
     finally:
         demo.close()
     where = f"snapshot {os.path.abspath(snapshot)}; " if snapshot else ""

@@ -10,12 +10,13 @@ the snapshot after N frames the same whatever the GPU's speed.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import statistics
 import sys
 import time
-from typing import Any
+from typing import Any, Iterator
 
 from ..files import json_text
 
@@ -30,6 +31,19 @@ def nearest_rank(ascending: list[float], q: float) -> float:
     list, never below the median for q >= 0.5 (the earlier floor index read the minimum as the
     p95 of two frames)."""
     return ascending[max(0, math.ceil(q * len(ascending)) - 1)] if ascending else 0.0
+
+
+class OutputFileError(Exception):
+    """The figures log or the snapshot could not be written (a full disk, a folder the system
+    will not make): the environment's, not the demo's."""
+
+
+@contextlib.contextmanager
+def _writing(path: str) -> Iterator[None]:
+    try:
+        yield
+    except OSError as exc:
+        raise OutputFileError(f"cannot write {exc.filename or path}: {exc.strerror or exc}") from None
 
 
 def run_headless(demo: Any, frames: int, snapshot: str | None = None, *, out: Any = None, log: str | None = None, log_every: int = 1) -> dict:
@@ -49,8 +63,9 @@ def run_headless(demo: Any, frames: int, snapshot: str | None = None, *, out: An
     live = console.is_terminal
     log_file = None
     if log:
-        os.makedirs(os.path.dirname(os.path.abspath(log)), exist_ok=True)
-        log_file = open(log, "w")
+        with _writing(log):
+            os.makedirs(os.path.dirname(os.path.abspath(log)), exist_ok=True)
+            log_file = open(log, "w")
     reloads_logged = 0
     t_start = time.perf_counter()
     host_frames = 0
@@ -61,12 +76,14 @@ def run_headless(demo: Any, frames: int, snapshot: str | None = None, *, out: An
             host_frames += taken
             times.append(time.perf_counter() - t0)
             if log_file is not None and ((i + 1) % max(1, log_every) == 0 or i + 1 == frames):
-                log_file.write(json_text(demo.figures.record(reloads_since=reloads_logged)) + "\n")
+                with _writing(log or ""):
+                    log_file.write(json_text(demo.figures.record(reloads_since=reloads_logged)) + "\n")
                 reloads_logged = demo.figures.reload_count
             _progress(console, live, hud, i, frames)
     finally:
         if log_file is not None:
-            log_file.close()
+            with _writing(log or ""):
+                log_file.close()
     if live:
         console.print()
     wall = time.perf_counter() - t_start
@@ -87,7 +104,8 @@ def run_headless(demo: Any, frames: int, snapshot: str | None = None, *, out: An
     if log:
         summary["log"] = log
     if snapshot:
-        demo.snapshot(snapshot)
+        with _writing(snapshot):
+            demo.snapshot(snapshot)
         summary["snapshot"] = snapshot
     console.print(
         f"{frames} frames in {wall:.2f} s ({summary['fps']:.0f} fps); frame p50 {summary['frame_ms_p50']:.2f} ms, "

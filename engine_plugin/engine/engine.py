@@ -295,6 +295,8 @@ class Engine:
                 self._claim_if_released()  # a field's first upload asks the world's dirty flags
                 self._gpu.register(product)
             except DeviceLostError as exc:
+                # Only a loss: any other error is the registration's own and registers nothing
+                # (a selection change, by contrast, never fails: see _select).
                 # A loss nobody reported yet (a reset met by the compile): the registration is
                 # sound, the device is not. Registered as after a loss the engine knew of: its
                 # fallback serves it, product_error() answers the loss, recover_gpu() brings it

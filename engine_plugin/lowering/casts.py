@@ -6,6 +6,8 @@ import numpy as np
 
 __all__ = ["cast_refusal"]
 
+_CHUNK = 1 << 20  # elements checked at once for a fraction
+
 
 def cast_refusal(arr: np.ndarray, target: np.dtype) -> str | None:
     """Why casting ``arr`` to ``target`` by value would change a value (wrap, drop a
@@ -21,10 +23,15 @@ def cast_refusal(arr: np.ndarray, target: np.dtype) -> str | None:
         if arr.dtype.kind == "f":
             if not np.all(np.isfinite(arr)):
                 return f"a NaN or infinity cannot be cast to {target.name}"
-            fractional = arr != np.trunc(arr)
-            if fractional.any():
-                bad = arr.reshape(-1)[int(np.argmax(fractional.reshape(-1)))]  # str(): 0.9 as its own dtype prints it
-                return f"value {bad!s} is not a whole number, and {target.name} holds integers; round it yourself (e.g. np.rint(arr).astype(np.{target.name})) if that is what you want"
+            # In slices: a whole-array mask and truncated copy cost 10 bytes an element at once
+            # (review helper 132); a flat view of a contiguous array copies nothing.
+            flat = arr.reshape(-1)
+            for start in range(0, flat.size, _CHUNK):
+                part = flat[start : start + _CHUNK]
+                fractional = part != np.trunc(part)
+                if fractional.any():
+                    bad = part[int(np.argmax(fractional))]  # str(): 0.9 as its own dtype prints it
+                    return f"value {bad!s} is not a whole number, and {target.name} holds integers; round it yourself (e.g. np.rint(arr).astype(np.{target.name})) if that is what you want"
         # As Python numbers: numpy compares a float32 with an int in float32, where
         # 2147483647 is 2147483648.0 (a value just past the range would pass).
         lo, hi = arr.min().item(), arr.max().item()

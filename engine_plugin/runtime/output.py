@@ -313,7 +313,7 @@ def read(x: Any, as_u32: bool = False) -> np.ndarray:
         dtype = "<u4" if as_u32 else vt.numpy_dtype
         if count:
             arr = read_words(x._buffer, 0, count * vt.bytes, dtype=dtype, name=f"output {x.name!r}")
-        elif get_context(x._buffer._device).guard.lost:  # as every read on a lost device (review helper 130)
+        elif get_context(x._buffer._device).guard.check():  # as every read on a lost device (review helpers 130, 132)
             raise DeviceLostError(LOST_HINT)
         else:
             arr = np.empty(0, dtype)
