@@ -45,11 +45,25 @@ def _spec_to_row(spec: VariantSpec) -> list:
 # took 70 s and 4.6 GB to read, in a game's close() too (review helper 128), and rows of nested
 # empty lists still took a GB for 16 MiB (review helper 132). The log is read structurally:
 # every container's count is checked from its header before anything in it is decoded, and only
-# text is decoded whole (one string at most ``_MAX_TEXT`` characters).
+# text is decoded whole (one string at most ``_MAX_TEXT`` bytes). A flush never writes what
+# these limits refuse (review helper 133: a long source value made the log unreadable, and the
+# next flush replaced it).
 MAX_USAGE_VARIANTS = 100_000  # rows, all assets together (a bake of as many takes hours)
 _MAX_ROW_ITEMS = 256  # names in a row, its tables, a table's columns
 _MAX_STRINGS = 2_000_000  # the texts of a whole log (a row of a few names holds ~8)
-_MAX_TEXT = 4096
+_MAX_TEXT = 1 << 20  # bytes of one name or value (a source specialisation's text); the file's size bounds them all
+
+
+def _row_fits(spec: VariantSpec) -> bool:
+    """Whether the reader takes ``spec``'s row: its lists and texts within the limits."""
+    texts = [t for pair in spec.values for t in pair] + [t for table, cols in spec.columns for t in (table, *cols)]
+    lists = [len(spec.values), len(spec.columns), *(len(cols) for _, cols in spec.columns)]
+    return max(lists) <= _MAX_ROW_ITEMS and all(len(t.encode("utf-8", "surrogatepass")) <= _MAX_TEXT for t in texts)
+
+
+def _row_strings(spec: VariantSpec) -> int:
+    """The texts ``spec``'s row holds (what the reader counts against ``_MAX_STRINGS``)."""
+    return 2 * len(spec.values) + sum(1 + len(cols) for _, cols in spec.columns)
 
 
 class _Oversized(ValueError):
@@ -220,18 +234,36 @@ class UsageLog:
             self._dirty.clear()
         try:
             os.makedirs(os.path.dirname(self.path), exist_ok=True)
+            unfit = {item for item in pending if not _row_fits(item[1])}
+            if unfit:
+                pending -= unfit
+                log.warning(
+                    "usage log %s: %d variant(s) not recorded: a name or value past %d bytes, or a list past %d items (%s)",
+                    self.path,
+                    len(unfit),
+                    _MAX_TEXT,
+                    _MAX_ROW_ITEMS,
+                    min(asset for asset, _ in unfit),
+                )
             with _locked(self.path):
                 found, replaceable = _load(self.path)
                 merged = {asset: set(specs) for asset, specs in found.items()}
                 for asset, spec in pending:
                     merged.setdefault(asset, set()).add(spec)
-                # A log past the reader's cap is never replaced, nor written: a game that ran
+                # A log past the reader's caps is never replaced, nor written: a game that ran
                 # long would lose every record, and a reader would refuse the file (review
-                # helper 132: one record past the cap emptied it).
-                if not replaceable or sum(len(v) for v in merged.values()) > MAX_USAGE_VARIANTS:
+                # helpers 132, 133: one record past a cap emptied it).
+                rows = sum(len(v) for v in merged.values())
+                texts = sum(_row_strings(spec) for specs in merged.values() for spec in specs) + len(merged) + 8  # + the header's
+                if not replaceable or rows > MAX_USAGE_VARIANTS or texts > _MAX_STRINGS:
                     if not self._full:
                         self._full = True
-                        log.warning("usage log %s: more than %d variants; this game's new records are not added", self.path, MAX_USAGE_VARIANTS)
+                        log.warning(
+                            "usage log %s holds what it may (at most %d variants, %d names); this game's new records are not added",
+                            self.path,
+                            MAX_USAGE_VARIANTS,
+                            _MAX_STRINGS,
+                        )
                     return False
                 doc = {
                     "magic": _MAGIC,

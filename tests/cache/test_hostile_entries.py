@@ -485,3 +485,34 @@ def test_a_usage_log_at_the_variant_limit_is_read_whole(tmp_path):
     rows.append([[["T", "one more"]], []])
     path.write_bytes(msgpack.packb({"magic": "engine_plugin.usage", "format": 1, "assets": {"k/a.computeShader": rows}}))
     assert read_usage(str(path)) == {}
+
+
+def test_a_usage_log_round_trips_whatever_a_flush_writes(tmp_path, monkeypatch, caplog):
+    # A 4,550-character source value (or 2,000 euro signs, 6,000 bytes) was written and then
+    # read as malformed, and the next game's flush replaced the log (review helper 133). What
+    # the reader would refuse is never written: a row past its limits is left out (said), a log
+    # past the name cap is not grown.
+    from engine_plugin.cache import UsageLog, read_usage
+    from engine_plugin.cache import usage as usage_module
+    from engine_plugin.lowering import VariantSpec
+
+    path = str(tmp_path / "usage.msgpack")
+    first = UsageLog(path)
+    first.record("a.computeShader", VariantSpec((("BODY", "x"),)))
+    first.record("b.computeShader", VariantSpec((("BODY", "v = v + 1.0; " * 350),)))
+    first.record("c.computeShader", VariantSpec((("BODY", "\u20ac" * 2000),)))
+    assert first.flush()
+    second = UsageLog(path)
+    second.record("d.computeShader", VariantSpec((("BODY", "y"),)))
+    second.record("e.computeShader", VariantSpec(tuple((f"N{k:03d}", "1") for k in range(300))))  # 300 names in a row: left out
+    with caplog.at_level(logging.WARNING, logger="engine_plugin.cache"):
+        assert second.flush()
+    assert sorted(read_usage(path)) == ["a.computeShader", "b.computeShader", "c.computeShader", "d.computeShader"]
+    assert any("1 variant(s) not recorded" in r.getMessage() for r in caplog.records)
+    monkeypatch.setattr(usage_module, "_MAX_STRINGS", 20)  # the names cap, lowered: a flush past it writes nothing
+    third = UsageLog(path)
+    for k in range(10):
+        third.record("f.computeShader", VariantSpec((("BODY", str(k)),)))
+    before = open(path, "rb").read()
+    assert not third.flush()
+    assert open(path, "rb").read() == before
