@@ -13,6 +13,7 @@ import sys
 from typing import Sequence
 
 from .commands.contract import CONTRACT, EXIT_FAILED, EXIT_USAGE, OneLineParser, Reporter, configure_logging
+from .files import printable
 
 __all__ = ["build_parser", "main"]
 
@@ -100,7 +101,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args, extra = parser.parse_known_args(args_list)
     if extra:
-        print(f"engine-plugin {args.command}: unrecognized arguments: {' '.join(extra)} (see: engine-plugin {args.command} --help)", file=sys.stderr)
+        print(printable(f"engine-plugin {args.command}: unrecognized arguments: {' '.join(extra)} (see: engine-plugin {args.command} --help)"), file=sys.stderr)
         return EXIT_USAGE
     verbosity = -1 if args.quiet else int(args.verbose or 0)
     rep = Reporter(args.command, verbosity)

@@ -16,14 +16,21 @@ from typing import Any
 __all__ = ["json_text", "printable", "shown_path", "write_atomic"]
 
 
-_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\ud800-\udfff]")
 
 
 def printable(text: str) -> str:
     """``text`` for a terminal: control characters (an ESC in a file name would drive the
     terminal: review helper 128) spelled ``\\x1b``; tabs and newlines kept (a carriage return,
     which could overwrite the line shown, is spelled out too)."""
-    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+    return _CONTROL.sub(_spelled, text)
+
+
+def _spelled(m: re.Match) -> str:
+    code = ord(m.group())
+    if 0xDC80 <= code <= 0xDCFF:  # a byte no UTF-8 holds, kept as a surrogate (0x9b is a terminal's CSI)
+        return f"\\x{code - 0xDC00:02x}"
+    return f"\\u{code:04x}" if code > 0xFF else f"\\x{code:02x}"
 
 
 def shown_path(path: str) -> str:

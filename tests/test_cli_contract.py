@@ -424,3 +424,18 @@ def test_a_demo_log_the_disk_refuses_is_an_environment_error(tmp_path, log, why)
     assert done.returncode == 2, done.stderr
     line = one_error_line(done, "demo")
     assert why in line and "bug" not in line, line
+
+
+def test_info_lower_and_argument_errors_spell_out_control_characters(tmp_path):
+    # An ESC in an asset folder's name (or a source option, a comment) reached the terminal raw
+    # through info's table, lower's header and the unrecognized-arguments line (review helper 133).
+    import shutil
+
+    asset = tmp_path / "e\x1b[31mred.computeShader"
+    shutil.copytree(os.path.join(REPO, "assets", "seed", "seed.computeShader"), asset)
+    wgsl = asset / "kernel.wgsl"
+    wgsl.write_text("// hi \x1b[31mRED\x1b[0m\n" + wgsl.read_text())
+    for args in (("info", str(tmp_path)), ("lower", str(asset)), ("info", str(tmp_path), str(asset))):
+        done = cli(*args, cwd=str(tmp_path))
+        assert "\x1b" not in done.stdout + done.stderr, (args, done.stdout[-400:], done.stderr[-400:])
+        assert "\\x1b[31m" in done.stdout + done.stderr, (args, done.stdout[-400:], done.stderr[-400:])

@@ -176,7 +176,7 @@ def cmd_bake(args: argparse.Namespace, rep: Reporter | None = None) -> int:
     elif report.remote is not None and not report.remote.get("reachable"):
         # Quiet says nothing of a good bake, but a farm job meant to fill the tier must hear
         # that it did not (it printed nothing and exited 0, review helper 123).
-        print(f"engine-plugin bake: {report.remote_line()}", file=sys.stderr, flush=True)
+        print(printable(f"engine-plugin bake: {report.remote_line()}"), file=sys.stderr, flush=True)
     if args.format == "github":
         for line in report.github_annotations():
             print(line, flush=True)

@@ -9,6 +9,7 @@ import sys
 from typing import Any, Sequence
 
 from ..errors import PluginError
+from ..files import printable
 from .contract import EXIT_FAILED, EXIT_OK, ROOT_HELP, Reporter, UsageError, check_asset_path, check_under_root, write_json
 
 __all__ = ["add_parsers", "cmd_info", "cmd_lower", "asset_info"]
@@ -53,11 +54,11 @@ def cmd_lower(args: argparse.Namespace, rep: Reporter) -> int:
     lowered = lower(schema, src.wgsl_text, spec, columns=columns, wgsl_path=src.wgsl_path, modules=src.module_texts)
     issues = portability_issues(lowered)
     for issue in issues:
-        print(f"engine-plugin lower: {issue}", file=sys.stderr)
+        print(printable(f"engine-plugin lower: {issue}"), file=sys.stderr)
     if issues and args.strict:
         print(f"engine-plugin lower: refused (--strict): {len(issues)} portability issue(s) beyond WebGPU's default limits", file=sys.stderr)
         return EXIT_FAILED
-    print(lowered.numbered_source() if args.numbered else lowered.source, end="")
+    print(printable(lowered.numbered_source() if args.numbered else lowered.source), end="")  # WGSL has no control characters but in comments
     return EXIT_OK
 
 
@@ -130,12 +131,14 @@ def cmd_info(args: argparse.Namespace, rep: Reporter) -> int:
     require("rich", "engine-plugin info's tables (or use --json)")
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
 
     console = Console()
     for info in infos:
         if "error" in info:
             continue  # said on stderr above
-        table = Table(title=f"{info['asset']}  ({info['variants']} variants, {'extended' if info['extended'] else 'plain'} ABI)")
+        # Text, not markup (a folder named [red]... styled the title), control characters spelled out
+        table = Table(title=Text(printable(f"{info['asset']}  ({info['variants']} variants, {'extended' if info['extended'] else 'plain'} ABI)")))
         for col in ("binding", "kind", "access", "element", "size", "flags"):
             table.add_column(col)
         for b in info["bindings"]:
@@ -145,14 +148,14 @@ def cmd_info(args: argparse.Namespace, rep: Reporter) -> int:
                 flags += f" when {b['when']}"
             if b["page"]:
                 flags += f" page {b['page']}"
-            table.add_row(b["name"], b["kind"], b["access"], b["element"] or "", size, flags.strip())
+            table.add_row(*(Text(printable(str(v))) for v in (b["name"], b["kind"], b["access"], b["element"] or "", size, flags.strip())))
         console.print(table)
         for sp in info["specialize"]:
             opts = ", ".join(sp["options"]) if sp["options"] else "(source text)"
             default = f" default {sp['default']!r}" if sp["default"] is not None else ""
-            console.print(f"  specialize {sp['name']} ({sp['kind']}): {opts}{default}", markup=False, highlight=False)
+            console.print(printable(f"  specialize {sp['name']} ({sp['kind']}): {opts}{default}"), markup=False, highlight=False)
         for p in info["params"]:
-            console.print(f"  param {p['name']}: {p['type']}", markup=False, highlight=False)
+            console.print(printable(f"  param {p['name']}: {p['type']}"), markup=False, highlight=False)
         console.print(f"  determinism {info['determinism']}, workgroup {info['workgroup']}", markup=False, highlight=False)
         if info["extra_files"]:
             rep.note(f"{info['asset']}: files ignored in the asset: {', '.join(info['extra_files'])}")
