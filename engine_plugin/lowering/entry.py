@@ -233,15 +233,20 @@ def _struct_members(toks: list[Token], at: int | None) -> list[tuple[Token, str 
         if j >= close or toks[j].kind != "ident":
             raise EntryError(toks[min(j, len(toks) - 1)], f"a member of struct {toks[at + 1].text} without a name")
         member = toks[j]
-        depth = 0
-        start = j
-        while j < close and not (toks[j].text == "," and depth == 0):
-            depth += {"<": 1, ">": -1, "(": 1, ")": -1}.get(toks[j].text, 0)
-            j += 1
-        declared = "".join(t.text for t in toks[start + 2 : j]) if start + 1 < j and toks[start + 1].text == ":" else ""
+        declared, j = _declared_type(toks, j, close)
         members.append((member, builtin, declared))
         j += 1  # past the comma (or onto the brace)
     return members
+
+
+def _declared_type(toks: list[Token], j: int, close: int) -> tuple[str, int]:
+    """For the name at ``toks[j]`` (a parameter or member): its type's text ("" when it has
+    none), and the index of the comma ending it (or ``close``)."""
+    depth, start = 0, j
+    while j < close and not (toks[j].text == "," and depth == 0):
+        depth += {"<": 1, ">": -1, "(": 1, ")": -1}.get(toks[j].text, 0)
+        j += 1
+    return ("".join(t.text for t in toks[start + 2 : j]) if start + 1 < j and toks[start + 1].text == ":" else ""), j
 
 
 def _attributes(toks: list[Token], j: int, close: int) -> tuple[str | None, int]:
@@ -318,12 +323,7 @@ def wrap_entry(
         if j >= close_i or toks[j].kind != "ident":
             raise EntryError(toks[min(j, close_i)], "a parameter of main without a name")
         param = toks[j]
-        depth = 0
-        start = j
-        while j < close_i and not (toks[j].text == "," and depth == 0):
-            depth += {"<": 1, ">": -1, "(": 1, ")": -1}.get(toks[j].text, 0)
-            j += 1
-        declared = "".join(t.text for t in toks[start + 2 : j]) if start + 1 < j and toks[start + 1].text == ":" else ""
+        declared, j = _declared_type(toks, j, close_i)
         # Judged through the body's aliases and the type specialisations: a wrong type would
         # be a type error at the generated main's call, which names no line of the user's. A
         # type naming what this body does not declare (a module's alias) is naga's to judge.
