@@ -67,7 +67,7 @@ def _row_strings(spec: VariantSpec) -> int:
 
 
 class _Oversized(ValueError):
-    """A usage log holding more than MAX_USAGE_VARIANTS variants: read as none, never replaced."""
+    """A usage log past MAX_USAGE_VARIANTS variants or _MAX_STRINGS names: read as none, never replaced."""
 
 
 class _Reader:

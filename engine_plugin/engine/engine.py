@@ -295,12 +295,11 @@ class Engine:
                 self._claim_if_released()  # a field's first upload asks the world's dirty flags
                 self._gpu.register(product)
             except DeviceLostError as exc:
-                # Only a loss: any other error is the registration's own and registers nothing
-                # (a selection change, by contrast, never fails: see _select).
                 # A loss nobody reported yet (a reset met by the compile): the registration is
                 # sound, the device is not. Registered as after a loss the engine knew of: its
                 # fallback serves it, product_error() answers the loss, recover_gpu() brings it
-                # back (it raised, and the product was dropped: review helper 127).
+                # back (it raised, and the product was dropped: review helper 127). Any other
+                # error is the registration's own and registers nothing (below).
                 self._gpu.release(product)
                 product.fail(exc, off_gpu=True)
                 log.warning("product %r runs on its CPU fallback: the GPU was lost while it was registered:\n%s", key, exc)

@@ -93,11 +93,16 @@ def _blank(chars: list[str], start: int, end: int) -> None:
             chars[k] = " "
 
 
+_CLOSING = {"(": ")", "{": "}", "[": "]"}
+
+
 def _matching(toks: list[Token], i: int) -> int:
-    """Index of the token closing the bracket at ``toks[i]``."""
+    """Index of the token closing the bracket at ``toks[i]`` (``(``, ``{`` or ``[``)."""
+    opening = toks[i].text
+    step = {opening: 1, _CLOSING[opening]: -1}
     depth = 0
     for j in range(i, len(toks)):
-        depth += {"(": 1, ")": -1}.get(toks[j].text, 0)
+        depth += step.get(toks[j].text, 0)
         if depth == 0:
             return j
     return len(toks) - 1
@@ -156,10 +161,9 @@ class _Aliases:
         stack, open_ = [(root, False)], set()
         while stack:
             name, finish = stack.pop()
-            if finish:
+            if finish:  # every alias it names is expanded by now (None in a cycle): one pass
                 open_.discard(name)
-                deps = set(_IDENT.findall(self.aliases[name])) & self.aliases.keys()
-                memo[name] = None if any(memo.get(d, None) is None for d in deps) else self._substitute(self.aliases[name])
+                memo[name] = self._substitute(self.aliases[name])
                 continue
             if name in memo:
                 continue
@@ -220,12 +224,7 @@ def _struct_members(toks: list[Token], at: int | None) -> list[tuple[Token, str 
     """
     if at is None:
         return []
-    close, depth = len(toks), 0
-    for k in range(at + 2, len(toks)):
-        depth += {"{": 1, "}": -1}.get(toks[k].text, 0)
-        if depth == 0:
-            close = k
-            break
+    close = _matching(toks, at + 2)
     j = at + 3
     members: list[tuple[Token, str | None, str]] = []
     while j < close:

@@ -196,7 +196,7 @@ class _Lowerer:
         self._words = self.word_bindings(present)
         for m, text, toks in zip(modules, module_texts, module_toks):
             self.check_module(m, text, toks)
-        self.check_body(body_text, body_toks, body.user_lines, body.splices, present)
+        self.check_body(body_text, body_toks, body, present)
         wx, wy, wz = self.workgroup
         all_text = "\n".join(tuple(ln for ml in module_lines for ln in ml) + tuple(body.lines))
         all_toks = list(tokens(all_text))  # the modules and the body, once for both generated resets
@@ -215,12 +215,7 @@ class _Lowerer:
                 body.lines, body.splices, self.workgroup, f"{INIT_FN}(zero_lii);" if init else None, type_values, f"{PRIVATE_INIT_FN}();" if reset else None
             )
         except EntryError as exc:
-            row = exc.token.line - 1
-            # The token's column is in the spliced body: a source specialisation earlier on its
-            # line moved it (review helper 129: the caret sat past the line's end).
-            raise self.error(
-                exc.message, body.user_lines[row] if row < len(body.user_lines) else exc.token.line, splice_col(body.splices, row, exc.token.col)
-            ) from None
+            raise self.error(exc.message, *_user_position(body, exc.token)) from None
         self.check_builtin_shadows((init or "") + "\n" + (reset or ""))
         # WGSL's directives open the module: those opening the body and each module go above
         # every generated declaration, each line mapped to the user's line (rows stay put).
@@ -518,12 +513,9 @@ class _Lowerer:
             if t.text == "binding" and i > 0 and toks[i - 1].text == "@":
                 raise fail(f"module {module.name} declares a @binding; bindings belong to each asset's bindings.yaml", t.line, t.col - 1)
 
-    def check_body(self, body_text: str, toks: list, user_lines: tuple[int, ...], splices: tuple, present: list[Binding]) -> None:
+    def check_body(self, body_text: str, toks: list, body: SplicedBody, present: list[Binding]) -> None:
         def where(tok: Token) -> tuple[int, int]:
-            """The user's (line, column) of a body token: a source specialisation spliced earlier
-            on its line moves its column (review helper 132)."""
-            row = tok.line - 1
-            return (user_lines[row] if row < len(user_lines) else tok.line), splice_col(splices, row, tok.col)
+            return _user_position(body, tok)
 
         self.check_brackets(toks, where)
         decls = module_declarations(body_text)
@@ -661,6 +653,13 @@ class _Lowerer:
         if found is not None:
             tok, message = found
             raise self.error(message, *where(tok))  # type: ignore[attr-defined]
+
+
+def _user_position(body: SplicedBody, tok: Token) -> tuple[int, int]:
+    """The user's (line, column) of a token of the spliced ``body``: a source specialisation
+    spliced earlier on its line moves its column (review helpers 129, 132)."""
+    row = tok.line - 1
+    return (body.user_lines[row] if row < len(body.user_lines) else tok.line), splice_col(body.splices, row, tok.col)
 
 
 # WGSL's own atomics, by op (the generated NAME_atomic_* helpers are in Emitter.atomics).

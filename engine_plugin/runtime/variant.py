@@ -673,7 +673,7 @@ class Variant:
             raise self._slot_error(
                 slot, f"input {slot.name!r} ({vt.wgsl}) cannot take {count} {value.element.wgsl} elements of {value.name!r}: not a whole number of elements"
             )
-        if value.element.scalar == vt.scalar or slot.bits or slot.atomic:
+        if _same_scalar(value.element, vt) or slot.bits or slot.atomic:
             return _Bound(value._buffer, words // vt.lanes, 0, _binding_size(words * 4))
         if slot.role == "inout":  # the kernel would write a converted copy, not the caller's output
             raise self._slot_error(
