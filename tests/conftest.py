@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import tempfile
 
 import pytest
@@ -17,6 +18,23 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 def pytest_addoption(parser):
     parser.addoption("--regen-golden", action="store_true", help="rewrite golden files instead of comparing")
+
+
+@pytest.fixture
+def deadline(request):
+    """Fail (rather than hang the suite) when the test body blocks for 10 s, or the seconds of
+    its ``@pytest.mark.deadline(seconds)``: a guard against a hang, not a timing."""
+    marker = request.node.get_closest_marker("deadline")
+    seconds = int(marker.args[0]) if marker is not None else 10
+
+    def expired(*_):
+        raise TimeoutError(f"{request.node.name}: blocked for {seconds} s")
+
+    old = signal.signal(signal.SIGALRM, expired)
+    signal.alarm(seconds)
+    yield
+    signal.alarm(0)
+    signal.signal(signal.SIGALRM, old)
 
 
 @pytest.fixture(scope="session")

@@ -7,7 +7,6 @@ from __future__ import annotations
 import logging
 import os
 import shutil
-import signal
 
 import pytest
 
@@ -92,17 +91,6 @@ def test_bake_refuses_an_asset_linking_outside_what_it_was_asked_to_bake(tmp_pat
     (failure,) = report.failures
     assert "outside the asset root" in failure.failure.headline and SECRET not in failure.failure.rendered
 
-
-@pytest.fixture
-def deadline():
-    def expired(*_):
-        raise TimeoutError("blocked for 10 s reading an asset")
-
-    old = signal.signal(signal.SIGALRM, expired)
-    signal.alarm(10)
-    yield
-    signal.alarm(0)
-    signal.signal(signal.SIGALRM, old)
 
 
 def test_a_fifo_in_place_of_an_asset_file_is_refused_not_a_hang(tmp_path, deadline):

@@ -8,7 +8,6 @@ from __future__ import annotations
 import logging
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import textwrap
@@ -248,19 +247,6 @@ def test_an_entry_stamped_in_the_future_is_evicted_first(tmp_path):
     assert old not in {i.key for i in cache.entries()} and fresh in {i.key for i in cache.entries()}
 
 
-@pytest.fixture
-def deadline():
-    """Fail (rather than hang the suite) when the test body blocks for 10 s."""
-
-    def expired(*_):
-        raise TimeoutError("blocked for 10 s on a hostile cache entry")
-
-    old = signal.signal(signal.SIGALRM, expired)
-    signal.alarm(10)
-    yield
-    signal.alarm(0)
-    signal.signal(signal.SIGALRM, old)
-
 
 def test_verify_and_gc_report_non_regular_files_without_opening_them(tmp_path, deadline):
     cache, key, lowered = _cache_with_entry(tmp_path)
@@ -400,11 +386,24 @@ def _usage_doc(assets_header: bytes, body: bytes) -> bytes:
     return head + msgpack.packb("assets") + assets_header + body
 
 
+def _peak_reading_nothing(path, caplog) -> int:
+    """The peak traced memory of reading the usage log at ``path``, which must answer nothing."""
+    from engine_plugin.cache import read_usage
+
+    tracemalloc.start()
+    try:
+        with caplog.at_level(logging.WARNING, logger="engine_plugin.cache"):
+            assert read_usage(str(path)) == {}
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
 @pytest.mark.parametrize("shape", ["rows", "assets"])
 def test_a_planted_usage_log_of_millions_of_rows_is_ignored_from_its_headers(tmp_path, deadline, caplog, shape):
     # 22 million empty rows (63 MiB, under the entry cap) took 70 s and 4.6 GB to read, in a
     # game's close() too (its flush merges the log on disk): review helper 128.
-    from engine_plugin.cache import UsageLog, read_usage
+    from engine_plugin.cache import UsageLog
     from engine_plugin.lowering import VariantSpec
 
     n = 63 * 1024 * 1024 // 3
@@ -414,13 +413,7 @@ def test_a_planted_usage_log_of_millions_of_rows_is_ignored_from_its_headers(tmp
         doc = _usage_doc(b"\xdf" + n.to_bytes(4, "big"), b"".join(msgpack.packb(f"k{i}") + b"\x90" for i in range(200_000)))
     path = tmp_path / "usage.msgpack"
     path.write_bytes(doc)
-    tracemalloc.start()
-    try:
-        with caplog.at_level(logging.WARNING, logger="engine_plugin.cache"):
-            assert read_usage(str(path)) == {}
-        peak = tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
+    peak = _peak_reading_nothing(path, caplog)
     assert peak < 3 * len(doc), peak  # the file's bytes, not millions of rows (4.6 GB before)
     assert any("too large" in r.getMessage() and "100000" in r.getMessage() for r in caplog.records)
     usage = UsageLog(str(path))  # a game's close(): a log past the cap is kept as it is, not merged into
@@ -440,13 +433,7 @@ def test_a_usage_log_row_of_nested_empty_lists_is_refused_before_it_is_decoded(t
     doc = _usage_doc(b"\x81" + msgpack.packb("k/a.computeShader") + b"\x91", row)
     path = tmp_path / "usage.msgpack"
     path.write_bytes(doc)
-    tracemalloc.start()
-    try:
-        with caplog.at_level(logging.WARNING, logger="engine_plugin.cache"):
-            assert read_usage(str(path)) == {}
-        peak = tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
+    peak = _peak_reading_nothing(path, caplog)
     assert peak < 3 * len(doc), peak  # the bytes and the reader's copy of them (1.2 GB before)
     assert any("malformed" in r.getMessage() for r in caplog.records)
     usage = UsageLog(str(path))  # malformed (not past the cap): the game's records replace it

@@ -5,7 +5,6 @@ naga's arena handles (``[8]``)."""
 from __future__ import annotations
 
 import re
-import signal
 
 import numpy as np
 
@@ -298,21 +297,9 @@ def test_a_long_alias_chain_to_a_wrong_type_is_still_named_at_its_parameter():
     assert "not A19 (vec3<i32>)" in str(info.value) and info.value.span.line == head.count("\n") + 2
 
 
-@pytest.fixture
-def deadline_30s():
-    """Fail (rather than hang the suite) when the test body blocks for 30 s."""
 
-    def expired(*_):
-        raise TimeoutError("lowering blocked for 30 s")
-
-    old = signal.signal(signal.SIGALRM, expired)
-    signal.alarm(30)
-    yield
-    signal.alarm(0)
-    signal.signal(signal.SIGALRM, old)
-
-
-def test_a_chain_of_thousands_of_aliases_typing_every_builtin_lowers_once_each(deadline_30s):
+@pytest.mark.deadline(30)
+def test_a_chain_of_thousands_of_aliases_typing_every_builtin_lowers_once_each(deadline):
     # 6,000 aliases in a chain typing 1,000 struct members: every member re-expanded the chain,
     # one regex a step, 97 s (a hang for a bake or a reload); each alias is expanded once now
     # (review helper 129). A hang guard, not a timing: it lowers in about a second.
@@ -324,20 +311,44 @@ def test_a_chain_of_thousands_of_aliases_typing_every_builtin_lowers_once_each(d
     np.testing.assert_array_equal(abi.read(variant.run(n=5).outputs["dst"]), np.arange(5, dtype=np.float32))
 
 
+SPLICE_YAML = (
+    'bindings:\n  - { name: dst, kind: buffer, access: read_write, element: f32, count: "n" }\n'
+    "specialize:\n  - { name: SRC, kind: source, options: [a_much_longer_identifier, x] }\n"
+)
+SPLICE_ENTRY_LINE = "struct In { @builtin(workgroup_id) SRC: vec3u, @builtin(global_invocation_id) gid: vec3<i32>, }"
+SPLICE_BODY_LINE = "const k = SRC; @group(0) @binding(3) var<storage> extra: array<f32>;"
+
+
 @pytest.mark.parametrize("spliced", ["a_much_longer_identifier", "x"])
-def test_an_entry_point_error_after_a_source_splice_on_its_line_is_at_the_users_column(spliced):
-    # The column was the spliced text's: past the line's end, or two columns early (helper 129).
-    yaml = (
-        'bindings:\n  - { name: dst, kind: buffer, access: read_write, element: f32, count: "n" }\n'
-        "specialize:\n  - { name: SRC, kind: source, options: [a_much_longer_identifier, x] }\n"
-    )
-    line = "struct In { @builtin(workgroup_id) SRC: vec3u, @builtin(global_invocation_id) gid: vec3<i32>, }"
-    body = line + "\n@compute @workgroup_size(64)\nfn main(ids: In) {\n    dst_set(0u, 1.0);\n}\n"
-    program = abi.program(key="t/entry_splice", schema=abi.parse(yaml, "t/es/bindings.yaml"), wgsl=body, wgsl_path="t/es/kernel.wgsl")
+@pytest.mark.parametrize(
+    ("body", "line", "col", "message"),
+    [
+        # An entry-point error: the column was the spliced text's, past the line's end or two
+        # columns early (review helper 129).
+        (
+            SPLICE_ENTRY_LINE + "\n@compute @workgroup_size(64)\nfn main(ids: In) {\n    dst_set(0u, 1.0);\n}\n",
+            1,
+            SPLICE_ENTRY_LINE.index(" gid:") + 2,
+            "is vec3<u32>, not vec3<i32>",
+        ),
+        # A body error (its own @binding; a workgroup size, a shadowed name alike): only
+        # entry-point errors were mapped through the splices (review helper 132).
+        (
+            "const a_much_longer_identifier = 1u;\nconst x = 2u;\n"
+            + SPLICE_BODY_LINE
+            + "\n@compute @workgroup_size(64)\nfn main(@builtin(global_invocation_id) gid: vec3<u32>) {\n    dst_set(0u, 1.0);\n}\n",
+            3,
+            SPLICE_BODY_LINE.index("@binding") + 1,
+            "declares its own @binding",
+        ),
+    ],
+)
+def test_an_error_after_a_source_splice_on_its_line_is_at_the_users_column(spliced, body, line, col, message):
+    program = abi.program(key=f"t/splice_{line}", schema=abi.parse(SPLICE_YAML, "t/sp/bindings.yaml"), wgsl=body, wgsl_path="t/sp/kernel.wgsl")
     with pytest.raises(PluginError) as info:
         program.variant({"SRC": spliced})
-    assert "is vec3<u32>, not vec3<i32>" in str(info.value)
-    assert (info.value.span.line, info.value.span.col) == (1, line.index(" gid:") + 2)
+    assert message in str(info.value)
+    assert (info.value.span.line, info.value.span.col) == (line, col)
 
 
 @pytest.mark.parametrize("name", ["zero_g", "zero_step", "zero_lii"])
@@ -368,20 +379,3 @@ def test_an_entry_point_or_builtins_struct_cut_short_is_named_in_the_users_file(
         abi.program(key="t/entry_cut", schema=abi.parse(yaml, "t/ec/bindings.yaml"), wgsl=body, wgsl_path="t/ec/kernel.wgsl").variant()
     assert message in str(info.value), str(info.value)
     assert (info.value.span.line, info.value.span.col) == (line, col), str(info.value)
-
-
-@pytest.mark.parametrize("spliced", ["a_much_longer_identifier", "x"])
-def test_a_body_error_after_a_source_splice_on_its_line_is_at_the_users_column(spliced):
-    # Only entry-point errors were mapped through the splices; a body's own @binding (or a
-    # workgroup size, a shadowed name) was placed by the spliced text (review helper 132).
-    yaml = (
-        'bindings:\n  - { name: dst, kind: buffer, access: read_write, element: f32, count: "n" }\n'
-        "specialize:\n  - { name: SRC, kind: source, options: [a_much_longer_identifier, x] }\n"
-    )
-    line = "const k = SRC; @group(0) @binding(3) var<storage> extra: array<f32>;"
-    body = "const a_much_longer_identifier = 1u;\nconst x = 2u;\n" + line + "\n@compute @workgroup_size(64)\nfn main(@builtin(global_invocation_id) gid: vec3<u32>) {\n    dst_set(0u, 1.0);\n}\n"
-    program = abi.program(key="t/body_splice", schema=abi.parse(yaml, "t/bsp/bindings.yaml"), wgsl=body, wgsl_path="t/bsp/kernel.wgsl")
-    with pytest.raises(PluginError) as info:
-        program.variant({"SRC": spliced})
-    assert "declares its own @binding" in str(info.value)
-    assert (info.value.span.line, info.value.span.col) == (3, line.index("@binding") + 1)
