@@ -285,10 +285,11 @@ def made_by_other_open_batch(buffer: Any) -> bool:
     holds an earlier user's data), and that batch is not this one's to submit. This thread's
     own batches keep their runs in order, so their outputs chain as usual (and a read flushes
     them first)."""
-    if not _open:
+    makers = [b for b in tuple(_open) if isinstance(b, Batch) and buffer in b._made]
+    if not makers:  # the common case: no batch open, or only the deferred run (not a Batch)
         return False
     mine = {id(b) for b in _mine(_stack.get())}
-    return any(isinstance(b, Batch) and id(b) not in mine and buffer in b._made for b in tuple(_open))
+    return any(id(b) not in mine for b in makers)
 
 
 def _waiting_for(obj: Any) -> list[list]:
@@ -319,7 +320,10 @@ def current_batch() -> Batch | None:
 
 def flush_current_batch() -> None:
     """Submit what this thread's open batches recorded so far (a read is about to wait on it)."""
-    for b in _mine(_stack.get()):
+    stack = _stack.get()
+    if not stack:
+        return
+    for b in _mine(stack):
         if b.pending:
             b.flush()
 

@@ -79,13 +79,15 @@ class _Deferred:
 
 def defer(variant: Any, data: bytes, bind_group: Any, groups: tuple, ops: list, temps: list, touched: list, extra: list) -> None:
     """Record a checked run as the deferred one (submitting any earlier deferred run first).
-    Its params are written now (queue order puts the write before its later submission)."""
+    Its params are written now unless its ring slot holds them already (``place``)."""
     with _lock:
         if PENDING[0] is not None:
             flush_deferred()
-        ring = variant._ring
-        offset = ring.take()
-        variant.ctx.queue.write_buffer(ring.buffer, offset, data)
+        # The slot the variant's last run left these very bytes in (a repeat's params are one
+        # bytes object), else a fresh slot written now: queue order puts any write before the
+        # run's later submission, and a later take() cannot reach the slot before this run
+        # is submitted (every run, batch and prepare submits the deferred run first).
+        offset = variant._ring.place(variant.ctx.queue, data)
         record = (variant.compiled.pipeline, bind_group, offset, groups, ops)
         d = _Deferred(variant.ctx, extra + [record] if extra else [record], temps, variant._pool, set(touched))
         register_open(d)

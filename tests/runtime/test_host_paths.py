@@ -142,6 +142,49 @@ def test_a_one_shot_run_then_read_costs_one_submission(axpy, submits):
     assert submits[0] == 1
 
 
+@pytest.fixture
+def params_writes(monkeypatch, axpy):
+    """Counts queue.write_buffer calls into the axpy variant's params ring."""
+    queue = get_context().queue
+    real = type(queue).write_buffer
+    count = [0]
+
+    def counting(self, buffer, *args, **kwargs):
+        count[0] += buffer is axpy._ring.buffer
+        return real(self, buffer, *args, **kwargs)
+
+    monkeypatch.setattr(type(queue), "write_buffer", counting)
+    return count
+
+
+def test_repeated_one_shots_write_unchanged_params_once_and_read_every_value_right(axpy, params_writes):
+    """A one-shot repeating its params binds the slot its last run left them in (as an
+    immediate repeat does); interleaved with other params, prepared runs and batches, every
+    run still reads its own params."""
+    flush()
+    x = XS + 3.0
+    for _ in range(3):  # a repeat: one checked run, then the same call again
+        np.testing.assert_array_equal(abi.read(axpy.run(256, inputs={"x": x}, params={"a": 2.0}).outputs["y"]), 2.0 * x + 1.0)
+    params_writes[0] = 0
+    for _ in range(5):
+        np.testing.assert_array_equal(abi.read(axpy.run(256, inputs={"x": x}, params={"a": 2.0}).outputs["y"]), 2.0 * x + 1.0)
+    assert params_writes[0] == 0  # the slot holds these very bytes: nothing written again
+    # Other params between repeats, from a batch, and a deferred run left pending while a
+    # batch and a second variant's run go first: each reads its own params.
+    deferred = axpy.run(256, inputs={"x": x}, params={"a": 2.0}).outputs["y"]
+    with abi.batch(slices=False):
+        batched = [axpy.run(256, inputs={"x": x}, params={"a": float(k)}).outputs["y"] for k in range(40)]
+    again = axpy.run(256, inputs={"x": x}, params={"a": 2.0}).outputs["y"]
+    other = axpy.run(256, inputs={"x": x}, params={"a": 7.0}).outputs["y"]
+    last = axpy.run(256, inputs={"x": x}, params={"a": 2.0}).outputs["y"]
+    np.testing.assert_array_equal(abi.read(deferred), 2.0 * x + 1.0)
+    for k, out in enumerate(batched):
+        np.testing.assert_array_equal(abi.read(out), k * x + 1.0)
+    np.testing.assert_array_equal(abi.read(again), 2.0 * x + 1.0)
+    np.testing.assert_array_equal(abi.read(other), 7.0 * x + 1.0)
+    np.testing.assert_array_equal(abi.read(last), 2.0 * x + 1.0)
+
+
 def test_run_run_read_reads_each_run_s_own_result(axpy):
     first = axpy.run(256, inputs={"x": XS}, params={"a": 2.0}).outputs["y"]
     second = axpy.run(256, inputs={"x": XS}, params={"a": 3.0}).outputs["y"]

@@ -6,7 +6,6 @@ import json
 import sys
 import time
 
-import numpy as np
 import wgpu
 
 from engine_plugin.device.context import get_context
