@@ -69,7 +69,11 @@ _open: list = []  # every open batch, all threads: a release may come from any t
 _epoch = [0]
 
 FIRST_SLICE_S = 0.0002  # the first slice goes once its oldest record is this old (seconds)
-SLICE_S = 0.001  # every later slice: bounds the extra submits to one per millisecond of encoding
+# Every later slice: bounds the extra submits to one per half millisecond of encoding. On the
+# H200 (tools/probes/batch_slices.py, 100 vec4 axpys over 256 MiB) 1 ms slices left the GPU
+# idle between them when the host encoded slower than the GPU ran (0.84-0.88 of its rate by
+# wall clock in some rounds); 0.5 ms: 0.91 (raw's one submission: 0.93).
+SLICE_S = 0.0005
 # A default batch's slice due by time goes once its runs touch this many bytes of buffers (at
 # several TB/s, microseconds of GPU traffic: about what a submission costs the host), or once
 # it is SLICE_MAX_S old (kernels whose cost is not in their buffers' size).
@@ -331,7 +335,7 @@ def flush_current_batch() -> None:
 @contextmanager
 def batch(slices: bool | None = None) -> Iterator[Batch]:
     """Record every ``variant.run`` inside into few submissions (per device): slices of about
-    a millisecond of encoding while it runs (the GPU starts early), the rest at exit.
+    half a millisecond of encoding while it runs (the GPU starts early), the rest at exit.
 
     Args:
         slices: False keeps everything recorded for one submission at exit; True slices on
