@@ -298,6 +298,26 @@ def test_a_number_of_seconds_that_is_nan_infinite_or_negative_is_a_usage_error(t
     assert ("finite" in done.stderr or "at least 0" in done.stderr) and len(done.stderr.strip().splitlines()) == 1, done.stderr
 
 
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["bake", "-j", "99999999999999999999"],
+        ["bake", "--dask-local", "5000"],
+        ["bake", "--remote-timeout", "1e30"],
+        ["bake", "--remote-ttl", "1e30"],
+        ["cache", "stats", "--remote-timeout", "1e30"],
+        ["watch", "--duration", "1e300"],
+    ],
+)
+def test_a_number_past_what_the_os_or_a_library_takes_is_a_usage_error(tmp_path, args):
+    # Review helper 137: -j 1e20 was an OverflowError traceback ("engine_plugin bug"),
+    # --remote-timeout 1e30 one from the socket, and --remote-ttl 1e30 made Redis refuse every
+    # write while the bake exited 0.
+    done = cli(*args, cwd=str(tmp_path))
+    assert done.returncode == 2, done.stderr
+    assert "at most" in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
+
+
 def test_a_nan_quiet_window_is_refused_by_the_library_too(tmp_path):
     from engine_plugin.assets import AssetLibrary
 

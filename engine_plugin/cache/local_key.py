@@ -13,7 +13,10 @@ its build machines shares one key file) or else ``$XDG_STATE_HOME/engine_plugin/
 folder cannot hold it (a read-only home on a build box), ``<tmp>/engine_plugin-<uid>/`` does:
 a folder and key this user owns, refused when anyone else made them. When no key can be read
 or created, the process signs with a key of its own (its entries are misses for every later
-process) and says so once.
+process) and says so once; :func:`local_key_problem` then answers why, and the variant cache
+is served read-only (an entry it could write is one no later process accepts, and replacing
+the entries it cannot verify would throw a whole baked cache away: review helper 137), and
+``bake`` refuses to run.
 """
 
 from __future__ import annotations
@@ -25,13 +28,14 @@ import stat
 import tempfile
 import threading
 
-__all__ = ["local_cache_secret", "key_path"]
+__all__ = ["local_cache_secret", "local_key_problem", "key_path"]
 
 log = logging.getLogger("engine_plugin.cache")
 
 KEY_BYTES = 32
 _lock = threading.Lock()
 _keys: dict[str, bytes] = {}
+_problems: dict[str, str] = {}  # key path -> why this process signs with a key of its own
 _O_READ = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
 
 
@@ -106,12 +110,15 @@ def _create(path: str, own_only: bool = False) -> bytes:
     return key
 
 
-def _read_or_create(path: str, own_only: bool = False) -> bytes | None:
+def _read_or_create(path: str, own_only: bool = False, why: list[str] | None = None) -> bytes | None:
     try:
         found = _read(path, own_only)
         return found if found is not None else _create(path, own_only)
     except OSError as exc:
-        log.warning("variant cache: the cache key %s cannot be used (%s)", path, exc.strerror or exc)
+        reason = f"the cache key {path} cannot be used ({exc.strerror or exc})"
+        log.warning("variant cache: %s", reason)
+        if why is not None:
+            why.append(reason)
         return None
 
 
@@ -125,14 +132,23 @@ def local_cache_secret() -> bytes:
     with _lock:
         found = _keys.get(path)
         if found is None:
-            found = _read_or_create(path)
+            why: list[str] = []
+            found = _read_or_create(path, why=why)
             if found is None and not os.environ.get("ENGINE_PLUGIN_CACHE_KEY"):
-                found = _read_or_create(_fallback_path(), own_only=True)
+                found = _read_or_create(_fallback_path(), own_only=True, why=why)
             if found is None:
                 log.warning(
                     "variant cache: no local cache key can be read or created at %s; this process signs its entries with a key of its own, so later processes lower them again",
                     path,
                 )
                 found = secrets.token_bytes(KEY_BYTES)
+                _problems[path] = "; ".join(why) or f"no cache key at {path}"
             _keys[path] = found
     return found
+
+
+def local_key_problem() -> str | None:
+    """Why this process signs with a key of its own (no local cache key could be read or
+    created: see the module docstring), or None when it has the user's key."""
+    local_cache_secret()
+    return _problems.get(key_path())

@@ -40,6 +40,7 @@ from ..errors import CacheError, Span
 from ..lowering import Lowered
 from .entry import Entry
 from .entry import MAX_ENTRY_BYTES, BadEntry, decode_entry, encode_entry, open_entry
+from .local_key import local_key_problem
 
 __all__ = ["VariantCache", "CacheStats", "CacheEntryInfo", "DEFAULT_MAX_BYTES", "ENTRY_SUFFIX", "read_entry_file"]
 
@@ -199,6 +200,12 @@ class VariantCache:
         self.read_only = not os.access(self.folder, os.W_OK)
         if self.read_only:
             log.warning("variant cache %s is read-only: entries are served but not written", self.folder)
+        elif local_key_problem() is not None:
+            # Entries signed now would be misses for every later process, and the entries
+            # this process cannot verify are not its to replace (a typo in
+            # ENGINE_PLUGIN_CACHE_KEY threw a whole baked cache away: review helper 137).
+            self.read_only = True
+            log.warning("variant cache %s is served read-only: no local cache key (%s)", self.folder, local_key_problem())
 
     # -- paths -----------------------------------------------------------------------------
     def path(self, key: str) -> str:
@@ -358,6 +365,9 @@ class VariantCache:
         with self._lock:
             self._counts["misses"] += 1
             self._counts["corrupt"] += 1
+        if self.read_only:  # not this process's to remove (see __init__)
+            log.warning("variant cache: entry %s is unusable (%s); treated as a miss", os.path.basename(path), reason)
+            return
         log.warning("variant cache: entry %s is unusable (%s); treated as a miss and replaced", os.path.basename(path), reason)
         self._discard(path)
 

@@ -26,6 +26,9 @@ from .contract import (
 
 __all__ = ["add_bake_parser", "cmd_bake"]
 
+MAX_JOBS = 4096  # worker processes: more is a typo (a C int past 2**31 was a traceback)
+MAX_TTL_S = 10 * 365 * 86400  # Redis refuses expiries past its clock's range (1e30 s failed every write)
+
 # A variant that failed for one of these did not fail as an asset: the machine has no usable GPU.
 ENVIRONMENT_FAILURES = ("NoAdapterError", "DeviceLostError", "GpuError")
 
@@ -46,13 +49,15 @@ def add_bake_parser(sub: Any, size_arg: Callable[[str], int], common: argparse.A
     p.add_argument("--root", metavar="DIR", help=ROOT_HELP)
     p.add_argument("--builtin", action="store_true", help="also bake the kernels shipped in the package (the engine's products and the demo's)")
     p.add_argument("--cache", default="cache", type=folder_arg, metavar="DIR", help="the variant cache folder (default: cache)")
-    p.add_argument("--jobs", "-j", type=whole_number_arg(1), metavar="N", help="local worker processes (default: the CPU count; 1 bakes in this process)")
+    p.add_argument(
+        "--jobs", "-j", type=whole_number_arg(1, MAX_JOBS), metavar="N", help="local worker processes (default: the CPU count; 1 bakes in this process)"
+    )
     p.add_argument("--variants-from", metavar="USAGE", help="bake only the variants a game recorded in this usage log (cache/usage.msgpack)")
     p.add_argument("--json", metavar="REPORT", help="write a machine-readable report to this file ('-': stdout)")
     p.add_argument("--format", choices=("text", "github"), default="text", help="github: also print each failure as a GitHub Actions annotation on stdout")
     dask = p.add_mutually_exclusive_group()
     dask.add_argument("--scheduler", metavar="ADDRESS", help="run on the Dask cluster at ADDRESS (e.g. tcp://farm:8786); needs engine_plugin[dask]")
-    dask.add_argument("--dask-local", type=whole_number_arg(1), metavar="N", help="run on a Dask LocalCluster of N worker processes on loopback")
+    dask.add_argument("--dask-local", type=whole_number_arg(1, MAX_JOBS), metavar="N", help="run on a Dask LocalCluster of N worker processes on loopback")
     p.add_argument(
         "--connect-timeout",
         type=seconds_arg(positive=True),
@@ -69,7 +74,10 @@ def add_bake_parser(sub: Any, size_arg: Callable[[str], int], common: argparse.A
         help="also write every entry to this shared Redis tier, e.g. redis://cache:6379/0 (default: $ENGINE_PLUGIN_REMOTE_CACHE); needs engine_plugin[remote]",
     )
     p.add_argument(
-        "--remote-ttl", type=seconds_arg(positive=True), metavar="S", help="expire remote entries after S seconds (default: never; Redis's LRU evicts)"
+        "--remote-ttl",
+        type=seconds_arg(positive=True, maximum=MAX_TTL_S),
+        metavar="S",
+        help="expire remote entries after S seconds (default: never; Redis's LRU evicts)",
     )
     p.add_argument(
         "--remote-verify",
@@ -139,6 +147,11 @@ def cmd_bake(args: argparse.Namespace, rep: Reporter | None = None) -> int:
         check_asset_path(path)
         if not find_assets(path):
             raise UsageError(f"no .computeShader assets under {path}")
+    from ..cache.local_key import local_key_problem
+
+    problem = local_key_problem()
+    if problem is not None:  # every entry it wrote would be a miss for every later process
+        raise UsageError(f"{problem}: a bake would sign entries no later process accepts; fix ENGINE_PLUGIN_CACHE_KEY (or unset it to use ~/.local/state)")
     for path in list(args.assets) or ([] if args.builtin else ["assets"]):  # --builtin's packaged kernels keep their own root
         check_under_root(path, args.root)
     table_out = sys.stderr if args.json == "-" else sys.stdout

@@ -163,8 +163,9 @@ def configure_logging(reporter: Reporter) -> logging.Handler:
     return handler
 
 
-def whole_number_arg(minimum: int) -> Callable[[str], int]:
-    """An argparse type: a whole number of at least ``minimum``."""
+def whole_number_arg(minimum: int, maximum: int | None = None) -> Callable[[str], int]:
+    """An argparse type: a whole number of at least ``minimum`` (and at most ``maximum``: a
+    count the OS or a library takes as a C int, review helper 137)."""
 
     def parse(text: str) -> int:
         try:
@@ -173,14 +174,22 @@ def whole_number_arg(minimum: int) -> Callable[[str], int]:
             raise argparse.ArgumentTypeError(f"a whole number, not {text!r}") from None
         if value < minimum:
             raise argparse.ArgumentTypeError(f"a whole number of at least {minimum}, not {text!r}")
+        if maximum is not None and value > maximum:
+            raise argparse.ArgumentTypeError(f"a whole number of at most {maximum}, not {text!r}")
         return value
 
     return parse
 
 
-def seconds_arg(positive: bool = False, unit: str = "seconds") -> Callable[[str], float]:
-    """An argparse type: a finite number of ``unit``, not negative (``positive``: above 0);
-    NaN and infinity are refused (a NaN quiet window never comes due)."""
+# The most seconds a duration option takes unless it says otherwise: longer ones overflow the
+# timeouts they end up in (a socket's, threading's: review helper 137), and ~115 days is past
+# any wait a command is asked for.
+MAX_SECONDS = 1e7
+
+
+def seconds_arg(positive: bool = False, unit: str = "seconds", maximum: float = MAX_SECONDS) -> Callable[[str], float]:
+    """An argparse type: a finite number of ``unit``, not negative (``positive``: above 0), at
+    most ``maximum``; NaN and infinity are refused (a NaN quiet window never comes due)."""
 
     def parse(text: str) -> float:
         try:
@@ -189,6 +198,8 @@ def seconds_arg(positive: bool = False, unit: str = "seconds") -> Callable[[str]
             raise argparse.ArgumentTypeError(f"a number of {unit}, not {text!r}") from None
         if not math.isfinite(value) or value < 0 or (positive and value == 0):
             raise argparse.ArgumentTypeError(f"a finite {'positive' if positive else 'non-negative'} number of {unit}, not {text!r}")
+        if value > maximum:
+            raise argparse.ArgumentTypeError(f"at most {maximum:g} {unit}, not {text!r}")
         return value
 
     return parse

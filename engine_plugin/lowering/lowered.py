@@ -216,10 +216,12 @@ class Lowered:
 
     @property
     def fingerprint(self) -> str:
-        """A content hash of what the GPU sees: the source and the binding plan."""
+        """A content hash of what the GPU sees: the source and the binding plan, everything the
+        bind group layout is made from included (a sampler's filter and a texture's
+        filterability change the layout, not the WGSL: review helper 137)."""
         h = hashlib.sha256(self.source.encode())
         for b in self.bindings:
-            h.update(repr((b.binding, b.name, b.role, b.storage_type, b.access)).encode())
+            h.update(repr((b.binding, b.name, b.role, b.storage_type, b.access, b.buffer_type, b.texture)).encode())
         return h.hexdigest()[:32]
 
     def lowered_from(self, schema_text: str, wgsl: str, spec: VariantSpec, module_texts: Sequence[str] = ()) -> bool:

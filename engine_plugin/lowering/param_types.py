@@ -124,7 +124,7 @@ class ParamType:
             arr = np.asarray(value)
         except Exception:
             return f"takes numbers of shape {self.shape}"
-        if arr.dtype.kind not in "fiub" or arr.dtype.kind == "b":
+        if arr.dtype.kind not in "fiub" or arr.dtype.kind == "b" or (arr.dtype.kind != "O" and _holds_bool(value)):
             return f"takes numbers, not {value!r}"
         # Flat numbers are taken in WGSL's order; a value with axes has this type's shape. A
         # row-major (rows, columns) matrix of the right count was packed by count: silently
@@ -141,6 +141,19 @@ class ParamType:
         if self.scalar == "f32" and arr.size and f32_overflow(arr):
             return f"is {self.wgsl}: a finite value is past f32's range (+-{F32_MAX:.7g}; it would be inf)"
         return None
+
+
+def _holds_bool(value: Any) -> bool:
+    """Whether a list or tuple (nested) holds a bool: numpy makes ``[[True, 2]]`` integers,
+    which a scalar or vector param refuses (review helper 136)."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, (list, tuple)):
+            stack.extend(item)
+        elif isinstance(item, (bool, np.bool_)):
+            return True
+    return False
 
 
 F32_MAX = float(np.finfo(np.float32).max)

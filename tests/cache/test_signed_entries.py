@@ -201,3 +201,32 @@ def test_a_cache_key_others_can_read_is_used_with_a_warning(tmp_path, monkeypatc
     monkeypatch.setattr(local_key, "_keys", {})
     assert local_key.local_cache_secret() == path.read_bytes()
     assert any("readable by other users" in m for m in caplog.messages)
+
+
+@pytest.mark.parametrize("bad", ["/dev/null", "a-folder"])
+def test_a_bake_with_an_unusable_cache_key_refuses_and_leaves_the_baked_cache_whole(tmp_path, own_key, bad):
+    """A mistyped ENGINE_PLUGIN_CACHE_KEY made a bake delete every entry it could not verify,
+    rewrite them under a throwaway key no later process accepts, and exit 0 (review helper
+    137): it is a usage error now, the entries untouched; a game in that state is served the
+    cache read-only and removes nothing either."""
+    root, cache_dir = str(tmp_path / "assets"), str(tmp_path / "cache")
+    make_asset(root)
+    assert bake([root], cache_dir).ok
+    before = {name: (tmp_path / "cache" / name).read_bytes() for name in os.listdir(cache_dir)}
+    assert before
+    if bad == "a-folder":
+        bad = str(tmp_path / "a-folder")
+        os.mkdir(bad)
+    env = {**os.environ, "ENGINE_PLUGIN_CACHE_KEY": bad}
+    cli = subprocess.run(
+        [sys.executable, "-m", "engine_plugin", "bake", root, "--cache", cache_dir, "-j", "1", "-q"], env=env, capture_output=True, text=True, timeout=120, cwd=REPO
+    )
+    assert cli.returncode == 2, cli.stderr[-2000:]
+    assert "cannot be used" in cli.stderr and "ENGINE_PLUGIN_CACHE_KEY" in cli.stderr
+    game = subprocess.run([sys.executable, "-c", GAME, root, cache_dir], env=env, capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert game.returncode == 0, game.stderr[-2000:]
+    assert game.stdout.strip().splitlines()[-1] == "[2.0, 4.0, 6.0, 8.0]"
+    assert "read-only" in game.stderr
+    assert {name: (tmp_path / "cache" / name).read_bytes() for name in os.listdir(cache_dir)} == before
+    again = bake([root], cache_dir)  # the user's key again: every entry still skipped
+    assert again.ok and {v.status for v in again.variants} == {"skipped"}

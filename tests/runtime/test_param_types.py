@@ -66,6 +66,15 @@ def test_a_param_of_the_wrong_shape_is_refused_naming_its_line():
         variant().run(n=1, params={**good, "ids": -np.ones((2, 4))})
 
 
+@pytest.mark.parametrize("name, value", [("ids", [[1, 2, 3, 4], [5, True, 7, 8]]), ("m2", [True, 0, 0, 1]), ("m2", ((1.0, False), (0.0, 1.0)))])
+def test_a_bool_inside_an_array_or_matrix_param_is_refused_as_in_a_vector(name, value):
+    # Review helper 136: a vec4 param refused [True, 2, 3, 4], an array or matrix packed a
+    # bool nested in it as 1 (numpy makes the list integers).
+    good = {"planes": np.zeros((6, 4)), "m": np.eye(4), "s": 1.0, "m3": np.eye(3), "ids": np.zeros((2, 4)), "m2": np.eye(2)}
+    with pytest.raises(DispatchError, match=rf"param '{name}' .* takes numbers, not"):
+        variant().run(n=1, params={**good, name: value})
+
+
 def test_a_matrix_of_the_right_count_but_not_its_shape_is_refused_not_packed_transposed():
     # Review helper 109: a row-major (3, 2) matrix handed to a mat2x3 param (which takes
     # (columns, rows) = (2, 3)) was packed by count: m * (1, 10) gave [41, 52, 63] for [21, 43, 65].

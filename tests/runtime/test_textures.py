@@ -54,6 +54,34 @@ def bilinear(image: np.ndarray, u: np.ndarray, v: np.ndarray) -> np.ndarray:
     return (a * (1 - fx) + b * fx) * (1 - fy) + (c * (1 - fx) + d * fx) * fy
 
 
+MIDPOINT_WGSL = """\
+@compute @workgroup_size(8, 8)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
+    if (zero_index(gid) >= zero_n()) { return; }
+    // half way between texel 0 (black) and texel 1 (white) of a 2x1 image
+    textureStore(out, gid.xy, textureSampleLevel(img, smp, vec2<f32>(0.5, 0.5), 0.0));
+}
+"""
+
+
+@pytest.mark.parametrize("first, second", [("nearest", "linear"), ("linear", "nearest")])
+def test_a_program_whose_schema_changed_only_its_sampler_filter_samples_with_the_new_one(first, second):
+    """The filter changes the bind group layout, not the WGSL: a program made anew under the
+    same key (what a hot reload does) got the old layout's compiled pipeline, and every run
+    raised a raw wgpu validation error (review helper 137)."""
+    image = np.zeros((1, 2, 4), np.uint8)
+    image[0, 1] = 255
+    for kind in (first, second, first):
+        schema = abi.parse(BLUR_YAML.replace("filter: linear", f"filter: {kind}"))
+        variant = abi.program(key="t17/midpoint", schema=schema, wgsl=MIDPOINT_WGSL).variant()
+        got = abi.read(variant.run(n=(1, 1), inputs={"img": image}).outputs["out"])
+        value = float(got[0, 0, 0])
+        if kind == "nearest":
+            assert value in (0.0, 1.0), (kind, got[0, 0])
+        else:  # a blend of the two texels (filtered with 8 bits of weight on lavapipe: 128/255)
+            assert abs(value - 0.5) < 0.01, (kind, got[0, 0])
+
+
 def test_a_blur_with_a_real_linear_sampler_matches_a_reference_bilinear_filter():
     rng = np.random.default_rng(7)
     image = rng.integers(0, 256, (19, 23, 4)).astype(np.uint8)
