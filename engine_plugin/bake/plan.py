@@ -56,12 +56,16 @@ def _norm(path: str) -> str:
     return os.path.normpath(path).replace(os.sep, "/")
 
 
-def match_usage(folders: Sequence[str], roots: Sequence[str], usage: Mapping[str, list[VariantSpec]]) -> tuple[dict[str, list[VariantSpec]], list[str]]:
+def match_usage(
+    folders: Sequence[str], roots: Sequence[str], usage: Mapping[str, list[VariantSpec]], shared: dict[str, list[str]] | None = None
+) -> tuple[dict[str, list[VariantSpec]], list[str]]:
     """Assign the usage log's assets (named relative to the game's asset root) to folders.
 
     A usage name matches a folder when it is the folder's path relative to one of ``roots``,
     else when it is a whole-component suffix of the folder's path (the game's root may be a
-    parent or a child of the one given to ``bake``); the longest suffix wins.
+    parent or a child of the one given to ``bake``). A name several folders end with goes to
+    each of them (which one the game meant cannot be told, and baking more loses nothing; it
+    went to the first, review helper 137), listed in ``shared`` (name -> folders) when given.
 
     Returns:
         ({folder: specs}, [usage names that match no folder]).
@@ -77,15 +81,16 @@ def match_usage(folders: Sequence[str], roots: Sequence[str], usage: Mapping[str
                 rels.setdefault(rel, f)
     for name, specs in usage.items():
         want = _norm(name).strip("/")
-        folder = rels.get(want)
-        if folder is None:
-            hits = [f for f, n in normed.items() if n == want or n.endswith("/" + want)]
-            folder = max(hits, key=lambda f: len(normed[f])) if hits else None
-        if folder is None:
+        exact = rels.get(want)
+        hits = [exact] if exact is not None else [f for f, n in normed.items() if n == want or n.endswith("/" + want)]
+        if not hits:
             unmatched.append(name)
             continue
-        merged = by_folder.setdefault(folder, [])
-        merged.extend(s for s in specs if s not in merged)
+        if len(hits) > 1 and shared is not None:
+            shared[name] = hits
+        for folder in hits:
+            merged = by_folder.setdefault(folder, [])
+            merged.extend(s for s in specs if s not in merged)
     return by_folder, sorted(unmatched)
 
 
@@ -121,9 +126,14 @@ def plan_assets(paths: Iterable[str], usage: Mapping[str, list[VariantSpec]] | N
     notes: list[str] = []
     wanted: dict[str, list[VariantSpec]] | None = None
     if usage is not None:
-        wanted, unmatched = match_usage(folders, paths, usage)
+        shared: dict[str, list[str]] = {}
+        wanted, unmatched = match_usage(folders, paths, usage, shared)
         for name in unmatched:
             notes.append(f"the usage log names {name}, which is not among the assets to bake; its variants are left out")
+        for name, hits in shared.items():
+            notes.append(
+                f"the usage log names {name}, which {len(hits)} assets to bake end with ({', '.join(_shown(f) for f in hits)}); its variants are baked for each"
+            )
         folders = [f for f in folders if f in wanted]
     plans = []
     for folder in folders:

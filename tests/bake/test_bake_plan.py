@@ -77,6 +77,23 @@ def test_usage_names_match_folders_relative_to_the_root_or_by_whole_path_compone
     assert unmatched == ["missing.computeShader", "ticles.computeShader"]
 
 
+def test_a_usage_name_several_folders_end_with_is_baked_for_each_with_a_note(tmp_path):
+    # Review helper 137: the first such folder took the variants without a word, and a game
+    # rooted at the other got nothing baked.
+    root = str(tmp_path / "assets")
+    for sub in ("a", "b"):
+        copy_samples(os.path.join(root, sub))
+    spec = VariantSpec((("FOLD", "max"), ("T", "f32")))
+    folders = [os.path.join(root, sub, "reference.computeShader") for sub in ("a", "b")]
+    shared: dict = {}
+    by_folder, unmatched = match_usage(folders, [root], {"reference.computeShader": [spec]}, shared)
+    assert by_folder == {folders[0]: [spec], folders[1]: [spec]} and unmatched == []
+    assert shared == {"reference.computeShader": folders}
+    plans, notes = plan_assets([root], {"reference.computeShader": [spec]})
+    assert sorted(p.folder for p in plans) == sorted(folders)
+    assert any("reference.computeShader" in n and "baked for each" in n for n in notes), notes
+
+
 def test_usage_variants_are_resolved_against_the_schema_as_it_is_now(tmp_path):
     root = copy_samples(str(tmp_path / "assets"))
     src = read_asset_folder(os.path.join(root, "reference.computeShader"))
