@@ -122,8 +122,9 @@ def _zero(ref: str, type_text: str, depth: int, invocations: int, types: _Types)
     """Statements zeroing ``ref`` of ``type_text``; depth 0 strides over the invocations."""
     t = types.resolve(type_text)
     if t.startswith("atomic<"):
-        zero = "0i" if "i32" in t else "0u"
-        stmt = f"atomicStore(&{ref}, {zero});"
+        # An abstract 0 takes the atomic's own type: atomic<T> of a specialised T = i32 (or an
+        # alias the body does not declare) refused a 0u (review helper 140).
+        stmt = f"atomicStore(&{ref}, 0);"
     elif t.startswith("array<") and t.endswith(">"):
         args = _split_top(t[len("array<") : -1])
         if len(args) == 2:

@@ -59,3 +59,39 @@ def test_a_compile_error_after_the_rewired_entry_point_keeps_the_users_column():
     line = body.split("\n").index(next(r for r in body.split("\n") if "let bad" in r)) + 1
     row = body.split("\n")[line - 1]
     assert (info.value.line, info.value.col) == (line, row.index("bad") + 1)
+
+
+WG_SUM_YAML = """\
+bindings:
+  - { name: src, kind: buffer, access: read, element: T }
+  - { name: out, kind: buffer, access: read_write, element: T, count: "1" }
+specialize:
+  - { name: T, options: [u32, i32] }
+"""
+WG_SUM_DECLS = {
+    "scalar": "var<workgroup> s: atomic<T>;",
+    "array": "var<workgroup> s: array<atomic<T>, 3>;",
+    "struct": "struct Acc { a: atomic<T>, b: T }\nvar<workgroup> s: Acc;",
+}
+WG_SUM_REFS = {"scalar": "s", "array": "s[1]", "struct": "s.a"}
+
+
+@pytest.mark.parametrize("shape", list(WG_SUM_DECLS))
+@pytest.mark.parametrize("t, dtype", [("u32", np.uint32), ("i32", np.int32)])
+def test_a_workgroup_atomic_of_a_specialised_type_starts_at_zero_for_every_type(shape, t, dtype):
+    """The zeroing stored 0u whatever T was: an atomic<T> of T = i32 did not compile, and the
+    error named generated code (review helper 140)."""
+    ref = WG_SUM_REFS[shape]
+    wgsl = f"""{WG_SUM_DECLS[shape]}
+@compute @workgroup_size(64)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(local_invocation_index) l: u32) {{
+    let i = zero_index(gid);
+    if (i < zero_n()) {{ atomicAdd(&{ref}, src_get(i)); }}
+    workgroupBarrier();
+    if (l == 0u) {{ out_set(0u, atomicLoad(&{ref})); }}
+}}
+"""
+    variant = abi.program(key=f"t/wg_atomic_{shape}", schema=abi.parse(WG_SUM_YAML, "wg.computeShader/bindings.yaml"), wgsl=wgsl).variant({"T": t})
+    src = np.arange(-20, 30, dtype=np.int64).astype(dtype) if t == "i32" else np.arange(50, dtype=dtype)
+    got = abi.read(variant.run(n=len(src), inputs={"src": src}).outputs["out"])
+    assert got.tolist() == [int(src.astype(np.int64).sum())]
