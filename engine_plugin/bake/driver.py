@@ -243,6 +243,7 @@ def bake(
     remote: RemoteCache | None = None,
     root: str | None = None,
     remote_verify: bool = False,
+    compile_timeout: float | None = None,
 ) -> BakeReport:
     """Lower and validate every variant of the assets under ``paths`` into ``cache``.
 
@@ -261,6 +262,10 @@ def bake(
             what a client would refuse (reads every value: an occasional repair, not every bake).
         root: the asset root of every path (``modules/`` folders are searched up to it, files
             stay inside it); default: each path given (for one asset, the folder holding it).
+        compile_timeout: seconds a variant's compile may take on a local runner (a compile
+            cannot be interrupted: past it a pool worker ends and the variant fails, the
+            :class:`InlineRunner` ends this process, exit 1); None: no limit. Dask runners
+            take none (their workers are the cluster's).
     Returns:
         The :class:`BakeReport`; ``report.ok`` is false when anything failed.
     Raises:
@@ -310,7 +315,7 @@ def bake(
             with runner:
                 report.startup_s = time.perf_counter() - t_start
                 report.runner, report.workers = runner.label, runner.workers
-                jobs = chunk_jobs(todo, runner.workers, validate)
+                jobs = chunk_jobs(todo, runner.workers, validate, compile_timeout if getattr(runner, "deadlines", False) else None)
                 progress.start(total, runner.label)
                 try:
                     with state:

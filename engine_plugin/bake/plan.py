@@ -180,8 +180,9 @@ def chunk_size(total: int, workers: int) -> int:
     return max(1, min(MAX_CHUNK, math.ceil(total / (max(1, workers) * CHUNKS_PER_WORKER))))
 
 
-def chunk_jobs(todo: Sequence[tuple[AssetPlan, list[BakeItem]]], workers: int, validate: bool = True) -> list[ChunkJob]:
-    """Split the variants to bake into per-asset chunks sized for ``workers``."""
+def chunk_jobs(todo: Sequence[tuple[AssetPlan, list[BakeItem]]], workers: int, validate: bool = True, compile_timeout: float | None = None) -> list[ChunkJob]:
+    """Split the variants to bake into per-asset chunks sized for ``workers`` (each variant's
+    compile given ``compile_timeout`` seconds, see :mod:`engine_plugin.bake.worker`)."""
     size = chunk_size(sum(len(items) for _, items in todo), workers)
     jobs: list[ChunkJob] = []
     for plan, items in todo:
@@ -200,6 +201,7 @@ def chunk_jobs(todo: Sequence[tuple[AssetPlan, list[BakeItem]]], workers: int, v
                     validate,
                     len(jobs),
                     tuple((m.name, m.path, m.text) for m in src.modules),
+                    compile_timeout,
                 )
             )
     return jobs

@@ -12,20 +12,24 @@ comes back as the exception, and the driver fails that chunk's variants with it.
 from __future__ import annotations
 
 import contextlib
+import glob
 import logging
 import multiprocessing
 import os
+import shutil
 import signal
+import tempfile
 import threading
 import time
 import uuid
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from concurrent.futures.process import BrokenProcessPool
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Iterator, Sequence
 
 from ..errors import PluginError
-from .worker import ChunkJob, ChunkResult, bake_chunk
+from . import worker as _worker
+from .worker import ChunkJob, ChunkResult, Failure, VariantOutcome, bake_chunk
 
 __all__ = [
     "DASK_INSTALL_HINT",
@@ -82,10 +86,12 @@ def import_distributed() -> Any:
 
 
 class InlineRunner:
-    """Bake in this process, on its own device (``--jobs 1``): no start-up cost at all."""
+    """Bake in this process, on its own device (``--jobs 1``): no start-up cost at all. A
+    compile outliving a job's ``compile_timeout`` ends this process (see the worker module)."""
 
     workers = 1
     label = "this process"
+    deadlines = True  # jobs may carry a compile_timeout
 
     def __enter__(self) -> "InlineRunner":
         return self
@@ -122,8 +128,9 @@ def _exit_with_parent(parent: int, poll_s: float = 0.5) -> None:
     threading.Thread(target=watch, name="engine_plugin bake: parent watch", daemon=True).start()
 
 
-def _warm_worker(parent: int) -> None:
+def _warm_worker(parent: int, stuck_dir: str | None = None) -> None:
     _exit_with_parent(parent)
+    _worker._STUCK_DIR[0] = stuck_dir  # where a compile outliving its deadline is noted
     # Ctrl-C reaches the whole process group: the client handles it (drops the queued chunks
     # and ends the workers, see ProcessPoolRunner.__exit__), so a worker ignores it instead of
     # dying mid-chunk with a traceback of its own.
@@ -151,6 +158,8 @@ class ProcessPoolRunner:
     """A local pool of ``n`` worker processes, started with ``spawn``: wgpu (and the Vulkan
     driver under it) is not fork-safe, and each worker makes its own device."""
 
+    deadlines = True  # jobs may carry a compile_timeout: a stuck worker notes its variant and ends
+
     def __init__(self, n: int):
         if n < 1:
             raise ValueError(f"a process pool needs at least one worker, not {n}")
@@ -158,13 +167,34 @@ class ProcessPoolRunner:
         self.label = f"{n} local processes"
         self._pool: ProcessPoolExecutor | None = None
         self._lost: list[LostWorker] = []
+        self._stuck_dir: str | None = None
 
     def _start(self) -> ProcessPoolExecutor:
-        return ProcessPoolExecutor(max_workers=self.workers, mp_context=multiprocessing.get_context("spawn"), initializer=_warm_worker, initargs=(os.getpid(),))
+        return ProcessPoolExecutor(
+            max_workers=self.workers, mp_context=multiprocessing.get_context("spawn"), initializer=_warm_worker, initargs=(os.getpid(), self._stuck_dir)
+        )
 
     def __enter__(self) -> "ProcessPoolRunner":
+        self._stuck_dir = tempfile.mkdtemp(prefix="engine_plugin-bake-")
         self._pool = self._start()
         return self
+
+    def _take_stuck(self) -> dict[int, set[str]]:
+        """The variants whose compile outlived their deadline, noted by the workers that ended
+        for it: chunk index -> keys (the notes are consumed)."""
+        found: dict[int, set[str]] = {}
+        if self._stuck_dir is None:
+            return found
+        for path in glob.glob(os.path.join(self._stuck_dir, "*.stuck")):  # worker.stuck_note's names
+            try:
+                with open(path) as f:
+                    index, key = f.read().split()[:2]
+                found.setdefault(int(index), set()).add(key)
+            except (OSError, ValueError):
+                pass  # a note cut short: that worker counts as one that died
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+        return found
 
     def __exit__(self, exc_type: Any, *exc: Any) -> None:
         if self._pool is not None:
@@ -179,6 +209,9 @@ class ProcessPoolRunner:
                         process.terminate()
             self._pool.shutdown(wait=True, cancel_futures=exc_type is not None)
             self._pool = None
+        if self._stuck_dir is not None:
+            shutil.rmtree(self._stuck_dir, ignore_errors=True)
+            self._stuck_dir = None
 
     def events(self, final: bool = False) -> list[LostWorker]:
         """Pools a dead worker process broke since the last call, with the chunks run again."""
@@ -201,13 +234,16 @@ class ProcessPoolRunner:
     def run(self, jobs: Sequence[ChunkJob]) -> Yielded:
         """Chunks in completion order. After a worker's death the unfinished chunks run again
         in a new pool; after a second death they run one at a time, so the chunk that kills
-        its worker is the one that fails (a crash in the driver's compiler), not its neighbours."""
+        its worker is the one that fails (a crash in the driver's compiler), not its neighbours.
+        A worker that ended because a compile outlived its deadline noted the variant: that
+        variant fails, the rest of its chunk runs again, and nothing else is blamed."""
         if self._pool is None:
             raise RuntimeError("ProcessPoolRunner.run outside its with-block")
         pending, breaks = list(jobs), 0
         while pending:
             batches = [pending] if breaks < 2 else [[job] for job in pending]
             pending = []
+            explained = False  # a break a stuck compile's note accounts for
             for batch in batches:
                 # A pool starts its processes at its first submits: they are born ignoring SIGINT,
                 # so a Ctrl-C while they import (a bake's start, a pool started anew after a
@@ -217,30 +253,49 @@ class ProcessPoolRunner:
                 with _children_ignore_sigint():
                     futures = {self._pool.submit(bake_chunk, job): job for job in head}
                 futures.update({self._pool.submit(bake_chunk, job): job for job in batch[len(head) :]})
-                broken: list[ChunkJob] = []
-                died = False
+                broken: list[tuple[ChunkJob, BaseException]] = []
                 for fut in as_completed(futures):
                     job = futures[fut]
                     try:
                         yield job, fut.result()
-                    except BrokenProcessPool as exc:
-                        died = True
-                        if breaks >= 2:  # run alone, and its worker died again: this chunk kills it
-                            yield (
-                                job,
-                                WorkerDied(
-                                    f"a bake worker process died running this chunk alone, after two pools had broken ({exc}); its variants were not validated"
-                                ),
-                            )
-                        else:
-                            broken.append(job)
+                    except BrokenProcessPool as died:
+                        broken.append((job, died))
                     except Exception as exc:
                         yield job, exc
-                if died:
-                    self._restart(broken)
-                pending.extend(broken)
-            if pending:
+                if not broken:
+                    continue
+                stuck = self._take_stuck()
+                explained = explained or bool(stuck)
+                retried: list[ChunkJob] = []
+                for job, why in broken:
+                    keys = stuck.get(job.index, set())
+                    hung = tuple(item for item in job.items if item.key in keys) if keys else ()
+                    if hung:
+                        yield replace(job, items=hung), _stuck_result(job, hung)
+                        rest = tuple(item for item in job.items if item.key not in keys)
+                        if rest:
+                            retried.append(replace(job, items=rest))
+                    elif breaks >= 2 and not stuck:  # run alone, and its worker died again: this chunk kills it
+                        yield (
+                            job,
+                            WorkerDied(
+                                f"a bake worker process died running this chunk alone, after two pools had broken ({why}); its variants were not validated"
+                            ),
+                        )
+                    else:
+                        retried.append(job)
+                self._restart(retried)
+                pending.extend(retried)
+            if pending and not explained:
                 breaks += 1
+
+
+def _stuck_result(job: ChunkJob, hung: tuple) -> ChunkResult:
+    """The failures of the variants whose compile outlived ``job``'s deadline."""
+    limit = job.compile_timeout or 0.0
+    text = f"{job.wgsl_path}: compiling this variant did not finish within {limit:g} s (--compile-timeout): the driver's compiler is stuck on it"
+    failure = Failure("CompileTimeout", text, text, job.wgsl_path)
+    return ChunkResult(job.asset, job.index, tuple(VariantOutcome(item.key, item.spec, limit, failure=failure) for item in hung), "the local pool")
 
 
 class DaskRunner:

@@ -9,12 +9,21 @@ for the client to write (see the package docstring for why).
 Each worker process validates on its own device (the process-wide default one, created on
 the first chunk): wgpu devices are never shared between processes, and a forked child must
 never inherit one, which is why the local pool uses the ``spawn`` start method.
+
+A compile cannot be interrupted: it runs in the driver's native code (lavapipe compiled a huge
+``var<private>`` array for minutes, and a bake waited for good). A job with a
+``compile_timeout`` ends its process once a variant's compile outlives it, after noting the
+variant (:func:`stuck_note`) where the local pool's client reads it: the client fails that
+variant and runs the rest of the chunk in a new pool. In the bake command's own process
+(``--jobs 1``) that ends the bake, exit 1, naming the variant.
 """
 
 from __future__ import annotations
 
 import os
 import socket
+import sys
+import threading
 import time
 import traceback
 from dataclasses import dataclass, field
@@ -25,7 +34,7 @@ from ..lowering import Lowered, VariantSpec, lower, parse
 from ..lowering.fingerprint import CACHE_FORMAT_VERSION
 from ..lowering.lower import LOWERING_VERSION
 
-__all__ = ["BakeItem", "ChunkJob", "ChunkResult", "Failure", "VariantOutcome", "bake_chunk", "failure_from", "worker_versions"]
+__all__ = ["BakeItem", "ChunkJob", "ChunkResult", "Failure", "VariantOutcome", "STUCK_EXIT", "bake_chunk", "failure_from", "stuck_note", "worker_versions"]
 
 
 @dataclass(frozen=True)
@@ -54,6 +63,7 @@ class ChunkJob:
     validate: bool = True
     index: int = 0  # the chunk's position in the plan, for stable keys and ordering
     modules: tuple[tuple[str, str, str], ...] = ()
+    compile_timeout: float | None = None  # seconds a variant's compile may take (see the module docstring)
 
     @property
     def module_texts(self) -> dict[str, tuple[str, str]]:
@@ -135,6 +145,55 @@ def _validate(lowered: Lowered) -> None:
     ctx.cache("compiled").pop(lowered.fingerprint, None)
 
 
+STUCK_EXIT = 70  # the exit status of a process whose compile outlived its job's compile_timeout
+# Where this process notes the variant whose compile outlived the deadline before it ends
+# (set in a local pool's workers by their initializer; None: this is the bake's own process).
+_STUCK_DIR: list[str | None] = [None]
+
+
+def stuck_note(folder: str, pid: int) -> str:
+    """The file a pool worker ``pid`` notes its stuck variant in (``index`` and ``key`` lines)."""
+    return os.path.join(folder, f"{pid}.stuck")
+
+
+def _validate_within(job: ChunkJob, item: BakeItem, lowered: Lowered) -> None:
+    """:func:`_validate`, ending this process once it outlives ``job.compile_timeout``."""
+    limit = job.compile_timeout
+    if limit is None:
+        _validate(lowered)
+        return
+    finished = threading.Event()
+
+    def give_up() -> None:
+        if finished.is_set():
+            return
+        folder = _STUCK_DIR[0]
+        if folder is not None:
+            try:
+                with open(stuck_note(folder, os.getpid()), "w") as f:
+                    f.write(f"{job.index}\n{item.key}\n")
+            except OSError:
+                pass  # the client then sees a worker that died, as before
+        where = (
+            "this worker ends; the client fails the variant and bakes the rest" if folder is not None else "the bake stops (--jobs 2 or more bakes the rest)"
+        )
+        sys.stderr.write(
+            f"engine-plugin bake: compiling {job.wgsl_path} variant {item.spec.label()} did not finish within {limit:g} s "
+            f"(--compile-timeout): the driver's compiler is stuck on it; {where}\n"
+        )
+        sys.stderr.flush()
+        os._exit(STUCK_EXIT if folder is not None else 1)  # the bake command's own process: exit 1, a variant failed
+
+    timer = threading.Timer(limit, give_up)
+    timer.daemon = True
+    timer.start()
+    try:
+        _validate(lowered)
+    finally:
+        finished.set()
+        timer.cancel()
+
+
 def bake_chunk(job: ChunkJob) -> ChunkResult:
     """Lower each variant of ``job`` and (unless ``job.validate`` is false) compile it on this
     process's device. Never raises for an asset's error: each variant's failure is returned."""
@@ -156,7 +215,7 @@ def bake_chunk(job: ChunkJob) -> ChunkResult:
         try:
             lowered = lower(schema, job.wgsl_text, item.spec, wgsl_path=job.wgsl_path, modules=job.module_texts)
             if job.validate:
-                _validate(lowered)
+                _validate_within(job, item, lowered)
         except Exception as exc:
             outcomes.append(VariantOutcome(item.key, item.spec, time.perf_counter() - t0, failure=failure_from(exc)))
             continue

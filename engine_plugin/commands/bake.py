@@ -26,6 +26,7 @@ from .contract import (
 
 __all__ = ["add_bake_parser", "cmd_bake"]
 
+DEFAULT_COMPILE_TIMEOUT_S = 120.0  # a compile taking longer is a stuck compiler (lavapipe: minutes on a huge var<private> array)
 MAX_JOBS = 4096  # worker processes: more is a typo (a C int past 2**31 was a traceback)
 MAX_TTL_S = 10 * 365 * 86400  # Redis refuses expiries past its clock's range (1e30 s failed every write)
 
@@ -64,6 +65,14 @@ def add_bake_parser(sub: Any, size_arg: Callable[[str], int], common: argparse.A
         default=DEFAULT_CONNECT_TIMEOUT,
         metavar="S",
         help=f"--scheduler: give up after S seconds without a scheduler or a worker (default {DEFAULT_CONNECT_TIMEOUT:g})",
+    )
+    p.add_argument(
+        "--compile-timeout",
+        type=seconds_arg(positive=True),
+        default=DEFAULT_COMPILE_TIMEOUT_S,
+        metavar="S",
+        help=f"fail a variant whose compile takes longer (a driver's compiler stuck on a shader; default {DEFAULT_COMPILE_TIMEOUT_S:g}); "
+        "with --jobs 1 the bake stops there; not applied on a Dask cluster",
     )
     p.add_argument("--max-bytes", type=size_arg, metavar="SIZE", help="the cache's size cap, e.g. 2G (default 512 MiB)")
     p.add_argument("--force", action="store_true", help="rebake variants the cache already holds")
@@ -166,7 +175,16 @@ def cmd_bake(args: argparse.Namespace, rep: Reporter | None = None) -> int:
     progress.verbose = rep.verbose
     progress.prefix = f"{rep.prefix}: "
     report = bake(
-        paths, cache, runner=runner, usage=usage, progress=progress, force=args.force, remote=remote, root=args.root, remote_verify=args.remote_verify
+        paths,
+        cache,
+        runner=runner,
+        usage=usage,
+        progress=progress,
+        force=args.force,
+        remote=remote,
+        root=args.root,
+        remote_verify=args.remote_verify,
+        compile_timeout=args.compile_timeout,
     )
 
     st = cache.stats()
