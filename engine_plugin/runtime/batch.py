@@ -128,9 +128,11 @@ class Batch:
             if staged is not None and ring.unavailable() >= ring.slots - 1:
                 self.flush()  # this batch's own slots (and others' held ones) fill the ring
                 staged = None
+            if PENDING[0] is not None:
+                flush_pending()  # a deferred run (another thread's) holds its slot until submitted
+            offset = ring.take()  # may refuse (every slot held): nothing is staged then
             if staged is None:
                 staged = self._staged[id(variant)] = (variant, [], [None, 0])
-            offset = ring.take()
             ring.staged.add(offset)  # no other take() hands it out until this batch writes it
             ring.mirror[offset : offset + len(data)] = data
             staged[1].append(offset)
@@ -187,6 +189,8 @@ class Batch:
         ctx = None
         try:
             for variant, offsets, _ in self._staged.values():
+                if not offsets:
+                    continue
                 ctx = variant.ctx
                 if ctx.guard.lost:  # destroyed meanwhile (another thread, or inside the batch)
                     raise DeviceLostError(LOST_HINT)

@@ -56,10 +56,11 @@ class _Deferred:
     written), the uploads to give back once submitted, and what it touches (held: a pool
     parks these buffers while it waits, as an open batch's)."""
 
-    __slots__ = ("ctx", "records", "temps", "pool", "held")
+    __slots__ = ("ctx", "records", "temps", "pool", "held", "ring", "offset")
 
-    def __init__(self, ctx: Any, records: list, temps: list, pool: Any, held: set):
+    def __init__(self, ctx: Any, records: list, temps: list, pool: Any, held: set, ring: Any, offset: int):
         self.ctx, self.records, self.temps, self.pool, self.held = ctx, records, temps, pool, held
+        self.ring, self.offset = ring, offset  # its params slot, reserved until it is submitted
 
     def holds(self, buffer: Any) -> bool:
         return buffer in self.held
@@ -71,6 +72,7 @@ class _Deferred:
         submit_encoder(ctx.queue, ctx.guard, encoder)
 
     def drop(self) -> None:
+        self.ring.reserved.discard(self.offset)
         for buf in self.temps:
             self.pool.give(buf)
         self.held = set()
@@ -85,11 +87,14 @@ def defer(variant: Any, data: bytes, bind_group: Any, groups: tuple, ops: list, 
             flush_deferred()
         # The slot the variant's last run left these very bytes in (a repeat's params are one
         # bytes object), else a fresh slot written now: queue order puts any write before the
-        # run's later submission, and a later take() cannot reach the slot before this run
-        # is submitted (every run, batch and prepare submits the deferred run first).
-        offset = variant._ring.place(variant.ctx.queue, data)
+        # run's later submission. Reserved until then, as a prepared run's: no take() hands it
+        # out meanwhile (a batch on another thread took it and wrote its own params over it,
+        # review helper 139), and a place() answering it only reads it.
+        ring = variant._ring
+        offset = ring.place(variant.ctx.queue, data)
+        ring.reserved.add(offset)
         record = (variant.compiled.pipeline, bind_group, offset, groups, ops)
-        d = _Deferred(variant.ctx, extra + [record] if extra else [record], temps, variant._pool, set(touched))
+        d = _Deferred(variant.ctx, extra + [record] if extra else [record], temps, variant._pool, set(touched), ring, offset)
         register_open(d)
         PENDING[0] = (variant.ctx, d)
 

@@ -11,6 +11,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -342,3 +343,68 @@ def test_a_default_batch_on_a_gpu_slices_only_work_worth_a_submission(axpy, ever
     monkeypatch.setattr(batch_module, "SLICE_MIN_BYTES", 1 << 40)
     monkeypatch.setattr(batch_module, "SLICE_MAX_S", 0.0)  # old enough whatever it holds
     assert record() > 2
+
+
+def _hold_all_but_one_slot(variant):
+    """Prepared runs (the engine's path) holding every params slot but one, as allowed."""
+    area = get_context().device.create_buffer(size=1 << 16, usage=STORAGE)
+    x = np.arange(64, dtype=np.float32)
+    return [variant.prepare(64, {"x": x}, {"a": 9.0}, results=area) for _ in range(variant._ring.slots - 1)]
+
+
+def test_a_deferred_run_keeps_its_params_slot_from_another_thread_s_batch(axpy):
+    """Another thread's run had passed its submit-the-deferred-run-first check and waited on the
+    variant's lock; the deferred run took the only free slot, the batch run took it too and
+    wrote its params over it: the deferred run read a=5 (review helper 139). The slot is
+    reserved until the deferred run is submitted."""
+    flush()
+    held = _hold_all_but_one_slot(axpy)
+    x = np.arange(64, dtype=np.float32)
+    entered, got = threading.Event(), {}
+
+    def other_thread():
+        try:
+            with abi.batch(slices=False):
+                entered.set()
+                got["batch"] = axpy.run(64, inputs={"x": x}, params={"a": 5.0}).outputs["y"]
+        except Exception as exc:  # a refusal (every slot held) is fine; another run's params are not
+            got["refused"] = exc
+
+    try:
+        axpy._lock.acquire()  # this thread is inside a run of the variant, as any run() is
+        worker = threading.Thread(target=other_thread)
+        worker.start()
+        assert entered.wait(10)
+        time.sleep(0.2)  # the other thread is past its check, waiting on the lock
+        deferred = axpy.run(64, inputs={"x": x}, params={"a": 2.0}).outputs["y"]
+    finally:
+        axpy._lock.release()
+    worker.join(30)
+    np.testing.assert_array_equal(abi.read(deferred), 2.0 * x + 1.0)
+    if "batch" in got:
+        np.testing.assert_array_equal(abi.read(got["batch"]), 5.0 * x + 1.0)
+    for p in held:
+        p.submitted()
+
+
+def test_a_run_refused_inside_a_batch_for_want_of_params_slots_leaves_the_batch_s_other_runs_whole(axpy):
+    """The refused take() had left an empty staged entry: the batch's exit raised IndexError and
+    its other runs never ran (review helper 139)."""
+    from engine_plugin.errors import DispatchError
+
+    flush()
+    other = abi.program(key="test/host_paths/axpy2", schema=abi.parse(AXPY_YAML, "host_paths2/bindings.yaml"), wgsl=AXPY_WGSL).variant()
+    held = _hold_all_but_one_slot(axpy)
+    x = np.arange(64, dtype=np.float32)
+    try:
+        with abi.batch(slices=False):
+            first = axpy.run(64, inputs={"x": x}, params={"a": 3.0}).outputs["y"]  # the last free slot
+            with abi.batch(slices=False):
+                w = other.run(64, inputs={"x": x}, params={"a": 2.0}).outputs["y"]
+                with pytest.raises(DispatchError, match="params slots"):
+                    axpy.run(64, inputs={"x": x}, params={"a": 4.0})
+        np.testing.assert_array_equal(abi.read(first), 3.0 * x + 1.0)
+        np.testing.assert_array_equal(abi.read(w), 2.0 * x + 1.0)
+    finally:
+        for p in held:
+            p.submitted()
