@@ -62,10 +62,10 @@ def match_usage(
     """Assign the usage log's assets (named relative to the game's asset root) to folders.
 
     A usage name matches a folder when it is the folder's path relative to one of ``roots``,
-    else when it is a whole-component suffix of the folder's path (the game's root may be a
-    parent or a child of the one given to ``bake``). A name several folders end with goes to
-    each of them (which one the game meant cannot be told, and baking more loses nothing; it
-    went to the first, review helper 137), listed in ``shared`` (name -> folders) when given.
+    or a whole-component suffix of the folder's path (the game's root may be a parent or a
+    child of the one given to ``bake``). A name several folders match goes to each of them
+    (which one the game meant cannot be told, and baking more loses nothing; it went to one,
+    review helpers 137 and 139), listed in ``shared`` (name -> folders) when given.
 
     Returns:
         ({folder: specs}, [usage names that match no folder]).
@@ -73,16 +73,16 @@ def match_usage(
     by_folder: dict[str, list[VariantSpec]] = {}
     unmatched = []
     normed = {f: _norm(f) for f in folders}
-    rels: dict[str, str] = {}
+    rels: dict[str, list[str]] = {}
     for f in folders:
         for root in roots:
             rel = _norm(os.path.relpath(f, root))
-            if rel != "." and not rel.startswith(".."):
-                rels.setdefault(rel, f)
+            if rel != "." and not rel.startswith("..") and f not in rels.setdefault(rel, []):
+                rels[rel].append(f)
     for name, specs in usage.items():
         want = _norm(name).strip("/")
-        exact = rels.get(want)
-        hits = [exact] if exact is not None else [f for f, n in normed.items() if n == want or n.endswith("/" + want)]
+        hits = list(rels.get(want, ()))
+        hits += [f for f, n in normed.items() if (n == want or n.endswith("/" + want)) and f not in hits]
         if not hits:
             unmatched.append(name)
             continue

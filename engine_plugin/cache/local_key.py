@@ -13,10 +13,11 @@ its build machines shares one key file) or else ``$XDG_STATE_HOME/engine_plugin/
 folder cannot hold it (a read-only home on a build box), ``<tmp>/engine_plugin-<uid>/`` does:
 a folder and key this user owns, refused when anyone else made them. When no key can be read
 or created, the process signs with a key of its own (its entries are misses for every later
-process) and says so once; :func:`local_key_problem` then answers why, and the variant cache
-is served read-only (an entry it could write is one no later process accepts, and replacing
-the entries it cannot verify would throw a whole baked cache away: review helper 137), and
-``bake`` refuses to run.
+process) and says so once; :func:`local_key_problem` then answers why, the variant cache
+writes and replaces nothing (an entry it could write is one no later process accepts, and
+replacing the entries it cannot verify would throw a whole baked cache away: review helper
+137), and ``bake`` refuses to run. A key file ``$ENGINE_PLUGIN_CACHE_KEY`` names that does not
+exist yet is created, with a warning (a mistyped name makes every entry a miss once).
 """
 
 from __future__ import annotations
@@ -113,7 +114,11 @@ def _create(path: str, own_only: bool = False) -> bytes:
 def _read_or_create(path: str, own_only: bool = False, why: list[str] | None = None) -> bytes | None:
     try:
         found = _read(path, own_only)
-        return found if found is not None else _create(path, own_only)
+        if found is not None:
+            return found
+        if os.environ.get("ENGINE_PLUGIN_CACHE_KEY"):  # a key a studio shares is made once, on purpose
+            log.warning("variant cache: made a new cache key at %s ($ENGINE_PLUGIN_CACHE_KEY): entries signed under any other key are lowered again", path)
+        return _create(path, own_only)
     except OSError as exc:
         reason = f"the cache key {path} cannot be used ({exc.strerror or exc})"
         log.warning("variant cache: %s", reason)

@@ -200,12 +200,13 @@ class VariantCache:
         self.read_only = not os.access(self.folder, os.W_OK)
         if self.read_only:
             log.warning("variant cache %s is read-only: entries are served but not written", self.folder)
-        elif local_key_problem() is not None:
-            # Entries signed now would be misses for every later process, and the entries
-            # this process cannot verify are not its to replace (a typo in
-            # ENGINE_PLUGIN_CACHE_KEY threw a whole baked cache away: review helper 137).
-            self.read_only = True
-            log.warning("variant cache %s is served read-only: no local cache key (%s)", self.folder, local_key_problem())
+        # Without the user's cache key, entries signed now would be misses for every later
+        # process, and the entries this process cannot verify are not its to replace (a typo
+        # in ENGINE_PLUGIN_CACHE_KEY threw a whole baked cache away: review helper 137): it
+        # writes and replaces nothing (gc and clear, which need no key, still work).
+        self.keyless = None if self.read_only else local_key_problem()
+        if self.keyless is not None:
+            log.warning("variant cache %s is served without writes: no local cache key (%s)", self.folder, self.keyless)
 
     # -- paths -----------------------------------------------------------------------------
     def path(self, key: str) -> str:
@@ -294,7 +295,7 @@ class VariantCache:
         the cache only ever saves work.
         """
         path = self.path(key)
-        if self.read_only:
+        if self.read_only or self.keyless is not None:
             return False
         data = encode_entry(key, lowered, validated=validated)
         try:  # what the replaced file took on disk, as gc counts it (a sparse one: ~0, helper 110)
@@ -365,7 +366,7 @@ class VariantCache:
         with self._lock:
             self._counts["misses"] += 1
             self._counts["corrupt"] += 1
-        if self.read_only:  # not this process's to remove (see __init__)
+        if self.read_only or self.keyless is not None:  # not this process's to remove (see __init__)
             log.warning("variant cache: entry %s is unusable (%s); treated as a miss", os.path.basename(path), reason)
             return
         log.warning("variant cache: entry %s is unusable (%s); treated as a miss and replaced", os.path.basename(path), reason)

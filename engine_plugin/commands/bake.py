@@ -160,7 +160,12 @@ def cmd_bake(args: argparse.Namespace, rep: Reporter | None = None) -> int:
 
     problem = local_key_problem()
     if problem is not None:  # every entry it wrote would be a miss for every later process
-        raise UsageError(f"{problem}: a bake would sign entries no later process accepts; fix ENGINE_PLUGIN_CACHE_KEY (or unset it to use ~/.local/state)")
+        fix = (
+            "fix ENGINE_PLUGIN_CACHE_KEY (or unset it to use ~/.local/state)"
+            if os.environ.get("ENGINE_PLUGIN_CACHE_KEY")
+            else "make that folder writable, or name a key file in ENGINE_PLUGIN_CACHE_KEY"
+        )
+        raise UsageError(f"{problem}: a bake would sign entries no later process accepts; {fix}")
     for path in list(args.assets) or ([] if args.builtin else ["assets"]):  # --builtin's packaged kernels keep their own root
         check_under_root(path, args.root)
     table_out = sys.stderr if args.json == "-" else sys.stdout

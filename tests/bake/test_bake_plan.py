@@ -94,6 +94,20 @@ def test_a_usage_name_several_folders_end_with_is_baked_for_each_with_a_note(tmp
     assert any("reference.computeShader" in n and "baked for each" in n for n in notes), notes
 
 
+def test_a_usage_name_matching_exactly_under_two_roots_or_also_as_a_suffix_is_baked_for_each():
+    # Review helper 139: an exact relative match went to the first root's folder only, and a
+    # folder the name was a suffix of was dropped, without a note.
+    spec = VariantSpec((("T", "f32"),))
+    folders = ["gameA/assets/k.computeShader", "gameB/assets/k.computeShader"]
+    shared: dict = {}
+    by_folder, _ = match_usage(folders, ["gameA/assets", "gameB/assets"], {"k.computeShader": [spec]}, shared)
+    assert sorted(by_folder) == sorted(folders) and shared == {"k.computeShader": folders}
+    folders = ["R/a/k.computeShader", "R/b/a/k.computeShader"]
+    shared = {}
+    by_folder, _ = match_usage(folders, ["R"], {"a/k.computeShader": [spec]}, shared)
+    assert sorted(by_folder) == sorted(folders) and sorted(shared["a/k.computeShader"]) == sorted(folders)
+
+
 def test_usage_variants_are_resolved_against_the_schema_as_it_is_now(tmp_path):
     root = copy_samples(str(tmp_path / "assets"))
     src = read_asset_folder(os.path.join(root, "reference.computeShader"))
