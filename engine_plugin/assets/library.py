@@ -33,7 +33,7 @@ from ..cache import DEFAULT_MAX_BYTES, USAGE_FILE, UsageLog, VariantCache
 from ..cache.entry import Entry
 from ..cache.remote import DEFAULT_TIMEOUT, RemoteCache, remote_from
 from ..device.context import get_context
-from ..errors import AssetError, CacheError, DeviceLostError, NoAdapterError, PluginError, Span, bug
+from ..errors import AssetError, CacheError, CompileError, DeviceLostError, NoAdapterError, PluginError, Span, bug
 from ..lowering import Lowered, Schema, VariantSpec, parse
 from ..runtime.compile import compile_lowered
 from ..runtime.program import Program, adopt_program, program, registered_program
@@ -537,8 +537,7 @@ class AssetLibrary:
             # (after a loss, poll() on the engine thread picks up the new one).
             ctx = self._ctx if self._ctx is not None else self._context_or_none()
             prepared = prepare_on_worker(seq, first_event)
-            _precompile(prepared, ctx, ref.path)
-            return prepared
+            return _precompile(prepared, ctx, ref.path)
 
         def prepare_on_worker(seq: int, first_event: float) -> Prepared:
             ctx = self._ctx if self._ctx is not None else self._context_or_none()
@@ -878,19 +877,89 @@ class AssetLibrary:
         return f"AssetLibrary({self.root!r}, {len(self._refs)} assets, watching={self.service.watching})"
 
 
-def _precompile(prepared: Prepared, ctx: Any, path: str) -> None:
+# Seconds a reload's compile may take before the reload fails: a compile cannot be
+# interrupted (lavapipe compiled a huge var<private> array for minutes), and until then the
+# reload worker waits, so every other asset's reload waited behind it for good.
+RELOAD_COMPILE_TIMEOUT_S = 60.0
+
+
+class _Compile(threading.Thread):
+    """One compile of a reload, on a thread of its own that the worker can stop waiting for."""
+
+    def __init__(self, lowered: Lowered, label: str, ctx: Any):
+        super().__init__(name="engine_plugin reload compile", daemon=True)
+        self.lowered, self.label, self.ctx = lowered, label, ctx
+        self.ok = False
+        self.started = time.monotonic()
+
+    def run(self) -> None:
+        try:
+            compile_lowered(self.lowered, label=self.label, device=self.ctx)
+            self.ok = True
+        except Exception:
+            pass  # poll() meets the failure again and reports it (the same message)
+        finally:
+            with _compiles_lock:
+                if _compiles.get(self.key) is self:
+                    del _compiles[self.key]
+
+    @property
+    def key(self) -> tuple[int, str]:
+        return (id(self.ctx), self.lowered.fingerprint)
+
+
+_compiles: dict[tuple[int, str], _Compile] = {}  # compiles in flight: a save of the same code joins its stuck one
+_compiles_lock = threading.Lock()
+
+
+def _compiled_within(lowered: Lowered, label: str, ctx: Any, limit: float) -> _Compile | None:
+    """Compile ``lowered`` on its own thread, waiting at most ``limit`` seconds: None when it
+    is done (compiled, or failed: ``poll`` meets a compile error again), else the compile still
+    running."""
+    job = _Compile(lowered, label, ctx)
+    with _compiles_lock:
+        running = _compiles.get(job.key)
+        if running is not None and running.is_alive():
+            job = running
+        else:
+            _compiles[job.key] = job
+            job.start()
+    job.join(limit)
+    return job if job.is_alive() else None
+
+
+def _stuck_before(job: _Compile) -> _Compile | None:
+    """The oldest other compile on ``job``'s device still running since before it started: a
+    driver holding its device while it compiles one shader (lavapipe) holds every later one."""
+    with _compiles_lock:
+        older = [c for c in _compiles.values() if c is not job and c.ctx is job.ctx and c.is_alive() and c.started < job.started]
+    return min(older, key=lambda c: c.started) if older else None
+
+
+def _precompile(prepared: Prepared, ctx: Any, path: str) -> Prepared:
     """Compile the reload's variants on the reload worker, off the engine thread: pipeline
     creation is the costly part of a swap (tens to hundreds of ms) and releases the GIL. The
     pipelines land in the device's compile cache, so :meth:`AssetLibrary.poll` swaps them in
     at once; until then the old kernel keeps running. A failure here is left for ``poll`` to
-    meet again and report on the engine thread (its message is the same)."""
+    meet again and report on the engine thread (its message is the same). A compile that
+    outlives :data:`RELOAD_COMPILE_TIMEOUT_S` fails the reload (the last good program stays;
+    ``poll`` never compiles it on the engine thread) and the worker goes on to other reloads."""
     if prepared.error is not None or ctx is None or ctx.lost:
-        return
+        return prepared
     for spec, lowered in prepared.lowered.items():
-        try:
-            compile_lowered(lowered, label=f"{path} {spec.label()}", device=ctx)
-        except Exception:
-            return
+        limit = RELOAD_COMPILE_TIMEOUT_S
+        running = _compiled_within(lowered, f"{path} {spec.label()}", ctx, limit)
+        if running is None:
+            continue
+        where = prepared.source.wgsl_path if prepared.source is not None else path
+        blocker = _stuck_before(running)
+        if blocker is not None:  # not this shader's doing: name the one the driver is stuck on
+            why = f"the driver is still compiling {blocker.label} ({time.monotonic() - blocker.started:.0f} s so far) and compiles nothing else meanwhile"
+        else:
+            why = "the driver's compiler is stuck on this shader (a huge var<private> or workgroup array?)"
+        message = f"compiling variant {spec.label()} did not finish within {limit:g} s: {why}; the last good program stays"
+        return replace(prepared, error=CompileError(message, Span(where)))
+    return prepared
 
 
 def _store_paths(src: AssetSource) -> tuple[str, ...]:
