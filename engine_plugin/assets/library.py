@@ -537,7 +537,7 @@ class AssetLibrary:
             # (after a loss, poll() on the engine thread picks up the new one).
             ctx = self._ctx if self._ctx is not None else self._context_or_none()
             prepared = prepare_on_worker(seq, first_event)
-            return _precompile(prepared, ctx, ref.path)
+            return _precompile(prepared, ctx, ref.path, retry=lambda: self.service.schedule(folder))
 
         def prepare_on_worker(seq: int, first_event: float) -> Prepared:
             ctx = self._ctx if self._ctx is not None else self._context_or_none()
@@ -884,13 +884,14 @@ RELOAD_COMPILE_TIMEOUT_S = 60.0
 
 
 class _Compile(threading.Thread):
-    """One compile of a reload, on a thread of its own that the worker can stop waiting for."""
+    """One compile of a reload, on a thread of its own that the worker can stop waiting for;
+    ``then`` runs once it has compiled (a reload it failed is tried again)."""
 
     def __init__(self, lowered: Lowered, label: str, ctx: Any):
         super().__init__(name="engine_plugin reload compile", daemon=True)
         self.lowered, self.label, self.ctx = lowered, label, ctx
         self.ok = False
-        self.started = time.monotonic()
+        self.then: list[Callable[[], None]] = []
 
     def run(self) -> None:
         try:
@@ -902,6 +903,13 @@ class _Compile(threading.Thread):
             with _compiles_lock:
                 if _compiles.get(self.key) is self:
                     del _compiles[self.key]
+                then, self.then = self.then, []
+        if self.ok:
+            for call in then:
+                try:
+                    call()
+                except Exception:  # a library closed meanwhile: nothing to retry
+                    log.debug("retrying a reload after its compile finished failed", exc_info=True)
 
     @property
     def key(self) -> tuple[int, str]:
@@ -912,10 +920,10 @@ _compiles: dict[tuple[int, str], _Compile] = {}  # compiles in flight: a save of
 _compiles_lock = threading.Lock()
 
 
-def _compiled_within(lowered: Lowered, label: str, ctx: Any, limit: float) -> _Compile | None:
-    """Compile ``lowered`` on its own thread, waiting at most ``limit`` seconds: None when it
-    is done (compiled, or failed: ``poll`` meets a compile error again), else the compile still
-    running."""
+def _compiled_within(lowered: Lowered, label: str, ctx: Any, limit: float, retry: Callable[[], None] | None) -> bool:
+    """Compile ``lowered`` on its own thread, waiting at most ``limit`` seconds; answers
+    whether it is done (compiled, or failed: ``poll`` meets a compile error again). When it
+    is not, ``retry`` runs once it has compiled."""
     job = _Compile(lowered, label, ctx)
     with _compiles_lock:
         running = _compiles.get(job.key)
@@ -925,39 +933,34 @@ def _compiled_within(lowered: Lowered, label: str, ctx: Any, limit: float) -> _C
             _compiles[job.key] = job
             job.start()
     job.join(limit)
-    return job if job.is_alive() else None
-
-
-def _stuck_before(job: _Compile) -> _Compile | None:
-    """The oldest other compile on ``job``'s device still running since before it started: a
-    driver holding its device while it compiles one shader (lavapipe) holds every later one."""
     with _compiles_lock:
-        older = [c for c in _compiles.values() if c is not job and c.ctx is job.ctx and c.is_alive() and c.started < job.started]
-    return min(older, key=lambda c: c.started) if older else None
+        if not job.is_alive():
+            return True
+        if retry is not None:
+            job.then.append(retry)
+    return False
 
 
-def _precompile(prepared: Prepared, ctx: Any, path: str) -> Prepared:
+def _precompile(prepared: Prepared, ctx: Any, path: str, retry: Callable[[], None] | None = None) -> Prepared:
     """Compile the reload's variants on the reload worker, off the engine thread: pipeline
     creation is the costly part of a swap (tens to hundreds of ms) and releases the GIL. The
     pipelines land in the device's compile cache, so :meth:`AssetLibrary.poll` swaps them in
     at once; until then the old kernel keeps running. A failure here is left for ``poll`` to
     meet again and report on the engine thread (its message is the same). A compile that
     outlives :data:`RELOAD_COMPILE_TIMEOUT_S` fails the reload (the last good program stays;
-    ``poll`` never compiles it on the engine thread) and the worker goes on to other reloads."""
+    ``poll`` never compiles it on the engine thread), the worker goes on to other reloads, and
+    ``retry`` (the asset read again) runs if that compile finishes after all."""
     if prepared.error is not None or ctx is None or ctx.lost:
         return prepared
     for spec, lowered in prepared.lowered.items():
         limit = RELOAD_COMPILE_TIMEOUT_S
-        running = _compiled_within(lowered, f"{path} {spec.label()}", ctx, limit)
-        if running is None:
+        if _compiled_within(lowered, f"{path} {spec.label()}", ctx, limit, retry):
             continue
         where = prepared.source.wgsl_path if prepared.source is not None else path
-        blocker = _stuck_before(running)
-        if blocker is not None:  # not this shader's doing: name the one the driver is stuck on
-            why = f"the driver is still compiling {blocker.label} ({time.monotonic() - blocker.started:.0f} s so far) and compiles nothing else meanwhile"
-        else:
-            why = "the driver's compiler is stuck on this shader (a huge var<private> or workgroup array?)"
-        message = f"compiling variant {spec.label()} did not finish within {limit:g} s: {why}; the last good program stays"
+        message = (
+            f"compiling variant {spec.label()} did not finish within {limit:g} s: the driver's compiler may be stuck on this shader "
+            "(a huge var<private> or workgroup array?); the last good program stays, and this reload is tried again if the compile finishes"
+        )
         return replace(prepared, error=CompileError(message, Span(where)))
     return prepared
 

@@ -87,7 +87,8 @@ def import_distributed() -> Any:
 
 class InlineRunner:
     """Bake in this process, on its own device (``--jobs 1``): no start-up cost at all. A
-    compile outliving a job's ``compile_timeout`` ends this process (see the worker module)."""
+    compile outliving a job's ``compile_timeout`` is left running on its thread and its
+    variant fails (see the worker module)."""
 
     workers = 1
     label = "this process"
@@ -154,6 +155,24 @@ def _children_ignore_sigint() -> Iterator[None]:
         signal.signal(signal.SIGINT, previous)
 
 
+_NOTES_PREFIX = "engine_plugin-bake-"  # + the client's pid: a pool's folder for its workers' stuck notes
+
+
+def _remove_orphaned_note_dirs() -> None:
+    """Remove the note folders of bake clients that are gone (killed: their ``__exit__`` never
+    ran, and the folders piled up in the temporary folder, review helper 141)."""
+    for path in glob.glob(os.path.join(tempfile.gettempdir(), _NOTES_PREFIX + "*-*")):
+        pid_text = os.path.basename(path)[len(_NOTES_PREFIX) :].split("-", 1)[0]
+        try:
+            if not pid_text.isdigit() or os.stat(path).st_uid != os.getuid():
+                continue
+            os.kill(int(pid_text), 0)  # alive (or another user's): keep it
+        except ProcessLookupError:
+            shutil.rmtree(path, ignore_errors=True)
+        except OSError:
+            continue
+
+
 class ProcessPoolRunner:
     """A local pool of ``n`` worker processes, started with ``spawn``: wgpu (and the Vulkan
     driver under it) is not fork-safe, and each worker makes its own device."""
@@ -175,7 +194,8 @@ class ProcessPoolRunner:
         )
 
     def __enter__(self) -> "ProcessPoolRunner":
-        self._stuck_dir = tempfile.mkdtemp(prefix="engine_plugin-bake-")
+        _remove_orphaned_note_dirs()
+        self._stuck_dir = tempfile.mkdtemp(prefix=f"{_NOTES_PREFIX}{os.getpid()}-")
         self._pool = self._start()
         return self
 
@@ -293,8 +313,8 @@ class ProcessPoolRunner:
 def _stuck_result(job: ChunkJob, hung: tuple) -> ChunkResult:
     """The failures of the variants whose compile outlived ``job``'s deadline."""
     limit = job.compile_timeout or 0.0
-    text = f"{job.wgsl_path}: compiling this variant did not finish within {limit:g} s (--compile-timeout): the driver's compiler is stuck on it"
-    failure = Failure("CompileTimeout", text, text, job.wgsl_path)
+    text = f"{job.wgsl_path}: {_worker._timeout_message(limit)}"
+    failure = Failure("CompileError", text, text, job.wgsl_path)
     return ChunkResult(job.asset, job.index, tuple(VariantOutcome(item.key, item.spec, limit, failure=failure) for item in hung), "the local pool")
 
 

@@ -12,10 +12,12 @@ never inherit one, which is why the local pool uses the ``spawn`` start method.
 
 A compile cannot be interrupted: it runs in the driver's native code (lavapipe compiled a huge
 ``var<private>`` array for minutes, and a bake waited for good). A job with a
-``compile_timeout`` ends its process once a variant's compile outlives it, after noting the
-variant (:func:`stuck_note`) where the local pool's client reads it: the client fails that
-variant and runs the rest of the chunk in a new pool. In the bake command's own process
-(``--jobs 1``) that ends the bake, exit 1, naming the variant.
+``compile_timeout`` fails a variant whose compile outlives it. In a local pool's worker the
+process then ends, after noting the variant (:func:`stuck_note`) where the client reads it:
+the client fails that variant and runs the rest of the chunk in a new pool, and the stuck
+compile's CPU is freed. In the bake command's own process (``--jobs 1``) the compile runs on a
+thread of its own that is left behind (:func:`stuck_compiles`): the bake goes on and reports
+as usual, and the command ends its process without waiting for it.
 """
 
 from __future__ import annotations
@@ -29,12 +31,24 @@ import traceback
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import PluginError
+from ..errors import CompileError, PluginError, Span
 from ..lowering import Lowered, VariantSpec, lower, parse
 from ..lowering.fingerprint import CACHE_FORMAT_VERSION
 from ..lowering.lower import LOWERING_VERSION
 
-__all__ = ["BakeItem", "ChunkJob", "ChunkResult", "Failure", "VariantOutcome", "STUCK_EXIT", "bake_chunk", "failure_from", "stuck_note", "worker_versions"]
+__all__ = [
+    "BakeItem",
+    "ChunkJob",
+    "ChunkResult",
+    "Failure",
+    "VariantOutcome",
+    "STUCK_EXIT",
+    "bake_chunk",
+    "failure_from",
+    "stuck_compiles",
+    "stuck_note",
+    "worker_versions",
+]
 
 
 @dataclass(frozen=True)
@@ -156,33 +170,65 @@ def stuck_note(folder: str, pid: int) -> str:
     return os.path.join(folder, f"{pid}.stuck")
 
 
+_LEFT_BEHIND: list[threading.Thread] = []  # compiles this process stopped waiting for
+
+
+def stuck_compiles() -> int:
+    """How many compiles this process stopped waiting for are still running (the process
+    should then end without waiting for them: see the module docstring)."""
+    return sum(t.is_alive() for t in _LEFT_BEHIND)
+
+
+def _timeout_message(limit: float) -> str:
+    return f"compiling this variant did not finish within {limit:g} s (--compile-timeout): the driver's compiler is stuck on it"
+
+
+def _validate_on_thread(job: ChunkJob, lowered: Lowered, limit: float) -> None:
+    """:func:`_validate` on a thread of its own, waited for at most ``limit`` seconds (the
+    waiting thread stays interruptible: Ctrl-C)."""
+    failed: list[BaseException] = []
+
+    def compile_it() -> None:
+        try:
+            _validate(lowered)
+        except BaseException as exc:  # handed to the waiting thread
+            failed.append(exc)
+
+    thread = threading.Thread(target=compile_it, name="engine_plugin bake compile", daemon=True)
+    thread.start()
+    thread.join(limit)
+    if thread.is_alive():
+        _LEFT_BEHIND.append(thread)
+        raise CompileError(_timeout_message(limit), Span(job.wgsl_path))
+    if failed:
+        raise failed[0]
+
+
 def _validate_within(job: ChunkJob, item: BakeItem, lowered: Lowered) -> None:
-    """:func:`_validate`, ending this process once it outlives ``job.compile_timeout``."""
+    """:func:`_validate` within ``job.compile_timeout`` (see the module docstring)."""
     limit = job.compile_timeout
     if limit is None:
         _validate(lowered)
+        return
+    if _STUCK_DIR[0] is None:  # the bake command's own process
+        _validate_on_thread(job, lowered, limit)
         return
     finished = threading.Event()
 
     def give_up() -> None:
         if finished.is_set():
             return
-        folder = _STUCK_DIR[0]
-        if folder is not None:
-            try:
-                with open(stuck_note(folder, os.getpid()), "w") as f:
-                    f.write(f"{job.index}\n{item.key}\n")
-            except OSError:
-                pass  # the client then sees a worker that died, as before
-        where = (
-            "this worker ends; the client fails the variant and bakes the rest" if folder is not None else "the bake stops (--jobs 2 or more bakes the rest)"
-        )
+        try:
+            with open(stuck_note(_STUCK_DIR[0] or "", os.getpid()), "w") as f:
+                f.write(f"{job.index}\n{item.key}\n")
+        except OSError:
+            pass  # the client then sees a worker that died, as before
         sys.stderr.write(
             f"engine-plugin bake: compiling {job.wgsl_path} variant {item.spec.label()} did not finish within {limit:g} s "
-            f"(--compile-timeout): the driver's compiler is stuck on it; {where}\n"
+            "(--compile-timeout): the driver's compiler is stuck on it; this worker ends, the rest of its chunk bakes in a new one\n"
         )
         sys.stderr.flush()
-        os._exit(STUCK_EXIT if folder is not None else 1)  # the bake command's own process: exit 1, a variant failed
+        os._exit(STUCK_EXIT)
 
     timer = threading.Timer(limit, give_up)
     timer.daemon = True

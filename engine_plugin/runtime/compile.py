@@ -119,45 +119,68 @@ def compile_lowered(lowered: Lowered, label: str | None = None, device: Any = No
     found = cache.get(key)
     if found is not None:
         return found
-    with ctx.lock:
-        found = cache.get(key)
-        if found is not None:
-            return found
-        dev = ctx.device
-        label = label or key[:12]
-        if ctx.lost:
-            raise DeviceLostError(LOST_HINT)
-        too_deep = depth_error(_user_lines(lowered))
-        if too_deep is not None:  # naga would take the process down with it
-            tok, message = too_deep
-            where = lowered.source_map.locate(tok.line, tok.col) or Span(lowered.source_map.files[0] if lowered.source_map.files else None)
-            raise CompileError(message, where)
+    # One compile of a key at a time (a second caller waits for it and takes its result);
+    # compiles of other keys go on meanwhile. The device's one lock was held across the compile:
+    # a compile the driver never finishes (lavapipe on a huge var<private> array) held every
+    # other compile behind it, and a game's poll() froze on one (review helper 141).
+    while True:
+        with ctx.lock:
+            found = cache.get(key)
+            if found is not None:
+                return found
+            compiling = ctx.cache("compiling")
+            found_running: threading.Event | None = compiling.get(key)
+            mine = found_running is None
+            running = threading.Event() if found_running is None else found_running
+            if mine:
+                compiling[key] = running
+        if not mine:
+            running.wait()
+            continue  # compiled (in the cache now), or it failed: this caller meets its error itself
         try:
-            module = dev.create_shader_module(code=lowered.source, label=label)
-        except wgpu.GPUError as exc:
-            raise _compile_error(lowered, exc, "shader compilation", ctx) from None
-        with _stats_lock:
-            _stats["compiles"] += 1
-        wx, wy, wz = lowered.workgroup
-        if wx * wy * wz > ctx.limits.get("max-compute-invocations-per-workgroup", 256):
-            raise CompileError(
-                f"workgroup {list(lowered.workgroup)} has {wx * wy * wz} invocations; this device allows "
-                f"{ctx.limits.get('max-compute-invocations-per-workgroup')}",
-                Span(lowered.source_map.files[0]),
-            )
-        try:
-            bgl = dev.create_bind_group_layout(entries=_layout_entries(lowered), label=label)
-            layout = dev.create_pipeline_layout(bind_group_layouts=[bgl], label=label)
-            pipeline = dev.create_compute_pipeline(layout=layout, compute={"module": module, "entry_point": "main"}, label=label)
-        except wgpu.GPUError as exc:
-            raise _compile_error(lowered, exc, "pipeline creation", ctx) from None
-        except Exception as exc:  # pragma: no cover - wgpu raising something else is our bug
-            raise bug(f"pipeline creation raised {type(exc).__name__}: {exc}") from exc
-        for issue in portability_issues(lowered):  # once per variant and device: it compiles here
-            log.warning("%s", issue)
-        compiled_variant = CompiledVariant(key, lowered, module, bgl, pipeline, ctx)
-        cache[key] = compiled_variant
-        return compiled_variant
+            return _compile(lowered, label, ctx, key, cache)
+        finally:
+            with ctx.lock:
+                compiling.pop(key, None)
+            running.set()
+
+
+def _compile(lowered: Lowered, label: str | None, ctx: DeviceContext, key: str, cache: dict) -> CompiledVariant:
+    """Compile ``lowered`` on ``ctx`` into ``cache`` under ``key`` (the caller holds the key)."""
+    dev = ctx.device
+    label = label or key[:12]
+    if ctx.lost:
+        raise DeviceLostError(LOST_HINT)
+    too_deep = depth_error(_user_lines(lowered))
+    if too_deep is not None:  # naga would take the process down with it
+        tok, message = too_deep
+        where = lowered.source_map.locate(tok.line, tok.col) or Span(lowered.source_map.files[0] if lowered.source_map.files else None)
+        raise CompileError(message, where)
+    try:
+        module = dev.create_shader_module(code=lowered.source, label=label)
+    except wgpu.GPUError as exc:
+        raise _compile_error(lowered, exc, "shader compilation", ctx) from None
+    with _stats_lock:
+        _stats["compiles"] += 1
+    wx, wy, wz = lowered.workgroup
+    if wx * wy * wz > ctx.limits.get("max-compute-invocations-per-workgroup", 256):
+        raise CompileError(
+            f"workgroup {list(lowered.workgroup)} has {wx * wy * wz} invocations; this device allows {ctx.limits.get('max-compute-invocations-per-workgroup')}",
+            Span(lowered.source_map.files[0]),
+        )
+    try:
+        bgl = dev.create_bind_group_layout(entries=_layout_entries(lowered), label=label)
+        layout = dev.create_pipeline_layout(bind_group_layouts=[bgl], label=label)
+        pipeline = dev.create_compute_pipeline(layout=layout, compute={"module": module, "entry_point": "main"}, label=label)
+    except wgpu.GPUError as exc:
+        raise _compile_error(lowered, exc, "pipeline creation", ctx) from None
+    except Exception as exc:  # pragma: no cover - wgpu raising something else is our bug
+        raise bug(f"pipeline creation raised {type(exc).__name__}: {exc}") from exc
+    for issue in portability_issues(lowered):  # once per variant and device: it compiles here
+        log.warning("%s", issue)
+    compiled_variant = CompiledVariant(key, lowered, module, bgl, pipeline, ctx)
+    cache[key] = compiled_variant
+    return compiled_variant
 
 
 def compiled(key: str, device: Any = None) -> CompiledVariant | None:
