@@ -90,19 +90,6 @@ def _run_bench(globals_: list[str], rest: list[str]) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``engine-plugin`` command; answers the exit status."""
-    status = _main(argv)
-    worker = sys.modules.get("engine_plugin.bake.worker")
-    if worker is not None and worker.stuck_compiles():
-        # A compile a bake stopped waiting for (--jobs 1, --compile-timeout; also after Ctrl-C)
-        # is still in the driver: the interpreter's exit would wait on it (its device's
-        # release does), so the process ends here, everything said and written.
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(status)
-    return status
-
-
-def _main(argv: Sequence[str] | None) -> int:
     args_list = list(sys.argv[1:] if argv is None else argv)
     globals_, rest = _split_globals(args_list)
     if rest[:1] == ["bench"] and not {"-h", "--help", "--version"} & set(globals_):

@@ -885,31 +885,39 @@ RELOAD_COMPILE_TIMEOUT_S = 60.0
 
 class _Compile(threading.Thread):
     """One compile of a reload, on a thread of its own that the worker can stop waiting for;
-    ``then`` runs once it has compiled (a reload it failed is tried again)."""
+    ``then`` runs once it is done (a reload it failed is read again)."""
 
     def __init__(self, lowered: Lowered, label: str, ctx: Any):
         super().__init__(name="engine_plugin reload compile", daemon=True)
         self.lowered, self.label, self.ctx = lowered, label, ctx
-        self.ok = False
+        self.done = False  # under _compiles_lock: set once, when ``then`` is taken
         self.then: list[Callable[[], None]] = []
 
     def run(self) -> None:
+        error: PluginError | None = None
         try:
             compile_lowered(self.lowered, label=self.label, device=self.ctx)
-            self.ok = True
+        except PluginError as exc:
+            error = exc
         except Exception:
-            pass  # poll() meets the failure again and reports it (the same message)
+            log.debug("a reload's compile raised", exc_info=True)  # poll() meets it again
         finally:
             with _compiles_lock:
                 if _compiles.get(self.key) is self:
                     del _compiles[self.key]
+                if error is not None:
+                    # Kept for the reload read again below: its compile would take as long again
+                    # (a compile error reached after the deadline was never reported, helper 142).
+                    _failed[self.key] = error
+                    while len(_failed) > 64:
+                        del _failed[next(iter(_failed))]
+                self.done = True
                 then, self.then = self.then, []
-        if self.ok:
-            for call in then:
-                try:
-                    call()
-                except Exception:  # a library closed meanwhile: nothing to retry
-                    log.debug("retrying a reload after its compile finished failed", exc_info=True)
+        for call in then:
+            try:
+                call()
+            except Exception:  # a library closed meanwhile: nothing to read again
+                log.debug("reading an asset again after its compile finished failed", exc_info=True)
 
     @property
     def key(self) -> tuple[int, str]:
@@ -917,24 +925,25 @@ class _Compile(threading.Thread):
 
 
 _compiles: dict[tuple[int, str], _Compile] = {}  # compiles in flight: a save of the same code joins its stuck one
+_failed: dict[tuple[int, str], PluginError] = {}  # compiles that failed after their reload stopped waiting
 _compiles_lock = threading.Lock()
 
 
 def _compiled_within(lowered: Lowered, label: str, ctx: Any, limit: float, retry: Callable[[], None] | None) -> bool:
     """Compile ``lowered`` on its own thread, waiting at most ``limit`` seconds; answers
     whether it is done (compiled, or failed: ``poll`` meets a compile error again). When it
-    is not, ``retry`` runs once it has compiled."""
+    is not, ``retry`` runs once it is."""
     job = _Compile(lowered, label, ctx)
     with _compiles_lock:
         running = _compiles.get(job.key)
-        if running is not None and running.is_alive():
+        if running is not None and not running.done:
             job = running
         else:
             _compiles[job.key] = job
             job.start()
     job.join(limit)
     with _compiles_lock:
-        if not job.is_alive():
+        if job.done:  # its ``then`` was taken: a retry added now would never run (helper 142)
             return True
         if retry is not None:
             job.then.append(retry)
@@ -953,6 +962,10 @@ def _precompile(prepared: Prepared, ctx: Any, path: str, retry: Callable[[], Non
     if prepared.error is not None or ctx is None or ctx.lost:
         return prepared
     for spec, lowered in prepared.lowered.items():
+        with _compiles_lock:
+            late = _failed.pop((id(ctx), lowered.fingerprint), None)
+        if late is not None:  # its compile failed after an earlier reload stopped waiting
+            return replace(prepared, error=late)
         limit = RELOAD_COMPILE_TIMEOUT_S
         if _compiled_within(lowered, f"{path} {spec.label()}", ctx, limit, retry):
             continue

@@ -12,6 +12,7 @@ comes back as the exception, and the driver fails that chunk's variants with it.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import glob
 import logging
 import multiprocessing
@@ -155,22 +156,37 @@ def _children_ignore_sigint() -> Iterator[None]:
         signal.signal(signal.SIGINT, previous)
 
 
-_NOTES_PREFIX = "engine_plugin-bake-"  # + the client's pid: a pool's folder for its workers' stuck notes
+_NOTES_PREFIX = "engine_plugin-bake-"  # a pool's folder for its workers' stuck notes
+_NOTES_LOCK = ".client"  # held (flock) by the live bake client: a folder whose lock is free is an orphan
 
 
 def _remove_orphaned_note_dirs() -> None:
     """Remove the note folders of bake clients that are gone (killed: their ``__exit__`` never
-    ran, and the folders piled up in the temporary folder, review helper 141)."""
-    for path in glob.glob(os.path.join(tempfile.gettempdir(), _NOTES_PREFIX + "*-*")):
-        pid_text = os.path.basename(path)[len(_NOTES_PREFIX) :].split("-", 1)[0]
+    ran, and the folders piled up in the temporary folder, review helper 141). A live client
+    holds its folder's lock; a pid would not tell (another PID namespace sharing the temporary
+    folder, review helper 142)."""
+    for path in glob.glob(os.path.join(tempfile.gettempdir(), _NOTES_PREFIX + "*")):
         try:
-            if not pid_text.isdigit() or os.stat(path).st_uid != os.getuid():
+            if os.lstat(path).st_uid != os.getuid():
                 continue
-            os.kill(int(pid_text), 0)  # alive (or another user's): keep it
-        except ProcessLookupError:
-            shutil.rmtree(path, ignore_errors=True)
+            fd = os.open(os.path.join(path, _NOTES_LOCK), os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
         except OSError:
-            continue
+            continue  # not ours, not a folder of this kind, or made by a client just starting
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            continue  # held: a live bake's
+        finally:
+            os.close(fd)
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def _note_dir() -> tuple[str, int]:
+    """A new note folder and the fd of its held lock (see :func:`_remove_orphaned_note_dirs`)."""
+    path = tempfile.mkdtemp(prefix=_NOTES_PREFIX)
+    fd = os.open(os.path.join(path, _NOTES_LOCK), os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o600)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    return path, fd
 
 
 class ProcessPoolRunner:
@@ -187,6 +203,7 @@ class ProcessPoolRunner:
         self._pool: ProcessPoolExecutor | None = None
         self._lost: list[LostWorker] = []
         self._stuck_dir: str | None = None
+        self._stuck_lock = -1  # the fd holding the note folder's lock
 
     def _start(self) -> ProcessPoolExecutor:
         return ProcessPoolExecutor(
@@ -195,7 +212,7 @@ class ProcessPoolRunner:
 
     def __enter__(self) -> "ProcessPoolRunner":
         _remove_orphaned_note_dirs()
-        self._stuck_dir = tempfile.mkdtemp(prefix=f"{_NOTES_PREFIX}{os.getpid()}-")
+        self._stuck_dir, self._stuck_lock = _note_dir()
         self._pool = self._start()
         return self
 
@@ -231,6 +248,7 @@ class ProcessPoolRunner:
             self._pool = None
         if self._stuck_dir is not None:
             shutil.rmtree(self._stuck_dir, ignore_errors=True)
+            os.close(self._stuck_lock)
             self._stuck_dir = None
 
     def events(self, final: bool = False) -> list[LostWorker]:

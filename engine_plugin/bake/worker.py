@@ -16,8 +16,8 @@ A compile cannot be interrupted: it runs in the driver's native code (lavapipe c
 process then ends, after noting the variant (:func:`stuck_note`) where the client reads it:
 the client fails that variant and runs the rest of the chunk in a new pool, and the stuck
 compile's CPU is freed. In the bake command's own process (``--jobs 1``) the compile runs on a
-thread of its own that is left behind (:func:`stuck_compiles`): the bake goes on and reports
-as usual, and the command ends its process without waiting for it.
+thread of its own that is left behind (:func:`stuck_compiles`; a daemon thread, which the
+interpreter's exit does not wait for): the bake goes on and reports as usual.
 """
 
 from __future__ import annotations

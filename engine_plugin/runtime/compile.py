@@ -124,25 +124,33 @@ def compile_lowered(lowered: Lowered, label: str | None = None, device: Any = No
     # a compile the driver never finishes (lavapipe on a huge var<private> array) held every
     # other compile behind it, and a game's poll() froze on one (review helper 141).
     while True:
-        with ctx.lock:
-            found = cache.get(key)
-            if found is not None:
-                return found
-            compiling = ctx.cache("compiling")
-            found_running: threading.Event | None = compiling.get(key)
-            mine = found_running is None
-            running = threading.Event() if found_running is None else found_running
-            if mine:
-                compiling[key] = running
-        if not mine:
-            running.wait()
-            continue  # compiled (in the cache now), or it failed: this caller meets its error itself
+        running: threading.Event | None = None
         try:
+            with ctx.lock:
+                found = cache.get(key)
+                if found is not None:
+                    return found
+                compiling = ctx.cache("compiling")
+                other: threading.Event | None = compiling.get(key)
+                if other is not None and other.is_set():
+                    other = None  # its compile ended without freeing the key (an interrupt): free
+                if other is None:
+                    running = threading.Event()
+                    compiling[key] = running
+            if other is not None:
+                other.wait()
+                continue  # compiled (in the cache now), or it failed: this caller meets its error itself
             return _compile(lowered, label, ctx, key, cache)
         finally:
-            with ctx.lock:
-                compiling.pop(key, None)
-            running.set()
+            # Whatever ends the compile (an error, Ctrl-C anywhere in here), its waiters go on
+            # and the key is free (review helper 142: an interrupt here left it taken for good).
+            if running is not None:
+                try:
+                    with ctx.lock:
+                        if compiling.get(key) is running:
+                            del compiling[key]
+                finally:
+                    running.set()
 
 
 def _compile(lowered: Lowered, label: str | None, ctx: DeviceContext, key: str, cache: dict) -> CompiledVariant:

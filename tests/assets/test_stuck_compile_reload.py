@@ -181,3 +181,63 @@ def test_poll_reports_a_reload_s_compile_error_while_another_asset_s_compile_is_
         assert run_scale(ra) == [2.0, 4.0, 6.0, 8.0] and run_scale(rb) == [3.0, 6.0, 9.0, 12.0]
     finally:
         lib.close()
+
+
+def test_a_compile_finishing_as_its_reload_stops_waiting_counts_as_done(tmp_path, slow_compiles, monkeypatch):
+    # The compile thread, past the end of its compile but not yet ended, was taken for still
+    # compiling: the reload failed promising a retry, added to a list nobody ran (helper 142).
+    import threading
+    import time
+
+    import engine_plugin.assets.library as library
+    from asset_support import SCHEMA, kernel
+
+    from engine_plugin.device.context import get_context
+    from engine_plugin.lowering import lower, parse
+
+    class PausingLock:
+        """The compile thread is preempted right after its finally releases the lock."""
+
+        def __init__(self):
+            self.lock = threading.Lock()
+
+        def __enter__(self):
+            self.lock.acquire()
+
+        def __exit__(self, *exc):
+            self.lock.release()
+            if threading.current_thread().name == "engine_plugin reload compile":
+                time.sleep(0.5)
+
+    monkeypatch.setattr(library, "_compiles_lock", PausingLock())
+    slow_compiles["31.5"] = 1.0
+    lowered = lower(parse(SCHEMA, "k/bindings.yaml"), kernel(31.5), {"T": "f32"}, wgsl_path="k/kernel.wgsl")
+    retried: list = []
+    done = library._compiled_within(lowered, "k", get_context(), 1.2, lambda: retried.append(1))
+    time.sleep(1.0)
+    assert done or retried
+
+
+def test_a_reload_whose_compile_fails_after_the_deadline_reports_the_error(tmp_path, slow_compiles):
+    # It finished, failing: nothing was tried again or reported, and the asset's error stayed
+    # the timeout's until the next save (helper 142).
+    from asset_support import kernel, make_asset, run_scale, write
+
+    from engine_plugin.assets import AssetLibrary
+
+    slow_compiles["7.75"] = 3.0
+    a = make_asset(str(tmp_path / "assets"), "a", 2.0)
+    lib = AssetLibrary(str(tmp_path / "assets"), cache=None)
+    try:
+        ref = lib.load("a.computeShader")
+        run_scale(ref)
+        bad = kernel(7.75).replace("dst_set(", "let q: u32 = 1.5;\n    dst_set(")
+        write(os.path.join(a, "kernel.wgsl"), bad)
+        lib.request_reload("a.computeShader")
+        first = _pump(lib, 30, lambda evs: bool(evs))
+        assert first and "did not finish within 1.5 s" in str(first[0].error)
+        later = _pump(lib, 30, lambda evs: bool(evs))
+        assert later and not later[0].ok and "kernel.wgsl:6:" in str(later[0].error), later
+        assert "kernel.wgsl:6:" in str(ref.error) and run_scale(ref) == [2.0, 4.0, 6.0, 8.0]
+    finally:
+        lib.close()
