@@ -892,6 +892,7 @@ class _Compile(threading.Thread):
         self.lowered, self.label, self.ctx = lowered, label, ctx
         self.done = False  # under _compiles_lock: set once, when ``then`` is taken
         self.then: list[Callable[[], None]] = []
+        self.started = time.monotonic()
 
     def run(self) -> None:
         error: PluginError | None = None
@@ -905,7 +906,7 @@ class _Compile(threading.Thread):
             with _compiles_lock:
                 if _compiles.get(self.key) is self:
                     del _compiles[self.key]
-                if error is not None:
+                if error is not None and self.then and not isinstance(error, DeviceLostError):
                     # Kept for the reload read again below: its compile would take as long again
                     # (a compile error reached after the deadline was never reported, helper 142).
                     _failed[self.key] = error
@@ -941,7 +942,7 @@ def _compiled_within(lowered: Lowered, label: str, ctx: Any, limit: float, retry
         else:
             _compiles[job.key] = job
             job.start()
-    job.join(limit)
+    job.join(max(0.0, job.started + limit - time.monotonic()))  # a save joining a stuck compile waits out its first deadline only
     with _compiles_lock:
         if job.done:  # its ``then`` was taken: a retry added now would never run (helper 142)
             return True

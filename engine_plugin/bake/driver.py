@@ -262,10 +262,10 @@ def bake(
             what a client would refuse (reads every value: an occasional repair, not every bake).
         root: the asset root of every path (``modules/`` folders are searched up to it, files
             stay inside it); default: each path given (for one asset, the folder holding it).
-        compile_timeout: seconds a variant's compile may take on a local runner (a compile
-            cannot be interrupted: past it a pool worker ends and the variant fails, the
-            :class:`InlineRunner` ends this process, exit 1); None: no limit. Dask runners
-            take none (their workers are the cluster's).
+        compile_timeout: seconds a variant's compile may take on a local runner, past which
+            it fails (a compile cannot be interrupted: a pool worker stuck in one ends, the
+            :class:`InlineRunner` leaves it running on its thread); None: no limit. Runners
+            without ``deadlines`` (Dask: the workers are the cluster's) take none.
     Returns:
         The :class:`BakeReport`; ``report.ok`` is false when anything failed.
     Raises:

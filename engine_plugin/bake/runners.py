@@ -1,7 +1,8 @@
 """Where chunks run: this process, a local ``spawn`` process pool, or a Dask cluster.
 
 Every runner is a context manager with ``workers`` (how many chunks run at once, for
-chunk sizing), ``label`` (for the summary), ``run(jobs)``, which yields
+chunk sizing), ``label`` (for the summary), ``deadlines`` (whether jobs may carry a
+``compile_timeout``: a runner without it gets none), ``run(jobs)``, which yields
 ``(job, ChunkResult | BaseException)`` in completion order, and ``events(final=False)``, which
 answers what happened to the workers since the last call (a lost Dask worker and the chunks
 that were running there, which the scheduler runs again elsewhere). A runner never raises for
@@ -182,10 +183,14 @@ def _remove_orphaned_note_dirs() -> None:
 
 
 def _note_dir() -> tuple[str, int]:
-    """A new note folder and the fd of its held lock (see :func:`_remove_orphaned_note_dirs`)."""
-    path = tempfile.mkdtemp(prefix=_NOTES_PREFIX)
-    fd = os.open(os.path.join(path, _NOTES_LOCK), os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o600)
+    """A new note folder and the fd of its held lock (see :func:`_remove_orphaned_note_dirs`):
+    made and locked under another name, then renamed into the swept ones, so no sweep sees it
+    unlocked (another bake starting at that moment removed it, review helper 143)."""
+    making = tempfile.mkdtemp(prefix="engine_plugin-bakeinit-")
+    fd = os.open(os.path.join(making, _NOTES_LOCK), os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o600)
     fcntl.flock(fd, fcntl.LOCK_EX)
+    path = making.replace("engine_plugin-bakeinit-", _NOTES_PREFIX, 1)
+    os.rename(making, path)
     return path, fd
 
 
@@ -222,7 +227,7 @@ class ProcessPoolRunner:
         found: dict[int, set[str]] = {}
         if self._stuck_dir is None:
             return found
-        for path in glob.glob(os.path.join(self._stuck_dir, "*.stuck")):  # worker.stuck_note's names
+        for path in _worker.stuck_notes(self._stuck_dir):
             try:
                 with open(path) as f:
                     index, key = f.read().split()[:2]

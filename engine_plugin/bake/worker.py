@@ -16,12 +16,13 @@ A compile cannot be interrupted: it runs in the driver's native code (lavapipe c
 process then ends, after noting the variant (:func:`stuck_note`) where the client reads it:
 the client fails that variant and runs the rest of the chunk in a new pool, and the stuck
 compile's CPU is freed. In the bake command's own process (``--jobs 1``) the compile runs on a
-thread of its own that is left behind (:func:`stuck_compiles`; a daemon thread, which the
-interpreter's exit does not wait for): the bake goes on and reports as usual.
+thread of its own that is left behind (a daemon thread, which the interpreter's exit does not
+wait for): the bake goes on and reports as usual.
 """
 
 from __future__ import annotations
 
+import glob
 import os
 import socket
 import sys
@@ -42,11 +43,10 @@ __all__ = [
     "ChunkResult",
     "Failure",
     "VariantOutcome",
-    "STUCK_EXIT",
     "bake_chunk",
     "failure_from",
-    "stuck_compiles",
     "stuck_note",
+    "stuck_notes",
     "worker_versions",
 ]
 
@@ -159,7 +159,7 @@ def _validate(lowered: Lowered) -> None:
     ctx.cache("compiled").pop(lowered.fingerprint, None)
 
 
-STUCK_EXIT = 70  # the exit status of a process whose compile outlived its job's compile_timeout
+_STUCK_EXIT = 70  # the exit status of a pool worker whose compile outlived its job's compile_timeout
 # Where this process notes the variant whose compile outlived the deadline before it ends
 # (set in a local pool's workers by their initializer; None: this is the bake's own process).
 _STUCK_DIR: list[str | None] = [None]
@@ -170,13 +170,9 @@ def stuck_note(folder: str, pid: int) -> str:
     return os.path.join(folder, f"{pid}.stuck")
 
 
-_LEFT_BEHIND: list[threading.Thread] = []  # compiles this process stopped waiting for
-
-
-def stuck_compiles() -> int:
-    """How many compiles this process stopped waiting for are still running (the process
-    should then end without waiting for them: see the module docstring)."""
-    return sum(t.is_alive() for t in _LEFT_BEHIND)
+def stuck_notes(folder: str) -> list[str]:
+    """The notes pool workers left in ``folder`` (see :func:`stuck_note`)."""
+    return glob.glob(os.path.join(glob.escape(folder), "*.stuck"))
 
 
 def _timeout_message(limit: float) -> str:
@@ -197,8 +193,7 @@ def _validate_on_thread(job: ChunkJob, lowered: Lowered, limit: float) -> None:
     thread = threading.Thread(target=compile_it, name="engine_plugin bake compile", daemon=True)
     thread.start()
     thread.join(limit)
-    if thread.is_alive():
-        _LEFT_BEHIND.append(thread)
+    if thread.is_alive():  # left running (a daemon thread): see the module docstring
         raise CompileError(_timeout_message(limit), Span(job.wgsl_path))
     if failed:
         raise failed[0]
@@ -228,7 +223,7 @@ def _validate_within(job: ChunkJob, item: BakeItem, lowered: Lowered) -> None:
             "(--compile-timeout): the driver's compiler is stuck on it; this worker ends, the rest of its chunk bakes in a new one\n"
         )
         sys.stderr.flush()
-        os._exit(STUCK_EXIT)
+        os._exit(_STUCK_EXIT)
 
     timer = threading.Timer(limit, give_up)
     timer.daemon = True

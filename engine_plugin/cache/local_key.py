@@ -8,16 +8,18 @@ its checksum under this key instead, so an entry written anywhere else is a miss
 again and replaced) whatever it holds. Lowering is pure, so a miss costs time, never a result.
 
 The key is 32 random bytes in ``$ENGINE_PLUGIN_CACHE_KEY`` (a file path: a studio that trusts
-its build machines shares one key file) or else ``$XDG_STATE_HOME/engine_plugin/cache.key``
-(``~/.local/state/...``), created on first use, readable by its owner only. Where the home
+its build machines shares one key file; it must exist, see below) or else
+``$XDG_STATE_HOME/engine_plugin/cache.key`` (``~/.local/state/...``), created on first use,
+readable by its owner only. Where the home
 folder cannot hold it (a read-only home on a build box), ``<tmp>/engine_plugin-<uid>/`` does:
 a folder and key this user owns, refused when anyone else made them. When no key can be read
 or created, the process signs with a key of its own (its entries are misses for every later
 process) and says so once; :func:`local_key_problem` then answers why, the variant cache
 writes and replaces nothing (an entry it could write is one no later process accepts, and
 replacing the entries it cannot verify would throw a whole baked cache away: review helper
-137), and ``bake`` refuses to run. A key file ``$ENGINE_PLUGIN_CACHE_KEY`` names that does not
-exist yet is created, with a warning (a mistyped name makes every entry a miss once).
+137), and ``bake`` refuses to run. A key file ``$ENGINE_PLUGIN_CACHE_KEY`` names is never made:
+a mistyped name would sign every entry under a new key, each one then baked again (review
+helper 143); the message says how to make one.
 """
 
 from __future__ import annotations
@@ -116,8 +118,8 @@ def _read_or_create(path: str, own_only: bool = False, why: list[str] | None = N
         found = _read(path, own_only)
         if found is not None:
             return found
-        if os.environ.get("ENGINE_PLUGIN_CACHE_KEY"):  # a key a studio shares is made once, on purpose
-            log.warning("variant cache: made a new cache key at %s ($ENGINE_PLUGIN_CACHE_KEY): entries signed under any other key are lowered again", path)
+        if os.environ.get("ENGINE_PLUGIN_CACHE_KEY") and not own_only:  # named on purpose: made by hand (see the docstring)
+            raise OSError(f"no such file ($ENGINE_PLUGIN_CACHE_KEY names it; make one with: head -c 32 /dev/urandom > {path}; chmod 600 {path})")
         return _create(path, own_only)
     except OSError as exc:
         reason = f"the cache key {path} cannot be used ({exc.strerror or exc})"

@@ -200,13 +200,20 @@ class VariantCache:
         self.read_only = not os.access(self.folder, os.W_OK)
         if self.read_only:
             log.warning("variant cache %s is read-only: entries are served but not written", self.folder)
-        # Without the user's cache key, entries signed now would be misses for every later
-        # process, and the entries this process cannot verify are not its to replace (a typo
-        # in ENGINE_PLUGIN_CACHE_KEY threw a whole baked cache away: review helper 137): it
-        # writes and replaces nothing (gc and clear, which need no key, still work).
-        self.keyless = None if self.read_only else local_key_problem()
-        if self.keyless is not None:
-            log.warning("variant cache %s is served without writes: no local cache key (%s)", self.folder, self.keyless)
+        self._keyless: str | None | bool = False  # not asked yet (see keyless)
+
+    @property
+    def keyless(self) -> str | None:
+        """Why this process has no local cache key (None: it has one). Without it, entries
+        signed now would be misses for every later process, and the entries it cannot verify
+        are not its to replace (a typo in ENGINE_PLUGIN_CACHE_KEY threw a whole baked cache
+        away: review helper 137): it writes and replaces nothing. Asked at the first write or
+        replacement: gc, clear and stats need no key (and make none)."""
+        if self._keyless is False:
+            self._keyless = local_key_problem()
+            if self._keyless is not None:
+                log.warning("variant cache %s is served without writes: no local cache key (%s)", self.folder, self._keyless)
+        return self._keyless  # type: ignore[return-value]
 
     # -- paths -----------------------------------------------------------------------------
     def path(self, key: str) -> str:

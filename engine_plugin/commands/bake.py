@@ -72,7 +72,7 @@ def add_bake_parser(sub: Any, size_arg: Callable[[str], int], common: argparse.A
         default=DEFAULT_COMPILE_TIMEOUT_S,
         metavar="S",
         help=f"fail a variant whose compile takes longer (a driver's compiler stuck on a shader; default {DEFAULT_COMPILE_TIMEOUT_S:g}); "
-        "with --jobs 1 the bake stops there; not applied on a Dask cluster",
+        "its compile is left running and the rest bake; not applied on a Dask cluster",
     )
     p.add_argument("--max-bytes", type=size_arg, metavar="SIZE", help="the cache's size cap, e.g. 2G (default 512 MiB)")
     p.add_argument("--force", action="store_true", help="rebake variants the cache already holds")

@@ -181,9 +181,9 @@ def whole_number_arg(minimum: int, maximum: int | None = None) -> Callable[[str]
     return parse
 
 
-# The most seconds a duration option takes unless it says otherwise: longer ones overflow the
-# timeouts they end up in (a socket's, threading's: review helper 137), and ~115 days is past
-# any wait a command is asked for.
+# The largest duration option value unless it says otherwise, in the option's own unit (seconds,
+# or ms for --quiet-ms): longer ones overflow the timeouts they end up in (a socket's,
+# threading's: review helper 137), and ~115 days is past any wait a command is asked for.
 MAX_SECONDS = 1e7
 
 

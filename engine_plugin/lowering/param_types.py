@@ -124,7 +124,7 @@ class ParamType:
             arr = np.asarray(value)
         except Exception:
             return f"takes numbers of shape {self.shape}"
-        if arr.dtype.kind not in "fiub" or arr.dtype.kind == "b" or (arr.dtype.kind != "O" and _holds_bool(value)):
+        if arr.dtype.kind not in "fiub" or arr.dtype.kind == "b" or _holds_bool(value):
             return f"takes numbers, not {value!r}"
         # Flat numbers are taken in WGSL's order; a value with axes has this type's shape. A
         # row-major (rows, columns) matrix of the right count was packed by count: silently

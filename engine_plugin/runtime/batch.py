@@ -189,8 +189,6 @@ class Batch:
         ctx = None
         try:
             for variant, offsets, _ in self._staged.values():
-                if not offsets:
-                    continue
                 ctx = variant.ctx
                 if ctx.guard.lost:  # destroyed meanwhile (another thread, or inside the batch)
                     raise DeviceLostError(LOST_HINT)

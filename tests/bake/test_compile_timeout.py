@@ -1,7 +1,7 @@
 """A compile the driver never finishes does not hang a bake (``--compile-timeout``): a compile
 cannot be interrupted, so a pool worker stuck in one notes its variant and ends, and the
-client fails that variant and bakes the rest; with ``--jobs 1`` the bake stops, exit 1,
-naming it. Lavapipe compiled a huge ``var<private>`` array for minutes and a bake waited for
+client fails that variant and bakes the rest; with ``--jobs 1`` the compile is left running on
+its thread and the rest bake. Lavapipe compiled a huge ``var<private>`` array for minutes and a bake waited for
 good (review helper 128)."""
 
 from __future__ import annotations
@@ -181,5 +181,5 @@ def test_the_cli_s_main_returns_to_its_caller_when_a_compile_was_left_behind(tmp
     _assets(tmp_path)
     monkeypatch.chdir(tmp_path)
     status = main(["-q", "bake", "assets", "--cache", "cache", "-j", "1", "--compile-timeout", "1"])
-    assert status == 1 and worker.stuck_compiles() == 1
+    assert status == 1
     assert main(["-q", "cache", "stats", "--cache", "cache"]) == 0

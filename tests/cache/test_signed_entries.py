@@ -43,6 +43,9 @@ GAME = textwrap.dedent(
 def own_key(tmp_path, monkeypatch):
     """This test's cache key (not the user's), for this process and its children."""
     path = str(tmp_path / "mine.key")
+    with open(path, "wb") as f:
+        f.write(os.urandom(local_key.KEY_BYTES))
+    os.chmod(path, 0o600)
     monkeypatch.setenv("ENGINE_PLUGIN_CACHE_KEY", path)
     return path
 
@@ -63,7 +66,9 @@ def test_an_entry_signed_under_another_key_is_a_miss_and_its_wgsl_never_runs(tmp
     # Someone else's entry (a copied or downloaded cache folder): the texts its source map
     # quotes are this asset's, the WGSL it holds is not. Its checksum is right.
     forged = replace(honest, source=honest.source.replace("T(2.0)", "T(1000.0)"))
-    monkeypatch.setenv("ENGINE_PLUGIN_CACHE_KEY", str(tmp_path / "theirs.key"))
+    theirs = tmp_path / "theirs.key"
+    theirs.write_bytes(os.urandom(local_key.KEY_BYTES))
+    monkeypatch.setenv("ENGINE_PLUGIN_CACHE_KEY", str(theirs))
     VariantCache(cache_dir).put(key, forged)
     monkeypatch.setenv("ENGINE_PLUGIN_CACHE_KEY", own_key)
     with open(VariantCache(cache_dir).path(key), "rb") as f:
@@ -118,7 +123,8 @@ def test_a_signed_entry_with_a_workgroup_or_params_size_no_lowering_makes_is_a_b
 
 def test_the_cache_key_is_created_once_private_and_reused(tmp_path, monkeypatch):
     path = tmp_path / "state" / "engine_plugin" / "cache.key"
-    monkeypatch.setenv("ENGINE_PLUGIN_CACHE_KEY", str(path))
+    monkeypatch.delenv("ENGINE_PLUGIN_CACHE_KEY", raising=False)
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
     monkeypatch.setattr(local_key, "_keys", {})
     first = local_key.local_cache_secret()
     assert path.read_bytes() == first and len(first) == local_key.KEY_BYTES
@@ -219,7 +225,12 @@ def test_a_bake_with_an_unusable_cache_key_refuses_and_leaves_the_baked_cache_wh
         os.mkdir(bad)
     env = {**os.environ, "ENGINE_PLUGIN_CACHE_KEY": bad}
     cli = subprocess.run(
-        [sys.executable, "-m", "engine_plugin", "bake", root, "--cache", cache_dir, "-j", "1", "-q"], env=env, capture_output=True, text=True, timeout=120, cwd=REPO
+        [sys.executable, "-m", "engine_plugin", "bake", root, "--cache", cache_dir, "-j", "1", "-q"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=REPO,
     )
     assert cli.returncode == 2, cli.stderr[-2000:]
     assert "cannot be used" in cli.stderr and "ENGINE_PLUGIN_CACHE_KEY" in cli.stderr
@@ -238,13 +249,43 @@ def test_a_bake_with_an_unusable_cache_key_refuses_and_leaves_the_baked_cache_wh
     assert not [name for name in os.listdir(cache_dir) if name in before]
 
 
-def test_a_key_file_the_variable_names_that_does_not_exist_is_made_with_a_warning(tmp_path, monkeypatch, caplog):
-    # A mistyped name in an existing folder is indistinguishable from a studio's first use:
-    # the key is made, and said (review helper 139), not silently.
-    path = tmp_path / "studoi.key"
-    monkeypatch.setenv("ENGINE_PLUGIN_CACHE_KEY", str(path))
-    monkeypatch.setattr(local_key, "_keys", {})
-    with caplog.at_level("WARNING", logger="engine_plugin.cache"):
-        key = local_key.local_cache_secret()
-    assert path.read_bytes() == key
-    assert any("made a new cache key" in r.getMessage() and str(path) in r.getMessage() for r in caplog.records)
+def test_a_key_file_the_variable_names_that_does_not_exist_is_never_made(tmp_path, own_key):
+    # A mistyped name (a missing file, in a folder that exists or not) was made: every entry was
+    # signed under the new key, so every bake after baked everything again (review helpers 139,
+    # 143). Bake refuses, saying how to make one; the baked cache is untouched.
+    root, cache_dir = str(tmp_path / "assets"), str(tmp_path / "cache")
+    make_asset(root)
+    assert bake([root], cache_dir).ok
+    before = {name: (tmp_path / "cache" / name).read_bytes() for name in os.listdir(cache_dir)}
+    for typo in (tmp_path / "mien.key", tmp_path / "kyes" / "mine.key"):
+        env = {**os.environ, "ENGINE_PLUGIN_CACHE_KEY": str(typo)}
+        cli = subprocess.run(
+            [sys.executable, "-m", "engine_plugin", "bake", root, "--cache", cache_dir, "-j", "1", "-q"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            cwd=REPO,
+        )
+        assert cli.returncode == 2, cli.stderr[-2000:]
+        assert "head -c 32 /dev/urandom" in cli.stderr, cli.stderr
+        assert not typo.exists() and (typo.parent == tmp_path or not typo.parent.exists())
+    assert {name: (tmp_path / "cache" / name).read_bytes() for name in os.listdir(cache_dir)} == before
+
+
+def test_cache_stats_gc_and_clear_make_no_key(tmp_path):
+    # They need none; the cache asked for the key as it was made (review helper 143).
+    env = {k: v for k, v in os.environ.items() if k != "ENGINE_PLUGIN_CACHE_KEY"}
+    env["XDG_STATE_HOME"] = str(tmp_path / "state")
+    (tmp_path / "cache").mkdir()
+    for args in (["stats"], ["gc"], ["clear"]):
+        done = subprocess.run(
+            [sys.executable, "-m", "engine_plugin", "cache", *args, "--cache", str(tmp_path / "cache")],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            cwd=REPO,
+        )
+        assert done.returncode == 0, done.stderr[-2000:]
+    assert not (tmp_path / "state").exists()
