@@ -87,3 +87,24 @@ def young_gc():
         yield
     finally:
         gc.unfreeze()
+
+
+@pytest.fixture
+def slow_compiles(monkeypatch):
+    """Compiles of a lowered source holding a marker take that long: ``slow_compiles[mark] =
+    seconds`` (a sleep inside each compile, where a driver stuck on a shader would be)."""
+    import time
+
+    import engine_plugin.runtime.compile as compile_module
+
+    sleeps: dict[str, float] = {}
+    plain = compile_module._user_lines
+
+    def slowed(lowered):
+        for mark, seconds in sleeps.items():
+            if mark in lowered.source:
+                time.sleep(seconds)
+        return plain(lowered)
+
+    monkeypatch.setattr(compile_module, "_user_lines", slowed)
+    return sleeps

@@ -88,26 +88,26 @@ def test_a_reload_whose_compile_never_ends_fails_and_the_game_and_other_reloads_
     assert out["after"][0] == [5.0, 10.0, 15.0, 20.0]
 
 
-@pytest.fixture
-def slow_compiles(monkeypatch):
-    """Compiles of a lowered source holding a marker take that long (a sleep inside the compile)."""
-    import time
-
+@pytest.fixture(autouse=True)
+def short_reload_deadline(monkeypatch):
     import engine_plugin.assets.library as library
-    import engine_plugin.runtime.compile as compile_module
 
-    sleeps: dict[str, float] = {}
-    plain = compile_module._user_lines
-
-    def slow(lowered):
-        for mark, seconds in sleeps.items():
-            if mark in lowered.source:
-                time.sleep(seconds)
-        return plain(lowered)
-
-    monkeypatch.setattr(compile_module, "_user_lines", slow)
     monkeypatch.setattr(library, "RELOAD_COMPILE_TIMEOUT_S", 1.5)
-    return sleeps
+
+
+@pytest.fixture
+def one_asset(tmp_path):
+    """A library over one asset ``a`` (scale 2), its folder and its loaded reference."""
+    from asset_support import make_asset, run_scale
+
+    from engine_plugin.assets import AssetLibrary
+
+    folder = make_asset(str(tmp_path / "assets"), "a", 2.0)
+    lib = AssetLibrary(str(tmp_path / "assets"), cache=None)
+    ref = lib.load("a.computeShader")
+    assert run_scale(ref) == [2.0, 4.0, 6.0, 8.0]
+    yield lib, folder, ref
+    lib.close()
 
 
 def _pump(lib, seconds, until):
@@ -120,29 +120,21 @@ def _pump(lib, seconds, until):
     return events
 
 
-def test_a_reload_whose_compile_finishes_after_the_deadline_is_applied_when_it_does(tmp_path, slow_compiles):
+def test_a_reload_whose_compile_finishes_after_the_deadline_is_applied_when_it_does(one_asset, slow_compiles):
     # A legitimate compile just over the deadline failed the reload for good: the asset ran its
     # old program until the next save (review helper 141).
-    from asset_support import kernel, make_asset, run_scale, write
+    from asset_support import kernel, run_scale, write
 
-    from engine_plugin.assets import AssetLibrary
-
+    lib, folder, ref = one_asset
     slow_compiles["7.25"] = 4.0
-    a = make_asset(str(tmp_path / "assets"), "a", 2.0)
-    lib = AssetLibrary(str(tmp_path / "assets"), cache=None)
-    try:
-        ref = lib.load("a.computeShader")
-        assert run_scale(ref) == [2.0, 4.0, 6.0, 8.0]
-        write(os.path.join(a, "kernel.wgsl"), kernel(7.25))
-        lib.request_reload("a.computeShader")
-        first = _pump(lib, 30, lambda evs: bool(evs))
-        assert first and not first[0].ok and "did not finish within 1.5 s" in str(first[0].error)
-        assert run_scale(ref) == [2.0, 4.0, 6.0, 8.0]  # the last good program meanwhile
-        later = _pump(lib, 30, lambda evs: any(e.ok for e in evs))
-        assert any(e.ok for e in later), later
-        assert run_scale(ref) == [7.25, 14.5, 21.75, 29.0] and ref.error is None
-    finally:
-        lib.close()
+    write(os.path.join(folder, "kernel.wgsl"), kernel(7.25))
+    lib.request_reload("a.computeShader")
+    first = _pump(lib, 30, lambda evs: bool(evs))
+    assert first and not first[0].ok and "did not finish within 1.5 s" in str(first[0].error)
+    assert run_scale(ref) == [2.0, 4.0, 6.0, 8.0]  # the last good program meanwhile
+    later = _pump(lib, 30, lambda evs: any(e.ok for e in evs))
+    assert any(e.ok for e in later), later
+    assert run_scale(ref) == [7.25, 14.5, 21.75, 29.0] and ref.error is None
 
 
 def test_poll_reports_a_reload_s_compile_error_while_another_asset_s_compile_is_stuck(tmp_path, slow_compiles):
@@ -218,26 +210,17 @@ def test_a_compile_finishing_as_its_reload_stops_waiting_counts_as_done(tmp_path
     assert done or retried
 
 
-def test_a_reload_whose_compile_fails_after_the_deadline_reports_the_error(tmp_path, slow_compiles):
+def test_a_reload_whose_compile_fails_after_the_deadline_reports_the_error(one_asset, slow_compiles):
     # It finished, failing: nothing was tried again or reported, and the asset's error stayed
     # the timeout's until the next save (helper 142).
-    from asset_support import kernel, make_asset, run_scale, write
+    from asset_support import kernel, run_scale, write
 
-    from engine_plugin.assets import AssetLibrary
-
+    lib, folder, ref = one_asset
     slow_compiles["7.75"] = 3.0
-    a = make_asset(str(tmp_path / "assets"), "a", 2.0)
-    lib = AssetLibrary(str(tmp_path / "assets"), cache=None)
-    try:
-        ref = lib.load("a.computeShader")
-        run_scale(ref)
-        bad = kernel(7.75).replace("dst_set(", "let q: u32 = 1.5;\n    dst_set(")
-        write(os.path.join(a, "kernel.wgsl"), bad)
-        lib.request_reload("a.computeShader")
-        first = _pump(lib, 30, lambda evs: bool(evs))
-        assert first and "did not finish within 1.5 s" in str(first[0].error)
-        later = _pump(lib, 30, lambda evs: bool(evs))
-        assert later and not later[0].ok and "kernel.wgsl:6:" in str(later[0].error), later
-        assert "kernel.wgsl:6:" in str(ref.error) and run_scale(ref) == [2.0, 4.0, 6.0, 8.0]
-    finally:
-        lib.close()
+    write(os.path.join(folder, "kernel.wgsl"), kernel(7.75).replace("dst_set(", "let q: u32 = 1.5;\n    dst_set("))
+    lib.request_reload("a.computeShader")
+    first = _pump(lib, 30, lambda evs: bool(evs))
+    assert first and "did not finish within 1.5 s" in str(first[0].error)
+    later = _pump(lib, 30, lambda evs: bool(evs))
+    assert later and not later[0].ok and "kernel.wgsl:6:" in str(later[0].error), later
+    assert "kernel.wgsl:6:" in str(ref.error) and run_scale(ref) == [2.0, 4.0, 6.0, 8.0]

@@ -209,6 +209,15 @@ def test_a_cache_key_others_can_read_is_used_with_a_warning(tmp_path, monkeypatc
     assert any("readable by other users" in m for m in caplog.messages)
 
 
+def _cli(env: dict, *args: str) -> subprocess.CompletedProcess:
+    """``engine-plugin ARGS`` in a subprocess with ``env``."""
+    return subprocess.run([sys.executable, "-m", "engine_plugin", *args], env=env, capture_output=True, text=True, timeout=120, cwd=REPO)
+
+
+def _entries_of(cache_dir: str) -> dict[str, bytes]:
+    return {name: open(os.path.join(cache_dir, name), "rb").read() for name in os.listdir(cache_dir)}
+
+
 @pytest.mark.parametrize("bad", ["/dev/null", "a-folder"])
 def test_a_bake_with_an_unusable_cache_key_refuses_and_leaves_the_baked_cache_whole(tmp_path, own_key, bad):
     """A mistyped ENGINE_PLUGIN_CACHE_KEY made a bake delete every entry it could not verify,
@@ -218,33 +227,24 @@ def test_a_bake_with_an_unusable_cache_key_refuses_and_leaves_the_baked_cache_wh
     root, cache_dir = str(tmp_path / "assets"), str(tmp_path / "cache")
     make_asset(root)
     assert bake([root], cache_dir).ok
-    before = {name: (tmp_path / "cache" / name).read_bytes() for name in os.listdir(cache_dir)}
+    before = _entries_of(cache_dir)
     assert before
     if bad == "a-folder":
         bad = str(tmp_path / "a-folder")
         os.mkdir(bad)
     env = {**os.environ, "ENGINE_PLUGIN_CACHE_KEY": bad}
-    cli = subprocess.run(
-        [sys.executable, "-m", "engine_plugin", "bake", root, "--cache", cache_dir, "-j", "1", "-q"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=REPO,
-    )
+    cli = _cli(env, "bake", root, "--cache", cache_dir, "-j", "1", "-q")
     assert cli.returncode == 2, cli.stderr[-2000:]
     assert "cannot be used" in cli.stderr and "ENGINE_PLUGIN_CACHE_KEY" in cli.stderr
     game = subprocess.run([sys.executable, "-c", GAME, root, cache_dir], env=env, capture_output=True, text=True, timeout=120, cwd=REPO)
     assert game.returncode == 0, game.stderr[-2000:]
     assert game.stdout.strip().splitlines()[-1] == "[2.0, 4.0, 6.0, 8.0]"
     assert "without writes" in game.stderr
-    assert {name: (tmp_path / "cache" / name).read_bytes() for name in os.listdir(cache_dir)} == before
+    assert _entries_of(cache_dir) == before
     again = bake([root], cache_dir)  # the user's key again: every entry still skipped
     assert again.ok and {v.status for v in again.variants} == {"skipped"}
     # gc and clear need no key: they still work (they said "read-only to you", review helper 139)
-    cleared = subprocess.run(
-        [sys.executable, "-m", "engine_plugin", "cache", "clear", "--cache", cache_dir], env=env, capture_output=True, text=True, timeout=120, cwd=REPO
-    )
+    cleared = _cli(env, "cache", "clear", "--cache", cache_dir)
     assert cleared.returncode == 0, cleared.stderr[-2000:]
     assert not [name for name in os.listdir(cache_dir) if name in before]
 
@@ -256,21 +256,14 @@ def test_a_key_file_the_variable_names_that_does_not_exist_is_never_made(tmp_pat
     root, cache_dir = str(tmp_path / "assets"), str(tmp_path / "cache")
     make_asset(root)
     assert bake([root], cache_dir).ok
-    before = {name: (tmp_path / "cache" / name).read_bytes() for name in os.listdir(cache_dir)}
+    before = _entries_of(cache_dir)
     for typo in (tmp_path / "mien.key", tmp_path / "kyes" / "mine.key"):
         env = {**os.environ, "ENGINE_PLUGIN_CACHE_KEY": str(typo)}
-        cli = subprocess.run(
-            [sys.executable, "-m", "engine_plugin", "bake", root, "--cache", cache_dir, "-j", "1", "-q"],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=120,
-            cwd=REPO,
-        )
+        cli = _cli(env, "bake", root, "--cache", cache_dir, "-j", "1", "-q")
         assert cli.returncode == 2, cli.stderr[-2000:]
         assert "head -c 32 /dev/urandom" in cli.stderr, cli.stderr
         assert not typo.exists() and (typo.parent == tmp_path or not typo.parent.exists())
-    assert {name: (tmp_path / "cache" / name).read_bytes() for name in os.listdir(cache_dir)} == before
+    assert _entries_of(cache_dir) == before
 
 
 def test_cache_stats_gc_and_clear_make_no_key(tmp_path):
@@ -279,13 +272,6 @@ def test_cache_stats_gc_and_clear_make_no_key(tmp_path):
     env["XDG_STATE_HOME"] = str(tmp_path / "state")
     (tmp_path / "cache").mkdir()
     for args in (["stats"], ["gc"], ["clear"]):
-        done = subprocess.run(
-            [sys.executable, "-m", "engine_plugin", "cache", *args, "--cache", str(tmp_path / "cache")],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=120,
-            cwd=REPO,
-        )
+        done = _cli(env, "cache", *args, "--cache", str(tmp_path / "cache"))
         assert done.returncode == 0, done.stderr[-2000:]
     assert not (tmp_path / "state").exists()

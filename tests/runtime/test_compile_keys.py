@@ -30,24 +30,8 @@ def _body(scale: float, broken: bool = False) -> str:
     )
 
 
-@pytest.fixture
-def slow(monkeypatch):
-    """Compiles of a lowered source holding a marker take that long (a sleep inside the compile)."""
-    sleeps: dict[str, float] = {}
-    plain = compile_module._user_lines
-
-    def slowed(lowered):
-        for mark, seconds in sleeps.items():
-            if mark in lowered.source:
-                time.sleep(seconds)
-        return plain(lowered)
-
-    monkeypatch.setattr(compile_module, "_user_lines", slowed)
-    return sleeps
-
-
-def test_other_shaders_compile_and_run_while_one_compile_is_stuck(slow):
-    slow["13.25"] = 8.0
+def test_other_shaders_compile_and_run_while_one_compile_is_stuck(slow_compiles):
+    slow_compiles["13.25"] = 8.0
     stuck = threading.Thread(target=lambda: abi.program(key="t/keys/stuck", schema=abi.parse(SCHEMA), wgsl=_body(13.25)).variant(), daemon=True)
     stuck.start()
     time.sleep(0.5)  # inside its compile
@@ -64,11 +48,11 @@ class _Interrupted(BaseException):
     pass
 
 
-def test_an_interrupt_while_a_failed_compile_frees_its_key_leaves_no_waiter_behind(slow, monkeypatch):
+def test_an_interrupt_while_a_failed_compile_frees_its_key_leaves_no_waiter_behind(slow_compiles):
     """Ctrl-C landing as the compiling thread re-took the device lock to free its key left the
     key taken and its event unset: every later compile of it waited for good (helper 142)."""
     ctx = get_context()
-    slow["41.5"] = 1.0
+    slow_compiles["41.5"] = 1.0
     lowered = lower(parse(SCHEMA, "k/bindings.yaml"), _body(41.5, broken=True), {}, wgsl_path="k/kernel.wgsl")
 
     def interrupt(signum, frame):
@@ -92,7 +76,7 @@ def test_an_interrupt_while_a_failed_compile_frees_its_key_leaves_no_waiter_behi
     time.sleep(0.6)
     found = ctx.cache("compiling").get(lowered.fingerprint)
     assert found is None or found.is_set()  # nobody waits on it; the next caller takes the key
-    slow.clear()
+    slow_compiles.clear()
     done: list = []
     waiter = threading.Thread(target=lambda: done.append(pytest.raises(CompileError, compile_module.compile_lowered, lowered, device=ctx)), daemon=True)
     waiter.start()

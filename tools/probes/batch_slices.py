@@ -25,7 +25,7 @@ import numpy as np
 def main(rounds: int) -> None:
     from engine_plugin import abi
     from engine_plugin.bench.gpu_timing import PassTimer, want_timestamps
-    from engine_plugin.bench.host_cases import STORAGE, _sync
+    from engine_plugin.bench.host_cases import STORAGE, _sync, timed_on_gpu
     from engine_plugin.bench.kernel_cases import FAST_WGSL, FAST_YAML, RAW_FOLD, RawKernel
     from engine_plugin.device.context import get_context
     from engine_plugin.lowering.geometry import fold_groups
@@ -66,15 +66,8 @@ def main(rounds: int) -> None:
         rows = []
         for _ in range(rounds):
             submits.clear()
-            _sync(ctx)
-            t0 = time.perf_counter()
-            with timer.capture():
-                fn()
-                host = time.perf_counter() - t0
-            _sync(ctx)
-            wall = time.perf_counter() - t0
-            gpu = timer.seconds() or float("nan")
-            rows.append((wall, gpu, host, [s - t0 for s in submits]))
+            wall, gpu, host, t0 = timed_on_gpu(ctx, timer, fn)
+            rows.append((wall, gpu or float("nan"), host, [s - t0 for s in submits]))
         fractions = [g / w for w, g, _, _ in rows]
         print(f"## {label}: wall/GPU fraction median {statistics.median(fractions):.3f} ({min(fractions):.3f}-{max(fractions):.3f})")
         for wall, gpu, host, at in rows:
