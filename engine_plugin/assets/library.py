@@ -963,8 +963,8 @@ def _precompile(prepared: Prepared, ctx: Any, path: str, retry: Callable[[], Non
     if prepared.error is not None or ctx is None or ctx.lost:
         return prepared
     for spec, lowered in prepared.lowered.items():
-        with _compiles_lock:
-            late = _failed.pop((id(ctx), lowered.fingerprint), None)
+        with _compiles_lock:  # kept (not taken): every reload of that code gets it, a second library's too
+            late = _failed.get((id(ctx), lowered.fingerprint))
         if late is not None:  # its compile failed after an earlier reload stopped waiting
             return replace(prepared, error=late)
         limit = RELOAD_COMPILE_TIMEOUT_S

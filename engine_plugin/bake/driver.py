@@ -106,7 +106,7 @@ class _Bake:
             self.done += 1
             return
         path = self.cache.path(out.key)
-        why = self.cache.write_error(out.key) or "disk full or read-only?"
+        why = self.cache.write_error(out.key) or (f"no local cache key: {self.cache.keyless}" if self.cache.keyless else "disk full or read-only?")
         text = f"{path}: cannot write the cache entry ({why})"
         self._failed(asset, out, Failure("CacheError", text, text, path), worker)
 

@@ -158,6 +158,7 @@ def _children_ignore_sigint() -> Iterator[None]:
 
 
 _NOTES_PREFIX = "engine_plugin-bake-"  # a pool's folder for its workers' stuck notes
+_MAKING_PREFIX = "engine_plugin-bakeinit-"  # a note folder being made (locked, then renamed); swept too
 _NOTES_LOCK = ".client"  # held (flock) by the live bake client: a folder whose lock is free is an orphan
 
 
@@ -166,7 +167,8 @@ def _remove_orphaned_note_dirs() -> None:
     ran, and the folders piled up in the temporary folder, review helper 141). A live client
     holds its folder's lock; a pid would not tell (another PID namespace sharing the temporary
     folder, review helper 142)."""
-    for path in glob.glob(os.path.join(tempfile.gettempdir(), _NOTES_PREFIX + "*")):
+    base = glob.escape(tempfile.gettempdir())
+    for path in glob.glob(os.path.join(base, _NOTES_PREFIX + "*")) + glob.glob(os.path.join(base, _MAKING_PREFIX + "*")):
         try:
             if os.lstat(path).st_uid != os.getuid():
                 continue
@@ -186,10 +188,11 @@ def _note_dir() -> tuple[str, int]:
     """A new note folder and the fd of its held lock (see :func:`_remove_orphaned_note_dirs`):
     made and locked under another name, then renamed into the swept ones, so no sweep sees it
     unlocked (another bake starting at that moment removed it, review helper 143)."""
-    making = tempfile.mkdtemp(prefix="engine_plugin-bakeinit-")
+    making = tempfile.mkdtemp(prefix=_MAKING_PREFIX)
     fd = os.open(os.path.join(making, _NOTES_LOCK), os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o600)
     fcntl.flock(fd, fcntl.LOCK_EX)
-    path = making.replace("engine_plugin-bakeinit-", _NOTES_PREFIX, 1)
+    folder, name = os.path.split(making)
+    path = os.path.join(folder, _NOTES_PREFIX + name[len(_MAKING_PREFIX) :])
     os.rename(making, path)
     return path, fd
 

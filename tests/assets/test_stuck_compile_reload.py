@@ -224,3 +224,44 @@ def test_a_reload_whose_compile_fails_after_the_deadline_reports_the_error(one_a
     later = _pump(lib, 30, lambda evs: bool(evs))
     assert later and not later[0].ok and "kernel.wgsl:6:" in str(later[0].error), later
     assert "kernel.wgsl:6:" in str(ref.error) and run_scale(ref) == [2.0, 4.0, 6.0, 8.0]
+
+
+def test_two_libraries_whose_reloads_joined_one_late_failing_compile_both_report_its_error(tmp_path, slow_compiles, monkeypatch):
+    # The kept error was taken by the first retry: the second library compiled the failing
+    # shader again and reported another timeout first (review helper 144).
+    import time
+
+    from asset_support import kernel, make_asset, write
+
+    import engine_plugin.runtime.compile as compile_module
+    from engine_plugin.assets import AssetLibrary
+
+    compiled: list = []
+    slowed = compile_module._user_lines
+
+    def counted(lowered):
+        if "7.625" in lowered.source:
+            compiled.append(lowered.fingerprint)
+        return slowed(lowered)
+
+    monkeypatch.setattr(compile_module, "_user_lines", counted)
+
+    root = str(tmp_path / "assets")
+    folder = make_asset(root, "a", 2.0)
+    libs = [AssetLibrary(root, cache=None), AssetLibrary(root, cache=None)]
+    try:
+        refs = [lib.load("a.computeShader") for lib in libs]
+        slow_compiles["7.625"] = 3.0
+        write(os.path.join(folder, "kernel.wgsl"), kernel(7.625).replace("dst_set(", "let q: u32 = 1.5;\n    dst_set("))
+        for lib in libs:
+            lib.request_reload()
+        end = time.monotonic() + 30
+        while time.monotonic() < end and not all("kernel.wgsl:6:" in str(ref.error) for ref in refs):
+            for lib in libs:
+                lib.poll()
+            time.sleep(0.02)
+        assert all("kernel.wgsl:6:" in str(ref.error) for ref in refs), [str(ref.error)[:80] for ref in refs]
+        assert len(compiled) == 1, compiled  # one compile, its error reported to both
+    finally:
+        for lib in libs:
+            lib.close()

@@ -144,12 +144,14 @@ def test_a_pool_s_note_folder_left_by_a_killed_bake_is_removed_by_the_next(tmp_p
 
     orphan = os.path.join(tempfile.mkdtemp(prefix="engine_plugin-bake-"))
     open(os.path.join(orphan, ".client"), "w").close()  # its client is gone: nobody holds it
+    half_made = tempfile.mkdtemp(prefix="engine_plugin-bakeinit-")  # killed before its rename (helper 144)
+    open(os.path.join(half_made, ".client"), "w").close()
     live, fd = _note_dir()
     try:
         copy_samples(str(tmp_path / "assets"))
         done = _run(tmp_path, ["-j", "2"])
         assert done.returncode == 0, done.stderr[-3000:]
-        assert not os.path.exists(orphan)
+        assert not os.path.exists(orphan) and not os.path.exists(half_made)
         assert os.path.isdir(live)
     finally:
         os.close(fd)

@@ -266,12 +266,27 @@ def test_a_key_file_the_variable_names_that_does_not_exist_is_never_made(tmp_pat
     assert _entries_of(cache_dir) == before
 
 
-def test_cache_stats_gc_and_clear_make_no_key(tmp_path):
-    # They need none; the cache asked for the key as it was made (review helper 143).
+def test_cache_stats_and_clear_make_no_key(tmp_path):
+    # They need none; the cache asked for the key as it was made (review helper 143). (gc and
+    # stats --verify check signatures: they need the key, and make the default one on first use.)
     env = {k: v for k, v in os.environ.items() if k != "ENGINE_PLUGIN_CACHE_KEY"}
     env["XDG_STATE_HOME"] = str(tmp_path / "state")
     (tmp_path / "cache").mkdir()
-    for args in (["stats"], ["gc"], ["clear"]):
+    for args in (["stats"], ["clear"]):
         done = _cli(env, "cache", *args, "--cache", str(tmp_path / "cache"))
         assert done.returncode == 0, done.stderr[-2000:]
     assert not (tmp_path / "state").exists()
+
+
+def test_gc_and_verify_without_the_key_refuse_and_remove_nothing(tmp_path, own_key):
+    # gc removes what does not verify: with a missing key file, every entry read as forged and a
+    # whole baked cache was removed, exit 0 (review helper 144).
+    root, cache_dir = str(tmp_path / "assets"), str(tmp_path / "cache")
+    make_asset(root)
+    assert bake([root], cache_dir).ok
+    before = _entries_of(cache_dir)
+    env = {**os.environ, "ENGINE_PLUGIN_CACHE_KEY": str(tmp_path / "mien.key")}
+    for args in (["gc"], ["stats", "--verify"]):
+        done = _cli(env, "cache", *args, "--cache", cache_dir)
+        assert done.returncode == 2 and "cannot tell" in done.stderr, done.stderr[-2000:]
+    assert _entries_of(cache_dir) == before
