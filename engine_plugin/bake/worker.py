@@ -219,8 +219,7 @@ def _validate_within(job: ChunkJob, item: BakeItem, lowered: Lowered) -> None:
         except OSError:
             pass  # the client then sees a worker that died, as before
         sys.stderr.write(
-            f"engine-plugin bake: compiling {job.wgsl_path} variant {item.spec.label()} did not finish within {limit:g} s "
-            "(--compile-timeout): the driver's compiler is stuck on it; this worker ends, the rest of its chunk bakes in a new one\n"
+            f"engine-plugin bake: {job.wgsl_path} variant {item.spec.label()}: {_timeout_message(limit)}; this worker ends, the rest of its chunk bakes in a new one\n"
         )
         sys.stderr.flush()
         os._exit(_STUCK_EXIT)

@@ -317,15 +317,9 @@ def bench_batch_bandwidth(opts) -> list[Result]:
     software = "CPU" in ctx.adapter_name
     mib = int((opts.get("sizes") or [8 if (software or opts.get("quick")) else 256])[0])
     nbytes = mib << 20
-    n4 = nbytes // 16
     reps = int(opts.get("reps") or (10 if software else 100))
     rounds = max(3, int(opts.get("runs") or 5))
-    x = ctx.device.create_buffer_with_data(data=np.ones(nbytes // 4, dtype=np.float32), usage=STORAGE)
-    y = ctx.device.create_buffer(size=nbytes, usage=STORAGE)
-    fast = abi.program(key="bench/host_fast", schema=abi.parse(FAST_YAML, "bench/host_fast/bindings.yaml"), wgsl=FAST_WGSL).variant()
-    groups = fold_groups(-(-n4 // 256), ctx.limit("max-compute-workgroups-per-dimension")) or (1, 1, 1)
-    raw = RawKernel(ctx, "fold", RAW_FOLD, x, y, n4, groups, stride=groups[0] * 256)
-    timer = PassTimer(ctx.device)
+    n4, x, y, fast, raw, timer = bandwidth_setup(ctx, nbytes)
     moved = 2 * nbytes * reps
 
     def plugin(slices: bool | None) -> Callable[[], None]:
@@ -374,6 +368,18 @@ def bench_batch_bandwidth(opts) -> list[Result]:
         )
     )
     return results
+
+
+def bandwidth_setup(ctx: Any, nbytes: int) -> tuple[int, Any, Any, Any, RawKernel, PassTimer]:
+    """The bandwidth-bound batch case's pieces over ``nbytes`` of vec4s: (vec4 count, x, y, the
+    fast-idiom axpy variant, the raw fold kernel over the same buffers, a pass timer)."""
+    n4 = nbytes // 16
+    x = ctx.device.create_buffer_with_data(data=np.ones(nbytes // 4, dtype=np.float32), usage=STORAGE)
+    y = ctx.device.create_buffer(size=nbytes, usage=STORAGE)
+    fast = abi.program(key="bench/host_fast", schema=abi.parse(FAST_YAML, "bench/host_fast/bindings.yaml"), wgsl=FAST_WGSL).variant()
+    groups = fold_groups(-(-n4 // 256), ctx.limit("max-compute-workgroups-per-dimension")) or (1, 1, 1)
+    raw = RawKernel(ctx, "fold", RAW_FOLD, x, y, n4, groups, stride=groups[0] * 256)
+    return n4, x, y, fast, raw, PassTimer(ctx.device)
 
 
 def timed_on_gpu(ctx: Any, timer: PassTimer, fn: Callable[[], None]) -> tuple[float, float | None, float, float]:

@@ -20,6 +20,7 @@ from .contract import (
     check_output_file,
     check_under_root,
     folder_arg,
+    require_cache_key,
     seconds_arg,
     whole_number_arg,
 )
@@ -156,16 +157,7 @@ def cmd_bake(args: argparse.Namespace, rep: Reporter | None = None) -> int:
         check_asset_path(path)
         if not find_assets(path):
             raise UsageError(f"no .computeShader assets under {path}")
-    from ..cache.local_key import local_key_problem
-
-    problem = local_key_problem()
-    if problem is not None:  # every entry it wrote would be a miss for every later process
-        fix = (
-            "fix ENGINE_PLUGIN_CACHE_KEY (or unset it to use ~/.local/state)"
-            if os.environ.get("ENGINE_PLUGIN_CACHE_KEY")
-            else "make that folder writable, or name a key file in ENGINE_PLUGIN_CACHE_KEY"
-        )
-        raise UsageError(f"{problem}: a bake would sign entries no later process accepts; {fix}")
+    require_cache_key("a bake would sign entries no later process accepts")
     for path in list(args.assets) or ([] if args.builtin else ["assets"]):  # --builtin's packaged kernels keep their own root
         check_under_root(path, args.root)
     table_out = sys.stderr if args.json == "-" else sys.stdout

@@ -9,7 +9,7 @@ import stat
 from typing import Any, Callable
 
 from ..files import printable
-from .contract import EXIT_FAILED, EXIT_OK, Reporter, UsageError, folder_arg, seconds_arg, write_json
+from .contract import EXIT_FAILED, EXIT_OK, Reporter, UsageError, folder_arg, require_cache_key, seconds_arg, write_json
 
 __all__ = ["add_parser", "cmd_cache", "size_arg"]
 
@@ -70,7 +70,7 @@ def _stats(args: argparse.Namespace, rep: Reporter, cap: int) -> int:
     infos = sorted(cache.entries(), key=lambda i: i.mtime_ns)
     usage = read_usage(os.path.join(cache.folder, USAGE_FILE))
     if args.verify:
-        _need_key("--verify")
+        require_cache_key("--verify cannot tell this user's entries from forged ones")
     bad = cache.verify() if args.verify else None
     if args.json:
         data: dict[str, Any] = {
@@ -174,17 +174,6 @@ def cmd_cache(args: argparse.Namespace, rep: Reporter) -> int:
     return max(status, status_remote)
 
 
-def _need_key(what: str) -> None:
-    """Refuse ``what`` (it verifies entries' signatures) without this user's cache key: every
-    entry would read as forged, and gc removed a whole baked cache (review helper 144)."""
-    from ..cache.local_key import local_key_problem
-
-    problem = local_key_problem()
-    if problem is not None:
-        fix = "fix ENGINE_PLUGIN_CACHE_KEY (or unset it)" if os.environ.get("ENGINE_PLUGIN_CACHE_KEY") else "make the key's folder writable"
-        raise UsageError(f"{problem}: {what} cannot tell this user's entries from forged ones; {fix}")
-
-
 def _cmd_local(args: argparse.Namespace, rep: Reporter) -> int:
     from ..cache import DEFAULT_MAX_BYTES, USAGE_FILE, VariantCache
 
@@ -198,7 +187,7 @@ def _cmd_local(args: argparse.Namespace, rep: Reporter) -> int:
     if cache.read_only:  # removal would fail file by file while saying it succeeded (helper 112)
         raise UsageError(f"{args.cache} is read-only to you: nothing in it can be removed")
     if args.action == "gc":
-        _need_key("gc")  # it removes what does not verify: without the key, that is every entry
+        require_cache_key("gc cannot tell this user's entries from forged ones")  # it removes what does not verify
         bad = cache.verify()
         removed = sum(1 for key in bad if cache.remove(key))
         evicted = cache.gc(cap)

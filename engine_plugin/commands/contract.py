@@ -243,6 +243,23 @@ def folder_arg(text: str) -> str:
     return text
 
 
+def require_cache_key(consequence: str) -> None:
+    """Refuse (UsageError, exit 2) a command that needs this user's cache key when there is
+    none (see :mod:`engine_plugin.cache.local_key`), saying ``consequence`` and the fix: a bake
+    would sign entries no later process accepts; gc and --verify would read every entry as
+    forged (gc removed a whole baked cache, review helpers 137, 144)."""
+    from ..cache.local_key import local_key_problem
+
+    problem = local_key_problem()
+    if problem is not None:
+        fix = (
+            "fix ENGINE_PLUGIN_CACHE_KEY (or unset it to use ~/.local/state)"
+            if os.environ.get("ENGINE_PLUGIN_CACHE_KEY")
+            else "make that folder writable, or name a key file in ENGINE_PLUGIN_CACHE_KEY"
+        )
+        raise UsageError(f"{problem}: {consequence}; {fix}")
+
+
 def check_output_file(target: str, what: str) -> None:
     """Refuse, before any work, a file path a command could not write at its end: a folder,
     or a path through a file or a folder it may not write (missing folders are made).

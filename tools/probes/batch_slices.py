@@ -19,16 +19,12 @@ import statistics
 import sys
 import time
 
-import numpy as np
-
 
 def main(rounds: int) -> None:
     from engine_plugin import abi
-    from engine_plugin.bench.gpu_timing import PassTimer, want_timestamps
-    from engine_plugin.bench.host_cases import STORAGE, _sync, timed_on_gpu
-    from engine_plugin.bench.kernel_cases import FAST_WGSL, FAST_YAML, RAW_FOLD, RawKernel
+    from engine_plugin.bench.gpu_timing import want_timestamps
+    from engine_plugin.bench.host_cases import _sync, bandwidth_setup, timed_on_gpu
     from engine_plugin.device.context import get_context
-    from engine_plugin.lowering.geometry import fold_groups
 
     batch_mod = importlib.import_module("engine_plugin.runtime.batch")
 
@@ -39,13 +35,7 @@ def main(rounds: int) -> None:
     mib = 8 if software else 256
     reps = 10 if software else 100
     nbytes = mib << 20
-    n4 = nbytes // 16
-    x = ctx.device.create_buffer_with_data(data=np.ones(nbytes // 4, dtype=np.float32), usage=STORAGE)
-    y = ctx.device.create_buffer(size=nbytes, usage=STORAGE)
-    fast = abi.program(key="bench/host_fast", schema=abi.parse(FAST_YAML, "bench/host_fast/bindings.yaml"), wgsl=FAST_WGSL).variant()
-    groups = fold_groups(-(-n4 // 256), ctx.limit("max-compute-workgroups-per-dimension")) or (1, 1, 1)
-    raw = RawKernel(ctx, "fold", RAW_FOLD, x, y, n4, groups, stride=groups[0] * 256)
-    timer = PassTimer(ctx.device)
+    n4, x, y, fast, raw, timer = bandwidth_setup(ctx, nbytes)
     submits: list[float] = []
     plain_submit = batch_mod.submit_records
 
