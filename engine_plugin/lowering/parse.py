@@ -39,6 +39,7 @@ __all__ = ["parse", "MAX_PAGES"]
 MAX_PAGES = 8
 TOP_KEYS = ("bindings", "params", "specialize", "determinism", "workgroup", "bake", "structs")
 SPEC_KEYS = ("name", "kind", "options", "default")
+_RESERVED_PREFIXES = ("zero_", "__", "col_base_", "col_len_")
 _IDENT_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _MEMO_SIZE = 512
 _memo: "OrderedDict[tuple[str, str | None], Schema]" = OrderedDict()
@@ -219,8 +220,10 @@ class _Parser:
             raise self.error(node, f"{what} must be an identifier (letters, digits, _), found {self._describe(node)}")
         if wgsl_name and v in WGSL_RESERVED:
             raise self.error(node, f"{what} {v!r} is a reserved word in WGSL (the compiler refuses it as a name); pick another")
-        if v in WGSL_KEYWORDS or v.startswith("zero_") or v.startswith("__") or v.startswith("col_"):
-            raise self.error(node, f"{what} {v!r} is reserved (WGSL keywords, 'params', 'main', and names starting zero_, col_ or __)")
+        # Only the prefixes generated names take: col_base_/col_len_ are page columns' params
+        # (a CSR kernel's col_idx is the user's own).
+        if v in WGSL_KEYWORDS or v.startswith(_RESERVED_PREFIXES):
+            raise self.error(node, f"{what} {v!r} is reserved (WGSL keywords, 'params', 'main', and names starting zero_, col_base_, col_len_ or __)")
         return v
 
     # -- the document ---------------------------------------------------------------------
