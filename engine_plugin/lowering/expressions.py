@@ -47,6 +47,7 @@ __all__ = [
     "Expr",
     "evaluate",
     "parse_expression",
+    "with_constants",
 ]
 
 MAX_LENGTH = 1000
@@ -513,3 +514,24 @@ def evaluate(
 ) -> int | float:
     """Parse (memoised) and evaluate ``text`` against ``vars`` and binding ``lengths``."""
     return parse_expression(text).evaluate(vars, lengths)
+
+
+def with_constants(text: str, constants: Mapping[str, int]) -> str:
+    """``text`` with each free name in ``constants`` replaced by its value (a variant's
+    ``kind: workgroup`` specialisations, fixed when it is lowered): every evaluator of a
+    lowered count (the run, the engine's plan, a CPU fallback's cap) then sees plain numbers.
+    Function names and ``len(...)`` arguments are left alone; the text is otherwise kept."""
+    parse_expression(text)  # a bad expression fails here, on its own text
+    if not constants:
+        return text
+    tokens = _tokenize(text)
+    cuts: list[tuple[int, int, str]] = []
+    for i, tok in enumerate(tokens):
+        if tok.kind != "name" or tok.text not in constants or tokens[i + 1].kind == "(":
+            continue
+        if i >= 2 and tokens[i - 1].kind == "(" and tokens[i - 2].kind == "name" and tokens[i - 2].text == "len":
+            continue  # len(NAME): a binding's length
+        cuts.append((tok.col - 1, tok.col - 1 + len(tok.text), str(int(constants[tok.text]))))
+    for start, end, value in reversed(cuts):
+        text = text[:start] + value + text[end:]
+    return text

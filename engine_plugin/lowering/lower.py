@@ -15,6 +15,7 @@ from typing import Any, Mapping, Sequence
 from ..errors import LoweringError, Span
 from .emit import Emitter, GeneratedNameClash, natural_element
 from .entry import USER_MAIN, EntryError, wrap_entry
+from .expressions import with_constants
 from .geometry import GEOMETRY_FIELDS
 from .lowered import ColumnSlot, HostSlot, Lowered, LoweredBinding, ParamField, ParamsLayout, SourceMap, splice_col
 from .modules import Module, ModuleTexts, blank_imports, from_mapping, resolve_imports
@@ -98,6 +99,8 @@ class _Lowerer:
         self.values = vspec.as_dict()
         self._module_toks: list[list[Token]] = []  # the #import modules' tokens (set by lower)
         self.workgroup = schema.workgroup_for(self.values)
+        # kind: workgroup specialisations count expressions may name (ceil(n / WG)): fixed per variant
+        self.count_constants = {sp.name: int(self.values[sp.name]) for sp in schema.specialize if sp.kind == "workgroup"}
         self.yaml_path = schema.path or "bindings.yaml"
         self.wgsl_path = wgsl_path or "kernel.wgsl"
         self.user_lines = self.wgsl.split("\n")
@@ -313,8 +316,8 @@ class _Lowerer:
                         vt.scalar,
                         vt.lanes,
                         b.access,
-                        b.count.text if b.count else None,
-                        b.capacity.text if b.capacity else None,
+                        with_constants(b.count.text, self.count_constants) if b.count else None,
+                        with_constants(b.capacity.text, self.count_constants) if b.capacity else None,
                         b.live,
                         b.bits,
                         b.atomic,
@@ -353,7 +356,20 @@ class _Lowerer:
                     info, wgsl = (b.dim, b.format, b.access), storage_texture_wgsl(b.dim, b.format, b.access)  # type: ignore[arg-type]
                 plan.append(LoweredBinding(n, b.name, b.kind, wgsl, b.access, "u32", 1, b.line, texture=info))
                 role = "texture_output" if b.kind == "storage_texture" and b.size else b.kind
-                slots.append(HostSlot(b.name, role, n, wgsl, "u32", 1, b.access, line=b.line, texture=info, size=tuple(e.text for e in b.size)))
+                slots.append(
+                    HostSlot(
+                        b.name,
+                        role,
+                        n,
+                        wgsl,
+                        "u32",
+                        1,
+                        b.access,
+                        line=b.line,
+                        texture=info,
+                        size=tuple(with_constants(e.text, self.count_constants) for e in b.size),
+                    )
+                )
             elif b.kind == "domain_count":
                 plan.append(LoweredBinding(n, b.name, "domain_count", "array<u32>", "read", "u32", 1, b.line))
                 slots.append(HostSlot(b.name, "domain_count", n, "u32", "u32", 1, "read", line=b.line))

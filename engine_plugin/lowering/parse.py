@@ -730,7 +730,8 @@ class _Parser:
 
     def check_expressions(self, bindings: list[Binding]) -> None:
         names = {b.name for b in bindings}
-        known = {"n", "nx", "ny", "nz"} | self.param_names
+        constants = {name for name, sp in self.spec_by_name.items() if sp.kind == "workgroup"}  # fixed per variant
+        known = {"n", "nx", "ny", "nz"} | self.param_names | constants
         for b in bindings:
             checks = [(key, getattr(b, key)) for key in ("count", "capacity")] + [("size", e) for e in b.size]
             for key, expr in checks:
@@ -738,9 +739,15 @@ class _Parser:
                     continue
                 line, col = b.key_pos(key)
                 for var in sorted(expr.names):
-                    if var not in known:
+                    if var not in known or (var in constants and var in self.param_names):
+                        why = (
+                            f"{var!r} is both a param and a kind: workgroup specialisation; rename one"
+                            if var in known
+                            else f"unknown name {var!r}; expressions use n (nx, ny, nz per axis), params ({', '.join(sorted(self.param_names)) or 'none'}), "
+                            f"kind: workgroup specialisations ({', '.join(sorted(constants)) or 'none'}) and len(binding)"
+                        )
                         raise ExpressionError(
-                            f"binding {b.name!r}: {key}: unknown name {var!r}; expressions use n (nx, ny, nz per axis), params ({', '.join(sorted(self.param_names)) or 'none'}) and len(binding)",
+                            f"binding {b.name!r}: {key}: {why}",
                             Span(self.path, line, col + max(0, expr.text.find(var)), self.lines[line - 1] if line <= len(self.lines) else None),
                         )
                 for ref in sorted(expr.lengths):

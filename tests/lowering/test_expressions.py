@@ -739,3 +739,12 @@ def test_property_token_soup_only_raises_expression_error(text):
 @given(st.text(alphabet="()+-*/,1n ", min_size=900, max_size=1100))
 def test_property_long_inputs_only_raise_expression_error(text):
     _only_expression_errors(text)
+
+
+def test_with_constants_replaces_free_names_only():
+    from engine_plugin.lowering.expressions import with_constants
+
+    assert with_constants("ceil(n / WG)", {"WG": 64}) == "ceil(n / 64)"
+    assert with_constants("max(WG, len(WG2)) + WG*2", {"WG": 8, "WG2": 3}) == "max(8, len(WG2)) + 8*2"
+    assert with_constants("n", {}) == "n"
+    assert evaluate(with_constants("ceil(n / WG)", {"WG": 256}), {"n": 1000}) == 4

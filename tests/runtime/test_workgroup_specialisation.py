@@ -52,3 +52,46 @@ def test_the_unset_size_is_its_default_and_bake_covers_every_size():
 def test_bad_workgroup_specialisations_are_refused_at_their_line(yaml, message):
     with pytest.raises(SchemaError, match=message):
         abi.parse(yaml)
+
+
+BLOCKS_YAML = """\
+bindings:
+  - { name: src, kind: buffer, access: read, element: f32 }
+  - { name: partials, kind: buffer, access: read_write, element: f32, count: "ceil(n / WG)" }
+specialize:
+  - { name: WG, kind: workgroup, options: [64, 256], default: 256 }
+workgroup: WG
+"""
+BLOCKS_WGSL = """\
+@compute @workgroup_size(WG)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
+    let i = zero_index(gid);
+    if (i >= zero_n() || i % WG != 0u) { return; }
+    var sum = 0.0;
+    for (var k = i; k < min(i + WG, zero_n()); k = k + 1u) {
+        sum = sum + src_get(k);
+    }
+    partials_set(i / WG, sum);
+}
+"""
+
+
+@pytest.mark.parametrize("wg", [64, 256])
+def test_a_count_expression_names_a_workgroup_specialisation(wg):
+    """The first pass of a block reduction: one partial sum per WG elements, its output sized
+    ``ceil(n / WG)`` with WG the variant's own workgroup size (not repeated as a param)."""
+    variant = abi.program(key="t17/blocks", schema=abi.parse(BLOCKS_YAML, "blocks/bindings.yaml"), wgsl=BLOCKS_WGSL).variant(specialize={"WG": wg})
+    src = np.arange(1000, dtype=np.float32) % 7
+    got = abi.read(variant.run(n=1000, inputs={"src": src}).outputs["partials"])
+    want = np.add.reduceat(src, np.arange(0, 1000, wg))
+    assert got.shape == (-(-1000 // wg),)
+    np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("yaml,message", [
+    (BLOCKS_YAML.replace("ceil(n / WG)", "ceil(n / WGX)"), r"unknown name 'WGX'.*kind: workgroup specialisations \(WG\)"),
+    (BLOCKS_YAML + "params:\n  - { name: WG, type: u32 }\n", "'WG' is both a param and a kind: workgroup specialisation"),
+])
+def test_a_count_naming_a_missing_or_ambiguous_size_is_refused(yaml, message):
+    with pytest.raises(SchemaError, match=message):
+        abi.parse(yaml, "blocks/bindings.yaml")
