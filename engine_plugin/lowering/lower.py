@@ -109,6 +109,7 @@ class _Lowerer:
         self._reached: set[str] | None = None  # module functions the body reaches (set by lower)
         self._generated_builtins: set[str] = set()  # WGSL builtins the generated code calls (set by lower)
         self._words: dict[str, tuple[int, str]] = {}  # buffers stored as several words an element (set by lower)
+        self._vec3s: dict[str, tuple[int, str]] = {}  # of those, plain vec3 buffers (neither bits nor atomic)
 
     def error(self, message: str, line: int, col: int | None = None, notes=()) -> LoweringError:
         text = self.user_lines[line - 1] if 1 <= line <= len(self.user_lines) else None
@@ -197,6 +198,7 @@ class _Lowerer:
         self._reached = _reached_functions(body_toks, module_toks)
         self._generated_builtins = (set(_CALLED.findall("\n".join(t for t, _ in em.lines))) | _CALLED_LATER) & WGSL_BUILTIN_FUNCTIONS
         self._words = self.word_bindings(present)
+        self._vec3s = {name: found for name, found in self._words.items() if name in self._plain_vec3(present)}  # indexed by words: refused
         for m, text, toks in zip(modules, module_texts, module_toks):
             self.check_module(m, text, toks)
         self.check_body(body_text, body_toks, body, present)
@@ -504,7 +506,7 @@ class _Lowerer:
             shown = src_lines[line - 1] if 1 <= line <= len(src_lines) else None
             return LoweringError(message, Span(module.path, line, col, shown), notes=notes)
 
-        found = _bracket_error(toks) or _chain_error(toks) or _word_pointer_error(toks, self._words)
+        found = _bracket_error(toks) or _chain_error(toks) or _word_pointer_error(toks, self._words) or _flat_index_error(toks, self._vec3s)
         if found is None and self.schema.determinism == "exact":
             found = _exact_atomic_error(_function_tokens(toks, self._reached), self.em.atomics)
         if found is not None:
@@ -566,7 +568,7 @@ class _Lowerer:
                     *where(toks[i - 1]),
                 )
         self.check_workgroup_size(toks, where)
-        found = _word_pointer_error(toks, self._words)
+        found = _word_pointer_error(toks, self._words) or _flat_index_error(toks, self._vec3s)
         if found is not None:
             tok, message = found
             raise self.error(message, *where(tok))
@@ -591,6 +593,10 @@ class _Lowerer:
             if vt.lanes > 1 and (b.bits or b.atomic or vt.lanes == 3):  # type: ignore[union-attr]
                 words[b.name] = (vt.lanes, vt.wgsl)  # type: ignore[union-attr]
         return words
+
+    def _plain_vec3(self, present: list[Binding]) -> set[str]:
+        """Buffers of vec3 elements that are neither ``bits`` nor ``atomic`` (flat by layout only)."""
+        return {b.name for b in present if b.kind == "buffer" and b.name in self._words and not (b.bits or b.atomic) and self._words[b.name][0] == 3}
 
     def check_workgroup_size(self, toks: list, where: Any) -> None:
         """The body's ``@workgroup_size`` must be the schema's workgroup: the generated entry
@@ -768,6 +774,39 @@ def _word_pointer_error(toks: list, words: dict[str, tuple[int, str]]) -> tuple[
         return t, (
             f"a pointer to '{name}' ({wgsl}, stored as flat words, {lanes} per element) reaches words, not elements "
             f"(arrayLength of it counts words); use {name}_len(), {name}_get(i) and {name}_set(i, v)"
+        )
+    return None
+
+
+def _flat_index_error(toks: list, words: dict[str, tuple[int, str]]) -> tuple[Token, str] | None:
+    """An index into a plain ``vec3`` buffer (``pos[i]``, ``&pos[i]``), with why: it is stored
+    as flat words (a ``vec3`` array takes a 16-byte stride in WGSL storage, the host's is 12),
+    so ``pos[i]`` is word ``i``, not element ``i``: public code written over
+    ``array<vec3<f32>>`` (``out[i] = pos[i] * 2.0``) compiled and silently computed on words
+    (review helper 145). ``bits``/``atomic`` vector buffers are words by the schema's own choice
+    and keep their word indexing; a name a function declares itself is its own (helper 112)."""
+    plain = set(words)
+    if not plain:
+        return None
+    shadowed = _local_names(toks, plain)
+    for i, t in enumerate(toks[:-1]):
+        if t.text not in plain or (i > 0 and toks[i - 1].text == ".") or any(a <= i < b for a, b in shadowed.get(t.text, ())):
+            continue
+        p, opened = i - 1, 0  # grouping parentheses, '&' and '*' around it: (pts)[i], (&pts)[i], (*&pts)[i]
+        while p >= 0 and (
+            toks[p].text in ("*", "&") or (toks[p].text == "(" and not (p > 0 and (toks[p - 1].kind == "ident" or toks[p - 1].text in (">", ")", "]"))))
+        ):
+            opened += toks[p].text == "("
+            p -= 1
+        k = i + 1
+        while k < len(toks) and toks[k].text == ")" and opened:
+            k, opened = k + 1, opened - 1
+        if k >= len(toks) or toks[k].text != "[":
+            continue
+        lanes, wgsl = words[t.text]
+        return t, (
+            f"'{t.text}' ({wgsl}) is stored as flat words, {lanes} per element (a vec3 array would take a 16-byte stride in "
+            f"WGSL storage): {t.text}[i] is word i, not element i; use {t.text}_get(i) and {t.text}_set(i, v)"
         )
     return None
 

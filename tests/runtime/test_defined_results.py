@@ -204,8 +204,11 @@ def test_array_length_of_a_binding_stored_as_several_words_an_element_is_refused
     with pytest.raises(LoweringError, match=f"{lanes} per element"):
         make(f"t13/words_lrm_{lanes}{bool(extra)}", yaml, lrm)
     helpers = "fn mask(m: u32, pts: u32) -> u32 { return m & pts; }\nfn both(a: bool, pts: bool) -> bool { return a && pts; }\n"
+    # Word indexing stays for bits vectors (words by the schema's choice); a plain vec3's is
+    # refused (test_indexing_a_plain_vec3_buffer_is_refused_at_its_line).
+    words = "\n    let w = &(pts)[0];\n    let x = (&pts)[1];\n    let y = (*&pts)[1];" if extra else ""
     fine = body.replace("@compute", helpers + "@compute").replace(
-        "var total = 0u;", "var total = mask(0u, 1u);\n    { var pts = 3u; let q = &pts; total += *q - 3u; }\n    let w = &(pts)[0];\n    let x = (&pts)[1];\n    let y = (*&pts)[1];"
+        "var total = 0u;", "var total = mask(0u, 1u);\n    { var pts = 3u; let q = &pts; total += *q - 3u; }" + words
     )
     make(f"t13/words_locals_{lanes}{bool(extra)}", yaml, fine.replace("arrayLength( &pts )", "pts_len()"))
     for late in (
@@ -226,6 +229,49 @@ def test_array_length_of_a_binding_stored_as_several_words_an_element_is_refused
     fine = body.replace("arrayLength( &pts )", "pts_len()")
     run = make(f"t13/words_ok_{lanes}{bool(extra)}", yaml, fine).run(n=1, inputs={"pts": np.ones((5, lanes), np.float32 if "f32" in element else np.uint32)})
     assert abi.read(run.outputs["dst"])[0] == 5
+
+
+V3_YAML = """\
+bindings:
+  - { name: pos, kind: buffer, access: read, element: vec3<f32> }
+  - { name: out, kind: buffer, access: read_write, element: vec3<f32>, count: "len(pos)" }
+"""
+V3_BODY = """\
+@compute @workgroup_size(64)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
+    let i = zero_index(gid);
+    if (i >= zero_n()) { return; }
+    STMT
+}
+"""
+
+
+@pytest.mark.parametrize(
+    "stmt,col",
+    [
+        ("out[i] = pos[i] * 2.0;", 5),  # public code over array<vec3<f32>>: word i, not element i
+        ("out_set(i, pos[i] * 2.0);", 16),
+        ("let q = &pos[i]; out_set(i, vec3<f32>(*q));", 14),
+        ("out_set(i, vec3<f32>((pos)[i]));", 27),
+        ("out_set(i, vec3<f32>((&pos)[i]));", 28),
+        ("out_set(i, vec3<f32>((*&pos)[i]));", 29),
+    ],
+)
+def test_indexing_a_plain_vec3_buffer_is_refused_at_its_line(stmt, col):
+    # Review helper 145: a vec3 buffer is stored as flat words (its WGSL array would take a
+    # 16-byte stride), so pos[i] was word i: `out[i] = pos[i] * 2.0` compiled and answered
+    # rows 0-2 right, row 3 [18, 0, 0] and zeros after. Refused, naming the accessors.
+    with pytest.raises(LoweringError) as info:
+        make(f"t13/v3_index_{col}_{len(stmt)}", V3_YAML, V3_BODY.replace("STMT", stmt))
+    err = info.value
+    assert err.span.path.endswith("kernel.wgsl") and (err.span.line, err.span.col) == (5, col), err
+    assert "word i, not element i" in err.message and "_get(i)" in err.message
+    # The accessors compute on elements; a local or parameter of the same name is its own.
+    fine = make("t13/v3_ok", V3_YAML, V3_BODY.replace("STMT", "var out = array<f32, 2>(1.0, 2.0); out[1] = 0.0; pos_set_unused(i);").replace(
+        "pos_set_unused(i);", "out_set(i, pos_get(i) * 2.0 + out[1]);"
+    ))
+    x = np.arange(30, dtype=np.float32).reshape(10, 3)
+    np.testing.assert_array_equal(abi.read(fine.run(n=10, inputs={"pos": x}).outputs["out"]), x * 2)
 
 
 def test_an_unbound_columns_binding_is_an_empty_table():
