@@ -32,9 +32,13 @@ class ParamsPacker:
         # pack is per run. Matrices and arrays pack through their ParamType.
         self._user_plan = [(f.name, f.offset, _FMT[f.param_type.scalar], f.param_type.lanes, f.param_type.scalar) for f in self.user if f.param_type.simple]
         self._complex = [(f.name, f.offset, f.param_type) for f in self.user if not f.param_type.simple]
+        # The last params set validated (a skip: an equal fingerprint is those very values) and
+        # the last bytes packed, keyed by (fingerprint, fixed values): one attribute each, read
+        # and replaced whole, so threads sharing a variant never pair one set's key with
+        # another's bytes (review helper 147: results_bytes() on an engine thread between a
+        # run's check and pack made that run dispatch with the other thread's params).
         self._checked: tuple | None = None
-        self._last_key: tuple | None = None
-        self._last_bytes = b""
+        self._last: tuple[tuple, bytes] | None = None
         self._lines = dict(param_lines)
 
     def error(self, message: str, name: str | None = None) -> DispatchError:
@@ -42,13 +46,16 @@ class ParamsPacker:
         texts = self.lowered.source_map.texts
         return DispatchError(message, in_source(self.yaml_path, texts[0] if texts else None, line))
 
-    def check(self, params: Mapping[str, Any] | None) -> dict[str, Any]:
-        """Validate user params (all present, none unknown, right types) before any GPU work."""
+    def check(self, params: Mapping[str, Any] | None) -> tuple[dict[str, Any], tuple | None]:
+        """Validate user params (all present, none unknown, right types) before any GPU work.
+
+        Answers the params (a copy) and their exact fingerprint (None: not fingerprintable),
+        which :meth:`pack` takes to reuse the bytes of an identical set."""
         params = dict(params or {})
         # A game passes the same params frame after frame: skip re-validating an identical set.
         fingerprint = exact_fingerprint(params)
         if fingerprint is not None and fingerprint == self._checked:
-            return params
+            return params, fingerprint
         unknown = [k for k in params if k not in self.user_names]
         if unknown:
             known = ", ".join(sorted(self.user_names)) or "none"
@@ -63,7 +70,7 @@ class ParamsPacker:
             if reason:
                 raise self.error(f"param {name!r} ({ptype.wgsl}) {reason}", name)
         self._checked = fingerprint
-        return params
+        return params, fingerprint
 
     def _type(self, name: str) -> str:
         for f in self.user:
@@ -94,14 +101,17 @@ class ParamsPacker:
                 if not lo <= int(v) <= hi:
                     raise self.error(f"param {name!r} is {self._type(name)}: {v!r} is out of range [{lo}, {hi}]", name)
 
-    def pack(self, params: Mapping[str, Any], fixed: Mapping[str, int]) -> bytes:
+    def pack(self, params: Mapping[str, Any], fixed: Mapping[str, int], fingerprint: tuple | None) -> bytes:
+        """The uniform's bytes for ``params`` (as :meth:`check` answered them, with their
+        ``fingerprint``) and the lowering's own ``fixed`` fields."""
         # The same params and sizes frame after frame pack to the same bytes: reuse them.
-        memo_key = (self._checked, tuple(fixed.values())) if self._checked is not None else None
-        if memo_key is not None and memo_key == self._last_key:
-            return self._last_bytes
+        memo_key = (fingerprint, tuple(fixed.values())) if fingerprint is not None else None
+        last = self._last
+        if memo_key is not None and last is not None and last[0] == memo_key:
+            return last[1]
         buf = self._pack(params, fixed)
         if memo_key is not None:
-            self._last_key, self._last_bytes = memo_key, buf
+            self._last = (memo_key, buf)
         return buf
 
     def _pack(self, params: Mapping[str, Any], fixed: Mapping[str, int]) -> bytes:

@@ -1123,7 +1123,7 @@ class Variant:
     def results_bytes(self, n: int, params: Mapping[str, Any] | None = None, lengths: Mapping[str, int] | None = None) -> int:
         """Bytes a results area needs for a run over ``n`` items (``lengths``: element counts
         of the inputs the count expressions read)."""
-        user = self._packer.check(params)
+        user, _ = self._packer.check(params)
         env = {"n": n, **self._packer.scalars(user)} if self._packer.user else {"n": n}
         env.update(nx=n, ny=1, nz=1)  # a count over n items: one axis
         sizes = dict(lengths or {})
@@ -1152,7 +1152,7 @@ class Variant:
             if name not in self._output_names:
                 outs = ", ".join(s.name for s in self.lowered.host_slots if s.role in ("output", "append", "inout")) or "none"
                 raise DispatchError(f"unknown output {name!r}; this variant's outputs: {outs}", Span(self.yaml_path))
-        user_params = self._packer.check(params)
+        user_params, fingerprint = self._packer.check(params)
 
         work = _Work()
         given_domain = _unwrap(domain_count)
@@ -1285,7 +1285,7 @@ class Variant:
         for name, field_name in self._len_fields:
             fixed[field_name] = bound_len.get(name, lengths[name])
         self._check_aliasing(bound)
-        data = self._packer.pack(user_params, fixed)
+        data = self._packer.pack(user_params, fixed, fingerprint)
         bind_group = self._bind_group(bound)
         _settle_shares(work)  # every check passed: a refused run leaves no Output changed
         return result, shape or n, data, bind_group, groups, work, bound
