@@ -135,8 +135,19 @@ class Emitter:
             self.atomics[f"{prefix}_atomic_{op}"] = (op, t)
         for op in cas:
             old = from_word("zero_old", t)
-            combine = {"add": f"{old} + zero_v", "min": f"min({old}, zero_v)", "max": f"max({old}, zero_v)"}[op]
-            nxt = to_word(f"({combine})", t)
+            if t == "f32" and op in ("min", "max"):
+                # IEEE 754 totalOrder on the words (-NaN < -inf < .. < -0 < +0 < .. < +inf < +NaN):
+                # WGSL's min/max of -0 and +0 (or a NaN) may answer either, so the value stored
+                # depended on which invocation came last, under determinism: exact (review
+                # helper 145). An order on the bits makes the result the same whatever the order.
+                def key(w: str) -> str:
+                    return f"({w} ^ select(0x80000000u, 0xFFFFFFFFu, {w} >= 0x80000000u))"
+
+                wins = "<" if op == "min" else ">"
+                nxt = f"select(zero_old, {vword}, {key(vword)} {wins} {key('zero_old')})"
+            else:
+                combine = {"add": f"{old} + zero_v", "min": f"min({old}, zero_v)", "max": f"max({old}, zero_v)"}[op]
+                nxt = to_word(f"({combine})", t)
             body = "\n".join(
                 [
                     index_code,
