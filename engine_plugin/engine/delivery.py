@@ -107,8 +107,15 @@ class Delivery:
             st.readbacks_stale += self._voided
             self._voided = 0
         completed, self._completed = self._completed, []
-        for result, records, overflow in completed:
-            self._deliver(result, records, st, overflow)
+        for i, (result, records, overflow) in enumerate(completed):
+            try:
+                self._deliver(result, records, st, overflow)
+            except BaseException:
+                # An interrupt in a callback (a callback's Exception is kept, not raised): the
+                # results after it are delivered by the next frame's step 5, never dropped
+                # with their products' in-flight counts (review helper 146).
+                self._completed[:0] = completed[i + 1 :]
+                raise
 
     def _deliver(self, result: ReadbackResult, records: Any, st: FrameStats, overflow: dict[str, int] | None = None) -> None:
         inflight: InFlight = result.desc.user

@@ -536,6 +536,25 @@ class Engine:
         flush_current_batch()
         st = FrameStats(frame=self._frame)
         self._frame += 1
+        try:
+            self._run_steps(st)
+        except BaseException:
+            # An interrupt (Ctrl-C in a callback, SystemExit) ends the frame here: what it did
+            # (uploads, dispatches, results applied) still counts in the totals.
+            st.time = time.perf_counter() - t0
+            self.totals.add(st)
+            raise
+        st.frames_in_flight = self._gpu.frames_in_flight
+        st.gpu_active = self.gpu_active
+        st.time = time.perf_counter() - t0
+        self.totals.add(st)
+        error = self._delivery.take_error()
+        if error is not None:
+            raise error
+        return st
+
+    def _run_steps(self, st: FrameStats) -> None:
+        """Steps 1 to 6 of a frame (SPEC section 4), counted into ``st``."""
         for product in self._order:  # what each kernel runs over this frame (a frame that dispatches nothing too)
             product.gpu_written.clear()
             product.dispatch_refused = False
@@ -567,14 +586,6 @@ class Engine:
         for product in self._order:  # 6
             if product.pending and (product.force_cpu or not self._serves(product)):
                 self._delivery.fallback(product, st)
-        st.frames_in_flight = self._gpu.frames_in_flight
-        st.gpu_active = self.gpu_active
-        st.time = time.perf_counter() - t0
-        self.totals.add(st)
-        error = self._delivery.take_error()
-        if error is not None:
-            raise error
-        return st
 
     def _note_gpu_times(self, st: FrameStats, wall: dict[str, float]) -> None:
         """``FrameStats.product_gpu_ms``: the GPU times whose timestamps landed during this

@@ -483,3 +483,36 @@ def test_an_engine_used_after_close_claims_flags_again_and_sees_every_change():
     assert got_a == {0: 80.0} and got_c == {0: 80.0}
     a.close()
     c.close()
+
+
+def test_an_interrupt_in_apply_drops_none_of_the_frames_other_results(make_engine):
+    # Review helper 146: a KeyboardInterrupt (any BaseException) from an apply callback left
+    # step 5 part-way: the results delivered after it were never applied nor owed again, their
+    # products' in-flight counts never drained (engine.idle stayed False for good), and the
+    # aborted frame's stats were never added to the totals.
+    world = World((4, 4), {"h": np.float32}, max_chunks=8)
+    for k in range(4):
+        world.add(k, {"h": np.full((4, 4), k, np.float32)})
+    engine = make_engine(world, config=EngineConfig(backend=WgpuBackendConfig(max_chunks_per_dispatch=1)))  # 4 readbacks, one frame
+    applied: dict[int, int] = {}
+    interrupted = []
+
+    def apply(result):
+        for k in result.keys:
+            applied[k] = applied.get(k, 0) + 1
+        if not interrupted:
+            interrupted.append(result.keys)
+            raise KeyboardInterrupt
+
+    engine.register_product(kernel_program("summary"), key="s", fields={"src": "h"}, apply=apply, cpu_fallback=fallbacks.summary)
+    deadline = time.monotonic() + 60
+    while not (interrupted and engine.idle):
+        assert time.monotonic() < deadline, f"never idle: applied {applied}, inflight {engine.inflight}"
+        try:
+            engine.frame()
+        except KeyboardInterrupt:
+            pass
+        time.sleep(0.002)
+    assert applied == {0: 1, 1: 1, 2: 1, 3: 1}
+    t = engine.totals
+    assert (t.readbacks_requested, t.readbacks_applied, t.readbacks_stale, t.readbacks_failed) == (4, 4, 0, 0)
