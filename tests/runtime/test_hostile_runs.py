@@ -498,3 +498,52 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
     out, refused = _refused_while_another_threads_batch_holds(lambda: v.run(n=64).outputs["hits"], lambda o: o.count)
     assert "cannot read the count of output 'hits' yet" in refused, refused
     assert out.count == 64
+
+
+PREPARED_DESTROY_SCRIPT = textwrap.dedent("""
+    import sys
+    import numpy as np, wgpu
+    from engine_plugin import abi
+    from engine_plugin.device.context import get_context
+    from engine_plugin.runtime.submission import Submission
+    Y = '''bindings:
+      - { name: src, kind: buffer, access: read, element: f32 }
+      - { name: y, kind: buffer, access: read_write, element: f32, count: "n" }
+    '''
+    W = '''@compute @workgroup_size(64)
+    fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
+        let i = zero_index(gid);
+        if (i >= zero_n()) { return; }
+        y_set(i, src_get(i) + 1.0);
+    }
+    '''
+    v = abi.program(key="prepd", schema=abi.parse(Y, "prepd/bindings.yaml"), wgsl=W, wgsl_path="prepd/kernel.wgsl").variant()
+    ctx = get_context()
+    S = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC | wgpu.BufferUsage.COPY_DST
+    for what in ("src", "area", "dropped"):
+        src = ctx.device.create_buffer_with_data(data=np.arange(64, dtype=np.float32), usage=S)
+        area = ctx.device.create_buffer(size=1024, usage=S)
+        p = v.prepare(64, {"src": src}, None, results=area)
+        (area if what == "area" else src).destroy()  # waits for the prepared run's submission
+        if what == "dropped":
+            p.submitted()  # never submitted (the engine's refusal): the destroy goes ahead now
+            continue
+        sub = Submission()
+        for r in p.records:
+            sub.add(r)
+        sub.submit(ctx.device, ctx.queue, ctx.guard, "test")
+        p.submitted()
+        if what == "src":
+            got = np.frombuffer(ctx.queue.read_buffer(area, 0, 256), np.float32)
+            assert np.array_equal(got, np.arange(64, dtype=np.float32) + 1.0), got
+    print("ok")
+""")
+
+
+def test_destroying_a_buffer_a_prepared_run_binds_waits_for_its_submission(tmp_path):
+    # Review helper 147: variant.prepare(), then destroy() of its input (or its results area),
+    # then the submission carrying the prepared run aborted the process in wgpu-native (exit
+    # 134: a destroyed buffer in a submit). The destroy waits for the submission, as it does
+    # for a run recorded in an open abi.batch(); the run computes from the data it was given.
+    proc = _run_script(tmp_path, PREPARED_DESTROY_SCRIPT)
+    assert proc.stdout.strip().endswith("ok"), proc.stdout + proc.stderr
