@@ -542,8 +542,10 @@ class _Lowerer:
             if hit is not None:
                 origin, what = hit
                 gen = f"{self.yaml_path}:{origin}" if origin else "the lowering"
+                # A struct the schema declares (structs:) is the same type the body wrote itself.
+                fix = "delete yours (the body uses the schema's)" if what.startswith("struct '") else "rename yours"
                 raise self.error(
-                    f"'{tok.text}' is declared here and also generated for {what} ({gen}); rename yours",
+                    f"'{tok.text}' is declared here and also generated for {what} ({gen}); {fix}",
                     *where(tok),
                     notes=(f"generated name declared by {gen}",),
                 )

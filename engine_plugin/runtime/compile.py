@@ -104,7 +104,26 @@ def _compile_error(lowered: Lowered, exc: Exception, stage: str, ctx: DeviceCont
         if _LOC_RE.search(message):
             text = f"{stage} failed in generated code: {reason}; set ENGINE_PLUGIN_DUMP_WGSL=1 to see it"
         return CompileError(text, where, notes=notes)
-    return CompileError(reason, span, notes=notes)
+    return CompileError(reason + _read_only_hint(lowered, span, reason), span, notes=notes)
+
+
+_UNKNOWN_RE = re.compile(r"no definition in scope for identifier: `(\w+?)_(set|set_word|append|atomic_\w+)`")
+
+
+def _read_only_hint(lowered: Lowered, span: Span, reason: str) -> str:
+    """What to change when naga's complaint is about writing a binding declared ``access:
+    read`` (a store into it, or a setter the lowering generates only for writable ones)."""
+    read_only = {s.name for s in lowered.host_slots if s.access == "read"}
+    name = None
+    found = _UNKNOWN_RE.search(reason)
+    if found is not None:
+        name = found.group(1)
+    elif "writing to this location is not permitted" in reason and span.text and span.col:
+        written = re.match(r"[&*( ]*(\w+)", span.text[span.col - 1 :])
+        name = written.group(1) if written else None
+    if name not in read_only:
+        return ""
+    return f"; '{name}' is access: read in {lowered.source_map.files[0] if lowered.source_map.files else 'bindings.yaml'}: declare it access: read_write to write it"
 
 
 def compile_lowered(lowered: Lowered, label: str | None = None, device: Any = None) -> CompiledVariant:

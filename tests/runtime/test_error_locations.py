@@ -379,3 +379,26 @@ def test_an_entry_point_or_builtins_struct_cut_short_is_named_in_the_users_file(
         abi.program(key="t/entry_cut", schema=abi.parse(yaml, "t/ec/bindings.yaml"), wgsl=body, wgsl_path="t/ec/kernel.wgsl").variant()
     assert message in str(info.value), str(info.value)
     assert (info.value.span.line, info.value.span.col) == (line, col), str(info.value)
+
+
+RO_YAML = """\
+bindings:
+  - { name: src, kind: buffer, access: read, element: f32 }
+  - { name: dst, kind: buffer, access: read_write, element: f32, count: "len(src)" }
+"""
+
+
+@pytest.mark.parametrize("statement", ["src[i] = 1.0;", "src_set(i, 1.0);"])
+def test_writing_a_read_only_binding_says_which_access_to_declare(statement):
+    # Review helper 145: naga's "writing to this location is not permitted" (or an unknown
+    # src_set) named the line but not the cause: the binding is access: read.
+    body = (
+        "@compute @workgroup_size(64)\nfn main(@builtin(global_invocation_id) gid: vec3<u32>) {\n"
+        "    let i = zero_index(gid);\n    if (i >= zero_n()) { return; }\n"
+        f"    {statement}\n    dst_set(i, 2.0);\n}}\n"
+    )
+    with pytest.raises(CompileError) as info:
+        abi.program(key=f"t145/ro_{len(statement)}", schema=abi.parse(RO_YAML, "ro/bindings.yaml"), wgsl=body, wgsl_path="ro/kernel.wgsl").variant()
+    err = info.value
+    assert (err.span.path, err.span.line, err.span.col) == ("ro/kernel.wgsl", 5, 5)
+    assert "'src' is access: read in ro/bindings.yaml: declare it access: read_write" in err.message

@@ -82,3 +82,16 @@ def test_a_plain_array_for_a_struct_binding_is_refused():
 def test_bad_structs_are_refused_at_their_line(yaml, message):
     with pytest.raises(SchemaError, match=message):
         abi.parse(yaml)
+
+
+def test_a_body_repeating_the_schemas_struct_is_told_to_delete_it():
+    # Review helper 145: ported boids code keeps its own `struct Particle`; the message said
+    # "rename yours", but the body wants the schema's struct itself: delete it.
+    from engine_plugin.errors import LoweringError
+
+    body = "struct Particle { pos: vec3<f32>, vel: vec3<f32>, mass: f32, id: u32, }\n" + WGSL
+    with pytest.raises(LoweringError) as info:
+        abi.program(key="t145/struct_twice", schema=abi.parse(YAML, "p/bindings.yaml"), wgsl=body, wgsl_path="p/kernel.wgsl").variant()
+    err = info.value
+    assert (err.span.path, err.span.line) == ("p/kernel.wgsl", 1)
+    assert "'Particle' is declared here and also generated for struct 'Particle'" in err.message and "delete yours" in err.message
