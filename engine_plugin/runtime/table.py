@@ -20,9 +20,13 @@ from .buffers import STORAGE_USAGE, dtype_kind
 __all__ = ["Table", "table", "pack_table", "unpack_table"]
 
 
-@dataclass
+@dataclass(frozen=True)
 class Table:
-    """A packed table on the GPU; ``names`` in column order, ``words`` the packed host copy."""
+    """A packed table on the GPU; ``names`` in column order, ``words`` the packed host copy.
+
+    Frozen: a run binds the buffer it was handed, and a repeated call with the very same table
+    binds what the first call checked; a table pointed at another buffer in place would have
+    been bound stale (make a new one with ``abi.table``)."""
 
     buffer: Any
     names: tuple[str, ...]

@@ -48,3 +48,15 @@ def test_table_accessors_clamp_into_the_column_they_name():
     np.testing.assert_array_equal(back["v"], [[3.0, 77.0], [5.0, 6.0]])
     np.testing.assert_array_equal(back["b"], [10.0, 20.0])
     assert back["e"].size == 0
+
+
+def test_a_table_cannot_be_pointed_at_other_data_in_place():
+    # Review helper 147: a repeated run with the very same Table object binds what the first
+    # run checked; reassigning its buffer (or counts) in place would have been bound stale.
+    import dataclasses
+
+    t = abi.table({"a": np.arange(4, dtype=np.float32)})
+    other = abi.table({"a": np.arange(8, dtype=np.float32)})
+    for name, value in (("buffer", other.buffer), ("counts", other.counts), ("words", other.words)):
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            setattr(t, name, value)
