@@ -542,15 +542,17 @@ class Variant:
         """
         if compiled.ctx is not self.ctx:
             raise bug(f"a pipeline of another device swapped into {self!r}: its buffers and bind groups are this device's")
-        self.program = program
-        self.lowered = lowered
-        self.compiled = compiled
-        self.spec = lowered.spec
-        self.yaml_path = program.yaml_path
-        self._packer = ParamsPacker(lowered, self.yaml_path, {p.name: p.line for p in program.schema.params})
-        self._repeat = None
-        self._repeat_group = None
-        self._placed.clear()
+        packer = ParamsPacker(lowered, program.yaml_path, {p.name: p.line for p in program.schema.params})
+        with self._lock:  # between runs: a run on another thread sees the old variant or the new, whole
+            self.program = program
+            self.lowered = lowered
+            self.compiled = compiled
+            self.spec = lowered.spec
+            self.yaml_path = program.yaml_path
+            self._packer = packer
+            self._repeat = None
+            self._repeat_group = None
+            self._placed.clear()
 
     def __repr__(self) -> str:
         return f"Variant({self.program.key!r}, {self.spec.label()})"
