@@ -123,10 +123,10 @@ class ChunkResult:
     index: int
     outcomes: tuple[VariantOutcome, ...]
     worker: str
-    versions: tuple[int, int] = field(default=(CACHE_FORMAT_VERSION, LOWERING_VERSION))
+    versions: tuple[int, str] = field(default=(CACHE_FORMAT_VERSION, LOWERING_VERSION))
 
 
-def worker_versions() -> tuple[int, int]:
+def worker_versions() -> tuple[int, str]:
     """(cache format, lowering) versions of this build; a worker must match the client's."""
     return (CACHE_FORMAT_VERSION, LOWERING_VERSION)
 

@@ -8,8 +8,10 @@ sends every lowered line back to the user's file (a module's line to the module'
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import re
+from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from ..errors import LoweringError, Span
@@ -36,8 +38,28 @@ log = logging.getLogger("engine_plugin.lowering")
 # A body with its #import modules, in characters (see _Lowerer._run).
 MAX_KERNEL_CHARS = 1024 * 1024
 
-# Bump whenever the generated code or plan changes: it is part of every cache key.
-LOWERING_VERSION = 9
+
+def _lowering_source_hash() -> str:
+    """sha256 (12 hex digits) of this package's lowering modules, as installed.
+
+    What the lowering generates, and what it refuses, changes with this code: an entry another
+    build wrote (a kernel baked before a fix, served after an upgrade that kept ``cache/``)
+    must never be served (review helper 149: entries baked before two lowering fixes kept
+    serving the old code, and a bake called them up to date). A hand-kept number was bumped
+    by people, and forgotten."""
+    digest = hashlib.sha256()
+    here = Path(__file__).resolve().parent
+    try:
+        for path in sorted(here.glob("*.py")):
+            digest.update(path.name.encode() + b"\0" + path.read_bytes().replace(b"\r\n", b"\n") + b"\0")
+    except OSError:  # no sources (a frozen build): the hand-kept number alone
+        return "nosource"
+    return digest.hexdigest()[:12]
+
+
+# Part of every cache key and entry: the hand-kept number (bump it for a change elsewhere that
+# changes what is generated) and the lowering code's own hash.
+LOWERING_VERSION = f"10.{_lowering_source_hash()}"
 _YAML = 0  # source-map file index of bindings.yaml
 _BODY = 1  # and of the WGSL body; imported modules follow, in inclusion order
 # a name called as a function or a constructor, templated or not (bitcast<f32>(...))

@@ -84,7 +84,7 @@ def _corrupt(kind: str, cache: VariantCache, key: str, lowered) -> None:
         data = encode_entry(key, lowered, format_version=999)
     elif kind == "other_lowering_version":
         env = msgpack.unpackb(good, raw=False)
-        env["lowering"] = LOWERING_VERSION + 1
+        env["lowering"] = LOWERING_VERSION + "0"
         data = msgpack.packb(env, use_bin_type=True)
     elif kind == "other_layout":
         env = msgpack.unpackb(good, raw=False)
@@ -323,3 +323,31 @@ def test_puts_on_many_threads_over_the_cap_count_each_eviction_once(folder):
         t.join()
     left = len(list(cache.entries()))
     assert cache.stats().evictions + left == len(variants), (cache.stats().evictions, left, len(variants))
+
+
+def test_an_entry_written_by_a_build_with_other_lowering_code_is_never_served(folder, tmp_path):
+    # Review helper 149: two lowering fixes did not bump the hand-kept LOWERING_VERSION, so
+    # entries baked before them were served after the upgrade (old generated code, old wrong
+    # numbers) and a bake called them up to date. The version carries the lowering code's hash:
+    # any edit of it makes every older entry a counted miss, rebaked.
+    import shutil
+
+    cache = VariantCache(folder)
+    key, lowered = reference_variants()[0]
+    cache.put(key, lowered)
+    other = tmp_path / "other_build"
+    shutil.copytree(os.path.join(REPO, "engine_plugin"), other / "engine_plugin", ignore=shutil.ignore_patterns("__pycache__"))
+    with open(other / "engine_plugin" / "lowering" / "emit.py", "a") as f:
+        f.write("\n# a fix in the generated code\n")
+    script = (
+        "import sys\n"
+        "from engine_plugin.cache import VariantCache\n"
+        "from engine_plugin.lowering import LOWERING_VERSION\n"
+        f"print(LOWERING_VERSION); print(VariantCache({folder!r}).get({key!r}) is None)\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(other)}
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, cwd=str(tmp_path), timeout=120)
+    assert done.returncode == 0, done.stderr
+    version, missed = done.stdout.split()
+    assert version != LOWERING_VERSION and version.split(".")[0] == LOWERING_VERSION.split(".")[0]
+    assert missed == "True"  # the entry this build wrote is not served by the other (and is replaced)

@@ -146,7 +146,7 @@ def test_keys_are_namespaced_by_format_and_lowering_version(redis_server, baked_
     assert NAMESPACE == f"engine_plugin:v{CACHE_FORMAT_VERSION}.{LOWERING_VERSION}:"
     client = redis_server.client()
     for key, data in entries_of(baked_samples).items():
-        client.set(f"engine_plugin:v{CACHE_FORMAT_VERSION}.{LOWERING_VERSION + 1}:{key}", data)  # another build
+        client.set(f"engine_plugin:v{CACHE_FORMAT_VERSION}.{LOWERING_VERSION}0:{key}", data)  # another build
     lib, wanted = library(tmp_path, redis_server.url)
     rep = lib.prefetch(wanted)
     assert rep.remote == 0 and rep.missed == 26 and rep.rejected == 0
