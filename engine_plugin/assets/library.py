@@ -395,6 +395,7 @@ class AssetLibrary:
         self._ready: deque[Prepared] = deque()
         self._ready_lock = threading.Lock()
         self._retry: list[Prepared] = []  # reloads a device loss interrupted: back in _ready after poll
+        self._applied_first: list[ReloadEvent | ReloadFailure] = []  # see _apply's fallback to an earlier save
         self.service = ReloadService(
             self._root_abs,
             self._job_for,
@@ -613,8 +614,17 @@ class AssetLibrary:
 
     def _deliver(self, prepared: Prepared) -> None:
         with self._ready_lock:
-            # A newer read of the same asset supersedes one not yet applied.
+            # A newer read of the same asset supersedes one not yet applied, except that a
+            # failure never drops a good save waiting for poll() (a slow frame): that one is
+            # applied, then the failure reported on top of it (review helper 148: the game kept
+            # the save before, and the good one was never applied nor mentioned).
             for old in [p for p in self._ready if p.rel == prepared.rel]:
+                good = old.error is None and not old.unchanged
+                if prepared.error is not None and good:
+                    continue
+                # Lowered without error is not yet compiled: the superseded change is kept to
+                # be applied if this one's compile fails (see _apply).
+                prepared.earlier = old if good else old.earlier
                 self._ready.remove(old)
                 prepared.first_event = min(prepared.first_event, old.first_event)
             self._ready.append(prepared)
@@ -644,6 +654,9 @@ class AssetLibrary:
                 continue
             try:
                 result = self._apply(ref, prepared)
+                if self._applied_first:  # an earlier save _apply fell back to, before this one's failure
+                    out.extend(self._applied_first)
+                    self._applied_first.clear()
             except Exception as exc:  # never let a reload take the game down
                 if self._found_lost():
                     # A raw wgpu error from a device lost behind the guard's back (a reset nobody
@@ -748,6 +761,13 @@ class AssetLibrary:
             self._retry.append(prepared)
             return None
         except PluginError as exc:
+            earlier, prepared.earlier = prepared.earlier, None
+            if earlier is not None:
+                # A good save superseded by this broken one before a poll(): it is applied, and
+                # this failure reported on top of it (its generation is the one left live).
+                done = self._apply(ref, earlier)
+                if done is not None:
+                    self._applied_first.append(done)
             return self._fail(ref, exc, prepared)
         adopt_program(new)
 

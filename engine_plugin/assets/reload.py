@@ -108,6 +108,10 @@ class Prepared:
     validation: VariantSpec | None = None  # lowered only to validate (nothing in use)
     baseline: Lowered | None = None  # the validation variant under the old content, for the kind
     missing: bool = False  # the error is a missing file or folder (may be mid-save)
+    # The newest read this one superseded before poll() applied it, when that one was a change
+    # lowered without error: applied instead if this one fails to compile (a good save followed
+    # by a broken one within a frame is not lost: review helper 148).
+    earlier: "Prepared | None" = None
 
 
 def same_content(a: AssetSource, b: AssetSource) -> bool:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 
 import pytest
 
@@ -476,3 +477,37 @@ def test_a_read_found_unchanged_before_a_newer_reload_was_applied_is_read_again(
     lib.poll()
     pump(lib, lambda: ref.generation == 2, what="the files' content read again")
     assert run_scale(ref) == [2.0, 4.0, 6.0, 8.0]
+
+
+@pytest.mark.parametrize("broken", [kernel("3.0 +"), kernel("heigth"), SCHEMA + "params: [\n"])
+def test_a_good_save_waiting_for_poll_is_not_lost_to_a_broken_one_after_it(asset_root, make_library, broken):
+    # Review helper 148: a good save read and lowered, waiting for poll() (a slow frame), was
+    # superseded by a broken save read before that poll: the game kept the save before both,
+    # and the good one was never applied nor mentioned. A body error lowers fine and fails only
+    # to compile, at poll(); a schema error fails already on the worker.
+    lib = make_library(asset_root)
+    ref = lib.load("k.computeShader")
+    assert run_scale(ref) == [2.0, 4.0, 6.0, 8.0]
+    folder = ref.folder
+    delivered = []
+    deliver = lib.service._deliver
+    lib.service._deliver = lambda prepared: (delivered.append(prepared.seq), deliver(prepared))  # reads handed to poll()
+
+    def prepared(count: int) -> None:  # read and lowered on the worker, with no poll() meanwhile
+        deadline = time.monotonic() + 30
+        while len(delivered) < count:
+            assert time.monotonic() < deadline, f"read {count} was never prepared"
+            time.sleep(0.005)
+
+    write(os.path.join(folder, "kernel.wgsl"), kernel(5.0))
+    lib.request_reload(ref.path)
+    prepared(1)
+    name = "bindings.yaml" if broken.startswith("bindings") else "kernel.wgsl"
+    write(os.path.join(folder, name), broken)
+    lib.request_reload(ref.path)
+    prepared(2)
+    results = pump(lib, lambda: ref.diagnostics is not None and lib.idle, what="the broken save's report")
+    kinds = [type(r).__name__ for r in results]
+    assert kinds == ["ReloadEvent", "ReloadFailure"], [r.describe() for r in results]
+    assert ref.generation == 1 and results[1].generation == 1
+    assert run_scale(ref) == [5.0, 10.0, 15.0, 20.0]  # the last good save runs
