@@ -132,8 +132,17 @@ class Delivery:
         if records is None:
             st.readbacks_failed += 1
             if registered:
-                product.reowe(self._world, work.keys, failed=work)
-                if live and getattr(self._gpu.backend, "healthy", False):  # not a loss: that fails everything
+                healthy = live and getattr(self._gpu.backend, "healthy", False)  # not a loss: that fails everything
+                if healthy and product.plan is not None and product.plan.written_fields and product.cpu_fallback is not None:
+                    # Its kernel ran (the map failed, not the dispatch) and wrote the mirror:
+                    # running it over these chunks again would apply its write twice (review
+                    # helper 150). Its fallback serves them in step 6, as for a refused readback.
+                    product.pending.update(k for k in work.keys if k in self._world)
+                    product.gpu_written.update(work.keys)
+                    product.force_cpu = True
+                else:
+                    product.reowe(self._world, work.keys, failed=work)
+                if healthy:
                     self._note_failure(product, st)
             return
         if live:
@@ -202,8 +211,13 @@ class Delivery:
         """``is_current(key, version)`` for ``product``'s results: the chunk's content version
         (``revalidate="chunk"``, SPEC section 4), or, with ``revalidate="fields"``, that none of
         the fields the product reads changed since ``version`` (other fields may have)."""
-        if self._config.revalidate != "fields":
+        writes_mirror = product.plan is not None and bool(product.plan.written_fields)
+        if self._config.revalidate != "fields" and not writes_mirror:
             return None
+        # A kernel that writes its mirror changes GPU state each run: discarding its result for
+        # a change to a field it does not read, and running it over the chunk again, applied
+        # its write twice (review helper 150: g = 3 + 1 became 5). Its results are revalidated
+        # by the fields it reads, whatever ``revalidate`` says.
         world = self._world
         names = product.field_names
         changed = {f: self._changes_of(f) for f in names}

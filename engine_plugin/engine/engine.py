@@ -90,7 +90,9 @@ class EngineConfig:
             keeps the content version it was uploaded at. ``"fields"``: only while none of
             the fields the product reads changed since; a game rewriting another field of the
             chunk every frame then does not starve the product. Equally safe: the result is
-            derived from exactly those fields.
+            derived from exactly those fields. A product whose kernel writes a mirror is
+            revalidated by its fields either way: running it again over a chunk whose result
+            was discarded would apply its write twice.
         max_frames_in_flight: frames whose GPU readbacks are still outstanding before the next
             frame's dispatches are deferred (counted in ``FrameStats.deferred``), so ``frame()``
             never waits for the GPU. A backend whose ``queue.submit`` waits for the previous
@@ -202,8 +204,20 @@ class Engine:
 
     @property
     def idle(self) -> bool:
-        """Nothing in flight and nothing owed: the products are up to date with the world."""
-        return not self.inflight and not self.pending and not self._delivery.waiting
+        """Nothing in flight and nothing owed: the products are up to date with the world.
+
+        Owed includes a product detached by a refused upload (back on the GPU next frame) and
+        a mirror writer's kernel work over chunks its fallback served (its readers wait for
+        it): an engine that read idle then changed its readers' results a frame later."""
+        if self.inflight or self.pending or self._delivery.waiting:
+            return False
+        for p in self._order:
+            if p.detached and not p.gave_up and self.gpu_active:  # (re-registered by the next frame's _reattach)
+                return False
+            refused = p.dispatch_refusals >= DISPATCH_REFUSALS_TO_FALLBACK  # a limit: its fallback serves it for good
+            if p.mirror_unwritten and self.gpu_active and (p.gpu is not None or p.detached) and not p.gave_up and not refused:
+                return False
+        return True
 
     # ---- registration ----------------------------------------------------------------
 
@@ -743,8 +757,8 @@ class Engine:
                     sends.append((name, found.spans))
                 if shared and found.versions is not None:
                     index.learn(changed, found.slots, found.versions)  # the frame's work lists look them up
-                if self.config.revalidate == "fields":
-                    self._delivery.note_changes(name, found)
+                if self.config.revalidate == "fields" or self._mirror_writers_registered():
+                    self._delivery.note_changes(name, found)  # (a mirror writer revalidates by fields: see Delivery._revalidator)
                 for product in products:
                     product.owe_changed(changed, meta, found.versions, found.slots)
             since = index.clock
@@ -904,6 +918,22 @@ class Engine:
         )
         return "owed" if longer >= free else None
 
+    def _owe_readers(self, writer: Product, keys: set[int]) -> None:
+        """The chunks ``writer``'s kernel just wrote that its fallback had served (or left
+        unwritten): every other product reading a mirror it writes owes them again. A reader
+        served meanwhile (its fallback, from the world's bytes, while the writer was off the
+        GPU) kept that value for good once the writer's kernel changed the mirror it reads
+        (review helper 150: 80 for good where the mirror summed to 96)."""
+        written = set(writer.plan.written_fields) if writer.plan is not None else set()
+        world = self.world
+        for reader in self._order:
+            if reader is not writer and written.intersection(reader.field_names):
+                reader.pending.update(k for k in keys if k in world)
+
+    def _mirror_writers_registered(self) -> bool:
+        """Whether a registered product's kernel writes a mirror."""
+        return any(p.plan is not None and p.plan.written_fields for p in self._order)
+
     def _mirror_writers(self) -> dict[str, list[Product]]:
         """Each mirror a registered product's kernel writes -> those products."""
         writers: dict[str, list[Product]] = {}
@@ -1027,7 +1057,10 @@ class Engine:
         st.dispatches += 1
         product.dispatch_refusals = 0
         if product.mirror_unwritten:
-            product.mirror_unwritten.difference_update(work.keys)  # written on the GPU now
+            caught_up = product.mirror_unwritten.intersection(work.keys)
+            if caught_up:
+                product.mirror_unwritten.difference_update(caught_up)  # written on the GPU now
+                self._owe_readers(product, caught_up)
         product.gpu_written.update(work.keys)  # a refused readback's fallback after this wrote no mirror, but this did
         if product.policy is ReadbackPolicy.NONE or mirror_only:
             product.done(work)
