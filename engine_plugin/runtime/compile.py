@@ -126,6 +126,9 @@ def _read_only_hint(lowered: Lowered, span: Span, reason: str) -> str:
     return f"; '{name}' is access: read in {lowered.source_map.files[0] if lowered.source_map.files else 'bindings.yaml'}: declare it access: read_write to write it"
 
 
+COMPILED_KEPT = 256  # compiled variants a device keeps for sharing between programs (see _compile)
+
+
 def compile_lowered(lowered: Lowered, label: str | None = None, device: Any = None) -> CompiledVariant:
     """Compile (or fetch) ``lowered`` on ``device``'s context; the same source compiles once.
 
@@ -206,7 +209,13 @@ def _compile(lowered: Lowered, label: str | None, ctx: DeviceContext, key: str, 
     for issue in portability_issues(lowered):  # once per variant and device: it compiles here
         log.warning("%s", issue)
     compiled_variant = CompiledVariant(key, lowered, module, bgl, pipeline, ctx)
-    cache[key] = compiled_variant
+    with ctx.lock:
+        cache[key] = compiled_variant
+        # Bounded, oldest first: a live-edit session compiles every saved text once, and each
+        # kept pipeline held ~0.35 MB for the device's life (review helper 148: 200 saves, 65 MB).
+        # What runs holds its own CompiledVariant (a Variant keeps it); only sharing is lost.
+        while len(cache) > COMPILED_KEPT:
+            del cache[next(iter(cache))]
     return compiled_variant
 
 

@@ -82,3 +82,18 @@ def test_an_interrupt_while_a_failed_compile_frees_its_key_leaves_no_waiter_behi
     waiter.start()
     waiter.join(10)
     assert done, "a later compile of the key still waits"
+
+
+def test_the_devices_compiled_variants_are_bounded_and_what_runs_keeps_its_own(monkeypatch):
+    # Review helper 148: every text a live-edit session saved stayed compiled for the device's
+    # life (200 saves: 201 pipelines, +65 MB). The oldest go; a variant in use holds its own.
+    monkeypatch.setattr(compile_module, "COMPILED_KEPT", 4, raising=False)
+    ctx = get_context()
+    schema = parse(SCHEMA, "bounded/bindings.yaml")
+    first = abi.program(key="t148/bounded0", schema=schema, wgsl=_body(100.5)).variant()
+    for k in range(1, 10):
+        abi.program(key=f"t148/bounded{k}", schema=schema, wgsl=_body(100.5 + k)).variant()
+        assert len(ctx.cache("compiled")) <= 4
+    assert first.compiled.key not in ctx.cache("compiled")
+    got = abi.read(first.run(n=2, inputs={"src": np.ones(2, np.float32)}).outputs["dst"])
+    np.testing.assert_array_equal(got, [100.5, 100.5])  # evicted from the cache, still running
