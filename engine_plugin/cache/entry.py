@@ -229,7 +229,7 @@ def _unpack(data: bytes, what: str, *, maps: int = MAX_ITEMS, **kwargs: Any) -> 
         text = str(exc)
         if "incomplete" in text or isinstance(exc, msgpack.OutOfData):
             raise BadEntry(f"truncated {what}") from None
-        raise BadEntry(f"{what} is not msgpack ({text})") from None
+        raise BadEntry(f"{what} is not msgpack ({text or type(exc).__name__ + ': nested too deep or malformed'})") from None
     except Exception as exc:  # msgpack raises TypeError/OverflowError/UnicodeDecodeError on garbage
         raise BadEntry(f"{what} is not msgpack ({type(exc).__name__}: {exc})") from None
 

@@ -169,7 +169,11 @@ class Substrate:
             # (it would read a freed run's data).
             cleared = max(words, vt.lanes)
             if zero and base < page.touched:
-                self._write_zeros(page, base, min(cleared, reserve, page.touched - base))
+                try:
+                    self._write_zeros(page, base, min(cleared, reserve, page.touched - base))
+                except BaseException:
+                    self.free(handle)  # refused: the substrate as it was (its words, its name; review helper 150)
+                    raise
             page.touched = max(page.touched, base + reserve)
             return handle
 

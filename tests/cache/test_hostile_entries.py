@@ -503,3 +503,14 @@ def test_a_usage_log_round_trips_whatever_a_flush_writes(tmp_path, monkeypatch, 
     before = open(path, "rb").read()
     assert not third.flush()
     assert open(path, "rb").read() == before
+
+
+def test_an_entry_nested_past_the_depth_limit_is_refused_with_a_reason():
+    # Review helper 149: `cache stats --verify` listed it as "entry is not msgpack ()".
+    from engine_plugin.cache import decode_entry
+    from engine_plugin.cache.entry import BadEntry
+
+    deep = b"\x91" * 100_000 + b"\xc0"  # an array holding an array ... 100,000 deep
+    with pytest.raises(BadEntry) as info:
+        decode_entry("0" * 64, deep)
+    assert "()" not in str(info.value) and "not msgpack (" in str(info.value)

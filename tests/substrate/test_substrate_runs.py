@@ -334,3 +334,20 @@ def test_none_is_no_page_group_key_so_freeing_group_none_never_frees_ungrouped_r
         with arena.with_page_group(float("nan")):
             pass
     assert loose.live and arena.read(loose).shape == (8,)
+
+
+def test_an_alloc_refused_while_clearing_reused_space_leaves_the_substrate_as_it_was():
+    # Review helper 150: the run was recorded before the clearing write raised (its page's
+    # buffer destroyed): the name stayed taken and its words reserved, held by nobody.
+    from engine_plugin.substrate import Substrate, SubstrateError
+
+    s = Substrate(page_bytes=4096, label="t150/alloc")
+    h = s.upload("f32", np.ones(4, np.float32))
+    s.free(h)
+    s.page_buffer(h.page).destroy()
+    before = s.stats()
+    with pytest.raises(SubstrateError, match="destroyed"):
+        s.alloc("f32", 4, name="x")
+    after = s.stats()
+    assert (after["live_runs"], after["free_words"]) == (before["live_runs"], before["free_words"]) and s.runs() == []
+    s.alloc("f32", 4, name="x", zero=False)  # the name is free
