@@ -15,6 +15,13 @@ os.environ.setdefault("MESA_SHADER_CACHE_DIR", os.path.join(tempfile.gettempdir(
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
+# A suite started in the background of a non-interactive shell (`nohup make test &`) inherits an
+# ignored SIGINT, which Python keeps: the Ctrl-C tests (in-process bakes, and the subprocesses
+# they signal, which inherit it too) then saw no KeyboardInterrupt and failed. They test what
+# Ctrl-C does, so the suite runs with Python's own handler whatever started it.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+
 
 def pytest_addoption(parser):
     parser.addoption("--regen-golden", action="store_true", help="rewrite golden files instead of comparing")
