@@ -4,7 +4,7 @@ table for people and as JSON for build systems.
 JSON report (``--json REPORT``), format 1::
 
     {"format": 1, "tool": "engine-plugin bake", "engine_plugin": "0.1.0",
-     "cache_format": 1, "lowering_version": N, "cache": "/abs/cache",
+     "cache_format": 1, "lowering_version": "10.<hash of the lowering code>", "cache": "/abs/cache",
      "runner": "2 local processes", "workers": 2, "wall_s": 3.1, "startup_s": 0.0,
      "variants_per_s": 64.2, "ok": false,
      "totals": {"variants": 200, "baked": 198, "skipped": 0, "failed": 2,
