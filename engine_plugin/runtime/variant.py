@@ -179,7 +179,8 @@ class PreparedRun:
     on_drop: list = field(default_factory=list, repr=False)
 
     def __post_init__(self) -> None:
-        _UNSUBMITTED[id(self)] = self
+        with _UNSUBMITTED_LOCK:
+            _UNSUBMITTED[id(self)] = self
 
     def touches(self, obj: Any) -> bool:
         """Whether its records bind or copy ``obj`` (a buffer or texture)."""
@@ -195,7 +196,8 @@ class PreparedRun:
         if self._done:
             return
         self._done = True
-        _UNSUBMITTED.pop(id(self), None)
+        with _UNSUBMITTED_LOCK:
+            _UNSUBMITTED.pop(id(self), None)
         self.holds = ()  # on the queue now: queue order protects their buffers
         self.variant._ring.reserved.discard(self.params_offset)
         self.variant._pool_back(self.temps)
@@ -220,10 +222,13 @@ class PreparedRun:
 # the process in wgpu-native (review helper 147: variant.prepare, then destroy() of its input
 # or results area, then the submission).
 _UNSUBMITTED: "weakref.WeakValueDictionary[int, PreparedRun]" = weakref.WeakValueDictionary()
+_UNSUBMITTED_LOCK = threading.Lock()  # a destroy() on one thread lists them while another prepares
 
 
 def _prepared_waiting_for(obj: Any) -> list[list]:
-    return [p.on_drop for p in list(_UNSUBMITTED.values()) if not p._done and p.touches(obj)]
+    with _UNSUBMITTED_LOCK:
+        live = list(_UNSUBMITTED.values())
+    return [p.on_drop for p in live if not p._done and p.touches(obj)]
 
 
 register_holder_lookup(_prepared_waiting_for)
