@@ -541,6 +541,12 @@ class AssetLibrary:
             return _precompile(prepared, ctx, ref.path, retry=lambda: self.service.schedule(folder))
 
         def prepare_on_worker(seq: int, first_event: float) -> Prepared:
+            read_at = time.monotonic()  # before the files are read: a read begun later saw newer files
+            prepared = _prepare_on_worker(seq, first_event)
+            prepared.read_at = read_at
+            return prepared
+
+        def _prepare_on_worker(seq: int, first_event: float) -> Prepared:
             ctx = self._ctx if self._ctx is not None else self._context_or_none()
 
             def make_program(schema, src):
@@ -723,6 +729,15 @@ class AssetLibrary:
             return None
         ctx = self._context_or_none()  # None: no adapter here; the reload is validated by lowering only
         old = ref._program
+        standing = old.current() if old is not None else None
+        if standing is not None and standing is not old and standing.read_at >= prepared.read_at:
+            # Another library over these files applied a read newer than this one since (it
+            # moved the program on): applying this older read would swap its pipeline into
+            # the newer program's variants (review helper 148: the game ran an older save for
+            # good). The newer program is this asset's too.
+            ref._program = standing
+            ref.error = None
+            return None
         try:
             # Validate by compiling before anything is registered or swapped: a refused
             # shader leaves the live program (and the program registry) as they were.
@@ -769,6 +784,7 @@ class AssetLibrary:
                 if done is not None:
                     self._applied_first.append(done)
             return self._fail(ref, exc, prepared)
+        new.read_at = max(new.read_at, prepared.read_at)
         adopt_program(new)
 
         old_variants = old.variants if old is not None else {}

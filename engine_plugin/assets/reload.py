@@ -112,6 +112,7 @@ class Prepared:
     # lowered without error: applied instead if this one fails to compile (a good save followed
     # by a broken one within a frame is not lost: review helper 148).
     earlier: "Prepared | None" = None
+    read_at: float = 0.0  # time.monotonic() when the worker began reading the files
 
 
 def same_content(a: AssetSource, b: AssetSource) -> bool:

@@ -212,7 +212,7 @@ class Engine:
         if self.inflight or self.pending or self._delivery.waiting:
             return False
         for p in self._order:
-            if p.detached and not p.gave_up and self.gpu_active:  # (re-registered by the next frame's _reattach)
+            if p.detached and p.gpu is None and not p.gave_up and self.gpu_active:  # re-registered by the next frame's _reattach
                 return False
             refused = p.dispatch_refusals >= DISPATCH_REFUSALS_TO_FALLBACK  # a limit: its fallback serves it for good
             if p.mirror_unwritten and self.gpu_active and (p.gpu is not None or p.detached) and not p.gave_up and not refused:

@@ -278,6 +278,7 @@ class GpuSide:
             log.warning("product %r runs on the CPU: the backend refused it (%s)", product.key, getattr(self.backend, "last_refusal", "refused"))
             return False
         product.gpu = gpu
+        product.detached = False  # registered again (by whatever path): nothing left for _reattach
         product.dispatch_refusals = 0  # a new registration: refusals of the old one do not count
         product.back_on_gpu()  # why it left the GPU is over (review helper 101)
         if product.kernel_changed_off_gpu:

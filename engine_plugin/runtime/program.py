@@ -74,6 +74,9 @@ class Program:
         self._variants: dict[VariantSpec, Variant] = {}
         self._lock = threading.RLock()
         self._successor: Program | None = None
+        # When the files it was made from were read (time.monotonic(); 0: at load, or not by a
+        # reload): a library holding an older read never applies it over this one.
+        self.read_at = 0.0
         self._pinned = False  # a pinned() view: it follows no reload
         self._elsewhere: dict[int, tuple[DeviceContext, Program]] = {}  # on_device() copies, by context
 

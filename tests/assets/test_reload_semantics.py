@@ -511,3 +511,29 @@ def test_a_good_save_waiting_for_poll_is_not_lost_to_a_broken_one_after_it(asset
     assert kinds == ["ReloadEvent", "ReloadFailure"], [r.describe() for r in results]
     assert ref.generation == 1 and results[1].generation == 1
     assert run_scale(ref) == [5.0, 10.0, 15.0, 20.0]  # the last good save runs
+
+
+def test_a_second_library_applying_an_older_read_never_swaps_it_into_the_newer_program(asset_root, make_library, tmp_path):
+    # Review helper 148: two libraries over one folder share programs. B read save 2; A applied
+    # save 2, then save 3; B's poll then swapped save 2's pipeline into the variants A's live
+    # program holds: both ran save 2 for good while the disk (and A's generation) said 3.
+    a = make_library(asset_root, cache=str(tmp_path / "cache_a"))
+    b = make_library(asset_root, cache=str(tmp_path / "cache_b"))
+    ra, rb = a.load("k.computeShader"), b.load("k.computeShader")
+    assert run_scale(ra) == [2.0, 4.0, 6.0, 8.0]
+    folder = ra.folder
+    write(os.path.join(folder, "kernel.wgsl"), kernel(5.0))
+    a.request_reload(ra.path)
+    b.request_reload(rb.path)  # B reads save 2 and holds it, unpolled
+    pump(a, lambda: ra.generation == 1, what="A applying save 2")
+    deadline = time.monotonic() + 30
+    while b.pending == 0:
+        assert time.monotonic() < deadline, "B never read save 2"
+        time.sleep(0.005)
+    write(os.path.join(folder, "kernel.wgsl"), kernel(7.0))
+    a.request_reload(ra.path)
+    pump(a, lambda: ra.generation == 2, what="A applying save 3")
+    assert run_scale(ra) == [7.0, 14.0, 21.0, 28.0]
+    b.poll()  # the older read it held
+    assert run_scale(ra) == [7.0, 14.0, 21.0, 28.0]
+    assert run_scale(rb) == [7.0, 14.0, 21.0, 28.0]
