@@ -109,6 +109,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.func(args, rep) or 0)
     except KeyboardInterrupt:
+        # Said (with -q too: it is why the command failed), on a line of its own (progress may be mid-line).
+        kept = "; what it wrote so far stays (each entry is written whole)" if args.command == "bake" else ""
+        print(f"\nengine-plugin {args.command}: interrupted (Ctrl-C){kept}", file=sys.stderr)
         return 130
     except BrokenPipeError:
         # The reader went away (`| head`): no bug. Nothing more can be written; stdout goes to

@@ -123,4 +123,5 @@ def test_ctrl_c_ends_a_bake_whose_workers_are_stuck_in_a_chunk(tmp_path):
             pytest.fail("the bake still ran 30 s after Ctrl-C")
         assert proc.returncode == 130, err
         assert "Traceback" not in err and "leaked" not in err, err
+        assert "engine-plugin bake: interrupted (Ctrl-C)" in err, err  # said, not a silent stop (review helper 149)
         assert not _outlived(workers)
