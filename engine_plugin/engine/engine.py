@@ -745,6 +745,8 @@ class Engine:
         # bookkeeping runs before the megabytes of copies evict it from the CPU's caches.
         sends: list[tuple[str, Any]] = []
         written = 0  # entries of ``sends`` whose writes are settled (sent, or re-dirtied)
+        # Fields revalidation needs when each field changed (a mirror writer revalidates by fields: see Delivery._revalidator).
+        note_changes = self.config.revalidate == "fields" or self._mirror_writers_registered()
         try:
             for name, products in readers.items():
                 send = gpu and self._gpu.mirrored(name)
@@ -757,8 +759,8 @@ class Engine:
                     sends.append((name, found.spans))
                 if shared and found.versions is not None:
                     index.learn(changed, found.slots, found.versions)  # the frame's work lists look them up
-                if self.config.revalidate == "fields" or self._mirror_writers_registered():
-                    self._delivery.note_changes(name, found)  # (a mirror writer revalidates by fields: see Delivery._revalidator)
+                if note_changes:
+                    self._delivery.note_changes(name, found)
                 for product in products:
                     product.owe_changed(changed, meta, found.versions, found.slots)
             since = index.clock

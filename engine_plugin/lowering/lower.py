@@ -220,7 +220,8 @@ class _Lowerer:
         self._reached = _reached_functions(body_toks, module_toks)
         self._generated_builtins = (set(_CALLED.findall("\n".join(t for t, _ in em.lines))) | _CALLED_LATER) & WGSL_BUILTIN_FUNCTIONS
         self._words = self.word_bindings(present)
-        self._vec3s = {name: found for name, found in self._words.items() if name in self._plain_vec3(present)}  # indexed by words: refused
+        plain = {b.name for b in present if b.kind == "buffer" and not (b.bits or b.atomic)}  # flat by layout only
+        self._vec3s = {name: found for name, found in self._words.items() if found[0] == 3 and name in plain}  # indexed by words: refused
         for m, text, toks in zip(modules, module_texts, module_toks):
             self.check_module(m, text, toks)
         self.check_body(body_text, body_toks, body, present)
@@ -618,10 +619,6 @@ class _Lowerer:
                 words[b.name] = (vt.lanes, vt.wgsl)  # type: ignore[union-attr]
         return words
 
-    def _plain_vec3(self, present: list[Binding]) -> set[str]:
-        """Buffers of vec3 elements that are neither ``bits`` nor ``atomic`` (flat by layout only)."""
-        return {b.name for b in present if b.kind == "buffer" and b.name in self._words and not (b.bits or b.atomic) and self._words[b.name][0] == 3}
-
     def check_workgroup_size(self, toks: list, where: Any) -> None:
         """The body's ``@workgroup_size`` must be the schema's workgroup: the generated entry
         point runs with the schema's size, so a kernel written for another one (its shared
@@ -783,11 +780,9 @@ def _word_pointer_error(toks: list, words: dict[str, tuple[int, str]]) -> tuple[
         p = i - 1  # grouping parentheses opened just before it ('(&pts)[1]', not a call's 'f(&pts)')
         while p >= 0 and toks[p].text in ("*", "&"):
             p -= 1
-        while p >= 0 and toks[p].text == "(" and not (p > 0 and (toks[p - 1].kind == "ident" or toks[p - 1].text in (">", ")", "]"))):
+        while p >= 0 and _grouping_paren(toks, p):
             opened, p = opened + 1, p - 1
-        k = j + 1
-        while k < len(toks) and toks[k].text == ")" and opened:  # only the parentheses around the pointer
-            k, opened = k + 1, opened - 1
+        k = _after_closing(toks, j + 1, opened)  # only the parentheses around the pointer
         if k < len(toks) and toks[k].text in ("[", "."):
             continue  # a pointer to one word (&pts[i], &(pts)[i])
         name = toks[j].text
@@ -817,14 +812,10 @@ def _flat_index_error(toks: list, words: dict[str, tuple[int, str]]) -> tuple[To
         if t.text not in plain or (i > 0 and toks[i - 1].text == ".") or any(a <= i < b for a, b in shadowed.get(t.text, ())):
             continue
         p, opened = i - 1, 0  # grouping parentheses, '&' and '*' around it: (pts)[i], (&pts)[i], (*&pts)[i]
-        while p >= 0 and (
-            toks[p].text in ("*", "&") or (toks[p].text == "(" and not (p > 0 and (toks[p - 1].kind == "ident" or toks[p - 1].text in (">", ")", "]"))))
-        ):
+        while p >= 0 and (toks[p].text in ("*", "&") or _grouping_paren(toks, p)):
             opened += toks[p].text == "("
             p -= 1
-        k = i + 1
-        while k < len(toks) and toks[k].text == ")" and opened:
-            k, opened = k + 1, opened - 1
+        k = _after_closing(toks, i + 1, opened)
         if k >= len(toks) or toks[k].text != "[":
             continue
         lanes, wgsl = words[t.text]
@@ -833,6 +824,18 @@ def _flat_index_error(toks: list, words: dict[str, tuple[int, str]]) -> tuple[To
             f"WGSL storage): {t.text}[i] is word i, not element i; use {t.text}_get(i) and {t.text}_set(i, v)"
         )
     return None
+
+
+def _grouping_paren(toks: list, p: int) -> bool:
+    """Whether ``toks[p]`` opens grouping parentheses, not a call's or a constructor's."""
+    return toks[p].text == "(" and not (p > 0 and (toks[p - 1].kind == "ident" or toks[p - 1].text in (">", ")", "]")))
+
+
+def _after_closing(toks: list, k: int, opened: int) -> int:
+    """The index after the ``opened`` closing parentheses starting at ``k`` (fewer when fewer follow)."""
+    while k < len(toks) and toks[k].text == ")" and opened:
+        k, opened = k + 1, opened - 1
+    return k
 
 
 def _local_names(toks: list, names: set[str]) -> dict[str, list[tuple[int, int]]]:

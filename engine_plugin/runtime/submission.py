@@ -42,7 +42,7 @@ from ..device.loss import DeviceFault, classify
 from ..device.ordering import register_settle
 from ..errors import DeviceLostError
 
-__all__ = ["PENDING", "Submission", "encode_records", "flush_open_batches", "flush_pending", "submit_records", "submit_encoder"]
+__all__ = ["PENDING", "Submission", "encode_records", "flush_open_batches", "flush_pending", "op_buffers", "record_binds", "submit_records", "submit_encoder"]
 
 # The deferred run (runtime.deferred), as (context, batch), or None. Every submission the
 # runtime makes sends it first, so queue order is as if it had been submitted at once.
@@ -164,11 +164,12 @@ def _encode_in_place(encoder: Any, op: tuple) -> None:
         encoder.clear_buffer(op[1], op[2], op[3])
 
 
-def _op_buffers(op: tuple) -> tuple:
+def op_buffers(op: tuple) -> tuple:
+    """The buffers a record's op touches (a copy's two)."""
     return (op[1], op[3]) if op[0] == "copy" else (op[1],)
 
 
-def _record_binds(record: tuple) -> Any:
+def record_binds(record: tuple) -> Any:
     """The buffers a record's dispatch binds: () without a dispatch, None when unknown."""
     if record[0] is None:
         return ()
@@ -191,8 +192,8 @@ def _movable(records: list) -> tuple[list[tuple[int, int]], set[int]]:
             if op[0] == "zero" and op[1] not in touched:
                 hoisted.append((i, j))
             elif op[0] != "clear":  # clears went to the front already (fresh pool buffers)
-                touched.update(_op_buffers(op))
-        binds = _record_binds(record)
+                touched.update(op_buffers(op))
+        binds = record_binds(record)
         if binds is None:
             break  # it may touch anything: no later zero moves before it
         touched.update(binds)
@@ -202,12 +203,12 @@ def _movable(records: list) -> tuple[list[tuple[int, int]], set[int]]:
         ops = record[4]
         if record[0] is None and ops and all(op[0] == "copy" and op[1] not in later and op[3] not in later for op in ops):
             sunk.add(i)
-        binds = _record_binds(record)
+        binds = record_binds(record)
         if binds is None:
             break  # it may touch anything: no earlier copy moves after it
         later.update(binds)
         for op in ops:
-            later.update(_op_buffers(op))
+            later.update(op_buffers(op))
     return hoisted, sunk
 
 

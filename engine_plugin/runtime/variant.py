@@ -53,7 +53,7 @@ from .deferred import defer as defer_run
 from .loss import LOST_HINT, lost_error
 from .output import HANDOUTS, Output, counter_rewritten, give_back, handed_out, live_bytes, on_release, output_of, own_pooled, share
 from .params import ParamsPacker, exact_fingerprint
-from .submission import PENDING, encode_records, flush_pending, submit_encoder
+from .submission import PENDING, encode_records, flush_pending, op_buffers, record_binds, submit_encoder
 from .table import Table
 from .textures import TextureOutput, output_texture, sampler_for, upload_texture, view_of
 
@@ -185,11 +185,8 @@ class PreparedRun:
     def touches(self, obj: Any) -> bool:
         """Whether its records bind or copy ``obj`` (a buffer or texture)."""
         for record in self.records:
-            if len(record) > 5 and obj in record[5]:
+            if obj in (record_binds(record) or ()) or any(any(b is obj for b in op_buffers(op)) for op in record[4]):
                 return True
-            for op in record[4]:
-                if op[1] is obj or (op[0] == "copy" and op[3] is obj):
-                    return True
         return False
 
     def submitted(self) -> None:
