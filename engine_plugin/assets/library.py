@@ -128,7 +128,10 @@ class _AssetStore:
         with self._lock:
             return self._origins.get(key)
 
-    def _record(self, lowered: Lowered) -> None:
+    def record_use(self, lowered: Lowered) -> None:
+        """Log ``lowered``'s spec as a variant the game uses: called once its pipeline is made
+        (the runtime's optional ``LoweredStore.record_use``), so a spec that fails to compile is
+        never logged for ``bake --variants-from`` to fail on (review helper 149)."""
         if self.usage is not None and not getattr(self._local, "quiet", False):
             self.usage.record(self.rel, lowered.spec)
 
@@ -183,8 +186,6 @@ class _AssetStore:
         the key was derived from gets nothing from the disk cache (use :meth:`lookup`)."""
         with self._lock:
             found = self._memory.get(key)
-        if found is not None:
-            self._record(found)
         return found
 
     def lookup(
@@ -196,13 +197,10 @@ class _AssetStore:
             fetched = self.remote.fetch(key, schema=schema, wgsl=wgsl, spec=spec, wgsl_path=wgsl_path, modules=modules)
             if fetched is not None:
                 found = self.adopt_remote(key, fetched)
-        if found is not None:
-            self._record(found)
         return found
 
     def put(self, key: str, lowered: Lowered) -> None:
         self._remember(key, lowered, LOWERED)
-        self._record(lowered)
         if self.cache is not None:
             self.cache.put(key, lowered)
 

@@ -36,7 +36,8 @@ class LoweredStore(Protocol):
 
     A store may also offer ``lookup(key, schema, wgsl, spec, wgsl_path)``: it is then called
     instead of ``get`` with what the key was derived from, so the store can verify an entry
-    from a source it does not trust (the asset library's remote tier does).
+    from a source it does not trust (the asset library's remote tier does); and
+    ``record_use(lowered)``: called once a variant's pipeline is made (a usage log).
     """
 
     def get(self, key: str) -> Lowered | None: ...
@@ -257,6 +258,9 @@ class Program:
             lowered = self.lowered(spec)
             compiled = compile_lowered(lowered, label=f"{self.key} {spec.label()}", device=self.ctx)
             made = self._variants[spec] = Variant(self, lowered, compiled)
+            record_use = getattr(self._store, "record_use", None)
+            if record_use is not None:
+                record_use(lowered)
             return made
 
     def _rehome(self) -> None:

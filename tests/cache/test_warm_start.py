@@ -14,6 +14,7 @@ from cache_support import REPO
 from engine_plugin import abi
 from engine_plugin.assets import AssetLibrary
 from engine_plugin.cache import read_usage
+from engine_plugin.errors import CompileError
 from engine_plugin.lowering import enumerate_variants
 from engine_plugin.runtime import lowering_count
 
@@ -78,3 +79,37 @@ def test_a_malformed_usage_log_is_ignored_not_fatal(tmp_path):
     path = tmp_path / "usage.msgpack"
     path.write_bytes(b"\x00garbage")
     assert read_usage(str(path)) == {}
+
+
+def test_a_variant_that_fails_to_compile_is_not_logged_as_used(tmp_path, gpu):
+    """Review helper 149: a variant whose compile failed in a game was written to the usage
+    log, so ``bake --variants-from`` failed on it until the log was cleared. The log lists
+    variants the game ran: a spec is recorded once its pipeline exists."""
+    folder = tmp_path / "a" / "k.computeShader"
+    folder.mkdir(parents=True)
+    (folder / "bindings.yaml").write_text(
+        "bindings:\n"
+        "  - { name: x, kind: buffer, access: read, element: T }\n"
+        '  - { name: y, kind: buffer, access: read_write, element: T, count: "len(x)" }\n'
+        "specialize:\n"
+        "  - { name: T, options: [f32, i32] }\n"
+    )
+    (folder / "kernel.wgsl").write_text(
+        "@compute @workgroup_size(64)\n"
+        "fn main(@builtin(global_invocation_id) gid: vec3<u32>) {\n"
+        "    let i = gid.x;\n"
+        "    if (i >= x_len()) { return; }\n"
+        "    let h: f32 = 1.5;\n"
+        "    y_set(i, x_get(i) * h);\n"  # i32 * f32: T = i32 lowers, then fails to compile
+        "}\n"
+    )
+    cache = str(tmp_path / "cache")
+    lib = AssetLibrary(str(tmp_path / "a"), cache=cache, device=gpu, record_usage=True)
+    ref = lib.load("k.computeShader")
+    good = ref.program().variant({"T": "f32"}).spec
+    with pytest.raises(CompileError, match=r"kernel\.wgsl:6:"):
+        ref.program().variant({"T": "i32"})
+    with pytest.raises(CompileError):  # asked again: still refused, still not logged
+        ref.program().variant({"T": "i32"})
+    lib.close()
+    assert read_usage(os.path.join(cache, "usage.msgpack")) == {"k.computeShader": [good]}
