@@ -131,7 +131,7 @@ class _Lowerer:
         self._reached: set[str] | None = None  # module functions the body reaches (set by lower)
         self._generated_builtins: set[str] = set()  # WGSL builtins the generated code calls (set by lower)
         self._words: dict[str, tuple[int, str]] = {}  # buffers stored as several words an element (set by lower)
-        self._vec3s: dict[str, tuple[int, str]] = {}  # of those, plain vec3 buffers (neither bits nor atomic)
+        self._unindexable: dict[str, str] = {}  # buffers whose NAME[i] is refused, with why (set by lower)
 
     def error(self, message: str, line: int, col: int | None = None, notes=()) -> LoweringError:
         text = self.user_lines[line - 1] if 1 <= line <= len(self.user_lines) else None
@@ -220,8 +220,7 @@ class _Lowerer:
         self._reached = _reached_functions(body_toks, module_toks)
         self._generated_builtins = (set(_CALLED.findall("\n".join(t for t, _ in em.lines))) | _CALLED_LATER) & WGSL_BUILTIN_FUNCTIONS
         self._words = self.word_bindings(present)
-        plain = {b.name for b in present if b.kind == "buffer" and not (b.bits or b.atomic)}  # flat by layout only
-        self._vec3s = {name: found for name, found in self._words.items() if found[0] == 3 and name in plain}  # indexed by words: refused
+        self._unindexable = self.unindexable_bindings(present)
         for m, text, toks in zip(modules, module_texts, module_toks):
             self.check_module(m, text, toks)
         self.check_body(body_text, body_toks, body, present)
@@ -529,7 +528,7 @@ class _Lowerer:
             shown = src_lines[line - 1] if 1 <= line <= len(src_lines) else None
             return LoweringError(message, Span(module.path, line, col, shown), notes=notes)
 
-        found = _bracket_error(toks) or _chain_error(toks) or _word_pointer_error(toks, self._words) or _flat_index_error(toks, self._vec3s)
+        found = _bracket_error(toks) or _chain_error(toks) or _word_pointer_error(toks, self._words) or _flat_index_error(toks, self._unindexable)
         if found is None and self.schema.determinism == "exact":
             found = _exact_atomic_error(_function_tokens(toks, self._reached), self.em.atomics)
         if found is not None:
@@ -593,7 +592,7 @@ class _Lowerer:
                     *where(toks[i - 1]),
                 )
         self.check_workgroup_size(toks, where)
-        found = _word_pointer_error(toks, self._words) or _flat_index_error(toks, self._vec3s)
+        found = _word_pointer_error(toks, self._words) or _flat_index_error(toks, self._unindexable)
         if found is not None:
             tok, message = found
             raise self.error(message, *where(tok))
@@ -606,6 +605,37 @@ class _Lowerer:
                     *where(call),
                 )
             self.check_exact_atomics(toks, where)
+
+    def unindexable_bindings(self, present: list[Binding]) -> dict[str, str]:
+        """Buffers the body may not index itself, name -> why and what to use instead:
+
+        - a plain ``vec3`` buffer is stored as flat words (a vec3 array would take a 16-byte
+          stride in WGSL storage), so ``pos[i]`` is word i, not element i (review helper 145);
+        - a one-lane ``atomic`` i32 or f32 buffer is declared ``array<atomic<u32>>``, so WGSL's
+          own atomics on ``acc[i]`` act on u32 bits: ``atomicLoad`` answered an i32's or an
+          f32's bits as a u32 and a ported k-means computed centroids of 87,380 for -1
+          (review helper 153).
+
+        ``bits``/``atomic`` vector buffers are words by the schema's own choice and keep their
+        word indexing, as do u32 atomics (their words are their values)."""
+        refused = {}
+        for b in present:
+            if b.kind != "buffer" or self.schema.struct(b.element) is not None:
+                continue
+            vt = self.element(b)
+            if vt.lanes == 3 and not (b.bits or b.atomic):  # type: ignore[union-attr]
+                refused[b.name] = (
+                    f"'{b.name}' ({vt.wgsl}) is stored as flat words, 3 per element (a vec3 array would take a 16-byte stride in "  # type: ignore[union-attr]
+                    f"WGSL storage): {b.name}[i] is word i, not element i; use {b.name}_get(i) and {b.name}_set(i, v)"
+                )
+            elif b.atomic and vt.lanes == 1 and vt.scalar != "u32":  # type: ignore[union-attr]
+                ops = "exchange/min/max/add" if vt.scalar == "f32" else "add/min/max/and/or/xor/exchange"  # type: ignore[union-attr]
+                refused[b.name] = (
+                    f"'{b.name}' (atomic {vt.scalar}) is stored as atomic<u32> words: WGSL's own atomics on {b.name}[i] act on "  # type: ignore[union-attr]
+                    f"u32 bits (atomicLoad answers the {vt.scalar}'s bits as a u32); use {b.name}_get(i), {b.name}_set(i, v) and "  # type: ignore[union-attr]
+                    f"{b.name}_atomic_{{{ops}}}(i, v), or declare element: u32"
+                )
+        return refused
 
     def word_bindings(self, present: list[Binding]) -> dict[str, tuple[int, str]]:
         """Buffers stored as flat words with several per element (a ``vec3``, a ``bits``
@@ -797,19 +827,15 @@ def _word_pointer_error(toks: list, words: dict[str, tuple[int, str]]) -> tuple[
     return None
 
 
-def _flat_index_error(toks: list, words: dict[str, tuple[int, str]]) -> tuple[Token, str] | None:
-    """An index into a plain ``vec3`` buffer (``pos[i]``, ``&pos[i]``), with why: it is stored
-    as flat words (a ``vec3`` array takes a 16-byte stride in WGSL storage, the host's is 12),
-    so ``pos[i]`` is word ``i``, not element ``i``: public code written over
-    ``array<vec3<f32>>`` (``out[i] = pos[i] * 2.0``) compiled and silently computed on words
-    (review helper 145). ``bits``/``atomic`` vector buffers are words by the schema's own choice
-    and keep their word indexing; a name a function declares itself is its own (helper 112)."""
-    plain = set(words)
-    if not plain:
+def _flat_index_error(toks: list, refused: dict[str, str]) -> tuple[Token, str] | None:
+    """An index into a buffer the body may not index itself (``pos[i]``, ``&pos[i]``,
+    ``(pos)[i]``, ``(&pos)[i]``), with why (``refused``: name -> message, see
+    ``unindexable_bindings``). A name a function declares itself is its own (helper 112)."""
+    if not refused:
         return None
-    shadowed = _local_names(toks, plain)
+    shadowed = _local_names(toks, set(refused))
     for i, t in enumerate(toks[:-1]):
-        if t.text not in plain or (i > 0 and toks[i - 1].text == ".") or any(a <= i < b for a, b in shadowed.get(t.text, ())):
+        if t.text not in refused or (i > 0 and toks[i - 1].text == ".") or any(a <= i < b for a, b in shadowed.get(t.text, ())):
             continue
         p, opened = i - 1, 0  # grouping parentheses, '&' and '*' around it: (pts)[i], (&pts)[i], (*&pts)[i]
         while p >= 0 and (toks[p].text in ("*", "&") or _grouping_paren(toks, p)):
@@ -818,11 +844,7 @@ def _flat_index_error(toks: list, words: dict[str, tuple[int, str]]) -> tuple[To
         k = _after_closing(toks, i + 1, opened)
         if k >= len(toks) or toks[k].text != "[":
             continue
-        lanes, wgsl = words[t.text]
-        return t, (
-            f"'{t.text}' ({wgsl}) is stored as flat words, {lanes} per element (a vec3 array would take a 16-byte stride in "
-            f"WGSL storage): {t.text}[i] is word i, not element i; use {t.text}_get(i) and {t.text}_set(i, v)"
-        )
+        return t, refused[t.text]
     return None
 
 

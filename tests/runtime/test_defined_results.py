@@ -274,6 +274,50 @@ def test_indexing_a_plain_vec3_buffer_is_refused_at_its_line(stmt, col):
     np.testing.assert_array_equal(abi.read(fine.run(n=10, inputs={"pos": x}).outputs["out"]), x * 2)
 
 
+ATOMIC_YAML = """\
+bindings:
+  - { name: acc, kind: buffer, access: read_write, element: T, atomic: true, count: "n" }
+  - { name: out, kind: buffer, access: read_write, element: f32, count: "n" }
+specialize:
+  - { name: T, options: [i32, f32, u32] }
+determinism: float_order
+"""
+
+
+@pytest.mark.parametrize(
+    "stmt,col",
+    [
+        ("let v = atomicLoad(&acc[i]); out_set(i, f32(v));", 25),  # the k-means divide kernel's read
+        ("atomicAdd(&acc[i], 1);", 16),  # naga named an unrelated line for an i32 operand
+        ("atomicStore(&(acc)[i], 0u);", 19),
+        ("out_set(i, f32(acc[i]));", 20),
+    ],
+)
+@pytest.mark.parametrize("scalar", ["i32", "f32"])
+def test_indexing_an_i32_or_f32_atomic_buffer_is_refused_at_its_line(stmt, col, scalar):
+    # Review helper 153: a one-lane atomic i32/f32 buffer is declared array<atomic<u32>>, so
+    # the body's own atomicLoad(&acc[i]) answered the value's bits as a u32: a ported k-means
+    # divide step computed centroids of 87,380 where numpy says -1. Refused at the user's
+    # line, naming the accessors that convert.
+    with pytest.raises(LoweringError) as info:
+        make(f"t13/atomic_index_{col}_{len(stmt)}", ATOMIC_YAML, V3_BODY.replace("STMT", stmt), T=scalar)
+    err = info.value
+    assert err.span.path.endswith("kernel.wgsl") and (err.span.line, err.span.col) == (5, col), err
+    assert f"atomic {scalar}" in err.message and "acc_get(i)" in err.message and "acc_atomic_" in err.message
+
+
+def test_the_atomic_accessors_and_u32_words_still_compute_on_values():
+    # What the refusal above points to: acc_get / acc_atomic_add convert; u32 words index as before.
+    body = V3_BODY.replace("STMT", "acc_atomic_add(i, T(2)); out_set(i, f32(acc_get(i)));")
+    for scalar, dtype in (("i32", np.int32), ("f32", np.float32)):
+        v = make("t13/atomic_accessors", ATOMIC_YAML, body, T=scalar)
+        got = abi.read(v.run(n=5).outputs["out"])
+        np.testing.assert_array_equal(got, np.full(5, 2, np.float32), err_msg=scalar)
+    words = make("t13/atomic_u32_words", ATOMIC_YAML, V3_BODY.replace("STMT", "atomicAdd(&acc[i], 3u); out_set(i, f32(atomicLoad(&acc[i])));"), T="u32")
+    got = abi.read(words.run(n=4).outputs["out"])
+    np.testing.assert_array_equal(got, np.full(4, 3, np.float32))
+
+
 def test_an_unbound_columns_binding_is_an_empty_table():
     v = make("t13/lengths", LENGTHS_YAML, LENGTHS_WGSL)
     run = v.run(n=1, inputs={"src": np.ones(2, np.float32), "v3": np.ones((1, 3), np.float32)})
