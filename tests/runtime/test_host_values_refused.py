@@ -385,6 +385,30 @@ def test_a_float_array_with_a_fraction_is_refused_for_an_integer_binding(element
     np.testing.assert_array_equal(np.asarray(got).reshape(whole.shape), whole)
 
 
+@pytest.mark.parametrize(
+    ("dtype", "values", "bad"),
+    [
+        (np.uint32, [16777217, 3], "16777217"),
+        (np.uint32, [4294967295], "4294967295"),
+        (np.int32, [-(2**31) + 1], "-2147483647"),
+        (np.int64, [2**53 + 1], "9007199254740993"),
+        (np.int64, [2**63 - 1], "9223372036854775807"),  # rounds to 2^63: past int64 on the way back
+        (np.uint64, [2**64 - 1], "18446744073709551615"),
+    ],
+)
+def test_an_integer_array_that_would_round_as_f32_is_refused(dtype, values, bad):
+    # Review helper 151: a u32 array bound to an f32 binding reached the kernel rounded
+    # (4294967295 as 4294967296.0) without a word, where a fraction into an integer binding is
+    # refused: a cast by value that changes a value.
+    v = copy("t15h/int_to_f32", "f32")
+    with pytest.raises(DispatchError, match=f"value {bad} is not exactly a float32"):
+        v.run(n=len(values), inputs={"x": np.array(values, dtype)})
+    # Integers an f32 holds exactly pass, past 2^24 too (multiples of their spacing).
+    exact = np.array([16777216, -16777216, 2**31, 3, 0], np.int64)
+    got = abi.read(v.run(n=5, inputs={"x": exact}).outputs["y"])
+    np.testing.assert_array_equal(got.astype(np.float64), exact.astype(np.float64))
+
+
 def test_an_output_of_another_scalar_type_given_back_through_outputs_is_refused():
     # Written in place as the binding's type: a u32 Output read an f32 kernel's 2.0 back as
     # 1073741824 (review helper 130), where the same Output as a read_write input is refused.
