@@ -681,6 +681,11 @@ class Engine:
                 product.refused_program = program  # not retried every frame; the old kernel runs on
                 product.fail(exc)
                 log.warning("product %r keeps its previous kernel: the reloaded one does not fit:\n%s", product.key, exc)
+                if product.gpu is not None and product.gpu.swapped:
+                    # The reload was body-only for the variant it ran, whose pipeline was
+                    # swapped in place: it is registered again on its pinned kernel's own.
+                    self._new_kernel(product)
+                    st.reregistered += 1
                 continue
             product.fail(None)
             self._new_kernel(product)

@@ -52,6 +52,13 @@ class GpuProduct:
         self._inputs: dict[str, Any] = dict(inputs)
         self._lengths: dict[str, int] = {}  # field binding -> mirror elements (count expressions read them)
         self._results_bytes: dict[int, int] = {}  # items -> readback_bytes (asked every dispatch)
+        self.pipeline: Any = None  # the pipeline registered with the backend
+
+    @property
+    def swapped(self) -> bool:
+        """Whether a body-only reload swapped another pipeline into its variant since it was
+        registered (the backend refuses its dispatches until it is registered again)."""
+        return self.variant.compiled.pipeline is not self.pipeline
 
     @classmethod
     def create(
@@ -91,8 +98,9 @@ class GpuProduct:
         label = f"engine_plugin.product.{self.variant.program.key}.results"
         self.results = self.backend.device.create_buffer(size=size, usage=_STORAGE | _COPY_SRC | _COPY_DST, label=label)
         reads_back = policy is not ReadbackPolicy.NONE
+        self.pipeline = self.variant.compiled.pipeline
         return WgpuProductDesc(
-            pipeline=self.variant.compiled.pipeline,
+            pipeline=self.pipeline,
             readback_source=self.results if reads_back else None,
             callback=callback if reads_back else None,
             fields=self.plan.field_names,

@@ -249,11 +249,11 @@ class Program:
             self._rehome()
         spec = resolve_spec(self._schema, specialize, columns)
         found = self._variants.get(spec)
-        if found is not None:
+        if found is not None and (not self._pinned or self._holds(found, spec)):
             return found
         with self._lock:
             found = self._variants.get(spec)
-            if found is not None:
+            if found is not None and (not self._pinned or self._holds(found, spec)):
                 return found
             lowered = self.lowered(spec)
             compiled = compile_lowered(lowered, label=f"{self.key} {spec.label()}", device=self.ctx)
@@ -262,6 +262,14 @@ class Program:
             if record_use is not None:
                 record_use(lowered)
             return made
+
+    def _holds(self, variant: Variant, spec: VariantSpec) -> bool:
+        """Whether ``variant`` (shared with the program this pinned view was taken of) still
+        runs this view's content: a body-only reload swaps the new pipeline into the shared
+        Variant objects, and a product the engine kept on this view (it refused the reload)
+        then ran the refused body, or had every dispatch refused (review helper 154). The view
+        makes its own variant instead, from its own texts."""
+        return variant.lowered.lowered_from(self._schema.text, self._wgsl, spec, tuple(m.text for m in self.imports()))
 
     def _rehome(self) -> None:
         """The device this program compiled on was lost: compile on the default device from

@@ -184,3 +184,75 @@ def test_a_reload_changing_the_record_shape_recomputes_what_the_fallback_compute
     assert {k: len(v) for k, v in latest.items()} == {0: 4, 1: 4, 2: 4, 3: 4}
     engine.close()
     lib.close()
+
+
+REORDER_YAML = """bindings:
+  - { name: chunks, kind: buffer, access: read, element: u32 }
+  - { name: src, kind: buffer, access: read, element: T }
+  - { name: out, kind: buffer, access: read_write, element: f32, count: "n" }
+params:
+  - { name: tile_count, type: u32 }
+specialize:
+  - { name: T, options: [%s] }
+"""
+REORDER_WGSL = """@compute @workgroup_size(64)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
+    let i = zero_index(gid);
+    if (i >= zero_n()) { return; }
+    let base = chunks_get(i) * params.tile_count;
+    var s = 0.0;
+    for (var t = 0u; t < params.tile_count; t = t + 1u) { s = s + f32(src_get(base + t)); }
+    out_set(i, s * %s);
+}
+"""
+
+
+@pytest.mark.parametrize("with_fallback", [False, True])
+def test_a_refused_reload_that_was_body_only_for_its_variant_keeps_the_old_kernel_on_the_gpu(tmp_path, with_fallback):
+    # Review helper 154: a save reordering T's options (spec=None now resolves to i32, which
+    # the engine refuses for an f32 field) and changing the body was body-only for the T=f32
+    # variant the product ran: the library swapped the new pipeline into it, and the pinned
+    # kernel the product kept shared it. Every dispatch after was refused: without a fallback
+    # the edit below was never computed and the engine never idle; with one, the CPU served
+    # the product for good. It keeps the previous kernel (s * 1), on the GPU.
+    from engine_plugin.world import World
+
+    folder = tmp_path / "assets" / "p.computeShader"
+    folder.mkdir(parents=True)
+
+    def save(options, factor):
+        (folder / "bindings.yaml").write_text(REORDER_YAML % options)
+        (folder / "kernel.wgsl").write_text(REORDER_WGSL % factor)
+
+    save("f32, i32", "1.0")
+    lib = AssetLibrary(str(tmp_path / "assets"), cache=str(tmp_path / "cache"))
+    world = World((4, 4), {"a": np.float32}, max_chunks=4)
+    for k in range(2):
+        world.add(k, {"a": np.full((4, 4), k + 1, np.float32)})
+    engine = Engine(world, lib)
+    got = Applied(world)
+    fallback = (lambda w, work: np.array([w.read(k, "a").sum() for k in work.keys], np.float32)) if with_fallback else None
+    handle = engine.register_product("p.computeShader", fields={"src": "a"}, apply=got, cpu_fallback=fallback)
+    try:
+        run_until_idle(engine)
+        assert {k: float(v) for k, v in got.latest.items()} == {0: 16.0, 1: 32.0}
+        ref = lib.load("p.computeShader")
+        events = []
+        ref.on_reload(events.append)
+        save("i32, f32", "100.0")
+        lib.request_reload("p.computeShader")
+        frames_until(engine, lambda st: bool(events), "the reload landed", 30)
+        assert events[0].kind == "body" and "i32" in str(engine.product_error(handle))
+        before = len(got.results)
+        world.write(0, "a", np.full((4, 4), 5, np.float32))
+        st = run_until_idle(engine)
+        assert {k: float(v) for k, v in got.latest.items()} == {0: 80.0, 1: 32.0}
+        assert {r.source for r in got.results[before:]} == {"gpu"} and st.refused == 0
+        # The library's program runs the new body, as body-only reloads do for other holders.
+        run = ref.program().variant({"T": "f32"}).run(n=1, inputs={"chunks": np.zeros(1, np.uint32), "src": np.ones(16, np.float32)}, params={"tile_count": 16})
+        from engine_plugin import abi
+
+        assert abi.read(run.outputs["out"]).tolist() == [1600.0]
+    finally:
+        engine.close()
+        lib.close()
