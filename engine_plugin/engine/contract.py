@@ -474,7 +474,10 @@ class ProductResult:
         policy: what the values are.
         source: ``"gpu"`` or ``"cpu"`` (the fallback).
         keys: the chunks the values cover, each still at ``versions[i]`` when applied (with
-            ``EngineConfig(revalidate="fields")``: the product's own fields unchanged since).
+            ``EngineConfig(revalidate="fields")``, and always for a product whose kernel
+            writes a mirror (a ``read_write`` field binding): the fields it reads unchanged
+            since; its write already happened on the GPU, and running it again over a chunk
+            whose other fields changed would apply the write twice).
         values: ``SUMMARY``/``NONE``: ``(len(keys), *record)``; ``FULL_FIELD``:
             ``(len(keys), *chunk_shape, *record)``; ``SELECTED_*``: ``(len(tiles), *record)``.
             Owned by the callee (a copy).
