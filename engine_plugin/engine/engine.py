@@ -937,6 +937,22 @@ class Engine:
             if reader is not writer and written.intersection(reader.field_names):
                 reader.pending.update(k for k in keys if k in world)
 
+    def _owe_later_readers(self, writer: Product, keys: Any) -> None:
+        """The chunks ``writer``'s kernel is writing this frame: every product registered after
+        it that reads a mirror it writes owes them, and runs over them in this frame's
+        submission, after the write. A change to a field only the writer reads (``m = 2a + 1``
+        from ``a``) owed the writer alone: a reader of ``m`` kept its result for good (review
+        helper 154). Readers registered before it read the mirror as it left it the frame before
+        (state fed back): owing them would run both every frame from then on."""
+        written = set(writer.plan.written_fields) if writer.plan is not None else set()
+        world = self.world
+        after = False
+        for reader in self._order:
+            if reader is writer:
+                after = True
+            elif after and written.intersection(reader.field_names):
+                reader.pending.update(k for k in keys if k in world)
+
     def _mirror_writers_registered(self) -> bool:
         """Whether a registered product's kernel writes a mirror."""
         return any(p.plan is not None and p.plan.written_fields for p in self._order)
@@ -1063,6 +1079,8 @@ class Engine:
             return False
         st.dispatches += 1
         product.dispatch_refusals = 0
+        if product.plan is not None and product.plan.written_fields:
+            self._owe_later_readers(product, work.keys)
         if product.mirror_unwritten:
             caught_up = product.mirror_unwritten.intersection(work.keys)
             if caught_up:

@@ -1087,3 +1087,58 @@ def test_two_products_each_reading_the_mirror_the_other_writes_do_not_wait_for_e
     assert got[0] == (world.version(0), float(16 * 103)), got  # P2's sum of acc = f + 100, current
     assert engine.product_error(p1) is None and engine.product_error(p2) is None
     engine.close()
+
+
+DOUBLE_YAML = """\
+bindings:
+  - { name: tiles, kind: buffer, access: read, element: u32 }
+  - { name: a, kind: buffer, access: read, element: f32 }
+  - { name: m, kind: buffer, access: read_write, element: f32 }
+"""
+DOUBLE_WGSL = """\
+@compute @workgroup_size(64)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
+    let i = zero_index(gid);
+    if (i >= zero_n()) { return; }
+    let t = tiles_get(i);
+    m_set(t, a_get(t) * 2.0 + 1.0);
+}
+"""
+
+
+def test_a_reader_registered_after_a_writer_follows_what_the_writer_computes_from_another_field(gpu):
+    # Review helper 154: the writer computes m = 2a + 1 from field a; a change to a owed the
+    # writer alone, so the reader of m kept its first result for good. A reader registered
+    # after the writer runs over the chunks the writer writes, in the same frame, after it.
+    world = World(SHAPE, {"a": np.float32, "m": np.float32}, max_chunks=3)
+    for k in range(3):
+        world.add(k, {"a": np.full(SHAPE, k + 1, np.float32)})
+    engine = Engine(world, device=gpu)
+    latest: dict = {}
+    try:
+        engine.register_product(_program("t15k/double", DOUBLE_YAML, DOUBLE_WGSL), key="double", fields={"a": "a", "m": "m"}, policy=ReadbackPolicy.NONE)
+        engine.field_buffer("m", kernel_writes=True)
+        engine.register_product(
+            _program("t15k/sum_m", SUM_YAML.replace("heat", "m"), SUM_WGSL.replace("heat", "m")),
+            key="sum",
+            fields={"m": "m"},
+            policy=ReadbackPolicy.SUMMARY,
+            params={},
+            apply=lambda r: latest.update(zip(r.keys, r.values.tolist())),
+        )
+
+        def model():
+            return {k: float((world.read(k, "a") * 2 + 1).sum()) for k in world.keys()}
+
+        _drain(engine)
+        assert latest == model()
+        world.write(0, "a", np.full(SHAPE, 10, np.float32))
+        _drain(engine)
+        assert latest == model()
+        world.set_tile(2, "a", (0, 0), np.float32(7))
+        engine.frame()
+        world.write(1, "a", np.full(SHAPE, -3, np.float32))
+        _drain(engine)
+        assert latest == model()
+    finally:
+        engine.close()
