@@ -72,3 +72,22 @@ def test_the_packaged_name_fallback_normalises_the_name_as_a_library_does(tmp_pa
     for path in ("./engine/summary.computeShader", "engine//summary.computeShader", "engine/./summary.computeShader"):
         got = cli("info", path, cwd=str(tmp_path))
         assert got.returncode == 0, (path, got.stderr[-300:])
+
+
+def test_a_path_that_is_no_asset_is_a_usage_error_for_lower_and_the_demo(tmp_path):
+    # Review helper 152: `lower` of a folder holding assets (or none) and `demo --assets` of a
+    # folder without the demo's kernels exited 1 ("an asset failed"), where info, watch and
+    # bake exit 2 for a path with no asset: a script could not tell a typo from a broken shader.
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    r = cli("lower", str(empty))
+    assert r.returncode == 2 and "no .computeShader asset at" in r.stderr, r.stderr
+    r = cli("lower", os.path.join(REPO, "assets", "samples"))
+    assert r.returncode == 2 and "holds 2 (particles.computeShader, reference.computeShader): name one" in r.stderr, r.stderr
+    for folder, said in ((str(empty), "holds none of the demo's kernels"), (str(tmp_path / "missing"), "no such folder")):
+        r = cli("demo", "--headless", "--frames", "2", "--snapshot", "", "--log", "", "--assets", folder)
+        assert r.returncode == 2 and said in r.stderr, r.stderr
+    broken = tmp_path / "broken.computeShader"  # named as an asset: a broken one, exit 1
+    broken.mkdir()
+    r = cli("lower", str(broken))
+    assert r.returncode == 1 and "no bindings.yaml" in r.stderr, r.stderr

@@ -280,8 +280,8 @@ def test_watch_json_prints_each_failure_once_then_the_reload_that_fixes_it(broke
             proc.kill()
             proc.wait()
     # broken when the watch started: reported then too (review helpers 80 and 84)
-    assert [e["event"] for e in events] == ["failure", "watching", "failure", "reload"], events
-    assert "heigth" in events[0]["message"] and (events[0]["line"], events[0]["col"]) == (5, 29)
+    assert [e["event"] for e in events] == ["watching", "failure", "failure", "reload"], events
+    assert "heigth" in events[1]["message"] and (events[1]["line"], events[1]["col"]) == (5, 29)
     failure, reload = events[2], events[3]
     assert failure["path"].endswith("kernel.wgsl") and (failure["line"], failure["col"]) == (5, 29) and "heigth2" in failure["message"]
     assert reload["asset"] == "broken.computeShader" and reload["generation"] == 1
@@ -416,7 +416,7 @@ def test_watch_prints_a_diagnostic_once_when_the_same_broken_text_is_saved_again
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-    assert [e["event"] for e in events] == ["failure", "watching", "failure", "reload"], events
+    assert [e["event"] for e in events] == ["watching", "failure", "failure", "reload"], events
     assert "heigth2" in events[2]["message"]
 
 

@@ -18,6 +18,8 @@ def cmd_demo(args: argparse.Namespace, rep: Reporter) -> int:
     from ..demo.game import HeatDemo, demo_assets
 
     assets = args.assets or demo_assets()
+    if args.assets:
+        _check_demo_assets(args.assets)
 
     def make(**kw: Any) -> HeatDemo:
         return HeatDemo(assets, args.cache, watch=True, **kw)
@@ -58,6 +60,20 @@ def cmd_demo(args: argparse.Namespace, rep: Reporter) -> int:
         where += f"figures log {os.path.abspath(args.log)}; "
     rep.say(f"demo: {where}variant cache {os.path.abspath(args.cache)}")
     return EXIT_OK
+
+
+def _check_demo_assets(folder: str) -> None:
+    """``--assets`` names a folder holding the demo's kernels (a usage error, exit 2, when
+    it does not: a mistyped path is not a broken shader, exit 1)."""
+    from ..demo.products import PRODUCTS
+
+    if not os.path.isdir(folder):
+        raise UsageError(f"--assets {folder}: no such folder")
+    missing = [name for name in PRODUCTS if not os.path.isdir(os.path.join(folder, f"{name}.computeShader"))]
+    if len(missing) == len(PRODUCTS):
+        raise UsageError(f"--assets {folder} holds none of the demo's kernels ({', '.join(f'{n}.computeShader' for n in PRODUCTS)}); pass a copy of them")
+    if missing:
+        raise UsageError(f"--assets {folder} lacks the demo's {', '.join(f'{n}.computeShader' for n in missing)}")
 
 
 def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:

@@ -39,6 +39,22 @@ def _existing(path: str) -> str:
     return packaged
 
 
+def _one_asset(path: str, given: str) -> None:
+    """``lower`` takes one asset: a folder that is none (no ``bindings.yaml``, not named
+    ``*.computeShader``) is a usage error (exit 2), naming the assets it holds, not a broken
+    asset (exit 1, "the asset has no bindings.yaml": review helper 152)."""
+    from ..assets.folder import ASSET_SUFFIX, find_assets
+
+    norm = os.path.normpath(path)
+    if not os.path.isdir(norm) or norm.endswith(ASSET_SUFFIX) or os.path.exists(os.path.join(norm, "bindings.yaml")):
+        return
+    held = find_assets(norm)
+    if not held:
+        raise UsageError(f"no .computeShader asset at {given}")
+    names = ", ".join(os.path.relpath(a, norm) for a in held[:5]) + (", ..." if len(held) > 5 else "")
+    raise UsageError(f"{given} is not one asset but holds {len(held)} ({names}): name one of them")
+
+
 def cmd_lower(args: argparse.Namespace, rep: Reporter) -> int:
     from ..assets.folder import read_asset_folder
     from ..lowering import lower, parse
@@ -47,6 +63,7 @@ def cmd_lower(args: argparse.Namespace, rep: Reporter) -> int:
     asset = _existing(args.asset)
     check_asset_path(asset)
     check_under_root(asset, args.root)
+    _one_asset(asset, args.asset)
     src = read_asset_folder(asset, root=args.root)
     schema = parse(src.yaml_text, src.yaml_path)
     spec = dict(_pairs(args.spec, "--spec", "NAME=VALUE"))

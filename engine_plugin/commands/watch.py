@@ -197,13 +197,15 @@ def cmd_watch(args: argparse.Namespace, rep: Reporter) -> int:
             return log.failure(ref.path, ref.generation, exc, f"{ref.path} does not compile")
         return False
 
-    for ref in refs:
-        check(ref)
+    # Said first: a reader of the stream (an editor plugin) is told what is watched before it
+    # meets a failure of one of those assets (review helper 152).
     lib.watch()
     if args.json:
         log.emit({"event": "watching", "root": os.path.abspath(root), "assets": [r.path for r in refs]})
     else:
         rep.say(f"watching {len(refs)} asset(s) under {root} (quiet window {args.quiet_ms:g} ms); Ctrl-C stops")
+    for ref in refs:
+        check(ref)
     deadline = time.monotonic() + args.duration if args.duration else None
     seen = 0
     failing: set[str] = set()  # assets whose last word here was a failed reload

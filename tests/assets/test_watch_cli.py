@@ -101,12 +101,14 @@ def test_watch_reports_a_body_broken_at_start_and_an_undone_failed_edit(asset_ro
         _read_until(proc, '"event": "cleared"', lines)
         assert proc.wait(timeout=30) == 1  # b.computeShader still fails as it stops (the exit contract)
     events = [json.loads(line) for line in lines if line.startswith("{")]
+    # Told what is watched before a failure of one of those assets (review helper 152).
+    assert events[0]["event"] == "watching" and events[0]["assets"] == ["b.computeShader", "k.computeShader"]
     assert [(e["event"], e["asset"]) for e in events if e["event"] != "watching"] == [
         ("failure", "b.computeShader"),
         ("failure", "k.computeShader"),
         ("cleared", "k.computeShader"),
     ]
-    assert "broken_at_start" in events[0]["message"] and events[0]["path"].endswith(os.path.join("b.computeShader", "kernel.wgsl"))
+    assert "broken_at_start" in events[1]["message"] and events[1]["path"].endswith(os.path.join("b.computeShader", "kernel.wgsl"))
 
 
 def test_watch_undoing_back_to_a_body_that_never_compiled_reports_its_failure_not_cleared(asset_root, tmp_path):
