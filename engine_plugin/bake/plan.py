@@ -70,7 +70,7 @@ def match_usage(
     Returns:
         ({folder: specs}, [usage names that match no folder]).
     """
-    by_folder: dict[str, list[VariantSpec]] = {}
+    by_folder: dict[str, dict[VariantSpec, None]] = {}  # ordered sets: a log holds up to 100,000 rows (review helper 155)
     unmatched = []
     normed = {f: _norm(f) for f in folders}
     rels: dict[str, list[str]] = {}
@@ -89,9 +89,11 @@ def match_usage(
         if len(hits) > 1 and shared is not None:
             shared[name] = hits
         for folder in hits:
-            merged = by_folder.setdefault(folder, [])
-            merged.extend(s for s in specs if s not in merged)
-    return by_folder, sorted(unmatched)
+            by_folder.setdefault(folder, {}).update(dict.fromkeys(specs))
+    return {folder: list(specs) for folder, specs in by_folder.items()}, sorted(unmatched)
+
+
+_NOTE_ROWS = 3  # refused usage rows noted one by one for an asset; the rest in one note
 
 
 def _usage_spec(schema: Schema, spec: VariantSpec) -> VariantSpec:
@@ -152,6 +154,7 @@ def plan_assets(paths: Iterable[str], usage: Mapping[str, list[VariantSpec]] | N
             plan.error = failure_from(exc)
             continue
         if wanted is not None:
+            refused: list[str] = []
             for recorded in wanted[folder]:
                 try:
                     spec = _usage_spec(schema, recorded)
@@ -160,10 +163,13 @@ def plan_assets(paths: Iterable[str], usage: Mapping[str, list[VariantSpec]] | N
                     # removed since), or a forged row: the log's, not the asset's, and it would
                     # fail every bake until the log is deleted (review helper 128). Said, left out.
                     asked = ", ".join(f"{k}={v!r}" for k, v in recorded.values) or "its defaults"
-                    notes.append(f"the usage log records {asked} of {_shown(folder)}, which it no longer accepts ({exc.headline()}); left out")
+                    refused.append(f"the usage log records {asked} of {_shown(folder)}, which it no longer accepts ({exc.headline()}); left out")
                     continue
-                if spec not in specs:
-                    specs.append(spec)
+                specs.append(spec)  # repeats are dropped by key below
+            if len(refused) > _NOTE_ROWS:
+                # One note for the rest: a log of 16,000 stale rows printed 16,000 lines (helper 155).
+                refused[_NOTE_ROWS:] = [f"the usage log records {len(refused) - _NOTE_ROWS} more variant(s) of {_shown(folder)} it no longer accepts; left out"]
+            notes += refused
         seen = set()
         for spec in specs:
             key = variant_key(schema.text, src.wgsl_text, spec, src.modules)  # a module edit is a new key

@@ -192,3 +192,23 @@ def test_bake_sits_above_the_layers_it_uses_and_never_imports_wgpu_itself():
                 elif isinstance(node, ast.ImportFrom) and node.level == 0:
                     assert (node.module or "").split(".")[0] != "wgpu", name
     assert pkg.__all__ == sorted(pkg.__all__) and all(hasattr(pkg, n) for n in pkg.__all__)
+
+
+@pytest.mark.deadline(60)
+def test_a_usage_log_at_its_row_limit_is_planned_at_once_with_one_note_for_its_stale_rows(tmp_path, deadline):
+    # Review helper 155: matching the log's rows to assets tested list membership for every row
+    # (16,000 rows took 19 s, the documented limit of 100,000 ran past 10 minutes, silently),
+    # and every row an asset no longer accepts printed a line of its own.
+    from engine_plugin.cache.usage import MAX_USAGE_VARIANTS
+
+    root = copy_samples(str(tmp_path / "assets"))
+    src = read_asset_folder(os.path.join(root, "reference.computeShader"))
+    schema = parse(src.yaml_text, src.yaml_path)
+    kept = [resolve_spec(schema, {"T": t, "FOLD": f}) for t in ("f32", "i32") for f in ("add", "max")]
+    stale = [VariantSpec((("FOLD", "add"), ("T", "f32"), ("X", str(i)))) for i in range(MAX_USAGE_VARIANTS - 2 * len(kept))]
+    rows = kept + stale + kept  # repeats too
+    plans, notes = plan_assets([root], {"reference.computeShader": rows})
+    (plan,) = [p for p in plans if p.folder.endswith("reference.computeShader")]
+    assert [i.spec for i in plan.items] == kept
+    assert len(notes) == 4 and notes[-1].startswith(f"the usage log records {len(stale) - 3} more variant(s) of "), notes[-1]
+    assert all("unknown specialisation 'X'" in n for n in notes[:3])
