@@ -401,6 +401,8 @@ class DaskRunner:
         try:
             try:
                 client = d.Client(self.scheduler, timeout=t)
+            except ValueError as exc:  # 'localhost' (no port), 'tcp://x:y', 'foo://...': a usage error, not a bug (helper 155)
+                raise SchedulerUnreachable(f"{self.scheduler!r} is not a Dask scheduler address, e.g. tcp://farm:8786 ({' '.join(str(exc).split())})") from None
             except (OSError, TimeoutError) as exc:
                 reason = " ".join(str(exc).split()) or type(exc).__name__
                 raise SchedulerUnreachable(

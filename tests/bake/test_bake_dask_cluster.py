@@ -102,6 +102,18 @@ def test_an_unreachable_scheduler_fails_within_the_connect_timeout_with_one_line
     assert len(lines) == 1 and lines[0].startswith(f"engine-plugin bake: cannot reach the Dask scheduler at tcp://127.0.0.1:{port} within 2 s"), proc.stderr
 
 
+@pytest.mark.parametrize("address", ["localhost", "tcp://x:y", "foo://1.2.3.4:5"])
+def test_a_malformed_scheduler_address_is_a_usage_error_not_a_bug(tmp_path, address):
+    # Review helper 155: distributed's ValueError reached the CLI as "engine_plugin bug,
+    # please report" with exit 1.
+    write_asset(str(tmp_path / "assets" / "k.computeShader"), YAML, WGSL)
+    proc = run_bake(["assets", "--cache", "c", "--scheduler", address, "--connect-timeout", "2"], cwd=str(tmp_path))
+    assert proc.returncode == 2, explain(proc)
+    lines = proc.stderr.splitlines()
+    assert len(lines) == 1 and f"{address!r} is not a Dask scheduler address, e.g. tcp://farm:8786" in lines[0], proc.stderr
+    assert "bug" not in proc.stderr
+
+
 def test_a_worker_killed_mid_bake_is_reported_and_every_variant_still_bakes_byte_identical(tmp_path):
     write_asset(str(tmp_path / "assets" / "k.computeShader"), YAML, WGSL)
     local = run_bake(["assets", "--cache", "cache-local", "--jobs", "1", "-q"], cwd=str(tmp_path), timeout=300)
