@@ -28,7 +28,7 @@ from ..lowering import VariantSpec
 from .entry import BadEntry
 from .store import read_entry_file
 
-__all__ = ["UsageLog", "read_usage", "USAGE_FILE"]
+__all__ = ["UsageLog", "UsageLogError", "read_usage", "USAGE_FILE"]
 
 log = logging.getLogger("engine_plugin.cache")
 
@@ -114,34 +114,44 @@ class _Reader:
         return VariantSpec(tuple(sorted(values)), tuple(sorted(columns)))
 
 
-def read_usage(path: str) -> dict[str, list[VariantSpec]]:
+def read_usage(path: str, strict: bool = False) -> dict[str, list[VariantSpec]]:
     """The variants recorded in a usage log, by asset (relative path), in a stable order.
 
     A missing file answers {}; an unreadable, malformed or oversized one is logged and
-    answers {} (the log only ever saves work).
+    answers {} (the log only ever saves work), or, ``strict``, raises :class:`UsageLogError`
+    saying why (a bake told to bake what the log lists says that, once).
     """
-    return _load(path)[0]
+    return _load(path, strict)[0]
 
 
-def _load(path: str) -> tuple[dict[str, list[VariantSpec]], bool]:
+class UsageLogError(ValueError):
+    """A usage log that cannot be read (``read_usage(strict=True)``): the message says why."""
+
+
+def _load(path: str, strict: bool = False) -> tuple[dict[str, list[VariantSpec]], bool]:
     """(:func:`read_usage`'s answer, whether a flush may replace the file): an oversized log is
     kept (a game that ran long: it is not this process's to drop), anything else unreadable is
     replaced by what the flushing game recorded."""
+
+    def refuse(why: str, replaceable: bool) -> tuple[dict[str, list[VariantSpec]], bool]:
+        if strict:
+            raise UsageLogError(why)
+        kept = "" if replaceable else ", and kept as it is (delete it to record afresh)"
+        log.warning("usage log %s %s; ignored%s", path, why, kept)
+        return {}, replaceable
+
     try:
         data = read_entry_file(path)  # a regular file of bounded size only: never blocks on a FIFO
     except FileNotFoundError:
         return {}, True
     except BadEntry as exc:
-        log.warning("usage log %s is unusable (%s); ignored", path, exc.reason)
-        return {}, True
+        return refuse(f"is unusable ({exc.reason})", True)
     try:
         found = _decode(data)
     except _Oversized as exc:
-        log.warning("usage log %s is too large (%s); ignored, and kept as it is (delete it to record afresh)", path, exc)
-        return {}, False
+        return refuse(f"is too large ({exc})", False)
     except Exception as exc:  # any malformed content
-        log.warning("usage log %s is malformed (%s); ignored", path, exc)
-        return {}, True
+        return refuse(f"is malformed ({exc})", True)
     return {asset: sorted(specs, key=lambda s: (s.values, s.columns)) for asset, specs in found.items()}, True
 
 

@@ -150,9 +150,14 @@ def cmd_bake(args: argparse.Namespace, rep: Reporter | None = None) -> int:
         if not os.path.isfile(args.variants_from):
             kind = "a folder" if os.path.isdir(args.variants_from) else "not a regular file"
             raise UsageError(f"{args.variants_from} is {kind}, not a usage log (a game writes one with AssetLibrary(record_usage=True))")
-        usage = read_usage(args.variants_from)
+        from ..cache.usage import UsageLogError
+
+        try:
+            usage = read_usage(args.variants_from, strict=True)
+        except UsageLogError as exc:  # said once, why (an oversized log was also called "not a usage log": helper 155)
+            raise UsageError(f"usage log {args.variants_from} {exc}") from None
         if not usage:
-            raise UsageError(f"{args.variants_from} is not a usage log or records no variants")
+            raise UsageError(f"{args.variants_from} records no variants")
     for path in paths:
         check_asset_path(path)
         if not find_assets(path):

@@ -278,3 +278,22 @@ def test_control_characters_in_an_asset_name_are_spelled_out_not_sent_to_the_ter
     assert "bad\\x1b[31mRED.computeShader" in proc.stdout, explain(proc)
     github = run_bake(["assets", "--cache", "cache", "--jobs", "1", "--progress", "none", "--format", "github", "-v"], cwd=str(tmp_path))
     assert "\x1b" not in github.stdout + github.stderr and "::error file=" in github.stdout, explain(github)  # review helper 132
+
+
+@pytest.mark.parametrize("shape", ["oversized", "truncated"])
+def test_an_unreadable_usage_log_is_one_line_saying_why(tmp_path, shape):
+    # Review helper 155: an oversized log drew a warning that it was "too large", then the
+    # refusal "is not a usage log or records no variants": two lines, the second false.
+    import msgpack
+
+    from engine_plugin.cache.usage import MAX_USAGE_VARIANTS
+
+    write_asset(str(tmp_path / "assets" / "k.computeShader"), "bindings:\n  - { name: x, kind: buffer, element: f32 }\n", "@compute @workgroup_size(64)\nfn main() {}\n")
+    rows = [[[["T", "f32"], ["X", str(i)]], []] for i in range(MAX_USAGE_VARIANTS + 1 if shape == "oversized" else 2)]
+    data = msgpack.packb({"magic": "engine_plugin.usage", "format": 1, "assets": {"k.computeShader": rows}})
+    (tmp_path / "usage.msgpack").write_bytes(data if shape == "oversized" else data[:-5])
+    proc = run_bake(["assets", "--cache", "cache", "--variants-from", "usage.msgpack"], cwd=str(tmp_path))
+    assert proc.returncode == 2, explain(proc)
+    (line,) = proc.stderr.splitlines()
+    said = "is too large (more than 100000 variants)" if shape == "oversized" else "is malformed"
+    assert line.startswith("engine-plugin bake: usage log usage.msgpack ") and said in line, line
