@@ -111,10 +111,16 @@ def _runner(args: argparse.Namespace) -> Any:
     return InlineRunner() if jobs == 1 else ProcessPoolRunner(jobs)
 
 
+def _given_paths(args: argparse.Namespace) -> list[str]:
+    """The user's asset paths: those given, else ``assets`` (with --builtin only when there is
+    one: "also bake the packaged kernels" kept the project's own out, review helper 155)."""
+    return list(args.assets) or (["assets"] if not args.builtin or os.path.isdir("assets") else [])
+
+
 def _paths(args: argparse.Namespace) -> list[str]:
-    """The asset paths to bake: those given (default ``assets`` unless --builtin), plus the
-    packaged kernels with --builtin; each must exist."""
-    paths = list(args.assets) or ([] if args.builtin else ["assets"])
+    """The asset paths to bake: the user's (:func:`_given_paths`), plus the packaged kernels
+    with --builtin; each must exist."""
+    paths = _given_paths(args)
     for path in paths:
         if not os.path.exists(path):
             raise UsageError(f"{path}: no such file or folder")
@@ -163,7 +169,7 @@ def cmd_bake(args: argparse.Namespace, rep: Reporter | None = None) -> int:
         if not find_assets(path):
             raise UsageError(f"no .computeShader assets under {path}")
     require_cache_key("a bake would sign entries no later process accepts")
-    for path in list(args.assets) or ([] if args.builtin else ["assets"]):  # --builtin's packaged kernels keep their own root
+    for path in _given_paths(args):  # --builtin's packaged kernels keep their own root
         check_under_root(path, args.root)
     table_out = sys.stderr if args.json == "-" else sys.stdout
     if not rep.quiet:

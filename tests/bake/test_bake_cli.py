@@ -297,3 +297,16 @@ def test_an_unreadable_usage_log_is_one_line_saying_why(tmp_path, shape):
     (line,) = proc.stderr.splitlines()
     said = "is too large (more than 100000 variants)" if shape == "oversized" else "is malformed"
     assert line.startswith("engine-plugin bake: usage log usage.msgpack ") and said in line, line
+
+
+def test_builtin_bakes_the_packaged_kernels_beside_the_projects_own_assets(tmp_path):
+    # Review helper 155: --builtin ("also bake the kernels shipped in the package") without a
+    # path baked only the packaged kernels, leaving the project's own assets/ out.
+    import json
+
+    write_asset(str(tmp_path / "assets" / "k.computeShader"), "bindings:\n  - { name: x, kind: buffer, element: f32 }\n", "@compute @workgroup_size(64)\nfn main() {}\n")
+    proc = run_bake(["--builtin", "--cache", "cache", "--jobs", "1", "--json", "-"], cwd=str(tmp_path), timeout=300)
+    assert proc.returncode == 0, explain(proc)
+    report = json.loads(proc.stdout)
+    assets = [a["asset"] for a in report["assets"]]
+    assert any(a.endswith("k.computeShader") for a in assets) and any("summary.computeShader" in a for a in assets), assets
