@@ -14,8 +14,10 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from .lowering import Lowered, Schema, VariantSpec, enumerate_variants, is_extended, parse, resolve_spec, variant_count
+from .errors import CompileError, LoweringError, SchemaError
+from .lowering import Lowered, Schema, VariantSpec, enumerate_variants, parse, resolve_spec, variant_count
 from .lowering import evaluate as _evaluate
+from .lowering import is_extended as _is_extended
 from .lowering import lower as _lower
 from .runtime import Output, Program, Run, Table, Variant, batch, flush, read, table
 from .runtime import compile_lowered as _compile_lowered
@@ -48,9 +50,29 @@ __all__ = [
 ]
 
 
+def _schema_arg(schema: Any) -> Schema:
+    """``schema`` when it is a parsed Schema: the YAML text itself (the seed's Lua API takes the
+    table) failed later as a raw AttributeError (review helper 151)."""
+    if not isinstance(schema, Schema):
+        raise SchemaError(f"schema= takes a parsed schema, abi.parse(bindings_yaml_text), not {type(schema).__name__}")
+    return schema
+
+
+def _wgsl_arg(wgsl: Any) -> str:
+    if not isinstance(wgsl, str):
+        raise LoweringError(f"wgsl= takes the kernel body's text, not {type(wgsl).__name__}")
+    return wgsl
+
+
+def is_extended(schema: Schema) -> bool:
+    """Whether ``schema`` uses any ABI extension (columns, count/capacity, live, append,
+    specialize, when, bits, page/column)."""
+    return _is_extended(_schema_arg(schema))
+
+
 def lower(schema: Schema, wgsl: str, spec: Mapping[str, str] | VariantSpec | None = None, **kwargs: Any) -> Lowered:
     """Lower one variant (pure Python, no device): ``Lowered(source, bindings, params, host_slots, source_map)``."""
-    return _lower(schema, wgsl, spec, **kwargs)
+    return _lower(_schema_arg(schema), _wgsl_arg(wgsl), spec, **kwargs)
 
 
 def evaluate(text: str, vars: Mapping[str, float] | None = None, lengths: Mapping[str, int] | None = None) -> int | float:
@@ -64,6 +86,8 @@ def compile(key: str, lowered: Lowered, label: str | None = None, device: Any = 
     The dispatch key is the lowered variant's content fingerprint (``key`` only labels the GPU
     objects), so the same lowered source under two keys compiles once.
     """
+    if not isinstance(lowered, Lowered):
+        raise CompileError(f"abi.compile takes a lowered variant, abi.lower(schema, wgsl, spec), not {type(lowered).__name__}")
     return _compile_lowered(lowered, label=label or key, device=device).key
 
 
@@ -87,7 +111,7 @@ def program(key: str, schema: Schema, wgsl: str, **kwargs: Any) -> Program:
     (a variant cache), ``modules`` (``{name: (path, text)}``: the shared modules the body's
     ``#import NAME`` lines may name; see README "Shared modules").
     """
-    return _program(key, schema, wgsl, **kwargs)
+    return _program(key, _schema_arg(schema), _wgsl_arg(wgsl), **kwargs)
 
 
 def page_binding(lowered: Lowered, columns: Mapping[str, Any]) -> Any:

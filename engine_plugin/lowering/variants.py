@@ -48,12 +48,16 @@ def resolve_spec(schema: Schema, specialize: Mapping[str, str] | VariantSpec | N
         SpecializationError: an unknown name or a value not among the options; the message
             lists what is allowed. A parameter left unset takes :func:`unset_value`.
     """
+    path = schema.path
     if isinstance(specialize, VariantSpec):
         if columns is None:
             return specialize
         specialize = specialize.as_dict()
+    if specialize is not None and not isinstance(specialize, Mapping):
+        raise SpecializationError(f"specialize= maps specialisation names to values ({{'T': 'f32'}}), not {type(specialize).__name__}", Span(path))
+    if columns is not None and not isinstance(columns, Mapping):
+        raise SpecializationError(f"columns= maps a columns table to its column names ({{'cols': ['w', 'h']}}), not {type(columns).__name__}", Span(path))
     given = dict(specialize or {})
-    path = schema.path
     values: dict[str, str] = {}
     for name, val in given.items():
         sp = schema.spec_param(name)
@@ -86,6 +90,8 @@ def resolve_spec(schema: Schema, specialize: Mapping[str, str] | VariantSpec | N
             raise SpecializationError(f"columns= names {bname!r}, which is not a kind: columns binding (tables: {tables})", Span(path))
         if isinstance(names, str):
             names = [names]
+        if not isinstance(names, (list, tuple)):
+            raise SpecializationError(f"columns[{bname!r}] lists column names, not {type(names).__name__}", schema.span_at(b.line, bname))
         seen = []
         for c in names:
             if not isinstance(c, str) or not _IDENT_RE.match(c):

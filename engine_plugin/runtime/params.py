@@ -18,6 +18,11 @@ _FMT = {"f32": "<f", "i32": "<i", "u32": "<I"}
 _RANGE = {"i32": (-(2**31), 2**31 - 1), "u32": (0, 2**32 - 1)}
 
 
+def _pairs(given: Any) -> bool:
+    """Whether ``given`` is a list or tuple of (name, value) pairs (what ``dict()`` takes)."""
+    return type(given) in (list, tuple) and all(type(p) in (list, tuple) and len(p) == 2 for p in given)
+
+
 class ParamsPacker:
     """Precomputed from a Lowered once; ``pack`` answers the uniform's bytes for one run."""
 
@@ -51,6 +56,8 @@ class ParamsPacker:
 
         Answers the params (a copy) and their exact fingerprint (None: not fingerprintable),
         which :meth:`pack` takes to reuse the bytes of an identical set."""
+        if params is not None and not isinstance(params, Mapping) and not _pairs(params):
+            raise self.error(f"params= maps param names to values (a dict, or (name, value) pairs), not {type(params).__name__} {params!r:.60}")
         params = dict(params or {})
         # A game passes the same params frame after frame: skip re-validating an identical set.
         fingerprint = exact_fingerprint(params)
