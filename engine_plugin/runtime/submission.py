@@ -41,6 +41,7 @@ from typing import Any
 from ..device.loss import DeviceFault, classify
 from ..device.ordering import register_settle
 from ..errors import DeviceLostError
+from .native import begin_pass, clear_buffer, copy_buffer
 
 __all__ = ["PENDING", "Submission", "encode_records", "flush_open_batches", "flush_pending", "op_buffers", "record_binds", "submit_records", "submit_encoder"]
 
@@ -104,7 +105,7 @@ def encode_records(encoder: Any, records: list, timings: dict[int, tuple[Any, in
             last_dispatch = i
         for op in record[4]:
             if op[0] == "clear":
-                encoder.clear_buffer(op[1], op[2], op[3])
+                clear_buffer(encoder, op[1], op[2], op[3])
             elif first_in_place < 0:
                 first_in_place = i
     if first_in_place < 0 and not timings:
@@ -159,9 +160,9 @@ def encode_records(encoder: Any, records: list, timings: dict[int, tuple[Any, in
 def _encode_in_place(encoder: Any, op: tuple) -> None:
     """A ``zero`` or ``copy`` op (``clear`` ops are encoded up front)."""
     if op[0] == "copy":
-        encoder.copy_buffer_to_buffer(op[1], op[2], op[3], op[4], op[5])
+        copy_buffer(encoder, op[1], op[2], op[3], op[4], op[5])
     else:  # "zero"
-        encoder.clear_buffer(op[1], op[2], op[3])
+        clear_buffer(encoder, op[1], op[2], op[3])
 
 
 def op_buffers(op: tuple) -> tuple:
@@ -216,20 +217,18 @@ def _encode_dispatches(encoder: Any, records: list) -> None:
     """The dispatches of ``records`` (their clears encoded already, no in-place ops, nothing
     timed) in one compute pass, none when they dispatch nothing. A batch of small runs spends
     its host time here."""
-    cpass = current = None
+    cpass: Any = None
     for pipeline, bind_group, offsets, groups, *_ in records:
         if pipeline is None or groups[0] == 0:
             continue
         if cpass is None:
-            cpass = encoder.begin_compute_pass()
-        if pipeline is not current:
-            cpass.set_pipeline(pipeline)
-            current = pipeline
-        if type(offsets) is int and type(bind_group) is not tuple:
-            cpass.set_bind_group(0, bind_group, [offsets])
+            cpass = begin_pass(encoder)
+        if (offsets is None or type(offsets) is int) and type(bind_group) is not tuple:
+            cpass.run(pipeline, bind_group, offsets, groups)
         else:
+            cpass.set_pipeline(pipeline)
             _set_groups(cpass, bind_group, offsets)
-        cpass.dispatch_workgroups(*groups)
+            cpass.dispatch_workgroups(*groups)
     if cpass is not None:
         cpass.end()
 

@@ -51,6 +51,7 @@ from .convert import clamp_record, conversion_record
 from .deferred import DEFER_MAX_BYTES
 from .deferred import defer as defer_run
 from .loss import LOST_HINT, lost_error
+from .native import begin_pass, clear_buffer
 from .output import HANDOUTS, Output, counter_rewritten, give_back, handed_out, live_bytes, on_release, output_of, own_pooled, share
 from .params import ParamsPacker, exact_fingerprint
 from .submission import PENDING, encode_records, flush_pending, op_buffers, record_binds, submit_encoder
@@ -1420,12 +1421,10 @@ class Variant:
             encode_records(encoder, (extra or []) + [(self.compiled.pipeline, bind_group, offset, groups, ops)])
         else:
             for op in ops:
-                encoder.clear_buffer(op[1], op[2], op[3])
+                clear_buffer(encoder, op[1], op[2], op[3])
             if groups[0]:
-                cpass = encoder.begin_compute_pass()
-                cpass.set_pipeline(self.compiled.pipeline)
-                cpass.set_bind_group(0, bind_group, [offset])
-                cpass.dispatch_workgroups(*groups)
+                cpass = begin_pass(encoder)
+                cpass.run(self.compiled.pipeline, bind_group, offset, groups)
                 cpass.end()
         submit_encoder(ctx.queue, ctx.guard, encoder)
         for buf in temps:
