@@ -84,7 +84,8 @@ def test_a_path_that_is_no_asset_is_a_usage_error_for_lower_and_the_demo(tmp_pat
     assert r.returncode == 2 and "no .computeShader asset at" in r.stderr, r.stderr
     r = cli("lower", os.path.join(REPO, "assets", "samples"))
     assert r.returncode == 2 and "holds 2 (particles.computeShader, reference.computeShader): name one" in r.stderr, r.stderr
-    for folder, said in ((str(empty), "holds none of the demo's kernels"), (str(tmp_path / "missing"), "no such folder")):
+    (tmp_path / "file").write_text("x")
+    for folder, said in ((str(empty), "holds none of the demo's kernels"), (str(tmp_path / "missing"), "no such folder"), (str(tmp_path / "file"), "not a folder")):
         r = cli("demo", "--headless", "--frames", "2", "--snapshot", "", "--log", "", "--assets", folder)
         assert r.returncode == 2 and said in r.stderr, r.stderr
     broken = tmp_path / "broken.computeShader"  # named as an asset: a broken one, exit 1

@@ -112,9 +112,16 @@ def _runner(args: argparse.Namespace) -> Any:
 
 
 def _given_paths(args: argparse.Namespace) -> list[str]:
-    """The user's asset paths: those given, else ``assets`` (with --builtin only when there is
-    one: "also bake the packaged kernels" kept the project's own out, review helper 155)."""
-    return list(args.assets) or (["assets"] if not args.builtin or os.path.isdir("assets") else [])
+    """The user's asset paths: those given, else ``assets``. With --builtin ("also bake the
+    packaged kernels": the project's own were left out, review helper 155) ``assets`` only
+    when it holds assets and lies under --root: a game's art folder named so, or one outside
+    the root, must not fail the bake of the packaged kernels (review helper 156)."""
+    if args.assets or not args.builtin:
+        return list(args.assets) or ["assets"]
+    from ..assets.folder import find_assets, under_root
+
+    own = os.path.isdir("assets") and bool(find_assets("assets")) and (args.root is None or under_root("assets", args.root))
+    return ["assets"] if own else []
 
 
 def _paths(args: argparse.Namespace) -> list[str]:
@@ -142,6 +149,8 @@ def cmd_bake(args: argparse.Namespace, rep: Reporter | None = None) -> int:
     from ..extras import require
 
     rep = rep or Reporter("bake")
+    if args.scheduler is not None and not args.scheduler.strip():  # baked locally without a word before (helper 156)
+        raise UsageError("--scheduler takes a Dask scheduler address (e.g. tcp://farm:8786), not an empty one")
     if (args.scheduler or args.dask_local) and args.jobs:
         raise UsageError("--jobs sizes the local process pool; a Dask bake runs on the cluster's workers (drop --jobs)")
     if args.json == "-" and args.format == "github":

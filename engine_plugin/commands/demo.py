@@ -68,7 +68,7 @@ def _check_demo_assets(folder: str) -> None:
     from ..demo.products import PRODUCTS
 
     if not os.path.isdir(folder):
-        raise UsageError(f"--assets {folder}: no such folder")
+        raise UsageError(f"--assets {folder}: {'not a folder' if os.path.exists(folder) else 'no such folder'}")
     missing = [name for name in PRODUCTS if not os.path.isdir(os.path.join(folder, f"{name}.computeShader"))]
     if len(missing) == len(PRODUCTS):
         raise UsageError(f"--assets {folder} holds none of the demo's kernels ({', '.join(f'{n}.computeShader' for n in PRODUCTS)}); pass a copy of them")

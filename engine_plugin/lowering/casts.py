@@ -52,29 +52,30 @@ def cast_refusal(arr: np.ndarray, target: np.dtype) -> str | None:
     return None
 
 
-_EXACT_F32 = 1 << 24  # every integer of at most this magnitude is an f32
-
-
 def _inexact_integer(arr: np.ndarray, target: np.dtype) -> str | None:
-    """Why integers in ``arr`` would round as ``target`` floats (past 2^24 for f32), or None:
-    a u32 id of 4294967295 reached the kernel as 4294967296.0 without a word, where a fraction
-    into an integer binding is refused (review helper 151)."""
+    """Why integers in ``arr`` would round as ``target`` floats (past 2^24 for f32, 2^11 for
+    f16: a float texture's texels), or None: a u32 id of 4294967295 reached the kernel as
+    4294967296.0 without a word, where a fraction into an integer binding is refused (review
+    helpers 151, 156)."""
+    bits = np.finfo(target).nmant + 1  # every integer of at most 2^bits magnitude is exact
+    exact = 1 << bits
     lo, hi = arr.min().item(), arr.max().item()
-    if -_EXACT_F32 <= lo and hi <= _EXACT_F32:
+    if -exact <= lo and hi <= exact:
         return None
     wide = np.dtype(np.int64) if arr.dtype.kind == "i" else np.dtype(np.uint64)
     limit = float(np.iinfo(wide).max) + 1.0  # 2^63 or 2^64: a float there no longer fits ``wide``
     flat = arr.reshape(-1)
     for start in range(0, flat.size, _CHUNK):
         part = flat[start : start + _CHUNK]
-        as_float = part.astype(target)
-        fits = (as_float < limit) & (as_float >= -limit)
+        with np.errstate(over="ignore", invalid="ignore"):  # past f16's range: inf, refused below
+            as_float = part.astype(target)
+            fits = (as_float < limit) & (as_float >= -limit)
         back = np.where(fits, as_float, 0).astype(wide)
         changed = ~fits | (back != part.astype(wide))
         if changed.any():
             bad = part[int(np.argmax(changed))].item()
             return (
-                f"value {bad} is not exactly a {target.name} (integers past 2^{_EXACT_F32.bit_length() - 1} round: it would become "
+                f"value {bad} is not exactly a {target.name} (integers past 2^{bits} round: it would become "
                 f"{as_float[int(np.argmax(changed))].item():.0f}); cast it yourself (arr.astype(np.{target.name})) if rounding is what "
                 "you want, or declare the binding's element an integer type"
             )

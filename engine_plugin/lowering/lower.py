@@ -132,6 +132,7 @@ class _Lowerer:
         self._generated_builtins: set[str] = set()  # WGSL builtins the generated code calls (set by lower)
         self._words: dict[str, tuple[int, str]] = {}  # buffers stored as several words an element (set by lower)
         self._unindexable: dict[str, str] = {}  # buffers whose NAME[i] is refused, with why (set by lower)
+        self._atomic_scalars: dict[str, str] = {}  # of those, one-lane atomic i32/f32 buffers (set by lower)
 
     def error(self, message: str, line: int, col: int | None = None, notes=()) -> LoweringError:
         text = self.user_lines[line - 1] if 1 <= line <= len(self.user_lines) else None
@@ -221,6 +222,9 @@ class _Lowerer:
         self._generated_builtins = (set(_CALLED.findall("\n".join(t for t, _ in em.lines))) | _CALLED_LATER) & WGSL_BUILTIN_FUNCTIONS
         self._words = self.word_bindings(present)
         self._unindexable = self.unindexable_bindings(present)
+        # One-lane atomic i32/f32 buffers: a pointer to the whole buffer reaches its u32 words
+        # as indexing does (``let p = &acc; atomicLoad(&(*p)[i])``, review helper 156).
+        self._atomic_scalars = {name: why for name, why in self._unindexable.items() if name not in self._words and "(atomic " in why}
         for m, text, toks in zip(modules, module_texts, module_toks):
             self.check_module(m, text, toks)
         self.check_body(body_text, body_toks, body, present)
@@ -528,7 +532,12 @@ class _Lowerer:
             shown = src_lines[line - 1] if 1 <= line <= len(src_lines) else None
             return LoweringError(message, Span(module.path, line, col, shown), notes=notes)
 
-        found = _bracket_error(toks) or _chain_error(toks) or _word_pointer_error(toks, self._words) or _flat_index_error(toks, self._unindexable)
+        found = (
+            _bracket_error(toks)
+            or _chain_error(toks)
+            or _word_pointer_error(toks, self._words, self._atomic_scalars)
+            or _flat_index_error(toks, self._unindexable)
+        )
         if found is None and self.schema.determinism == "exact":
             found = _exact_atomic_error(_function_tokens(toks, self._reached), self.em.atomics)
         if found is not None:
@@ -592,7 +601,7 @@ class _Lowerer:
                     *where(toks[i - 1]),
                 )
         self.check_workgroup_size(toks, where)
-        found = _word_pointer_error(toks, self._words) or _flat_index_error(toks, self._unindexable)
+        found = _word_pointer_error(toks, self._words, self._atomic_scalars) or _flat_index_error(toks, self._unindexable)
         if found is not None:
             tok, message = found
             raise self.error(message, *where(tok))
@@ -786,17 +795,23 @@ def _called(toks: list) -> set[str]:
     return {t.text for t, nxt in zip(toks, toks[1:]) if t.kind == "ident" and nxt.text == "("}
 
 
-def _word_pointer_error(toks: list, words: dict[str, tuple[int, str]]) -> tuple[Token, str] | None:
+def _word_pointer_error(toks: list, words: dict[str, tuple[int, str]], atomics: dict[str, str] | None = None) -> tuple[Token, str] | None:
     """A pointer to a whole buffer stored as flat words (``&NAME``, ``&(NAME)``, ``&*&NAME``,
     not ``&NAME[i]``), with why: ``arrayLength`` of it counts words, not elements, and a loop
     ported from a kernel that declared ``array<vec3<f32>>`` ran three times past the data,
     silently. A pointer kept (``let p = &NAME``) or passed to a function reaches the same
     ``arrayLength``, so every such pointer is refused (review helpers 106, 110). Not refused:
     a binary ``&`` or ``&&``, and a name a function declares itself (a parameter or a local
-    spelled like the binding: helper 112)."""
-    if not words:
+    spelled like the binding: helper 112).
+
+    ``atomics``: one-lane atomic i32/f32 buffers (name -> why their words are refused): one
+    word an element, so ``arrayLength`` of a pointer to one is right, but any other pointer to
+    the whole buffer reaches its u32 words (helper 156)."""
+    atomics = atomics or {}
+    if not words and not atomics:
         return None
-    shadowed = _local_names(toks, set(words))
+    names = set(words) | set(atomics)
+    shadowed = _local_names(toks, names)
     for i, t in enumerate(toks):
         before = toks[i - 1] if i > 0 else None
         if t.text != "&" or (before is not None and ((before.kind in ("ident", "number") and before.text != "return") or before.text in (")", "]", "&"))):
@@ -805,7 +820,7 @@ def _word_pointer_error(toks: list, words: dict[str, tuple[int, str]]) -> tuple[
         while j < len(toks) and toks[j].text in ("(", "*", "&"):
             opened += toks[j].text == "("
             j += 1
-        if j >= len(toks) or toks[j].text not in words or any(a <= i < b for a, b in shadowed.get(toks[j].text, ())):
+        if j >= len(toks) or toks[j].text not in names or any(a <= i < b for a, b in shadowed.get(toks[j].text, ())):
             continue
         p = i - 1  # grouping parentheses opened just before it ('(&pts)[1]', not a call's 'f(&pts)')
         while p >= 0 and toks[p].text in ("*", "&"):
@@ -816,8 +831,13 @@ def _word_pointer_error(toks: list, words: dict[str, tuple[int, str]]) -> tuple[
         if k < len(toks) and toks[k].text in ("[", "."):
             continue  # a pointer to one word (&pts[i], &(pts)[i])
         name = toks[j].text
+        length_of = i >= 2 and toks[i - 1].text == "(" and toks[i - 2].text == "arrayLength"
+        if name in atomics:
+            if length_of:
+                continue  # one word an element: arrayLength(&acc) is its element count
+            return t, f"a pointer to the whole of '{name}' reaches its words, as {name}[i] would: {atomics[name]}"
         lanes, wgsl = words[name]
-        if i >= 2 and toks[i - 1].text == "(" and toks[i - 2].text == "arrayLength":
+        if length_of:
             count = f"arrayLength(&{name}) counts words: '{name}' ({wgsl}) is stored as flat words, {lanes} per element"
             return toks[i - 2], f"{count}; use {name}_len() for its element count"
         return t, (

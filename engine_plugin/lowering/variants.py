@@ -5,7 +5,7 @@ from __future__ import annotations
 import itertools
 import re
 from dataclasses import dataclass
-from typing import Iterator, Mapping, Sequence
+from typing import Any, Iterator, Mapping, Sequence
 
 from ..errors import Span, SpecializationError
 from ..files import shown_path
@@ -53,11 +53,8 @@ def resolve_spec(schema: Schema, specialize: Mapping[str, str] | VariantSpec | N
         if columns is None:
             return specialize
         specialize = specialize.as_dict()
-    if specialize is not None and not isinstance(specialize, Mapping):
-        raise SpecializationError(f"specialize= maps specialisation names to values ({{'T': 'f32'}}), not {type(specialize).__name__}", Span(path))
-    if columns is not None and not isinstance(columns, Mapping):
-        raise SpecializationError(f"columns= maps a columns table to its column names ({{'cols': ['w', 'h']}}), not {type(columns).__name__}", Span(path))
-    given = dict(specialize or {})
+    given = _as_dict(specialize, "specialize= maps specialisation names to values ({'T': 'f32'})", path)
+    columns = _as_dict(columns, "columns= maps a columns table to its column names ({'cols': ['w', 'h']})", path)
     values: dict[str, str] = {}
     for name, val in given.items():
         sp = schema.spec_param(name)
@@ -101,6 +98,22 @@ def resolve_spec(schema: Schema, specialize: Mapping[str, str] | VariantSpec | N
             seen.append(c)
         cols[bname] = tuple(seen)
     return VariantSpec(tuple(sorted(values.items())), tuple(sorted(cols.items())))
+
+
+def _as_dict(given: Any, takes: str, path: str | None) -> dict:
+    """``given`` as a dict: a mapping or what ``dict()`` takes (pairs, ``d.items()``); anything
+    else is a SpecializationError saying what it takes (a string drew dict()'s raw ValueError,
+    review helpers 151, 156)."""
+    if given is None:
+        return {}
+    if isinstance(given, Mapping):
+        return dict(given)
+    if not isinstance(given, (str, bytes)):
+        try:
+            return dict(given)
+        except (TypeError, ValueError):
+            pass
+    raise SpecializationError(f"{takes}, not {type(given).__name__}", Span(path))
 
 
 def unset_value(sp) -> str:

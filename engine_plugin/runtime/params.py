@@ -18,11 +18,6 @@ _FMT = {"f32": "<f", "i32": "<i", "u32": "<I"}
 _RANGE = {"i32": (-(2**31), 2**31 - 1), "u32": (0, 2**32 - 1)}
 
 
-def _pairs(given: Any) -> bool:
-    """Whether ``given`` is a list or tuple of (name, value) pairs (what ``dict()`` takes)."""
-    return type(given) in (list, tuple) and all(type(p) in (list, tuple) and len(p) == 2 for p in given)
-
-
 class ParamsPacker:
     """Precomputed from a Lowered once; ``pack`` answers the uniform's bytes for one run."""
 
@@ -51,14 +46,27 @@ class ParamsPacker:
         texts = self.lowered.source_map.texts
         return DispatchError(message, in_source(self.yaml_path, texts[0] if texts else None, line))
 
+    def _as_dict(self, params: Any) -> dict[str, Any]:
+        """``params`` as a dict: a mapping, or anything ``dict()`` takes ((name, value) pairs,
+        ``d.items()``, a zip); anything else (a string, a list of values) is a DispatchError,
+        not the raw TypeError/ValueError of ``dict()`` (review helpers 151, 156)."""
+        if params is None:
+            return {}
+        if isinstance(params, Mapping):
+            return dict(params)
+        if isinstance(params, (str, bytes)):
+            raise self.error(f"params= maps param names to values (a dict, or (name, value) pairs), not {type(params).__name__}")
+        try:
+            return dict(params)
+        except (TypeError, ValueError):
+            raise self.error(f"params= maps param names to values (a dict, or (name, value) pairs), not {type(params).__name__} {params!r:.60}") from None
+
     def check(self, params: Mapping[str, Any] | None) -> tuple[dict[str, Any], tuple | None]:
         """Validate user params (all present, none unknown, right types) before any GPU work.
 
         Answers the params (a copy) and their exact fingerprint (None: not fingerprintable),
         which :meth:`pack` takes to reuse the bytes of an identical set."""
-        if params is not None and not isinstance(params, Mapping) and not _pairs(params):
-            raise self.error(f"params= maps param names to values (a dict, or (name, value) pairs), not {type(params).__name__} {params!r:.60}")
-        params = dict(params or {})
+        params = self._as_dict(params)
         # A game passes the same params frame after frame: skip re-validating an identical set.
         fingerprint = exact_fingerprint(params)
         if fingerprint is not None and fingerprint == self._checked:
@@ -99,6 +107,13 @@ class ParamsPacker:
                 if not _fits_f32(v):
                     shown = repr(v) if len(repr(v)) <= 40 else repr(v)[:37] + "..."
                     raise self.error(f"param {name!r} ({self._type(name)}): {shown} is past f32's range (+-{F32_MAX:.7g}; it would be inf)", name)
+                if isinstance(v, (int, np.integer)) and not -_EXACT_F32_INT <= int(v) <= _EXACT_F32_INT and int(np.float32(v)) != int(v):
+                    # As a host array's integers are (review helper 156): 4294967295 ran as 4294967296.
+                    raise self.error(
+                        f"param {name!r} ({self._type(name)}): the integer {int(v)} is not exactly an f32 (it would be {int(np.float32(v))}); "
+                        "pass a float if rounding is what you want",
+                        name,
+                    )
             else:
                 if isinstance(v, (float, np.floating)) and not float(v).is_integer():
                     raise self.error(f"param {name!r} is {self._type(name)}, not {v!r}: pass an integer", name)
@@ -182,6 +197,9 @@ def _as_list(value: Any) -> list | None:
     if isinstance(value, np.ndarray):
         return value.reshape(-1).tolist() if value.ndim <= 1 else None
     return [value]
+
+
+_EXACT_F32_INT = 1 << 24  # every integer of at most this magnitude is exactly an f32
 
 
 def _fits_f32(value: Any) -> bool:

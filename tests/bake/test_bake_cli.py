@@ -310,3 +310,16 @@ def test_builtin_bakes_the_packaged_kernels_beside_the_projects_own_assets(tmp_p
     report = json.loads(proc.stdout)
     assets = [a["asset"] for a in report["assets"]]
     assert any(a.endswith("k.computeShader") for a in assets) and any("summary.computeShader" in a for a in assets), assets
+
+
+def test_builtin_bakes_when_assets_holds_no_shaders_or_lies_outside_the_root(tmp_path):
+    # Review helper 156: after the fix above, an art folder named assets/ (no shaders) failed
+    # `bake --builtin` ("no .computeShader assets under assets"), and so did --root elsewhere.
+    (tmp_path / "assets" / "textures").mkdir(parents=True)
+    proc = run_bake(["--builtin", "--cache", "cache", "--jobs", "1", "-q"], cwd=str(tmp_path), timeout=300)
+    assert proc.returncode == 0, explain(proc)
+    write_asset(str(tmp_path / "assets" / "k.computeShader"), "bindings:\n  - { name: x, kind: buffer, element: f32 }\n", "@compute @workgroup_size(64)\nfn main() {}\n")
+    other = tmp_path / "other"
+    write_asset(str(other / "j.computeShader"), "bindings:\n  - { name: x, kind: buffer, element: f32 }\n", "@compute @workgroup_size(64)\nfn main() {}\n")
+    proc = run_bake(["--builtin", "--root", str(other), "--cache", "cache", "--jobs", "1", "-q"], cwd=str(tmp_path), timeout=300)
+    assert proc.returncode == 0, explain(proc)

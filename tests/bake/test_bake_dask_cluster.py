@@ -114,6 +114,12 @@ def test_a_malformed_scheduler_address_is_a_usage_error_not_a_bug(tmp_path, addr
     assert "bug" not in proc.stderr
 
 
+def test_an_empty_scheduler_address_is_a_usage_error_not_a_local_bake(tmp_path):
+    write_asset(str(tmp_path / "assets" / "k.computeShader"), YAML, WGSL)
+    proc = run_bake(["assets", "--cache", "c", "--scheduler", ""], cwd=str(tmp_path))
+    assert proc.returncode == 2 and "--scheduler takes a Dask scheduler address" in proc.stderr, explain(proc)
+
+
 def test_a_worker_killed_mid_bake_is_reported_and_every_variant_still_bakes_byte_identical(tmp_path):
     write_asset(str(tmp_path / "assets" / "k.computeShader"), YAML, WGSL)
     local = run_bake(["assets", "--cache", "cache-local", "--jobs", "1", "-q"], cwd=str(tmp_path), timeout=300)

@@ -291,6 +291,8 @@ determinism: float_order
         ("atomicAdd(&acc[i], 1);", 16),  # naga named an unrelated line for an i32 operand
         ("atomicStore(&(acc)[i], 0u);", 19),
         ("out_set(i, f32(acc[i]));", 20),
+        ("let p = &acc; out_set(i, f32(atomicLoad(&(*p)[i])));", 13),  # review helper 156: a whole-buffer pointer
+        ("out_set(i, f32(atomicLoad(&(*(&acc))[i])));", 35),
     ],
 )
 @pytest.mark.parametrize("scalar", ["i32", "f32"])
@@ -308,7 +310,8 @@ def test_indexing_an_i32_or_f32_atomic_buffer_is_refused_at_its_line(stmt, col, 
 
 def test_the_atomic_accessors_and_u32_words_still_compute_on_values():
     # What the refusal above points to: acc_get / acc_atomic_add convert; u32 words index as before.
-    body = V3_BODY.replace("STMT", "acc_atomic_add(i, T(2)); out_set(i, f32(acc_get(i)));")
+    # arrayLength of the whole buffer is its element count (one word an element): allowed.
+    body = V3_BODY.replace("STMT", "acc_atomic_add(i, T(2)); out_set(i, f32(acc_get(i)) + f32(arrayLength(&acc)) - 5.0);")
     for scalar, dtype in (("i32", np.int32), ("f32", np.float32)):
         v = make("t13/atomic_accessors", ATOMIC_YAML, body, T=scalar)
         got = abi.read(v.run(n=5).outputs["out"])

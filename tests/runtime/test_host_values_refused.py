@@ -425,3 +425,14 @@ def test_an_output_of_another_scalar_type_given_back_through_outputs_is_refused(
     floats = f32.run(n=8, inputs={"x": np.zeros(8, np.float32)}).outputs["y"]  # the same scalar, other lanes: its words
     out = v4.run(n=2, inputs={"x": np.full((2, 4), 3.0, np.float32)}, outputs={"y": floats}).outputs["y"]
     np.testing.assert_array_equal(abi.read(out), np.full((2, 4), 3.0, np.float32))
+
+
+def test_integers_a_half_float_target_would_round_are_refused_and_exact_ones_taken():
+    # Review helper 156: the check stopped at f32's 2^24 whatever the target, so integer texels
+    # into an rgba16float texture rounded (2049 -> 2048) without a word.
+    from engine_plugin.lowering.casts import cast_refusal
+
+    f16 = np.dtype(np.float16)
+    assert "not exactly a float16 (integers past 2^11 round: it would become 2048)" in cast_refusal(np.array([2049], np.int32), f16)
+    assert cast_refusal(np.array([2048, -2048, 4096, 65504], np.int32), f16) is None  # exact halves
+    assert cast_refusal(np.array([16777216], np.int64), np.dtype(np.float32)) is None
