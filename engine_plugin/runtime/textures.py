@@ -179,6 +179,8 @@ def read_texture(ctx: DeviceContext, out: TextureOutput, read_words: Any) -> np.
     """The texels of ``out``: (h, w, channels) for 2-D, (depth | layers, h, w, channels) else."""
     if is_destroyed(out.texture):  # copying from it would abort the process (device/destroyed.py)
         raise DispatchError(f"cannot read texture {out.texture.label!r}: it was destroyed (destroy() was called on it)")
+    if not int(out.texture.usage) & wgpu.TextureUsage.COPY_SRC:  # wgpu's raw validation error at finish() before (helper 157)
+        raise DispatchError(f"cannot read texture {out.texture.label!r}: it lacks COPY_SRC usage (create it with usage including wgpu.TextureUsage.COPY_SRC)")
     w, h, d = out.size
     texel = _texel_bytes(out.format)
     pitch = -(-(w * texel) // 256) * 256

@@ -813,6 +813,9 @@ class Variant:
             raise self._slot_error(slot, f"texture {slot.name!r} is 2d; the texture {texture.label!r} has {layers} layers (dim: 2d_array binds them all)")
         if int(getattr(texture, "sample_count", 1)) != 1:
             raise self._slot_error(slot, f"texture {slot.name!r}: a multisampled texture cannot be bound here")
+        mips = int(getattr(texture, "mip_level_count", 1))
+        if storage and mips != 1:  # WebGPU binds one level for storage: wgpu's raw error at the bind group before (helper 157)
+            raise self._slot_error(slot, f"storage texture {slot.name!r} binds one mip level; the texture {texture.label!r} has {mips}")
 
     def _resolve_texture(self, slot: HostSlot, value: Any) -> _Bound:
         dim, sample, filterable = slot.texture
@@ -845,6 +848,13 @@ class Variant:
             if have != fmt:
                 raise self._slot_error(slot, f"outputs[{slot.name!r}] is a {have} texture; {slot.name!r} is {fmt}")
             size = (texture.size[0], texture.size[1], texture.size[2])
+            # As a given buffer holding fewer elements than the run needs is refused: writes
+            # past a smaller texture were dropped without a word (review helper 157).
+            need = ([self._size(slot, "size", text, env, lengths) for text in slot.size] + [1, 1])[:3]
+            if any(have_k < need_k for have_k, need_k in zip(size, need)):
+                raise self._slot_error(
+                    slot, f"outputs[{slot.name!r}] is {size[0]}x{size[1]}x{size[2]} texels; this run's size for {slot.name!r} is {need[0]}x{need[1]}x{need[2]}"
+                )
         else:
             dims = [self._size(slot, "size", text, env, lengths) for text in slot.size]
             size = (dims + [1, 1])[:3]  # type: ignore[assignment]

@@ -278,3 +278,34 @@ def test_a_texture_input_the_binding_cannot_take_is_refused_at_the_bindings_line
     with pytest.raises(DispatchError, match=message) as info:
         v.run(n=(4, 4), inputs={"src": value})
     assert info.value.span is not None and info.value.span.line == 2, info.value
+
+
+def test_textures_a_storage_binding_or_a_read_cannot_take_are_dispatch_errors():
+    # Review helper 157: a mipmapped texture for a storage binding and abi.read of a texture
+    # without COPY_SRC drew wgpu's raw GPUValidationError; a given output texture smaller than
+    # the binding's size took the run and dropped the writes past it without a word.
+    import wgpu
+
+    from engine_plugin.errors import DispatchError
+
+    dev, usage = abi.device(), wgpu.TextureUsage
+    gen = abi.program(
+        key="t157/gen",
+        schema=abi.parse("bindings:\n  - { name: o, kind: storage_texture, format: rgba32float, size: [nx, ny] }\nworkgroup: [8, 8]\n", "t157/gen/bindings.yaml"),
+        wgsl="@compute @workgroup_size(8, 8)\nfn main(@builtin(global_invocation_id) gid: vec3<u32>) {\n"
+        "    if (zero_index(gid) >= zero_n()) { return; }\n    textureStore(o, gid.xy, vec4<f32>(1.0));\n}\n",
+    ).variant()
+    mipped = dev.create_texture(size=(8, 8, 1), format="rgba32float", mip_level_count=2, usage=usage.STORAGE_BINDING | usage.COPY_SRC, label="mipped")
+    with pytest.raises(DispatchError, match="binds one mip level; the texture 'mipped' has 2") as info:
+        gen.run(n=(8, 8), outputs={"o": mipped})
+    assert info.value.span.path.endswith("bindings.yaml") and info.value.span.line == 2
+    small = dev.create_texture(size=(2, 2, 1), format="rgba32float", usage=usage.STORAGE_BINDING | usage.COPY_SRC, label="small")
+    with pytest.raises(DispatchError, match="is 2x2x1 texels; this run's size for 'o' is 8x8x1"):
+        gen.run(n=(8, 8), outputs={"o": small})
+    nocopy = dev.create_texture(size=(8, 8, 1), format="rgba32float", usage=usage.STORAGE_BINDING, label="nocopy")
+    out = gen.run(n=(8, 8), outputs={"o": nocopy}).outputs["o"]
+    with pytest.raises(DispatchError, match="lacks COPY_SRC usage"):
+        abi.read(out)
+    # A texture that fits is taken and written whole.
+    fits = dev.create_texture(size=(8, 8, 1), format="rgba32float", usage=usage.STORAGE_BINDING | usage.COPY_SRC, label="fits")
+    assert float(abi.read(gen.run(n=(8, 8), outputs={"o": fits}).outputs["o"]).sum()) == 8 * 8 * 4
