@@ -16,6 +16,10 @@ Raw references:
 - ``batch100``: the same 100 runs in one encoder: 100 output clears, one pass, the pipeline set
   once, 100 ``set_bind_group`` (bind groups made once, one per output) and dispatches, params
   staged in one array and written with one ``write_buffer``, one submit.
+- extra rows of ``run_host`` and ``batch100``: the same raw calls with the clears and the pass
+  encoded through wgpu-native's C functions, as the runtime encodes its own since round 21
+  (``runtime/native.py``): raw written with the runtime's shortcut, so what is left of the
+  ratio is the runtime's own Python.
 - ``batch_bandwidth``: 100 bandwidth-bound dispatches of the best raw kernel shape (vec4, 256
   invocations a group, a tight fold) in one submission, against the plugin's fast idiom.
 - ``oneshot``: one upload of x, one params write, one encoder with clear + dispatch + copy to
@@ -39,6 +43,7 @@ from ..device.context import get_context
 from ..device.mapping import map_submitted
 from ..lowering.geometry import fold_groups
 from ..runtime.batch import submits_block
+from ..runtime.native import begin_pass, clear_buffer
 from .axpy import AXPY_WGSL, AXPY_YAML, RAW_WGSL, STORAGE
 from .gpu_timing import PassTimer
 from .harness import Result, case
@@ -104,6 +109,30 @@ class RawAxpy:
         cp.set_pipeline(self.pipeline)
         cp.set_bind_group(0, self.bind_groups[0], [0])
         cp.dispatch_workgroups(*self.groups)
+        cp.end()
+        self.queue.submit([enc.finish()])
+
+    def once_native(self) -> None:
+        """:meth:`once` with the clear and the pass encoded through wgpu-native's C functions,
+        as the runtime encodes them (``runtime/native.py``): the reference that shares that
+        shortcut, so a figure against it shows what the runtime's own Python costs."""
+        enc = self.dev.create_command_encoder()
+        clear_buffer(enc, self.ys[0], 0, self.nbytes)
+        cp = begin_pass(enc)
+        cp.run(self.pipeline, self.bind_groups[0], 0, self.groups)
+        cp.end()
+        self.queue.submit([enc.finish()])
+
+    def many_native(self, count: int) -> None:
+        """:meth:`many` encoded through wgpu-native's C functions (see :meth:`once_native`)."""
+        self.queue.write_buffer(self.params, 0, self.staged[:count])
+        enc = self.dev.create_command_encoder()
+        for y in self.ys[:count]:
+            clear_buffer(enc, y, 0, self.nbytes)
+        cp = begin_pass(enc)
+        stride, pipeline, groups = self.stride, self.pipeline, self.groups
+        for k in range(count):
+            cp.run(pipeline, self.bind_groups[k], k * stride, groups)
         cp.end()
         self.queue.submit([enc.finish()])
 
@@ -228,9 +257,15 @@ def bench_run_host(opts) -> list[Result]:
         run()
         raw.once()
         same()
+        raw.once_native()
     _sync(ctx)
     got = _rounds(
-        {"plugin": lambda: _median_call(run, repeat), "raw": lambda: _median_call(same, repeat), "raw_params": lambda: _median_call(raw.once, repeat)},
+        {
+            "plugin": lambda: _median_call(run, repeat),
+            "raw": lambda: _median_call(same, repeat),
+            "raw_params": lambda: _median_call(raw.once, repeat),
+            "raw_native": lambda: _median_call(raw.once_native, repeat),
+        },
         rounds,
     )
     return [
@@ -247,6 +282,13 @@ def bench_run_host(opts) -> list[Result]:
             got["raw_params"],
             "",
             "raw: params write + clear + dispatch + submit",
+        ),
+        _ratio_row(
+            "extra: variant.run vs raw encoding through wgpu-native's C functions, as the runtime does",
+            got["plugin"],
+            got["raw_native"],
+            "",
+            "raw: the same calls, its clear and pass through runtime/native.py: what the runtime's own Python costs",
         ),
     ]
 
@@ -282,7 +324,8 @@ def bench_batch(opts) -> list[Result]:
 
     default, sliced, whole = plugin(None), plugin(True), plugin(False)
     many = lambda: raw.many(100)  # noqa: E731
-    for fn in (default, sliced, whole, many):
+    many_native = lambda: raw.many_native(100)  # noqa: E731
+    for fn in (default, sliced, whole, many, many_native):
         fn()
     _sync(ctx)
     got = _rounds(
@@ -295,6 +338,7 @@ def bench_batch(opts) -> list[Result]:
             "done_raw": done(many),
             "host_sliced": host(sliced),
             "host_whole": host(whole),
+            "host_raw_native": host(many_native),
         },
         rounds,
     )
@@ -306,6 +350,13 @@ def bench_batch(opts) -> list[Result]:
         _ratio_row("extra: abi.batch(slices=True): host time", got["host_sliced"], got["host_raw"], "", note),
         _ratio_row("extra: abi.batch(slices=False): host time", got["host_whole"], got["host_raw"], "", note),
         _ratio_row("slices=True vs slices=False, until GPU done", got["done_sliced"], got["done_whole"], "", "plugin sliced / plugin one submission"),
+        _ratio_row(
+            f"extra: 100 runs in abi.batch() ({mode}) vs raw encoding through wgpu-native's C functions, as the runtime does",
+            got["host"],
+            got["host_raw_native"],
+            "",
+            "raw: the same 100 runs, clears and pass through runtime/native.py: what the runtime's own Python costs",
+        ),
     ]
 
 
