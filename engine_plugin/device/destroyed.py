@@ -14,9 +14,10 @@ from __future__ import annotations
 import threading
 from typing import Any, Callable
 
-__all__ = ["EPOCH", "install", "is_destroyed", "register_holder_lookup"]
+__all__ = ["EPOCH", "destroyed_binding", "install", "is_destroyed", "register_holder_lookup"]
 
 _MARK = "_engine_plugin_destroyed"
+_BOUND = "_engine_plugin_bound"  # on a bind group: the buffers and textures it binds
 EPOCH = [0]  # bumped by every destroy(): a remembered binding's checks hold while it is unchanged
 _lock = threading.Lock()
 _installed = [False]
@@ -36,6 +37,39 @@ def register_holder_lookup(find: Callable[[Any], list[list]]) -> None:
 def is_destroyed(obj: Any) -> bool:
     """Whether ``destroy()`` was called on this buffer or texture."""
     return getattr(obj, _MARK, False) is True
+
+
+def destroyed_binding(group: Any) -> Any | None:
+    """A destroyed buffer or texture the bind group ``group`` binds (None: none, or a group
+    made before :func:`install`). A caller-made product's group holds buffers the backend
+    cannot see otherwise: submitting it after one was destroyed aborted the process (review
+    helper 159)."""
+    for obj in getattr(group, _BOUND, ()):
+        if getattr(obj, _MARK, False) is True:
+            return obj
+    return None
+
+
+def _noting(create: Any) -> Any:
+    def create_bind_group(self: Any, *args: Any, **kwargs: Any) -> Any:
+        group = create(self, *args, **kwargs)
+        bound = []
+        for entry in kwargs.get("entries") or ():
+            resource = entry.get("resource") if isinstance(entry, dict) else None
+            if isinstance(resource, dict):
+                resource = resource.get("buffer")
+            target = getattr(resource, "texture", resource)  # a texture view binds its texture
+            if target is not None and hasattr(target, "destroy"):
+                bound.append(target)
+        try:
+            setattr(group, _BOUND, tuple(bound))
+        except AttributeError:  # a class with __slots__: nothing noted, nothing checked
+            pass
+        return group
+
+    create_bind_group.__wrapped__ = create  # type: ignore[attr-defined]
+    create_bind_group.__doc__ = create.__doc__
+    return create_bind_group
 
 
 def _marking(destroy: Any) -> Any:
@@ -81,4 +115,7 @@ def install() -> None:
             destroy = cls.__dict__.get("destroy")
             if destroy is not None and not hasattr(destroy, "__wrapped__"):
                 cls.destroy = _marking(destroy)
+        create = native.GPUDevice.__dict__.get("create_bind_group")
+        if create is not None and not hasattr(create, "__wrapped__"):
+            native.GPUDevice.create_bind_group = _noting(create)
         _installed[0] = True

@@ -15,6 +15,7 @@ submit, not at its place among encoded commands:
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
@@ -22,6 +23,8 @@ from typing import TYPE_CHECKING, Any
 from ..device.flags import COPY_DST, MAP_READ
 from .backend import ReadbackStatus
 from .ring import map_submitted
+
+log = logging.getLogger("engine_plugin.gpu")
 
 if TYPE_CHECKING:
     from .backend import ReadbackCallback
@@ -62,6 +65,10 @@ class SubmissionBatch:
 
 class _Disabled(Exception):
     """A batch found its backend disabled before submitting (a notify from another thread)."""
+
+
+class _Destroyed(Exception):
+    """A batch uses a buffer or texture destroyed after it was recorded."""
 
 
 class BatchRecorder:
@@ -199,6 +206,13 @@ class BatchRecorder:
             if batch.recorded:
                 if not self._healthy():
                     raise _Disabled(self._fault() or "disabled")
+                from ..runtime.submission import destroyed_in  # here: importing engine_plugin.gpu loads no wgpu
+
+                gone = destroyed_in(batch.submission.records)
+                if gone is not None:
+                    # Destroyed after its dispatch or readback was recorded: submitting would
+                    # abort the process (review helper 159). None of it runs; its readbacks fail.
+                    raise _Destroyed(f"a buffer or texture it uses ({getattr(gone, 'label', '')!r}) was destroyed after it was recorded")
                 # finish() (which raises on a lost device) and the submit, under the submit lock.
                 batch.submission.submit(self._device, self._queue, self._guard, "batch", self._timer)
         except Exception as exc:
@@ -206,6 +220,10 @@ class BatchRecorder:
                 req.settled = True  # none of their copies will run: their staging may go
             if isinstance(exc, _Disabled):
                 self._ring.tracker.fail_all(f"the backend was disabled before its batch was submitted ({exc})")
+            elif isinstance(exc, _Destroyed):
+                log.warning("a batch was not submitted: %s", exc)
+                for req in reqs:
+                    self._ring.tracker.decide(req, ReadbackStatus.FAILED, f"its batch was not submitted: {exc}")
             elif not self._closed():
                 self._device_exception("submitting a batch", exc)
             return

@@ -34,6 +34,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
+from ..device.destroyed import is_destroyed
 from ..device.flags import COPY_DST as _COPY_DST
 from ..device.flags import COPY_SRC as _COPY_SRC
 from ..device.flags import MAP_READ as _MAP_READ
@@ -509,6 +510,9 @@ class WgpuBackend:
         writes = self._dispatch_writes(desc, product)
         if isinstance(writes, str):
             return self._refuse(f"dispatch of {desc.product}: {writes}")
+        gone = self._destroyed(product, self._dispatch_records(desc, product), self._fields[desc.field].buffer)
+        if gone is not None:
+            return self._refuse(f"dispatch of {desc.product}: {gone}")
         if self._batches.open:
             if not self._batches.dispatch(desc, writes, self._dispatch_records(desc, product)):
                 return False
@@ -530,6 +534,22 @@ class WgpuBackend:
                 desc.prepared.submitted()
         self.stats["dispatches"] += 1
         return True
+
+    @staticmethod
+    def _destroyed(product: _Product, records: list, field_buffer: Any) -> str | None:
+        """Why a dispatch would use a destroyed buffer or texture (its bind groups, the field
+        mirror it reads, its readback source), or None: wgpu-native aborts the process on
+        submitting one, and a caller-made product's buffers are the caller's to destroy
+        (review helper 159)."""
+        from ..runtime.submission import destroyed_in  # here: engine_plugin.gpu imports no wgpu
+
+        for what, obj in (("the field mirror it reads", field_buffer), ("its readback source", product.desc.readback_source)):
+            if obj is not None and is_destroyed(obj):
+                return f"{what} {getattr(obj, 'label', '')!r} was destroyed (destroy() was called on it)"
+        found = destroyed_in(records)
+        if found is not None:
+            return f"a buffer or texture it binds ({getattr(found, 'label', '')!r}) was destroyed (destroy() was called on it)"
+        return None
 
     @staticmethod
     def _dispatch_records(desc: DispatchDesc, product: _Product) -> list:
@@ -608,6 +628,8 @@ class WgpuBackend:
         if isinstance(found, str):
             return self._refuse(f"readback of {desc.product}: {found}")
         source, base, size = found
+        if is_destroyed(source):  # copying from it would abort the process (review helper 159)
+            return self._refuse(f"readback of {desc.product}: its source {getattr(source, 'label', '')!r} was destroyed (destroy() was called on it)")
         why = self._ring.tracker.refusal(size)
         if why is not None:
             return self._refuse(f"readback of {desc.product}: {why}")

@@ -38,12 +38,24 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from ..device.destroyed import destroyed_binding, is_destroyed
 from ..device.loss import DeviceFault, classify
 from ..device.ordering import register_settle
 from ..errors import DeviceLostError
 from .native import begin_pass, clear_buffer, copy_buffer
 
-__all__ = ["PENDING", "Submission", "encode_records", "flush_open_batches", "flush_pending", "op_buffers", "record_binds", "submit_records", "submit_encoder"]
+__all__ = [
+    "PENDING",
+    "Submission",
+    "destroyed_in",
+    "encode_records",
+    "flush_open_batches",
+    "flush_pending",
+    "op_buffers",
+    "record_binds",
+    "submit_records",
+    "submit_encoder",
+]
 
 # The deferred run (runtime.deferred), as (context, batch), or None. Every submission the
 # runtime makes sends it first, so queue order is as if it had been submitted at once.
@@ -163,6 +175,23 @@ def _encode_in_place(encoder: Any, op: tuple) -> None:
         copy_buffer(encoder, op[1], op[2], op[3], op[4], op[5])
     else:  # "zero"
         clear_buffer(encoder, op[1], op[2], op[3])
+
+
+def destroyed_in(records: list) -> Any | None:
+    """A destroyed buffer or texture ``records`` would use (their bind groups' and ops'), or
+    None: wgpu-native aborts the process on submitting one (device/destroyed.py). For the GPU
+    backend's caller-made products, whose bind groups the runtime never checked."""
+    for record in records:
+        groups = record[1]
+        for group in (g for g, _ in groups if g is not None) if type(groups) is tuple else (groups,) if groups is not None else ():
+            found = destroyed_binding(group)
+            if found is not None:
+                return found
+        for op in record[4]:
+            for buffer in op_buffers(op):
+                if is_destroyed(buffer):
+                    return buffer
+    return None
 
 
 def op_buffers(op: tuple) -> tuple:
