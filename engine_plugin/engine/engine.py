@@ -894,6 +894,12 @@ class Engine:
                 return
         product.waiting = None  # the next waiting episode is reported again
 
+    def _reads_others_gpu_state(self, product: Product) -> bool:
+        """Whether ``product`` reads a kernel-written mirror that it does not write alone."""
+        own = set(product.plan.written_fields) if product.plan is not None else set()
+        writers = self._writers
+        return any(self._gpu.kernel_written(name) and (name not in own or any(w is not product for w in writers.get(name, ()))) for name in product.field_names)
+
     def _reads_gpu_state(self, product: Product) -> bool:
         """Whether ``product`` reads a kernel-written mirror (state the world's bytes lack)."""
         return any(self._gpu.kernel_written(name) for name in product.field_names)
@@ -1025,7 +1031,10 @@ class Engine:
         # the mirror: dispatched without a readback, so no result is applied twice. Chunks owed
         # a result go first, in a dispatch of their own (a path goes whole, with its readback).
         mirror_only = False
-        if product.mirror_unwritten and product.policy is not ReadbackPolicy.NONE:
+        # A writer that reads a mirror another kernel writes: its fallback computed from the
+        # world's bytes of that mirror, not the GPU's state, so those results are owed again
+        # with the mirror (its result stayed the fallback's for good, review helper 158).
+        if product.mirror_unwritten and product.policy is not ReadbackPolicy.NONE and not self._reads_others_gpu_state(product):
             rewrite = product.rewrites(work)
             if len(rewrite) == len(work.keys):
                 mirror_only = True
@@ -1148,10 +1157,12 @@ class Engine:
                     log.warning("recover_gpu: product %r stays on the CPU:\n%s", product.key, exc)
                 if product.gpu is not None and isinstance(product.exception, DeviceLostError):
                     product.fail(None)  # the loss it reported is over: it is on the GPU again
-                if product.gpu is not None and _keeps_gpu_state(product):
+                if product.gpu is not None and (_keeps_gpu_state(product) or self._reads_gpu_state(product)):
                     # What it wrote lived on the old device (a kernel-written mirror starts
                     # again from the world's bytes): every chunk is owed again, or the engine
-                    # reads idle over derived state that is gone (review helper 81).
+                    # reads idle over derived state that is gone (review helper 81). A reader of
+                    # such a mirror too: with no writer registered to re-own it, it kept the lost
+                    # device's value for good (review helper 158).
                     product.owe_everything(self.world)
         log.info("GPU recovered on %s; %d product(s) re-registered", self._gpu.adapter_name, sum(p.gpu is not None for p in self._order))
         return self.gpu_active

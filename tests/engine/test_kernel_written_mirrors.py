@@ -1142,3 +1142,81 @@ def test_a_reader_registered_after_a_writer_follows_what_the_writer_computes_fro
         assert latest == model()
     finally:
         engine.close()
+
+
+def _drain_chain(engine):
+    _drain(engine)
+    for _ in range(3):
+        engine.frame()
+        time.sleep(0.003)
+
+
+def _slot_sum(engine, world, name):
+    words = np.frombuffer(abi.read(engine.backend.field_buffer(name)), np.float32).reshape(world.max_chunks, -1)
+    return float(words[world.slot(0), :16].sum())
+
+
+def test_a_chain_writer_whose_fallback_read_a_mirror_is_recomputed_with_it_after_recovery(gpu):
+    # Review helper 158: W2 (m2 = m1 + b, m1 written by W1's kernel) was served by its CPU
+    # fallback from the world's m1 bytes during a device error; after recover_gpu its kernel ran
+    # over the chunk "for the mirror alone", and its result stayed the fallback's for good.
+    from chain_kernels import EVEN, programs
+
+    world = World(SHAPE, {f: np.float32 for f in ("a", "b", "m1", "m2")}, max_chunks=2)
+    world.add(0, {"a": np.full(SHAPE, 1.0, np.float32), "b": np.full(SHAPE, 2.0, np.float32)})
+    engine = Engine(world, device=gpu)
+    try:
+        engine.field_buffer("m1", kernel_writes=True)
+        engine.field_buffer("m2", kernel_writes=True)
+        progs, got = programs(), {}
+        engine.register_product(progs["W1"], key="W1", fields={"a": "a", "m": "m1"}, policy=ReadbackPolicy.NONE, params={"k": 2.0})
+        engine.register_product(
+            progs["W2"],
+            key="W2",
+            fields={"src": "m1", "b": "b", "m": "m2"},
+            policy=ReadbackPolicy.SUMMARY,
+            apply=lambda r: got.update({k: float(v) for k, v in zip(r.keys, r.values)}),
+            cpu_fallback=lambda w, work: np.array([(w.read(k, "m1") + w.read(k, "b")).sum() for k in work.keys], np.float32),
+        )
+        _drain_chain(engine)
+        world.write(0, "a", np.full(SHAPE, 4.0, np.float32))
+        engine.frame()  # W2's readback in flight
+        engine.backend.notify_device_error("a device error, for the test")
+        engine.frame()
+        assert engine.recover_gpu()
+        _drain_chain(engine)
+        want = float((np.where(EVEN, 2 * 4.0 + 1, 0.0) + 2.0).sum())
+        assert _slot_sum(engine, world, "m2") == want
+        assert got[0] == want
+    finally:
+        engine.close()
+
+
+def test_a_reader_of_a_mirror_without_a_writer_follows_it_from_the_worlds_bytes_after_recovery(gpu):
+    # Review helper 158: after recover_gpu a kernel-written mirror starts again from the world's
+    # bytes, but a reader of it was owed nothing when no writer was registered: it kept the
+    # value computed over the lost device's mirror, idle, for good.
+    from chain_kernels import programs
+
+    world = World(SHAPE, {f: np.float32 for f in ("b", "m1", "m2")}, max_chunks=2)
+    world.add(0, {"b": np.full(SHAPE, 2.0, np.float32), "m1": np.full(SHAPE, 1.0, np.float32), "m2": np.full(SHAPE, 7.0, np.float32)})
+    engine = Engine(world, device=gpu)
+    try:
+        engine.field_buffer("m2", kernel_writes=True)
+        progs, got = programs(), {}
+        writer = engine.register_product(progs["W2"], key="W2", fields={"src": "m1", "b": "b", "m": "m2"}, policy=ReadbackPolicy.NONE)
+        engine.register_product(
+            progs["SUM"], key="R2", fields={"src": "m2"}, policy=ReadbackPolicy.SUMMARY, params={"c": 1.0}, apply=lambda r: got.update(zip(r.keys, r.values.tolist()))
+        )
+        _drain_chain(engine)
+        assert got[0] == _slot_sum(engine, world, "m2") == 48.0  # (1 + 2) * 16, the writer's
+        engine.unregister_product(writer)
+        _drain_chain(engine)
+        engine.backend.notify_device_error("a device error, for the test")
+        engine.frame()
+        assert engine.recover_gpu()
+        _drain_chain(engine)
+        assert _slot_sum(engine, world, "m2") == float(world.read(0, "m2").sum()) == 112.0
+        assert got[0] == 112.0
+    finally:
+        engine.close()
