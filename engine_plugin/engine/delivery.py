@@ -219,6 +219,10 @@ class Delivery:
         # its write twice (review helper 150: g = 3 + 1 became 5). Its results are revalidated
         # by the fields it reads, whatever ``revalidate`` says.
         world = self._world
+        # The fields it reads, not those behind a kernel-written mirror among them: a result over
+        # m1 = k a + 1 may land once after a changed (corrected the frame after, review helper
+        # 158); counting a would never apply a reader of a simulation whose input the game
+        # writes every frame (the demo's summary over its heat).
         names = product.field_names
         changed = {f: self._changes_of(f) for f in names}
         token = self.dirty_token

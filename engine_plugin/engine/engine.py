@@ -463,6 +463,22 @@ class Engine:
         product.cpu_done.clear()
         self._gpu.reregister(product)
         product.owe_everything(self.world)
+        self._renew_dependents(product)
+
+    def _renew_dependents(self, writer: Product) -> None:
+        """``writer``'s kernel or params changed: every mirror it writes changes, so the
+        products whose results derive from those mirrors get a new generation too, and what
+        they have in flight over the old mirror is discarded rather than applied (review
+        helper 158: results over a writer's old-params mirror landed after set_params)."""
+        written = set(writer.plan.written_fields) if writer.plan is not None else set()
+        if not written:
+            return
+        self._writers = self._mirror_writers()
+        for product in self._order:
+            if product is not writer and written.intersection(self._fields_behind(product)):
+                product.cpu_done.clear()
+                self._gpu.reregister(product)
+                product.owe_everything(self.world)
 
     def _adopt_refused(self, product: Product, params: Mapping[str, Any]) -> bool:
         """Plan ``product``'s refused reload with ``params``; on success it runs from the next
@@ -491,6 +507,7 @@ class Engine:
         if product.gpu is None:
             product.kernel_changed_off_gpu = True
             product.owe_everything(self.world)
+        self._renew_dependents(product)
 
     def field_buffer(self, name: str, *, kernel_writes: bool = False) -> Any | None:
         """The GPU mirror of world field ``name`` (slot-major, what product kernels read), kept
@@ -894,6 +911,45 @@ class Engine:
                 return
         product.waiting = None  # the next waiting episode is reported again
 
+    def _fields_behind(self, product: Product) -> tuple[str, ...]:
+        """The fields ``product``'s results derive from: those it reads and, through every
+        kernel-written mirror among them, the fields that mirror's writers read (transitively)."""
+        out = dict.fromkeys(product.field_names)
+        if not self._writers:
+            return tuple(out)
+        seen, todo = {id(product)}, [product]
+        while todo:
+            p = todo.pop()
+            own = set(p.plan.written_fields) if p.plan is not None else set()
+            # Through the mirrors it reads, not those it writes (its read_write binding is how it
+            # writes: another writer of the same mirror is no input of its results).
+            for name in p.field_names:
+                if name in own:
+                    continue
+                for w in self._writers.get(name, ()):
+                    if id(w) not in seen:
+                        seen.add(id(w))
+                        out.update(dict.fromkeys(w.field_names))
+                        todo.append(w)
+        return tuple(out)
+
+    def _upstream_owed(self, writer: Product, seen: set[int]) -> set[int]:
+        """Chunks owed to writers registered before ``writer`` of the mirrors it reads, and to
+        theirs (transitively): once those run, ``writer`` runs over them again, and so does a
+        reader of its mirror (review helper 158: a reader of m2 ran before m1's writer, then
+        again after it, and the same version was applied twice)."""
+        out: set[int] = set()
+        here = self._position.get(id(writer), -1)
+        for name in writer.field_names:
+            for w in self._writers.get(name, ()):
+                if w is writer or id(w) in seen or self._position.get(id(w), -1) >= here:
+                    continue
+                seen.add(id(w))
+                out |= w.pending
+                out |= w.mirror_unwritten
+                out |= self._upstream_owed(w, seen)
+        return out
+
     def _reads_others_gpu_state(self, product: Product) -> bool:
         """Whether ``product`` reads a kernel-written mirror that it does not write alone."""
         own = set(product.plan.written_fields) if product.plan is not None else set()
@@ -994,6 +1050,7 @@ class Engine:
                 if self._position.get(id(w), -1) < here:
                     out |= w.pending
                     out |= w.mirror_unwritten
+                    out |= self._upstream_owed(w, {id(reader), id(w)})
                 elif w.mirror_unwritten and writes.intersection(w.field_names):
                     # A later writer that reads a mirror this one writes waits for this one's owed
                     # work; waiting here for its fallback-served chunks among that work too held

@@ -1220,3 +1220,62 @@ def test_a_reader_of_a_mirror_without_a_writer_follows_it_from_the_worlds_bytes_
         assert got[0] == 112.0
     finally:
         engine.close()
+
+
+@pytest.mark.parametrize("case", ["writer_set_params"])
+def test_a_result_over_a_mirror_is_never_applied_after_what_made_the_mirror_changed(gpu, case):
+    # Review helper 158: results over W1's mirror in flight when set_params(W1) changed k landed
+    # (R1 24 where the world said 32). Every applied value equals the model of the world it
+    # lands in. (A change to a field only W1 reads, with a result of W2 or of a reader under
+    # revalidate="fields" in flight, may still land once, corrected the frame after: counting
+    # the fields behind a mirror starves readers of a simulation fed every frame, the demo's.)
+    from chain_kernels import EVEN, programs
+
+    from engine_plugin.engine import EngineConfig
+
+    world = World(SHAPE, {f: np.float32 for f in ("a", "b", "m1", "m2")}, max_chunks=2)
+    world.add(0, {"a": np.full(SHAPE, 1.0, np.float32), "b": np.full(SHAPE, 2.0, np.float32)})
+    engine = Engine(world, device=gpu, config=EngineConfig(revalidate="fields" if case == "reader_fields_rule" else "chunk"))
+    progs, k, log = programs(), {"k": 2.0}, []
+    try:
+        engine.field_buffer("m1", kernel_writes=True)
+        engine.field_buffer("m2", kernel_writes=True)
+        w1 = engine.register_product(progs["W1"], key="W1", fields={"a": "a", "m": "m1"}, policy=ReadbackPolicy.NONE, params=dict(k))
+        engine.register_product(
+            progs["W2"], key="W2", fields={"src": "m1", "b": "b", "m": "m2"}, policy=ReadbackPolicy.SUMMARY, apply=lambda r: log.append(("W2", float(r.values[0])))
+        )
+        reader = engine.register_product(
+            progs["SUM"], key="R1", fields={"src": "m1"}, policy=ReadbackPolicy.SUMMARY, params={"c": 1.0}, apply=lambda r: log.append(("R1", float(r.values[0])))
+        )
+
+        def model():
+            a, b = world.read(0, "a").reshape(-1), world.read(0, "b").reshape(-1)
+            m1 = np.where(EVEN, k["k"] * a + 1, world.read(0, "m1").reshape(-1))
+            return {"W2": float((m1 + b).sum()), "R1": float(m1.sum())}
+
+        def frames(count):
+            for _ in range(count):
+                seen = len(log)
+                engine.frame()
+                time.sleep(0.01)
+                for name, value in log[seen:]:
+                    assert value == model()[name], (case, name, value, model())
+
+        frames(15)
+        if case == "writer_upstream_field":
+            world.write(0, "b", np.full(SHAPE, 3.0, np.float32))
+            engine.frame()  # W2 alone dispatched, its readback in flight
+            world.write(0, "a", np.full(SHAPE, 5.0, np.float32))  # what m1 is made of changes
+        elif case == "reader_fields_rule":
+            engine.invalidate(reader)
+            engine.frame()  # R1's readback in flight
+            world.write(0, "a", np.full(SHAPE, 5.0, np.float32))
+        else:
+            world.write(0, "m1", np.full(SHAPE, 0.0, np.float32))
+            engine.frame()  # everything dispatched, readbacks in flight
+            k["k"] = 3.0
+            engine.set_params(w1, dict(k))
+        frames(15)
+        assert log[-2:] and {name: value for name, value in log} == model()  # and it ends current
+    finally:
+        engine.close()
