@@ -115,9 +115,16 @@ class _ApiPass:
         self._pass.end()
 
 
+_BEGIN = GPUCommandEncoder.begin_compute_pass  # wgpu-py's own (a profiler may wrap it)
+
+
 def begin_pass(encoder: Any) -> ComputePass | _ApiPass:
-    """A compute pass of ``encoder``: C calls for wgpu-py's own encoder, its methods otherwise."""
-    return ComputePass(encoder) if type(encoder) is GPUCommandEncoder else _ApiPass(encoder)
+    """A compute pass of ``encoder``: C calls for wgpu-py's own encoder, its methods otherwise,
+    and while ``begin_compute_pass`` is wrapped (the bench's pass timer adds timestamp writes
+    to every pass it begins: a pass begun around it would go untimed)."""
+    if type(encoder) is GPUCommandEncoder and GPUCommandEncoder.begin_compute_pass is _BEGIN:
+        return ComputePass(encoder)
+    return _ApiPass(encoder)
 
 
 def clear_buffer(encoder: Any, buffer: Any, offset: int, size: int | None) -> None:
