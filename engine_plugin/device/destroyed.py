@@ -52,12 +52,19 @@ def destroyed_binding(group: Any) -> Any | None:
 
 def _noting(create: Any) -> Any:
     def create_bind_group(self: Any, *args: Any, **kwargs: Any) -> Any:
+        # Materialised first: a generator of entries would be used up by wgpu-py (review
+        # helper 160); entries and buffer bindings may be any mapping (wgpu.BindGroupEntry,
+        # wgpu.BufferBinding) or an object with those attributes.
+        entries = kwargs.get("entries")
+        if entries is not None and not isinstance(entries, (list, tuple)):
+            kwargs["entries"] = entries = list(entries)
         group = create(self, *args, **kwargs)
         bound = []
-        for entry in kwargs.get("entries") or ():
-            resource = entry.get("resource") if isinstance(entry, dict) else None
-            if isinstance(resource, dict):
-                resource = resource.get("buffer")
+        for entry in entries or ():
+            resource = _field(entry, "resource")
+            buffer = _field(resource, "buffer")
+            if buffer is not None:
+                resource = buffer
             target = getattr(resource, "texture", resource)  # a texture view binds its texture
             if target is not None and hasattr(target, "destroy"):
                 bound.append(target)
@@ -70,6 +77,16 @@ def _noting(create: Any) -> Any:
     create_bind_group.__wrapped__ = create  # type: ignore[attr-defined]
     create_bind_group.__doc__ = create.__doc__
     return create_bind_group
+
+
+def _field(obj: Any, name: str) -> Any:
+    """``obj[name]`` of a mapping, else its attribute ``name``, else None."""
+    if obj is None:
+        return None
+    try:
+        return obj[name] if hasattr(obj, "keys") else getattr(obj, name, None)
+    except (KeyError, TypeError):
+        return None
 
 
 def _marking(destroy: Any) -> Any:

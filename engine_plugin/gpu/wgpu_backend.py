@@ -34,6 +34,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
+from ..device.destroyed import install as install_destroy_marks
 from ..device.destroyed import is_destroyed
 from ..device.flags import COPY_DST as _COPY_DST
 from ..device.flags import COPY_SRC as _COPY_SRC
@@ -93,6 +94,10 @@ class WgpuBackend:
         # makes a new device next time.
         self._context = device if hasattr(device, "device") and hasattr(device, "lost") else None
         device = getattr(device, "device", device)
+        # Destroyed buffers and the buffers bind groups bind are known from here on, for a raw
+        # device too (a DeviceContext installs it; without one a destroyed buffer aborted the
+        # process at submit, review helper 160).
+        install_destroy_marks()
         # Every submission holds the device's submit lock and checks its loss flag first.
         self._guard = self._context.guard if self._context is not None else guard_for(device)
         self.config = config or WgpuBackendConfig()

@@ -21,9 +21,12 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) { let i = gid.x; if (i >=
 U = wgpu.BufferUsage
 
 
+def _raw_device():
+    return wgpu.gpu.request_adapter_sync(power_preference="high-performance").request_device_sync()
+
+
 def main(case: str) -> None:
-    ctx = get_context()
-    dev = ctx.device
+    dev = _raw_device() if case == "raw_device" else get_context().device
     world = World((8, 8), {"h": np.float32}, max_chunks=4)
     for k in range(4):
         world.add(k, {"h": np.full((8, 8), k, np.float32)})
@@ -34,16 +37,19 @@ def main(case: str) -> None:
     pipeline = dev.create_compute_pipeline(layout="auto", compute={"module": dev.create_shader_module(code=WGSL), "entry_point": "main"})
 
     def product(out, key):
-        group = dev.create_bind_group(
-            layout=pipeline.get_bind_group_layout(0), entries=[{"binding": 0, "resource": {"buffer": be.field_buffer("h")}}, {"binding": 1, "resource": {"buffer": out}}]
-        )
+        entries = [{"binding": 0, "resource": {"buffer": be.field_buffer("h")}}, {"binding": 1, "resource": {"buffer": out}}]
+        if case == "struct_entries":  # review helper 160: wgpu-py's structs, a generator
+            entries = [wgpu.BindGroupEntry(binding=0, resource=wgpu.BufferBinding(buffer=be.field_buffer("h"))), wgpu.BindGroupEntry(binding=1, resource=wgpu.BufferBinding(buffer=out))]
+        elif case == "generator":
+            entries = (e for e in entries)
+        group = dev.create_bind_group(layout=pipeline.get_bind_group_layout(0), entries=entries)
         got = []
         desc = WgpuProductDesc(pipeline, [group], readback_source=out, callback=lambda *a: got.append(a))
         return be.register_product(key, desc), got
 
     out = dev.create_buffer(size=1024, usage=U.STORAGE | U.COPY_SRC | U.COPY_DST)
     handle, got = product(out, case)
-    if case == "bound_before_dispatch":
+    if case in ("bound_before_dispatch", "struct_entries", "generator", "raw_device"):
         out.destroy()
         assert not be.dispatch(DispatchDesc(handle, "h", 4, 4)) and "was destroyed" in be.last_refusal, be.last_refusal
     elif case == "bound_inside_batch":
