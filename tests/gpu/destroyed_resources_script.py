@@ -44,9 +44,13 @@ def main(case: str) -> None:
             entries = (e for e in entries)
         group = dev.create_bind_group(layout=pipeline.get_bind_group_layout(0), entries=entries)
         got = []
-        desc = WgpuProductDesc(pipeline, [group], readback_source=out, callback=lambda *a: got.append(a))
+        # The readback source is a buffer of its own: its check must not hide the bind group's.
+        source = dev.create_buffer(size=1024, usage=U.STORAGE | U.COPY_SRC | U.COPY_DST)
+        sources.append(source)
+        desc = WgpuProductDesc(pipeline, [group], readback_source=source, callback=lambda *a: got.append(a))
         return be.register_product(key, desc), got
 
+    sources: list = []
     out = dev.create_buffer(size=1024, usage=U.STORAGE | U.COPY_SRC | U.COPY_DST)
     handle, got = product(out, case)
     if case in ("bound_before_dispatch", "struct_entries", "generator", "raw_device"):
@@ -61,7 +65,7 @@ def main(case: str) -> None:
             be.poll()
         assert got and "FAILED" in str(got[-1]), got  # the batch never ran: its readback failed
     elif case == "readback_source":
-        out.destroy()
+        sources[0].destroy()
         assert not be.readback(ReadbackDesc(handle, ReadbackPolicy.SUMMARY, offset=0, size=64)) and "destroyed" in be.last_refusal
     elif case == "field_mirror":
         be.field_buffer("h").destroy()
