@@ -186,38 +186,51 @@ class Batch:
                 outer.flush()
         self._slice_start = 0.0
         self._limit = SLICE_S
-        ctx = None
+        # Device by device: a lost device's runs are dropped (DeviceLostError once the others
+        # are submitted), never a healthy device's: a batch mixing devices lost them all, and
+        # their Outputs read zeros (review helper 161).
+        contexts = {id(variant.ctx): variant.ctx for variant, _, _ in self._staged.values()}
+        contexts.update((key, ctx) for key, (ctx, _) in self.records.items())
+        lost_first: DeviceLostError | None = None
         try:
-            for variant, offsets, _ in self._staged.values():
-                ctx = variant.ctx
-                if ctx.guard.lost:  # destroyed meanwhile (another thread, or inside the batch)
-                    raise DeviceLostError(LOST_HINT)
-                ring = variant._ring
-                offsets.sort()
-                start = prev = offsets[0]
-                for off in offsets[1:] + [None]:
-                    if off is not None and off == prev + ring.stride:
-                        prev = off
-                        continue
-                    end = prev + ring.stride
-                    variant.ctx.queue.write_buffer(ring.buffer, start, memoryview(ring.mirror)[start:end])
-                    if off is not None:
-                        start = prev = off
-            for ctx, records in self.records.values():
-                if records:
-                    self.submissions += 1
-                    submit_records(ctx.device, ctx.queue, ctx.guard, records, "a batch")
-        except Exception as exc:
-            # The params writes meet a device destroyed after the runs were recorded first: a
-            # raw "Parent device is lost" is a DeviceLostError (review helper 102).
-            lost = lost_error(ctx, exc) if ctx is not None else None
-            if lost is None or lost is exc:
-                raise
-            raise lost from None
+            for key, ctx in contexts.items():
+                try:
+                    self._submit_device(ctx, self.records.get(key))
+                except Exception as exc:
+                    # The params writes meet a device destroyed after the runs were recorded: a
+                    # raw "Parent device is lost" is a DeviceLostError (review helper 102).
+                    lost = lost_error(ctx, exc)
+                    if lost is None:
+                        raise
+                    lost_first = lost_first or lost
         finally:
             # Submitted, or failed (a lost device: nothing of it will run): either way the
             # recorded runs hold nothing any more.
             self.drop()
+        if lost_first is not None:
+            raise lost_first
+
+    def _submit_device(self, ctx: DeviceContext, entry: tuple[DeviceContext, list] | None) -> None:
+        """Write the params slots this batch staged on ``ctx`` and submit its records there."""
+        if ctx.guard.lost:  # destroyed meanwhile (another thread, or inside the batch)
+            raise DeviceLostError(LOST_HINT)
+        for variant, offsets, _ in self._staged.values():
+            if variant.ctx is not ctx:
+                continue
+            ring = variant._ring
+            offsets.sort()
+            start = prev = offsets[0]
+            for off in offsets[1:] + [None]:
+                if off is not None and off == prev + ring.stride:
+                    prev = off
+                    continue
+                end = prev + ring.stride
+                ctx.queue.write_buffer(ring.buffer, start, memoryview(ring.mirror)[start:end])
+                if off is not None:
+                    start = prev = off
+        if entry is not None and entry[1]:
+            self.submissions += 1
+            submit_records(ctx.device, ctx.queue, ctx.guard, entry[1], "a batch")
 
     def drop(self) -> None:
         """Forget what was recorded (submitted, or never to be): temps go back to their

@@ -1,0 +1,36 @@
+"""Runs on two devices in one process: a batch mixing them loses only the lost device's runs
+(review helper 161: the healthy device's were dropped too, and their Outputs read zeros)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import wgpu
+
+from engine_plugin import abi
+from engine_plugin.bench.axpy import AXPY_WGSL, AXPY_YAML
+from engine_plugin.errors import DeviceLostError
+
+pytestmark = pytest.mark.gpu
+
+
+@pytest.mark.parametrize("order", ["AB", "BA"])
+def test_a_batch_mixing_devices_submits_the_healthy_devices_runs_when_the_other_is_lost(order):
+    other = wgpu.gpu.request_adapter_sync(power_preference="high-performance").request_device_sync()
+    schema = abi.parse(AXPY_YAML)
+    on_a = abi.program(key="t161/axpy", schema=schema, wgsl=AXPY_WGSL).variant()
+    on_b = abi.program(key="t161/axpy", schema=schema, wgsl=AXPY_WGSL, device=other).variant()
+    n = 4096
+    x = np.arange(n, dtype=np.float32)
+    for v in (on_a, on_b):  # pooled buffers holding other data first
+        abi.read(v.run(n, inputs={"x": np.full(n, 777, np.float32)}, params={"a": 1.0}).outputs["y"])
+    runs = {}
+    with pytest.raises(DeviceLostError):
+        with abi.batch():
+            for side in order:
+                runs[side] = (on_a if side == "A" else on_b).run(n, inputs={"x": x}, params={"a": 4.0 if side == "A" else 5.0})
+            other.destroy()
+    expected = abi.read(on_a.run(n, inputs={"x": x}, params={"a": 4.0}).outputs["y"])  # this kernel's answer
+    np.testing.assert_array_equal(abi.read(runs["A"].outputs["y"]), expected)
+    with pytest.raises(DeviceLostError):
+        abi.read(runs["B"].outputs["y"])
