@@ -116,6 +116,14 @@ def table(columns: Mapping[str, Any], *, order: Sequence[str] | None = None, dev
     """
     words, names, counts, lanes, kinds, two_d = pack_table(columns, order)
     ctx = get_context(device)
-    buf = ctx.device.create_buffer(size=max(16, words.nbytes + (-words.nbytes % 16)), usage=STORAGE_USAGE, label=label)
-    ctx.queue.write_buffer(buf, 0, words)
+    try:
+        buf = ctx.device.create_buffer(size=max(16, words.nbytes + (-words.nbytes % 16)), usage=STORAGE_USAGE, label=label)
+        ctx.queue.write_buffer(buf, 0, words)
+    except Exception as exc:  # a device destroyed meanwhile: a DeviceLostError, not wgpu's raw error (helper 161)
+        from .loss import lost_error
+
+        lost = lost_error(ctx, exc)
+        if lost is None:
+            raise
+        raise lost from None
     return Table(buf, names, counts, lanes, kinds, words, two_d)

@@ -34,3 +34,11 @@ def test_a_batch_mixing_devices_submits_the_healthy_devices_runs_when_the_other_
     np.testing.assert_array_equal(abi.read(runs["A"].outputs["y"]), expected)
     with pytest.raises(DeviceLostError):
         abi.read(runs["B"].outputs["y"])
+
+
+def test_a_table_on_a_destroyed_device_is_a_device_lost_error():
+    # Review helper 161: wgpu's raw GPUValidationError ("Parent device is lost").
+    other = wgpu.gpu.request_adapter_sync(power_preference="high-performance").request_device_sync()
+    other.destroy()
+    with pytest.raises(DeviceLostError):
+        abi.table({"w": np.ones(4, np.float32)}, device=other)
