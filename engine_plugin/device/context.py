@@ -144,6 +144,7 @@ def get_context(device: Any | None = None) -> DeviceContext:
                 return device
             ctx = _contexts.get(id(device))
             if ctx is None or ctx.device is not device:
+                _forget_lost()
                 ctx = _contexts[id(device)] = DeviceContext(device)
             return ctx
         if _default is not None and _default.guard.check():
@@ -157,6 +158,17 @@ def get_context(device: Any | None = None) -> DeviceContext:
             _default = _new_context()
             log.info("engine_plugin device: %s", _default.adapter_name)
         return _default
+
+
+def _forget_lost() -> None:
+    """Drop the contexts of devices found lost (destroyed, reset), their caches with them: a
+    process handed device after device kept every one alive, pools and pipelines included,
+    about 20 MB a device (review helper 161). Holders of their objects keep getting
+    DeviceLostError; a lost device is never handed out again."""
+    for key, ctx in list(_contexts.items()):
+        if ctx is not _default and ctx.guard.lost:
+            ctx.drop_caches()
+            _contexts.pop(key, None)
 
 
 def _new_context(adapter: Any = None) -> DeviceContext:

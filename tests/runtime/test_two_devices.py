@@ -42,3 +42,23 @@ def test_a_table_on_a_destroyed_device_is_a_device_lost_error():
     other.destroy()
     with pytest.raises(DeviceLostError):
         abi.table({"w": np.ones(4, np.float32)}, device=other)
+
+
+def test_destroyed_devices_handed_to_the_plugin_are_released():
+    # Review helper 161: every device handed in kept its context (pools, pipelines) for good:
+    # about 20 MB a device. A lost device's context goes when the next device comes in.
+    import gc
+    import weakref
+
+    schema = abi.parse(AXPY_YAML)
+    refs = []
+    for _ in range(4):
+        device = wgpu.gpu.request_adapter_sync(power_preference="high-performance").request_device_sync()
+        variant = abi.program(key="t161/leak", schema=schema, wgsl=AXPY_WGSL, device=device).variant()
+        out = abi.read(variant.run(64, inputs={"x": np.ones(64, np.float32)}, params={"a": 2.0}).outputs["y"])
+        assert out[0] == 3.0  # y = a x + 1
+        refs.append(weakref.ref(device))
+        device.destroy()
+        del device, variant
+        gc.collect()
+    assert sum(r() is not None for r in refs) <= 1  # only the last, until another comes in
