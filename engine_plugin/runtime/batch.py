@@ -181,18 +181,22 @@ class Batch:
         """Submit what was recorded so far (a slice, or the rest at exit), after what the
         batches it is nested in recorded before it opened: runs go to the queue in the order
         they were recorded, nested or not."""
-        for outer in self.outer:
-            if outer.pending:
-                outer.flush()
         self._slice_start = 0.0
         self._limit = SLICE_S
         # Device by device: a lost device's runs are dropped (DeviceLostError once the others
         # are submitted), never a healthy device's: a batch mixing devices lost them all, and
-        # their Outputs read zeros (review helper 161).
-        contexts = {id(variant.ctx): variant.ctx for variant, _, _ in self._staged.values()}
-        contexts.update((key, ctx) for key, (ctx, _) in self.records.items())
+        # their Outputs read zeros (review helper 161); so did a nested batch's, when its outer
+        # batch met the lost device first (helper 162: and its params slots stayed taken).
         lost_first: DeviceLostError | None = None
         try:
+            for outer in self.outer:
+                if outer.pending:
+                    try:
+                        outer.flush()
+                    except DeviceLostError as exc:
+                        lost_first = lost_first or exc
+            contexts = {id(variant.ctx): variant.ctx for variant, _, _ in self._staged.values()}
+            contexts.update((key, ctx) for key, (ctx, _) in self.records.items())
             for key, ctx in contexts.items():
                 try:
                     self._submit_device(ctx, self.records.get(key))

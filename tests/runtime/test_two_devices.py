@@ -62,3 +62,26 @@ def test_destroyed_devices_handed_to_the_plugin_are_released():
         del device, variant
         gc.collect()
     assert sum(r() is not None for r in refs) <= 1  # only the last, until another comes in
+
+
+def test_a_nested_batch_submits_its_healthy_runs_when_its_outer_batch_meets_a_lost_device():
+    # Review helper 162: the inner batch's exit flushed the outer batch first, which raised
+    # for the lost device before the inner batch submitted (or dropped) anything: its run on
+    # the healthy device read zeros, and its params slot stayed taken for good.
+    other = wgpu.gpu.request_adapter_sync(power_preference="high-performance").request_device_sync()
+    schema = abi.parse(AXPY_YAML)
+    on_a = abi.program(key="t162/axpy", schema=schema, wgsl=AXPY_WGSL).variant()
+    on_b = abi.program(key="t162/axpy", schema=schema, wgsl=AXPY_WGSL, device=other).variant()
+    n = 1024
+    x = np.arange(n, dtype=np.float32)
+    staged_before = len(on_a._ring.staged)
+    with pytest.raises(DeviceLostError):
+        with abi.batch():
+            on_b.run(n, inputs={"x": x}, params={"a": 5.0})
+            outer_a = on_a.run(n, inputs={"x": x}, params={"a": 3.0})
+            with abi.batch():
+                inner_a = on_a.run(n, inputs={"x": x}, params={"a": 4.0})
+                other.destroy()
+    np.testing.assert_array_equal(abi.read(outer_a.outputs["y"]), 3.0 * x + 1.0)
+    np.testing.assert_array_equal(abi.read(inner_a.outputs["y"]), 4.0 * x + 1.0)
+    assert len(on_a._ring.staged) == staged_before  # no params slot left taken
