@@ -460,10 +460,15 @@ class Engine:
     def _recompute_all(self, product: Product) -> None:
         """A product with new params or a new kernel: a new GPU generation, every chunk owed
         again (the CPU fallback's results depend on both too)."""
+        self._recompute(product)
+        self._renew_dependents(product)
+
+    def _recompute(self, product: Product) -> None:
+        """A new GPU generation for ``product``, every chunk owed again (its fallback's
+        results too: they depend on its params and kernel)."""
         product.cpu_done.clear()
         self._gpu.reregister(product)
         product.owe_everything(self.world)
-        self._renew_dependents(product)
 
     def _renew_dependents(self, writer: Product) -> None:
         """``writer``'s kernel or params changed: every mirror it writes changes, so the
@@ -476,9 +481,7 @@ class Engine:
         self._writers = self._mirror_writers()
         for product in self._order:
             if product is not writer and written.intersection(self._fields_behind(product)):
-                product.cpu_done.clear()
-                self._gpu.reregister(product)
-                product.owe_everything(self.world)
+                self._recompute(product)
 
     def _adopt_refused(self, product: Product, params: Mapping[str, Any]) -> bool:
         """Plan ``product``'s refused reload with ``params``; on success it runs from the next
@@ -987,28 +990,23 @@ class Engine:
         )
         return "owed" if longer >= free else None
 
-    def _owe_readers(self, writer: Product, keys: set[int]) -> None:
-        """The chunks ``writer``'s kernel just wrote that its fallback had served (or left
-        unwritten): every other product reading a mirror it writes owes them again. A reader
-        served meanwhile (its fallback, from the world's bytes, while the writer was off the
-        GPU) kept that value for good once the writer's kernel changed the mirror it reads
-        (review helper 150: 80 for good where the mirror summed to 96)."""
-        written = set(writer.plan.written_fields) if writer.plan is not None else set()
-        world = self.world
-        for reader in self._order:
-            if reader is not writer and written.intersection(reader.field_names):
-                reader.pending.update(k for k in keys if k in world)
+    def _owe_readers(self, writer: Product, keys: Any, *, later_only: bool = False) -> None:
+        """Every other product reading a mirror ``writer`` writes owes ``keys`` (those still in
+        the world); ``later_only``: only those registered after it.
 
-    def _owe_later_readers(self, writer: Product, keys: Any) -> None:
-        """The chunks ``writer``'s kernel is writing this frame: every product registered after
-        it that reads a mirror it writes owes them, and runs over them in this frame's
-        submission, after the write. A change to a field only the writer reads (``m = 2a + 1``
-        from ``a``) owed the writer alone: a reader of ``m`` kept its result for good (review
-        helper 154). Readers registered before it read the mirror as it left it the frame before
-        (state fed back): owing them would run both every frame from then on."""
+        Two uses. The chunks its kernel just wrote that its fallback had served (or left
+        unwritten), for every reader: one served meanwhile (its fallback, from the world's
+        bytes, while the writer was off the GPU) kept that value for good once the writer's
+        kernel changed the mirror it reads (review helper 150: 80 for good where the mirror
+        summed to 96). And the chunks its kernel writes this frame, for the readers registered
+        after it, which run over them in this frame's submission after the write: a change to a
+        field only the writer reads (``m = 2a + 1`` from ``a``) owed the writer alone, and a
+        reader of ``m`` kept its result for good (review helper 154). Readers registered before
+        it read the mirror as it left it the frame before (state fed back): owing them every
+        write would run both every frame from then on."""
         written = set(writer.plan.written_fields) if writer.plan is not None else set()
         world = self.world
-        after = False
+        after = not later_only
         for reader in self._order:
             if reader is writer:
                 after = True
@@ -1146,7 +1144,7 @@ class Engine:
         st.dispatches += 1
         product.dispatch_refusals = 0
         if product.plan is not None and product.plan.written_fields:
-            self._owe_later_readers(product, work.keys)
+            self._owe_readers(product, work.keys, later_only=True)
         if product.mirror_unwritten:
             caught_up = product.mirror_unwritten.intersection(work.keys)
             if caught_up:

@@ -515,11 +515,12 @@ class WgpuBackend:
         writes = self._dispatch_writes(desc, product)
         if isinstance(writes, str):
             return self._refuse(f"dispatch of {desc.product}: {writes}")
-        gone = self._destroyed(product, self._dispatch_records(desc, product), self._fields[desc.field].buffer)
+        records = self._dispatch_records(desc, product)
+        gone = self._destroyed(product, records, self._fields[desc.field].buffer)
         if gone is not None:
             return self._refuse(f"dispatch of {desc.product}: {gone}")
         if self._batches.open:
-            if not self._batches.dispatch(desc, writes, self._dispatch_records(desc, product)):
+            if not self._batches.dispatch(desc, writes, records):
                 return False
             self.stats["dispatches"] += 1
             return True
@@ -531,7 +532,7 @@ class WgpuBackend:
             from ..runtime.submission import flush_open_batches, submit_records  # here: engine_plugin.gpu imports no wgpu
 
             flush_open_batches()  # runs an open abi.batch() recorded first: a prepared run may read them
-            submit_records(self.device, self.queue, self._guard, self._dispatch_records(desc, product), f"dispatch.{desc.product.key}")
+            submit_records(self.device, self.queue, self._guard, records, f"dispatch.{desc.product.key}")
         except Exception as exc:
             return self._device_exception(f"dispatch({desc.product})", exc)
         finally:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["cast_refusal"]
+__all__ = ["cast_refusal", "exact_integer_bound"]
 
 _CHUNK = 1 << 20  # elements checked at once for a fraction
 
@@ -52,13 +52,19 @@ def cast_refusal(arr: np.ndarray, target: np.dtype) -> str | None:
     return None
 
 
+def exact_integer_bound(target: np.dtype) -> int:
+    """The magnitude up to which every integer is exactly a ``target`` float (2^24 for f32,
+    2^11 for f16)."""
+    return 1 << (np.finfo(target).nmant + 1)
+
+
 def _inexact_integer(arr: np.ndarray, target: np.dtype) -> str | None:
     """Why integers in ``arr`` would round as ``target`` floats (past 2^24 for f32, 2^11 for
     f16: a float texture's texels), or None: a u32 id of 4294967295 reached the kernel as
     4294967296.0 without a word, where a fraction into an integer binding is refused (review
     helpers 151, 156)."""
-    bits = np.finfo(target).nmant + 1  # every integer of at most 2^bits magnitude is exact
-    exact = 1 << bits
+    exact = exact_integer_bound(target)
+    bits = exact.bit_length() - 1
     lo, hi = arr.min().item(), arr.max().item()
     if -exact <= lo and hi <= exact:
         return None

@@ -100,20 +100,29 @@ def resolve_spec(schema: Schema, specialize: Mapping[str, str] | VariantSpec | N
     return VariantSpec(tuple(sorted(values.items())), tuple(sorted(cols.items())))
 
 
-def _as_dict(given: Any, takes: str, path: str | None) -> dict:
-    """``given`` as a dict: a mapping or what ``dict()`` takes (pairs, ``d.items()``); anything
-    else is a SpecializationError saying what it takes (a string drew dict()'s raw ValueError,
-    review helpers 151, 156)."""
+def mapping_of(given: Any) -> dict | None:
+    """``given`` as a dict: None is empty; a mapping, or what ``dict()`` takes ((name, value)
+    pairs, ``d.items()``, a zip); None for anything else (a string, a list of values), which
+    the caller refuses with its own error naming what the argument takes (``dict()``'s raw
+    ValueError reached users before, review helpers 151, 156)."""
     if given is None:
         return {}
     if isinstance(given, Mapping):
         return dict(given)
-    if not isinstance(given, (str, bytes)):
-        try:
-            return dict(given)
-        except (TypeError, ValueError):
-            pass
-    raise SpecializationError(f"{takes}, not {type(given).__name__}", Span(path))
+    if isinstance(given, (str, bytes)):
+        return None
+    try:
+        return dict(given)
+    except (TypeError, ValueError):
+        return None
+
+
+def _as_dict(given: Any, takes: str, path: str | None) -> dict:
+    """:func:`mapping_of` ``given``, or a SpecializationError saying what it ``takes``."""
+    found = mapping_of(given)
+    if found is None:
+        raise SpecializationError(f"{takes}, not {type(given).__name__}", Span(path))
+    return found
 
 
 def unset_value(sp) -> str:

@@ -9,8 +9,10 @@ from typing import Any, Mapping
 import numpy as np
 
 from ..errors import DispatchError, in_source
+from ..lowering.casts import exact_integer_bound
 from ..lowering.lowered import Lowered
 from ..lowering.param_types import F32_MAX
+from ..lowering.variants import mapping_of
 
 __all__ = ["ParamsPacker"]
 
@@ -47,19 +49,13 @@ class ParamsPacker:
         return DispatchError(message, in_source(self.yaml_path, texts[0] if texts else None, line))
 
     def _as_dict(self, params: Any) -> dict[str, Any]:
-        """``params`` as a dict: a mapping, or anything ``dict()`` takes ((name, value) pairs,
-        ``d.items()``, a zip); anything else (a string, a list of values) is a DispatchError,
-        not the raw TypeError/ValueError of ``dict()`` (review helpers 151, 156)."""
-        if params is None:
-            return {}
-        if isinstance(params, Mapping):
-            return dict(params)
-        if isinstance(params, (str, bytes)):
-            raise self.error(f"params= maps param names to values (a dict, or (name, value) pairs), not {type(params).__name__}")
-        try:
-            return dict(params)
-        except (TypeError, ValueError):
-            raise self.error(f"params= maps param names to values (a dict, or (name, value) pairs), not {type(params).__name__} {params!r:.60}") from None
+        """:func:`~engine_plugin.lowering.variants.mapping_of` ``params``, or a DispatchError
+        saying what ``params=`` takes."""
+        found = mapping_of(params)
+        if found is None:
+            shown = "" if isinstance(params, (str, bytes)) else f" {params!r:.60}"
+            raise self.error(f"params= maps param names to values (a dict, or (name, value) pairs), not {type(params).__name__}{shown}")
+        return found
 
     def check(self, params: Mapping[str, Any] | None) -> tuple[dict[str, Any], tuple | None]:
         """Validate user params (all present, none unknown, right types) before any GPU work.
@@ -199,7 +195,7 @@ def _as_list(value: Any) -> list | None:
     return [value]
 
 
-_EXACT_F32_INT = 1 << 24  # every integer of at most this magnitude is exactly an f32
+_EXACT_F32_INT = exact_integer_bound(np.dtype(np.float32))  # every integer of at most this magnitude is an f32
 
 
 def _fits_f32(value: Any) -> bool:

@@ -14,12 +14,22 @@ from engine_plugin.errors import DeviceLostError
 pytestmark = pytest.mark.gpu
 
 
+def _new_device():
+    return wgpu.gpu.request_adapter_sync(power_preference="high-performance").request_device_sync()
+
+
+def _axpy_on_two_devices(key):
+    """(a second device, the axpy variant on the default device, the same on the second)."""
+    other = _new_device()
+    schema = abi.parse(AXPY_YAML)
+    on_a = abi.program(key=key, schema=schema, wgsl=AXPY_WGSL).variant()
+    on_b = abi.program(key=key, schema=schema, wgsl=AXPY_WGSL, device=other).variant()
+    return other, on_a, on_b
+
+
 @pytest.mark.parametrize("order", ["AB", "BA"])
 def test_a_batch_mixing_devices_submits_the_healthy_devices_runs_when_the_other_is_lost(order):
-    other = wgpu.gpu.request_adapter_sync(power_preference="high-performance").request_device_sync()
-    schema = abi.parse(AXPY_YAML)
-    on_a = abi.program(key="t161/axpy", schema=schema, wgsl=AXPY_WGSL).variant()
-    on_b = abi.program(key="t161/axpy", schema=schema, wgsl=AXPY_WGSL, device=other).variant()
+    other, on_a, on_b = _axpy_on_two_devices("t161/axpy")
     n = 4096
     x = np.arange(n, dtype=np.float32)
     for v in (on_a, on_b):  # pooled buffers holding other data first
@@ -38,7 +48,7 @@ def test_a_batch_mixing_devices_submits_the_healthy_devices_runs_when_the_other_
 
 def test_a_table_on_a_destroyed_device_is_a_device_lost_error():
     # Review helper 161: wgpu's raw GPUValidationError ("Parent device is lost").
-    other = wgpu.gpu.request_adapter_sync(power_preference="high-performance").request_device_sync()
+    other = _new_device()
     other.destroy()
     with pytest.raises(DeviceLostError):
         abi.table({"w": np.ones(4, np.float32)}, device=other)
@@ -53,7 +63,7 @@ def test_destroyed_devices_handed_to_the_plugin_are_released():
     schema = abi.parse(AXPY_YAML)
     refs = []
     for _ in range(4):
-        device = wgpu.gpu.request_adapter_sync(power_preference="high-performance").request_device_sync()
+        device = _new_device()
         variant = abi.program(key="t161/leak", schema=schema, wgsl=AXPY_WGSL, device=device).variant()
         out = abi.read(variant.run(64, inputs={"x": np.ones(64, np.float32)}, params={"a": 2.0}).outputs["y"])
         assert out[0] == 3.0  # y = a x + 1
@@ -68,10 +78,7 @@ def test_a_nested_batch_submits_its_healthy_runs_when_its_outer_batch_meets_a_lo
     # Review helper 162: the inner batch's exit flushed the outer batch first, which raised
     # for the lost device before the inner batch submitted (or dropped) anything: its run on
     # the healthy device read zeros, and its params slot stayed taken for good.
-    other = wgpu.gpu.request_adapter_sync(power_preference="high-performance").request_device_sync()
-    schema = abi.parse(AXPY_YAML)
-    on_a = abi.program(key="t162/axpy", schema=schema, wgsl=AXPY_WGSL).variant()
-    on_b = abi.program(key="t162/axpy", schema=schema, wgsl=AXPY_WGSL, device=other).variant()
+    other, on_a, on_b = _axpy_on_two_devices("t162/axpy")
     n = 1024
     x = np.arange(n, dtype=np.float32)
     staged_before = len(on_a._ring.staged)
