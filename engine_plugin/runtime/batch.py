@@ -39,7 +39,7 @@ import contextvars
 import threading
 import time
 from contextlib import contextmanager
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from ..device.context import DeviceContext
 from ..device.destroyed import register_holder_lookup
@@ -59,6 +59,8 @@ __all__ = [
     "register_open",
     "unregister_open",
     "bump_epoch",
+    "held_by_none",
+    "held_by_open_batches",
 ]
 
 # This context's open batches, innermost last: per thread, and per asyncio task (a task runs
@@ -66,7 +68,9 @@ __all__ = [
 _stack: contextvars.ContextVar[tuple[Batch, ...]] = contextvars.ContextVar("engine_plugin_batches", default=())
 _open_lock = threading.Lock()
 _open: list = []  # every open batch, all threads: a release may come from any thread (GC)
+OPEN_BATCHES = _open  # the same list (never rebound): a truth test without a call, for hot paths
 _epoch = [0]
+FLUSH_EPOCH = _epoch  # the same list (never rebound): flush_epoch() without a call, for hot paths
 
 FIRST_SLICE_S = 0.0002  # the first slice goes once its oldest record is this old (seconds)
 # Every later slice: bounds the extra submits to one per half millisecond of encoding. On the
@@ -108,12 +112,28 @@ class Batch:
         # the batches open where it was copied: only this thread's, not yet ended, are current.
         self.thread = threading.get_ident()
         self.ended = False
+        # The last add()'s (variant, params bytes, fixed buffers, records list, slot offset):
+        # a repeat of it (add_again) appends its record without the lookups. Forgotten when
+        # anything it names changes (a flush, a drop).
+        self._lane: tuple | None = None
 
     def add(
-        self, variant: Any, data: bytes, bind_group: Any, groups: tuple, ops: list, temps: list, buffers: list, extra: list | None = None, made: Any = ()
+        self,
+        variant: Any,
+        data: bytes,
+        bind_group: Any,
+        groups: tuple,
+        ops: list,
+        temps: list,
+        buffers: list,
+        extra: list | None = None,
+        made: Any = (),
+        fixed: list | None = None,
     ) -> None:
         """Record one run (and ``extra`` records, e.g. conversions, that must come before it).
-        ``made``: the pooled buffers its outputs got, which hold nothing of it until it is submitted."""
+        ``made``: the pooled buffers its outputs got, which hold nothing of it until it is
+        submitted; ``fixed``: the part of ``buffers`` every repeat of the run binds (see
+        :meth:`add_again`)."""
         if made:
             self._made.update(made)
         staged = self._staged.get(id(variant))
@@ -147,19 +167,42 @@ class Batch:
         records.append((variant.compiled.pipeline, bind_group, offset, groups, ops))
         if temps:
             self.temps.extend((variant, t) for t in temps)
+        self._lane = (variant, data, fixed, records, offset) if fixed is not None and type(data) is bytes else None
         if self.slices is None:
             self.slices = not submits_block(variant.ctx)
         if self.slices:
-            now = time.perf_counter()
-            if not self._slice_start:
-                self._slice_start = now
-            elif now - self._slice_start >= self._limit:
-                if not self._by_work or now - self._slice_start >= SLICE_MAX_S or self._held_bytes() >= SLICE_MIN_BYTES:
-                    self.flush()
-                else:
-                    # Too little to be worth a submission yet: look again later (doubling, so
-                    # a long batch of small runs sums its held buffers a few times, not per run).
-                    self._limit = min(2 * self._limit, SLICE_MAX_S)
+            self._slice_due()
+
+    def add_again(self, variant: Any, data: bytes, bind_group: Any, groups: tuple, ops: list, owned: list, fixed: list) -> None:
+        """:meth:`add` for a repeat run (``ops``: its outputs' clears, ``owned``: their
+        buffers, ``fixed``: what every repeat binds). When the last run recorded here was
+        this variant's with the very same params bytes and ``fixed`` list, its params slot and
+        held buffers serve this one too: only the record and the outputs are new (a batch of
+        one kernel's runs spends its host time here)."""
+        lane = self._lane
+        if lane is None or lane[0] is not variant or lane[1] is not data or lane[2] is not fixed:
+            self.add(variant, data, bind_group, groups, ops, [], fixed + owned, made=[op[1] for op in ops], fixed=fixed)
+            return
+        made, held = self._made, self._held
+        for op in ops:
+            made.add(op[1])  # clears only: the buffers they reset
+        held.update(owned)
+        lane[3].append((variant.compiled.pipeline, bind_group, lane[4], groups, ops))
+        if self.slices:
+            self._slice_due()
+
+    def _slice_due(self) -> None:
+        """Submit the runs recorded so far when the slice is due (see the module docstring)."""
+        now = time.perf_counter()
+        if not self._slice_start:
+            self._slice_start = now
+        elif now - self._slice_start >= self._limit:
+            if not self._by_work or now - self._slice_start >= SLICE_MAX_S or self._held_bytes() >= SLICE_MIN_BYTES:
+                self.flush()
+            else:
+                # Too little to be worth a submission yet: look again later (doubling, so
+                # a long batch of small runs sums its held buffers a few times, not per run).
+                self._limit = min(2 * self._limit, SLICE_MAX_S)
 
     def _held_bytes(self) -> int:
         """Bytes of the distinct buffers the unsubmitted runs touch (textures left out)."""
@@ -183,6 +226,7 @@ class Batch:
         they were recorded, nested or not."""
         self._slice_start = 0.0
         self._limit = SLICE_S
+        self._lane = None
         # Device by device: a lost device's runs are dropped (DeviceLostError once the others
         # are submitted), never a healthy device's: a batch mixing devices lost them all, and
         # their Outputs read zeros (review helper 161); so did a nested batch's, when its outer
@@ -239,6 +283,7 @@ class Batch:
     def drop(self) -> None:
         """Forget what was recorded (submitted, or never to be): temps go back to their
         pools, held buffers are free."""
+        self._lane = None
         for variant, buf in self.temps:
             variant._pool.give(buf)
         for variant, offsets, _ in self._staged.values():
@@ -300,6 +345,25 @@ def held_by_open_batch(buffer: Any) -> bool:
     if not _open:
         return False
     return any(b.holds(buffer) for b in tuple(_open))
+
+
+def held_by_open_batches() -> Callable[[Any], bool]:
+    """:func:`held_by_open_batch` for many buffers: what the open batches hold, looked up once
+    (a pool sorting a batch's worth of returned buffers)."""
+    holders = tuple(_open)
+    sets = [b._held for b in holders if isinstance(b, Batch)]
+    others = [b for b in holders if not isinstance(b, Batch)]
+    sets = [h for h in sets if h]
+    if not sets and not others:
+        return held_by_none
+    if not others and len(sets) == 1:
+        return sets[0].__contains__
+    return lambda buffer: any(buffer in h for h in sets) or any(b.holds(buffer) for b in others)
+
+
+def held_by_none(buffer: Any) -> bool:
+    """What :func:`held_by_open_batches` answers when no open batch holds anything."""
+    return False
 
 
 def made_by_other_open_batch(buffer: Any) -> bool:

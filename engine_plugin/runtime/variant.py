@@ -44,7 +44,7 @@ from ..lowering.geometry import Domain, as_domain, dispatch_fields, group_cap, w
 from ..lowering.lowered import HostSlot, Lowered
 from ..lowering.structs import StructType
 from ..lowering.textures import format_sample
-from .batch import current_batch, made_by_other_open_batch, open_batches
+from .batch import OPEN_BATCHES, current_batch, made_by_other_open_batch, open_batches
 from .buffers import STORAGE_USAGE, pool_for, prepare_array, size_class
 from .compile import CompiledVariant
 from .convert import clamp_record, conversion_record
@@ -393,6 +393,9 @@ def _same_objects(given: Any, items: tuple) -> bool:
         return not items
     if len(given) != len(items):
         return False
+    if len(items) == 1:  # the common case (one input), without the pairwise loop
+        rk, rv = items[0]
+        return given.get(rk, _same_objects) is rv
     for (k, v), (rk, rv) in zip(given.items(), items):
         if v is not rv or k != rk:
             return False
@@ -1543,9 +1546,12 @@ class Variant:
                         bound[slot.binding] = _Bound(buf, size, 0, nbytes)
                     bind_group = rep.keep_group(key, self._bind_group(bound))
                 self._repeat_group = (key, bind_group)
-            batch = current_batch() if open_batches() else None
+            batch = current_batch() if OPEN_BATCHES else None
             if batch is not None:  # recorded into this thread's batch: _submit's batch branch, inline
-                batch.add(self, rep.data, bind_group, rep.groups, ops, temps, rep.fixed + owned, made=_written(ops))
+                if temps:
+                    batch.add(self, rep.data, bind_group, rep.groups, ops, temps, rep.fixed + owned, made=_written(ops))
+                else:
+                    batch.add_again(self, rep.data, bind_group, rep.groups, ops, owned, rep.fixed)
                 self.runs += 1
                 return Run(result, rn, rep.groups, self)
             if not rep.defer:

@@ -408,3 +408,42 @@ def test_a_run_refused_inside_a_batch_for_want_of_params_slots_leaves_the_batch_
     finally:
         for p in held:
             p.submitted()
+
+
+# -- a batch's repeat lane (add_again) -----------------------------------------------------------
+@pytest.mark.parametrize("sliced", [False, True])
+def test_repeat_runs_recorded_in_a_batch_read_their_own_params_inputs_and_zeros(axpy, sliced, monkeypatch):
+    """Runs of one kernel repeated in a batch share their params slot and held inputs (the
+    batch's repeat lane); every change breaks the lane: other params (equal or not), another
+    input, another kernel between repeats, a read (which submits what was recorded), a nested
+    batch, slices after every run, and more runs than the params ring has slots. Every output
+    reads a*x + 1 for its own a and x."""
+    if sliced:
+        monkeypatch.setattr(batch_module, "FIRST_SLICE_S", 0.0)
+        monkeypatch.setattr(batch_module, "SLICE_S", 0.0)
+    other = abi.program(key="test/host_paths/axpy_lane", schema=abi.parse(AXPY_YAML, "lane/bindings.yaml"), wgsl=AXPY_WGSL).variant()
+    dev = get_context().device
+    xs = [np.arange(256, dtype=np.float32) * (k + 1) for k in range(3)]
+    bufs = [dev.create_buffer_with_data(data=x, usage=STORAGE) for x in xs]
+    rng = np.random.default_rng(7)
+    expected: list = []
+    with abi.batch(slices=sliced):
+        for step in range(700):  # > the 256 params slots of a variant's ring
+            choice = rng.integers(0, 10)
+            kernel = other if choice == 0 else axpy
+            k = int(rng.integers(0, 3)) if choice == 1 else 0
+            a = 2.0 if choice != 2 else float(rng.integers(-3, 4))
+            if choice == 3:
+                with abi.batch(slices=sliced):
+                    run = kernel.run(256, inputs={"x": bufs[k]}, params={"a": a})
+            else:
+                run = kernel.run(256, inputs={"x": bufs[k]}, params={"a": a})
+            expected.append((run.outputs["y"], np.float32(a) * xs[k] + np.float32(1.0)))
+            if choice == 4:
+                got, want = expected[-1]
+                np.testing.assert_array_equal(abi.read(got), want)
+            if choice == 5:
+                expected.pop(int(rng.integers(0, len(expected))))  # an output dropped meanwhile
+                gc.collect()
+    for got, want in expected:
+        np.testing.assert_array_equal(abi.read(got), want)
