@@ -38,10 +38,12 @@ from __future__ import annotations
 import contextvars
 import threading
 import time
+import weakref
 from contextlib import contextmanager
 from typing import Any, Callable, Iterator
 
 from ..device.context import DeviceContext
+from ..device.destroyed import EPOCH as DESTROY_EPOCH
 from ..device.destroyed import register_holder_lookup
 from ..errors import DeviceLostError
 from .loss import LOST_HINT, lost_error
@@ -60,6 +62,9 @@ __all__ = [
     "unregister_open",
     "bump_epoch",
     "held_by_none",
+    "unsubmitted",
+    "written_again",
+    "VOIDED",
     "held_by_open_batches",
 ]
 
@@ -232,6 +237,7 @@ class Batch:
         # their Outputs read zeros (review helper 161); so did a nested batch's, when its outer
         # batch met the lost device first (helper 162: and its params slots stayed taken).
         lost_first: DeviceLostError | None = None
+        left = dict(self.records)  # device key -> its records, until they are submitted
         try:
             for outer in self.outer:
                 if outer.pending:
@@ -244,6 +250,9 @@ class Batch:
             for key, ctx in contexts.items():
                 try:
                     self._submit_device(ctx, self.records.get(key))
+                    entry = left.pop(key, None)
+                    if VOIDED[0] and entry is not None:
+                        written_again(entry[1])
                 except Exception as exc:
                     # The params writes meet a device destroyed after the runs were recorded: a
                     # raw "Parent device is lost" is a DeviceLostError (review helper 102).
@@ -253,7 +262,12 @@ class Batch:
                     lost_first = lost_first or lost
         finally:
             # Submitted, or failed (a lost device: nothing of it will run): either way the
-            # recorded runs hold nothing any more.
+            # recorded runs hold nothing any more. Runs dropped on a healthy device (an
+            # interrupt, an error while encoding) leave their outputs an earlier user's bytes:
+            # those refuse to be read or bound (a lost device's refuse anyway).
+            for ctx, records in left.values():
+                if records and not ctx.guard.lost:
+                    self._void(records)
             self.drop()
         if lost_first is not None:
             raise lost_first
@@ -279,6 +293,17 @@ class Batch:
         if entry is not None and entry[1]:
             self.submissions += 1
             submit_records(ctx.device, ctx.queue, ctx.guard, entry[1], "a batch")
+
+    def _void(self, records: list) -> None:
+        """Mark the outputs ``records`` reset (their runs' own buffers) as never written."""
+        why = "the abi.batch() recording its run ended before submitting it (an interrupt or an error while it submitted)"
+        for record in records:
+            for op in record[4]:
+                buffer = op[3] if op[0] == "copy" else op[1]
+                if buffer in self._made:
+                    UNSUBMITTED[buffer] = why
+                    VOIDED[0] += 1
+        DESTROY_EPOCH[0] += 1  # repeat paths re-check what they bind (Variant._Repeat.none_destroyed)
 
     def drop(self) -> None:
         """Forget what was recorded (submitted, or never to be): temps go back to their
@@ -345,6 +370,24 @@ def held_by_open_batch(buffer: Any) -> bool:
     if not _open:
         return False
     return any(b.holds(buffer) for b in tuple(_open))
+
+
+# Buffers whose run was dropped unsubmitted -> why (see Batch.flush): reading or binding one
+# is refused until a run writing it is submitted, or the pool hands it to a new run.
+UNSUBMITTED: "weakref.WeakKeyDictionary[Any, str]" = weakref.WeakKeyDictionary()
+VOIDED = [0]  # how many runs were ever dropped so: hot paths look at UNSUBMITTED only after one
+
+
+def unsubmitted(buffer: Any) -> str | None:
+    """Why ``buffer`` holds no result of the run that was to write it, or None."""
+    return UNSUBMITTED.get(buffer) if VOIDED[0] else None
+
+
+def written_again(records: list) -> None:
+    """Submitted ``records`` write their ops' buffers: none of them is unsubmitted any more."""
+    for record in records:
+        for op in record[4]:
+            UNSUBMITTED.pop(op[3] if op[0] == "copy" else op[1], None)
 
 
 def held_by_open_batches() -> Callable[[Any], bool]:

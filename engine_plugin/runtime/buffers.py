@@ -15,7 +15,7 @@ import wgpu
 
 from ..arrays import dtype_kind, prepare_array  # re-exported: runtime modules take them from here
 from ..device.context import DeviceContext
-from .batch import FLUSH_EPOCH, OPEN_BATCHES, flush_epoch, held_by_none, held_by_open_batches, open_batches
+from .batch import FLUSH_EPOCH, OPEN_BATCHES, UNSUBMITTED, VOIDED, flush_epoch, held_by_none, held_by_open_batches, open_batches
 
 __all__ = ["BufferPool", "size_class", "STORAGE_USAGE", "prepare_array", "dtype_kind", "pool_for"]
 
@@ -148,6 +148,8 @@ def _pop_live(free: list | None) -> Any:
         except IndexError:
             return None
         if buffer._internal is not None:
+            if VOIDED[0]:
+                UNSUBMITTED.pop(buffer, None)  # a new run's output from now on (cleared first)
             return buffer
     return None
 

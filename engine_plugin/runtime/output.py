@@ -21,7 +21,7 @@ from ..device.mapping import map_submitted, settled
 from ..errors import DeviceLostError, DispatchError
 from ..lowering.structs import StructType
 from ..lowering.types import ValueType
-from .batch import flush_current_batch, made_by_other_open_batch
+from .batch import flush_current_batch, made_by_other_open_batch, unsubmitted
 from .buffers import size_class
 from .deferred import flush_deferred
 from .loss import LOST_HINT, device_guard, lost_error
@@ -53,6 +53,9 @@ def read_words(buffer: Any, offset: int = 0, size: int | None = None, device: An
         raise DeviceLostError(LOST_HINT)
     try:
         flush_current_batch()  # a read inside abi.batch() sees every run recorded before it
+        why = unsubmitted(buffer)
+        if why is not None:
+            raise DispatchError(f"cannot read {name or repr(buffer.label)}: the run writing it was never submitted ({why}); run it again")
         if made_by_other_open_batch(buffer):
             # The output of a run recorded in a batch still open on another thread: nothing of
             # it is on the GPU yet (the buffer holds an earlier user's data), and that batch is

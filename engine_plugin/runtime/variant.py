@@ -44,7 +44,7 @@ from ..lowering.geometry import Domain, as_domain, dispatch_fields, group_cap, w
 from ..lowering.lowered import HostSlot, Lowered
 from ..lowering.structs import StructType
 from ..lowering.textures import format_sample
-from .batch import OPEN_BATCHES, current_batch, made_by_other_open_batch, open_batches
+from .batch import OPEN_BATCHES, VOIDED, current_batch, made_by_other_open_batch, open_batches, unsubmitted, written_again
 from .buffers import STORAGE_USAGE, pool_for, prepare_array, size_class
 from .compile import CompiledVariant
 from .convert import clamp_record, conversion_record
@@ -353,7 +353,7 @@ class _Repeat:
         somewhere was destroyed since (``queue.read_buffer`` destroys its staging buffer)."""
         epoch = DESTROY_EPOCH[0]
         if self.epoch != epoch:
-            if any(is_destroyed(b) for b in self.fixed):
+            if any(is_destroyed(b) or unsubmitted(b) is not None for b in self.fixed):
                 return False
             self.epoch = epoch
         return True
@@ -654,6 +654,9 @@ class Variant:
             raise self._slot_error(
                 slot, f"{slot.name!r}: the buffer or texture {buffer.label!r} handed to it was destroyed (destroy() was called on it); hand it a live one"
             )
+        why = unsubmitted(buffer)
+        if why is not None:
+            raise self._slot_error(slot, f"{slot.name!r}: what is handed to it holds no result: the run writing it was never submitted ({why}); run that again")
         if made_by_other_open_batch(buffer):
             # Recorded, not submitted: this run would read an earlier user's data (review helper 102).
             raise self._slot_error(
@@ -1440,6 +1443,8 @@ class Variant:
                 cpass.run(self.compiled.pipeline, bind_group, offset, groups)
                 cpass.end()
         submit_encoder(ctx.queue, ctx.guard, encoder)
+        if VOIDED[0]:
+            written_again([(None, None, None, None, ops)])  # a given output an interrupted batch left unwritten
         for buf in temps:
             self._pool.give(buf)
 

@@ -20,6 +20,7 @@ from runtime_kernels import AXPY_WGSL, AXPY_YAML
 
 from engine_plugin import abi
 from engine_plugin.device.context import get_context
+from engine_plugin.errors import DispatchError
 from engine_plugin.runtime.buffers import pool_for
 from engine_plugin.runtime.deferred import DEFER_MAX_BYTES, deferred_pending, flush
 
@@ -447,3 +448,43 @@ def test_repeat_runs_recorded_in_a_batch_read_their_own_params_inputs_and_zeros(
                 gc.collect()
     for got, want in expected:
         np.testing.assert_array_equal(abi.read(got), want)
+
+
+@pytest.mark.parametrize("where", ["params write", "encode", "submit"])
+def test_outputs_of_a_batch_whose_submission_was_interrupted_refuse_to_be_read(axpy, monkeypatch, where):
+    """An interrupt (Ctrl-C) while a batch submits drops its runs unsubmitted: their pooled
+    outputs hold an earlier run's bytes. Reading one, or binding it as an input, is refused
+    with why; the runs of a later batch read right again."""
+    x = np.arange(256, dtype=np.float32)
+    for _ in range(3):  # pooled buffers holding a*x + 1 with a = 5: what a stale read would show
+        abi.read(axpy.run(256, inputs={"x": x}, params={"a": 5.0}).outputs["y"])
+    gc.collect()
+    submission = importlib.import_module("engine_plugin.runtime.submission")
+    target = {
+        "params write": (type(get_context().queue), "write_buffer"),
+        "encode": (submission, "encode_records"),
+        "submit": (submission, "submit_encoder"),
+    }[where]
+    real = getattr(*target)
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        with abi.batch(slices=False):
+            dev = get_context().device
+            xbuf = dev.create_buffer_with_data(data=x, usage=STORAGE)
+            outs = [axpy.run(256, inputs={"x": xbuf}, params={"a": 2.0}).outputs["y"] for _ in range(3)]
+            monkeypatch.setattr(*target, interrupted)
+    monkeypatch.setattr(*target, real)
+    for out in outs:
+        with pytest.raises(DispatchError, match="never submitted"):
+            abi.read(out)
+        with pytest.raises(DispatchError, match="never submitted"):
+            axpy.run(256, inputs={"x": out}, params={"a": 1.0})
+    del outs
+    gc.collect()
+    with abi.batch(slices=False):
+        again = [axpy.run(256, inputs={"x": x}, params={"a": 3.0}).outputs["y"] for _ in range(4)]
+    for out in again:
+        np.testing.assert_array_equal(abi.read(out), np.float32(3.0) * x + np.float32(1.0))
