@@ -13,6 +13,7 @@ from typing import Any, Iterable, Iterator, Mapping
 from ..cache import VariantCache, decode_entry
 from ..cache.entry import BadEntry
 from ..cache.remote import RemoteCache
+from ..cache.store import read_entry_file
 from ..errors import PluginError
 from ..files import shown_path
 from ..lowering import VariantSpec
@@ -170,23 +171,21 @@ def _sync_remote(store: VariantCache, remote: RemoteCache, keys: list[str], veri
     there = remote.existing(keys) if keys else set()
     compared = False
     if there is not None:
+        # Only what a client would accept goes up: a regular entry file (read without following
+        # a link or opening a FIFO) that decodes under its key. Anything else under an entry's
+        # name (another user of a shared cache folder swapped it) stays here (review helper 167).
         local: dict[str, bytes] = {}
+        mine = {}
         for key in keys:
             try:
-                with open(store.path(key), "rb") as f:
-                    local[key] = f.read()
-            except OSError:
-                continue  # evicted meanwhile: the next bake uploads it
+                data = read_entry_file(store.path(key))
+                decoded = decode_entry(key, data)
+            except (OSError, BadEntry):
+                continue  # evicted or replaced meanwhile: the next bake uploads it
+            local[key], mine[key] = data, decoded
         uploaded += remote.put_entries([(k, v) for k, v in local.items() if k not in there])  # the missing first
         if verify and remote.available:
-            mine = {}
-            for k in there:
-                if k in local:
-                    try:
-                        mine[k] = decode_entry(k, local[k])
-                    except BadEntry:
-                        continue  # replaced locally meanwhile: not this bake's to judge
-            other = remote.differing(mine)
+            other = remote.differing({k: v for k, v in mine.items() if k in there})
             compared = other is not None
             if other:
                 written = remote.put_entries([(k, local[k]) for k in sorted(other)])

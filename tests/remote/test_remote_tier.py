@@ -809,3 +809,50 @@ def test_the_end_of_bake_upload_goes_in_pipelines_a_slow_link_can_carry(redis_se
     assert report.remote["uploaded"] == len(server_values(redis_server)) > 0
     largest_entry = max(len(v) for v in server_values(redis_server).values())
     assert max(batches) < 128 * 1024 + largest_entry, batches
+
+
+@pytest.mark.parametrize("swap", ["link", "fifo", "forged"])
+def test_the_end_of_bake_upload_sends_only_entries_a_client_accepts(redis_server, tmp_path, swap):
+    # The upload at a bake's end read each local entry with a plain open(): an entry name
+    # swapped for a link (another user of a shared cache folder) uploaded the linked file to
+    # the studio's tier, a FIFO hung the bake, a file of other bytes went up as the variant
+    # (review helper 167). Only regular entry files that decode under their key go up.
+    from engine_plugin.bake import bake
+    from engine_plugin.bake import driver
+
+    secret = tmp_path / "secret.txt"
+    secret.write_text("AWS_SECRET_ACCESS_KEY=hunter2\n")
+    remote = RemoteCache(redis_server.url)
+    remote.put = lambda *a, **k: False  # the tier refused every write during the bake
+    real = driver._sync_remote
+    swapped = []
+
+    def swap_then_sync(store, remote, keys, verify=False):
+        victim = store.path(keys[0])
+        os.unlink(victim)
+        if swap == "link":
+            os.symlink(secret, victim)
+        elif swap == "fifo":
+            os.mkfifo(victim)
+        else:
+            with open(victim, "wb") as f:
+                f.write(b"\x93\x01\x02\x03")
+        swapped.append(keys[0])
+        return real(store, remote, keys, verify)
+
+    driver._sync_remote = swap_then_sync
+    try:
+        done = threading.Event()
+        result: list = []
+        worker = threading.Thread(
+            target=lambda: (result.append(bake([os.path.join(REPO, "assets", "samples")], str(tmp_path / "cache"), remote=remote, validate=False)), done.set()),
+            daemon=True,
+        )
+        worker.start()
+        assert done.wait(60), "the bake hung on the upload"
+    finally:
+        driver._sync_remote = real
+    values = server_values(redis_server)
+    assert swapped and swapped[0] not in values
+    assert not any(b"hunter2" in v for v in values.values())
+    assert len(values) == result[0].remote["uploaded"] >= 1
