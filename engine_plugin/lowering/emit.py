@@ -206,9 +206,13 @@ class Emitter:
             self.fn(f"{name}_set", f"(zero_i: u32, zero_v: {st.name})", f"{name}[zero_i] = zero_v;", origin, what)
         for f in st.fields:
             t = f.value_type.wgsl
-            self.fn(f"{name}_{f.name}", f"(zero_i: u32) -> {t}", f"return {name}[zero_i].{f.name};", origin, what)
+            # Each member's accessors are its own: a member `len` (or `get`, `set`, `set_x` next
+            # to `x`) makes a name the binding makes too, a clash said as such (review helper 168:
+            # naga's "redefinition of 'segs_len'" instead).
+            member = f"member '{f.name}' of binding '{name}'"
+            self.fn(f"{name}_{f.name}", f"(zero_i: u32) -> {t}", f"return {name}[zero_i].{f.name};", origin, member)
             if access == "read_write":
-                self.fn(f"{name}_set_{f.name}", f"(zero_i: u32, zero_v: {t})", f"{name}[zero_i].{f.name} = zero_v;", origin, what)
+                self.fn(f"{name}_set_{f.name}", f"(zero_i: u32, zero_v: {t})", f"{name}[zero_i].{f.name} = zero_v;", origin, member)
 
     def append(self, name: str, vt: "ValueType | StructType", float_order: bool, origin: int) -> None:
         """Append helpers over the output ``name`` and its counter ``name_count``."""

@@ -5,7 +5,7 @@ takes one of the options and blanks them in the others. Line numbers never move,
 later error still points at the user's own line.
 
 Source splicing replaces whole identifiers (never inside comments, never part of a longer
-identifier). A replacement with newlines adds lines; every added line maps back to the line
+identifier, never a member name: after ``.`` or declared in a struct). A replacement with newlines adds lines; every added line maps back to the line
 of the identifier it came from.
 """
 
@@ -90,14 +90,42 @@ class SplicedBody:
     splices: tuple[tuple[int, int, int, int, int], ...]
 
 
+def _free_identifiers(text: str, names: Mapping[str, str]) -> list:
+    """The tokens of ``text`` naming one of ``names`` as an identifier of its own: not a member
+    after ``.`` (``v.w``, ``params.gain``, ``s.gain``) and not a member declared in a struct
+    body (``gain: f32``). Splicing those changed which member a kernel reads: ``v.w`` with a
+    source ``w = "x"`` read ``v.x`` (review helper 168)."""
+    found = []
+    toks = list(tokens(text))
+    struct = 0  # 1: after `struct`, 2: after its name, 3: inside its body
+    for j, tok in enumerate(toks):
+        if tok.kind == "ident":
+            if tok.text == "struct" and struct == 0:
+                struct = 1
+                continue
+            if struct == 1:
+                struct = 2
+            if tok.text not in names:
+                continue
+            if j and toks[j - 1].text == ".":
+                continue
+            if struct == 3 and j + 1 < len(toks) and toks[j + 1].text == ":":
+                continue
+            found.append(tok)
+        elif tok.text == "{" and struct == 2:
+            struct = 3
+        elif tok.text == "}" and struct == 3:
+            struct = 0
+    return found
+
+
 def splice_sources(text: str, replacements: Mapping[str, str]) -> SplicedBody:
     """Replace whole identifiers named in ``replacements`` outside comments."""
     user_lines = text.split("\n")
     hits: dict[int, list] = {}
     if replacements:
-        for tok in tokens(text):
-            if tok.kind == "ident" and tok.text in replacements:
-                hits.setdefault(tok.line, []).append(tok)
+        for tok in _free_identifiers(text, replacements):
+            hits.setdefault(tok.line, []).append(tok)
     out_lines: list[str] = []
     out_user: list[int] = []
     splices: list[tuple[int, int, int, int, int]] = []

@@ -707,3 +707,31 @@ def test_a_column_named_with_a_wgsl_reserved_word_is_fine_it_only_ends_a_longer_
         "ok.computeShader/bindings.yaml",
     )
     assert dict(schema.bake[0])["columns"] == (("cols", ("set", "type")),)
+
+
+@pytest.mark.parametrize("member", ["len"])
+def test_a_struct_member_named_like_a_binding_accessor_is_a_clash_said_at_the_schema(member):
+    # A member `len` made `segs_len(i)` next to the binding's `segs_len()`: naga's
+    # "redefinition of 'segs_len'" about generated code (review helper 168).
+    yaml = f"""\
+structs:
+  Seg: {{ offset: u32, {member}: u32 }}
+bindings:
+  - {{ name: segs, kind: buffer, access: read_write, element: Seg }}
+"""
+    body = "@compute @workgroup_size(64)\nfn main() { }\n"
+    with pytest.raises(LoweringError) as err:
+        lower(parse(yaml, "t/bindings.yaml"), body)
+    text = str(err.value)
+    assert text.startswith("t/bindings.yaml:") and f"'segs_{member}'" in text and f"member '{member}' of binding 'segs'" in text and "rename" in text, text
+
+
+def test_a_struct_member_set_x_next_to_a_member_x_is_a_clash():
+    yaml = """\
+structs:
+  P: { x: f32, set_x: f32 }
+bindings:
+  - { name: ps, kind: buffer, access: read_write, element: P }
+"""
+    with pytest.raises(LoweringError, match="'ps_set_x'.*rename"):
+        lower(parse(yaml, "t/bindings.yaml"), "@compute @workgroup_size(64)\nfn main() { }\n")

@@ -94,3 +94,43 @@ def test_an_asset_using_named_columns_bakes_with_a_plain_bake(tmp_path):
                           capture_output=True, text=True, timeout=300, env=dict(os.environ))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert len(list((tmp_path / "cache").rglob("*.msgpack"))) >= 1
+
+
+SOURCE_MEMBERS_YAML = """\
+bindings:
+  - { name: x, kind: buffer, access: read, element: vec4<f32> }
+  - { name: y, kind: buffer, access: read_write, element: f32, count: "len(x)" }
+params:
+  - { name: gain, type: f32 }
+specialize:
+  - { name: w, kind: source, default: "2.0" }
+  - { name: gain, kind: source, default: "x" }
+"""
+SOURCE_MEMBERS_WGSL = """\
+struct Pair { w: f32, gain: f32 }
+
+@compute @workgroup_size(64)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
+    let i = zero_index(gid);
+    if (i >= x_len()) { return; }
+    let v = x_get(i);
+    let p = Pair(v . w, params.gain);
+    y_set(i, v.w * w + p.gain + p.w);
+}
+"""
+
+
+def test_a_source_parameter_never_replaces_a_member_name():
+    # A `kind: source` name spliced into member names too: `v.w` became `v.2.0` (refused at
+    # the user's line), and with an identifier as the splice a member silently changed (`v.w`
+    # read `v.x`: review helper 168). Members after "." and declared in a struct stay.
+    from runtime_kernels import make
+
+    x = np.arange(16, dtype=np.float32).reshape(4, 4)
+    for w in ("2.0", "x[0].y"):  # any expression; an identifier-like one too
+        variant = make("test/kernel_forms/source_members", SOURCE_MEMBERS_YAML.replace('default: "2.0"', f'default: "{w}"'), SOURCE_MEMBERS_WGSL)
+        variant = variant.variant() if hasattr(variant, "variant") else variant
+        got = abi.read(variant.run(4, inputs={"x": x}, params={"gain": 3.0}).outputs["y"])
+        lane_w = x[:, 3]
+        factor = np.float32(2.0) if w == "2.0" else x[0, 1]
+        np.testing.assert_array_equal(got, lane_w * factor + np.float32(3.0) + lane_w)
