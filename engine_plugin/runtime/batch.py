@@ -139,8 +139,6 @@ class Batch:
         ``made``: the pooled buffers its outputs got, which hold nothing of it until it is
         submitted; ``fixed``: the part of ``buffers`` every repeat of the run binds (see
         :meth:`add_again`)."""
-        if made:
-            self._made.update(made)
         staged = self._staged.get(id(variant))
         last = staged[2] if staged is not None else None
         if last is not None and (last[0] is data or (last[0] is not None and type(data) is bytes and last[0] == data)):
@@ -162,6 +160,11 @@ class Batch:
             ring.mirror[offset : offset + len(data)] = data
             staged[1].append(offset)
             staged[2][:] = (data if type(data) is bytes else None), offset
+        # After any flush above (which forgets what it submitted): this run is recorded after
+        # it, so its outputs are this batch's unsubmitted ones (review helper 166: a run recorded
+        # after a ring-full flush was read by another thread with an earlier run's bytes).
+        if made:
+            self._made.update(made)
         self._held.update(buffers)  # by identity (buffers hash so): the set keeps them alive
         found = self.records.get(id(variant.ctx))
         if found is None:

@@ -488,3 +488,34 @@ def test_outputs_of_a_batch_whose_submission_was_interrupted_refuse_to_be_read(a
         again = [axpy.run(256, inputs={"x": x}, params={"a": 3.0}).outputs["y"] for _ in range(4)]
     for out in again:
         np.testing.assert_array_equal(abi.read(out), np.float32(3.0) * x + np.float32(1.0))
+
+
+def test_a_run_recorded_after_the_params_ring_flushed_its_batch_is_refused_to_other_threads(axpy):
+    # The 256th distinct params of a batch flush it first (the ring is full); the run recorded
+    # after that flush lost its place in the batch's outputs, and another thread read its
+    # pooled buffer's earlier bytes while the batch was open (review helper 166).
+    x = np.arange(64, dtype=np.float32)
+    old = [axpy.run(64, inputs={"x": x}, params={"a": 1000.0 + i}).outputs["y"] for i in range(300)]
+    abi.read(old[-1])
+    del old
+    gc.collect()
+    got: dict = {}
+    with abi.batch(slices=False):
+        outs = [axpy.run(64, inputs={"x": x}, params={"a": float(i)}).outputs["y"] for i in range(300)]
+
+        def other() -> None:
+            for j in range(250, 300):
+                try:
+                    got[j] = abi.read(outs[j])
+                except DispatchError as exc:
+                    got[j] = str(exc)
+
+        worker = threading.Thread(target=other)
+        worker.start()
+        worker.join()
+    for j in range(250, 300):
+        if not isinstance(got[j], str):  # submitted by a flush before the read: its own values
+            np.testing.assert_array_equal(got[j], np.float32(j) * x + np.float32(1.0), err_msg=f"run {j}")
+        else:
+            assert "still open on another thread" in got[j]
+        np.testing.assert_array_equal(abi.read(outs[j]), np.float32(j) * x + np.float32(1.0))
