@@ -64,6 +64,7 @@ __all__ = [
     "held_by_none",
     "unsubmitted",
     "written_again",
+    "void_records",
     "VOIDED",
     "held_by_open_batches",
 ]
@@ -300,13 +301,7 @@ class Batch:
     def _void(self, records: list) -> None:
         """Mark the outputs ``records`` reset (their runs' own buffers) as never written."""
         why = "the abi.batch() recording its run ended before submitting it (an interrupt or an error while it submitted)"
-        for record in records:
-            for op in record[4]:
-                buffer = op[3] if op[0] == "copy" else op[1]
-                if buffer in self._made:
-                    UNSUBMITTED[buffer] = why
-                    VOIDED[0] += 1
-        DESTROY_EPOCH[0] += 1  # repeat paths re-check what they bind (Variant._Repeat.none_destroyed)
+        void_records(records, why, self._made)
 
     def drop(self) -> None:
         """Forget what was recorded (submitted, or never to be): temps go back to their
@@ -384,6 +379,18 @@ VOIDED = [0]  # how many runs were ever dropped so: hot paths look at UNSUBMITTE
 def unsubmitted(buffer: Any) -> str | None:
     """Why ``buffer`` holds no result of the run that was to write it, or None."""
     return UNSUBMITTED.get(buffer) if VOIDED[0] else None
+
+
+def void_records(records: list, why: str, only: Any = None) -> None:
+    """Mark the buffers the ops of ``records`` reset (those in ``only``, when given) as written
+    by no run: dropped unsubmitted, they hold an earlier run's bytes."""
+    for record in records:
+        for op in record[4]:
+            buffer = op[3] if op[0] == "copy" else op[1]
+            if only is None or buffer in only:
+                UNSUBMITTED[buffer] = why
+                VOIDED[0] += 1
+    DESTROY_EPOCH[0] += 1  # repeat paths re-check what they bind (Variant._Repeat.none_destroyed)
 
 
 def written_again(records: list) -> None:

@@ -35,7 +35,7 @@ import threading
 from typing import Any
 
 from ..errors import DeviceLostError
-from .batch import VOIDED, bump_epoch, register_open, unregister_open, written_again
+from .batch import VOIDED, bump_epoch, register_open, unregister_open, void_records, written_again
 from .submission import PENDING, encode_records, submit_encoder
 
 __all__ = ["DEFER_MAX_BYTES", "defer", "flush", "flush_deferred", "deferred_pending"]
@@ -114,12 +114,15 @@ def flush_deferred(ctx: Any = None, after: tuple | None = None) -> bool:
         found = PENDING[0]
         if found is None or found is _FLUSHING:  # none, or this thread is submitting it right now
             return False
-        # Not None until it is on the queue: a thread that sees None may rely on that (a read
-        # in another thread would otherwise submit its copy ahead of the run); one that sees
-        # _FLUSHING waits on the lock above.
-        PENDING[0] = _FLUSHING
         owner, d = found
+        records = list(d.records)  # its own (a folded read's copy is the caller's)
+        submitted = False
         try:
+            # Not None until it is on the queue: a thread that sees None may rely on that (a
+            # read in another thread would otherwise submit its copy ahead of the run); one
+            # that sees _FLUSHING waits on the lock above. Set inside the try that undoes it:
+            # an interrupt in between left it set for good (review helper 166).
+            PENDING[0] = _FLUSHING
             if owner.lost:
                 return False
             folded = after is not None and owner is ctx
@@ -127,6 +130,7 @@ def flush_deferred(ctx: Any = None, after: tuple | None = None) -> bool:
                 d.records.append(after)
             try:
                 d.submit()
+                submitted = True
             except DeviceLostError:
                 if folded:
                     raise
@@ -135,6 +139,10 @@ def flush_deferred(ctx: Any = None, after: tuple | None = None) -> bool:
         finally:
             PENDING[0] = None
             unregister_open(d)
+            if not submitted and not owner.lost:
+                # Interrupted (or refused) on a healthy device: its outputs hold an earlier
+                # run's bytes and refuse to be read or bound (see batch.UNSUBMITTED).
+                void_records(records, "the deferred run writing it was dropped before its submission (an interrupt or an error while it submitted)")
             d.drop()  # submitted, or never to run: its uploads are free, nothing is held
 
 

@@ -519,3 +519,59 @@ def test_a_run_recorded_after_the_params_ring_flushed_its_batch_is_refused_to_ot
         else:
             assert "still open on another thread" in got[j]
         np.testing.assert_array_equal(abi.read(outs[j]), np.float32(j) * x + np.float32(1.0))
+
+
+def _interrupt_at(function: str, text: str):
+    """A tracer raising KeyboardInterrupt once, at the line of ``function`` holding ``text``
+    (where a signal handler's exception could land)."""
+    deferred_module = importlib.import_module("engine_plugin.runtime.deferred")
+    lines = open(deferred_module.__file__).read().splitlines()
+    target = next(i for i, line in enumerate(lines, 1) if text in line)
+
+    def tracer(frame, event, arg):
+        if frame.f_code.co_name != function:
+            return None
+
+        def local(fr, ev, ar):
+            if ev == "line" and fr.f_lineno == target:
+                sys.settrace(None)
+                fr.f_trace = None
+                raise KeyboardInterrupt
+            return local
+
+        return local
+
+    return tracer
+
+
+@pytest.mark.parametrize("where", ["owner, d = found", "d.submit()"])
+def test_an_interrupt_while_the_deferred_run_is_submitted_leaves_no_stale_output(axpy, where):
+    # An interrupt between marking the deferred run as being submitted and the try that undoes
+    # it left the mark for good: the run never ran, never dropped, its Output read an earlier
+    # run's bytes, and every later flush was a no-op (review helper 166). One inside its submit
+    # dropped it unsubmitted: its Output read the earlier bytes too.
+    from engine_plugin.runtime import submission
+
+    x = np.arange(8, dtype=np.float32)
+    old = [axpy.run(8, inputs={"x": x}, params={"a": 1000.0 + i}).outputs["y"] for i in range(4)]
+    abi.read(old[-1])
+    del old
+    gc.collect()
+    out = axpy.run(8, inputs={"x": x}, params={"a": 1.0}).outputs["y"]
+    assert deferred_pending()
+    sys.settrace(_interrupt_at("flush_deferred", where))
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            flush()
+    finally:
+        sys.settrace(None)
+    assert submission.PENDING[0] is None or submission.PENDING[0][0] is not None  # not stuck "flushing"
+    try:
+        got = abi.read(out)
+    except DispatchError as exc:
+        assert "never submitted" in str(exc)
+    else:
+        np.testing.assert_array_equal(got, x + np.float32(1.0))
+    later = axpy.run(8, inputs={"x": x}, params={"a": 2.0}).outputs["y"]
+    np.testing.assert_array_equal(abi.read(later), np.float32(2.0) * x + np.float32(1.0))
+    assert not deferred_pending()
