@@ -460,3 +460,44 @@ def test_info_lower_and_argument_errors_spell_out_control_characters(tmp_path):
         done = cli(*args, cwd=str(tmp_path))
         assert "\x1b" not in done.stdout + done.stderr, (args, done.stdout[-400:], done.stderr[-400:])
         assert "\\x1b[31m" in done.stdout + done.stderr, (args, done.stdout[-400:], done.stderr[-400:])
+
+
+def test_bake_json_writes_through_a_link_and_into_a_fifo(tmp_path):
+    # The report replaced a link with a regular file (its target never written) and a FIFO
+    # with a file (its reader got nothing); as root, --json /dev/full replaced the device node
+    # itself (review helper 167). Written through, as a shell redirection does.
+    import threading
+
+    shutil.copytree(os.path.join(SAMPLES, "particles.computeShader"), tmp_path / "assets" / "particles.computeShader")
+    (tmp_path / "reports").mkdir()
+    os.symlink("reports/latest.json", str(tmp_path / "link.json"))
+    done = cli("bake", "assets", "--cache", "c", "--jobs", "1", "-q", "--json", "link.json", cwd=str(tmp_path))
+    assert done.returncode == 0, done.stderr
+    assert os.path.islink(tmp_path / "link.json") and json.loads((tmp_path / "reports" / "latest.json").read_text())["ok"] is True
+    os.mkfifo(str(tmp_path / "pipe.json"))
+    got: list = []
+    reader = threading.Thread(target=lambda: got.append(open(tmp_path / "pipe.json").read()), daemon=True)
+    reader.start()
+    done = cli("bake", "assets", "--cache", "c", "--jobs", "1", "-q", "--json", "pipe.json", cwd=str(tmp_path))
+    reader.join(30)
+    assert done.returncode == 0, done.stderr
+    assert got and json.loads(got[0])["ok"] is True
+    assert not os.path.isfile(tmp_path / "pipe.json") or os.path.islink(tmp_path / "pipe.json") or (tmp_path / "pipe.json").is_fifo()
+
+
+def test_a_report_that_cannot_be_written_is_a_usage_error_naming_it(tmp_path, monkeypatch):
+    # ENOSPC while writing the report came out as "engine_plugin bug, please report" (helper 167).
+    import errno
+
+    from engine_plugin.commands.contract import UsageError, write_json
+
+    real = os.write
+
+    def full(fd, data):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "write", full)
+    with pytest.raises(UsageError, match=r"out/report.json: cannot write the JSON report \(No space left on device\)"):
+        write_json({"ok": True}, str(tmp_path / "out" / "report.json"))
+    monkeypatch.setattr(os, "write", real)
+    assert not os.path.exists(tmp_path / "out" / "report.json")

@@ -36,12 +36,10 @@ scheduler ran again on the others (those variants' ``worker`` says where they fi
 
 from __future__ import annotations
 
-import os
-import sys
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..files import json_text, printable, shown_path, write_atomic
+from ..files import printable, shown_path
 from ..lowering import VariantSpec
 from .worker import Failure
 
@@ -213,17 +211,6 @@ class BakeReport:
             "retried_chunks": self.retried_chunks,
             "notes": list(self.notes),
         }
-
-    def write_json(self, path: str) -> None:
-        """Write the JSON report atomically (a build system never reads half a report);
-        ``-`` writes it to stdout."""
-        text = json_text(self.as_json(), indent=1) + "\n"
-        if path == "-":
-            sys.stdout.write(text)
-            sys.stdout.flush()
-            return
-        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-        write_atomic(path, text.encode("utf-8"), temp_prefix=".bake-report-")
 
     def github_annotations(self) -> list[str]:
         """Every failure as a GitHub Actions workflow command

@@ -23,6 +23,7 @@ from .contract import (
     require_cache_key,
     seconds_arg,
     whole_number_arg,
+    write_json,
 )
 
 __all__ = ["add_bake_parser", "cmd_bake"]
@@ -229,7 +230,7 @@ def cmd_bake(args: argparse.Namespace, rep: Reporter | None = None) -> int:
         for line in report.github_annotations():
             print(line, flush=True)
     if args.json:
-        report.write_json(args.json)
+        write_json(report.as_json(), args.json)  # atomically (a build system never reads half a report)
     if any(f.failure.kind in ENVIRONMENT_FAILURES for f in report.failures):
         return EXIT_USAGE
     return EXIT_OK if report.ok else EXIT_FAILED

@@ -16,6 +16,7 @@ import argparse
 import logging
 import math
 import os
+import stat
 import sys
 import traceback
 from typing import Any, Callable, NoReturn, TextIO
@@ -293,5 +294,16 @@ def write_json(data: Any, target: str, *, out: TextIO | None = None) -> None:
         stream.write(text)
         stream.flush()
         return
-    os.makedirs(os.path.dirname(os.path.abspath(target)), exist_ok=True)
-    write_atomic(target, text.encode("utf-8"))
+    # A link is written through (it stays a link to the report); a FIFO, a terminal or
+    # /dev/stdout is written to as a shell redirection does: replacing it replaced the device
+    # node, and the FIFO's reader got nothing (review helper 167).
+    path = os.path.realpath(target)
+    try:
+        if os.path.exists(path) and not stat.S_ISREG(os.stat(path).st_mode):
+            with open(path, "w", encoding="utf-8") as stream:
+                stream.write(text)
+            return
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        write_atomic(path, text.encode("utf-8"))
+    except OSError as exc:
+        raise UsageError(f"{target}: cannot write the JSON report ({exc.strerror or exc})") from None

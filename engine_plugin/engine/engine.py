@@ -72,6 +72,10 @@ __all__ = ["Engine", "EngineConfig"]
 log = logging.getLogger("engine_plugin.engine")
 
 
+class ReadbackBudgetError(ProductError):
+    """A product's readback is more than the backend's whole readback byte budget."""
+
+
 @dataclass(frozen=True)
 class EngineConfig:
     """Settings of an :class:`Engine`.
@@ -888,6 +892,29 @@ class Engine:
         free = budget - int(getattr(self.backend, "inflight_readback_bytes", 0))
         return min(most, max(0, free) // per_chunk), min(most, max(0, budget) // per_chunk)
 
+    def _readback_never_fits(self, product: Product, work: Any, most: int, splittable: bool, mirror_only: bool) -> ReadbackBudgetError | None:
+        """Why ``work``'s readback can never be taken (one chunk's results, or a whole path's,
+        are more than ``max_inflight_readback_bytes``), or None."""
+        if mirror_only or product.policy is ReadbackPolicy.NONE or (most >= 1 and (splittable or len(work.keys) <= most)):
+            return None
+        budget = getattr(getattr(self.backend, "config", None), "max_inflight_readback_bytes", None)
+        if not isinstance(budget, int) or not work.keys:
+            return None
+        whole = product.gpu.readback_bytes(int(work.items.size))
+        if splittable:
+            fixed = product.gpu.readback_bytes(0)
+            need, what = fixed + -(-(whole - fixed) // len(work.keys)), "one chunk's results take"
+        else:
+            need, what = whole, f"a path of {len(work.keys)} chunks takes"
+        if need <= budget:
+            return None  # bounded by max_chunks_per_dispatch, not by bytes: a path goes whole
+        return ReadbackBudgetError(
+            f"product {product.key!r}: {what} {need} bytes to read back, more than max_inflight_readback_bytes ({budget}) allows: "
+            "its results can never come back from the GPU"
+            + ("; its CPU fallback serves it" if product.cpu_fallback is not None else "; it waits")
+            + ": raise the budget (WgpuBackendConfig)"
+        )
+
     def _note_waiting(self, product: Product, blocked: set[int]) -> None:
         """``product.waiting`` (its ``product_error``, logged once an episode) while it waits
         for chunks ``blocked`` a writer's CPU fallback served (a fallback writes no mirror):
@@ -1115,6 +1142,18 @@ class Engine:
                 return False
         now, most = self._chunk_budget(product, work, readback=not mirror_only)
         splittable = product.policy is not ReadbackPolicy.SELECTED_PATH  # a path is all or nothing
+        too_big = self._readback_never_fits(product, work, most, splittable, mirror_only)
+        if too_big is not None:
+            # Dispatched, its readback would be refused every frame for good: the GPU's work
+            # is wasted and nothing says why (review helper 165). Said once; its fallback (if
+            # any) serves it.
+            if not isinstance(product.exception, ReadbackBudgetError) or str(product.exception) != str(too_big):
+                product.fail(too_big, off_gpu=True)
+                log.warning("%s", too_big)
+            product.force_cpu = True
+            return False
+        if isinstance(product.exception, ReadbackBudgetError):
+            product.fail(None)  # fits again (a reload made its results smaller)
         if len(work.keys) > now and most >= 1 and (splittable or len(work.keys) <= most):
             if now < 1 or not splittable:
                 st.deferred += 1  # the readback budget is taken by work in flight: next frame

@@ -516,3 +516,24 @@ def test_an_interrupt_in_apply_drops_none_of_the_frames_other_results(make_engin
     assert applied == {0: 1, 1: 1, 2: 1, 3: 1}
     t = engine.totals
     assert (t.readbacks_requested, t.readbacks_applied, t.readbacks_stale, t.readbacks_failed) == (4, 4, 0, 0)
+
+
+def test_a_readback_budget_too_small_for_one_chunk_is_said_and_dispatches_nothing(make_engine):
+    # One chunk's result (16 bytes) is more than the whole readback budget (8): the engine
+    # dispatched and had the readback refused every frame, for good, with no product_error
+    # (review helper 165). It says why, wastes no GPU work, and a fallback serves the chunks.
+    world = World((4, 4), {"h": np.float32}, max_chunks=4)
+    for k in range(2):
+        world.add(k, {"h": np.full((4, 4), k + 1, np.float32)})
+    engine = make_engine(world, config=EngineConfig(backend=WgpuBackendConfig(max_inflight_readback_bytes=8)))
+    bare = engine.register_product(kernel_program("summary"), fields={"src": "h"}, apply=lambda r: None)
+    seen = Applied(world)
+    served = engine.register_product(kernel_program("summary"), key="served", fields={"src": "h"}, apply=seen, cpu_fallback=fallbacks.summary)
+    dispatched = 0
+    for _ in range(20):
+        dispatched += engine.frame().dispatches
+    error = engine.product_error(bare)
+    assert error is not None and "max_inflight_readback_bytes" in str(error) and "8" in str(error), error
+    assert dispatched == 0 and engine.totals.refused == 0
+    assert sorted(seen.latest) == [0, 1] and {r.source for r in seen.results} == {"cpu"}
+    assert engine.product_error(served) is not None and not engine.idle
