@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 from ..cache import USAGE_FILE, read_usage
 from ..errors import PluginError
-from ..lowering import Schema, VariantSpec, resolve_spec
+from ..lowering import Schema, VariantSpec, resolve_recorded
 
 if TYPE_CHECKING:
     from .library import AssetLibrary, ComputeShaderRef
@@ -75,7 +75,7 @@ def prefetch(lib: "AssetLibrary", variants: Mapping[str, Any] | None = None, *, 
         for raw in specs:
             report.variants += 1
             try:
-                spec = resolve_spec(prog.schema, raw)
+                spec = resolve_recorded(prog.schema, raw)  # the schema may have changed since the row
             except PluginError as exc:
                 log.warning("prefetch: %s: %s", rel, exc)
                 report.failed += 1

@@ -15,7 +15,7 @@ from typing import Iterable, Mapping, Sequence
 
 from ..assets.folder import AssetSource, find_assets, read_asset_folder, under_root
 from ..errors import AssetError, PluginError, Span, SpecializationError, bug
-from ..lowering import Schema, VariantSpec, enumerate_variants, parse, resolve_spec
+from ..lowering import Schema, VariantSpec, enumerate_variants, parse, resolve_recorded
 from ..lowering.fingerprint import variant_key
 from .worker import BakeItem, ChunkJob, Failure, failure_from
 
@@ -96,12 +96,6 @@ def match_usage(
 _NOTE_ROWS = 3  # refused usage rows noted one by one for an asset; the rest in one note
 
 
-def _usage_spec(schema: Schema, spec: VariantSpec) -> VariantSpec:
-    # Re-resolve against the schema as it is now: a value the asset no longer offers is an
-    # error, and a parameter added since the game ran takes its default.
-    return resolve_spec(schema, spec.as_dict(), {k: list(v) for k, v in spec.columns} or None)
-
-
 def plan_assets(paths: Iterable[str], usage: Mapping[str, list[VariantSpec]] | None = None, root: str | None = None) -> tuple[list[AssetPlan], list[str]]:
     """Read and enumerate every asset under ``paths``.
 
@@ -157,7 +151,7 @@ def plan_assets(paths: Iterable[str], usage: Mapping[str, list[VariantSpec]] | N
             refused: list[str] = []
             for recorded in wanted[folder]:
                 try:
-                    spec = _usage_spec(schema, recorded)
+                    spec = resolve_recorded(schema, recorded)
                 except PluginError as exc:
                     # A variant the game asked for that the asset no longer offers (an option
                     # removed since), or a forged row: the log's, not the asset's, and it would

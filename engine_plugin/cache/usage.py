@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 from contextlib import contextmanager
 from typing import Iterator
 
@@ -26,7 +27,7 @@ import msgpack
 from ..files import write_atomic
 from ..lowering import VariantSpec
 from .entry import BadEntry
-from .store import read_entry_file
+from .store import MAX_ENTRY_BYTES, read_entry_file
 
 __all__ = ["UsageLog", "UsageLogError", "read_usage", "USAGE_FILE"]
 
@@ -52,6 +53,7 @@ MAX_USAGE_VARIANTS = 100_000  # rows, all assets together (a bake of as many tak
 _MAX_ROW_ITEMS = 256  # names in a row, its tables, a table's columns
 _MAX_STRINGS = 2_000_000  # the texts of a whole log (a row of a few names holds ~8)
 _MAX_TEXT = 1 << 20  # bytes of one name or value (a source specialisation's text); the file's size bounds them all
+LOCK_WAIT_S = 2.0  # how long a flush waits for another process's hold of the log's lock
 
 
 def _row_fits(spec: VariantSpec) -> bool:
@@ -128,10 +130,12 @@ class UsageLogError(ValueError):
     """A usage log that cannot be read (``read_usage(strict=True)``): the message says why."""
 
 
-def _load(path: str, strict: bool = False) -> tuple[dict[str, list[VariantSpec]], bool]:
+def _load(path: str, strict: bool = False, merging: bool = False) -> tuple[dict[str, list[VariantSpec]], bool]:
     """(:func:`read_usage`'s answer, whether a flush may replace the file): an oversized log is
-    kept (a game that ran long: it is not this process's to drop), anything else unreadable is
-    replaced by what the flushing game recorded."""
+    kept (a game that ran long: it is not this process's to drop), anything else unusable is
+    replaced by what the flushing game recorded. ``merging`` (a flush): a file that cannot be
+    read now (too many open files, a permission) raises OSError: it is kept, and the records
+    wait for the next flush (it was replaced by one game's records, review helper 167)."""
 
     def refuse(why: str, replaceable: bool) -> tuple[dict[str, list[VariantSpec]], bool]:
         if strict:
@@ -144,7 +148,15 @@ def _load(path: str, strict: bool = False) -> tuple[dict[str, list[VariantSpec]]
         data = read_entry_file(path)  # a regular file of bounded size only: never blocks on a FIFO
     except FileNotFoundError:
         return {}, True
+    except OSError as exc:  # the folder cannot be searched: read again later, never replaced
+        if merging:
+            raise
+        return refuse(f"cannot be read ({exc.strerror or exc})", False)
     except BadEntry as exc:
+        if exc.reason.startswith("unreadable"):  # an I/O error, not what the file holds
+            if merging:
+                raise OSError(f"cannot read it ({exc.reason})") from None
+            return refuse(f"cannot be read ({exc.reason})", False)
         return refuse(f"is unusable ({exc.reason})", True)
     try:
         found = _decode(data)
@@ -195,9 +207,21 @@ def _locked(path: str) -> Iterator[None]:
     except ImportError:  # pragma: no cover - not POSIX: merge without a lock
         yield
         return
-    fd = os.open(path + ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+    # Not through a link (whoever can write the cache folder could point it anywhere), and
+    # never waiting long: another process holding the lock (stopped in a debugger, a stuck
+    # network file system) blocked this game's reload worker and close() for good (review
+    # helper 167). Past LOCK_WAIT_S the flush gives up; its records wait for the next one.
+    fd = os.open(path + ".lock", os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o644)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+        deadline = time.monotonic() + LOCK_WAIT_S
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    raise OSError(f"another process holds {path}.lock (waited {LOCK_WAIT_S:g} s)") from None
+                time.sleep(0.01)
         yield
     finally:
         os.close(fd)
@@ -256,7 +280,7 @@ class UsageLog:
                     min(asset for asset, _ in unfit),
                 )
             with _locked(self.path):
-                found, replaceable = _load(self.path)
+                found, replaceable = _load(self.path, merging=True)
                 merged = {asset: set(specs) for asset, specs in found.items()}
                 for asset, spec in pending:
                     merged.setdefault(asset, set()).add(spec)
@@ -280,7 +304,15 @@ class UsageLog:
                     "format": _FORMAT,
                     "assets": {a: [_spec_to_row(s) for s in sorted(specs, key=lambda x: (x.values, x.columns))] for a, specs in sorted(merged.items())},
                 }
-                write_atomic(self.path, msgpack.packb(doc, use_bin_type=True))
+                packed = msgpack.packb(doc, use_bin_type=True)
+                if len(packed) > MAX_ENTRY_BYTES:
+                    # More than a reader takes: written, it read as empty and the next flush
+                    # replaced it with one game's records (review helper 167). Kept as it is.
+                    if not self._full:
+                        self._full = True
+                        log.warning("usage log %s would be %d bytes, more than a reader takes (%d); this game's new records are not added", self.path, len(packed), MAX_ENTRY_BYTES)
+                    return False
+                write_atomic(self.path, packed)
             return True
         except OSError as exc:
             with self._lock:

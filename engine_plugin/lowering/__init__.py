@@ -5,7 +5,7 @@ from .lower import LOWERING_VERSION, lower
 from .lowered import ColumnSlot, HostSlot, Lowered, LoweredBinding, ParamField, ParamsLayout, SourceMap
 from .parse import MAX_PAGES, parse
 from .schema import Binding, Param, Schema, SpecParam
-from .variants import VariantSpec, enumerate_variants, iter_variants, resolve_spec, variant_count
+from .variants import VariantSpec, enumerate_variants, iter_variants, resolve_recorded, resolve_spec, variant_count
 
 __all__ = [
     "Binding",
@@ -30,6 +30,7 @@ __all__ = [
     "lower",
     "parse",
     "parse_expression",
+    "resolve_recorded",
     "resolve_spec",
     "variant_count",
 ]

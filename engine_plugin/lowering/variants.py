@@ -41,6 +41,20 @@ def _short(v: str) -> str:
     return v if len(v) <= 24 else v[:21] + "..."
 
 
+def resolve_recorded(schema: Schema, spec: VariantSpec | Mapping[str, str]) -> VariantSpec:
+    """A specialisation recorded earlier (a usage log's row) resolved against ``schema`` as it
+    is now: a value the asset no longer offers is an error, a parameter added since takes its
+    default, aliases are normalised. :func:`resolve_spec` trusts a VariantSpec as already
+    resolved (prefetch warmed the keys of an older schema's rows: review helper 167).
+
+    Raises:
+        SpecializationError: as :func:`resolve_spec`.
+    """
+    if not isinstance(spec, VariantSpec):
+        return resolve_spec(schema, spec)  # a mapping is resolved as given
+    return resolve_spec(schema, spec.as_dict(), {k: list(v) for k, v in spec.columns} or None)
+
+
 def resolve_spec(schema: Schema, specialize: Mapping[str, str] | VariantSpec | None = None, columns: Mapping[str, Sequence[str]] | None = None) -> VariantSpec:
     """Validate and complete a specialisation for ``schema``.
 

@@ -537,3 +537,27 @@ def test_a_second_library_applying_an_older_read_never_swaps_it_into_the_newer_p
     b.poll()  # the older read it held
     assert run_scale(ra) == [7.0, 14.0, 21.0, 28.0]
     assert run_scale(rb) == [7.0, 14.0, 21.0, 28.0]
+
+
+def test_prefetch_resolves_usage_rows_against_the_schema_as_it_is_now(asset_root, make_library, tmp_path):
+    # Rows a game recorded before the schema gained a parameter: prefetch looked up their keys
+    # as recorded (without it) and warmed nothing the game then asks for, where bake
+    # --variants-from re-resolves them (review helper 167).
+    from asset_support import SCHEMA, make_asset
+
+    from engine_plugin.bake import bake
+    from engine_plugin.cache import read_usage
+
+    lib = make_library(asset_root, record_usage=True)
+    ref = lib.load("k.computeShader")
+    for t in ("f32", "i32"):
+        ref.program().variant({"T": t})
+    lib.flush_usage()
+    lib.close()
+    usage = read_usage(str(tmp_path / "cache" / "usage.msgpack"))
+    make_asset(asset_root, schema=SCHEMA + "  - { name: MODE, options: [fast, slow] }\n")
+    report = bake([asset_root], str(tmp_path / "cache"), usage=usage, validate=False)
+    assert report.totals["baked"] == 2, report.totals
+    fresh = make_library(asset_root)
+    got = fresh.prefetch()
+    assert got.local == 2 and got.missed == 0 and got.failed == 0, got.as_dict()

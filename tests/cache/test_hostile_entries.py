@@ -514,3 +514,84 @@ def test_an_entry_nested_past_the_depth_limit_is_refused_with_a_reason():
     with pytest.raises(BadEntry) as info:
         decode_entry("0" * 64, deep)
     assert "()" not in str(info.value) and "not msgpack (" in str(info.value)
+
+
+def _fifty_rows_log(path) -> None:
+    from engine_plugin.cache import UsageLog
+    from engine_plugin.lowering import VariantSpec
+
+    usage = UsageLog(str(path))
+    for i in range(50):
+        usage.record(f"k/a{i}.computeShader", VariantSpec((("T", "f32"),), ()))
+    assert usage.flush()
+
+
+def test_a_usage_log_that_cannot_be_opened_now_is_kept_and_the_records_wait(tmp_path, monkeypatch):
+    # One failed open (EMFILE) during a flush read as "unusable": the file was replaced with
+    # this game's one record and 50 others were lost (review helper 167).
+    import errno
+
+    from engine_plugin.cache import UsageLog, read_usage
+    from engine_plugin.cache import store
+    from engine_plugin.lowering import VariantSpec
+
+    path = tmp_path / "usage.msgpack"
+    _fifty_rows_log(path)
+    before = path.read_bytes()
+    usage = UsageLog(str(path))
+    usage.record("k/new.computeShader", VariantSpec((("T", "i32"),), ()))
+    real = os.open
+
+    def too_many(p, *a, **k):
+        if str(p) == str(path):
+            raise OSError(errno.EMFILE, "Too many open files")
+        return real(p, *a, **k)
+
+    monkeypatch.setattr(store.os, "open", too_many)
+    assert not usage.flush() and usage.dirty
+    monkeypatch.setattr(store.os, "open", real)
+    assert path.read_bytes() == before
+    assert usage.flush()
+    assert len(read_usage(str(path))) == 51
+
+
+def test_a_usage_log_lock_held_elsewhere_delays_a_flush_without_blocking_it(tmp_path, monkeypatch):
+    # A blocking flock: another process holding the lock (stopped in a debugger) blocked the
+    # game's reload worker and close() for good (review helper 167).
+    import fcntl
+    import time
+
+    from engine_plugin.cache import UsageLog, read_usage, usage as usage_module
+    from engine_plugin.lowering import VariantSpec
+
+    monkeypatch.setattr(usage_module, "LOCK_WAIT_S", 0.2)
+    path = tmp_path / "usage.msgpack"
+    _fifty_rows_log(path)
+    holder = os.open(str(path) + ".lock", os.O_RDWR)
+    fcntl.flock(holder, fcntl.LOCK_EX)  # another open file description: another holder
+    try:
+        log = UsageLog(str(path))
+        log.record("k/new.computeShader", VariantSpec((("T", "i32"),), ()))
+        t0 = time.monotonic()
+        assert not log.flush() and log.dirty
+        assert time.monotonic() - t0 < 5
+    finally:
+        os.close(holder)
+    assert log.flush() and len(read_usage(str(path))) == 51
+
+
+def test_a_usage_log_never_grows_past_what_a_reader_takes(tmp_path, monkeypatch):
+    # Written past the reader's byte cap, it read as empty and the next flush replaced it with
+    # one game's records (review helper 167).
+    from engine_plugin.cache import UsageLog, read_usage, usage as usage_module
+    from engine_plugin.lowering import VariantSpec
+
+    path = tmp_path / "usage.msgpack"
+    _fifty_rows_log(path)
+    monkeypatch.setattr(usage_module, "MAX_ENTRY_BYTES", path.stat().st_size + 100)
+    log = UsageLog(str(path))
+    for i in range(20):
+        log.record(f"k/more{i}.computeShader", VariantSpec((("T", "i32"),), ()))
+    before = path.read_bytes()
+    assert not log.flush()
+    assert path.read_bytes() == before and len(read_usage(str(path))) == 50
