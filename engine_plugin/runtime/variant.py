@@ -723,7 +723,13 @@ class Variant:
         work.chained.append((value, count if known else None))  # what a repeat must find again
         if isinstance(vt, StructType) or isinstance(value.element, StructType):
             if value.element != vt:
-                raise self._slot_error(slot, f"input {slot.name!r} is {vt.wgsl} but the chained output {value.name!r} holds {value.element.wgsl}")
+
+                def layout(t: Any) -> str:
+                    return t.declaration if isinstance(t, StructType) else t.wgsl
+
+                raise self._slot_error(
+                    slot, f"input {slot.name!r} is {layout(vt)} but the chained output {value.name!r} holds {layout(value.element)}: the layouts differ"
+                )
             return _Bound(value._buffer, count, 0, _binding_size(count * vt.bytes))
         words = count * value.element.lanes
         if words % vt.lanes:

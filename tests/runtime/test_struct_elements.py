@@ -95,3 +95,27 @@ def test_a_body_repeating_the_schemas_struct_is_told_to_delete_it():
     err = info.value
     assert (err.span.path, err.span.line) == ("p/kernel.wgsl", 1)
     assert "'Particle' is declared here and also generated for struct 'Particle'" in err.message and "delete yours" in err.message
+
+
+def test_chaining_a_struct_output_into_another_layout_of_the_same_name_says_the_layouts_differ():
+    # "input 'x' is P but the chained output 'o' holds P" (review helper 168).
+    make_yaml = """\
+structs:
+  P: {{ {members} }}
+bindings:
+  - {{ name: {src}, kind: buffer, access: read, element: f32 }}
+  - {{ name: o, kind: buffer, access: read_write, element: P, count: "len({src})" }}
+"""
+    body = "@compute @workgroup_size(64)\nfn main(@builtin(global_invocation_id) gid: vec3<u32>) {\n    let i = zero_index(gid);\n    if (i >= zero_n()) { return; }\n}\n"
+    first = abi.program(key="t/structs/chain_a", schema=abi.parse(make_yaml.format(members="a: f32, b: u32", src="s"), "a/bindings.yaml"), wgsl=body).variant()
+    second_yaml = """\
+structs:
+  P: { b: u32, a: f32 }
+bindings:
+  - { name: x, kind: buffer, access: read, element: P }
+  - { name: y, kind: buffer, access: read_write, element: f32, count: "len(x)" }
+"""
+    second = abi.program(key="t/structs/chain_b", schema=abi.parse(second_yaml, "b/bindings.yaml"), wgsl=body).variant()
+    out = first.run(4, inputs={"s": np.zeros(4, np.float32)}).outputs["o"]
+    with pytest.raises(DispatchError, match=r"struct P \{ b: u32, a: f32 \}.*struct P \{ a: f32, b: u32 \}: the layouts differ"):
+        second.run(4, inputs={"x": out})
