@@ -19,7 +19,7 @@ from ..files import shown_path
 from ..lowering import VariantSpec
 from .plan import AssetPlan, chunk_jobs, plan_assets
 from .progress import NoProgress
-from .report import BakeReport
+from .report import BakeInterrupted, BakeReport
 from .runners import InlineRunner
 from .verify import check_chunk
 from .worker import BakeItem, ChunkJob, ChunkResult, Failure, VariantOutcome, failure_from, worker_versions
@@ -306,31 +306,38 @@ def bake(
     report.corrupt_replaced = store.stats().corrupt - corrupt_before
 
     total = sum(len(items) for _, items in todo)
-    if total:
-        t_start = time.perf_counter()
-        # A Ctrl-C swallowed anywhere from the runner's start to its shutdown (a cluster
-        # closing runs gc callbacks too) is acted on after each chunk and once it is over.
-        with _interrupt_flag() as interrupted:
-            with runner:
-                report.startup_s = time.perf_counter() - t_start
-                report.runner, report.workers = runner.label, runner.workers
-                jobs = chunk_jobs(todo, runner.workers, validate, compile_timeout if getattr(runner, "deadlines", False) else None)
-                progress.start(total, runner.label)
-                try:
-                    with state:
-                        events = getattr(runner, "events", None)
-                        for job, result in runner.run(jobs):
-                            if interrupted:
-                                raise KeyboardInterrupt  # a Ctrl-C that landed where it was swallowed
-                            state.take(job, result)
+    try:
+        if total:
+            t_start = time.perf_counter()
+            # A Ctrl-C swallowed anywhere from the runner's start to its shutdown (a cluster
+            # closing runs gc callbacks too) is acted on after each chunk and once it is over.
+            with _interrupt_flag() as interrupted:
+                with runner:
+                    report.startup_s = time.perf_counter() - t_start
+                    report.runner, report.workers = runner.label, runner.workers
+                    jobs = chunk_jobs(todo, runner.workers, validate, compile_timeout if getattr(runner, "deadlines", False) else None)
+                    progress.start(total, runner.label)
+                    try:
+                        with state:
+                            events = getattr(runner, "events", None)
+                            for job, result in runner.run(jobs):
+                                if interrupted:
+                                    raise KeyboardInterrupt  # a Ctrl-C that landed where it was swallowed
+                                state.take(job, result)
+                                if events is not None:
+                                    state.lost(events(), jobs)
                             if events is not None:
-                                state.lost(events(), jobs)
-                        if events is not None:
-                            state.lost(events(final=True), jobs)
-                finally:
-                    progress.stop()
-            if interrupted:
-                raise KeyboardInterrupt
+                                state.lost(events(final=True), jobs)
+                    finally:
+                        progress.stop()
+                if interrupted:
+                    raise KeyboardInterrupt
+    except KeyboardInterrupt:
+        # What was done by then is reported (a CI job's --json says so): entries are written whole.
+        report.interrupted = True
+        _plan_order(report, plans)
+        report.wall_s = time.perf_counter() - t0
+        raise BakeInterrupted(report) from None
     state.repeats()
     if remote is not None:
         # Every entry of this bake the tier lacks goes up now, the ones baked in this run too:
@@ -338,11 +345,15 @@ def bake(
         # nothing said (review helper 123).
         baked = [v.key for v in report.variants if v.status == "baked"]
         report.remote = _sync_remote(store, remote, list(dict.fromkeys(skipped + baked)), remote_verify)
-    # Results arrive in completion order; the report lists variants in plan order.
-    order = {(plan.folder, item.key): i for i, (plan, item) in enumerate((p, it) for p in plans for it in p.items)}
-    report.variants.sort(key=lambda v: order.get((v.asset, v.key), len(order)))
+    _plan_order(report, plans)
     report.wall_s = time.perf_counter() - t0
     return report
+
+
+def _plan_order(report: BakeReport, plans: list[AssetPlan]) -> None:
+    """Results arrive in completion order; the report lists variants in plan order."""
+    order = {(plan.folder, item.key): i for i, (plan, item) in enumerate((p, it) for p in plans for it in p.items)}
+    report.variants.sort(key=lambda v: order.get((v.asset, v.key), len(order)))
 
 
 def _cached(store: Any, plan: AssetPlan, item: BakeItem, validated: bool) -> bool:

@@ -43,7 +43,7 @@ from ..files import printable, shown_path
 from ..lowering import VariantSpec
 from .worker import Failure
 
-__all__ = ["AssetSummary", "BakeReport", "VariantRecord", "FailureRecord", "REPORT_FORMAT"]
+__all__ = ["AssetSummary", "BakeInterrupted", "BakeReport", "VariantRecord", "FailureRecord", "REPORT_FORMAT"]
 
 REPORT_FORMAT = 1
 
@@ -93,6 +93,14 @@ def _spec_json(spec: VariantSpec | None) -> tuple[Any, Any]:
     return dict(spec.values), {k: list(v) for k, v in spec.columns}
 
 
+class BakeInterrupted(KeyboardInterrupt):
+    """A Ctrl-C ended the bake: ``report`` holds what was done by then (``interrupted``)."""
+
+    def __init__(self, report: "BakeReport") -> None:
+        super().__init__()
+        self.report = report
+
+
 @dataclass
 class BakeReport:
     """Everything a bake did. ``ok`` is true when nothing failed (the exit status)."""
@@ -107,6 +115,7 @@ class BakeReport:
     failures: list[FailureRecord] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     corrupt_replaced: int = 0
+    interrupted: bool = False  # ended by Ctrl-C: what it lists is what was done by then
     lost_workers: list[dict[str, Any]] = field(default_factory=list)
 
     def lose_worker(self, worker: str, chunks: tuple[int, ...], variants: int) -> None:
@@ -154,7 +163,7 @@ class BakeReport:
 
     @property
     def ok(self) -> bool:
-        return not self.failures
+        return not self.failures and not self.interrupted
 
     @property
     def variants_per_s(self) -> float:
@@ -190,6 +199,7 @@ class BakeReport:
             "startup_s": round(self.startup_s, 4),
             "variants_per_s": round(self.variants_per_s, 2),
             "ok": self.ok,
+            "interrupted": self.interrupted,
             "totals": self.totals,
             "corrupt_replaced": self.corrupt_replaced,
             "remote": self.remote,

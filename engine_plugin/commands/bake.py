@@ -146,6 +146,7 @@ def cmd_bake(args: argparse.Namespace, rep: Reporter | None = None) -> int:
     from ..assets.folder import find_assets
     from ..bake.driver import bake
     from ..bake.progress import NoProgress, make_progress
+    from ..bake.report import BakeInterrupted
     from ..cache import DEFAULT_MAX_BYTES, VariantCache, read_usage
     from ..extras import require
 
@@ -192,18 +193,23 @@ def cmd_bake(args: argparse.Namespace, rep: Reporter | None = None) -> int:
     progress = NoProgress() if rep.quiet else make_progress(args.progress, verbose=rep.verbose)
     progress.verbose = rep.verbose
     progress.prefix = f"{rep.prefix}: "
-    report = bake(
-        paths,
-        cache,
-        runner=runner,
-        usage=usage,
-        progress=progress,
-        force=args.force,
-        remote=remote,
-        root=args.root,
-        remote_verify=args.remote_verify,
-        compile_timeout=args.compile_timeout,
-    )
+    try:
+        report = bake(
+            paths,
+            cache,
+            runner=runner,
+            usage=usage,
+            progress=progress,
+            force=args.force,
+            remote=remote,
+            root=args.root,
+            remote_verify=args.remote_verify,
+            compile_timeout=args.compile_timeout,
+        )
+    except BakeInterrupted as stopped:
+        if args.json:  # a CI job reads what was done, marked interrupted (not ok)
+            write_json(stopped.report.as_json(), args.json)
+        raise
 
     st = cache.stats()
     if st.evictions:

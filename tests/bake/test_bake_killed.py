@@ -4,6 +4,7 @@ no worker process behind: they lived on for good, 130-200 MB each (review helper
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -51,7 +52,7 @@ _BAKE = [sys.executable, "-m", "engine_plugin.cli", "-q", "bake", "assets", "--c
 
 
 @contextlib.contextmanager
-def _bake_with_workers(tmp_path, sitecustomize: str | None = None, **popen: Any) -> Iterator[tuple[subprocess.Popen, set[int]]]:
+def _bake_with_workers(tmp_path, sitecustomize: str | None = None, extra: tuple = (), **popen: Any) -> Iterator[tuple[subprocess.Popen, set[int]]]:
     """A ``bake -j 2`` of the samples (``sitecustomize``: code every pool process runs as it
     starts), once both pool workers are seen; whatever is left of it is killed on the way out."""
     copy_samples(str(tmp_path / "assets"))
@@ -62,7 +63,7 @@ def _bake_with_workers(tmp_path, sitecustomize: str | None = None, **popen: Any)
         (site / "sitecustomize.py").write_text("import sys\nif '--multiprocessing-fork' in sys.argv:\n" + sitecustomize)
         env["PYTHONPATH"] = str(site) + os.pathsep + env["PYTHONPATH"]
     popen.setdefault("stderr", subprocess.DEVNULL)
-    proc = subprocess.Popen(_BAKE, cwd=str(tmp_path), env=env, stdout=subprocess.DEVNULL, **popen)
+    proc = subprocess.Popen(_BAKE + list(extra), cwd=str(tmp_path), env=env, stdout=subprocess.DEVNULL, **popen)
     workers: set[int] = set()
     try:
         deadline = time.monotonic() + 60
@@ -113,7 +114,8 @@ def test_ctrl_c_ends_a_bake_whose_workers_are_stuck_in_a_chunk(tmp_path):
     # var<private> array) kept the bake running for good (review helper 128). Here every chunk
     # sleeps for 10 minutes in its worker, and Ctrl-C reaches the process group.
     stuck = "    import time, engine_plugin.bake.worker as w\n    w.bake_chunk = lambda job: time.sleep(600)\n"
-    with _bake_with_workers(tmp_path, stuck, stderr=subprocess.PIPE, text=True, start_new_session=True) as (proc, workers):
+    extra = ("--json", "out/report.json")  # an interrupted bake still reports what it did (it wrote nothing)
+    with _bake_with_workers(tmp_path, stuck, extra, stderr=subprocess.PIPE, text=True, start_new_session=True) as (proc, workers):
         time.sleep(3)  # the workers are inside their chunks
         os.killpg(proc.pid, signal.SIGINT)
         try:
@@ -125,3 +127,5 @@ def test_ctrl_c_ends_a_bake_whose_workers_are_stuck_in_a_chunk(tmp_path):
         assert "Traceback" not in err and "leaked" not in err, err
         assert "engine-plugin bake: interrupted (Ctrl-C)" in err, err  # said, not a silent stop (review helper 149)
         assert not _outlived(workers)
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert report["interrupted"] is True and report["ok"] is False and report["totals"]["baked"] == 0
