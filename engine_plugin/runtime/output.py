@@ -256,7 +256,10 @@ class Output:
             self._pool = None
             try:
                 for buf in self._pooled:
-                    give_back(pool, buf)
+                    if _escaped and id(buf) in _escaped:  # give_back(), inline: once per output per run
+                        _escaped.discard(id(buf))
+                    else:
+                        pool.give(buf)
             except Exception:  # interpreter shutdown: module state may be gone; nothing to return to
                 pass
 

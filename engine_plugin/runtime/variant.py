@@ -1518,7 +1518,7 @@ class Variant:
         rn = rep.n
         if n is not rn and not _same_domain(n, rn):
             return None
-        if not rep.none_destroyed():
+        if rep.epoch != DESTROY_EPOCH[0] and not rep.none_destroyed():  # the compare inline: every repeat
             return None  # the full path refuses it
         if not _same_params(params, rep):
             return None
