@@ -160,6 +160,12 @@ def get_context(device: Any | None = None) -> DeviceContext:
         return _default
 
 
+def is_default(ctx: DeviceContext | None) -> bool:
+    """Whether ``ctx`` is the process-wide default context (what ``get_context()`` answers
+    now), without making one."""
+    return ctx is not None and ctx is _default
+
+
 def _forget_lost() -> None:
     """Drop the contexts of devices found lost (destroyed, reset), their caches with them: a
     process handed device after device kept every one alive, pools and pipelines included,

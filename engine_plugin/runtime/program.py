@@ -11,7 +11,8 @@ import logging
 import threading
 from typing import Any, Mapping, Protocol
 
-from ..device.context import DeviceContext, get_context
+from ..device.context import DeviceContext, get_context, is_default
+from ..errors import DeviceLostError
 from ..lowering import Lowered, Schema, VariantSpec, lower, resolve_spec
 from ..lowering.fingerprint import variant_key
 from ..lowering.modules import Module, ModuleTexts, from_mapping, resolve_imports
@@ -66,6 +67,10 @@ class Program:
     ):
         self.key = key
         self.ctx = ctx
+        # Made on the default device (or where there was none): it moves to a new default one
+        # after a loss. One made on a caller's device stays there: its variants raise
+        # DeviceLostError once that device is lost (it moved to the default device quietly).
+        self._follows_default = ctx is None or is_default(ctx)
         self._schema = schema
         self._wgsl = wgsl
         self._wgsl_path = wgsl_path or f"{key}.wgsl"
@@ -274,8 +279,14 @@ class Program:
     def _rehome(self) -> None:
         """The device this program compiled on was lost: compile on the default device from
         now on (a new one is acquired). Variants made on the lost device stay dead; whoever
-        holds one gets DeviceLostError and asks the program again."""
+        holds one gets DeviceLostError and asks the program again. A program made on a
+        caller's device raises DeviceLostError instead (see ``_follows_default``)."""
         with self._lock:
+            if self.ctx is not None and self.ctx.lost and not self._follows_default:
+                raise DeviceLostError(
+                    f"program {self.key!r}: the device it was made on (device=...) is lost; make it again on a live device "
+                    "(abi.program(..., device=...)); a program made without device= moves to the new default device"
+                )
             if self.ctx is None or self.ctx.lost:  # None: made where no adapter was (NoAdapterError if none still is)
                 self.ctx = get_context()
                 self._variants = {}

@@ -92,3 +92,20 @@ def test_a_nested_batch_submits_its_healthy_runs_when_its_outer_batch_meets_a_lo
     np.testing.assert_array_equal(abi.read(outer_a.outputs["y"]), 3.0 * x + 1.0)
     np.testing.assert_array_equal(abi.read(inner_a.outputs["y"]), 4.0 * x + 1.0)
     assert len(on_a._ring.staged) == staged_before  # no params slot left taken
+
+
+def test_a_program_made_on_a_callers_device_never_moves_to_the_default_one_after_a_loss():
+    # Its device destroyed, program.variant() compiled quietly on the default device: runs went
+    # to another device than the caller's other resources (left over from review helper 161).
+    # A program made without device= moves, as documented.
+    other = _new_device()
+    schema = abi.parse(AXPY_YAML, "two/bindings.yaml")
+    mine = abi.program(key="test/two_devices/mine", schema=schema, wgsl=AXPY_WGSL, device=other)
+    x = np.arange(8, dtype=np.float32)
+    first = mine.variant().run(8, inputs={"x": x}, params={"a": 2.0})
+    assert first.outputs["y"]._buffer._device is other
+    other.destroy()
+    with pytest.raises(DeviceLostError, match="device it was made on"):
+        mine.variant()
+    default = abi.program(key="test/two_devices/default", schema=schema, wgsl=AXPY_WGSL)
+    assert default.variant().ctx.device is abi.device()
