@@ -63,8 +63,7 @@ __all__ = [
     "bump_epoch",
     "held_by_none",
     "unsubmitted",
-    "written_again",
-    "void_records",
+    "settle_outputs",
     "VOIDED",
     "held_by_open_batches",
 ]
@@ -111,7 +110,8 @@ class Batch:
         # id(variant) -> (variant, staged offsets, [the last run's params bytes, its offset])
         self._staged: dict[int, tuple[Any, list[int], list]] = {}
         self._held: set = set()  # every buffer a recorded run touches, until the flush
-        self._made: set = set()  # the pooled output buffers of recorded runs, until the flush
+        self._made: set = set()  # the buffers recorded runs made (pooled outputs, uploads), until the flush
+        self._results: set = set()  # every buffer holding a recorded run's results (given outputs too)
         self.outer: tuple[Batch, ...] = ()  # the batches this one is nested in (this thread's)
         self.on_drop: list = []  # called once its records are submitted (or dropped)
         # A context copied into a task or a thread (asyncio.create_task, to_thread) still lists
@@ -135,11 +135,14 @@ class Batch:
         extra: list | None = None,
         made: Any = (),
         fixed: list | None = None,
+        results: Any = (),
     ) -> None:
         """Record one run (and ``extra`` records, e.g. conversions, that must come before it).
-        ``made``: the pooled buffers its outputs got, which hold nothing of it until it is
-        submitted; ``fixed``: the part of ``buffers`` every repeat of the run binds (see
-        :meth:`add_again`)."""
+        ``made``: the buffers the run made for its outputs (pooled, uploads), which hold nothing
+        of it until it is submitted (another thread reading one is refused; a given output
+        answers what it holds); ``results``: every buffer holding its results, given ones too
+        (refused once the run was dropped unsubmitted); ``fixed``: the part of ``buffers`` every
+        repeat of the run binds (see :meth:`add_again`)."""
         staged = self._staged.get(id(variant))
         last = staged[2] if staged is not None else None
         if last is not None and (last[0] is data or (last[0] is not None and type(data) is bytes and last[0] == data)):
@@ -157,15 +160,17 @@ class Batch:
             offset = ring.take()  # may refuse (every slot held): nothing is staged then
             if staged is None:
                 staged = self._staged[id(variant)] = (variant, [], [None, 0])
+            staged[1].append(offset)  # listed first: an interrupt after it leaves nothing staged for good
             ring.staged.add(offset)  # no other take() hands it out until this batch writes it
             ring.mirror[offset : offset + len(data)] = data
-            staged[1].append(offset)
             staged[2][:] = (data if type(data) is bytes else None), offset
         # After any flush above (which forgets what it submitted): this run is recorded after
         # it, so its outputs are this batch's unsubmitted ones (review helper 166: a run recorded
         # after a ring-full flush was read by another thread with an earlier run's bytes).
         if made:
             self._made.update(made)
+        if results:
+            self._results.update(results)
         self._held.update(buffers)  # by identity (buffers hash so): the set keeps them alive
         found = self.records.get(id(variant.ctx))
         if found is None:
@@ -190,12 +195,11 @@ class Batch:
         one kernel's runs spends its host time here)."""
         lane = self._lane
         if lane is None or lane[0] is not variant or lane[1] is not data or lane[2] is not fixed:
-            self.add(variant, data, bind_group, groups, ops, [], fixed + owned, made=[op[1] for op in ops], fixed=fixed)
+            self.add(variant, data, bind_group, groups, ops, [], fixed + owned, made=owned, fixed=fixed, results=owned)
             return
-        made, held = self._made, self._held
-        for op in ops:
-            made.add(op[1])  # clears only: the buffers they reset
-        held.update(owned)
+        self._made.update(owned)  # its outputs: they hold nothing of it until it is submitted
+        self._results.update(owned)
+        self._held.update(owned)
         lane[3].append((variant.compiled.pipeline, bind_group, lane[4], groups, ops))
         if self.slices:
             self._slice_due()
@@ -241,8 +245,9 @@ class Batch:
         # their Outputs read zeros (review helper 161); so did a nested batch's, when its outer
         # batch met the lost device first (helper 162: and its params slots stayed taken).
         lost_first: DeviceLostError | None = None
-        left = dict(self.records)  # device key -> its records, until they are submitted
+        left: dict | None = None
         try:
+            left = dict(self.records)  # device key -> its records, until they are submitted
             for outer in self.outer:
                 if outer.pending:
                     try:
@@ -254,9 +259,7 @@ class Batch:
             for key, ctx in contexts.items():
                 try:
                     self._submit_device(ctx, self.records.get(key))
-                    entry = left.pop(key, None)
-                    if VOIDED[0] and entry is not None:
-                        written_again(entry[1])
+                    left.pop(key, None)
                 except Exception as exc:
                     # The params writes meet a device destroyed after the runs were recorded: a
                     # raw "Parent device is lost" is a DeviceLostError (review helper 102).
@@ -266,13 +269,14 @@ class Batch:
                     lost_first = lost_first or lost
         finally:
             # Submitted, or failed (a lost device: nothing of it will run): either way the
-            # recorded runs hold nothing any more. Runs dropped on a healthy device (an
-            # interrupt, an error while encoding) leave their outputs an earlier user's bytes:
-            # those refuse to be read or bound (a lost device's refuse anyway).
-            for ctx, records in left.values():
-                if records and not ctx.guard.lost:
-                    self._void(records)
+            # recorded runs hold nothing any more. Detached first (drop): an interrupt later
+            # in here must not submit them again at exit, nor give their buffers back twice
+            # (review helper 169). Runs dropped on a healthy device (an interrupt, an error
+            # while encoding) leave their outputs an earlier user's bytes: those refuse to be
+            # read or bound (a lost device's refuse anyway).
+            made, unsubmitted = self._results, (self.records if left is None else left)
             self.drop()
+            settle_outputs(made, [ctx.device for ctx, records in unsubmitted.values() if records and not ctx.guard.lost], WHY_BATCH)
         if lost_first is not None:
             raise lost_first
 
@@ -298,28 +302,23 @@ class Batch:
             self.submissions += 1
             submit_records(ctx.device, ctx.queue, ctx.guard, entry[1], "a batch")
 
-    def _void(self, records: list) -> None:
-        """Mark the outputs ``records`` reset (their runs' own buffers) as never written."""
-        why = "the abi.batch() recording its run ended before submitting it (an interrupt or an error while it submitted)"
-        void_records(records, why, self._made)
-
     def drop(self) -> None:
         """Forget what was recorded (submitted, or never to be): temps go back to their
-        pools, held buffers are free."""
+        pools, held buffers are free. Everything is detached before anything is called, so an
+        interrupt in here never leaves a record to submit, or a buffer to return, twice."""
         self._lane = None
-        for variant, buf in self.temps:
-            variant._pool.give(buf)
-        for variant, offsets, _ in self._staged.values():
-            variant._ring.staged.difference_update(offsets)  # written (or never to be): free
+        temps, staged, calls = self.temps, self._staged, self.on_drop
+        self.temps, self._staged, self.on_drop, self.records = [], {}, [], {}
         self._held = set()
         self._made = set()
+        self._results = set()
         _epoch[0] += 1
-        calls, self.on_drop = self.on_drop, []
+        for variant, buf in temps:
+            variant._pool.give(buf)
+        for variant, offsets, _ in staged.values():
+            variant._ring.staged.difference_update(offsets)  # written (or never to be): free
         for call in calls:
             call()
-        self.records.clear()
-        self.temps.clear()
-        self._staged.clear()
 
 
 def submits_block(ctx: DeviceContext) -> bool:
@@ -381,23 +380,24 @@ def unsubmitted(buffer: Any) -> str | None:
     return UNSUBMITTED.get(buffer) if VOIDED[0] else None
 
 
-def void_records(records: list, why: str, only: Any = None) -> None:
-    """Mark the buffers the ops of ``records`` reset (those in ``only``, when given) as written
-    by no run: dropped unsubmitted, they hold an earlier run's bytes."""
-    for record in records:
-        for op in record[4]:
-            buffer = op[3] if op[0] == "copy" else op[1]
-            if only is None or buffer in only:
+WHY_BATCH = "an interrupt or an error while its abi.batch() submitted"
+WHY_DEFERRED = "an interrupt or an error while it was submitted"
+
+
+def settle_outputs(made: Any, lost_on: list, why: str) -> None:
+    """After a submission attempt: the result buffers ``made`` of runs on the devices
+    ``lost_on`` (not submitted, on a healthy device) hold an earlier run's bytes: marked, they
+    refuse to be read or bound; the others were written by a submitted run: unmarked."""
+    if lost_on:
+        for buffer in made:
+            if getattr(buffer, "_device", None) in lost_on:
                 UNSUBMITTED[buffer] = why
                 VOIDED[0] += 1
-    DESTROY_EPOCH[0] += 1  # repeat paths re-check what they bind (Variant._Repeat.none_destroyed)
-
-
-def written_again(records: list) -> None:
-    """Submitted ``records`` write their ops' buffers: none of them is unsubmitted any more."""
-    for record in records:
-        for op in record[4]:
-            UNSUBMITTED.pop(op[3] if op[0] == "copy" else op[1], None)
+        DESTROY_EPOCH[0] += 1  # repeat paths re-check what they bind (Variant._Repeat.none_destroyed)
+    if VOIDED[0]:
+        for buffer in made:
+            if getattr(buffer, "_device", None) not in lost_on:
+                UNSUBMITTED.pop(buffer, None)
 
 
 def held_by_open_batches() -> Callable[[Any], bool]:

@@ -35,7 +35,7 @@ import threading
 from typing import Any
 
 from ..errors import DeviceLostError
-from .batch import VOIDED, bump_epoch, register_open, unregister_open, void_records, written_again
+from .batch import WHY_DEFERRED, bump_epoch, register_open, settle_outputs, unregister_open
 from .submission import PENDING, encode_records, submit_encoder
 
 __all__ = ["DEFER_MAX_BYTES", "defer", "flush", "flush_deferred", "deferred_pending"]
@@ -56,11 +56,12 @@ class _Deferred:
     written), the uploads to give back once submitted, and what it touches (held: a pool
     parks these buffers while it waits, as an open batch's)."""
 
-    __slots__ = ("ctx", "records", "temps", "pool", "held", "ring", "offset")
+    __slots__ = ("ctx", "records", "temps", "pool", "held", "ring", "offset", "made")
 
-    def __init__(self, ctx: Any, records: list, temps: list, pool: Any, held: set, ring: Any, offset: int):
+    def __init__(self, ctx: Any, records: list, temps: list, pool: Any, held: set, ring: Any, offset: int, made: list):
         self.ctx, self.records, self.temps, self.pool, self.held = ctx, records, temps, pool, held
         self.ring, self.offset = ring, offset  # its params slot, reserved until it is submitted
+        self.made = made  # its result buffers (see batch.settle_outputs)
 
     def holds(self, buffer: Any) -> bool:
         return buffer in self.held
@@ -70,8 +71,6 @@ class _Deferred:
         encoder = ctx.device.create_command_encoder()  # no label: a label costs ~6-9 µs an encoder (H200 host)
         encode_records(encoder, self.records)
         submit_encoder(ctx.queue, ctx.guard, encoder)
-        if VOIDED[0]:
-            written_again(self.records)  # a given output an interrupted batch left unwritten
 
     def drop(self) -> None:
         self.ring.reserved.discard(self.offset)
@@ -81,7 +80,10 @@ class _Deferred:
         bump_epoch()
 
 
-def defer(variant: Any, data: bytes, bind_group: Any, groups: tuple, ops: list, temps: list, touched: list, extra: list) -> None:
+_NOTHING: frozenset = frozenset()
+
+
+def defer(variant: Any, data: bytes, bind_group: Any, groups: tuple, ops: list, temps: list, touched: list, extra: list, made: list) -> None:
     """Record a checked run as the deferred one (submitting any earlier deferred run first).
     Its params are written now unless its ring slot holds them already (``place``)."""
     with _lock:
@@ -96,7 +98,7 @@ def defer(variant: Any, data: bytes, bind_group: Any, groups: tuple, ops: list, 
         offset = ring.place(variant.ctx.queue, data)
         ring.reserved.add(offset)
         record = (variant.compiled.pipeline, bind_group, offset, groups, ops)
-        d = _Deferred(variant.ctx, extra + [record] if extra else [record], temps, variant._pool, set(touched), ring, offset)
+        d = _Deferred(variant.ctx, extra + [record] if extra else [record], temps, variant._pool, set(touched), ring, offset, made)
         register_open(d)
         PENDING[0] = (variant.ctx, d)
 
@@ -115,7 +117,6 @@ def flush_deferred(ctx: Any = None, after: tuple | None = None) -> bool:
         if found is None or found is _FLUSHING:  # none, or this thread is submitting it right now
             return False
         owner, d = found
-        records = list(d.records)  # its own (a folded read's copy is the caller's)
         submitted = False
         try:
             # Not None until it is on the queue: a thread that sees None may rely on that (a
@@ -138,11 +139,11 @@ def flush_deferred(ctx: Any = None, after: tuple | None = None) -> bool:
             return folded
         finally:
             PENDING[0] = None
+            d.held = _NOTHING  # no call before it: an interrupt below leaves nothing parked for good
             unregister_open(d)
-            if not submitted and not owner.lost:
-                # Interrupted (or refused) on a healthy device: its outputs hold an earlier
-                # run's bytes and refuse to be read or bound (see batch.UNSUBMITTED).
-                void_records(records, "the deferred run writing it was dropped before its submission (an interrupt or an error while it submitted)")
+            # Interrupted (or refused) on a healthy device: its outputs hold an earlier run's
+            # bytes and refuse to be read or bound (see batch.UNSUBMITTED).
+            settle_outputs(d.made, [] if submitted or owner.lost else [owner.device], WHY_DEFERRED)
             d.drop()  # submitted, or never to run: its uploads are free, nothing is held
 
 

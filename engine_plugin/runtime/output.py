@@ -55,7 +55,7 @@ def read_words(buffer: Any, offset: int = 0, size: int | None = None, device: An
         flush_current_batch()  # a read inside abi.batch() sees every run recorded before it
         why = unsubmitted(buffer)
         if why is not None:
-            raise DispatchError(f"cannot read {name or repr(buffer.label)}: the run writing it was never submitted ({why}); run it again")
+            raise DispatchError(f"cannot read {name or repr(buffer.label)}: the run writing it may never have been submitted ({why}); run it again")
         if made_by_other_open_batch(buffer):
             # The output of a run recorded in a batch still open on another thread: nothing of
             # it is on the GPU yet (the buffer holds an earlier user's data), and that batch is

@@ -44,7 +44,7 @@ from ..lowering.geometry import Domain, as_domain, dispatch_fields, group_cap, w
 from ..lowering.lowered import HostSlot, Lowered
 from ..lowering.structs import StructType
 from ..lowering.textures import format_sample
-from .batch import OPEN_BATCHES, VOIDED, current_batch, made_by_other_open_batch, open_batches, unsubmitted, written_again
+from .batch import OPEN_BATCHES, VOIDED, current_batch, made_by_other_open_batch, open_batches, settle_outputs, unsubmitted
 from .buffers import STORAGE_USAGE, pool_for, prepare_array, size_class
 from .compile import CompiledVariant
 from .convert import clamp_record, conversion_record
@@ -647,16 +647,18 @@ class Variant:
         except PluginError:
             return False
 
-    def _foreign(self, slot: HostSlot, buffer: Any) -> None:
+    def _foreign(self, slot: HostSlot, buffer: Any, target: bool = False) -> None:
         """Refuse a buffer or texture of another device (one made before a loss and recovery,
         say), or one destroyed (a submission using it aborts the process: device/destroyed.py)."""
         if is_destroyed(buffer):
             raise self._slot_error(
                 slot, f"{slot.name!r}: the buffer or texture {buffer.label!r} handed to it was destroyed (destroy() was called on it); hand it a live one"
             )
-        why = unsubmitted(buffer)
+        why = None if target else unsubmitted(buffer)  # a write target may hold anything
         if why is not None:
-            raise self._slot_error(slot, f"{slot.name!r}: what is handed to it holds no result: the run writing it was never submitted ({why}); run that again")
+            raise self._slot_error(
+                slot, f"{slot.name!r}: what is handed to it holds no result: the run writing it may never have been submitted ({why}); run that again"
+            )
         if made_by_other_open_batch(buffer):
             # Recorded, not submitted: this run would read an earlier user's data (review helper 102).
             raise self._slot_error(
@@ -1423,12 +1425,16 @@ class Variant:
         if batch is not None or defer:
             if touched is None:
                 touched = [b.buffer for b in bound.values() if b.buffer is not None] + [op[1] for op in work.ops] + work.temps + work.read
+            results = _result_buffers(result)
             if batch is not None:
-                batch.add(self, data, bind_group, groups, work.ops, work.temps, touched, work.extra, made=_written(work.ops))
+                made = [op[3] if op[0] == "copy" else op[1] for op in work.ops] + _pooled_buffers(result)  # what the run made: see Batch.add
+                batch.add(self, data, bind_group, groups, work.ops, work.temps, touched, work.extra, made=made, results=results)
             else:
-                defer_run(self, data, bind_group, groups, work.ops, work.temps, touched, work.extra)
+                defer_run(self, data, bind_group, groups, work.ops, work.temps, touched, work.extra, results)
         else:
             self._submit_now(data, bind_group, groups, work.ops, work.temps, work.extra)
+            if VOIDED[0]:
+                settle_outputs(_result_buffers(result), [], "")  # written now (a given output an interrupted batch left)
         self.runs += 1
         return Run(result, n, groups, self)
 
@@ -1449,8 +1455,6 @@ class Variant:
                 cpass.run(self.compiled.pipeline, bind_group, offset, groups)
                 cpass.end()
         submit_encoder(ctx.queue, ctx.guard, encoder)
-        if VOIDED[0]:
-            written_again([(None, None, None, None, ops)])  # a given output an interrupted batch left unwritten
         for buf in temps:
             self._pool.give(buf)
 
@@ -1560,7 +1564,8 @@ class Variant:
             batch = current_batch() if OPEN_BATCHES else None
             if batch is not None:  # recorded into this thread's batch: _submit's batch branch, inline
                 if temps:
-                    batch.add(self, rep.data, bind_group, rep.groups, ops, temps, rep.fixed + owned, made=_written(ops))
+                    outs = owned[len(temps) :]
+                    batch.add(self, rep.data, bind_group, rep.groups, ops, temps, rep.fixed + owned, made=outs, results=outs)
                 else:
                     batch.add_again(self, rep.data, bind_group, rep.groups, ops, owned, rep.fixed)
                 self.runs += 1
@@ -1676,7 +1681,7 @@ class Variant:
                 buf, counter, cap, owned, source = _given_output(given)
             except DispatchError as exc:
                 raise self._slot_error(slot, f"outputs[{slot.name!r}]: {exc.message}") from None
-            self._foreign(slot, buf)
+            self._foreign(slot, buf, target=counter is None or slot.role != "append")  # an append's kept count is read
             if counter is not None:
                 self._foreign(slot, counter)
             for what, b in (("buffer", buf), ("counter", counter)):
@@ -1843,10 +1848,21 @@ def _plain_args(inputs: Any, params: Any, outputs: Any) -> bool:
     )
 
 
-def _written(ops: list) -> list:
-    """The buffers a run's ops reset before it (cleared outputs and counters, snapshot
-    counters): until it is submitted they hold an earlier user's data."""
-    return [op[3] if op[0] == "copy" else op[1] for op in ops]
+def _pooled_buffers(result: Mapping[str, Any]) -> list:
+    """The pooled buffers a run's Outputs got (outputs, uploads bound read_write, counters)."""
+    return [b for o in result.values() if isinstance(o, Output) and o._pool is not None for b in o._pooled]
+
+
+def _result_buffers(result: Mapping[str, Any]) -> list:
+    """The buffers holding a run's results: its Outputs' buffers and counters (its outputs,
+    appends, read_write bindings; given ones too)."""
+    out = []
+    for o in result.values():
+        if isinstance(o, Output):
+            out.append(o._buffer)
+            if o._counter is not None:
+                out.append(o._counter)
+    return out
 
 
 def _unwrap(value: Any) -> Any:

@@ -478,9 +478,9 @@ def test_outputs_of_a_batch_whose_submission_was_interrupted_refuse_to_be_read(a
             monkeypatch.setattr(*target, interrupted)
     monkeypatch.setattr(*target, real)
     for out in outs:
-        with pytest.raises(DispatchError, match="never submitted"):
+        with pytest.raises(DispatchError, match="never have been submitted"):
             abi.read(out)
-        with pytest.raises(DispatchError, match="never submitted"):
+        with pytest.raises(DispatchError, match="never have been submitted"):
             axpy.run(256, inputs={"x": out}, params={"a": 1.0})
     del outs
     gc.collect()
@@ -521,11 +521,10 @@ def test_a_run_recorded_after_the_params_ring_flushed_its_batch_is_refused_to_ot
         np.testing.assert_array_equal(abi.read(outs[j]), np.float32(j) * x + np.float32(1.0))
 
 
-def _interrupt_at(function: str, text: str):
-    """A tracer raising KeyboardInterrupt once, at the line of ``function`` holding ``text``
-    (where a signal handler's exception could land)."""
-    deferred_module = importlib.import_module("engine_plugin.runtime.deferred")
-    lines = open(deferred_module.__file__).read().splitlines()
+def _interrupt_at(function: str, text: str, module: str = "engine_plugin.runtime.deferred"):
+    """A tracer raising KeyboardInterrupt once, at the line of ``function`` (in ``module``)
+    holding ``text`` (where a signal handler's exception could land)."""
+    lines = open(importlib.import_module(module).__file__).read().splitlines()
     target = next(i for i, line in enumerate(lines, 1) if text in line)
 
     def tracer(frame, event, arg):
@@ -569,9 +568,96 @@ def test_an_interrupt_while_the_deferred_run_is_submitted_leaves_no_stale_output
     try:
         got = abi.read(out)
     except DispatchError as exc:
-        assert "never submitted" in str(exc)
+        assert "never have been submitted" in str(exc)
     else:
         np.testing.assert_array_equal(got, x + np.float32(1.0))
     later = axpy.run(8, inputs={"x": x}, params={"a": 2.0}).outputs["y"]
     np.testing.assert_array_equal(abi.read(later), np.float32(2.0) * x + np.float32(1.0))
     assert not deferred_pending()
+
+
+NOCLEAR_YAML = """\
+bindings:
+  - { name: x, kind: buffer, access: read, element: f32 }
+  - { name: y, kind: buffer, access: read_write, element: f32, count: "len(x)", clear: false }
+params:
+  - { name: a, type: f32 }
+"""
+INPLACE_YAML = """\
+bindings:
+  - { name: x, kind: buffer, access: read_write, element: f32 }
+params:
+  - { name: a, type: f32 }
+"""
+INPLACE_WGSL = """\
+@compute @workgroup_size(64)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
+    let i = zero_index(gid);
+    if (i >= zero_n()) { return; }
+    x_set(i, params.a * x_get(i));
+}
+"""
+
+
+def test_every_output_of_an_interrupted_batch_refuses_and_a_given_one_takes_a_new_run(axpy, monkeypatch):
+    # Only the buffers a run's ops cleared were marked: an output with clear: false, a
+    # read_write binding of host data and a given output (outputs=) read an earlier run's
+    # bytes as this run's result; a given one handed back as a write target was refused
+    # (review helper 169).
+    from engine_plugin.runtime import submission
+
+    noclear = abi.program(key="test/host_paths/noclear", schema=abi.parse(NOCLEAR_YAML, "noclear/bindings.yaml"), wgsl=AXPY_WGSL).variant()
+    inplace = abi.program(key="test/host_paths/inplace", schema=abi.parse(INPLACE_YAML, "inplace/bindings.yaml"), wgsl=INPLACE_WGSL).variant()
+    x = np.arange(64, dtype=np.float32)
+    dev = get_context().device
+    given = dev.create_buffer_with_data(data=np.zeros(64, np.float32), usage=STORAGE)
+    np.testing.assert_array_equal(abi.read(axpy.run(64, inputs={"x": x}, params={"a": 7.0}, outputs={"y": given}).outputs["y"]), 7 * x + 1)
+    old = [noclear.run(64, inputs={"x": x}, params={"a": 777.0}).outputs["y"] for _ in range(3)]
+    abi.read(old[-1])
+    del old
+    gc.collect()
+    real = submission.submit_encoder
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        with abi.batch(slices=False):
+            outs = [
+                noclear.run(64, inputs={"x": x}, params={"a": 2.0}).outputs["y"],
+                inplace.run(64, inputs={"x": x + 1}, params={"a": 3.0}).outputs["x"],
+                axpy.run(64, inputs={"x": x}, params={"a": 2.0}, outputs={"y": given}).outputs["y"],
+            ]
+            monkeypatch.setattr(submission, "submit_encoder", interrupted)
+    monkeypatch.setattr(submission, "submit_encoder", real)
+    for out in outs:
+        with pytest.raises(DispatchError, match="never have been submitted"):
+            abi.read(out)
+    again = axpy.run(64, inputs={"x": x}, params={"a": 3.0}, outputs={"y": given}).outputs["y"]  # a write target: taken
+    np.testing.assert_array_equal(abi.read(again), 3 * x + 1)
+    np.testing.assert_array_equal(abi.read(given), 3 * x + 1)
+
+
+def test_an_interrupt_while_a_batch_forgets_what_it_submitted_never_submits_it_twice(axpy):
+    # An interrupt in drop() after the temps went back to the pool but before the records were
+    # forgotten: the batch submitted them again at exit (an in-place x*3 read x*9) and gave
+    # the uploads back twice (two live Outputs shared a buffer) (review helper 169).
+    inplace = abi.program(key="test/host_paths/inplace", schema=abi.parse(INPLACE_YAML, "inplace/bindings.yaml"), wgsl=INPLACE_WGSL).variant()
+    x = np.arange(1, 65, dtype=np.float32)
+    for line in ("for variant, buf in temps:", "for call in calls:"):
+        with abi.batch(slices=False):
+            tripled = inplace.run(64, inputs={"x": x.copy()}, params={"a": 3.0}).outputs["x"]
+            uploaded = axpy.run(64, inputs={"x": x}, params={"a": 1.0}).outputs["y"]
+            sys.settrace(_interrupt_at("drop", line, "engine_plugin.runtime.batch"))
+            try:
+                abi.read(tripled)  # submits what was recorded; the interrupt lands in drop()
+            except KeyboardInterrupt:
+                pass
+            finally:
+                sys.settrace(None)
+        np.testing.assert_array_equal(abi.read(tripled), 3 * x)
+        np.testing.assert_array_equal(abi.read(uploaded), x + 1)
+        live = [axpy.run(64, inputs={"x": x}, params={"a": float(k)}).outputs["y"] for k in range(6)]
+        assert len({id(o._buffer) for o in live}) == 6
+        for k, out in enumerate(live):
+            np.testing.assert_array_equal(abi.read(out), np.float32(k) * x + 1)
