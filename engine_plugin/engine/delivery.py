@@ -189,7 +189,10 @@ class Delivery:
         product.gave_up = True
         self._gpu.release(product)
         st.readback_fallbacks += 1
-        log.warning("product %r: %d readbacks failed in a row; it runs on its CPU fallback until engine.recover_gpu()", product.key, product.readback_failures)
+        served = "it runs on its CPU fallback" if product.cpu_fallback is not None else "it has no CPU fallback: its results wait"
+        why = ProductError(f"product {product.key!r}: {product.readback_failures} readbacks failed in a row; {served} until engine.recover_gpu()")
+        product.fail(why, off_gpu=True)  # product_error says so (a product without a fallback was stuck saying nothing)
+        log.warning("%s", why)
 
     def _changes_of(self, name: str) -> np.ndarray:
         """When field ``name`` of each slot last changed, as far as this engine knows. A field

@@ -408,6 +408,8 @@ class Engine:
         product = self.product(handle)
         if product.exception is not None:
             return product.exception
+        if product.budget_error is not None:
+            return product.budget_error
         if product.waiting is None or not self._serves(product) or not product.pending:
             return None  # off the GPU (its fallback serves it), or nothing owed: it waits for nothing
         return product.waiting
@@ -483,9 +485,26 @@ class Engine:
         if not written:
             return
         self._writers = self._mirror_writers()
+        here = self._position.get(id(writer), -1)
         for product in self._order:
             if product is not writer and written.intersection(self._fields_behind(product)):
                 self._recompute(product)
+                if self._position.get(id(product), -1) < here:
+                    # It runs before the writer in a frame: its recompute reads the mirror the
+                    # old kernel left, applied under its new generation for good (review helper
+                    # 170). Owed again where the writer writes next.
+                    product.follow_writers.add(id(writer))
+
+    def _owe_followers(self, writer: Product, keys: Any) -> None:
+        """Products registered before ``writer`` that recomputed after its kernel or params
+        changed owe the chunks its new kernel just wrote; once it owes nothing, they follow it
+        as any reader registered before a writer does (the frame before)."""
+        world = self.world
+        for product in self._order:
+            if id(writer) in product.follow_writers:
+                product.pending.update(k for k in keys if k in world)
+                if not writer.pending.difference(keys):
+                    product.follow_writers.discard(id(writer))
 
     def _adopt_refused(self, product: Product, params: Mapping[str, Any]) -> bool:
         """Plan ``product``'s refused reload with ``params``; on success it runs from the next
@@ -884,13 +903,29 @@ class Engine:
         most = int(getattr(cfg, "max_chunks_per_dispatch", len(work.keys)) or len(work.keys))
         if product.policy is ReadbackPolicy.NONE or not readback or cfg is None:
             return most, most
-        # A readback is fixed bytes (whole-dispatch outputs of a constant size, alignment) plus
-        # bytes that grow with the chunks: only the latter shrink when the work is split.
-        fixed = product.gpu.readback_bytes(0)
-        per_chunk = max(1, -(-(product.gpu.readback_bytes(int(work.items.size)) - fixed) // len(work.keys)))
-        budget = int(getattr(cfg, "max_inflight_readback_bytes", 0)) - fixed
+        # A readback's size grows with the chunks but has a floor (a minimum buffer size, fixed
+        # whole-dispatch outputs, alignment): the chunks that fit are found by the size itself,
+        # not by an average per chunk (that refused one chunk that fit: review helper 170).
+        per = max(1, -(-int(work.items.size) // max(1, len(work.keys))))  # work items a chunk
+        budget = int(getattr(cfg, "max_inflight_readback_bytes", 0))
         free = budget - int(getattr(self.backend, "inflight_readback_bytes", 0))
-        return min(most, max(0, free) // per_chunk), min(most, max(0, budget) // per_chunk)
+        return min(most, self._chunks_fitting(product, per, free, len(work.keys))), min(most, self._chunks_fitting(product, per, budget, len(work.keys)))
+
+    @staticmethod
+    def _chunks_fitting(product: Product, per: int, limit: int, at_most: int) -> int:
+        """The most chunks (of ``per`` work items each, up to ``at_most``) whose readback takes
+        at most ``limit`` bytes (the size grows with the items)."""
+        size = product.gpu.readback_bytes
+        if limit <= 0 or size(per) > limit:
+            return 0
+        lo, hi = 1, at_most
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if size(mid * per) <= limit:
+                lo = mid
+            else:
+                hi = mid - 1
+        return lo
 
     def _readback_never_fits(self, product: Product, work: Any, most: int, splittable: bool, mirror_only: bool) -> ReadbackBudgetError | None:
         """Why ``work``'s readback can never be taken (one chunk's results, or a whole path's,
@@ -900,18 +935,17 @@ class Engine:
         budget = getattr(getattr(self.backend, "config", None), "max_inflight_readback_bytes", None)
         if not isinstance(budget, int) or not work.keys:
             return None
-        whole = product.gpu.readback_bytes(int(work.items.size))
         if splittable:
-            fixed = product.gpu.readback_bytes(0)
-            need, what = fixed + -(-(whole - fixed) // len(work.keys)), "one chunk's results take"
+            per = max(1, -(-int(work.items.size) // len(work.keys)))
+            need, what = product.gpu.readback_bytes(per), "one chunk's results take"
         else:
-            need, what = whole, f"a path of {len(work.keys)} chunks takes"
+            need, what = product.gpu.readback_bytes(int(work.items.size)), f"a path of {len(work.keys)} chunks takes"
         if need <= budget:
             return None  # bounded by max_chunks_per_dispatch, not by bytes: a path goes whole
         return ReadbackBudgetError(
             f"product {product.key!r}: {what} {need} bytes to read back, more than max_inflight_readback_bytes ({budget}) allows: "
             "its results can never come back from the GPU"
-            + ("; its CPU fallback serves it" if product.cpu_fallback is not None else "; it waits")
+            + ("; its CPU fallback serves it" if product.cpu_fallback is not None and not self._reads_others_gpu_state(product) else "; it waits")
             + ": raise the budget (WgpuBackendConfig)"
         )
 
@@ -1144,16 +1178,24 @@ class Engine:
         splittable = product.policy is not ReadbackPolicy.SELECTED_PATH  # a path is all or nothing
         too_big = self._readback_never_fits(product, work, most, splittable, mirror_only)
         if too_big is not None:
-            # Dispatched, its readback would be refused every frame for good: the GPU's work
-            # is wasted and nothing says why (review helper 165). Said once; its fallback (if
-            # any) serves it.
-            if not isinstance(product.exception, ReadbackBudgetError) or str(product.exception) != str(too_big):
-                product.fail(too_big, off_gpu=True)
+            # Its readback would be refused every frame for good: the GPU's work wasted and
+            # nothing said (review helper 165). Said once (beside any other error: a refused
+            # reload's stays, helper 170). A mirror writer still runs its kernel (its readers
+            # follow the mirror) and its fallback serves its results, as for a refused readback;
+            # any other product is served by its fallback without dispatching.
+            if product.budget_error is None or str(product.budget_error) != str(too_big):
+                product.budget_error = too_big
                 log.warning("%s", too_big)
-            product.force_cpu = True
-            return False
-        if isinstance(product.exception, ReadbackBudgetError):
-            product.fail(None)  # fits again (a reload made its results smaller)
+            if self._reads_others_gpu_state(product):
+                # Its fallback would compute from the world's bytes of a mirror a kernel writes
+                # (a wrong number): it waits, said, until the budget is raised.
+                return False
+            if product.plan is None or not product.plan.written_fields:
+                product.force_cpu = True
+                return False
+            now, most = self._chunk_budget(product, work, readback=False)  # no readback: bounded by the dispatch size only
+        elif product.budget_error is not None:
+            product.budget_error = None  # fits again (a reload made its results smaller)
         if len(work.keys) > now and most >= 1 and (splittable or len(work.keys) <= most):
             if now < 1 or not splittable:
                 st.deferred += 1  # the readback budget is taken by work in flight: next frame
@@ -1184,6 +1226,7 @@ class Engine:
         product.dispatch_refusals = 0
         if product.plan is not None and product.plan.written_fields:
             self._owe_readers(product, work.keys, later_only=True)
+            self._owe_followers(product, work.keys)
         if product.mirror_unwritten:
             caught_up = product.mirror_unwritten.intersection(work.keys)
             if caught_up:
@@ -1193,6 +1236,9 @@ class Engine:
         if product.policy is ReadbackPolicy.NONE or mirror_only:
             product.done(work)
             return True
+        if too_big is not None:  # its results cannot come back: the CPU serves them (step 6)
+            product.force_cpu = True
+            return False
         prepared = desc.prepared
         size = readback_extent(product.plan, prepared.layout)  # type: ignore[arg-type]
         readback = ReadbackDesc(

@@ -245,6 +245,12 @@ class Product:
         # Set (and logged once) while it waits for chunks a writer's CPU fallback served: its
         # ``product_error`` until that writer's kernel writes them on the GPU again.
         self.waiting: ProductError | None = None
+        # Its readback can never fit the backend's byte budget (said by product_error while
+        # no other error is; the engine's ReadbackBudgetError).
+        self.budget_error: ProductError | None = None
+        # Writers (ids) whose kernel or params changed after this product, registered before
+        # them, ran over their old mirror: owed again where each writes next (Engine).
+        self.follow_writers: set[int] = set()
         self.error: str | None = None  # the last error, rendered (see ``exception``)
         self.exception: BaseException | None = None  # ... and as raised: a PluginError carries its span
         self._off_gpu_error: BaseException | None = None  # the exception that took it off the GPU (see back_on_gpu)

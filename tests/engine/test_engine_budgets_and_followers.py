@@ -1,0 +1,177 @@
+"""Products a readback budget can never serve, products that gave up on the GPU, and readers
+registered before a writer whose kernel changed (review helper 170): each is served right or
+says why, never stuck in silence, never left with an old kernel's numbers."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+
+from engine_plugin import abi
+from engine_plugin.engine import Engine, EngineConfig, kernel_program
+from engine_plugin.gpu import ReadbackPolicy, WgpuBackendConfig
+from engine_plugin.world import World
+
+pytestmark = pytest.mark.gpu
+
+HDR = "  - { name: chunks, kind: buffer, access: read, element: u32 }\n"
+OUT = '  - { name: out, kind: buffer, access: read_write, element: f32, count: "n" }\n'
+WRITER_YAML = (
+    "bindings:\n"
+    + HDR
+    + "  - { name: a, kind: buffer, access: read, element: f32 }\n  - { name: m, kind: buffer, access: read_write, element: f32 }\n"
+    + OUT
+    + "params:\n  - { name: tile_count, type: u32 }\n"
+)
+SUM_YAML = "bindings:\n" + HDR + "  - { name: src, kind: buffer, access: read, element: f32 }\n" + OUT + "params:\n  - { name: tile_count, type: u32 }\n"
+SUM_WGSL = """\
+@compute @workgroup_size(64)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
+    let i = zero_index(gid);
+    if (i >= zero_n()) { return; }
+    let base = chunks_get(i) * params.tile_count;
+    var s = 0.0;
+    for (var t = 0u; t < params.tile_count; t = t + 1u) { s = s + src_get(base + t); }
+    out_set(i, s);
+}
+"""
+
+
+def writer_wgsl(bias: float) -> str:
+    return f"""\
+@compute @workgroup_size(64)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>) {{
+    let i = zero_index(gid);
+    if (i >= zero_n()) {{ return; }}
+    let base = chunks_get(i) * params.tile_count;
+    var s = 0.0;
+    for (var t = 0u; t < params.tile_count; t = t + 1u) {{ let v = 2.0 * a_get(base + t) + {bias:.1f}; m_set(base + t, v); s = s + v; }}
+    out_set(i, s);
+}}
+"""
+
+
+def program(key: str, yaml: str, wgsl: str):
+    return abi.program(key=key, schema=abi.parse(yaml, f"{key}/bindings.yaml"), wgsl=wgsl, wgsl_path=f"{key}/kernel.wgsl")
+
+
+def drain(engine: Engine, seconds: float = 20) -> bool:
+    """Frames until the engine is idle with nothing in flight (False: not within ``seconds``)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        engine.frame()
+        if engine.idle and getattr(engine.backend, "inflight_readbacks", 0) == 0:
+            for _ in range(3):
+                engine.frame()
+            return True
+        time.sleep(0.002)
+    return False
+
+
+def two_chunks(fields: dict) -> World:
+    world = World((4, 4), fields, max_chunks=4)
+    for k in range(2):
+        world.add(k, {"a" if "a" in fields else "h": np.full((4, 4), k + 1, np.float32)})
+    return world
+
+
+def test_a_readback_that_fits_one_chunk_at_a_time_is_served_on_the_gpu(make_engine):
+    # readback_bytes(n) = [16, 16, 32, 48]: its floor was taken for a fixed overhead, the
+    # average per chunk came out 27 bytes, and one chunk (16 bytes) "could never fit" 24.
+    world = World((4, 4), {"h": np.float32}, max_chunks=4)
+    for k in range(3):
+        world.add(k, {"h": np.full((4, 4), k + 1, np.float32)})
+    engine = make_engine(world, config=EngineConfig(backend=WgpuBackendConfig(max_inflight_readback_bytes=24)))
+    got: list = []
+    handle = engine.register_product(kernel_program("summary"), fields={"src": "h"}, apply=lambda r: got.append((r.source, r.keys)))
+    assert drain(engine), engine.product_error(handle)
+    assert sorted(k for _, keys in got for k in keys) == [0, 1, 2] and {s for s, _ in got} == {"gpu"}
+    assert engine.product_error(handle) is None
+
+
+def test_a_mirror_writer_whose_readback_never_fits_still_writes_the_mirror(make_engine):
+    # Stuck for good: the writer was served by nothing (its fallback only serves chunks its
+    # kernel wrote, and it dispatched none), its reader waited on it with no error. Now the
+    # writer's kernel runs (no readback) and its fallback serves its results; a reader that
+    # cannot read back either waits, said, rather than sum the world's bytes of the mirror.
+    world = World((4, 4), {"a": np.float32, "m": np.float32}, max_chunks=2)
+    for k in range(2):
+        world.add(k, {"a": np.full((4, 4), k + 1, np.float32)})
+    engine = make_engine(world, config=EngineConfig(backend=WgpuBackendConfig(max_inflight_readback_bytes=2)))
+    engine.field_buffer("m", kernel_writes=True)
+    got: dict = {"W": {}, "R": {}}
+    writer = engine.register_product(
+        program("t/budget/w", WRITER_YAML, writer_wgsl(1.0)),
+        key="W",
+        fields={"a": "a", "m": "m"},
+        apply=lambda r: got["W"].update(zip(r.keys, r.values.tolist())),
+        cpu_fallback=lambda w, work: np.array([(2 * w.read(k, "a") + 1).sum() for k in work.keys], np.float32),
+    )
+    reader = engine.register_product(
+        program("t/budget/r", SUM_YAML, SUM_WGSL),
+        key="R",
+        fields={"src": "m"},
+        apply=lambda r: got["R"].update(zip(r.keys, r.values.tolist())),
+        cpu_fallback=lambda w, work: np.array([w.read(k, "m").sum() for k in work.keys], np.float32),
+    )
+    drain(engine, seconds=3)
+    assert got["W"] == {0: 48.0, 1: 80.0}
+    mirror = np.frombuffer(abi.read(engine.backend.field_buffer("m")), np.float32)[:32].reshape(2, 16)
+    assert mirror[0].tolist() == [3.0] * 16 and mirror[1].tolist() == [5.0] * 16  # the kernel wrote it
+    assert got["R"] == {}, "a fallback over the world's bytes of a kernel-written mirror is a wrong number"
+    error = engine.product_error(reader)
+    assert error is not None and "max_inflight_readback_bytes" in str(error) and "it waits" in str(error)
+    assert "max_inflight_readback_bytes" in str(engine.product_error(writer))
+
+
+def test_a_gpu_only_product_that_gave_up_after_failed_readbacks_says_so(make_engine):
+    world = World((4, 4), {"h": np.float32}, max_chunks=2)
+    world.add(0, {"h": np.ones((4, 4), np.float32)})
+    engine = make_engine(world, config=EngineConfig(max_readback_failures=2))
+    done = engine.backend._ring.waiter.done
+
+    class FailingMaps:
+        def put(self, item):
+            done.put((item[0], RuntimeError("injected map failure")))
+
+        def get_nowait(self):
+            return done.get_nowait()
+
+    engine.backend._ring.waiter.done = FailingMaps()
+    handle = engine.register_product(kernel_program("summary"), fields={"src": "h"}, apply=lambda r: None)
+    for i in range(40):
+        engine.frame()
+        time.sleep(0.005)
+        if engine.product(handle).gave_up:
+            break
+    assert engine.product(handle).gave_up
+    error = engine.product_error(handle)
+    assert error is not None and "readbacks failed in a row" in str(error) and "no CPU fallback" in str(error)
+
+
+WRITER_BIAS_YAML = WRITER_YAML + "  - { name: bias, type: f32 }\n"
+WRITER_BIAS_WGSL = writer_wgsl(0.0).replace("+ 0.0;", "+ params.bias;")
+
+
+def test_a_reader_registered_before_a_writer_follows_its_new_params(make_engine):
+    # The writer's params changed: the reader got a new generation and recomputed, but ran
+    # before the writer in that frame, over the mirror the old params wrote, and kept that
+    # sum for good under its new generation (review helper 170; a body reload the same).
+    world = World((4, 4), {"a": np.float32, "m": np.float32}, max_chunks=2)
+    world.add(0, {"a": np.full((4, 4), 1, np.float32)})
+    engine = make_engine(world)
+    engine.field_buffer("m", kernel_writes=True)
+    got: dict = {}
+    reader = engine.register_product(program("t/follow/r", SUM_YAML, SUM_WGSL), key="R", fields={"src": "m"}, apply=lambda r: got.update(R=r.values.tolist()))
+    writer = engine.register_product(
+        program("t/follow/w", WRITER_BIAS_YAML, WRITER_BIAS_WGSL), key="W", fields={"a": "a", "m": "m"}, params={"bias": 1.0}, apply=lambda r: got.update(W=r.values.tolist())
+    )
+    assert drain(engine)
+    engine.invalidate(reader)  # a reader registered first reads what the writer wrote the frame before
+    assert drain(engine)
+    assert got == {"R": [48.0], "W": [48.0]}
+    engine.set_params(writer, {"bias": 3.0})
+    assert drain(engine)
+    assert got["W"] == [80.0] and got["R"] == [80.0], got
