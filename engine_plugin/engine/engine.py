@@ -486,25 +486,18 @@ class Engine:
             return
         self._writers = self._mirror_writers()
         here = self._position.get(id(writer), -1)
+        touched = set(writer.field_names)
         for product in self._order:
             if product is not writer and written.intersection(self._fields_behind(product)):
                 self._recompute(product)
-                if self._position.get(id(product), -1) < here:
-                    # It runs before the writer in a frame: its recompute reads the mirror the
-                    # old kernel left, applied under its new generation for good (review helper
-                    # 170). Owed again where the writer writes next.
+                own = set(product.plan.written_fields) if product.plan is not None else set()
+                if self._position.get(id(product), -1) < here and not own.intersection(touched):
+                    # It runs before the writer in a frame: its recompute read the mirror the
+                    # old kernel left and kept that under its new generation for good (review
+                    # helper 170). It waits until the writer's new kernel has written what it
+                    # owes (see _unwritten_for). Not a product writing what the writer reads or
+                    # writes: each would wait for the other.
                     product.follow_writers.add(id(writer))
-
-    def _owe_followers(self, writer: Product, keys: Any) -> None:
-        """Products registered before ``writer`` that recomputed after its kernel or params
-        changed owe the chunks its new kernel just wrote; once it owes nothing, they follow it
-        as any reader registered before a writer does (the frame before)."""
-        world = self.world
-        for product in self._order:
-            if id(writer) in product.follow_writers:
-                product.pending.update(k for k in keys if k in world)
-                if not writer.pending.difference(keys):
-                    product.follow_writers.discard(id(writer))
 
     def _adopt_refused(self, product: Product, params: Mapping[str, Any]) -> bool:
         """Plan ``product``'s refused reload with ``params``; on success it runs from the next
@@ -1110,6 +1103,14 @@ class Engine:
                     out |= w.pending
                     out |= w.mirror_unwritten
                     out |= self._upstream_owed(w, {id(reader), id(w)})
+                elif id(w) in reader.follow_writers:
+                    # A later writer whose kernel or params changed since this reader's results
+                    # (_renew_dependents): its new mirror first, then the frame-before rule again.
+                    if w.pending and self._serves(w):
+                        out |= w.pending
+                    else:
+                        reader.follow_writers.discard(id(w))
+                    out |= w.mirror_unwritten
                 elif w.mirror_unwritten and writes.intersection(w.field_names):
                     # A later writer that reads a mirror this one writes waits for this one's owed
                     # work; waiting here for its fallback-served chunks among that work too held
@@ -1226,7 +1227,6 @@ class Engine:
         product.dispatch_refusals = 0
         if product.plan is not None and product.plan.written_fields:
             self._owe_readers(product, work.keys, later_only=True)
-            self._owe_followers(product, work.keys)
         if product.mirror_unwritten:
             caught_up = product.mirror_unwritten.intersection(work.keys)
             if caught_up:
