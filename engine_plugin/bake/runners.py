@@ -12,6 +12,7 @@ comes back as the exception, and the driver fails that chunk's variants with it.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import fcntl
 import glob
@@ -344,6 +345,9 @@ def _stuck_result(job: ChunkJob, hung: tuple) -> ChunkResult:
     return ChunkResult(job.asset, job.index, tuple(VariantOutcome(item.key, item.spec, limit, failure=failure) for item in hung), "the local pool")
 
 
+_DASK_POLL_S = 0.5  # how often a Dask bake looks at its cluster while nothing completes
+
+
 class DaskRunner:
     """Chunks as Dask tasks, on the cluster at ``scheduler`` or on a ``LocalCluster`` of
     ``local_workers`` processes (one thread each) bound to loopback.
@@ -368,9 +372,15 @@ class DaskRunner:
         self._known_events: set[tuple[float, str]] = set()
         self._lost: set[str] = set()
         self._polled = 0.0
+        self._no_workers_since: float | None = None  # since when the cluster has had no worker
 
     def __enter__(self) -> "DaskRunner":
         d = self.distributed
+        # distributed logs a scheduler lost mid-bake itself, with a traceback, while the client
+        # gives up (until it is closed): the one line SchedulerUnreachable raises says it.
+        client_log = logging.getLogger("distributed.client")
+        self._client_log_level = client_log.level
+        client_log.setLevel(logging.CRITICAL)
         try:
             if self.local_workers is not None:
                 with _children_ignore_sigint():
@@ -463,16 +473,19 @@ class DaskRunner:
         )
 
     def __exit__(self, *exc: Any) -> None:
-        if self.client is not None:
-            try:
-                self.client.close()
-            finally:
-                self.client = None
-        if self.cluster is not None:
-            try:
-                self.cluster.close()
-            finally:
-                self.cluster = None
+        try:
+            if self.client is not None:
+                try:
+                    self.client.close()
+                finally:
+                    self.client = None
+            if self.cluster is not None:
+                try:
+                    self.cluster.close()
+                finally:
+                    self.cluster = None
+        finally:
+            logging.getLogger("distributed.client").setLevel(getattr(self, "_client_log_level", logging.NOTSET))
 
     def run(self, jobs: Sequence[ChunkJob]) -> Yielded:
         d = self.distributed
@@ -486,15 +499,65 @@ class DaskRunner:
             by_key[fut.key] = job
             self._index_of[str(fut.key)] = job.index
             futures.append(fut)
+        pending = set(futures)
+        self._no_workers_since = None
         try:
-            for fut in d.as_completed(futures):
-                job = by_key[fut.key]
+            while pending:
+                # Waited for in steps: a cluster whose last worker went away never completes
+                # anything (the bake waited for good), and one whose scheduler went away
+                # cancels everything (review helper 171): both are said, not waited on.
                 try:
-                    yield job, fut.result()
-                except Exception as exc:  # KilledWorker, a lost connection, a pickling error
-                    yield job, exc
-                fut.release()
+                    done, pending = d.wait(list(pending), timeout=_DASK_POLL_S, return_when="FIRST_COMPLETED")
+                except TimeoutError:
+                    done = set()
+                except Exception as exc:  # FuturesCancelledError: the scheduler went away
+                    if self._scheduler_gone(exc):
+                        raise SchedulerUnreachable(self._gone_message()) from None
+                    raise
+                if not done:
+                    self._check_cluster()
+                    continue
+                for fut in done:
+                    job = by_key[fut.key]
+                    try:
+                        result: Any = fut.result()
+                    except Exception as exc:  # KilledWorker, a pickling error; a lost scheduler ends the bake
+                        if self._scheduler_gone(exc):
+                            raise SchedulerUnreachable(self._gone_message()) from None
+                        result = exc
+                    fut.release()
+                    yield job, result
         finally:
             for fut in futures:
                 if not fut.done():
                     fut.cancel()
+
+    def _gone_message(self) -> str:
+        return f"the Dask scheduler at {self.scheduler or 'the local cluster'} went away mid-bake; what was baked so far stays in the cache (bake again to finish)"
+
+    def _scheduler_gone(self, exc: BaseException) -> bool:
+        """Whether ``exc`` (a task's) means the scheduler went away, not that the task failed."""
+        if isinstance(exc, asyncio.CancelledError) or type(exc).__name__ in ("FutureCancelledError", "FuturesCancelledError"):
+            return True
+        return getattr(self.client, "status", "running") != "running"
+
+    def _check_cluster(self) -> None:
+        """Raise SchedulerUnreachable when the scheduler is gone, or has had no worker for
+        ``connect_timeout`` seconds (nothing would ever run)."""
+        if getattr(self.client, "status", "running") != "running":
+            raise SchedulerUnreachable(self._gone_message())
+        try:
+            workers = len(self.client.scheduler_info().get("workers", {}))
+        except Exception:
+            raise SchedulerUnreachable(self._gone_message()) from None
+        if workers:
+            self._no_workers_since = None
+            return
+        now = time.monotonic()
+        if self._no_workers_since is None:
+            self._no_workers_since = now
+        elif now - self._no_workers_since > self.connect_timeout:
+            raise SchedulerUnreachable(
+                f"the Dask cluster at {self.scheduler or 'the local cluster'} has had no worker for {self.connect_timeout:g} s (the last one went away "
+                "mid-bake); what was baked so far stays in the cache (--connect-timeout S waits longer)"
+            )

@@ -195,3 +195,60 @@ def test_a_worker_killed_mid_bake_is_reported_and_every_variant_still_bakes_byte
     assert f"lost 1 worker(s) ({victim_address})" in out
     dask, local_entries = entries(str(tmp_path / "cache-dask")), entries(str(tmp_path / "cache-local"))
     assert len(dask) == VARIANTS and dask == local_entries
+
+
+@pytest.mark.parametrize("victim", ["the last worker", "the scheduler"])
+def test_a_cluster_that_loses_its_last_worker_or_its_scheduler_mid_bake_ends_the_bake_with_one_line(tmp_path, victim):
+    # The last worker gone: the bake waited for good. The scheduler gone: every cancelled task
+    # came out as a failure of the user's assets, exit 1 (review helper 171). Both are one
+    # line and exit 2 now, within --connect-timeout; what was baked stays in the cache.
+    write_asset(str(tmp_path / "assets" / "k.computeShader"), YAML, WGSL)
+    env = cli_env()
+    sport = _free_port()
+    address = f"tcp://127.0.0.1:{sport}"
+    procs = []
+    try:
+        scheduler = subprocess.Popen(
+            [DASK, "scheduler", "--host", "127.0.0.1", "--port", str(sport), "--no-dashboard"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
+        procs.append(scheduler)
+        _wait_port(sport, scheduler)
+        wport = _free_port()
+        worker = subprocess.Popen(
+            [DASK, "worker", address, "--host", "127.0.0.1", "--worker-port", str(wport), "--nthreads", "1", "--no-nanny", "--no-dashboard"],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        procs.append(worker)
+        _wait_port(wport, worker)
+        cmd = [sys.executable, "-m", "engine_plugin", "bake", "assets", "--cache", "cache", "--scheduler", address, "--connect-timeout", "2", "--progress", "plain"]
+        bake = subprocess.Popen(cmd, cwd=str(tmp_path), env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        procs.append(bake)
+        err_lines = []
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            line = bake.stderr.readline()
+            if not line:
+                break
+            err_lines.append(line)
+            if line.startswith("bake: ") and "variant(s) to bake on" in line:
+                time.sleep(0.5)
+                target = worker if victim == "the last worker" else scheduler
+                os.kill(target.pid, signal.SIGKILL)
+                target.wait(10)
+                break
+        started = time.monotonic()
+        try:
+            out, rest = bake.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"the bake still waited 60 s after {victim} went away")
+        stderr = "".join(err_lines) + rest
+    finally:
+        for p in reversed(procs):
+            _stop(p)
+    assert bake.returncode == 2, f"exit {bake.returncode}\n{out}\n{stderr}"
+    assert time.monotonic() - started < 45
+    said = [line for line in stderr.splitlines() if line.startswith("engine-plugin bake:")]
+    assert len(said) == 1 and ("has had no worker" in said[0] or "went away mid-bake" in said[0]), stderr
+    assert "k.computeShader" not in said[0] and "Traceback" not in stderr
