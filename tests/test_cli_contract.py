@@ -501,3 +501,23 @@ def test_a_report_that_cannot_be_written_is_a_usage_error_naming_it(tmp_path, mo
         write_json({"ok": True}, str(tmp_path / "out" / "report.json"))
     monkeypatch.setattr(os, "write", real)
     assert not os.path.exists(tmp_path / "out" / "report.json")
+
+
+@pytest.mark.parametrize("snapshot", ["out/snap", "out/snap.txt", "out/snap.jpg", "/proc/nope/x.png"])
+def test_a_demo_snapshot_it_cannot_write_as_a_png_is_refused_before_any_frame(tmp_path, snapshot):
+    # The frames ran, then Pillow refused the name: 'engine_plugin bug' for .txt or none, a
+    # JPEG of RGBA refused late, a folder /proc refuses a bug too (review helper 171).
+    done = cli("demo", "--headless", "--frames", "3", "--snapshot", snapshot, "--log", "", "--cache", str(tmp_path / "cache"), cwd=str(tmp_path))
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.startswith("engine-plugin demo: --snapshot ") and "bug" not in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert not (tmp_path / "cache").exists() or not any((tmp_path / "cache").iterdir())  # refused before the demo started
+
+
+def test_info_into_a_pipe_keeps_each_asset_path_on_one_line(tmp_path):
+    # A table title wraps at the table's width: long asset paths were broken across lines in
+    # a pipe, so they could not be copied or grepped (review helper 171).
+    deep = tmp_path / ("a_rather_long_folder_name_for_assets_" * 3) / "assets"
+    shutil.copytree(os.path.join(SAMPLES, "particles.computeShader"), deep / "particles.computeShader")
+    done = cli("info", str(deep), cwd=str(tmp_path))
+    assert done.returncode == 0, done.stderr
+    assert any(line.startswith(str(deep / "particles.computeShader")) for line in done.stdout.splitlines()), done.stdout

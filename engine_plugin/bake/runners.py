@@ -533,7 +533,9 @@ class DaskRunner:
                     fut.cancel()
 
     def _gone_message(self) -> str:
-        return f"the Dask scheduler at {self.scheduler or 'the local cluster'} went away mid-bake; what was baked so far stays in the cache (bake again to finish)"
+        return (
+            f"the Dask scheduler at {self.scheduler or 'the local cluster'} went away mid-bake; what was baked so far stays in the cache (bake again to finish)"
+        )
 
     def _scheduler_gone(self, exc: BaseException) -> bool:
         """Whether ``exc`` (a task's) means the scheduler went away, not that the task failed."""

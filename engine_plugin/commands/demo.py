@@ -43,8 +43,15 @@ def cmd_demo(args: argparse.Namespace, rep: Reporter) -> int:
             check_output_file(target, flag)  # before the frames run, not after
     if snapshot:
         require("PIL", "the demo's PNG snapshot (or pass --snapshot '')")
+        # Checked before the frames run: a name Pillow cannot save (no extension, .txt, .jpg
+        # of RGBA) failed after every frame, as 'engine_plugin bug' (review helper 171).
+        if not snapshot.lower().endswith(".png"):
+            raise UsageError(f"--snapshot {snapshot!r}: the snapshot is a PNG; name it NAME.png (or pass --snapshot '' for none)")
         folder = os.path.dirname(os.path.abspath(snapshot))
-        os.makedirs(folder, exist_ok=True)
+        try:
+            os.makedirs(folder, exist_ok=True)
+        except OSError as exc:
+            raise UsageError(f"--snapshot {snapshot!r}: cannot make {folder} ({exc.strerror or exc})") from None
     from ..demo.headless import OutputFileError, run_headless
 
     demo = make()

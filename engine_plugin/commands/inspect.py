@@ -150,12 +150,16 @@ def cmd_info(args: argparse.Namespace, rep: Reporter) -> int:
     from rich.table import Table
     from rich.text import Text
 
-    console = Console()
+    # Not a terminal (a pipe, a file): wide enough that an asset's path is never broken across
+    # lines (it could not be copied or grepped: review helper 171), as bake's table does.
+    console = Console(width=None if sys.stdout.isatty() else 240)
     for info in infos:
         if "error" in info:
             continue  # said on stderr above
         # Text, not markup (a folder named [red]... styled the title), control characters spelled out
-        table = Table(title=Text(printable(f"{info['asset']}  ({info['variants']} variants, {'extended' if info['extended'] else 'plain'} ABI)")))
+        # The title on a line of its own: a table's title wraps at the table's width.
+        console.print(Text(printable(f"{info['asset']}  ({info['variants']} variants, {'extended' if info['extended'] else 'plain'} ABI)"), style="italic"))
+        table = Table()
         for col in ("binding", "kind", "access", "element", "size", "flags"):
             table.add_column(col)
         for b in info["bindings"]:
