@@ -911,6 +911,8 @@ class Engine:
         size = product.gpu.readback_bytes
         if limit <= 0 or size(per) > limit:
             return 0
+        if size(at_most * per) <= limit:
+            return at_most  # the common case: all of it fits (one lookup a frame, not a search)
         lo, hi = 1, at_most
         while lo < hi:
             mid = (lo + hi + 1) // 2
