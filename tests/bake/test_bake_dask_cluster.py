@@ -90,6 +90,50 @@ def _stop(proc: subprocess.Popen) -> None:
             proc.wait()
 
 
+def _start_cluster(env: dict, workers: int, procs: list) -> tuple[str, subprocess.Popen, dict]:
+    """A scheduler and ``workers`` one-thread workers without nannies on loopback (appended to
+    ``procs``, for the caller to stop): (address, scheduler, {worker address: process})."""
+    sport = _free_port()
+    address = f"tcp://127.0.0.1:{sport}"
+    scheduler = subprocess.Popen(
+        [DASK, "scheduler", "--host", "127.0.0.1", "--port", str(sport), "--no-dashboard"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    procs.append(scheduler)
+    _wait_port(sport, scheduler)
+    started = {}
+    for _ in range(workers):
+        wport = _free_port()
+        w = subprocess.Popen(
+            [DASK, "worker", address, "--host", "127.0.0.1", "--worker-port", str(wport), "--nthreads", "1", "--no-nanny", "--no-dashboard"],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        procs.append(w)
+        started[f"tcp://127.0.0.1:{wport}"] = w
+    for worker_address, w in started.items():
+        _wait_port(int(worker_address.rsplit(":", 1)[1]), w)
+    return address, scheduler, started
+
+
+def _kill_once_baking(bake: subprocess.Popen, victim: subprocess.Popen) -> list[str]:
+    """Read the bake's stderr until its first progress line (chunks running), then SIGKILL
+    ``victim``; answers the lines read."""
+    err_lines = []
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        line = bake.stderr.readline()
+        if not line:
+            break
+        err_lines.append(line)
+        if line.startswith("bake: ") and "variant(s) to bake on" in line:
+            time.sleep(0.5)  # the workers have taken their first chunks by now
+            os.kill(victim.pid, signal.SIGKILL)
+            victim.wait(10)
+            break
+    return err_lines
+
+
 def test_an_unreachable_scheduler_fails_within_the_connect_timeout_with_one_line(tmp_path):
     write_asset(str(tmp_path / "assets" / "k.computeShader"), YAML, WGSL)
     port = _free_port()  # nothing listens there
@@ -126,29 +170,9 @@ def test_a_worker_killed_mid_bake_is_reported_and_every_variant_still_bakes_byte
     assert local.returncode == 0, explain(local)
 
     env = cli_env()
-    sport = _free_port()
-    address = f"tcp://127.0.0.1:{sport}"
-    procs = []
+    procs: list = []
     try:
-        scheduler = subprocess.Popen(
-            [DASK, "scheduler", "--host", "127.0.0.1", "--port", str(sport), "--no-dashboard"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-        )
-        procs.append(scheduler)
-        _wait_port(sport, scheduler)
-        workers = {}
-        for _ in range(2):
-            wport = _free_port()
-            w = subprocess.Popen(
-                [DASK, "worker", address, "--host", "127.0.0.1", "--worker-port", str(wport), "--nthreads", "1", "--no-nanny", "--no-dashboard"],
-                env=env,
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-            )
-            procs.append(w)
-            workers[f"tcp://127.0.0.1:{wport}"] = w
-        for port, w in zip([int(a.rsplit(":", 1)[1]) for a in workers], workers.values()):
-            _wait_port(port, w)
-
+        address, _, workers = _start_cluster(env, 2, procs)
         cmd = [
             sys.executable,
             "-m",
@@ -167,19 +191,7 @@ def test_a_worker_killed_mid_bake_is_reported_and_every_variant_still_bakes_byte
         bake = subprocess.Popen(cmd, cwd=str(tmp_path), env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         procs.append(bake)
         victim_address, victim = next(iter(workers.items()))
-        err_lines = []
-        # The first progress line after start-up: chunks are running on both workers. Kill one.
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            line = bake.stderr.readline()
-            if not line:
-                break
-            err_lines.append(line)
-            if line.startswith("bake: ") and "variant(s) to bake on" in line:
-                time.sleep(0.5)  # both workers have taken their first chunk by now
-                os.kill(victim.pid, signal.SIGKILL)
-                victim.wait(10)
-                break
+        err_lines = _kill_once_baking(bake, victim)  # chunks are running on both workers: kill one
         out, rest = bake.communicate(timeout=120)
         stderr = "".join(err_lines) + rest
         assert bake.returncode == 0, f"exit {bake.returncode}\n{out}\n{stderr}"
@@ -204,40 +216,14 @@ def test_a_cluster_that_loses_its_last_worker_or_its_scheduler_mid_bake_ends_the
     # line and exit 2 now, within --connect-timeout; what was baked stays in the cache.
     write_asset(str(tmp_path / "assets" / "k.computeShader"), YAML, WGSL)
     env = cli_env()
-    sport = _free_port()
-    address = f"tcp://127.0.0.1:{sport}"
-    procs = []
+    procs: list = []
     try:
-        scheduler = subprocess.Popen(
-            [DASK, "scheduler", "--host", "127.0.0.1", "--port", str(sport), "--no-dashboard"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-        )
-        procs.append(scheduler)
-        _wait_port(sport, scheduler)
-        wport = _free_port()
-        worker = subprocess.Popen(
-            [DASK, "worker", address, "--host", "127.0.0.1", "--worker-port", str(wport), "--nthreads", "1", "--no-nanny", "--no-dashboard"],
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        procs.append(worker)
-        _wait_port(wport, worker)
+        address, scheduler, workers = _start_cluster(env, 1, procs)
+        worker = next(iter(workers.values()))
         cmd = [sys.executable, "-m", "engine_plugin", "bake", "assets", "--cache", "cache", "--scheduler", address, "--connect-timeout", "2", "--progress", "plain"]
         bake = subprocess.Popen(cmd, cwd=str(tmp_path), env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         procs.append(bake)
-        err_lines = []
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            line = bake.stderr.readline()
-            if not line:
-                break
-            err_lines.append(line)
-            if line.startswith("bake: ") and "variant(s) to bake on" in line:
-                time.sleep(0.5)
-                target = worker if victim == "the last worker" else scheduler
-                os.kill(target.pid, signal.SIGKILL)
-                target.wait(10)
-                break
+        err_lines = _kill_once_baking(bake, worker if victim == "the last worker" else scheduler)
         started = time.monotonic()
         try:
             out, rest = bake.communicate(timeout=60)
