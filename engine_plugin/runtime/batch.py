@@ -64,6 +64,7 @@ __all__ = [
     "held_by_none",
     "unsubmitted",
     "settle_outputs",
+    "written_in_this_batch",
     "VOIDED",
     "held_by_open_batches",
 ]
@@ -398,6 +399,12 @@ def settle_outputs(made: Any, lost_on: list, why: str) -> None:
         for buffer in made:
             if getattr(buffer, "_device", None) not in lost_on:
                 UNSUBMITTED.pop(buffer, None)
+
+
+def written_in_this_batch(buffer: Any) -> bool:
+    """Whether a run recorded in one of this thread's open batches writes ``buffer`` (it goes
+    to the queue before any run recorded after it)."""
+    return any(buffer in b._results for b in _mine(_stack.get()))
 
 
 def held_by_open_batches() -> Callable[[Any], bool]:

@@ -44,7 +44,7 @@ from ..lowering.geometry import Domain, as_domain, dispatch_fields, group_cap, w
 from ..lowering.lowered import HostSlot, Lowered
 from ..lowering.structs import StructType
 from ..lowering.textures import format_sample
-from .batch import OPEN_BATCHES, VOIDED, current_batch, made_by_other_open_batch, open_batches, settle_outputs, unsubmitted
+from .batch import OPEN_BATCHES, VOIDED, current_batch, made_by_other_open_batch, open_batches, settle_outputs, unsubmitted, written_in_this_batch
 from .buffers import STORAGE_USAGE, pool_for, prepare_array, size_class
 from .compile import CompiledVariant
 from .convert import clamp_record, conversion_record
@@ -655,6 +655,8 @@ class Variant:
                 slot, f"{slot.name!r}: the buffer or texture {buffer.label!r} handed to it was destroyed (destroy() was called on it); hand it a live one"
             )
         why = None if target else unsubmitted(buffer)  # a write target may hold anything
+        if why is not None and written_in_this_batch(buffer):
+            why = None  # a run recorded before this one in this thread's batch writes it first
         if why is not None:
             raise self._slot_error(
                 slot, f"{slot.name!r}: what is handed to it holds no result: the run writing it may never have been submitted ({why}); run that again"
@@ -1858,10 +1860,17 @@ def _result_buffers(result: Mapping[str, Any]) -> list:
     appends, read_write bindings; given ones too)."""
     out = []
     for o in result.values():
-        if isinstance(o, Output):
-            out.append(o._buffer)
-            if o._counter is not None:
-                out.append(o._counter)
+        if not isinstance(o, Output):
+            continue
+        counter = o._counter
+        if counter is not None and not (o._pool is not None and any(b is counter for b in o._pooled)):
+            # A given append continued: its buffer and counter are its earlier Output's too,
+            # right for it whatever becomes of this run; they answer what they hold (as to
+            # another thread while this run is recorded), and continuing it again is taken.
+            continue
+        out.append(o._buffer)
+        if counter is not None:
+            out.append(counter)
     return out
 
 

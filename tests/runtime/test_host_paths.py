@@ -661,3 +661,38 @@ def test_an_interrupt_while_a_batch_forgets_what_it_submitted_never_submits_it_t
         assert len({id(o._buffer) for o in live}) == 6
         for k, out in enumerate(live):
             np.testing.assert_array_equal(abi.read(out), np.float32(k) * x + 1)
+
+
+def test_a_voided_output_rewritten_in_a_batch_feeds_the_next_run_and_a_given_append_continues(axpy, monkeypatch):
+    # Handed back as a write target inside a batch, a voided Output was refused as the next
+    # run's input though that run goes to the queue after its writer; a given append whose
+    # continuation was dropped could not be continued again, nor its first Output read (review
+    # helper 173).
+    from runtime_kernels import FILTER_WGSL, FILTER_YAML, make
+
+    from engine_plugin.runtime import submission
+
+    filt = make("t/host_paths/filter", FILTER_YAML, FILTER_WGSL)
+    x = np.arange(64, dtype=np.float32)
+    base = filt.run(n=64, inputs={"src": x}, params={"threshold": 59.5, "cap": 64}).outputs["hits"]
+    assert base.count == 4
+    real = submission.encode_records
+
+    def failing(*args, **kwargs):
+        raise RuntimeError("injected encode failure")
+
+    with pytest.raises(RuntimeError, match="injected"):
+        with abi.batch(slices=False):
+            voided = axpy.run(64, inputs={"x": x}, params={"a": 9.0}).outputs["y"]
+            filt.run(n=64, inputs={"src": x}, params={"threshold": 61.5, "cap": 64}, outputs={"hits": base})
+            monkeypatch.setattr(submission, "encode_records", failing)
+    monkeypatch.setattr(submission, "encode_records", real)
+    with pytest.raises(DispatchError, match="never have been submitted"):
+        abi.read(voided)
+    assert base.count == 4 and sorted(abi.read(base).tolist()) == [60.0, 61.0, 62.0, 63.0]  # untouched: its own
+    with abi.batch(slices=False):
+        axpy.run(64, inputs={"x": x}, params={"a": 3.0}, outputs={"y": voided})
+        twice = axpy.run(64, inputs={"x": voided}, params={"a": 2.0}).outputs["y"]
+        again = filt.run(n=64, inputs={"src": x}, params={"threshold": 61.5, "cap": 64}, outputs={"hits": base}).outputs["hits"]
+    np.testing.assert_array_equal(abi.read(twice), 2 * (3 * x + 1) + 1)
+    assert again.count == 6 and sorted(abi.read(again).tolist()) == [60.0, 61.0, 62.0, 62.0, 63.0, 63.0]
