@@ -409,7 +409,7 @@ class Engine:
         if product.exception is not None:
             return product.exception
         if product.budget_error is not None:
-            return product.budget_error
+            return product.budget_error  # served by its fallback, or waiting: off the GPU either way
         if product.waiting is None or not self._serves(product) or not product.pending:
             return None  # off the GPU (its fallback serves it), or nothing owed: it waits for nothing
         return product.waiting
@@ -485,19 +485,9 @@ class Engine:
         if not written:
             return
         self._writers = self._mirror_writers()
-        here = self._position.get(id(writer), -1)
-        touched = set(writer.field_names)
         for product in self._order:
             if product is not writer and written.intersection(self._fields_behind(product)):
                 self._recompute(product)
-                own = set(product.plan.written_fields) if product.plan is not None else set()
-                if self._position.get(id(product), -1) < here and not own.intersection(touched):
-                    # It runs before the writer in a frame: its recompute read the mirror the
-                    # old kernel left and kept that under its new generation for good (review
-                    # helper 170). It waits until the writer's new kernel has written what it
-                    # owes (see _unwritten_for). Not a product writing what the writer reads or
-                    # writes: each would wait for the other.
-                    product.follow_writers.add(id(writer))
 
     def _adopt_refused(self, product: Product, params: Mapping[str, Any]) -> bool:
         """Plan ``product``'s refused reload with ``params``; on success it runs from the next
@@ -959,9 +949,10 @@ class Engine:
                         f"product {product.key!r} waits for {w.key!r} to write the mirror {name!r} on the GPU: its CPU fallback served "
                         "chunks it did not write; those results wait for its kernel to run on the GPU again"
                     )
-                elif w.waiting is not None and not blocked.isdisjoint(w.pending):
-                    # Behind a writer that waits itself (a chain of mirrors): said, not silent (review helper 101).
-                    why = f"product {product.key!r} waits for {w.key!r} to write the mirror {name!r}, which waits in turn: {w.waiting}"
+                elif (w.waiting is not None or w.budget_error is not None) and not blocked.isdisjoint(w.pending):
+                    # Behind a writer that waits itself (a chain of mirrors; one whose readback
+                    # never fits): said, not silent (review helpers 101, 172).
+                    why = f"product {product.key!r} waits for {w.key!r} to write the mirror {name!r}, which waits in turn: {w.waiting or w.budget_error}"
                 else:
                     continue
                 if product.waiting is None or str(product.waiting) != why:
@@ -1105,14 +1096,6 @@ class Engine:
                     out |= w.pending
                     out |= w.mirror_unwritten
                     out |= self._upstream_owed(w, {id(reader), id(w)})
-                elif id(w) in reader.follow_writers:
-                    # A later writer whose kernel or params changed since this reader's results
-                    # (_renew_dependents): its new mirror first, then the frame-before rule again.
-                    if w.pending and self._serves(w):
-                        out |= w.pending
-                    else:
-                        reader.follow_writers.discard(id(w))
-                    out |= w.mirror_unwritten
                 elif w.mirror_unwritten and writes.intersection(w.field_names):
                     # A later writer that reads a mirror this one writes waits for this one's owed
                     # work; waiting here for its fallback-served chunks among that work too held

@@ -248,9 +248,6 @@ class Product:
         # Its readback can never fit the backend's byte budget (said by product_error while
         # no other error is; the engine's ReadbackBudgetError).
         self.budget_error: ProductError | None = None
-        # Writers (ids) whose kernel or params changed after this product, registered before
-        # them, ran over their old mirror: owed again where each writes next (Engine).
-        self.follow_writers: set[int] = set()
         self.error: str | None = None  # the last error, rendered (see ``exception``)
         self.exception: BaseException | None = None  # ... and as raised: a PluginError carries its span
         self._off_gpu_error: BaseException | None = None  # the exception that took it off the GPU (see back_on_gpu)

@@ -1,6 +1,5 @@
-"""Products a readback budget can never serve, products that gave up on the GPU, and readers
-registered before a writer whose kernel changed (review helper 170): each is served right or
-says why, never stuck in silence, never left with an old kernel's numbers."""
+"""Products a readback budget can never serve and products that gave up on the GPU (review
+helpers 170, 172): each is served right or says why, never stuck in silence."""
 
 from __future__ import annotations
 
@@ -151,27 +150,39 @@ def test_a_gpu_only_product_that_gave_up_after_failed_readbacks_says_so(make_eng
     assert error is not None and "readbacks failed in a row" in str(error) and "no CPU fallback" in str(error)
 
 
-WRITER_BIAS_YAML = WRITER_YAML + "  - { name: bias, type: f32 }\n"
-WRITER_BIAS_WGSL = writer_wgsl(0.0).replace("+ 0.0;", "+ params.bias;")
+
+CHAIN_YAML = (
+    "bindings:\n"
+    + HDR
+    + "  - { name: src, kind: buffer, access: read, element: f32 }\n  - { name: dst, kind: buffer, access: read_write, element: f32 }\n"
+    + '  - { name: out, kind: buffer, access: read_write, element: vec2<f32>, count: "n" }\n'
+    + "params:\n  - { name: tile_count, type: u32 }\n"
+)
+CHAIN_WGSL = """\
+@compute @workgroup_size(64)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
+    let i = zero_index(gid);
+    if (i >= zero_n()) { return; }
+    let base = chunks_get(i) * params.tile_count;
+    var s = 0.0;
+    for (var t = 0u; t < params.tile_count; t = t + 1u) { let v = src_get(base + t) + 1.0; dst_set(base + t, v); s = s + v; }
+    out_set(i, vec2<f32>(s, 0.0));
+}
+"""
 
 
-def test_a_reader_registered_before_a_writer_follows_its_new_params(make_engine):
-    # The writer's params changed: the reader got a new generation and recomputed, but ran
-    # before the writer in that frame, over the mirror the old params wrote, and kept that
-    # sum for good under its new generation (review helper 170; a body reload the same).
-    world = World((4, 4), {"a": np.float32, "m": np.float32}, max_chunks=2)
-    world.add(0, {"a": np.full((4, 4), 1, np.float32)})
-    engine = make_engine(world)
+def test_a_reader_behind_a_chain_writer_whose_readback_never_fits_says_why_it_waits(make_engine):
+    # W -> m -> W2 -> m2 -> R: W2's 8-byte result never fits a 6-byte budget; it waits, said.
+    # R waited behind it for good saying nothing (review helper 172).
+    world = World((4, 4), {"a": np.float32, "m": np.float32, "m2": np.float32}, max_chunks=2)
+    for k in range(2):
+        world.add(k, {"a": np.full((4, 4), k + 1, np.float32)})
+    engine = make_engine(world, config=EngineConfig(backend=WgpuBackendConfig(max_inflight_readback_bytes=6)))
     engine.field_buffer("m", kernel_writes=True)
-    got: dict = {}
-    reader = engine.register_product(program("t/follow/r", SUM_YAML, SUM_WGSL), key="R", fields={"src": "m"}, apply=lambda r: got.update(R=r.values.tolist()))
-    writer = engine.register_product(
-        program("t/follow/w", WRITER_BIAS_YAML, WRITER_BIAS_WGSL), key="W", fields={"a": "a", "m": "m"}, params={"bias": 1.0}, apply=lambda r: got.update(W=r.values.tolist())
-    )
-    assert drain(engine)
-    engine.invalidate(reader)  # a reader registered first reads what the writer wrote the frame before
-    assert drain(engine)
-    assert got == {"R": [48.0], "W": [48.0]}
-    engine.set_params(writer, {"bias": 3.0})
-    assert drain(engine)
-    assert got["W"] == [80.0] and got["R"] == [80.0], got
+    engine.field_buffer("m2", kernel_writes=True)
+    engine.register_product(program("t/chainbudget/w", WRITER_YAML, writer_wgsl(1.0)), key="W", fields={"a": "a", "m": "m"}, apply=lambda r: None)
+    engine.register_product(program("t/chainbudget/w2", CHAIN_YAML, CHAIN_WGSL), key="W2", fields={"src": "m", "dst": "m2"}, apply=lambda r: None)
+    reader = engine.register_product(program("t/chainbudget/r", SUM_YAML, SUM_WGSL), key="R", fields={"src": "m2"}, apply=lambda r: None)
+    assert not drain(engine, seconds=2)
+    error = engine.product_error(reader)
+    assert error is not None and "waits for 'W2'" in str(error) and "max_inflight_readback_bytes" in str(error), error
