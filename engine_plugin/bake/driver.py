@@ -20,7 +20,7 @@ from ..lowering import VariantSpec
 from .plan import AssetPlan, chunk_jobs, plan_assets
 from .progress import NoProgress
 from .report import BakeInterrupted, BakeReport
-from .runners import InlineRunner
+from .runners import InlineRunner, SchedulerUnreachable
 from .verify import check_chunk
 from .worker import BakeItem, ChunkJob, ChunkResult, Failure, VariantOutcome, failure_from, worker_versions
 
@@ -338,6 +338,15 @@ def bake(
         _plan_order(report, plans)
         report.wall_s = time.perf_counter() - t0
         raise BakeInterrupted(report) from None
+    except SchedulerUnreachable as exc:
+        # The cluster went away mid-bake: said in one line, and the report of what was done
+        # is still written (review helper 173).
+        report.interrupted = True
+        report.notes.append(exc.message if hasattr(exc, "message") else str(exc))
+        _plan_order(report, plans)
+        report.wall_s = time.perf_counter() - t0
+        exc.report = report  # type: ignore[attr-defined]
+        raise
     state.repeats()
     if remote is not None:
         # Every entry of this bake the tier lacks goes up now, the ones baked in this run too:

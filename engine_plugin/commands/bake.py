@@ -147,6 +147,7 @@ def cmd_bake(args: argparse.Namespace, rep: Reporter | None = None) -> int:
     from ..bake.driver import bake
     from ..bake.progress import NoProgress, make_progress
     from ..bake.report import BakeInterrupted
+    from ..bake.runners import SchedulerUnreachable
     from ..cache import DEFAULT_MAX_BYTES, VariantCache, read_usage
     from ..extras import require
 
@@ -206,9 +207,10 @@ def cmd_bake(args: argparse.Namespace, rep: Reporter | None = None) -> int:
             remote_verify=args.remote_verify,
             compile_timeout=args.compile_timeout,
         )
-    except BakeInterrupted as stopped:
-        if args.json:  # a CI job reads what was done, marked interrupted (not ok)
-            write_json(stopped.report.as_json(), args.json)
+    except (BakeInterrupted, SchedulerUnreachable) as stopped:
+        done = getattr(stopped, "report", None)
+        if args.json and done is not None:  # a CI job reads what was done, marked interrupted (not ok)
+            write_json(done.as_json(), args.json)
         raise
 
     st = cache.stats()

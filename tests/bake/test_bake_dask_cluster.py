@@ -220,7 +220,7 @@ def test_a_cluster_that_loses_its_last_worker_or_its_scheduler_mid_bake_ends_the
     try:
         address, scheduler, workers = _start_cluster(env, 1, procs)
         worker = next(iter(workers.values()))
-        cmd = [sys.executable, "-m", "engine_plugin", "bake", "assets", "--cache", "cache", "--scheduler", address, "--connect-timeout", "2", "--progress", "plain"]
+        cmd = [sys.executable, "-m", "engine_plugin", "bake", "assets", "--cache", "cache", "--scheduler", address, "--connect-timeout", "2", "--progress", "plain", "--json", "r.json"]
         bake = subprocess.Popen(cmd, cwd=str(tmp_path), env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         procs.append(bake)
         err_lines = _kill_once_baking(bake, worker if victim == "the last worker" else scheduler)
@@ -238,3 +238,5 @@ def test_a_cluster_that_loses_its_last_worker_or_its_scheduler_mid_bake_ends_the
     said = [line for line in stderr.splitlines() if line.startswith("engine-plugin bake:")]
     assert len(said) == 1 and ("has had no worker" in said[0] or "went away mid-bake" in said[0]), stderr
     assert "k.computeShader" not in said[0] and "Traceback" not in stderr
+    report = load_report(str(tmp_path / "r.json"))  # what was done, not ok (review helper 173)
+    assert report["interrupted"] is True and report["ok"] is False and report["totals"]["failed"] == 0
