@@ -332,20 +332,17 @@ def bake(
                         progress.stop()
                 if interrupted:
                     raise KeyboardInterrupt
-    except KeyboardInterrupt:
-        # What was done by then is reported (a CI job's --json says so): entries are written whole.
+    except (KeyboardInterrupt, SchedulerUnreachable) as exc:
+        # Ended early (Ctrl-C, the cluster gone mid-bake, review helper 173): what was done by
+        # then is reported, marked interrupted (a CI job's --json says so); entries are whole.
         report.interrupted = True
+        if isinstance(exc, SchedulerUnreachable):
+            report.notes.append(exc.message)
         _plan_order(report, plans)
         report.wall_s = time.perf_counter() - t0
-        raise BakeInterrupted(report) from None
-    except SchedulerUnreachable as exc:
-        # The cluster went away mid-bake: said in one line, and the report of what was done
-        # is still written (review helper 173).
-        report.interrupted = True
-        report.notes.append(exc.message if hasattr(exc, "message") else str(exc))
-        _plan_order(report, plans)
-        report.wall_s = time.perf_counter() - t0
-        exc.report = report  # type: ignore[attr-defined]
+        if isinstance(exc, KeyboardInterrupt):
+            raise BakeInterrupted(report) from None
+        exc.report = report
         raise
     state.repeats()
     if remote is not None:

@@ -62,7 +62,10 @@ class DaskMissingError(PluginError):
 
 
 class SchedulerUnreachable(PluginError):
-    """The Dask scheduler did not answer within the connect timeout, or has no workers."""
+    """The Dask scheduler did not answer within the connect timeout, or has no workers;
+    ``report``: the bake's report of what was done, when it went away mid-bake."""
+
+    report: Any = None
 
 
 @dataclass(frozen=True)

@@ -85,6 +85,11 @@ class BadEntry(Exception):
         self.reason = reason
 
 
+class UnreadableEntry(BadEntry):
+    """An entry file that could not be read now (an I/O error: too many open files, a
+    permission), as against one whose content is unusable."""
+
+
 def _default(obj: Any) -> Any:
     code = _CODE.get(type(obj))
     if code is None:

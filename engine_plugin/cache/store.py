@@ -39,7 +39,7 @@ from ..files import write_atomic
 from ..errors import CacheError, Span
 from ..lowering import Lowered
 from .entry import Entry
-from .entry import MAX_ENTRY_BYTES, BadEntry, decode_entry, encode_entry, open_entry
+from .entry import MAX_ENTRY_BYTES, BadEntry, UnreadableEntry, decode_entry, encode_entry, open_entry
 from .local_key import local_key_problem
 
 __all__ = ["VariantCache", "CacheStats", "CacheEntryInfo", "DEFAULT_MAX_BYTES", "ENTRY_SUFFIX", "read_entry_file"]
@@ -137,7 +137,7 @@ def read_entry_file(path: str, max_bytes: int = MAX_ENTRY_BYTES) -> bytes:
     except FileNotFoundError:
         raise
     except OSError as exc:  # ELOOP: replaced by a link after the lstat
-        raise BadEntry(f"unreadable ({exc.strerror or exc})") from None
+        raise UnreadableEntry(f"unreadable ({exc.strerror or exc})") from None
     try:
         st = os.fstat(fd)  # of what was opened: the lstat above may be stale
         if not stat.S_ISREG(st.st_mode):
@@ -155,7 +155,7 @@ def read_entry_file(path: str, max_bytes: int = MAX_ENTRY_BYTES) -> bytes:
             left -= len(chunk)
         return b"".join(chunks)
     except OSError as exc:
-        raise BadEntry(f"unreadable ({exc.strerror or exc})") from None
+        raise UnreadableEntry(f"unreadable ({exc.strerror or exc})") from None
     finally:
         os.close(fd)
 

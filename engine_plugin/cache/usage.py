@@ -26,7 +26,7 @@ import msgpack
 
 from ..files import write_atomic
 from ..lowering import VariantSpec
-from .entry import BadEntry
+from .entry import BadEntry, UnreadableEntry
 from .store import MAX_ENTRY_BYTES, read_entry_file
 
 __all__ = ["UsageLog", "UsageLogError", "read_usage", "USAGE_FILE"]
@@ -148,15 +148,12 @@ def _load(path: str, strict: bool = False, merging: bool = False) -> tuple[dict[
         data = read_entry_file(path)  # a regular file of bounded size only: never blocks on a FIFO
     except FileNotFoundError:
         return {}, True
-    except OSError as exc:  # the folder cannot be searched: read again later, never replaced
+    except (OSError, UnreadableEntry) as exc:  # an I/O error, not what the file holds: read again later, never replaced
+        why = exc.reason if isinstance(exc, UnreadableEntry) else (exc.strerror or str(exc))
         if merging:
-            raise
-        return refuse(f"cannot be read ({exc.strerror or exc})", False)
+            raise OSError(f"cannot read it ({why})") from None
+        return refuse(f"cannot be read ({why})", False)
     except BadEntry as exc:
-        if exc.reason.startswith("unreadable"):  # an I/O error, not what the file holds
-            if merging:
-                raise OSError(f"cannot read it ({exc.reason})") from None
-            return refuse(f"cannot be read ({exc.reason})", False)
         return refuse(f"is unusable ({exc.reason})", True)
     try:
         found = _decode(data)

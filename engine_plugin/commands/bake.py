@@ -208,9 +208,8 @@ def cmd_bake(args: argparse.Namespace, rep: Reporter | None = None) -> int:
             compile_timeout=args.compile_timeout,
         )
     except (BakeInterrupted, SchedulerUnreachable) as stopped:
-        done = getattr(stopped, "report", None)
-        if args.json and done is not None:  # a CI job reads what was done, marked interrupted (not ok)
-            write_json(done.as_json(), args.json)
+        if args.json and stopped.report is not None:  # a CI job reads what was done, marked interrupted (not ok)
+            write_json(stopped.report.as_json(), args.json)
         raise
 
     st = cache.stats()

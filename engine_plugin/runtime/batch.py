@@ -26,7 +26,7 @@ what the batches around it recorded first (before its own slices and at its exit
 Buffer lifetime: outside a batch a run is submitted at once, so a buffer its outputs release
 later is reused only by work queued after it (WebGPU's queue order). Inside a batch a recorded
 run is not submitted yet, so every buffer it touches is *held* until its slice is submitted: a
-pooled buffer released meanwhile stays parked in its pool (:func:`held_by_open_batch`) until
+pooled buffer released meanwhile stays parked in its pool (:func:`held_by_open_batches`) until
 then. Buffers of runs already submitted in an earlier slice are free to reuse, as outside a
 batch. Temporary buffers (uploads) go back to the pool after the submission carrying their
 run. Reading anything back inside a batch submits what was recorded first, so a read never
@@ -54,7 +54,6 @@ __all__ = [
     "batch",
     "current_batch",
     "flush_current_batch",
-    "held_by_open_batch",
     "flush_epoch",
     "open_batches",
     "made_by_other_open_batch",
@@ -275,9 +274,9 @@ class Batch:
             # (review helper 169). Runs dropped on a healthy device (an interrupt, an error
             # while encoding) leave their outputs an earlier user's bytes: those refuse to be
             # read or bound (a lost device's refuse anyway).
-            made, unsubmitted = self._results, (self.records if left is None else left)
+            results, not_submitted = self._results, (self.records if left is None else left)
             self.drop()
-            settle_outputs(made, [ctx.device for ctx, records in unsubmitted.values() if records and not ctx.guard.lost], WHY_BATCH)
+            settle_outputs(results, [ctx.device for ctx, records in not_submitted.values() if records and not ctx.guard.lost], WHY_BATCH)
         if lost_first is not None:
             raise lost_first
 
@@ -362,14 +361,6 @@ def open_batches() -> bool:
     return bool(_open)
 
 
-def held_by_open_batch(buffer: Any) -> bool:
-    """Whether a run recorded in an open (not yet submitted) batch touches ``buffer``: the
-    pool must not hand it to anyone before that batch is submitted."""
-    if not _open:
-        return False
-    return any(b.holds(buffer) for b in tuple(_open))
-
-
 # Buffers whose run was dropped unsubmitted -> why (see Batch.flush): reading or binding one
 # is refused until a run writing it is submitted, or the pool hands it to a new run.
 UNSUBMITTED: "weakref.WeakKeyDictionary[Any, str]" = weakref.WeakKeyDictionary()
@@ -385,18 +376,18 @@ WHY_BATCH = "an interrupt or an error while its abi.batch() submitted"
 WHY_DEFERRED = "an interrupt or an error while it was submitted"
 
 
-def settle_outputs(made: Any, lost_on: list, why: str) -> None:
-    """After a submission attempt: the result buffers ``made`` of runs on the devices
+def settle_outputs(results: Any, lost_on: list, why: str) -> None:
+    """After a submission attempt: the result buffers ``results`` of runs on the devices
     ``lost_on`` (not submitted, on a healthy device) hold an earlier run's bytes: marked, they
     refuse to be read or bound; the others were written by a submitted run: unmarked."""
     if lost_on:
-        for buffer in made:
+        for buffer in results:
             if getattr(buffer, "_device", None) in lost_on:
                 UNSUBMITTED[buffer] = why
                 VOIDED[0] += 1
         DESTROY_EPOCH[0] += 1  # repeat paths re-check what they bind (Variant._Repeat.none_destroyed)
     if VOIDED[0]:
-        for buffer in made:
+        for buffer in results:
             if getattr(buffer, "_device", None) not in lost_on:
                 UNSUBMITTED.pop(buffer, None)
 
@@ -408,8 +399,9 @@ def written_in_this_batch(buffer: Any) -> bool:
 
 
 def held_by_open_batches() -> Callable[[Any], bool]:
-    """:func:`held_by_open_batch` for many buffers: what the open batches hold, looked up once
-    (a pool sorting a batch's worth of returned buffers)."""
+    """A test of whether a run recorded in an open (not yet submitted) batch touches a
+    buffer: the pool must not hand such a buffer to anyone before that batch is submitted. What
+    the open batches hold is looked up once (a pool sorts a batch's worth of returns at once)."""
     holders = tuple(_open)
     sets = [b._held for b in holders if isinstance(b, Batch)]
     others = [b for b in holders if not isinstance(b, Batch)]

@@ -56,12 +56,12 @@ class _Deferred:
     written), the uploads to give back once submitted, and what it touches (held: a pool
     parks these buffers while it waits, as an open batch's)."""
 
-    __slots__ = ("ctx", "records", "temps", "pool", "held", "ring", "offset", "made")
+    __slots__ = ("ctx", "records", "temps", "pool", "held", "ring", "offset", "results")
 
-    def __init__(self, ctx: Any, records: list, temps: list, pool: Any, held: set, ring: Any, offset: int, made: list):
+    def __init__(self, ctx: Any, records: list, temps: list, pool: Any, held: set, ring: Any, offset: int, results: list):
         self.ctx, self.records, self.temps, self.pool, self.held = ctx, records, temps, pool, held
         self.ring, self.offset = ring, offset  # its params slot, reserved until it is submitted
-        self.made = made  # its result buffers (see batch.settle_outputs)
+        self.results = results  # its result buffers (see batch.settle_outputs)
 
     def holds(self, buffer: Any) -> bool:
         return buffer in self.held
@@ -83,7 +83,7 @@ class _Deferred:
 _NOTHING: frozenset = frozenset()
 
 
-def defer(variant: Any, data: bytes, bind_group: Any, groups: tuple, ops: list, temps: list, touched: list, extra: list, made: list) -> None:
+def defer(variant: Any, data: bytes, bind_group: Any, groups: tuple, ops: list, temps: list, touched: list, extra: list, results: list) -> None:
     """Record a checked run as the deferred one (submitting any earlier deferred run first).
     Its params are written now unless its ring slot holds them already (``place``)."""
     with _lock:
@@ -98,7 +98,7 @@ def defer(variant: Any, data: bytes, bind_group: Any, groups: tuple, ops: list, 
         offset = ring.place(variant.ctx.queue, data)
         ring.reserved.add(offset)
         record = (variant.compiled.pipeline, bind_group, offset, groups, ops)
-        d = _Deferred(variant.ctx, extra + [record] if extra else [record], temps, variant._pool, set(touched), ring, offset, made)
+        d = _Deferred(variant.ctx, extra + [record] if extra else [record], temps, variant._pool, set(touched), ring, offset, results)
         register_open(d)
         PENDING[0] = (variant.ctx, d)
 
@@ -143,7 +143,7 @@ def flush_deferred(ctx: Any = None, after: tuple | None = None) -> bool:
             unregister_open(d)
             # Interrupted (or refused) on a healthy device: its outputs hold an earlier run's
             # bytes and refuse to be read or bound (see batch.UNSUBMITTED).
-            settle_outputs(d.made, [] if submitted or owner.lost else [owner.device], WHY_DEFERRED)
+            settle_outputs(d.results, [] if submitted or owner.lost else [owner.device], WHY_DEFERRED)
             d.drop()  # submitted, or never to run: its uploads are free, nothing is held
 
 
