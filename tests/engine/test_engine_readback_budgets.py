@@ -7,16 +7,17 @@ import time
 
 import numpy as np
 import pytest
+from chain_kernels import HDR_C as HDR
+from chain_kernels import OUT, SUM_W, SUM_Y
+from chain_kernels import prog as program
 
 from engine_plugin import abi
 from engine_plugin.engine import Engine, EngineConfig, kernel_program
-from engine_plugin.gpu import ReadbackPolicy, WgpuBackendConfig
+from engine_plugin.gpu import WgpuBackendConfig
 from engine_plugin.world import World
 
 pytestmark = pytest.mark.gpu
 
-HDR = "  - { name: chunks, kind: buffer, access: read, element: u32 }\n"
-OUT = '  - { name: out, kind: buffer, access: read_write, element: f32, count: "n" }\n'
 WRITER_YAML = (
     "bindings:\n"
     + HDR
@@ -24,18 +25,6 @@ WRITER_YAML = (
     + OUT
     + "params:\n  - { name: tile_count, type: u32 }\n"
 )
-SUM_YAML = "bindings:\n" + HDR + "  - { name: src, kind: buffer, access: read, element: f32 }\n" + OUT + "params:\n  - { name: tile_count, type: u32 }\n"
-SUM_WGSL = """\
-@compute @workgroup_size(64)
-fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
-    let i = zero_index(gid);
-    if (i >= zero_n()) { return; }
-    let base = chunks_get(i) * params.tile_count;
-    var s = 0.0;
-    for (var t = 0u; t < params.tile_count; t = t + 1u) { s = s + src_get(base + t); }
-    out_set(i, s);
-}
-"""
 
 
 def writer_wgsl(bias: float) -> str:
@@ -50,10 +39,6 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {{
     out_set(i, s);
 }}
 """
-
-
-def program(key: str, yaml: str, wgsl: str):
-    return abi.program(key=key, schema=abi.parse(yaml, f"{key}/bindings.yaml"), wgsl=wgsl, wgsl_path=f"{key}/kernel.wgsl")
 
 
 def drain(engine: Engine, seconds: float = 20) -> bool:
@@ -109,9 +94,10 @@ def test_a_mirror_writer_whose_readback_never_fits_still_writes_the_mirror(make_
         cpu_fallback=lambda w, work: np.array([(2 * w.read(k, "a") + 1).sum() for k in work.keys], np.float32),
     )
     reader = engine.register_product(
-        program("t/budget/r", SUM_YAML, SUM_WGSL),
+        program("t/budget/r", SUM_Y, SUM_W),
         key="R",
         fields={"src": "m"},
+        params={"c": 1.0},
         apply=lambda r: got["R"].update(zip(r.keys, r.values.tolist())),
         cpu_fallback=lambda w, work: np.array([w.read(k, "m").sum() for k in work.keys], np.float32),
     )
@@ -182,7 +168,7 @@ def test_a_reader_behind_a_chain_writer_whose_readback_never_fits_says_why_it_wa
     engine.field_buffer("m2", kernel_writes=True)
     engine.register_product(program("t/chainbudget/w", WRITER_YAML, writer_wgsl(1.0)), key="W", fields={"a": "a", "m": "m"}, apply=lambda r: None)
     engine.register_product(program("t/chainbudget/w2", CHAIN_YAML, CHAIN_WGSL), key="W2", fields={"src": "m", "dst": "m2"}, apply=lambda r: None)
-    reader = engine.register_product(program("t/chainbudget/r", SUM_YAML, SUM_WGSL), key="R", fields={"src": "m2"}, apply=lambda r: None)
+    reader = engine.register_product(program("t/chainbudget/r", SUM_Y, SUM_W), key="R", fields={"src": "m2"}, params={"c": 1.0}, apply=lambda r: None)
     assert not drain(engine, seconds=2)
     error = engine.product_error(reader)
     assert error is not None and "waits for 'W2'" in str(error) and "max_inflight_readback_bytes" in str(error), error
