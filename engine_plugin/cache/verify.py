@@ -16,6 +16,7 @@ from dataclasses import replace
 from ..lowering import Lowered, Schema, VariantSpec, lower
 from ..lowering.fingerprint import variant_key
 from ..lowering.modules import ModuleTexts, from_mapping, resolve_imports
+from ..lowering.wgsl_text import lf_breaks
 from .entry import BadEntry, Entry, open_entry
 
 __all__ = ["verify_entry", "sign", "split_signed", "SIGNED_MAGIC"]
@@ -95,7 +96,7 @@ def verify_entry(
         BadEntry: with a one-line reason, whatever is wrong.
     """
     try:  # the key covers every module the body imports (``modules``: {name: (path, text)})
-        imports = resolve_imports(wgsl.replace("\r\n", "\n"), wgsl_path, from_mapping(modules))  # as lower() reads it
+        imports = resolve_imports(lf_breaks(wgsl), wgsl_path, from_mapping(modules))  # as lower() reads it
     except Exception as exc:
         raise BadEntry(f"this asset's imports do not resolve ({type(exc).__name__})") from None
     expected = variant_key(schema.text, wgsl, spec, imports)

@@ -28,7 +28,18 @@ from .structs import StructType
 from .textures import storage_texture_wgsl, texture_wgsl
 from .types import ValueType, parse_value_type
 from .variants import VariantSpec, resolve_spec
-from .wgsl_text import Token, evaluate_int, find_calls, hoist_directives, module_constants, module_declarations, tokens, vector_member, workgroup_size_attribute
+from .wgsl_text import (
+    Token,
+    evaluate_int,
+    find_calls,
+    hoist_directives,
+    lf_breaks,
+    module_constants,
+    module_declarations,
+    tokens,
+    vector_member,
+    workgroup_size_attribute,
+)
 from .workgroup_init import INIT_FN, PRIVATE_INIT_FN, private_reset_function, workgroup_init_function
 
 __all__ = ["lower", "LOWERING_VERSION"]
@@ -116,7 +127,7 @@ def lower(
 class _Lowerer:
     def __init__(self, schema: Schema, wgsl: str, vspec: VariantSpec, wgsl_path: str | None, modules: ModuleTexts | None = None):
         self.schema = schema
-        self.wgsl = wgsl.replace("\r\n", "\n")
+        self.wgsl = lf_breaks(wgsl)
         self.vspec = vspec
         self.values = vspec.as_dict()
         self._module_toks: list[list[Token]] = []  # the #import modules' tokens (set by lower)

@@ -13,6 +13,7 @@ from .param_types import ParamType, parse_param_type
 from .structs import StructField, StructType
 from .types import ValueType, parse_value_type
 from .variants import VariantSpec
+from .wgsl_text import lf_breaks
 
 __all__ = ["LoweredBinding", "ParamField", "ParamsLayout", "HostSlot", "ColumnSlot", "SourceMap", "Lowered"]
 
@@ -232,9 +233,9 @@ class Lowered:
         texts = self.source_map.texts
         if self.spec != spec or len(texts) != 2 + len(module_texts) or texts[0] != schema_text:
             return False
-        if texts[1] != wgsl.replace("\r\n", "\n"):
+        if texts[1] != lf_breaks(wgsl):
             return False
-        return sorted(t.replace("\r\n", "\n") for t in texts[2:]) == sorted(t.replace("\r\n", "\n") for t in module_texts)
+        return sorted(map(lf_breaks, texts[2:])) == sorted(map(lf_breaks, module_texts))
 
     def slot(self, name: str) -> HostSlot | None:
         for s in self.host_slots:

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Callable, Mapping
 
 from ..errors import LoweringError, Span
-from .wgsl_text import starts_in_block_comment
+from .wgsl_text import lf_breaks, starts_in_block_comment
 
 __all__ = ["MAX_MODULES", "IMPORT_RE", "Module", "ModuleTexts", "blank_imports", "import_lines", "resolve_imports", "from_mapping"]
 
@@ -144,7 +144,7 @@ def resolve_imports(text: str, path: str | None, find: Callable[[str], "tuple[st
                 searched = f" (searched: {where})" if where else ""
                 raise LoweringError(f"'#import {imp.name}': no module {imp.name}.wgsl{searched}", Span(owner_path, imp.line, imp.col, imp.text))
             mpath, mtext = found
-            mtext = mtext.replace("\r\n", "\n")
+            mtext = lf_breaks(mtext)
             active[imp.name] = (owner, imp)
             paths[imp.name] = mpath
             visit(imp.name, mpath, mtext)

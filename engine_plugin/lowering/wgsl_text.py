@@ -22,6 +22,7 @@ __all__ = [
     "module_constants",
     "evaluate_int",
     "starts_in_block_comment",
+    "lf_breaks",
 ]
 
 _IDENT_START = re.compile(r"[A-Za-z_]")
@@ -39,6 +40,19 @@ class Token:
 
 
 _LINE_BREAK = re.compile("[\n\r\x0b\x0c\x85\u2028\u2029]")
+_NOT_LF_BREAK = re.compile("\r\n|[\r\x0b\x0c\x85\u2028\u2029]")
+
+
+def lf_breaks(text: str) -> str:
+    """``text`` with every WGSL line break (CRLF, CR, VT, FF, NEL, U+2028, U+2029) written as
+    ``\n``, how lowering reads a body or a module: the lines every directive (``// @when``,
+    ``#import``), check and error counts are then the lines naga counts. A ``// @when`` after a
+    form feed was code to the preprocessor, which split at ``\n`` only, and its block was kept
+    in every variant (review helper 176). WGSL treats each of them as a line break and as
+    blankspace, so ``\n`` in their place changes nothing the compiler reads."""
+    return _NOT_LF_BREAK.sub("\n", text) if _NOT_LF_BREAK.search(text) else text
+
+
 # WGSL's blankspace but \n (counted as lines above): the left-to-right and right-to-left marks
 # too, or they became tokens that split '&pts' and 'atomicExchange (' for every check, while
 # naga read the text as without them (review helper 112).

@@ -16,6 +16,7 @@ from ..errors import DeviceLostError
 from ..lowering import Lowered, Schema, VariantSpec, lower, resolve_spec
 from ..lowering.fingerprint import variant_key
 from ..lowering.modules import Module, ModuleTexts, from_mapping, resolve_imports
+from ..lowering.wgsl_text import lf_breaks
 from .compile import compile_lowered
 from .variant import Variant
 
@@ -178,7 +179,7 @@ class Program:
         if live._imports is None:
             given = ", ".join(sorted(live._modules))
             live._imports = resolve_imports(
-                live._wgsl.replace("\r\n", "\n"),  # as lower() reads the body (an #import line ends at \n)
+                lf_breaks(live._wgsl),  # as lower() reads the body (an #import line ends at \n)
                 live._wgsl_path,
                 from_mapping(live._modules),
                 f"the modules given: {given}" if given else "no modules were given",
