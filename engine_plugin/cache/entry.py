@@ -49,6 +49,8 @@ import msgpack
 from ..lowering import LOWERING_VERSION, Lowered
 from ..lowering.fingerprint import CACHE_FORMAT_VERSION
 from ..lowering.lowered import ColumnSlot, HostSlot, LoweredBinding, ParamField, ParamsLayout, SourceMap
+from ..lowering.param_types import MAX_PARAMS_BYTES
+from ..lowering.parse import MAX_WORKGROUP_INVOCATIONS
 from ..lowering.variants import VariantSpec
 from .local_key import local_cache_secret
 
@@ -173,6 +175,16 @@ def _check(lowered: Any) -> Lowered:
         raise BadEntry("payload does not describe a lowered variant")
     if not _positive_ints(lowered.workgroup, 3) or type(lowered.params.size) is not int or lowered.params.size < 0:
         raise BadEntry("payload holds a workgroup or params size no lowering makes")
+    # Within what the lowering makes: a signed entry with values past it (a faulty or hostile
+    # signer) raised a raw MemoryError or a compile error blaming bindings.yaml on every load,
+    # and was never replaced (review helper 176); as a bad entry it is lowered again.
+    x, y, z = lowered.workgroup
+    params = lowered.params
+    if x * y * z > MAX_WORKGROUP_INVOCATIONS or params.size > MAX_PARAMS_BYTES or params.size % 16:
+        raise BadEntry("payload holds a workgroup or params size no lowering makes")
+    for f in params.fields:
+        if not isinstance(f, ParamField) or type(f.offset) is not int or type(f.size) is not int or f.offset < 0 or f.size < 0 or f.offset + f.size > params.size:
+            raise BadEntry("payload holds a workgroup or params layout no lowering makes")
     files = lowered.source_map.files
     if not isinstance(files, tuple) or not all(isinstance(f, str) for f in files) or not (lowered.asset is None or isinstance(lowered.asset, str)):
         raise BadEntry("payload names its files with something other than paths")

@@ -34,9 +34,10 @@ from .yaml_nodes import EditorLines, compose_bounded
 # every pair, so it is bounded (with conditions.MAX_ALTERNATIVES) to keep parsing fast.
 MAX_SAME_NAME = 16
 
-__all__ = ["parse", "MAX_PAGES"]
+__all__ = ["parse", "MAX_PAGES", "MAX_WORKGROUP_INVOCATIONS"]
 
 MAX_PAGES = 8
+MAX_WORKGROUP_INVOCATIONS = 1024  # the most maxComputeInvocationsPerWorkgroup any adapter we know offers
 TOP_KEYS = ("bindings", "params", "specialize", "determinism", "workgroup", "bake", "structs")
 SPEC_KEYS = ("name", "kind", "options", "default")
 _RESERVED_PREFIXES = ("zero_", "__", "col_base_", "col_len_")
@@ -284,8 +285,10 @@ class _Parser:
             )
         dims = list(dims) + [1] * (3 - len(dims))
         sizes = [max(int(o) for o in self.spec_by_name[d].options) if isinstance(d, str) else d for d in dims]
-        if sizes[0] * sizes[1] * sizes[2] > 1024:
-            raise self.error(node, f"workgroup {_show(v)} can be {sizes[0] * sizes[1] * sizes[2]} invocations; at most 1024 run in one workgroup")
+        if sizes[0] * sizes[1] * sizes[2] > MAX_WORKGROUP_INVOCATIONS:
+            raise self.error(
+                node, f"workgroup {_show(v)} can be {sizes[0] * sizes[1] * sizes[2]} invocations; at most {MAX_WORKGROUP_INVOCATIONS} run in one workgroup"
+            )
         return (dims[0], dims[1], dims[2])
 
     def params(self, node: Any) -> tuple[Param, ...]:
@@ -388,8 +391,10 @@ class _Parser:
                 options = tuple(_canonical(o) for o in options)
             elif kind == "workgroup":
                 for on, o in zip(self.sequence(entry["options"][1], "options"), options):
-                    if not o.isdigit() or not 1 <= int(o) <= 1024:
-                        raise self.error(on, f"workgroup option {o!r} of {name!r} must be a size from 1 to 1024 (it becomes const {name}: u32)")
+                    if not o.isdigit() or not 1 <= int(o) <= MAX_WORKGROUP_INVOCATIONS:
+                        raise self.error(
+                            on, f"workgroup option {o!r} of {name!r} must be a size from 1 to {MAX_WORKGROUP_INVOCATIONS} (it becomes const {name}: u32)"
+                        )
             elif kind == "named":
                 for on, o in zip(self.sequence(entry["options"][1], "options"), options):
                     if not _IDENT_RE.match(o):

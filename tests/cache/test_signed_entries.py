@@ -119,6 +119,21 @@ def test_a_signed_entry_with_a_workgroup_or_params_size_no_lowering_makes_is_a_b
     for bad in (replace(honest, workgroup=(0, 1, 1)), replace(honest, workgroup=("x", 1, 1)), replace(honest, params=replace(honest.params, size=-16))):
         with pytest.raises(BadEntry, match="workgroup or params size"):
             decode_entry(key, encode_entry(key, bad))
+    # Values no lowering makes, signed all the same (review helper 176: a params size of 2**40
+    # raised a raw MemoryError on every load, a workgroup of 2**40 a compile error blaming
+    # bindings.yaml, and the entry was never replaced).
+    fields = honest.params.fields
+    huge = (
+        replace(honest, workgroup=(1 << 40, 1, 1)),
+        replace(honest, workgroup=(64, 64, 1)),  # 4,096 invocations a group: the lowering refuses past 1,024
+        replace(honest, params=replace(honest.params, size=1 << 40)),
+        replace(honest, params=replace(honest.params, size=honest.params.size + 8)),  # not a multiple of 16
+        replace(honest, params=replace(honest.params, fields=(replace(fields[0], offset=honest.params.size),) + fields[1:])),
+        replace(honest, params=replace(honest.params, fields=(replace(fields[0], offset=-4),) + fields[1:])),
+    )
+    for bad in huge:
+        with pytest.raises(BadEntry, match="workgroup or params (size|layout)"):
+            decode_entry(key, encode_entry(key, bad))
 
 
 def test_the_cache_key_is_created_once_private_and_reused(tmp_path, monkeypatch):
