@@ -59,6 +59,7 @@ __all__ = [
 # (as the unicode-width version in wgpu-native 0.32's naga draws them: U+0605 and U+08E2 take none,
 # the Tifinagh joiner, a mark, takes one).
 _PREPENDED_MARKS = frozenset("\u0600\u0601\u0602\u0603\u0604\u06dd\U000110bd\U000110cd\u2d7f")
+_SHOWN_CHARS = 160  # the most of a source line an error shows
 TAB_STOP = 4  # where a tab stops when a line is shown (naga's renderer, codespan, uses 4 too)
 
 
@@ -117,6 +118,13 @@ class Span:
             return ""
         raw = self.text.rstrip("\n")
         col = max(1, self.col or 1)
+        if len(raw) > _SHOWN_CHARS:
+            # A window of a very long line around the column (a 40 KB line went into every
+            # message and log line whole: review helper 176), marked cut with an ellipsis.
+            start = max(0, min(col - 1 - _SHOWN_CHARS // 2, len(raw) - _SHOWN_CHARS))
+            end = start + _SHOWN_CHARS
+            raw = ("…" if start else "") + raw[start:end] + ("…" if end < len(raw) else "")
+            col = col - start + (1 if start else 0)
         # The caret goes under the column's character as a terminal shows the line (tabs
         # expanded): the display width of what comes before it, not its character count.
         indent = display_width(raw[: col - 1])

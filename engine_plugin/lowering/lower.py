@@ -180,6 +180,18 @@ class _Lowerer:
         modules = resolve_imports(
             self.wgsl, self.wgsl_path, from_mapping(self.module_texts), f"the modules given: {where}" if where else "no modules were given"
         )
+        for path, text in ((self.wgsl_path, self.wgsl), *((m.path, m.text) for m in modules)):
+            at = text.find("\0")
+            if at >= 0:
+                # wgpu-native reads the WGSL as a C string: it ended at the NUL, and the error
+                # named no line or a token after it (review helper 176).
+                line = text.count("\n", 0, at) + 1
+                start = text.rfind("\n", 0, at) + 1
+                end = text.find("\n", at)
+                raise LoweringError(
+                    "a NUL character (U+0000) is in the text: WGSL cannot hold one (a binary file, or a bad save?)",
+                    Span(path, line, at - start + 1, text[start : end if end >= 0 else len(text)].replace("\0", " ")),
+                )
         total = len(self.wgsl) + sum(len(m.text) for m in modules)
         if total > MAX_KERNEL_CHARS:
             # The checks walk the text several times in Python (about 6 s a MiB): past this
