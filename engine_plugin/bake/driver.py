@@ -280,7 +280,7 @@ def bake(
     state = _Bake(store, progress, report, remote, validate)
     skipped: list[str] = []
 
-    corrupt_before = store.stats().corrupt
+    unusable_before = store.unusable_keys()
     todo = []
     planned: set[str] = set()
     for plan in plans:
@@ -303,7 +303,7 @@ def bake(
             planned.add(item.key)
         if pending:
             todo.append((plan, pending))
-    report.corrupt_replaced = store.stats().corrupt - corrupt_before
+    unusable = store.unusable_keys() - unusable_before  # baked again below: replaced once written
 
     total = sum(len(items) for _, items in todo)
     try:
@@ -336,6 +336,7 @@ def bake(
         # Ended early (Ctrl-C, the cluster gone mid-bake, review helper 173): what was done by
         # then is reported, marked interrupted (a CI job's --json says so); entries are whole.
         report.interrupted = True
+        report.corrupt_replaced = _replaced(report, unusable)
         if isinstance(exc, SchedulerUnreachable):
             report.notes.append(exc.message)
         _plan_order(report, plans)
@@ -351,9 +352,16 @@ def bake(
         # nothing said (review helper 123).
         baked = [v.key for v in report.variants if v.status == "baked"]
         report.remote = _sync_remote(store, remote, list(dict.fromkeys(skipped + baked)), remote_verify)
+    report.corrupt_replaced = _replaced(report, unusable)
     _plan_order(report, plans)
     report.wall_s = time.perf_counter() - t0
     return report
+
+
+def _replaced(report: BakeReport, unusable: frozenset[str]) -> int:
+    """How many of the ``unusable`` entries this bake wrote anew (one it could not write, or
+    remove, is a failed variant, not a replaced entry)."""
+    return sum(1 for v in report.variants if v.status == "baked" and v.key in unusable)
 
 
 def _plan_order(report: BakeReport, plans: list[AssetPlan]) -> None:

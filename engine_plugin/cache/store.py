@@ -57,6 +57,7 @@ _TEMP_RE = re.compile(r"^\.tmp-[0-9a-f]{8,16}-[0-9]{1,10}-[0-9a-f]{8}$")
 _O_SAFE_READ = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
 # A temporary file older than this is left over from a crashed writer; gc removes it.
 _STALE_TEMP_S = 600.0
+_UNUSABLE_KEYS = 65536  # unusable entries remembered by key (a bake reports those it replaced)
 
 
 @dataclass(frozen=True)
@@ -191,6 +192,7 @@ class VariantCache:
         self._unreadable_warned = False
         self._counts = {"hits": 0, "misses": 0, "corrupt": 0, "writes": 0, "write_errors": 0, "evictions": 0}
         self._write_errors: dict[str, str] = {}  # path -> why its last write failed (until taken)
+        self._unusable: dict[str, None] = {}  # keys of entries found unusable, oldest first (bounded)
         self._warned_errnos: set[int | None] = set()  # write failures logged, by errno (once each)
         self._gc_lock = threading.Lock()  # one collection at a time in this process
         self._approx_bytes: int | None = None  # entry bytes as this instance believes; None: not scanned yet
@@ -373,11 +375,22 @@ class VariantCache:
         with self._lock:
             self._counts["misses"] += 1
             self._counts["corrupt"] += 1
+            self._unusable[key] = None
+            while len(self._unusable) > _UNUSABLE_KEYS:
+                del self._unusable[next(iter(self._unusable))]
         if self.read_only or self.keyless is not None:  # not this process's to remove (see __init__)
             log.warning("variant cache: entry %s is unusable (%s); treated as a miss", os.path.basename(path), reason)
             return
-        log.warning("variant cache: entry %s is unusable (%s); treated as a miss and replaced", os.path.basename(path), reason)
-        self._discard(path)
+        # Said once it is gone: one that cannot be removed was reported replaced (helper 176).
+        if self._discard(path):
+            log.warning("variant cache: entry %s is unusable (%s); treated as a miss and removed", os.path.basename(path), reason)
+        else:
+            log.warning("variant cache: entry %s is unusable (%s); treated as a miss, and it stays (see above)", os.path.basename(path), reason)
+
+    def unusable_keys(self) -> frozenset[str]:
+        """Keys of the entries this cache found unusable (the latest few thousand)."""
+        with self._lock:
+            return frozenset(self._unusable)
 
     def _discard(self, path: str) -> bool:
         """Remove an entry (file or stray folder); answers whether nothing is left there

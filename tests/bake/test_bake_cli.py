@@ -6,7 +6,6 @@ import os
 
 import numpy as np
 import pytest
-
 from bake_support import (
     BAD_SCHEMA_YAML,
     BROKEN_WGSL,
@@ -86,7 +85,9 @@ def test_the_json_report_lists_every_variant_with_its_cache_key(baked):
     assert rows[os.path.join("samples", "reference.computeShader")]["baked"] == 25
     assert rows[os.path.join("samples", "particles.computeShader")]["baked"] == 1
     ref = [v for v in report["variants"] if v["asset"].endswith("reference.computeShader")]
-    assert {(v["spec"]["T"], v["spec"]["FOLD"]) for v in ref} == {(t, f) for t in ("f32", "i32", "vec2<f32>", "vec3<f32>", "vec4<f32>") for f in ("add", "min", "max", "mean", "set")}
+    assert {(v["spec"]["T"], v["spec"]["FOLD"]) for v in ref} == {
+        (t, f) for t in ("f32", "i32", "vec2<f32>", "vec3<f32>", "vec4<f32>") for f in ("add", "min", "max", "mean", "set")
+    }
     assert all(v["worker"] and v["seconds"] > 0 for v in report["variants"])
     assert report["variants_per_s"] > 0 and report["wall_s"] > 0
 
@@ -288,7 +289,9 @@ def test_an_unreadable_usage_log_is_one_line_saying_why(tmp_path, shape):
 
     from engine_plugin.cache.usage import MAX_USAGE_VARIANTS
 
-    write_asset(str(tmp_path / "assets" / "k.computeShader"), "bindings:\n  - { name: x, kind: buffer, element: f32 }\n", "@compute @workgroup_size(64)\nfn main() {}\n")
+    write_asset(
+        str(tmp_path / "assets" / "k.computeShader"), "bindings:\n  - { name: x, kind: buffer, element: f32 }\n", "@compute @workgroup_size(64)\nfn main() {}\n"
+    )
     rows = [[[["T", "f32"], ["X", str(i)]], []] for i in range(MAX_USAGE_VARIANTS + 1 if shape == "oversized" else 2)]
     data = msgpack.packb({"magic": "engine_plugin.usage", "format": 1, "assets": {"k.computeShader": rows}})
     (tmp_path / "usage.msgpack").write_bytes(data if shape == "oversized" else data[:-5])
@@ -304,7 +307,9 @@ def test_builtin_bakes_the_packaged_kernels_beside_the_projects_own_assets(tmp_p
     # path baked only the packaged kernels, leaving the project's own assets/ out.
     import json
 
-    write_asset(str(tmp_path / "assets" / "k.computeShader"), "bindings:\n  - { name: x, kind: buffer, element: f32 }\n", "@compute @workgroup_size(64)\nfn main() {}\n")
+    write_asset(
+        str(tmp_path / "assets" / "k.computeShader"), "bindings:\n  - { name: x, kind: buffer, element: f32 }\n", "@compute @workgroup_size(64)\nfn main() {}\n"
+    )
     proc = run_bake(["--builtin", "--cache", "cache", "--jobs", "1", "--json", "-"], cwd=str(tmp_path), timeout=300)
     assert proc.returncode == 0, explain(proc)
     report = json.loads(proc.stdout)
@@ -318,7 +323,9 @@ def test_builtin_bakes_when_assets_holds_no_shaders_or_lies_outside_the_root(tmp
     (tmp_path / "assets" / "textures").mkdir(parents=True)
     proc = run_bake(["--builtin", "--cache", "cache", "--jobs", "1", "-q"], cwd=str(tmp_path), timeout=300)
     assert proc.returncode == 0, explain(proc)
-    write_asset(str(tmp_path / "assets" / "k.computeShader"), "bindings:\n  - { name: x, kind: buffer, element: f32 }\n", "@compute @workgroup_size(64)\nfn main() {}\n")
+    write_asset(
+        str(tmp_path / "assets" / "k.computeShader"), "bindings:\n  - { name: x, kind: buffer, element: f32 }\n", "@compute @workgroup_size(64)\nfn main() {}\n"
+    )
     other = tmp_path / "other"
     write_asset(str(other / "j.computeShader"), "bindings:\n  - { name: x, kind: buffer, element: f32 }\n", "@compute @workgroup_size(64)\nfn main() {}\n")
     proc = run_bake(["--builtin", "--root", str(other), "--cache", "cache", "--jobs", "1", "-q"], cwd=str(tmp_path), timeout=300)

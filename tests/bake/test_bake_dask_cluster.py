@@ -12,7 +12,6 @@ import sys
 import time
 
 import pytest
-
 from bake_support import cli_env, entries, explain, load_report, run_bake, write_asset
 
 pytestmark = [pytest.mark.gpu, pytest.mark.slow]
@@ -220,7 +219,23 @@ def test_a_cluster_that_loses_its_last_worker_or_its_scheduler_mid_bake_ends_the
     try:
         address, scheduler, workers = _start_cluster(env, 1, procs)
         worker = next(iter(workers.values()))
-        cmd = [sys.executable, "-m", "engine_plugin", "bake", "assets", "--cache", "cache", "--scheduler", address, "--connect-timeout", "2", "--progress", "plain", "--json", "r.json"]
+        cmd = [
+            sys.executable,
+            "-m",
+            "engine_plugin",
+            "bake",
+            "assets",
+            "--cache",
+            "cache",
+            "--scheduler",
+            address,
+            "--connect-timeout",
+            "2",
+            "--progress",
+            "plain",
+            "--json",
+            "r.json",
+        ]
         bake = subprocess.Popen(cmd, cwd=str(tmp_path), env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         procs.append(bake)
         err_lines = _kill_once_baking(bake, worker if victim == "the last worker" else scheduler)

@@ -8,7 +8,6 @@ import os
 import shutil
 
 import pytest
-
 from bake_support import BROKEN_WGSL, BROKEN_YAML, SAMPLE_VARIANTS, copy_samples, write_asset
 
 from engine_plugin.bake import BakeReport, ChunkResult, InlineRunner, bake
@@ -83,6 +82,36 @@ def test_a_corrupt_entry_is_baked_again_not_skipped(tmp_path, gpu):
     assert again.corrupt_replaced == 1
     assert [v.key for v in again.variants if v.status == "baked"] == [victim]
     assert VariantCache(cache.folder).get(victim) is not None
+
+
+def test_a_corrupt_entry_that_cannot_be_removed_is_not_reported_replaced(tmp_path, gpu, monkeypatch, caplog):
+    # A folder under an entry's name holding a subfolder its owner cannot enter: the bake said
+    # "treated as a miss and replaced" and counted it in corrupt_replaced, though the entry
+    # was neither removed nor written (review helper 176). The OS's refusal is simulated
+    # (tests run as root, which removes it anyway).
+    import shutil
+
+    root = copy_samples(str(tmp_path / "assets"))
+    cache = VariantCache(str(tmp_path / "cache"))
+    report = bake([root], cache)
+    victim = report.variants[3].key
+    os.unlink(cache.path(victim))
+    os.makedirs(os.path.join(cache.path(victim), "sub"))
+    real_rmtree = shutil.rmtree
+
+    def refused(path, ignore_errors=False, **kw):
+        if os.path.abspath(path) == os.path.abspath(cache.path(victim)):
+            if ignore_errors:
+                return
+            raise PermissionError(13, "Permission denied", os.path.join(path, "sub"))
+        return real_rmtree(path, ignore_errors=ignore_errors, **kw)
+
+    monkeypatch.setattr(shutil, "rmtree", refused)
+    caplog.set_level("WARNING")
+    again = bake([root], VariantCache(cache.folder))
+    assert not again.ok and again.totals["failed"] == 1 and again.totals["skipped"] == SAMPLE_VARIANTS - 1
+    assert again.corrupt_replaced == 0
+    assert not any("replaced" in r.getMessage() for r in caplog.records), [r.getMessage() for r in caplog.records]
 
 
 def test_force_bakes_everything_again(tmp_path, gpu):

@@ -13,7 +13,6 @@ import time
 from typing import Any, Iterator
 
 import pytest
-
 from bake_support import cli_env, copy_samples
 
 

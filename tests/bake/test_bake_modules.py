@@ -8,7 +8,6 @@ import json
 import os
 
 import pytest
-
 from bake_support import BROKEN_YAML, entries, explain, load_report, run_bake, write_asset
 
 pytestmark = pytest.mark.gpu

@@ -6,7 +6,6 @@ import os
 import pickle
 
 import pytest
-
 from bake_support import SAMPLES, copy_samples, write_asset
 
 from engine_plugin.assets.folder import read_asset_folder

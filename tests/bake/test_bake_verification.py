@@ -9,14 +9,12 @@ import os
 from dataclasses import replace
 
 import pytest
-
 from bake_support import copy_samples, explain, load_report, run_bake
 from test_bake_driver import FakeRunner, Recorder
 
 from engine_plugin.bake import bake
-from engine_plugin.bake.worker import ChunkResult, VariantOutcome, bake_chunk
+from engine_plugin.bake.worker import ChunkResult, bake_chunk
 from engine_plugin.cache import VariantCache
-from engine_plugin.lowering import VariantSpec
 
 pytestmark = pytest.mark.gpu
 

@@ -17,7 +17,6 @@ import textwrap
 import time
 
 import pytest
-
 from bake_support import SAMPLE_VARIANTS, cli_env, copy_samples, entries, run_bake, write_asset
 
 pytestmark = pytest.mark.gpu
