@@ -28,6 +28,8 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import signal
+import threading
 import time
 from typing import Any
 
@@ -222,6 +224,9 @@ def cmd_watch(args: argparse.Namespace, rep: Reporter) -> int:
         log.removed(asset)
 
     next_scan = time.monotonic() + _RESCAN_S
+    # SIGTERM (how an editor plugin stops it) stops it as Ctrl-C does: the library closed and
+    # the exit status said; it died of the signal instead (review helper 175).
+    term = _stop_on_sigterm()
     try:
         while deadline is None or time.monotonic() < deadline:
             if time.monotonic() >= next_scan and not target.endswith(ASSET_SUFFIX):
@@ -278,11 +283,21 @@ def cmd_watch(args: argparse.Namespace, rep: Reporter) -> int:
     except KeyboardInterrupt:
         pass
     finally:
+        if term is not None:
+            signal.signal(signal.SIGTERM, term)
         lib.close()
     # By the exit contract: 1 when an asset watched is failing as the command stops (its last
     # save failed, or its live content never loaded or compiled), as bake exits for a broken one.
     broken = failing | set(live_failures) | {p for p, r in by_path.items() if r.error is not None}
     return EXIT_FAILED if broken else EXIT_OK
+
+
+def _stop_on_sigterm() -> Any:
+    """Make SIGTERM raise KeyboardInterrupt in this (the main) thread; answers the handler it
+    replaced, or None where none can be set (not the main thread, no SIGTERM)."""
+    if not hasattr(signal, "SIGTERM") or threading.current_thread() is not threading.main_thread():
+        return None
+    return signal.signal(signal.SIGTERM, signal.default_int_handler)
 
 
 def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:

@@ -17,9 +17,12 @@ specialize:
   - { name: T, options: [f32, i32, u32] }
 """
 # A schema whose plan differs (a param): loads with KERNEL_WITH_GAIN.
-SCHEMA_WITH_GAIN = SCHEMA + """params:
+SCHEMA_WITH_GAIN = (
+    SCHEMA
+    + """params:
   - { name: gain, type: f32 }
 """
+)
 KERNEL = """// dst = src * SCALE
 @compute @workgroup_size(64)
 fn main(@builtin(global_invocation_id) gid: vec3<u32>) {

@@ -7,7 +7,6 @@ import os
 import time
 
 import pytest
-
 from asset_support import KERNEL_WITH_GAIN, SCHEMA_WITH_GAIN, kernel, pump, run_scale, settle, write
 
 pytestmark = pytest.mark.gpu

@@ -7,13 +7,12 @@ import os
 import time
 
 import pytest
+from asset_support import make_asset, pump, wait_watching, write
 
 from engine_plugin import abi
 from engine_plugin.bake import bake
 from engine_plugin.errors import AssetError, LoweringError, PluginError, SchemaError
 from engine_plugin.lowering import lower, parse
-
-from asset_support import make_asset, pump, wait_watching, write
 
 SIMPLE_YAML = 'bindings:\n  - { name: dst, kind: buffer, access: read_write, element: f32, count: "n" }\n'
 

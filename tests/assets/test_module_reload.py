@@ -7,7 +7,6 @@ from __future__ import annotations
 import os
 
 import pytest
-
 from asset_support import SCHEMA, pump, run_scale, settle, wait_watching, write
 
 pytestmark = pytest.mark.gpu

@@ -10,8 +10,9 @@ import shutil
 import time
 
 import pytest
-from engine_plugin.errors import AssetError
 from asset_support import SCHEMA, kernel, pump, run_scale, settle, wait_watching, write
+
+from engine_plugin.errors import AssetError
 
 pytestmark = pytest.mark.gpu
 

@@ -9,7 +9,6 @@ import threading
 import time
 
 import pytest
-
 from asset_support import SCHEMA, kernel, pump, run_scale, write
 
 pytestmark = pytest.mark.gpu
@@ -404,8 +403,10 @@ def test_an_entry_lowered_before_a_module_changed_is_not_served_under_the_new_ke
     with open(os.path.join(folder, "bindings.yaml"), "w") as f:
         f.write('bindings:\n  - { name: dst, kind: buffer, access: read_write, element: f32, count: "n" }\n')
     with open(os.path.join(folder, "kernel.wgsl"), "w") as f:
-        f.write("#import val\n@compute @workgroup_size(64)\nfn main(@builtin(global_invocation_id) gid: vec3<u32>) {\n"
-                "    let i = zero_index(gid);\n    if (i >= zero_n()) { return; }\n    dst_set(i, val());\n}\n")
+        f.write(
+            "#import val\n@compute @workgroup_size(64)\nfn main(@builtin(global_invocation_id) gid: vec3<u32>) {\n"
+            "    let i = zero_index(gid);\n    if (i >= zero_n()) { return; }\n    dst_set(i, val());\n}\n"
+        )
     cache_dir = str(tmp_path / "cache")
     old = make_library(root, cache=cache_dir).load("k.computeShader").variant().lowered
     with open(mod, "w") as f:
@@ -423,8 +424,12 @@ def test_a_crlf_body_importing_a_module_lowers_through_the_program_api_and_a_ref
     from engine_plugin.cache import VariantCache
     from engine_plugin.lowering import enumerate_variants, parse, resolve_spec
 
-    schema_text = 'bindings:\r\n  - { name: dst, kind: buffer, access: read_write, element: T, count: "n" }\r\nspecialize:\r\n  - { name: T, options: [f32, i32] }\r\n'
-    body = "#import base\n@compute @workgroup_size(64)\nfn main(@builtin(global_invocation_id) gid: vec3<u32>) {\n    let i = zero_index(gid);\n    if (i >= zero_n()) { return; }\n    dst_set(i, T(base_f()));\n}\n".replace("\n", "\r\n")
+    schema_text = (
+        'bindings:\r\n  - { name: dst, kind: buffer, access: read_write, element: T, count: "n" }\r\nspecialize:\r\n  - { name: T, options: [f32, i32] }\r\n'
+    )
+    body = "#import base\n@compute @workgroup_size(64)\nfn main(@builtin(global_invocation_id) gid: vec3<u32>) {\n    let i = zero_index(gid);\n    if (i >= zero_n()) { return; }\n    dst_set(i, T(base_f()));\n}\n".replace(
+        "\n", "\r\n"
+    )
     modules = {"base": ("m/base.wgsl", "fn base_f() -> f32 {\n    return 3.0;\n}\n")}
     schema = parse(schema_text, "k/bindings.yaml")
     cache = VariantCache(str(tmp_path / "cache"))

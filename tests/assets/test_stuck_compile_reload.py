@@ -181,9 +181,9 @@ def test_a_compile_finishing_as_its_reload_stops_waiting_counts_as_done(tmp_path
     import threading
     import time
 
-    import engine_plugin.assets.library as library
     from asset_support import SCHEMA, kernel
 
+    import engine_plugin.assets.library as library
     from engine_plugin.device.context import get_context
     from engine_plugin.lowering import lower, parse
 

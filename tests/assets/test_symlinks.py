@@ -6,11 +6,9 @@ from __future__ import annotations
 
 import logging
 import os
-import shutil
 
 import pytest
-
-from asset_support import KERNEL, SCHEMA, kernel, make_asset, write
+from asset_support import SCHEMA, kernel, make_asset, write
 
 from engine_plugin.assets import AssetLibrary, read_asset_folder
 from engine_plugin.bake import bake
@@ -90,7 +88,6 @@ def test_bake_refuses_an_asset_linking_outside_what_it_was_asked_to_bake(tmp_pat
     assert not report.ok
     (failure,) = report.failures
     assert "outside the asset root" in failure.failure.headline and SECRET not in failure.failure.rendered
-
 
 
 def test_a_fifo_in_place_of_an_asset_file_is_refused_not_a_hang(tmp_path, deadline):

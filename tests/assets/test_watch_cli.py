@@ -10,7 +10,6 @@ import time
 from typing import Iterator
 
 import pytest
-
 from asset_support import kernel, write
 
 pytestmark = pytest.mark.gpu
@@ -222,3 +221,18 @@ def test_watch_of_a_relative_folder_keeps_an_asset_put_back_at_once(asset_root, 
         write(os.path.join(asset_root, "k.computeShader", "kernel.wgsl"), kernel("typo_here"))
         _read_until(proc, '"event": "failure"', lines)
         assert json.loads(lines[-1])["asset"] == "k.computeShader"
+
+
+def test_watch_stopped_by_sigterm_exits_as_by_ctrl_c(asset_root, tmp_path):
+    # An editor plugin stops watch with SIGTERM: it died of the signal (-15), without closing
+    # its library or the exit status saying an asset is failing (review helper 175).
+    import signal
+
+    from asset_support import kernel
+
+    write(os.path.join(asset_root, "k.computeShader", "kernel.wgsl"), kernel("typo_here"))
+    lines: list[str] = []
+    with _watch(asset_root, str(tmp_path / "cache"), "--json", "--duration", "60") as proc:
+        _read_until(proc, '"event": "failure"', lines)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 1  # an asset is failing as it stops

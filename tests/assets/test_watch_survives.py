@@ -10,7 +10,6 @@ import shutil
 import time
 
 import pytest
-
 from asset_support import kernel, pump, run_scale, write
 
 pytestmark = pytest.mark.gpu
