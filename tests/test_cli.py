@@ -32,6 +32,9 @@ def test_lower_prints_wgsl_and_a_bad_spec_names_the_yaml_line():
     bad = cli("lower", "assets/samples/reference.computeShader", "--spec", "T=f32", "--spec", "FOLD=nope")
     assert bad.returncode == 1  # an asset failed (2 is for usage and environment errors)
     assert "reference.computeShader/bindings.yaml:9" in bad.stderr and "add, min, max, mean, set" in bad.stderr
+    unknown = cli("lower", "assets/samples/reference.computeShader", "--spec", "BOGUS=1")
+    # At the specialisations' own lines, as a bad value is (it named only the file: helper 175).
+    assert unknown.returncode == 1 and "reference.computeShader/bindings.yaml:8:" in unknown.stderr and "unknown specialisation 'BOGUS'" in unknown.stderr
 
 
 def test_info_lists_every_sample_asset_with_its_variant_count():
@@ -67,7 +70,6 @@ def test_the_packaged_name_fallback_takes_only_an_asset_inside_the_packaged_root
         assert got.returncode == 2 and "no such file or folder" in got.stderr, (path, got.stdout[-300:], got.stderr[-300:])
 
 
-
 def test_the_packaged_name_fallback_normalises_the_name_as_a_library_does(tmp_path):
     for path in ("./engine/summary.computeShader", "engine//summary.computeShader", "engine/./summary.computeShader"):
         got = cli("info", path, cwd=str(tmp_path))
@@ -85,7 +87,11 @@ def test_a_path_that_is_no_asset_is_a_usage_error_for_lower_and_the_demo(tmp_pat
     r = cli("lower", os.path.join(REPO, "assets", "samples"))
     assert r.returncode == 2 and "holds 2 (particles.computeShader, reference.computeShader): name one" in r.stderr, r.stderr
     (tmp_path / "file").write_text("x")
-    for folder, said in ((str(empty), "holds none of the demo's kernels"), (str(tmp_path / "missing"), "no such folder"), (str(tmp_path / "file"), "not a folder")):
+    for folder, said in (
+        (str(empty), "holds none of the demo's kernels"),
+        (str(tmp_path / "missing"), "no such folder"),
+        (str(tmp_path / "file"), "not a folder"),
+    ):
         r = cli("demo", "--headless", "--frames", "2", "--snapshot", "", "--log", "", "--assets", folder)
         assert r.returncode == 2 and said in r.stderr, r.stderr
     broken = tmp_path / "broken.computeShader"  # named as an asset: a broken one, exit 1

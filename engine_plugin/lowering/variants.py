@@ -74,7 +74,11 @@ def resolve_spec(schema: Schema, specialize: Mapping[str, str] | VariantSpec | N
         sp = schema.spec_param(name)
         if sp is None:
             known = ", ".join(s.name for s in schema.specialize) or "none"
-            raise SpecializationError(f"unknown specialisation {name!r}; this schema has: {known}", Span(path))
+            # At the first declared one (where the names it may be are listed), not only the
+            # file (review helper 175).
+            first = schema.specialize[0] if schema.specialize else None
+            where = schema.span_at(first.line, first.name) if first is not None and first.line else Span(path)
+            raise SpecializationError(f"unknown specialisation {name!r}; this schema has: {known}", where)
         if sp.kind == "workgroup" and isinstance(val, int) and not isinstance(val, bool):
             val = str(val)
         if not isinstance(val, str):
