@@ -83,7 +83,9 @@ def test_columns_of_one_page_binding_in_different_pages_are_refused_naming_both(
     msg = str(info.value)
     assert "page binding 'PA'" in msg and "column 'vel'" in msg and "column 'pos'" in msg
     assert f"page {pos.page} of substrate" in msg and f"page {vel.page} of substrate" in msg
-    assert "particles/bindings.yaml:4" in msg  # the line of column 'vel'
+    # At column 'vel''s name (file:line:col, as every other error: the column was missing,
+    # review helper 175), with the line shown.
+    assert "particles/bindings.yaml:4:13:" in msg and info.value.span.text.strip().startswith("- { name: vel")
 
 
 def test_element_and_atomic_kind_mismatches_are_refused(arena, particles_lowered):
