@@ -9,7 +9,6 @@ each page once and reaches its runs by offset.
 from __future__ import annotations
 
 import re
-
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, Mapping
