@@ -24,7 +24,7 @@ from ..errors import ExpressionError, SchemaError, Span
 from .conditions import ConditionSyntaxError, parse_condition
 from .expressions import parse_expression
 from .param_types import ParamTypeError, parse_param_type
-from .schema import BINDING_KINDS, KIND_KEYS, Binding, Param, Schema, SpecParam
+from .schema import BINDING_KINDS, KIND_KEYS, Binding, Param, Schema, SpecParam, WorkgroupSize
 from .structs import layout_struct
 from .textures import ADDRESS_MODES, FILTERS, READ_WRITE_STORAGE_FORMATS, SAMPLE_TYPES, STORAGE_FORMATS, TEXTURE_DIMS
 from .types import WGSL_KEYWORDS, WGSL_RESERVED, is_value_type, parse_value_type
@@ -251,7 +251,7 @@ class _Parser:
             determinism = self.string(vnode, "determinism")
             if determinism not in ("exact", "float_order"):
                 raise self.error(vnode, f"determinism must be 'exact' or 'float_order', not {determinism!r}")
-        workgroup = self.workgroup(nodes["workgroup"][1]) if "workgroup" in nodes else (64, 1, 1)
+        workgroup = self.workgroup(nodes["workgroup"][1]) if "workgroup" in nodes else WorkgroupSize((64, 1, 1))
         self.structs = self.parse_structs(nodes["structs"][1]) if "structs" in nodes else ()
         bindings = self.bindings(nodes["bindings"][1])
         bake = self.bake(nodes["bake"][1], specialize, bindings) if "bake" in nodes else None
@@ -289,7 +289,7 @@ class _Parser:
             raise self.error(
                 node, f"workgroup {_show(v)} can be {sizes[0] * sizes[1] * sizes[2]} invocations; at most {MAX_WORKGROUP_INVOCATIONS} run in one workgroup"
             )
-        return (dims[0], dims[1], dims[2])
+        return WorkgroupSize((dims[0], dims[1], dims[2]))
 
     def params(self, node: Any) -> tuple[Param, ...]:
         out: list = []

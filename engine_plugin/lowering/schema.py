@@ -14,7 +14,7 @@ from .conditions import Condition
 from .expressions import Expr
 from .structs import StructType
 
-__all__ = ["Binding", "Param", "SpecParam", "Schema", "BINDING_KINDS", "KIND_KEYS"]
+__all__ = ["Binding", "Param", "SpecParam", "Schema", "WorkgroupSize", "BINDING_KINDS", "KIND_KEYS"]
 
 BINDING_KINDS = ("buffer", "columns", "page", "column", "domain_count", "texture", "sampler", "storage_texture")
 TEXTURE_KINDS = ("texture", "sampler", "storage_texture")
@@ -95,13 +95,34 @@ def _code(line: str) -> str:
     return re.split(r"(?:^|\s)#", line, maxsplit=1)[0]
 
 
+class WorkgroupSize(tuple):
+    """A schema's workgroup (x, y, z): sizes, or names of ``kind: workgroup`` specialisations.
+    Equal to the forms SPEC writes it in too (an int or a list of up to three): ``64`` is
+    ``(64, 1, 1)``, ``[8, 8]`` is ``(8, 8, 1)``."""
+
+    __slots__ = ()
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, int) and not isinstance(other, bool):
+            other = (other,)
+        if isinstance(other, (list, tuple)) and 1 <= len(other) <= 3:
+            return tuple(self) == tuple(other) + (1,) * (3 - len(other))
+        return NotImplemented
+
+    def __ne__(self, other: object) -> bool:
+        equal = self.__eq__(other)
+        return equal if equal is NotImplemented else not equal
+
+    __hash__ = tuple.__hash__
+
+
 @dataclass(frozen=True)
 class Schema:
     bindings: tuple[Binding, ...]
     params: tuple[Param, ...]
     specialize: tuple[SpecParam, ...]
     determinism: str = "exact"
-    workgroup: tuple = (64, 1, 1)  # sizes, or names of kind: workgroup specialisations
+    workgroup: tuple = WorkgroupSize((64, 1, 1))  # sizes, or names of kind: workgroup specialisations
     # each entry: sorted (specialisation, value) pairs, and ("columns", ((table, names), ...))
     bake: tuple[tuple[tuple[str, object], ...], ...] | None = None
     text: str = field(default="", repr=False, compare=False)

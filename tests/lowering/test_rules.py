@@ -826,3 +826,13 @@ def test_determinism_exact_judges_only_the_module_functions_the_body_reaches_and
     with pytest.raises(LoweringError) as info:  # once the body reaches wg_take, it is judged
         lower(parse(yaml, "k/bindings.yaml"), body.replace("via(i)", "via(i) + wg_take(&wmax)"), {}, wgsl_path="k/kernel.wgsl", modules=modules)
     assert info.value.span.path == "modules/util.wgsl" and info.value.span.line == 1
+
+
+def test_a_schemas_workgroup_equals_the_forms_spec_writes_it_in():
+    # SPEC: "workgroup (default 64; an int or a list of up to three)"; it answered (64, 1, 1)
+    # only, so schema.workgroup == 64 was False (review helper 175).
+    assert parse("bindings: []\n").workgroup == 64
+    assert parse("bindings: []\n").workgroup == (64, 1, 1) and parse("bindings: []\n").workgroup != 32
+    square = parse("bindings: []\nworkgroup: [8, 8]\n").workgroup
+    assert square == [8, 8] and square == (8, 8, 1) and square != 8 and tuple(square) == (8, 8, 1)
+    assert parse("bindings: []\nworkgroup: 256\n").workgroup == 256 and hash(square) == hash((8, 8, 1))
