@@ -501,7 +501,6 @@ class Variant:
         self._col_params = frozenset(name for c in lowered.columns for name in (f"col_base_{c.name}", f"col_len_{c.name}"))
         self._inout_slots = [s for s in lowered.host_slots if s.role == "inout"]
         self._texture_outputs = [s for s in lowered.host_slots if s.role == "texture_output"]
-        self._counted_inputs = [s for s in lowered.host_slots if s.role == "input" and s.count is not None]
         self._output_names = {s.name for s in lowered.host_slots if s.role in ("output", "append", "inout", "texture_output", "storage_texture")}
         self._input_names = {s.name for s in lowered.host_slots if s.role not in ("output", "append")} | {c.name for c in lowered.columns}
         self._domain_name = lowered.domain_count  # its binding may be handed through inputs= too
@@ -1356,10 +1355,6 @@ class Variant:
         if self._texture_outputs:
             for slot in self._texture_outputs:
                 result[slot.name] = self._texture_output(slot, env, lengths, bound, outputs.get(slot.name) if outputs else None)
-        for slot in self._counted_inputs:
-            need = self._size(slot, "count", slot.count, env, lengths)  # type: ignore[arg-type]
-            if lengths[slot.name] < need:
-                raise self._slot_error(slot, f"input {slot.name!r} has {lengths[slot.name]} elements; its count {slot.count!r} needs {need}")
 
         fixed = {"n": n}
         if self.lowered.columns:
