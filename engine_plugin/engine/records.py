@@ -125,7 +125,7 @@ def fallback_outputs(plan: ProductPlan, answer: Any, items: int, key: Any) -> di
             if values.dtype.kind not in "fiub":
                 reason = f"values of {values.dtype} are not numbers"
             else:
-                reason = cast_refusal(values, target)  # fractions into an integer output too
+                reason = cast_refusal(values, target, underflow=False)  # fractions into an integer output too
         if reason is not None:
             raise ProductError(f"the CPU fallback of {key!r} answered values of {o.name!r} its {target.name} output cannot hold: {reason}")
         out[o.name] = _shape(o, values.astype(o.dtype, copy=False).reshape(-1), items)

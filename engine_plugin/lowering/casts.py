@@ -9,11 +9,13 @@ __all__ = ["cast_refusal", "exact_integer_bound"]
 _CHUNK = 1 << 20  # elements checked at once for a fraction
 
 
-def cast_refusal(arr: np.ndarray, target: np.dtype) -> str | None:
+def cast_refusal(arr: np.ndarray, target: np.dtype, underflow: bool = True) -> str | None:
     """Why casting ``arr`` to ``target`` by value would change a value (wrap, drop a
     fraction, overflow to inf), or None. A float array for an integer target must hold whole
     numbers: numpy (and WGSL) would truncate 1.5 to 1 without a word (review helper 126), where
-    a param of the same value is refused."""
+    a param of the same value is refused. ``underflow``: a nonzero float too small for a float
+    target (it would become 0) is refused too (host data); off for a CPU fallback's results,
+    which stand for a kernel's, whose f32 arithmetic makes those 0 itself."""
     if arr.size == 0:
         return None
     if arr.dtype.kind not in "fiub":
@@ -49,6 +51,15 @@ def cast_refusal(arr: np.ndarray, target: np.dtype) -> str | None:
             beyond = finite.size and bool(np.isinf(finite.astype(np.float32)).any())
         if beyond:
             return "a value is beyond f32's range (it would become infinity); scale it or cast it yourself"
+        # The other end of the range: a value too small for an f32 became 0.0 without a word
+        # (review helper 174), as one too big would have become infinity.
+        if underflow:
+            with np.errstate(under="ignore"):
+                lost = (finite != 0) & (finite.astype(target) == 0)
+            if lost.any():
+                bad = finite[int(np.argmax(lost))]
+                smallest = np.finfo(target).smallest_subnormal
+                return f"value {bad!s} is below {target.name}'s smallest ({smallest:.3g}): it would become 0; scale it or cast it yourself"
     return None
 
 

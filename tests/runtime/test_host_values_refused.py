@@ -436,3 +436,14 @@ def test_integers_a_half_float_target_would_round_are_refused_and_exact_ones_tak
     assert "not exactly a float16 (integers past 2^11 round: it would become 2048)" in cast_refusal(np.array([2049], np.int32), f16)
     assert cast_refusal(np.array([2048, -2048, 4096, 65504], np.int32), f16) is None  # exact halves
     assert cast_refusal(np.array([16777216], np.int64), np.dtype(np.float32)) is None
+
+
+def test_an_f64_too_small_for_an_f32_is_refused_not_made_zero():
+    # 1e-50 became 0.0 without a word, where 1e39 (inf) is refused (review helper 174); a
+    # subnormal f32 and an exact zero of either sign are taken as they are.
+    v = copy("t15h/underflow_f32", "f32")
+    with pytest.raises(DispatchError, match=r"value 1e-50 is below float32's smallest .* it would become 0"):
+        v.run(n=2, inputs={"x": np.array([1.0, 1e-50])})
+    run = v.run(n=4, inputs={"x": np.array([1.0, 1e-44, 0.0, -0.0])})
+    got = abi.read(run.outputs["y"])
+    assert got.tolist() == np.array([1.0, 1e-44, 0.0, -0.0], np.float32).tolist() and np.signbit(got[3])
