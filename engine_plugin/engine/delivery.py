@@ -165,8 +165,9 @@ class Delivery:
             self._revalidator(product),
         )
         st.chunks_stale += len(stale)
-        for k in applied:  # the GPU's result is the latest now: a fallback computing k again is not a repeat
-            product.cpu_done.pop(k, None)
+        if product.cpu_done:  # (empty while the GPU serves it: a pop a chunk a frame otherwise)
+            for k in applied:  # the GPU's result is the latest now: a fallback computing k again is not a repeat
+                product.cpu_done.pop(k, None)
         # A whole-dispatch output discarded for one changed chunk discards the others' results
         # too: they are owed again (a path's work always covers the whole path anyway).
         whole = made is None and product.policy is not ReadbackPolicy.SELECTED_PATH and len(stale) == len(work.keys)
@@ -324,20 +325,26 @@ class Delivery:
             record_dtype=plan.record_dtype if plan is not None else None,
             record_shape=plan.record_shape if plan is not None else (),
         )
+        product.fallback_calls += 1
+        asked = (product.renewals, product.epoch, product.fallback_calls)
         try:
             answer = product.cpu_fallback(self._world, job)
         except Exception as exc:
             self._errors.append(exc)
             return
         st.cpu_fallbacks += 1
-        product.done(work)
-        product.cpu_done.update(zip(work.keys, work.versions))
-        if unwritten_here:
-            # Its kernel did not run over them: the fallback writes no mirror, its readers wait.
-            product.mirror_unwritten.update(k for k in work.keys if k not in product.gpu_written)
-        product.cpu_plan = fallback_view(product.plan)
-        values: Any
+        if (product.renewals, product.epoch, product.fallback_calls) != asked or self._products.get(product.handle) is not product:  # type: ignore[arg-type]
+            # Changed while it computed, from inside it (set_params, invalidate, a selection,
+            # unregister, a nested frame() that served the work itself): the answer is for what
+            # was. What is owed now is served by a later call (review helper 177: an answer of
+            # the old params was applied and its chunks marked computed, for good).
+            return
+        values: Any = None
         overflow: dict[str, int] = {}
+        made: ProductResult | None = None
+        stale: list[int] = []
+        # The answer is checked before its chunks count as served: a malformed one leaves them
+        # owed, as a fallback that raises does (they were never computed again: helper 177).
         if plan is not None and plan.readback:
             try:
                 values = fallback_outputs(plan, answer, job.items, product.key)
@@ -345,15 +352,25 @@ class Delivery:
                 self._errors.append(exc)
                 return
             overflow = fallback_overflow(plan, values, job.items, job.params)  # capped as the kernel's would be
-        elif plan is not None:
-            return  # NONE: nothing to apply
-        else:
+        elif plan is None:
             values = answer if isinstance(answer, Mapping) else np.asarray(answer)
-        try:
-            made, _, stale = split_current(product, self._world, work, values, product.handle, 0, "cpu", st.frame)  # type: ignore[arg-type]
-        except ProductError as exc:
-            self._errors.append(exc)
-            return
+        if values is not None:
+            try:
+                made, _, stale = split_current(product, self._world, work, values, product.handle, 0, "cpu", st.frame)  # type: ignore[arg-type]
+            except ProductError as exc:
+                self._errors.append(exc)
+                return
+            except (ValueError, TypeError) as exc:  # a CPU-only product's records that are not one a work item
+                self._errors.append(ProductError(f"the CPU fallback of {product.key!r} answered records that do not fit its work: {exc}"))
+                return
+        product.done(work)
+        product.cpu_done.update(zip(work.keys, work.versions))
+        if unwritten_here:
+            # Its kernel did not run over them: the fallback writes no mirror, its readers wait.
+            product.mirror_unwritten.update(k for k in work.keys if k not in product.gpu_written)
+        product.cpu_plan = fallback_view(product.plan)
+        if values is None:
+            return  # NONE: nothing to apply
         if stale:  # changed while the fallback computed (another thread): computed again
             st.chunks_stale += len(stale)
             product.reowe(self._world, stale)

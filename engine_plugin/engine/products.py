@@ -223,6 +223,11 @@ class Product:
         self._sent_world: Any = None
         self._serials = itertools.count(1)
         self.epoch = 0  # bumped by every new selection
+        # Bumped when every chunk is owed anew (new params, kernel, registration, invalidate) and
+        # at every call of its CPU fallback: an answer stands only if neither moved while the
+        # fallback computed it (from inside it: review helper 177).
+        self.renewals = 0
+        self.fallback_calls = 0
         # chunk -> content version its CPU fallback last computed: the fallback does not depend
         # on the kernel, so a new GPU generation served by the CPU does not compute it again.
         self.cpu_done: dict[int, int] = {}
@@ -337,6 +342,7 @@ class Product:
 
     def owe_everything(self, world: Any) -> None:
         """Owe results for every chunk this product covers (new registration, new program)."""
+        self.renewals += 1
         if self.policy in (ReadbackPolicy.SELECTED_TILES, ReadbackPolicy.SELECTED_PATH):
             self.pending = set(self.selection_keys)
         else:
