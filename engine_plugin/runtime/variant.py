@@ -496,8 +496,8 @@ class Variant:
         self._slots = {s.name: s for s in lowered.host_slots}
         self._output_slots = _output_order([s for s in lowered.host_slots if s.role in ("output", "append")])
         self._len_fields = [(s.name, f"zero_len_{s.name}") for s in lowered.host_slots if s.role in ("input", "inout", "output", "append")]
-        # The params page_binding answers for the columns: a run takes them with the page
-        # buffers in place of the columns' handles (SPEC section 2).
+        # The params page_binding answers for the columns: a run sets them from the columns'
+        # handles, never from params= (see _prepare).
         self._col_params = frozenset(name for c in lowered.columns for name in (f"col_base_{c.name}", f"col_len_{c.name}"))
         self._inout_slots = [s for s in lowered.host_slots if s.role == "inout"]
         self._texture_outputs = [s for s in lowered.host_slots if s.role == "texture_output"]
@@ -1231,10 +1231,17 @@ class Variant:
             if name not in self._output_names:
                 outs = ", ".join(s.name for s in self.lowered.host_slots if s.role in ("output", "append", "inout")) or "none"
                 raise DispatchError(f"unknown output {name!r}; this variant's outputs: {outs}", Span(self.yaml_path))
-        given_cols = None
         if self._col_params and isinstance(params, Mapping) and not self._col_params.isdisjoint(params):
-            given_cols = {k: v for k, v in params.items() if k in self._col_params}
-            params = {k: v for k, v in params.items() if k not in self._col_params}
+            # page_binding's params name places in a page, not runs: kept across a free and a
+            # new allocation they reach another run's data (review helper 178). The columns'
+            # handles are checked live every run.
+            key = next(k for k in params if k in self._col_params)
+            column = next(c for c in self.lowered.columns if key in (f"col_base_{c.name}", f"col_len_{c.name}"))
+            raise DispatchError(
+                f"param {key!r} is set from column {column.name!r}'s handle: pass the columns' substrate handles (or run names, or buffers) "
+                f"in inputs=, e.g. inputs={{{column.name!r}: handle}}; abi.page_binding's params are for binding the page yourself",
+                self._source_span(column.line),
+            )
         user_params, fingerprint = self._packer.check(params)
 
         work = _Work()
@@ -1358,7 +1365,7 @@ class Variant:
 
         fixed = {"n": n}
         if self.lowered.columns:
-            fixed.update(self._page_binding(inputs).params if given_cols is None else self._given_columns(given_cols, inputs))
+            fixed.update(self._page_binding(inputs).params)
         geometry, groups = self._geometry(domain)
         fixed.update(geometry)
         for name, field_name in self._len_fields:
@@ -1616,43 +1623,6 @@ class Variant:
                 bind_group = rep.keep_group(key, self._bind_group(bound))
             self._repeat_group = (key, bind_group)
         return self._submit(result, rn, rep.data, bind_group, rep.groups, work, bound, rep.fixed + owned)
-
-    def _given_columns(self, given: Mapping[str, Any], inputs: Mapping[str, Any]) -> dict[str, int]:
-        """The col_base_*/col_len_* params handed with the page buffers (what page_binding
-        answers), checked: every column's two, whole numbers, its run inside its page's live
-        words (a run past them would read another run's data, or an earlier user's)."""
-        out: dict[str, int] = {}
-        for c in self.lowered.columns:
-            span = self._source_span(c.line)
-            if c.name in inputs:
-                raise DispatchError(
-                    f"column {c.name!r} is given a handle and col_base_/col_len_ params too: its params come from the columns' handles; "
-                    "give the handles, or the page buffers with page_binding's params",
-                    span,
-                )
-            base_key, len_key = f"col_base_{c.name}", f"col_len_{c.name}"
-            for key in (base_key, len_key):
-                if key not in given:
-                    raise DispatchError(
-                        f"params {base_key} and {len_key} of column {c.name!r} are needed with the page buffers (page_binding answers both)", span
-                    )
-                value = given[key]
-                if isinstance(value, bool) or not isinstance(value, numbers.Integral) or int(value) < 0:
-                    raise DispatchError(f"param {key} must be a whole number >= 0 (a word offset or a length), not {value!r}", span)
-                out[key] = int(value)
-            page = inputs.get(c.page)
-            if not isinstance(page, wgpu.GPUBuffer):
-                continue  # the page slot's own check refuses it
-            live = live_bytes(page)
-            words = (page.size if live is None else live) // 4
-            end = out[base_key] + out[len_key] * c.lanes
-            if end > words:
-                raise DispatchError(
-                    f"column {c.name!r}: {base_key} {out[base_key]} + {len_key} {out[len_key]} x {c.lanes} words runs past the end of page "
-                    f"{c.page!r} ({words} words holding data)",
-                    span,
-                )
-        return out
 
     def _page_binding(self, inputs: Mapping[str, Any]) -> Any:
         """Pages and col_base_*/col_len_* params from the column handles in ``inputs`` (once per run)."""

@@ -233,44 +233,21 @@ def test_the_particles_sample_runs_on_substrate_pages_and_matches_numpy(gpu, rep
     s.close()
 
 
-def test_what_page_binding_answers_runs_as_it_is_pages_as_inputs_and_params_as_params(gpu, arena):
-    # SPEC: page_binding answers the page each page binding takes and the col_base_*/col_len_*
-    # params; a run refused both (review helper 175: 'unknown param col_base_src', 'missing
-    # column src'), taking only the columns' handles.
-    variant = make("pb_as_is", DOUBLE_YAML, DOUBLE_WGSL)
+def test_page_binding_params_handed_to_a_run_are_refused_naming_the_handles_way(gpu, arena):
+    # page_binding's params name places in a page, not runs: kept across a free and a new
+    # allocation at the same place they wrote another run's data (review helper 178). A run
+    # takes the columns' handles (checked live every run); the params are refused, saying so.
+    from engine_plugin.errors import DispatchError
+
+    variant = make("pb_params", DOUBLE_YAML, DOUBLE_WGSL)
     src, dst = arena.alloc("f32", 6), arena.alloc("f32", 6)
     arena.write(src, np.arange(6, dtype=np.float32))
     pb = abi.page_binding(variant.lowered, {"src": src, "dst": dst})
-    variant.run(6, inputs=dict(pb.pages), params=dict(pb.params))
-    assert arena.read(dst).tolist() == [0.0, 2.0, 4.0, 6.0, 8.0, 10.0]
-    arena.write(dst, np.zeros(6, np.float32))
-    with abi.batch():
+    with pytest.raises(DispatchError, match=r"param 'col_base_src' is set from column 'src''s handle: pass the columns' substrate handles") as err:
         variant.run(6, inputs=dict(pb.pages), params=dict(pb.params))
+    assert (err.value.span.path, err.value.span.line) == ("pb_params/bindings.yaml", 3)
+    variant.run(6, inputs={"src": src, "dst": dst})
     assert arena.read(dst).tolist() == [0.0, 2.0, 4.0, 6.0, 8.0, 10.0]
-    # Another run's params through the same page: the repeat takes the new offsets.
-    other = arena.alloc("f32", 6)
-    arena.write(dst, np.zeros(6, np.float32))
-    pb2 = abi.page_binding(variant.lowered, {"src": src, "dst": other})
-    assert pb2.pages["P"] is pb.pages["P"] and pb2.params != pb.params
-    variant.run(6, inputs=dict(pb2.pages), params=dict(pb2.params))
-    assert arena.read(other).tolist() == [0.0, 2.0, 4.0, 6.0, 8.0, 10.0] and not arena.read(dst).any()
-
-
-def test_col_params_given_by_hand_are_checked_against_the_page(gpu, arena):
-    variant = make("pb_checked", DOUBLE_YAML, DOUBLE_WGSL)
-    src, dst = arena.alloc("f32", 6), arena.alloc("f32", 6)
-    pb = abi.page_binding(variant.lowered, {"src": src, "dst": dst})
-    words = pb.pages["P"].size // 4
-    from engine_plugin.errors import DispatchError
-
-    past = {**pb.params, "col_base_dst": words - 2, "col_len_dst": 6}  # runs past the page's end
-    with pytest.raises(DispatchError, match=r"col_base_dst.*col_len_dst.*past the end of page 'P'") as err:
-        variant.run(6, inputs=dict(pb.pages), params=past)
-    assert err.value.span.path == "pb_checked/bindings.yaml" and err.value.span.line == 4  # column dst's line
-    partial = {k: v for k, v in pb.params.items() if k != "col_len_src"}
-    with pytest.raises(DispatchError, match="col_len_src"):
-        variant.run(6, inputs=dict(pb.pages), params=partial)
-    with pytest.raises(DispatchError, match="from the columns' handles"):
-        variant.run(6, inputs={"src": src, "dst": dst}, params=dict(pb.params))  # both ways at once
-    with pytest.raises(DispatchError, match="must be a whole number"):
-        variant.run(6, inputs=dict(pb.pages), params={**pb.params, "col_len_dst": 2.5})
+    arena.free(dst)
+    with pytest.raises(PageBindingError, match="freed"):
+        variant.run(6, inputs={"src": src, "dst": dst})  # the handles way: a freed run is refused
