@@ -280,7 +280,7 @@ def bake(
     state = _Bake(store, progress, report, remote, validate)
     skipped: list[str] = []
 
-    unusable_before = store.unusable_keys()
+    unusable_mark = store.unusable_mark()
     todo = []
     planned: set[str] = set()
     for plan in plans:
@@ -303,7 +303,7 @@ def bake(
             planned.add(item.key)
         if pending:
             todo.append((plan, pending))
-    unusable = store.unusable_keys() - unusable_before  # baked again below: replaced once written
+    unusable = store.unusable_since(unusable_mark)  # baked again below: replaced once written
 
     total = sum(len(items) for _, items in todo)
     try:

@@ -24,6 +24,8 @@ columns). The store implements the runtime's ``LoweredStore`` protocol (``get``/
 
 from __future__ import annotations
 
+import collections
+
 import errno
 import logging
 import os
@@ -192,7 +194,8 @@ class VariantCache:
         self._unreadable_warned = False
         self._counts = {"hits": 0, "misses": 0, "corrupt": 0, "writes": 0, "write_errors": 0, "evictions": 0}
         self._write_errors: dict[str, str] = {}  # path -> why its last write failed (until taken)
-        self._unusable: dict[str, None] = {}  # keys of entries found unusable, oldest first (bounded)
+        self._unusable: collections.deque[str] = collections.deque(maxlen=_UNUSABLE_KEYS)  # keys of entries found unusable, in order
+        self._unusable_total = 0  # how many were ever found (the deque keeps the latest)
         self._warned_errnos: set[int | None] = set()  # write failures logged, by errno (once each)
         self._gc_lock = threading.Lock()  # one collection at a time in this process
         self._approx_bytes: int | None = None  # entry bytes as this instance believes; None: not scanned yet
@@ -375,9 +378,8 @@ class VariantCache:
         with self._lock:
             self._counts["misses"] += 1
             self._counts["corrupt"] += 1
-            self._unusable[key] = None
-            while len(self._unusable) > _UNUSABLE_KEYS:
-                del self._unusable[next(iter(self._unusable))]
+            self._unusable.append(key)
+            self._unusable_total += 1
         if self.read_only or self.keyless is not None:  # not this process's to remove (see __init__)
             log.warning("variant cache: entry %s is unusable (%s); treated as a miss", os.path.basename(path), reason)
             return
@@ -387,10 +389,17 @@ class VariantCache:
         else:
             log.warning("variant cache: entry %s is unusable (%s); treated as a miss, and it stays (see above)", os.path.basename(path), reason)
 
-    def unusable_keys(self) -> frozenset[str]:
-        """Keys of the entries this cache found unusable (the latest few thousand)."""
+    def unusable_mark(self) -> int:
+        """A mark for :meth:`unusable_since`: how many unusable entries were found so far."""
         with self._lock:
-            return frozenset(self._unusable)
+            return self._unusable_total
+
+    def unusable_since(self, mark: int) -> frozenset[str]:
+        """Keys of the entries found unusable since ``mark`` (of :meth:`unusable_mark`; the
+        latest tens of thousands), each time one was found: a key found again counts again."""
+        with self._lock:
+            found = self._unusable_total - mark
+            return frozenset(list(self._unusable)[-found:]) if found > 0 else frozenset()
 
     def _discard(self, path: str) -> bool:
         """Remove an entry (file or stray folder); answers whether nothing is left there
