@@ -199,15 +199,23 @@ def cmd_watch(args: argparse.Namespace, rep: Reporter) -> int:
             return log.failure(ref.path, ref.generation, exc, f"{ref.path} does not compile")
         return False
 
-    # Said first: a reader of the stream (an editor plugin) is told what is watched before it
-    # meets a failure of one of those assets (review helper 152).
-    lib.watch()
-    if args.json:
-        log.emit({"event": "watching", "root": os.path.abspath(root), "assets": [r.path for r in refs]})
-    else:
-        rep.say(f"watching {len(refs)} asset(s) under {root} (quiet window {args.quiet_ms:g} ms); Ctrl-C stops")
-    for ref in refs:
-        check(ref)
+    # SIGTERM (how an editor plugin stops it) stops it as Ctrl-C does: the library closed and
+    # the exit status said; it died of the signal instead (review helper 175), also when it
+    # came right after "watching" (helper 178).
+    term = _stop_on_sigterm()
+    stopped = False
+    try:
+        # Said first: a reader of the stream (an editor plugin) is told what is watched before
+        # it meets a failure of one of those assets (review helper 152).
+        lib.watch()
+        if args.json:
+            log.emit({"event": "watching", "root": os.path.abspath(root), "assets": [r.path for r in refs]})
+        else:
+            rep.say(f"watching {len(refs)} asset(s) under {root} (quiet window {args.quiet_ms:g} ms); Ctrl-C stops")
+        for ref in refs:
+            check(ref)
+    except KeyboardInterrupt:
+        stopped = True
     deadline = time.monotonic() + args.duration if args.duration else None
     seen = 0
     failing: set[str] = set()  # assets whose last word here was a failed reload
@@ -224,11 +232,8 @@ def cmd_watch(args: argparse.Namespace, rep: Reporter) -> int:
         log.removed(asset)
 
     next_scan = time.monotonic() + _RESCAN_S
-    # SIGTERM (how an editor plugin stops it) stops it as Ctrl-C does: the library closed and
-    # the exit status said; it died of the signal instead (review helper 175).
-    term = _stop_on_sigterm()
     try:
-        while deadline is None or time.monotonic() < deadline:
+        while not stopped and (deadline is None or time.monotonic() < deadline):
             if time.monotonic() >= next_scan and not target.endswith(ASSET_SUFFIX):
                 next_scan = time.monotonic() + _RESCAN_S
                 found = {os.path.abspath(f) for f in find_assets(target)}

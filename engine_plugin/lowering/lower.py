@@ -14,7 +14,7 @@ import re
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from ..errors import LoweringError, Span
+from ..errors import LoweringError, Span, SpecializationError
 from .emit import Emitter, GeneratedNameClash, natural_element
 from .entry import USER_MAIN, EntryError, wrap_entry
 from .expressions import with_constants
@@ -36,6 +36,7 @@ from .wgsl_text import (
     lf_breaks,
     module_constants,
     module_declarations,
+    odd_character,
     tokens,
     vector_member,
     workgroup_size_attribute,
@@ -177,21 +178,13 @@ class _Lowerer:
         schema = self.schema
         spec_params = {sp.name: sp for sp in schema.specialize}
         where = ", ".join(sorted(self.module_texts)) if self.module_texts else ""
+        odd = odd_character(self.wgsl)  # (a module's are refused as it is read)
+        if odd is not None:
+            line, col, text, what = odd
+            raise LoweringError(f"{what}", Span(self.wgsl_path, line, col, text))
         modules = resolve_imports(
             self.wgsl, self.wgsl_path, from_mapping(self.module_texts), f"the modules given: {where}" if where else "no modules were given"
         )
-        for path, text in ((self.wgsl_path, self.wgsl), *((m.path, m.text) for m in modules)):
-            at = text.find("\0")
-            if at >= 0:
-                # wgpu-native reads the WGSL as a C string: it ended at the NUL, and the error
-                # named no line or a token after it (review helper 176).
-                line = text.count("\n", 0, at) + 1
-                start = text.rfind("\n", 0, at) + 1
-                end = text.find("\n", at)
-                raise LoweringError(
-                    "a NUL character (U+0000) is in the text: WGSL cannot hold one (a binary file, or a bad save?)",
-                    Span(path, line, at - start + 1, text[start : end if end >= 0 else len(text)].replace("\0", " ")),
-                )
         total = len(self.wgsl) + sum(len(m.text) for m in modules)
         if total > MAX_KERNEL_CHARS:
             # The checks walk the text several times in Python (about 6 s a MiB): past this
@@ -203,7 +196,11 @@ class _Lowerer:
             )
         kept = apply_when_blocks(blank_imports(self.wgsl).split("\n"), self.values, spec_params, self.wgsl_path)
         module_lines = [apply_when_blocks(blank_imports(m.text).split("\n"), self.values, spec_params, m.path) for m in modules]
-        sources = {sp.name: self.values[sp.name] for sp in schema.specialize if sp.kind == "source"}
+        sources = {sp.name: lf_breaks(self.values[sp.name]) for sp in schema.specialize if sp.kind == "source"}
+        for sp in schema.specialize:
+            odd = odd_character(sources[sp.name]) if sp.name in sources else None
+            if odd is not None:
+                raise SpecializationError(f"source specialisation {sp.name}'s value holds {odd[3]}", schema.span_at(sp.line, sp.name))
         body = splice_sources("\n".join(kept), sources)
         body_text = "\n".join(body.lines)
         present = [b for b in schema.bindings if b.when is None or b.when.holds(self.values)]

@@ -23,6 +23,7 @@ __all__ = [
     "evaluate_int",
     "starts_in_block_comment",
     "lf_breaks",
+    "odd_character",
 ]
 
 _IDENT_START = re.compile(r"[A-Za-z_]")
@@ -40,17 +41,46 @@ class Token:
 
 
 _LINE_BREAK = re.compile("[\n\r\x0b\x0c\x85\u2028\u2029]")
-_NOT_LF_BREAK = re.compile("\r\n|[\r\x0b\x0c\x85\u2028\u2029]")
+_EDITOR_BREAK = re.compile("\r\n|\r")
+# What WGSL (naga) reads as a line break and editors do not show as one, and the NUL a C string
+# ends at: refused where they stand (see odd_character).
+_ODD = re.compile("[\0\x0b\x0c\x85\u2028\u2029]")
+_ODD_NAMES = {
+    "\0": "a NUL character (U+0000): WGSL text cannot hold one (a binary file, or a bad save?)",
+    "\x0b": "a vertical tab (U+000B)",
+    "\x0c": "a form feed (U+000C)",
+    "\x85": "a next-line character (U+0085)",
+    "\u2028": "a line separator (U+2028)",
+    "\u2029": "a paragraph separator (U+2029)",
+}
 
 
 def lf_breaks(text: str) -> str:
-    """``text`` with every WGSL line break (CRLF, CR, VT, FF, NEL, U+2028, U+2029) written as
-    ``\n``, how lowering reads a body or a module: the lines every directive (``// @when``,
-    ``#import``), check and error counts are then the lines naga counts. A ``// @when`` after a
-    form feed was code to the preprocessor, which split at ``\n`` only, and its block was kept
-    in every variant (review helper 176). WGSL treats each of them as a line break and as
-    blankspace, so ``\n`` in their place changes nothing the compiler reads."""
-    return _NOT_LF_BREAK.sub("\n", text) if _NOT_LF_BREAK.search(text) else text
+    """``text`` with its CRLF and CR line breaks written as ``\n``, how lowering reads a body
+    or a module: the lines every directive (``// @when``, ``#import``), check and error counts
+    are the lines an editor shows (a whole-file CR kernel kept its @when blocks in every
+    variant: review helper 176). The line breaks editors do not show are refused instead
+    (:func:`odd_character`)."""
+    return _EDITOR_BREAK.sub("\n", text) if "\r" in text else text
+
+
+def odd_character(text: str) -> tuple[int, int, str, str] | None:
+    """The first character of ``text`` (lines at ``\n``) WGSL reads otherwise than an editor
+    shows it, as ``(line, column, that line, what it is)``, or None: VT, FF, NEL, U+2028 and
+    U+2029 end a line and a ``//`` comment for naga, not for an editor (a form feed before
+    ``// @when`` kept the block in every variant, and errors were a line off per break:
+    review helpers 176, 178); a NUL ends the text wgpu-native reads."""
+    m = _ODD.search(text)
+    if m is None:
+        return None
+    at = m.start()
+    start = text.rfind("\n", 0, at) + 1
+    end = text.find("\n", at)
+    line_text = text[start : end if end >= 0 else len(text)]
+    what = _ODD_NAMES[m.group()]
+    if m.group() != "\0":
+        what += ": WGSL reads it as a line break, an editor does not; use a newline (or a space)"
+    return text.count("\n", 0, at) + 1, at - start + 1, _ODD.sub(" ", line_text), what
 
 
 # WGSL's blankspace but \n (counted as lines above): the left-to-right and right-to-left marks

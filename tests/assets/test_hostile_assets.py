@@ -248,7 +248,9 @@ def test_a_long_else_if_chain_is_refused_and_a_comment_ends_where_naga_ends_it()
         lower(parse(SIMPLE_YAML, "k/bindings.yaml"), _else_if_body(2000), {}, wgsl_path="k/kernel.wgsl")
     for brk in ("\r", "\x0b", "\x0c", "\u0085", "\u2028", "\u2029"):
         body = simple_body("0.0 //" + brk + "+ " + "(" * 300 + "1.0" + ")" * 300)
-        with pytest.raises(LoweringError, match="nest"):
+        # A CR is a line break to editors too: the code after it is checked. The others are
+        # refused where they stand (review helper 178): no code hides behind them either.
+        with pytest.raises(LoweringError, match="nest" if brk == "\r" else "an editor does not"):
             lower(parse(SIMPLE_YAML, "k/bindings.yaml"), body, {}, wgsl_path="k/kernel.wgsl")
 
 

@@ -236,3 +236,7 @@ def test_watch_stopped_by_sigterm_exits_as_by_ctrl_c(asset_root, tmp_path):
         _read_until(proc, '"event": "failure"', lines)
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=30) == 1  # an asset is failing as it stops
+    with _watch(asset_root, str(tmp_path / "cache"), "--json", "--duration", "60") as proc:
+        _read_until(proc, '"event": "watching"', lines)
+        proc.send_signal(signal.SIGTERM)  # at once: before the assets are checked (helper 178)
+        assert proc.wait(timeout=30) in (0, 1)
