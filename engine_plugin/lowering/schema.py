@@ -14,7 +14,7 @@ from .conditions import Condition
 from .expressions import Expr
 from .structs import StructType
 
-__all__ = ["Binding", "Param", "SpecParam", "Schema", "WorkgroupSize", "BINDING_KINDS", "KIND_KEYS"]
+__all__ = ["Binding", "Param", "SpecParam", "Schema", "WorkgroupSize", "span_in", "BINDING_KINDS", "KIND_KEYS"]
 
 BINDING_KINDS = ("buffer", "columns", "page", "column", "domain_count", "texture", "sampler", "storage_texture")
 TEXTURE_KINDS = ("texture", "sampler", "storage_texture")
@@ -95,6 +95,30 @@ def _code(line: str) -> str:
     return re.split(r"(?:^|\s)#", line, maxsplit=1)[0]
 
 
+_LINE_BREAK = re.compile(r"\r\n|\r|\n")  # as editors (and yaml_nodes) count lines
+
+
+def span_in(text: str, path: str | None, line: int, word: str | None = None) -> Span:
+    """The span of the item at ``line`` of a schema's ``text``, at ``word`` where it is the
+    item's ``name:`` (on that line, or a later line of a block-style item), else at its first
+    whole-word use on that line outside a comment (no column when it is not there)."""
+    lines = _LINE_BREAK.split(text)
+    if not 0 < line <= len(lines):
+        return Span(path, line or None)
+    if word:
+        named = re.compile(rf"(?<![A-Za-z0-9_])name\s*:\s*[\"']?({re.escape(word)})(?![A-Za-z0-9_])")
+        for row in range(line, min(len(lines), line + 32) + 1):
+            if row > line and lines[row - 1].lstrip().startswith("- "):
+                break  # the next item
+            found = named.search(_code(lines[row - 1]))
+            if found:
+                return Span(path, row, found.start(1) + 1, lines[row - 1])
+        found = re.search(rf"(?<![A-Za-z0-9_]){re.escape(word)}(?![A-Za-z0-9_])", _code(lines[line - 1]))
+        if found:
+            return Span(path, line, found.start() + 1, lines[line - 1])
+    return Span(path, line, None, lines[line - 1])
+
+
 class WorkgroupSize(tuple):
     """A schema's workgroup (x, y, z): sizes, or names of ``kind: workgroup`` specialisations.
     Equal to the forms SPEC writes it in too (an int or a list of up to three): ``64`` is
@@ -130,24 +154,8 @@ class Schema:
     structs: tuple[StructType, ...] = ()
 
     def span_at(self, line: int, word: str | None = None) -> Span:
-        """The span of the item at ``line`` of this schema's text, at ``word`` where it is the
-        item's ``name:`` (on that line, or a later line of a block-style item), else at its
-        first whole-word use on that line (no column when it is not there)."""
-        lines = self.text.split("\n")
-        if not 0 < line <= len(lines):
-            return Span(self.path, line or None)
-        if word:
-            named = re.compile(rf"(?<![A-Za-z0-9_])name\s*:\s*[\"']?({re.escape(word)})(?![A-Za-z0-9_])")
-            for row in range(line, min(len(lines), line + 32) + 1):
-                if row > line and lines[row - 1].lstrip().startswith("- "):
-                    break  # the next item
-                found = named.search(_code(lines[row - 1]))
-                if found:
-                    return Span(self.path, row, found.start(1) + 1, lines[row - 1])
-            found = re.search(rf"(?<![A-Za-z0-9_]){re.escape(word)}(?![A-Za-z0-9_])", _code(lines[line - 1]))
-            if found:
-                return Span(self.path, line, found.start() + 1, lines[line - 1])
-        return Span(self.path, line, None, lines[line - 1])
+        """The span of the item at ``line`` of this schema's text (see :func:`span_in`)."""
+        return span_in(self.text, self.path, line, word)
 
     def struct(self, name: str | None) -> StructType | None:
         for s in self.structs:

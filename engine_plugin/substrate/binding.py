@@ -8,7 +8,6 @@ each page once and reaches its runs by offset.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, Mapping
@@ -17,6 +16,7 @@ import wgpu
 
 from ..errors import PageBindingError, Span
 from ..lowering.lowered import ColumnSlot, Lowered
+from ..lowering.schema import span_in
 from ..lowering.types import parse_value_type
 from .handles import Placement, RunHandle, StaleRunError
 from .substrate import find_run
@@ -140,14 +140,10 @@ def _resolve(col: ColumnSlot, value: Any, span: Span, live_bytes: int | None = N
 
 
 def _column_span(lowered: Lowered, path: str | None, line: int | None, name: str) -> Span:
-    """The column binding's place: its line of the schema, at its name (file:line:col, as every
-    other error; it named the line only: review helper 175)."""
+    """The column binding's place: at its ``name:`` on its line of the schema (file:line:col,
+    as every other error; it named the line only: review helper 175)."""
     texts = lowered.source_map.texts
-    rows = texts[0].split("\n") if texts and line else []
-    if not line or not 0 < line <= len(rows):
-        return Span(path, line or None)
-    found = re.search(rf"(?<![A-Za-z0-9_]){re.escape(name)}(?![A-Za-z0-9_])", rows[line - 1])
-    return Span(path, line, found.start() + 1 if found else None, rows[line - 1])
+    return span_in(texts[0], path, line, name) if texts and line else Span(path, line or None)
 
 
 def _yaml_path(lowered: Lowered) -> str | None:

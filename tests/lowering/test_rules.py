@@ -836,3 +836,13 @@ def test_a_schemas_workgroup_equals_the_forms_spec_writes_it_in():
     square = parse("bindings: []\nworkgroup: [8, 8]\n").workgroup
     assert square == [8, 8] and square == (8, 8, 1) and square != 8 and tuple(square) == (8, 8, 1)
     assert parse("bindings: []\nworkgroup: 256\n").workgroup == 256 and hash(square) == hash((8, 8, 1))
+
+
+def test_an_unknown_specialisation_in_a_cr_only_schema_has_its_column():
+    # The schema's lines were split at \n only: a CR-only file lost the column (helper 178).
+    from engine_plugin.errors import SpecializationError
+
+    text = "bindings:\r  - { name: d, kind: buffer, access: read_write, element: T, count: n }\rspecialize:\r  - { name: T, options: [f32, u32] }\r"
+    with pytest.raises(SpecializationError) as err:
+        resolve_spec(parse(text, "cr/bindings.yaml"), {"T": "f32", "Q": "x"})
+    assert (err.value.span.line, err.value.span.col) == (4, 13)

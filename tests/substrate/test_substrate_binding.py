@@ -251,3 +251,18 @@ def test_page_binding_params_handed_to_a_run_are_refused_naming_the_handles_way(
     arena.free(dst)
     with pytest.raises(PageBindingError, match="freed"):
         variant.run(6, inputs={"src": src, "dst": dst})  # the handles way: a freed run is refused
+
+
+def test_a_page_binding_error_points_at_the_columns_name_not_a_word_like_it(gpu, arena):
+    # The column's name was searched as a plain word: the caret landed on "kind: column" for a
+    # column named column, or on a comment (review helper 178).
+    yaml = (
+        "bindings:\n"
+        "  - { name: PA, kind: page, access: read_write }\n"
+        "  - { kind: column, page: PA, name: column, element: vec3<f32>, access: read }  # column of PA\n"
+    )
+    lowered = abi.lower(abi.parse(yaml, "named/bindings.yaml"), "@compute @workgroup_size(64)\nfn main(@builtin(global_invocation_id) gid: vec3<u32>) { }\n")
+    wrong = arena.alloc("vec4<f32>", 4)
+    with pytest.raises(PageBindingError) as err:
+        page_binding(lowered, {"column": wrong})
+    assert (err.value.span.line, err.value.span.col) == (3, yaml.split("\n")[2].index("name: column") + 7)
