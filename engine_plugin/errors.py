@@ -114,21 +114,27 @@ class Span:
 
     def caret(self) -> str:
         """The source line and a caret under the column, or '' when the line is unknown."""
+        source, caret = self.shown()
+        return f"\n    {source}\n    {caret}" if caret else ""
+
+    def shown(self) -> tuple[str, str]:
+        """The source line as shown (tabs expanded; a window of a very long line around the
+        column) and the line with a caret under the column; ``("", "")`` when it is unknown."""
         if self.text is None or self.line is None:
-            return ""
+            return "", ""
         raw = self.text.rstrip("\n")
         col = max(1, self.col or 1)
         if len(raw) > _SHOWN_CHARS:
             # A window of a very long line around the column (a 40 KB line went into every
-            # message and log line whole: review helper 176), marked cut with an ellipsis.
+            # message, log line and the demo's overlay whole: review helpers 176, 178), marked
+            # cut with an ellipsis.
             start = max(0, min(col - 1 - _SHOWN_CHARS // 2, len(raw) - _SHOWN_CHARS))
             end = start + _SHOWN_CHARS
             raw = ("…" if start else "") + raw[start:end] + ("…" if end < len(raw) else "")
             col = col - start + (1 if start else 0)
         # The caret goes under the column's character as a terminal shows the line (tabs
         # expanded): the display width of what comes before it, not its character count.
-        indent = display_width(raw[: col - 1])
-        return f"\n    {expand_tabs(raw)}\n    {' ' * indent}^"
+        return expand_tabs(raw), " " * display_width(raw[: col - 1]) + "^"
 
 
 def in_source(path: str | None, text: str | None, line: int | None, col: int | None = None) -> Span:

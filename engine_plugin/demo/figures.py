@@ -67,8 +67,9 @@ class Diagnostic:
         ``root`` (the asset folder) are shown relative to it: short enough to read on screen."""
         span = getattr(error, "span", None)
         if span is not None and span.line is not None:
-            source = (span.text or "").rstrip("\n").expandtabs(4)
-            caret = " " * (max(1, span.col or 1) - 1) + "^" if source else ""
+            source, caret = span.shown()  # as an error message shows it (a window of a long line)
+            if not source.strip():
+                source, caret = "", ""
             return cls(asset, _relative(span.prefix(), span.path, root), getattr(error, "message", str(error)), source, caret)
         # Rendered text: "path:line[:col]: message", then "    source", then "    ^".
         lines = str(error).splitlines() or [""]

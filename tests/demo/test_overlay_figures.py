@@ -205,3 +205,15 @@ def test_the_readme_layout_edit_widens_the_summary_record_and_an_unbound_field_i
         assert "summary_extra" in demo.figures.heat  # the previous kernel keeps running
     finally:
         demo.close()
+
+
+def test_the_overlay_shows_a_window_of_a_very_long_line_with_the_caret_under_the_column():
+    # It carried the whole 40,000-character line and a caret line as long (review helper 178).
+    from engine_plugin.errors import PluginError, Span
+
+    line = "x" * 20_000 + "BAD" + "y" * 20_000
+    d = Diagnostic.from_error("k", PluginError("an error", Span("k/kernel.wgsl", 3, 20_001, line)))
+    assert len(d.source) < 200 and d.source.startswith("…") and d.source.endswith("…")
+    assert d.source[d.caret.index("^") : d.caret.index("^") + 3] == "BAD"
+    tabbed = Diagnostic.from_error("k", PluginError("an error", Span("k/kernel.wgsl", 3, 3, "\tab")))
+    assert tabbed.source == "    ab" and tabbed.caret == "     ^"  # under 'b', the tab drawn as 4 columns
