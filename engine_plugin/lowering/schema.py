@@ -6,6 +6,7 @@ programs. Line numbers are 1-based lines of the YAML text, kept for every error 
 
 from __future__ import annotations
 
+import numbers
 import re
 from dataclasses import dataclass, field
 
@@ -122,13 +123,14 @@ def span_in(text: str, path: str | None, line: int, word: str | None = None) -> 
 class WorkgroupSize(tuple):
     """A schema's workgroup (x, y, z): sizes, or names of ``kind: workgroup`` specialisations.
     Equal to the forms SPEC writes it in too (an int or a list of up to three): ``64`` is
-    ``(64, 1, 1)``, ``[8, 8]`` is ``(8, 8, 1)``."""
+    ``(64, 1, 1)``, ``[8, 8]`` is ``(8, 8, 1)``. It hashes as its (x, y, z) tuple: as a dict
+    key or in a set it meets those three-tuples only (an int or a shorter list hash otherwise)."""
 
     __slots__ = ()
 
     def __eq__(self, other: object) -> bool:
-        if isinstance(other, int) and not isinstance(other, bool):
-            other = (other,)
+        if isinstance(other, numbers.Integral) and not isinstance(other, bool):
+            other = (int(other),)
         if isinstance(other, (list, tuple)) and 1 <= len(other) <= 3:
             return tuple(self) == tuple(other) + (1,) * (3 - len(other))
         return NotImplemented

@@ -836,6 +836,7 @@ def test_a_schemas_workgroup_equals_the_forms_spec_writes_it_in():
     square = parse("bindings: []\nworkgroup: [8, 8]\n").workgroup
     assert square == [8, 8] and square == (8, 8, 1) and square != 8 and tuple(square) == (8, 8, 1)
     assert parse("bindings: []\nworkgroup: 256\n").workgroup == 256 and hash(square) == hash((8, 8, 1))
+    assert (parse("bindings: []\n").workgroup == np.int64(64)) is True  # a bool, not an array (helper 178)
 
 
 def test_an_unknown_specialisation_in_a_cr_only_schema_has_its_column():
