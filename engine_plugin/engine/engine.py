@@ -934,6 +934,20 @@ class Engine:
             + ": raise the budget (WgpuBackendConfig)"
         )
 
+    def _path_never_dispatched(self, product: Product, work: Any, splittable: bool) -> ReadbackBudgetError | None:
+        """Why a path's work can never go in one dispatch (it has more chunks than
+        ``max_chunks_per_dispatch``), or None: its dispatch was built and refused every frame,
+        with nothing said (review helper 180)."""
+        most = getattr(getattr(self.backend, "config", None), "max_chunks_per_dispatch", None)
+        if splittable or not isinstance(most, int) or most < 1 or len(work.keys) <= most:
+            return None
+        return ReadbackBudgetError(
+            f"product {product.key!r}: a path of {len(work.keys)} chunks is more than max_chunks_per_dispatch ({most}) lets one dispatch take: "
+            "it never runs on the GPU"
+            + ("; its CPU fallback serves it" if product.cpu_fallback is not None and not self._reads_others_gpu_state(product) else "; it waits")
+            + ": raise max_chunks_per_dispatch (WgpuBackendConfig)"
+        )
+
     def _note_waiting(self, product: Product, blocked: set[int]) -> None:
         """``product.waiting`` (its ``product_error``, logged once an episode) while it waits
         for chunks ``blocked`` a writer's CPU fallback served (a fallback writes no mirror):
@@ -1162,7 +1176,8 @@ class Engine:
                 return False
         now, most = self._chunk_budget(product, work, readback=not mirror_only)
         splittable = product.policy is not ReadbackPolicy.SELECTED_PATH  # a path is all or nothing
-        too_big = self._readback_never_fits(product, work, most, splittable, mirror_only)
+        too_long = self._path_never_dispatched(product, work, splittable)
+        too_big = too_long or self._readback_never_fits(product, work, most, splittable, mirror_only)
         if too_big is not None:
             # Its readback would be refused every frame for good: the GPU's work wasted and
             # nothing said (review helper 165). Said once (beside any other error: a refused
@@ -1176,8 +1191,8 @@ class Engine:
                 # Its fallback would compute from the world's bytes of a mirror a kernel writes
                 # (a wrong number): it waits, said, until the budget is raised.
                 return False
-            if product.plan is None or not product.plan.written_fields:
-                product.force_cpu = True
+            if too_long is not None or product.plan is None or not product.plan.written_fields:
+                product.force_cpu = True  # (a path too long for one dispatch never runs: no dispatch to build)
                 return False
             now, most = self._chunk_budget(product, work, readback=False)  # no readback: bounded by the dispatch size only
         elif product.budget_error is not None:

@@ -103,7 +103,7 @@ class ParamsPacker:
                 if not _fits_f32(v):
                     shown = repr(v) if len(repr(v)) <= 40 else repr(v)[:37] + "..."
                     raise self.error(f"param {name!r} ({self._type(name)}): {shown} is past f32's range (+-{F32_MAX:.7g}; it would be inf)", name)
-                if isinstance(v, (float, np.floating)) and 0 < abs(v) < 1e-44 and np.float32(v) == 0:  # (compared in Python first: cheap)
+                if isinstance(v, (float, np.floating)) and 0 < abs(float(v)) < 1e-44 and np.float32(v) == 0:  # (compared in Python first: cheap)
                     # As a host array's are (review helper 174): 1e-50 ran as 0.0.
                     raise self.error(f"param {name!r} ({self._type(name)}): {v!r} is below f32's smallest (1.4e-45; it would be 0)", name)
                 if isinstance(v, (int, np.integer)) and not -_EXACT_F32_INT <= int(v) <= _EXACT_F32_INT and int(np.float32(v)) != int(v):

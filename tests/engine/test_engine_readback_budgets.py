@@ -136,7 +136,6 @@ def test_a_gpu_only_product_that_gave_up_after_failed_readbacks_says_so(make_eng
     assert error is not None and "readbacks failed in a row" in str(error) and "no CPU fallback" in str(error)
 
 
-
 CHAIN_YAML = (
     "bindings:\n"
     + HDR
@@ -172,3 +171,34 @@ def test_a_reader_behind_a_chain_writer_whose_readback_never_fits_says_why_it_wa
     assert not drain(engine, seconds=2)
     error = engine.product_error(reader)
     assert error is not None and "waits for 'W2'" in str(error) and "max_inflight_readback_bytes" in str(error), error
+
+
+def test_a_path_longer_than_one_dispatch_may_take_says_so_and_is_served_without_a_dispatch(make_engine):
+    # Its dispatch was built and refused every frame while its fallback served it, with
+    # product_error None: nothing said why it never ran on the GPU (review helper 180).
+    from engine_plugin.engine import fallbacks
+    from engine_plugin.engine.engine import ReadbackBudgetError
+    from engine_plugin.gpu import ReadbackPolicy
+
+    world = World((4, 4), {"h": np.float32, "g": np.float32}, max_chunks=8)
+    for k in range(4):
+        world.add(k, {"h": np.full((4, 4), k, np.float32), "g": np.ones((4, 4), np.float32)})
+    engine = make_engine(world, config=EngineConfig(backend=WgpuBackendConfig(max_chunks_per_dispatch=1)))
+    got = []
+    path = [(0, (0, 0)), (0, (3, 3)), (2, (1, 1))]
+    handle = engine.register_product(
+        kernel_program("combine"),
+        key="p",
+        spec={"OP": "add"},
+        fields={"a": "h", "b": "g"},
+        policy=ReadbackPolicy.SELECTED_PATH,
+        path=path,
+        apply=lambda r: got.append((r.source, r.values.tolist())),
+        cpu_fallback=fallbacks.combine,
+    )
+    world.set_tile(2, "h", (1, 1), 10.0)
+    assert drain(engine)
+    assert got[-1][0] == "cpu" and got[-1][1][-1] == 11.0 and set(got[-1][1][:-1]) == {1.0}  # h + g along the path
+    error = engine.product_error(handle)
+    assert isinstance(error, ReadbackBudgetError) and "max_chunks_per_dispatch (1)" in str(error) and "CPU fallback serves it" in str(error)
+    assert engine.totals.refused == 0  # no dispatch built to be refused
