@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from .casts import cast_refusal
 from .types import NUMPY_DTYPE, parse_value_type
 
 __all__ = ["ParamType", "parse_param_type", "ParamTypeError", "split_array_type"]
@@ -140,6 +141,12 @@ class ParamType:
                 return f"is {self.wgsl}: a value is out of range [{lo}, {hi}]"
         if self.scalar == "f32" and arr.size and f32_overflow(arr):
             return f"is {self.wgsl}: a finite value is past f32's range (+-{F32_MAX:.7g}; it would be inf)"
+        if self.scalar == "f32" and arr.size and arr.dtype != np.float32:
+            # What a scalar or vector param and a host array refuse: a value below f32's range
+            # (it would be 0) or an integer an f32 would round (review helper 182).
+            reason = cast_refusal(arr, np.dtype(np.float32))
+            if reason is not None:
+                return f"is {self.wgsl}: {reason}"
         return None
 
 

@@ -143,11 +143,23 @@ class ParamsPacker:
                 struct.pack_into("<I", buf, off, int(value) & 0xFFFFFFFF)
         for name, offset, fmt, lanes, scalar in self._user_plan:
             value = params[name]
+            if scalar == "f32":
+                # A float32 keeps its own bits (float() would quiet a signalling NaN: review
+                # helper 182), as an array param and a storage buffer keep them.
+                if type(value) is np.float32:
+                    struct.pack_into("<I", buf, offset, int(value.view(np.uint32)))
+                    continue
+                if type(value) is np.ndarray and value.dtype == _F32 and value.size == lanes:
+                    buf[offset : offset + 4 * lanes] = value.tobytes()
+                    continue
             if lanes == 1 and not isinstance(value, (list, tuple, np.ndarray)):
                 struct.pack_into(fmt, buf, offset, float(value) if scalar == "f32" else int(value))
                 continue
             for lane, v in enumerate(_as_list(value)):  # type: ignore[arg-type]
-                struct.pack_into(fmt, buf, offset + 4 * lane, float(v) if scalar == "f32" else int(v))
+                if type(v) is np.float32:
+                    struct.pack_into("<I", buf, offset + 4 * lane, int(v.view(np.uint32)))
+                else:
+                    struct.pack_into(fmt, buf, offset + 4 * lane, float(v) if scalar == "f32" else int(v))
         for name, offset, ptype in self._complex:
             ptype.pack_into(buf, offset, params[name])
         return bytes(buf)
@@ -198,6 +210,7 @@ def _as_list(value: Any) -> list | None:
     return [value]
 
 
+_F32 = np.dtype("<f4")
 _EXACT_F32_INT = exact_integer_bound(np.dtype(np.float32))  # every integer of at most this magnitude is an f32
 
 

@@ -460,3 +460,44 @@ def test_a_float_param_too_small_for_an_f32_is_refused_not_made_zero():
         v.run(1, params={"a": 1e-50})
     v.run(1, params={"a": 1e-44})  # a subnormal f32: taken (what the GPU makes of it is the adapter's)
     assert abi.read(v.run(1, params={"a": 1e-20}).outputs["y"])[0] == np.float32(np.float32(1e-20) * np.float32(1e30))
+
+
+@pytest.mark.parametrize("name", ["v", "a", "m"])
+@pytest.mark.parametrize("bad", [[1e-50, 2.0, 3.0, 4.0], [16777217, 2, 3, 4], np.array([2**31 + 1, 2, 3, 4], np.int64)], ids=["underflow", "int", "int64"])
+def test_array_and_matrix_f32_params_refuse_what_a_vector_param_refuses(name, bad):
+    # An array or matrix param took 1e-50 as 0.0 and 16777217 as 16777216 where a vec4 refused
+    # them (review helper 182).
+    from engine_plugin.lowering import parse
+
+    yaml = (
+        'bindings:\n  - { name: out, kind: buffer, access: read_write, element: f32, count: "12" }\nparams:\n'
+        '  - { name: v, type: vec4<f32> }\n  - { name: a, type: "array<vec4<f32>, 1>" }\n  - { name: m, type: mat2x2<f32> }\n'
+    )
+    wgsl = (
+        "@compute @workgroup_size(64)\nfn main(@builtin(global_invocation_id) gid: vec3<u32>) {\n"
+        "    for (var k = 0u; k < 4u; k++) { out_set(k, params.v[k]); out_set(4u + k, params.a[0][k]); out_set(8u + k, params.m[k / 2u][k % 2u]); }\n}\n"
+    )
+    v = abi.program(key="t15h/param_forms", schema=parse(yaml, "t15h/param_forms/bindings.yaml"), wgsl=wgsl).variant()
+    ok = [1.0, 2.0, 3.0, 4.0]
+    params = {"v": ok, "a": [ok], "m": [[1.0, 2.0], [3.0, 4.0]]}
+    params[name] = np.asarray(bad).reshape({"v": (4,), "a": (1, 4), "m": (2, 2)}[name]) if isinstance(bad, np.ndarray) else (
+        bad if name == "v" else [bad] if name == "a" else [list(bad[:2]), list(bad[2:])]
+    )
+    with pytest.raises(DispatchError, match=f"param '{name}'"):
+        v.run(1, params=params)
+
+
+def test_float32_params_keep_their_bits_signalling_nans_too():
+    # A float32 param went through a Python float: a signalling NaN arrived quiet (its bits
+    # changed), where an array param and a storage buffer keep them (review helper 182).
+    from engine_plugin.lowering import parse
+
+    yaml = 'bindings:\n  - { name: out, kind: buffer, access: read_write, element: u32, count: "5" }\nparams:\n  - { name: s, type: f32 }\n  - { name: v, type: vec4<f32> }\n'
+    wgsl = (
+        "@compute @workgroup_size(64)\nfn main(@builtin(global_invocation_id) gid: vec3<u32>) {\n"
+        "    out_set(0u, bitcast<u32>(params.s)); for (var k = 0u; k < 4u; k++) { out_set(1u + k, bitcast<u32>(params.v[k])); }\n}\n"
+    )
+    v = abi.program(key="t15h/snan", schema=parse(yaml, "t15h/snan/bindings.yaml"), wgsl=wgsl).variant()
+    words = np.array([0x7F800001, 0x7FA00000, 0xFFBFFFFF, 0x3F800000], np.uint32)
+    got = abi.read(v.run(1, params={"s": words[:1].view(np.float32)[0], "v": words.view(np.float32)}).outputs["out"])
+    assert [hex(int(w)) for w in got] == [hex(int(w)) for w in (words[0], *words)]
