@@ -557,6 +557,7 @@ class _Lowerer:
             or _chain_error(toks)
             or _word_pointer_error(toks, self._words, self._atomic_scalars)
             or _flat_index_error(toks, self._unindexable)
+            or _derivative_error(toks)
         )
         if found is None and self.schema.determinism == "exact":
             found = _exact_atomic_error(_function_tokens(toks, self._reached), self.em.atomics)
@@ -621,7 +622,7 @@ class _Lowerer:
                     *where(toks[i - 1]),
                 )
         self.check_workgroup_size(toks, where)
-        found = _word_pointer_error(toks, self._words, self._atomic_scalars) or _flat_index_error(toks, self._unindexable)
+        found = _word_pointer_error(toks, self._words, self._atomic_scalars) or _flat_index_error(toks, self._unindexable) or _derivative_error(toks)
         if found is not None:
             tok, message = found
             raise self.error(message, *where(tok))
@@ -864,6 +865,27 @@ def _word_pointer_error(toks: list, words: dict[str, tuple[int, str]], atomics: 
             f"a pointer to '{name}' ({wgsl}, stored as flat words, {lanes} per element) reaches words, not elements "
             f"(arrayLength of it counts words); use {name}_len(), {name}_get(i) and {name}_set(i, v)"
         )
+    return None
+
+
+# Built-ins that take screen-space derivatives, which a compute shader has none of: naga said
+# only "Entry point main at Compute is invalid", naming no line (review helper 181).
+_DERIVATIVE_BUILTINS = {
+    "textureSample": "textureSampleLevel(t, s, coords, 0.0)",
+    "textureSampleBias": "textureSampleLevel(t, s, coords, level)",
+    "textureSampleCompare": "textureSampleCompareLevel(t, s, coords, depth_ref)",
+    **{
+        name: "differences of neighbours you compute yourself"
+        for name in ("dpdx", "dpdy", "fwidth", "dpdxCoarse", "dpdyCoarse", "fwidthCoarse", "dpdxFine", "dpdyFine", "fwidthFine")
+    },
+}
+
+
+def _derivative_error(toks: list) -> tuple[Token, str] | None:
+    """The first call of a built-in that needs screen-space derivatives, and why not."""
+    for t, nxt in zip(toks, toks[1:]):
+        if t.kind == "ident" and nxt.text == "(" and t.text in _DERIVATIVE_BUILTINS:
+            return t, f"{t.text}() takes screen-space derivatives, which a compute shader does not have; use {_DERIVATIVE_BUILTINS[t.text]}"
     return None
 
 

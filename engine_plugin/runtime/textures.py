@@ -98,7 +98,7 @@ def upload_texture(ctx: DeviceContext, values: Any, dim: str, name: str, storage
     if fmt.startswith("bgra8"):  # held in memory as B, G, R, A; numpy's texels are R, G, B, A
         arr = np.ascontiguousarray(arr[..., [2, 1, 0, 3]])
     usage = _USAGE_IN if storage_format is None else _USAGE_OUT
-    texture = ctx.device.create_texture(size=size, format=fmt, usage=usage, dimension="3d" if dim == "3d" else "2d", label=name)
+    texture = _new_texture(ctx, size, fmt, usage, dim, name)
     ctx.queue.write_texture({"texture": texture}, arr, {"bytes_per_row": w * _texel_bytes(fmt), "rows_per_image": h}, size)
     return texture, fmt, size
 
@@ -160,7 +160,22 @@ def _check_size(ctx: DeviceContext, name: str, size: tuple[int, int, int], dim: 
 def output_texture(ctx: DeviceContext, fmt: str, size: tuple[int, int, int], dim: str, name: str) -> Any:
     """A new (zero-filled) texture a run writes through a storage binding."""
     _check_size(ctx, name, size, dim)
-    return ctx.device.create_texture(size=size, format=fmt, usage=_USAGE_OUT, dimension="3d" if dim == "3d" else "2d", label=name)
+    return _new_texture(ctx, size, fmt, _USAGE_OUT, dim, name)
+
+
+def _new_texture(ctx: DeviceContext, size: tuple[int, int, int], fmt: str, usage: int, dim: str, name: str) -> Any:
+    """A texture, or a DispatchError saying why the device would not make one (out of memory:
+    wgpu's raw validation error, naming nothing of the user's, before: review helper 181)."""
+    try:
+        return ctx.device.create_texture(size=size, format=fmt, usage=usage, dimension="3d" if dim == "3d" else "2d", label=name)
+    except (wgpu.GPUValidationError, wgpu.GPUOutOfMemoryError) as exc:
+        if ctx.guard.lost:
+            raise  # the device went away: the run's loss handling says so
+        nbytes = size[0] * size[1] * size[2] * _texel_bytes(fmt)
+        lines = str(exc).strip().splitlines()
+        raise DispatchError(
+            f"texture {name!r} of size {size} ({fmt}, {nbytes:,} bytes) cannot be made on this device: {lines[-1].strip() if lines else exc}"
+        ) from None
 
 
 def sampler_for(ctx: DeviceContext, filter_: str, address: str) -> Any:
@@ -181,17 +196,33 @@ def read_texture(ctx: DeviceContext, out: TextureOutput, read_words: Any) -> np.
         raise DispatchError(f"cannot read texture {out.texture.label!r}: it was destroyed (destroy() was called on it)")
     if not int(out.texture.usage) & wgpu.TextureUsage.COPY_SRC:  # wgpu's raw validation error at finish() before (helper 157)
         raise DispatchError(f"cannot read texture {out.texture.label!r}: it lacks COPY_SRC usage (create it with usage including wgpu.TextureUsage.COPY_SRC)")
+    try:
+        texel, channel, channels = _texel_bytes(out.format), np.dtype(format_numpy(out.format)), format_channels(out.format)
+    except KeyError:  # a caller's texture of a format no binding here makes (a raw KeyError before: helper 181)
+        raise DispatchError(f"cannot read texture {out.texture.label!r}: abi.read does not read its format {out.format}") from None
     w, h, d = out.size
-    texel = _texel_bytes(out.format)
-    pitch = -(-(w * texel) // 256) * 256
-    staging = ctx.device.create_buffer(size=pitch * h * d, usage=wgpu.BufferUsage.COPY_DST | wgpu.BufferUsage.COPY_SRC, label="texture read")
-    encoder = ctx.device.create_command_encoder()
-    encoder.copy_texture_to_buffer({"texture": out.texture}, {"buffer": staging, "bytes_per_row": pitch, "rows_per_image": h}, (w, h, d))
+    pitch = -(-(w * texel) // 256) * 256  # a copy's rows are 256-byte aligned
+    # Rows a staging buffer takes at once: a texture under the buffer limit whose padded rows
+    # were over it failed with wgpu's raw error (review helper 181); it is read in parts.
+    most = max(1, int(ctx.limit("max-buffer-size")) // pitch)
+    raw = np.empty((d, h, w * texel), dtype=np.uint8)
     flush_pending()  # a deferred run first, in queue order
-    with ctx.guard.submitting("abi.read of a texture"):
-        ctx.queue.submit([encoder.finish()])
-    raw = np.frombuffer(read_words(staging), dtype=np.uint8).reshape(d, h, pitch)[:, :, : w * texel]
-    texels = np.ascontiguousarray(raw).view(np.dtype(format_numpy(out.format))).reshape(d, h, w, format_channels(out.format))
+    if h * d <= most:
+        parts = [(0, 0, h, d)]  # (layer, row, rows, layers): all at once
+    else:
+        rows = min(h, most)
+        parts = [(z, y, min(rows, h - y), 1) for z in range(d) for y in range(0, h, rows)]
+    for z, y, rows, layers in parts:
+        staging = ctx.device.create_buffer(size=pitch * rows * layers, usage=wgpu.BufferUsage.COPY_DST | wgpu.BufferUsage.COPY_SRC, label="texture read")
+        encoder = ctx.device.create_command_encoder()
+        encoder.copy_texture_to_buffer(
+            {"texture": out.texture, "origin": (0, y, z)}, {"buffer": staging, "bytes_per_row": pitch, "rows_per_image": rows}, (w, rows, layers)
+        )
+        with ctx.guard.submitting("abi.read of a texture"):
+            ctx.queue.submit([encoder.finish()])
+        got = np.frombuffer(read_words(staging), dtype=np.uint8).reshape(layers, rows, pitch)[:, :, : w * texel]
+        raw[z : z + layers, y : y + rows] = got
+    texels = raw.view(channel).reshape(d, h, w, channels)
     if out.format.startswith("bgra8"):  # memory order B, G, R, A: the texel's channels are R, G, B, A
         texels = texels[..., [2, 1, 0, 3]]
     return texels[0] if out.dim == "2d" else texels

@@ -1299,6 +1299,8 @@ class Variant:
             elif slot.role == "texture":
                 bound[slot.binding] = self._resolve_texture(slot, inputs.get(slot.name))
             elif slot.role == "sampler":
+                if inputs.get(slot.name) is not None:  # taken and ignored before (review helper 181)
+                    raise self._slot_error(slot, f"sampler {slot.name!r} takes nothing: the host makes it from its filter and address in bindings.yaml")
                 bound[slot.binding] = _Bound(None, 0, resource=sampler_for(self.ctx, *slot.texture))
             elif slot.role == "storage_texture":
                 given = outputs.get(slot.name, inputs.get(slot.name))

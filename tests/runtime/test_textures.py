@@ -309,3 +309,80 @@ def test_textures_a_storage_binding_or_a_read_cannot_take_are_dispatch_errors():
     # A texture that fits is taken and written whole.
     fits = dev.create_texture(size=(8, 8, 1), format="rgba32float", usage=usage.STORAGE_BINDING | usage.COPY_SRC, label="fits")
     assert float(abi.read(gen.run(n=(8, 8), outputs={"o": fits}).outputs["o"]).sum()) == 8 * 8 * 4
+
+
+def test_a_texture_past_one_readback_buffer_is_read_in_parts(monkeypatch):
+    # Its rows padded to 256 bytes made a staging buffer past the device's limit (a texture
+    # itself under it): wgpu's raw validation error at abi.read (review helper 181). Read in
+    # parts of whole rows; here the limit is made small (lavapipe's takes 2 GiB to reach).
+    from engine_plugin.device.context import get_context
+
+    ctx = get_context()
+    image = np.random.default_rng(2).random((37, 11, 4)).astype(np.float32)  # 11 x 16 B = 176 B a row: pitch 256
+    out = copy("float", "rgba32float", "1.0").run(n=(11, 37), inputs={"src": image}).outputs["out"]
+    whole = abi.read(out)
+    real, made = ctx.limit, []
+    monkeypatch.setattr(ctx, "limit", lambda name: 1000 if name == "max-buffer-size" else real(name))  # 3 rows a part
+    create = type(ctx.device).create_buffer
+
+    def spy(device, **kw):
+        if kw.get("label") == "texture read":
+            made.append(kw["size"])
+        return create(device, **kw)
+
+    monkeypatch.setattr(type(ctx.device), "create_buffer", spy)
+    np.testing.assert_array_equal(abi.read(out), whole)
+    assert made and max(made) <= 1000, made  # every staging buffer within the limit
+    np.testing.assert_array_equal(whole[:, 0::2], image[:, 0::2])
+    data = np.random.default_rng(3).random((3, 5, 6, 4)).astype(np.float32)  # a 3-D texture: layers and rows in parts
+    vol = ctx.device.create_texture(size=(6, 5, 3), format="rgba32float", usage=0x1 | 0x2 | 0x4, dimension="3d")
+    ctx.queue.write_texture({"texture": vol}, data, {"bytes_per_row": 6 * 16, "rows_per_image": 5}, (6, 5, 3))
+    np.testing.assert_array_equal(abi.read(vol), data)
+
+
+def test_a_texture_of_a_format_abi_read_does_not_read_is_a_dispatch_error():
+    from engine_plugin.device.context import get_context
+
+    ctx = get_context()
+    tex = ctx.device.create_texture(size=(2, 2, 1), format="rgb10a2unorm", usage=0x1 | 0x2 | 0x4)
+    with pytest.raises(DispatchError, match="does not read its format rgb10a2unorm"):
+        abi.read(tex)
+
+
+def test_a_texture_the_device_cannot_make_is_a_dispatch_error_at_its_binding():
+    # 2 GB of rgba32float texels: wgpu's raw validation error ("Not enough memory left") with
+    # no place of the user's (review helper 181).
+    yaml = "bindings:\n  - { name: out, kind: storage_texture, format: rgba32float, size: [16384, 8200] }\nworkgroup: [8, 8]\n"
+    wgsl = (
+        "@compute @workgroup_size(8, 8)\nfn main(@builtin(global_invocation_id) gid: vec3<u32>) {\n"
+        "    if (zero_index(gid) >= zero_n()) { return; }\n    textureStore(out, gid.xy, vec4<f32>(1.0));\n}\n"
+    )
+    from engine_plugin.device.context import get_context
+
+    v = abi.program(key="t17/oom", schema=abi.parse(yaml, "oom/bindings.yaml"), wgsl=wgsl).variant()
+    try:
+        v.run(n=(8, 8))
+    except DispatchError as err:
+        assert "texture 'out' of size (16384, 8200, 1)" in str(err) and "cannot be made on this device" in str(err)
+        assert (err.span.path, err.span.line) == ("oom/bindings.yaml", 2)
+    else:  # a GPU with the memory makes it (the H200); lavapipe never does
+        assert "CPU" not in get_context().adapter_name, "lavapipe made a 2 GB texture"
+
+
+def test_an_input_handed_to_a_sampler_is_refused_not_ignored():
+    v = abi.program(key="t17/blur_smp", schema=abi.parse(BLUR_YAML, "blur/bindings.yaml"), wgsl=BLUR_WGSL).variant()
+    image = np.zeros((4, 4, 4), np.float32)
+    with pytest.raises(DispatchError, match="sampler 'smp' takes nothing") as err:
+        v.run(n=(4, 4), inputs={"img": image, "smp": np.zeros(3)})  # run without a word before (review helper 181)
+    assert (err.value.span.path, err.value.span.line) == ("blur/bindings.yaml", 3)
+
+
+@pytest.mark.parametrize("call", ["textureSample(img, smp, c)", "textureSampleBias(img, smp, c, 0.0)", "vec4<f32>(dpdx(c.x))"])
+def test_a_derivative_builtin_in_a_compute_body_is_refused_at_its_call(call):
+    # naga said "Entry point main at Compute is invalid", naming no line (review helper 181).
+    from engine_plugin.errors import LoweringError
+
+    wgsl = BLUR_WGSL.replace("textureSampleLevel(img, smp, c + vec2<f32>(-h.x, -h.y), 0.0)", call)  # on line 8
+    with pytest.raises(LoweringError, match=r"takes screen-space derivatives, which a compute shader does not have") as err:
+        abi.lower(abi.parse(BLUR_YAML, "blur/bindings.yaml"), wgsl, wgsl_path="blur/kernel.wgsl")
+    assert (err.value.span.path, err.value.span.line) == ("blur/kernel.wgsl", 8)
