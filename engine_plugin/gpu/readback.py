@@ -62,6 +62,7 @@ class ReadbackRequest:
         "claimed",
         "watched",
         "seen",
+        "in_callback",
     )
 
     def __init__(self, handle: Any, desc: Any, callback: Callable, nbytes: int, staging: Any, promise: Any):
@@ -84,6 +85,7 @@ class ReadbackRequest:
         self.claimed = False  # the waiter or the frame thread took its settled promise (once)
         self.watched = False  # handed to the waiter thread (only once polls found it still pending)
         self.seen = 0  # polls that found its map still pending
+        self.in_callback = False  # its callback is running: its delivery releases it after
 
     def __repr__(self) -> str:
         return f"<ReadbackRequest {self.id} {self.status.value} {self.nbytes} B of {self.handle}>"

@@ -27,6 +27,7 @@ import logging
 import queue
 import sys
 import time
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -60,6 +61,7 @@ class ReadbackRing:
         self.reused = 0
         self.waiter = PromiseWaiter(slice_s)
         self.quarantine: list[ReadbackRequest] = []
+        self.closed = False  # close() ran: nothing polls the quarantine again
         self.created = 0
         self.destroyed = 0
         self.abandoned = 0  # released without destroy at close: their copy was still running
@@ -246,10 +248,22 @@ class ReadbackRing:
                 view = memoryview(req.anchor)
             except Exception as exc:  # READY was decided: the frame thread owns the request now
                 req.status, req.message = ReadbackStatus.FAILED, f"read_mapped failed: {exc}"
+        req.in_callback = True  # a close() from inside the callback leaves it to this delivery
         try:
             req.callback(ReadbackResult(req.handle, req.desc, req.status, view, req.id, req.message))
         except Exception as exc:
             errors.append(exc)
+        except BaseException:
+            # An interrupt out of the callback: the request is released (or quarantined) as after
+            # any callback, then the interrupt goes on; it kept its budget share until close()
+            # before (review helper 183).
+            self._after_callback(req, view)
+            raise
+        return self._after_callback(req, view)
+
+    def _after_callback(self, req: ReadbackRequest, view: memoryview | None) -> int:
+        """The rest of :meth:`deliver` once the callback returned (or raised)."""
+        req.in_callback = False
         self.delivered += 1
         if view is not None:
             try:
@@ -258,6 +272,9 @@ class ReadbackRing:
                 pass  # a live export of ``view`` itself: the refcount check below catches it
             del view
             if self._retained(req):
+                if self.closed:  # its callback closed the backend: no poll looks again
+                    self._release_when_unreferenced(req)
+                    return 1
                 self.quarantine.append(req)
                 log.warning(
                     "readback %d: the callback kept an array over its data; copy what you keep. Its staging buffer stays mapped until that array dies.", req.id
@@ -285,7 +302,9 @@ class ReadbackRing:
             self.release(req)
 
     def release(self, req: ReadbackRequest) -> None:
-        """Destroy the request's staging buffer and return its budget share."""
+        """Destroy the request's staging buffer and return its budget share (once)."""
+        if req.released:
+            return  # released already (a close() re-entered from its callback: review helper 183)
         staging = req.staging
         self._forget(req)
         self.destroy_staging(staging)
@@ -311,8 +330,8 @@ class ReadbackRing:
         self.drop_pool()
         deadline = time.perf_counter() + wait_s
         for req in self.tracker.requests():
-            if not self._deferred(req):
-                continue
+            if not self._deferred(req) or req.in_callback:
+                continue  # (one whose callback called close(): released by its delivery, after it)
             if self.device_lost or settled(req.promise, max(0.0, deadline - time.perf_counter()), urgent=True):
                 self.release(req)
             else:
@@ -320,8 +339,20 @@ class ReadbackRing:
                 self.abandoned += 1
         self.retry_quarantine()
         self.drop_pool()  # buffers released just above may have been pooled
+        self.closed = True
         for req in self.quarantine:
             log.warning(
                 "backend closed while readback %d's data is still referenced by a callback's array; its staging buffer stays mapped until that array dies",
                 req.id,
             )
+            self._release_when_unreferenced(req)
+        self.quarantine.clear()
+
+    def _release_when_unreferenced(self, req: ReadbackRequest) -> None:
+        """A request whose data a callback kept, once the ring is closed (no poll looks at it
+        again): its budget share goes back now, and its staging buffer is destroyed when the
+        last array over its bytes dies. It stayed mapped and counted for good (helper 183)."""
+        anchor, staging = req.anchor, req.staging
+        self._forget(req)
+        if anchor is not None and staging is not None:
+            weakref.finalize(anchor, self._destroy, staging)  # (counted: live_staging_buffers)
