@@ -124,7 +124,7 @@ def _type_names(toks: list[Token]) -> tuple[dict[str, str], set[str]]:
     return aliases, structs
 
 
-_IDENT = re.compile(r"(?<!\w)[A-Za-z_]\w*")  # not a literal's suffix (the u of 4u: helper 132)
+_IDENT = re.compile(r"(?<!\w)[^\W\d]\w*")  # not a literal's suffix (the u of 4u: helper 132)
 _MAX_TYPE_TEXT = 1 << 16  # a recursive or exploding alias: naga reports it
 
 

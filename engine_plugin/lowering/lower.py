@@ -75,11 +75,27 @@ LOWERING_VERSION = f"10.{_lowering_source_hash()}"
 _YAML = 0  # source-map file index of bindings.yaml
 _BODY = 1  # and of the WGSL body; imported modules follow, in inclusion order
 # a name called as a function or a constructor, templated or not (bitcast<f32>(...))
-_CALLED = re.compile(r"(?<![\w.])([A-Za-z_]\w*)\s*(?:<[\w\s,<>]*>)?\s*\(")
+_CALLED = re.compile(r"(?<![\w.])([^\W\d]\w*)\s*(?:<[\w\s,<>]*>)?\s*\(")
 # what the workgroup initialiser and the generated entry point call, emitted after the checks
 _CALLED_LATER = frozenset({"atomicStore", "workgroupBarrier"})
 _SHADOWS = "'{name}' hides the WGSL builtin {name}(), which the code generated for this schema calls (it would call yours); rename it"
 # WGSL's builtin functions (the spec's list): a module-scope name among them hides the builtin.
+# WGSL's predeclared types and type aliases: the generated code names them (f32 buffers,
+# vec3 accessors, u32 indices), so a declaration of one (an alias, struct, const or fn) changed
+# what every accessor means: `alias f32 = u32;` gave an f32 buffer u32 words, silently, and
+# `struct vec3` failed inside generated code with no line (review helper 184).
+PREDECLARED_TYPES = frozenset(
+    ["bool", "i32", "u32", "f32", "f16", "array", "atomic", "ptr", "sampler", "sampler_comparison"]
+    + [f"vec{n}" for n in (2, 3, 4)]
+    + [f"vec{n}{s}" for n in (2, 3, 4) for s in "iufh"]
+    + [f"mat{c}x{r}" for c in (2, 3, 4) for r in (2, 3, 4)]
+    + [f"mat{c}x{r}{s}" for c in (2, 3, 4) for r in (2, 3, 4) for s in "fh"]
+    + [f"texture_{k}" for k in ("1d", "2d", "2d_array", "3d", "cube", "cube_array", "multisampled_2d", "external")]
+    + [f"texture_storage_{k}" for k in ("1d", "2d", "2d_array", "3d")]
+    + [f"texture_depth_{k}" for k in ("2d", "2d_array", "cube", "cube_array", "multisampled_2d")]
+)
+_SHADOWS_TYPE = "'{name}' is a predeclared WGSL type the generated code uses; declaring it (an alias, struct, const or fn) changes what every generated accessor means: rename it"
+
 WGSL_BUILTIN_FUNCTIONS = frozenset(
     """abs acos acosh all any arrayLength asin asinh atan atanh atan2 atomicAdd atomicAnd
     atomicCompareExchangeWeak atomicExchange atomicLoad atomicMax atomicMin atomicOr atomicStore
@@ -577,6 +593,8 @@ class _Lowerer:
                 )
             if tok.text in self._generated_builtins:
                 raise fail(_SHADOWS.format(name=tok.text), tok.line, tok.col)
+            if tok.text in PREDECLARED_TYPES:
+                raise fail(_SHADOWS_TYPE.format(name=tok.text), tok.line, tok.col)
             if tok.text == "main":
                 raise fail(f"module {module.name} declares 'main'; the entry point belongs to the asset's own .wgsl, a module holds helpers", tok.line, tok.col)
         for i, t in enumerate(toks):
@@ -603,6 +621,8 @@ class _Lowerer:
                 )
             if tok.text in self._generated_builtins:
                 raise self.error(_SHADOWS.format(name=tok.text), *where(tok))
+            if tok.text in PREDECLARED_TYPES:
+                raise self.error(_SHADOWS_TYPE.format(name=tok.text), *where(tok))
         if not any(t.text == "main" for t in decls):
             for i, t in enumerate(toks):
                 if t.text == "compute" and i > 0 and toks[i - 1].text == "@":

@@ -26,8 +26,10 @@ __all__ = [
     "odd_character",
 ]
 
-_IDENT_START = re.compile(r"[A-Za-z_]")
-_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+# WGSL identifiers are Unicode (XID_Start | _, then XID_Continue): Python's \w letters and
+# digits stand for those. ASCII only cut 'wé' to 'w' in generated code (review helper 184).
+_IDENT_START = re.compile(r"[^\W\d]")
+_IDENT = re.compile(r"[^\W\d]\w*")
 _NUMBER = re.compile(r"(0[xX][0-9a-fA-F]+|[0-9]*\.?[0-9]+([eE][+-]?[0-9]+)?)[uifh]?")
 
 
