@@ -219,6 +219,8 @@ class _Parser:
             raise self.error(node, f"{what} must be an identifier, but YAML reads {node.value!r} as {v}; quote it: '{node.value}'")
         if not isinstance(v, str) or not _IDENT_RE.match(v):
             raise self.error(node, f"{what} must be an identifier (letters, digits, _), found {self._describe(node)}")
+        if v == "_":  # WGSL's phony-assignment token, never a name: it failed only at compile (helper 184)
+            raise self.error(node, f"{what} '_' is not a WGSL identifier (it is the phony-assignment token); pick a name")
         if wgsl_name and v in WGSL_RESERVED:
             raise self.error(node, f"{what} {v!r} is a reserved word in WGSL (the compiler refuses it as a name); pick another")
         # Only the prefixes generated names take: col_base_/col_len_ are page columns' params

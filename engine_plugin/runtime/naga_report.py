@@ -185,7 +185,12 @@ def parse_naga_report(message: str, source: str) -> NagaReport:
         line, col, _, label = chosen
         label = clean_naga_text(label) if not label.startswith("naga::") else ""
     head = clean_naga_text(header)
-    if detail and label and label not in detail:
+    if detail.startswith("note:") and head:
+        # A hint ("note: perhaps you meant ..."), not what is wrong: the headline says that
+        # (it was dropped: "function does not return any value" read as the hint alone, review
+        # helper 184).
+        text = f"{head}{f' ({label})' if label and label not in head else ''}; {detail}"
+    elif detail and label and label not in detail:
         text = f"{label}: {detail}"
     elif detail:
         text = detail

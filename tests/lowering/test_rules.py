@@ -847,3 +847,11 @@ def test_an_unknown_specialisation_in_a_cr_only_schema_has_its_column():
     with pytest.raises(SpecializationError) as err:
         resolve_spec(parse(text, "cr/bindings.yaml"), {"T": "f32", "Q": "x"})
     assert (err.value.span.line, err.value.span.col) == (4, 13)
+
+
+def test_a_binding_named_underscore_is_refused_at_the_schema():
+    # It passed the schema and failed at compile, "invalid identifier: note: Use phony
+    # assignment instead" (review helper 184).
+    with pytest.raises(SchemaError, match="'_' is not a WGSL identifier") as err:
+        parse("bindings:\n  - { name: _, kind: buffer, access: read_write, element: f32, count: n }\n", "u/bindings.yaml")
+    assert (err.value.span.line, err.value.span.col) == (2, 13)

@@ -132,3 +132,15 @@ def test_the_caret_line_is_counted_as_the_schema_counts_lines():
         variant.run(4, inputs={"x": np.ones(4, np.float32)}, params={"a": "abc", "m": [[1.0, 0.0], [0.0, 1.0]], "v": [0.0, 0.0]})
     assert (info.value.line, info.value.col) == (6, 5)
     assert str(info.value).splitlines()[1].strip() == "- { name: a, type: f32 }"
+
+
+def test_a_naga_error_with_a_hint_keeps_its_headline():
+    # "function does not return any value" was dropped for its note alone (review helper 184).
+    from engine_plugin.errors import CompileError
+
+    yaml = 'bindings:\n  - { name: dst, kind: buffer, access: read_write, element: f32, count: "n" }\n'
+    wgsl = "@compute @workgroup_size(64)\nfn main(@builtin(global_invocation_id) gid: vec3<u32>) {\n    let w = dst_set(0u, 1.0);\n}\n"
+    with pytest.raises(CompileError) as err:
+        abi.program(key="t14/hint", schema=abi.parse(yaml, "hint/bindings.yaml"), wgsl=wgsl, wgsl_path="hint/kernel.wgsl").variant()
+    assert "function does not return any value" in str(err.value) and "perhaps you meant" in str(err.value)
+    assert (err.value.span.path, err.value.span.line, err.value.span.col) == ("hint/kernel.wgsl", 3, 13)
