@@ -287,6 +287,7 @@ class WgpuBackend:
 
     def register_field(self, desc: FieldMirrorDesc) -> bool:
         """Create the STORAGE | COPY_DST | COPY_SRC mirror buffer of ``desc``; False when refused."""
+        _takes("register_field", desc, FieldMirrorDesc)
         if not self._usable(f"register_field({desc.tag!r})"):
             return False
         if desc.tag in self._fields:
@@ -337,11 +338,12 @@ class WgpuBackend:
 
         Readbacks it already started still complete through their callback (check ``is_live``).
         """
+        _takes("unregister_product", handle, GpuProductHandle)
         self._batches.forget_timing(str(handle.key))  # a product registered again is timed at once
         return self._products.remove(handle) is not None
 
     def is_live(self, handle: GpuProductHandle) -> bool:
-        return self._products.get(handle) is not None
+        return isinstance(handle, GpuProductHandle) and self._products.get(handle) is not None
 
     def require_live(self, handle: GpuProductHandle) -> None:
         """Raise StaleHandleError naming ``handle`` when it no longer names a product."""
@@ -357,6 +359,7 @@ class WgpuBackend:
         range past the mirror. Raises StaleSpanError when the span's chunks changed since it
         was taken (never a silent stale upload).
         """
+        _takes("upload", desc, UploadDesc)
         return self.upload_spans((desc,)) == 1
 
     upload_of_spans = upload  # upload_spans(d) is upload(d) for each d (see gpu.backend.upload_spans)
@@ -724,3 +727,10 @@ class WgpuBackend:
     def __repr__(self) -> str:
         state = "healthy" if self.healthy else f"disabled: {self.fault}"
         return f"<WgpuBackend {state}; {len(self._fields)} fields, {len(self._products)} products, {self.inflight_readbacks} readbacks in flight>"
+
+
+def _takes(call: str, value: Any, kind: type) -> None:
+    """A TypeError naming what ``call`` takes, for a value of another type (a bare
+    AttributeError from deep inside before: review helper 183)."""
+    if not isinstance(value, kind):
+        raise TypeError(f"{call} takes a {kind.__name__}, not {type(value).__name__}")

@@ -94,3 +94,16 @@ def test_arrays_kept_past_close_free_their_staging_when_they_die(gpu):
     kept.clear()
     gc.collect()
     assert be.live_staging_buffers == 0
+
+
+def test_calls_given_the_wrong_kind_of_argument_say_what_they_take(gpu):
+    # Bare AttributeErrors from deep inside ("'str' object has no attribute 'tag'": helper 183).
+    be, handle = _backend(gpu, lambda result: None)
+    with pytest.raises(TypeError, match="register_field takes a FieldMirrorDesc, not str"):
+        be.register_field("h")
+    with pytest.raises(TypeError, match="upload takes a UploadDesc, not NoneType"):
+        be.upload(None)
+    with pytest.raises(TypeError, match="unregister_product takes a GpuProductHandle, not str"):
+        be.unregister_product("k")
+    assert be.is_live(None) is False and be.is_live(handle) is True
+    be.close()
