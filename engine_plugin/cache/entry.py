@@ -41,6 +41,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import hmac
+import math
 import threading
 from typing import Any
 
@@ -173,14 +174,17 @@ def _check(lowered: Any) -> Lowered:
         raise BadEntry("payload does not describe a lowered variant")
     if not all(isinstance(b, LoweredBinding) for b in lowered.bindings) or not all(isinstance(h, HostSlot) for h in lowered.host_slots):
         raise BadEntry("payload does not describe a lowered variant")
-    if not _positive_ints(lowered.workgroup, 3) or type(lowered.params.size) is not int or lowered.params.size < 0:
-        raise BadEntry("payload holds a workgroup or params size no lowering makes")
     # Within what the lowering makes: a signed entry with values past it (a faulty or hostile
     # signer) raised a raw MemoryError or a compile error blaming bindings.yaml on every load,
     # and was never replaced (review helper 176); as a bad entry it is lowered again.
-    x, y, z = lowered.workgroup
     params = lowered.params
-    if x * y * z > MAX_WORKGROUP_INVOCATIONS or params.size > MAX_PARAMS_BYTES or params.size % 16:
+    if (
+        not _positive_ints(lowered.workgroup, 3)
+        or math.prod(lowered.workgroup) > MAX_WORKGROUP_INVOCATIONS
+        or type(params.size) is not int
+        or not 0 <= params.size <= MAX_PARAMS_BYTES
+        or params.size % 16
+    ):
         raise BadEntry("payload holds a workgroup or params size no lowering makes")
     for f in params.fields:
         if not isinstance(f, ParamField) or type(f.offset) is not int or type(f.size) is not int or f.offset < 0 or f.size < 0 or f.offset + f.size > params.size:

@@ -25,7 +25,6 @@ columns). The store implements the runtime's ``LoweredStore`` protocol (``get``/
 from __future__ import annotations
 
 import collections
-
 import errno
 import logging
 import os

@@ -35,7 +35,7 @@ import re
 from dataclasses import dataclass
 from typing import Mapping
 
-from .wgsl_text import Token, at_module_scope, tokens
+from .wgsl_text import IDENT, Token, at_module_scope, tokens
 
 __all__ = ["EntryWrap", "wrap_entry", "USER_MAIN", "EntryError"]
 
@@ -124,7 +124,7 @@ def _type_names(toks: list[Token]) -> tuple[dict[str, str], set[str]]:
     return aliases, structs
 
 
-_IDENT = re.compile(r"(?<!\w)[^\W\d]\w*")  # not a literal's suffix (the u of 4u: helper 132)
+_IDENT = re.compile(rf"(?<!\w){IDENT}")  # not a literal's suffix (the u of 4u: helper 132)
 _MAX_TYPE_TEXT = 1 << 16  # a recursive or exploding alias: naga reports it
 
 

@@ -29,6 +29,7 @@ from .textures import storage_texture_wgsl, texture_wgsl
 from .types import ValueType, parse_value_type
 from .variants import VariantSpec, resolve_spec
 from .wgsl_text import (
+    IDENT,
     Token,
     evaluate_int,
     find_calls,
@@ -37,6 +38,7 @@ from .wgsl_text import (
     module_constants,
     module_declarations,
     odd_character,
+    refuse_odd_characters,
     tokens,
     vector_member,
     workgroup_size_attribute,
@@ -75,11 +77,10 @@ LOWERING_VERSION = f"10.{_lowering_source_hash()}"
 _YAML = 0  # source-map file index of bindings.yaml
 _BODY = 1  # and of the WGSL body; imported modules follow, in inclusion order
 # a name called as a function or a constructor, templated or not (bitcast<f32>(...))
-_CALLED = re.compile(r"(?<![\w.])([^\W\d]\w*)\s*(?:<[\w\s,<>]*>)?\s*\(")
+_CALLED = re.compile(rf"(?<![\w.])({IDENT})\s*(?:<[\w\s,<>]*>)?\s*\(")
 # what the workgroup initialiser and the generated entry point call, emitted after the checks
 _CALLED_LATER = frozenset({"atomicStore", "workgroupBarrier"})
 _SHADOWS = "'{name}' hides the WGSL builtin {name}(), which the code generated for this schema calls (it would call yours); rename it"
-# WGSL's builtin functions (the spec's list): a module-scope name among them hides the builtin.
 # WGSL's predeclared types and type aliases: the generated code names them (f32 buffers,
 # vec3 accessors, u32 indices), so a declaration of one (an alias, struct, const or fn) changed
 # what every accessor means: `alias f32 = u32;` gave an f32 buffer u32 words, silently, and
@@ -96,6 +97,7 @@ PREDECLARED_TYPES = frozenset(
 )
 _SHADOWS_TYPE = "'{name}' is a predeclared WGSL type the generated code uses; declaring it (an alias, struct, const or fn) changes what every generated accessor means: rename it"
 
+# WGSL's builtin functions (the spec's list): a module-scope name among them hides the builtin.
 WGSL_BUILTIN_FUNCTIONS = frozenset(
     """abs acos acosh all any arrayLength asin asinh atan atanh atan2 atomicAdd atomicAnd
     atomicCompareExchangeWeak atomicExchange atomicLoad atomicMax atomicMin atomicOr atomicStore
@@ -194,10 +196,7 @@ class _Lowerer:
         schema = self.schema
         spec_params = {sp.name: sp for sp in schema.specialize}
         where = ", ".join(sorted(self.module_texts)) if self.module_texts else ""
-        odd = odd_character(self.wgsl)  # (a module's are refused as it is read)
-        if odd is not None:
-            line, col, text, what = odd
-            raise LoweringError(f"{what}", Span(self.wgsl_path, line, col, text))
+        refuse_odd_characters(self.wgsl, self.wgsl_path)  # (a module's are refused as it is read)
         modules = resolve_imports(
             self.wgsl, self.wgsl_path, from_mapping(self.module_texts), f"the modules given: {where}" if where else "no modules were given"
         )

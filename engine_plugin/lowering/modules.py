@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Callable, Mapping
 
 from ..errors import LoweringError, Span
-from .wgsl_text import lf_breaks, odd_character, starts_in_block_comment
+from .wgsl_text import lf_breaks, refuse_odd_characters, starts_in_block_comment
 
 __all__ = ["MAX_MODULES", "IMPORT_RE", "Module", "ModuleTexts", "blank_imports", "import_lines", "resolve_imports", "from_mapping"]
 
@@ -145,10 +145,7 @@ def resolve_imports(text: str, path: str | None, find: Callable[[str], "tuple[st
                 raise LoweringError(f"'#import {imp.name}': no module {imp.name}.wgsl{searched}", Span(owner_path, imp.line, imp.col, imp.text))
             mpath, mtext = found
             mtext = lf_breaks(mtext)
-            odd = odd_character(mtext)
-            if odd is not None:
-                line, col, shown, what = odd
-                raise LoweringError(what, Span(mpath, line, col, shown))
+            refuse_odd_characters(mtext, mpath)
             active[imp.name] = (owner, imp)
             paths[imp.name] = mpath
             visit(imp.name, mpath, mtext)

@@ -11,6 +11,8 @@ import re
 from dataclasses import dataclass
 from typing import Callable, Iterator
 
+from ..errors import LoweringError, Span
+
 __all__ = [
     "Token",
     "tokens",
@@ -24,12 +26,15 @@ __all__ = [
     "starts_in_block_comment",
     "lf_breaks",
     "odd_character",
+    "refuse_odd_characters",
+    "IDENT",
 ]
 
 # WGSL identifiers are Unicode (XID_Start | _, then XID_Continue): Python's \w letters and
 # digits stand for those. ASCII only cut 'wé' to 'w' in generated code (review helper 184).
+IDENT = r"[^\W\d]\w*"  # one WGSL identifier (the pattern every check that finds names uses)
 _IDENT_START = re.compile(r"[^\W\d]")
-_IDENT = re.compile(r"[^\W\d]\w*")
+_IDENT = re.compile(IDENT)
 _NUMBER = re.compile(r"(0[xX][0-9a-fA-F]+|[0-9]*\.?[0-9]+([eE][+-]?[0-9]+)?)[uifh]?")
 
 
@@ -83,6 +88,14 @@ def odd_character(text: str) -> tuple[int, int, str, str] | None:
     if m.group() != "\0":
         what += ": WGSL reads it as a line break, an editor does not; use a newline (or a space)"
     return text.count("\n", 0, at) + 1, at - start + 1, _ODD.sub(" ", line_text), what
+
+
+def refuse_odd_characters(text: str, path: str | None) -> None:
+    """Raise a LoweringError at the first :func:`odd_character` of a body or module at ``path``."""
+    odd = odd_character(text)
+    if odd is not None:
+        line, col, shown, what = odd
+        raise LoweringError(what, Span(path, line, col, shown))
 
 
 # WGSL's blankspace but \n (counted as lines above): the left-to-right and right-to-left marks

@@ -498,7 +498,7 @@ class Variant:
         self._len_fields = [(s.name, f"zero_len_{s.name}") for s in lowered.host_slots if s.role in ("input", "inout", "output", "append")]
         # The params page_binding answers for the columns: a run sets them from the columns'
         # handles, never from params= (see _prepare).
-        self._col_params = frozenset(name for c in lowered.columns for name in (f"col_base_{c.name}", f"col_len_{c.name}"))
+        self._col_params = {name: c for c in lowered.columns for name in (f"col_base_{c.name}", f"col_len_{c.name}")}
         self._inout_slots = [s for s in lowered.host_slots if s.role == "inout"]
         self._texture_outputs = [s for s in lowered.host_slots if s.role == "texture_output"]
         self._output_names = {s.name for s in lowered.host_slots if s.role in ("output", "append", "inout", "texture_output", "storage_texture")}
@@ -1231,12 +1231,12 @@ class Variant:
             if name not in self._output_names:
                 outs = ", ".join(s.name for s in self.lowered.host_slots if s.role in ("output", "append", "inout")) or "none"
                 raise DispatchError(f"unknown output {name!r}; this variant's outputs: {outs}", Span(self.yaml_path))
-        if self._col_params and isinstance(params, Mapping) and not self._col_params.isdisjoint(params):
+        if self._col_params and isinstance(params, Mapping) and not self._col_params.keys().isdisjoint(params):
             # page_binding's params name places in a page, not runs: kept across a free and a
             # new allocation they reach another run's data (review helper 178). The columns'
             # handles are checked live every run.
             key = next(k for k in params if k in self._col_params)
-            column = next(c for c in self.lowered.columns if key in (f"col_base_{c.name}", f"col_len_{c.name}"))
+            column = self._col_params[key]
             raise DispatchError(
                 f"param {key!r} is set from column {column.name!r}'s handle: pass the columns' substrate handles (or run names, or buffers) "
                 f"in inputs=, e.g. inputs={{{column.name!r}: handle}}; abi.page_binding's params are for binding the page yourself",
