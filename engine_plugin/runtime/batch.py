@@ -197,10 +197,21 @@ class Batch:
         if lane is None or lane[0] is not variant or lane[1] is not data or lane[2] is not fixed:
             self.add(variant, data, bind_group, groups, ops, [], fixed + owned, made=owned, fixed=fixed, results=owned)
             return
+        self.append_again((variant.compiled.pipeline, bind_group, lane[4], groups, ops), owned)
+
+    @property
+    def lane(self) -> tuple | None:
+        """The last add()'s lane, (variant, params bytes, fixed buffers, records list, slot
+        offset), while a repeat of it may append to it (None after a flush or a drop)."""
+        return self._lane
+
+    def append_again(self, record: tuple, owned: list) -> None:
+        """Append a repeat's ``record`` (its params slot the lane's) to the lane's records, its
+        own buffers ``owned`` (outputs) held until the flush. The caller checked :attr:`lane`."""
         self._made.update(owned)  # its outputs: they hold nothing of it until it is submitted
         self._results.update(owned)
         self._held.update(owned)
-        lane[3].append((variant.compiled.pipeline, bind_group, lane[4], groups, ops))
+        self._lane[3].append(record)  # type: ignore[index]
         if self.slices:
             self._slice_due()
 

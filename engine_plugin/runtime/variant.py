@@ -44,7 +44,7 @@ from ..lowering.geometry import Domain, as_domain, dispatch_fields, group_cap, w
 from ..lowering.lowered import HostSlot, Lowered
 from ..lowering.structs import StructType
 from ..lowering.textures import format_sample
-from .batch import OPEN_BATCHES, VOIDED, current_batch, made_by_other_open_batch, open_batches, settle_outputs, unsubmitted, written_in_this_batch
+from .batch import OPEN_BATCHES, VOIDED, Batch, current_batch, made_by_other_open_batch, open_batches, settle_outputs, unsubmitted, written_in_this_batch
 from .buffers import STORAGE_USAGE, pool_for, prepare_array, size_class
 from .compile import CompiledVariant
 from .convert import clamp_record, conversion_record
@@ -517,6 +517,7 @@ class Variant:
         self._sizes: dict[tuple, int] = {}
         self._repeat: _Repeat | None = None
         self._repeat_group: tuple | None = None
+        self._lane: tuple | None = None  # (repeat state, batch, its lane, params slot): see _run_lane
         # Prepare repeats by results area (its id: each holds its area, so no id is reused while kept).
         self._placed: "OrderedDict[int, _PlacedRepeat]" = OrderedDict()
         # Prepared runs can repeat when every binding is a plain input (a buffer, or numpy data
@@ -1011,16 +1012,78 @@ class Variant:
             # One run of a variant at a time: its params memo, ring and repeat state are shared.
             with self._lock:
                 rep = self._repeat
-                if rep is not None and domain_count is None and _plain_args(inputs, params, outputs):
-                    done = self._run_repeat(rep, n, inputs, params, outputs)
-                    if done is not None:
-                        return done
+                if rep is not None and domain_count is None:
+                    lane = self._lane
+                    if lane is not None and lane[0] is rep and outputs is None:
+                        done = self._run_lane(lane, rep, n, inputs, params)
+                        if done is not None:
+                            return done
+                    if _plain_args(inputs, params, outputs):
+                        done = self._run_repeat(rep, n, inputs, params, outputs)
+                        if done is not None:
+                            return done
                 return self._run(n, inputs, params, outputs, domain_count)
         except Exception as exc:
             lost = lost_error(ctx, exc)
             if lost is None or lost is exc:
                 raise
             raise lost from None
+
+    def _run_lane(self, lane: tuple, rep: "_Repeat", n: Any, inputs: Any, params: Any) -> Run | None:
+        """A repeat recorded into the batch lane the last repeat opened (see :meth:`_open_lane`):
+        :meth:`_run_repeat`'s simple batch branch with only the checks that can fail run to
+        run. None: not a repeat of it (the caller takes the general paths)."""
+        batch: Batch = lane[1]
+        recorded = lane[2]
+        if batch.lane is not recorded or current_batch() is not batch:
+            self._lane = None  # flushed, another run recorded, or the batch closed
+            return None
+        if (n is not rep.n and not _same_domain(n, rep.n)) or rep.epoch != DESTROY_EPOCH[0]:
+            return None
+        if type(inputs) is not dict or (params is not None and type(params) is not dict):
+            return None
+        if not _same_params(params, rep) or not _same_objects(inputs, rep.inputs):
+            return None
+        pool = self._pool
+        ops: list = []
+        result: dict[str, Output] = {}
+        owned: list = []
+        for slot, size, nbytes, cls, _, vt in rep.plan:
+            buf = pool.take_class(cls, STORAGE_USAGE, slot.name)
+            if slot.clear:
+                ops.append(("clear", buf, 0, nbytes))
+            result[slot.name] = Output.pooled(buf, size, vt, slot.name, slot.bits, pool)
+            owned.append(buf)
+        key = tuple(owned)
+        bind_group = rep.bind_groups.get(key)
+        if bind_group is None:
+            bound = dict(rep.bound)
+            for (slot, size, nbytes, *_), buf in zip(rep.plan, owned):
+                bound[slot.binding] = _Bound(buf, size, 0, nbytes)
+            bind_group = rep.keep_group(key, self._bind_group(bound))
+        batch.append_again((self.compiled.pipeline, bind_group, lane[3], rep.groups, ops), owned)
+        self.runs += 1
+        return Run(result, rep.n, rep.groups, self)
+
+    def _open_lane(self, rep: "_Repeat", batch: Any) -> None:
+        """After a simple repeat recorded into ``batch``: when the batch's lane is this
+        repeat's (its params bytes and fixed buffers), the next repeat may take
+        :meth:`_run_lane`. Valid while this is the repeat state and the batch's lane is the one
+        seen now (a flush, a drop or another run's record replaces it)."""
+        recorded = batch.lane
+        if (
+            recorded is not None
+            and recorded[0] is self
+            and recorded[1] is rep.data
+            and recorded[2] is rep.fixed
+            and rep.simple
+            and not rep.host
+            and not rep.chained
+            and not rep.outputs
+        ):
+            self._lane = (rep, batch, recorded, recorded[4])  # [4]: the lane's params slot
+        else:
+            self._lane = None
 
     def _domain_input(self, inputs: Mapping[str, Any], domain_count: Any) -> tuple[dict[str, Any], Any]:
         """``inputs`` without the domain_count binding's entry, and that entry as the run's
@@ -1581,6 +1644,7 @@ class Variant:
                     batch.add(self, rep.data, bind_group, rep.groups, ops, temps, rep.fixed + owned, made=outs, results=outs)
                 else:
                     batch.add_again(self, rep.data, bind_group, rep.groups, ops, owned, rep.fixed)
+                    self._open_lane(rep, batch)
                 self.runs += 1
                 return Run(result, rn, rep.groups, self)
             if not rep.defer:
