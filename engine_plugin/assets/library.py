@@ -807,6 +807,13 @@ class AssetLibrary:
                 if s not in layout_changed and variant.ctx is replacement.ctx:
                     variant.swap_compiled(new, replacement.lowered, replacement.compiled)
                     new.adopt(carried[s], variant)
+                elif s in layout_changed and not old.was_pinned:
+                    # Nothing may run it on purpose (engine products pin the program they
+                    # accepted): whoever kept it gets told, not the old kernel's numbers.
+                    variant.retire(
+                        f"reloaded with another binding layout (generation {ref.generation + 1}): this Variant ({s.label()}) "
+                        "was made before it and would run the old kernel; take the new one from ref.program().variant(...)"
+                    )
         files = []
         prev = ref._source
         if prev is None or prev.yaml_text != src.yaml_text:

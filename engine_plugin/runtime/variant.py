@@ -518,6 +518,7 @@ class Variant:
         self._repeat: _Repeat | None = None
         self._repeat_group: tuple | None = None
         self._lane: tuple | None = None  # (repeat state, batch, its lane, params slot): see _run_lane
+        self._retired: str | None = None  # why it runs no more (see retire)
         # Prepare repeats by results area (its id: each holds its area, so no id is reused while kept).
         self._placed: "OrderedDict[int, _PlacedRepeat]" = OrderedDict()
         # Prepared runs can repeat when every binding is a plain input (a buffer, or numpy data
@@ -561,6 +562,17 @@ class Variant:
             self._packer = packer
             self._repeat = None
             self._repeat_group = None
+            self._placed.clear()
+
+    def retire(self, reason: str) -> None:
+        """A layout reload replaced this variant's kernel with one of another binding plan,
+        which cannot be swapped into it (as a body-only reload's is): from now on a run or a
+        prepare raises a DispatchError saying ``reason``, not the old kernel's numbers."""
+        with self._lock:
+            self._retired = reason
+            self._repeat = None  # every run takes the full path, which refuses it
+            self._repeat_group = None
+            self._lane = None
             self._placed.clear()
 
     def __repr__(self) -> str:
@@ -1281,6 +1293,8 @@ class Variant:
     def _prepare(self, n: Any, inputs: Any, params: Any, outputs: Any, domain_count: Any, area: _Placement | None) -> tuple:
         """Validate and bind one run: (outputs, domain as given, params bytes, bind group,
         workgroups, work, bound). Nothing is submitted."""
+        if self._retired is not None:
+            raise DispatchError(self._retired, Span(self.yaml_path))
         inputs = self._arg_mapping("inputs", inputs)
         outputs = self._arg_mapping("outputs", outputs)
         self._last_pages = None  # page placement is resolved afresh each run

@@ -566,3 +566,52 @@ def test_prefetch_resolves_usage_rows_against_the_schema_as_it_is_now(asset_root
     fresh = make_library(asset_root)
     got = fresh.prefetch()
     assert got.local == 2 and got.missed == 0 and got.failed == 0, got.as_dict()
+
+
+def test_a_variant_kept_across_a_layout_reload_refuses_to_run_the_old_kernel(asset_root, make_library):
+    # Review helper 186: a Variant taken before a layout reload ran the old kernel silently
+    # (its params the old ones: the new schema's param was "unknown"). A body-only reload swaps
+    # the new pipeline into it; a layout reload cannot, so it says what happened instead.
+    import numpy as np
+    from asset_support import KERNEL_WITH_GAIN, SCHEMA_WITH_GAIN
+
+    from engine_plugin import abi
+    from engine_plugin.errors import DispatchError
+
+    lib = make_library(asset_root)
+    ref = lib.load("k.computeShader")
+    kept = ref.program().variant({"T": "f32"})
+    x = np.array([1, 2, 3, 4], np.float32)
+    assert abi.read(kept.run(4, inputs={"src": x}).outputs["dst"]).tolist() == [2.0, 4.0, 6.0, 8.0]
+    write(os.path.join(ref.folder, "bindings.yaml"), SCHEMA_WITH_GAIN)
+    write(os.path.join(ref.folder, "kernel.wgsl"), KERNEL_WITH_GAIN.replace("SCALE", "3.0"))
+    lib.request_reload(ref.path)
+    pump(lib, lambda: ref.generation == 1, what="the layout reload")
+    for call in (lambda: kept.run(4, inputs={"src": x}), lambda: kept.run(4, inputs={"src": x}, params={"gain": 2.0})):
+        with pytest.raises(DispatchError) as info:
+            call()
+        message = str(info.value)
+        assert "bindings.yaml" in message and "layout" in message and "ref.program().variant" in message, message
+    fresh = ref.program().variant({"T": "f32"})
+    assert abi.read(fresh.run(4, inputs={"src": x}, params={"gain": 2.0}).outputs["dst"]).tolist() == [6.0, 12.0, 18.0, 24.0]
+
+
+def test_a_pinned_program_keeps_its_variants_running_across_a_layout_reload(asset_root, make_library):
+    # What an engine product accepted keeps running on its pinned program when the engine
+    # refuses a reload: those variants are not refused.
+    import numpy as np
+    from asset_support import KERNEL_WITH_GAIN, SCHEMA_WITH_GAIN
+
+    from engine_plugin import abi
+
+    lib = make_library(asset_root)
+    ref = lib.load("k.computeShader")
+    pinned = ref.program().pinned()
+    kept = pinned.variant({"T": "f32"})
+    x = np.array([1, 2, 3, 4], np.float32)
+    write(os.path.join(ref.folder, "bindings.yaml"), SCHEMA_WITH_GAIN)
+    write(os.path.join(ref.folder, "kernel.wgsl"), KERNEL_WITH_GAIN.replace("SCALE", "3.0"))
+    lib.request_reload(ref.path)
+    pump(lib, lambda: ref.generation == 1, what="the layout reload")
+    assert pinned.variant({"T": "f32"}) is kept
+    assert abi.read(kept.run(4, inputs={"src": x}).outputs["dst"]).tolist() == [2.0, 4.0, 6.0, 8.0]
