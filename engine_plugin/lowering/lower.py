@@ -31,6 +31,7 @@ from .variants import VariantSpec, resolve_spec
 from .wgsl_text import (
     IDENT,
     Token,
+    comment_safe,
     evaluate_int,
     find_calls,
     hoist_directives,
@@ -222,7 +223,7 @@ class _Lowerer:
         self.check_table_columns(present)
 
         em = self.em
-        em.emit(f"// engine_plugin: lowered from {self.yaml_path} + {self.wgsl_path}; variant {self.vspec.label()}", 0)
+        em.emit(f"// engine_plugin: lowered from {comment_safe(self.yaml_path)} + {comment_safe(self.wgsl_path)}; variant {self.vspec.label()}", 0)
         self.emit_specialisation()
         self.emit_structs()
         plan, slots, cols, domain = self.plan(present)

@@ -49,6 +49,7 @@ class Token:
 
 _LINE_BREAK = re.compile("[\n\r\x0b\x0c\x85\u2028\u2029]")
 _EDITOR_BREAK = re.compile("\r\n|\r")
+_COMMENT_BREAK = re.compile("[\0\n\r\x0b\x0c\x85\u2028\u2029]")
 # What WGSL (naga) reads as a line break and editors do not show as one, and the NUL a C string
 # ends at: refused where they stand (see odd_character).
 _ODD = re.compile("[\0\x0b\x0c\x85\u2028\u2029]")
@@ -69,6 +70,14 @@ def lf_breaks(text: str) -> str:
     variant: review helper 176). The line breaks editors do not show are refused instead
     (:func:`odd_character`)."""
     return _EDITOR_BREAK.sub("\n", text) if "\r" in text else text
+
+
+def comment_safe(text: str) -> str:
+    """``text`` (a file's path) fit for a ``//`` comment of the lowered source: every
+    character WGSL takes as a line break, and NUL, written as a space (an asset folder named
+    with a newline ended the header comment early, and the rest of its name compiled as
+    WGSL: review helper 186)."""
+    return _COMMENT_BREAK.sub(" ", text)
 
 
 def odd_character(text: str) -> tuple[int, int, str, str] | None:

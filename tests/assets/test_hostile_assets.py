@@ -279,3 +279,27 @@ def test_a_bindings_yaml_that_is_a_folder_is_named_a_folder(tmp_path, make_libra
     with pytest.raises(AssetError) as info:
         lib.load("k.computeShader")
     assert "bindings.yaml" in str(info.value) and "a folder; an asset file must be a plain text file" in str(info.value)
+
+
+@pytest.mark.parametrize("brk", ["\n", "\r", "\x0b", "\x0c", "\x85", "\u2028", "\u2029"])
+def test_an_asset_folder_named_with_a_line_break_lowers_and_runs(tmp_path, brk):
+    # Review helper 186: the lowered source's header comment names the asset's files; a
+    # newline in the folder's name ended it early and the rest of the name compiled as WGSL
+    # ("shader compilation failed in generated code").
+    import numpy as np
+    from asset_support import make_asset
+
+    from engine_plugin import abi
+    from engine_plugin.assets import AssetLibrary
+
+    make_asset(str(tmp_path), name=f"line1{brk}line2")
+    lib = AssetLibrary(root=str(tmp_path), cache=str(tmp_path / "cache"))
+    try:
+        ref = lib.load(f"line1{brk}line2.computeShader")
+        variant = ref.program().variant({"T": "f32"})
+        header = variant.lowered.source.split("\n", 1)[0]
+        assert header.startswith("// engine_plugin: lowered from ") and "line2" in header
+        out = variant.run(4, inputs={"src": np.array([1, 2, 3, 4], np.float32)}).outputs["dst"]
+        assert abi.read(out).tolist() == [2.0, 4.0, 6.0, 8.0]
+    finally:
+        lib.close()
