@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 from typing import Sequence
 
@@ -108,11 +109,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     configure_logging(rep)
     try:
         return int(args.func(args, rep) or 0)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:
         # Said (with -q too: it is why the command failed), on a line of its own (progress may be mid-line).
         kept = "; what it wrote so far stays (each entry is written whole)" if args.command == "bake" else ""
-        print(f"\nengine-plugin {args.command}: interrupted (Ctrl-C){kept}", file=sys.stderr)
-        return 130
+        term = getattr(exc, "signum", None) == getattr(signal, "SIGTERM", None)  # a bake stopped by SIGTERM
+        print(f"\nengine-plugin {args.command}: interrupted ({'SIGTERM' if term else 'Ctrl-C'}){kept}", file=sys.stderr)
+        return 143 if term else 130
     except BrokenPipeError:
         # The reader went away (`| head`): no bug. Nothing more can be written; stdout goes to
         # devnull so the interpreter's own flush at exit does not fail again.

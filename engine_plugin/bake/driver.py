@@ -209,25 +209,27 @@ def _interrupt_flag() -> Iterator[list]:
     """A Ctrl-C during the bake is noted as well as raised: Python raises it wherever the main
     thread is, and a KeyboardInterrupt raised inside a gc callback (distributed installs one)
     is printed as "ignored" and lost, so a Dask bake ran on to its end and exited 0 (review
-    helper 120). The loop looks at the note after each chunk. The flag is truthy once noted."""
+    helper 120). The loop looks at the note after each chunk. The flag is truthy once noted
+    and holds the signals noted. SIGTERM (how a CI job or a farm stops a bake) does the same
+    where nothing else handles it: it killed the bake with no report (review helper 186)."""
     noted: list = []
-    try:
-        previous = signal.getsignal(signal.SIGINT)
-    except ValueError:
-        previous = None
-    if previous is not signal.default_int_handler or threading.current_thread() is not threading.main_thread():
-        yield noted  # an embedding program's own handler (or none): its business
+    if threading.current_thread() is not threading.main_thread():
+        yield noted  # signals reach the main thread only: its business
         return
 
     def note(signum: int, frame: Any) -> None:
         noted.append(signum)
         raise KeyboardInterrupt
 
-    signal.signal(signal.SIGINT, note)
+    replaced = {}
+    for signum, ours_to_take in ((signal.SIGINT, signal.default_int_handler), (getattr(signal, "SIGTERM", None), signal.SIG_DFL)):
+        if signum is not None and signal.getsignal(signum) is ours_to_take:  # an embedding program's own handler: its business
+            replaced[signum] = signal.signal(signum, note)
     try:
         yield noted
     finally:
-        signal.signal(signal.SIGINT, previous)
+        for signum, previous in replaced.items():
+            signal.signal(signum, previous)
 
 
 def bake(
@@ -275,43 +277,46 @@ def bake(
     progress = progress or NoProgress()
     runner = runner or InlineRunner()
     report = BakeReport(store.folder)
-    plans, notes = plan_assets(paths, usage, root)
-    report.notes.extend(notes)
     state = _Bake(store, progress, report, remote, validate)
     skipped: list[str] = []
-
+    plans: list[AssetPlan] = []
     unusable_mark = store.unusable_mark()
-    todo = []
-    planned: set[str] = set()
-    for plan in plans:
-        report.asset(plan.folder)
-        if plan.error is not None:
-            report.fail(plan.folder, None, None, plan.error)
-            state.announce(plan.folder, None, plan.error)
-            continue
-        pending = []
-        for item in plan.items:
-            # Keys are content hashes: two copies of one asset share their variants, which
-            # bake once. A valid entry is skipped; get() decodes it (tens of microseconds),
-            # so a corrupt one is removed, counted and baked again rather than skipped.
-            if item.key in planned or (not force and _cached(store, plan, item, validate)):
-                report.add(plan.folder, item.key, item.spec, "skipped")
-                if item.key not in planned:
-                    skipped.append(item.key)
-            else:
-                pending.append(item)
-            planned.add(item.key)
-        if pending:
-            todo.append((plan, pending))
-    unusable = store.unusable_since(unusable_mark)  # baked again below: replaced once written
-
-    total = sum(len(items) for _, items in todo)
+    unusable: frozenset[str] = frozenset()
+    interrupted: list = []
     try:
-        if total:
-            t_start = time.perf_counter()
-            # A Ctrl-C swallowed anywhere from the runner's start to its shutdown (a cluster
-            # closing runs gc callbacks too) is acted on after each chunk and once it is over.
-            with _interrupt_flag() as interrupted:
+        # A Ctrl-C or SIGTERM from the planning on (reading the assets, looking up the cache)
+        # ends in a report too; one swallowed anywhere from the runner's start to its shutdown
+        # (a cluster closing runs gc callbacks too) is acted on after each chunk and once it is over.
+        with _interrupt_flag() as interrupted:
+            plans, notes = plan_assets(paths, usage, root)
+            report.notes.extend(notes)
+            todo = []
+            planned: set[str] = set()
+            for plan in plans:
+                report.asset(plan.folder)
+                report.planned += len(plan.items)
+                if plan.error is not None:
+                    report.fail(plan.folder, None, None, plan.error)
+                    state.announce(plan.folder, None, plan.error)
+                    continue
+                pending = []
+                for item in plan.items:
+                    # Keys are content hashes: two copies of one asset share their variants, which
+                    # bake once. A valid entry is skipped; get() decodes it (tens of microseconds),
+                    # so a corrupt one is removed, counted and baked again rather than skipped.
+                    if item.key in planned or (not force and _cached(store, plan, item, validate)):
+                        report.add(plan.folder, item.key, item.spec, "skipped")
+                        if item.key not in planned:
+                            skipped.append(item.key)
+                    else:
+                        pending.append(item)
+                    planned.add(item.key)
+                if pending:
+                    todo.append((plan, pending))
+            unusable = store.unusable_since(unusable_mark)  # baked again below: replaced once written
+            total = sum(len(items) for _, items in todo)
+            if total:
+                t_start = time.perf_counter()
                 with runner:
                     report.startup_s = time.perf_counter() - t_start
                     report.runner, report.workers = runner.label, runner.workers
@@ -330,8 +335,8 @@ def bake(
                                 state.lost(events(final=True), jobs)
                     finally:
                         progress.stop()
-                if interrupted:
-                    raise KeyboardInterrupt
+            if interrupted:
+                raise KeyboardInterrupt
     except (KeyboardInterrupt, SchedulerUnreachable) as exc:
         # Ended early (Ctrl-C, the cluster gone mid-bake, review helper 173): what was done by
         # then is reported, marked interrupted (a CI job's --json says so); entries are whole.
@@ -342,7 +347,7 @@ def bake(
         _plan_order(report, plans)
         report.wall_s = time.perf_counter() - t0
         if isinstance(exc, KeyboardInterrupt):
-            raise BakeInterrupted(report) from None
+            raise BakeInterrupted(report, interrupted[-1] if interrupted else signal.SIGINT) from None
         exc.report = report
         raise
     state.repeats()

@@ -36,6 +36,7 @@ scheduler ran again on the others (those variants' ``worker`` says where they fi
 
 from __future__ import annotations
 
+import signal
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -94,11 +95,13 @@ def _spec_json(spec: VariantSpec | None) -> tuple[Any, Any]:
 
 
 class BakeInterrupted(KeyboardInterrupt):
-    """A Ctrl-C ended the bake: ``report`` holds what was done by then (``interrupted``)."""
+    """A Ctrl-C (or SIGTERM: ``signum``) ended the bake: ``report`` holds what was done by
+    then (``interrupted``)."""
 
-    def __init__(self, report: "BakeReport") -> None:
+    def __init__(self, report: "BakeReport", signum: int = signal.SIGINT) -> None:
         super().__init__()
         self.report = report
+        self.signum = signum
 
 
 @dataclass
@@ -115,7 +118,8 @@ class BakeReport:
     failures: list[FailureRecord] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     corrupt_replaced: int = 0
-    interrupted: bool = False  # ended by Ctrl-C: what it lists is what was done by then
+    interrupted: bool = False  # ended by Ctrl-C or SIGTERM: what it lists is what was done by then
+    planned: int = 0  # the variants it set out to bake or skip (totals count what it did)
     lost_workers: list[dict[str, Any]] = field(default_factory=list)
 
     def lose_worker(self, worker: str, chunks: tuple[int, ...], variants: int) -> None:
@@ -157,6 +161,7 @@ class BakeReport:
     def totals(self) -> dict[str, int]:
         rows = self.assets.values()
         out = {k: sum(getattr(r, k) for r in rows) for k in ("variants", "baked", "skipped", "failed")}
+        out["planned"] = self.planned
         out["assets"] = len(self.assets)
         out["assets_failed"] = sum(1 for r in rows if r.error)
         return out

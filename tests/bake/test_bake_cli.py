@@ -42,7 +42,15 @@ def baked(tmp_path_factory):
 
 def test_baking_the_samples_twice_skips_everything_the_second_time(baked):
     root, first, report = baked
-    assert report["totals"] == {"variants": SAMPLE_VARIANTS, "baked": SAMPLE_VARIANTS, "skipped": 0, "failed": 0, "assets": 2, "assets_failed": 0}
+    assert report["totals"] == {
+        "variants": SAMPLE_VARIANTS,
+        "baked": SAMPLE_VARIANTS,
+        "skipped": 0,
+        "failed": 0,
+        "assets": 2,
+        "assets_failed": 0,
+        "planned": SAMPLE_VARIANTS,
+    }
     assert report["runner"] == "2 local processes" and report["workers"] == 2
     assert len(entries(os.path.join(root, "cache-local"))) == SAMPLE_VARIANTS
 
@@ -135,7 +143,15 @@ def test_a_broken_asset_among_good_ones_fails_the_bake_naming_its_file_and_line(
     assert len(entries(str(tmp_path / "cache"))) == SAMPLE_VARIANTS
     report = load_report(str(tmp_path / "report.json"))
     assert report["ok"] is False
-    assert report["totals"] == {"variants": SAMPLE_VARIANTS + 2, "baked": SAMPLE_VARIANTS, "skipped": 0, "failed": 2, "assets": 4, "assets_failed": 1}
+    assert report["totals"] == {
+        "variants": SAMPLE_VARIANTS + 2,
+        "baked": SAMPLE_VARIANTS,
+        "skipped": 0,
+        "failed": 2,
+        "assets": 4,
+        "assets_failed": 1,
+        "planned": SAMPLE_VARIANTS + 2,
+    }
     compile_failures = [f for f in report["failures"] if f["kind"] == "CompileError"]
     assert {(f["path"], f["line"], f["col"]) for f in compile_failures} == {(wgsl, 5, 29)}
     assert {f["spec"]["T"] for f in compile_failures} == {"f32", "i32"}

@@ -128,3 +128,25 @@ def test_ctrl_c_ends_a_bake_whose_workers_are_stuck_in_a_chunk(tmp_path):
         assert not _outlived(workers)
     report = json.loads((tmp_path / "out" / "report.json").read_text())
     assert report["interrupted"] is True and report["ok"] is False and report["totals"]["baked"] == 0
+
+
+def test_sigterm_ends_a_bake_with_its_report_as_ctrl_c_does(tmp_path):
+    # SIGTERM (how a CI job or a farm stops a bake) killed it with no report and no word
+    # (review helper 186): it now ends as Ctrl-C does, exit 143 (128 + SIGTERM).
+    stuck = "    import time, engine_plugin.bake.worker as w\n    w.bake_chunk = lambda job: time.sleep(600)\n"
+    extra = ("--json", "out/report.json")
+    with _bake_with_workers(tmp_path, stuck, extra, stderr=subprocess.PIPE, text=True, start_new_session=True) as (proc, workers):
+        time.sleep(3)  # the workers are inside their chunks
+        proc.send_signal(signal.SIGTERM)
+        try:
+            _, err = proc.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            pytest.fail("the bake still ran 30 s after SIGTERM")
+        assert proc.returncode == 143, err
+        assert "Traceback" not in err, err
+        assert "engine-plugin bake: interrupted (SIGTERM)" in err, err
+        assert not _outlived(workers)
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert report["interrupted"] is True and report["ok"] is False and report["totals"]["baked"] == 0
+    assert report["totals"]["planned"] > 0
