@@ -14,7 +14,7 @@ import os
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Sequence
 
-from ..errors import PluginError
+from ..errors import PluginError, SpecializationError
 from ..lowering import Lowered, Schema, VariantSpec, iter_variants, parse, resolve_spec
 from .folder import AssetSource, is_editor_noise, read_asset_folder
 
@@ -149,7 +149,17 @@ def carry_spec(old_schema: Schema | None, new_schema: Schema, spec: VariantSpec)
         if old_defaults.get(name) is not None and value == old_defaults[name]:
             continue
         values[name] = value
-    return resolve_spec(new_schema, values, spec.columns_dict() or None)
+    try:
+        return resolve_spec(new_schema, values, spec.columns_dict() or None)
+    except SpecializationError as exc:
+        # Said why a value the edit removed matters: a variant in use needs it (the message
+        # read as if the edit had asked for it: review helper 186).
+        raise SpecializationError(
+            f"{exc.message}; the running program uses the variant {spec.label()}, which this edit leaves without a successor: "
+            "keep that option while it runs (a restart drops the variant)",
+            exc.span,
+            notes=exc.notes,
+        ) from None
 
 
 # -- preparation (reload worker thread; pure Python) ----------------------------------------

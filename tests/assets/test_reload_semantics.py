@@ -615,3 +615,18 @@ def test_a_pinned_program_keeps_its_variants_running_across_a_layout_reload(asse
     pump(lib, lambda: ref.generation == 1, what="the layout reload")
     assert pinned.variant({"T": "f32"}) is kept
     assert abi.read(kept.run(4, inputs={"src": x}).outputs["dst"]).tolist() == [2.0, 4.0, 6.0, 8.0]
+
+
+def test_an_edit_dropping_an_option_a_variant_in_use_needs_says_so(asset_root, make_library):
+    # Review helper 186: the reload is refused (the variant in use would have no successor),
+    # but the message read as if the edit had asked for the value ("T='i32' is not an option").
+    lib = make_library(asset_root)
+    ref = lib.load("k.computeShader")
+    assert run_scale(ref, T="i32") == [2, 4, 6, 8]
+    assert run_scale(ref) == [2.0, 4.0, 6.0, 8.0]
+    _save(lib, ref, ref.folder, "bindings.yaml", SCHEMA.replace("options: [f32, i32, u32]", "options: [f32]"))
+    pump(lib, lambda: ref.diagnostics is not None, what="the diagnostics")
+    first = ref.diagnostics.splitlines()[0]
+    assert "bindings.yaml" in first and "'i32' is not an option" in first, ref.diagnostics
+    assert "uses the variant T=i32" in ref.diagnostics and "keep that option" in ref.diagnostics, ref.diagnostics
+    assert run_scale(ref) == [2.0, 4.0, 6.0, 8.0]  # the last good program still runs
