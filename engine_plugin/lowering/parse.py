@@ -28,7 +28,7 @@ from .schema import BINDING_KINDS, KIND_KEYS, Binding, Param, Schema, SpecParam,
 from .structs import layout_struct
 from .textures import ADDRESS_MODES, FILTERS, READ_WRITE_STORAGE_FORMATS, SAMPLE_TYPES, STORAGE_FORMATS, TEXTURE_DIMS
 from .types import WGSL_KEYWORDS, WGSL_RESERVED, is_value_type, parse_value_type
-from .yaml_nodes import EditorLines, compose_bounded
+from .yaml_nodes import EditorLines, compose_bounded, scalar_index
 
 # Declarations of one binding name (each under its own 'when'): the overlap check compares
 # every pair, so it is bounded (with conditions.MAX_ALTERNATIVES) to keep parsing fast.
@@ -102,6 +102,12 @@ def _show(value: Any, limit: int = 60) -> str:
         return f"<a {type(value).__name__}>"
 
 
+def _word_at(text: str, word: str) -> int:
+    """The offset of ``word``'s first whole-word use in ``text`` (0 when it has none)."""
+    found = re.search(rf"(?<![A-Za-z0-9_]){re.escape(word)}(?![A-Za-z0-9_])", text)
+    return found.start() if found else 0
+
+
 def _canonical(text: str) -> str:
     """The canonical WGSL spelling of a value type the caller already checked (vec3f -> vec3<f32>)."""
     vt = parse_value_type(text)
@@ -136,6 +142,15 @@ class _Parser:
 
     def error(self, node: Any, message: str, col_offset: int = 0, cls=SchemaError) -> SchemaError:
         return cls(message, self.span(node, col_offset))
+
+    def index_span(self, index: int) -> Span:
+        """The span of the character at ``index`` of the schema's text."""
+        line, col = self.positions.at(index)
+        return Span(self.path, line, col, self.lines[line - 1] if 0 < line <= len(self.lines) else None)
+
+    def value_span(self, vnode: Any, offset: int) -> Span:
+        """The span of character ``offset`` of scalar ``vnode``'s value (any style, one line or several)."""
+        return self.index_span(scalar_index(self.text, vnode.start_mark.index, str(vnode.value), offset))
 
     def value(self, node: Any, _depth: int = 0) -> Any:
         self.last = node
@@ -478,7 +493,8 @@ class _Parser:
                     raise self.error(kn, f"binding {name!r}: key {k!r} does not apply to kind {kind} (it takes: {', '.join(sorted(allowed))})")
                 raise self.unknown_key(k, kn, allowed, f"binding {name!r}")
         f: dict[str, Any] = {"name": name, "kind": kind, "line": self.line_of(item), "col": self.col_of(item)}
-        f["key_lines"] = tuple((k, self.line_of(vn), self.col_of(vn) + self._value_offset(vn, 0)) for k, _, vn in entries)
+        # Where each key's value starts (inside its opening quote when quoted).
+        f["key_lines"] = tuple((k, self.line_of(vn), self.col_of(vn) + (getattr(vn, "style", None) in ("'", '"'))) for k, _, vn in entries)
 
         def node(k):
             return by_key[k][1]
@@ -565,29 +581,22 @@ class _Parser:
         try:
             cond = parse_condition(text)
         except ConditionSyntaxError as exc:
-            raise self.error(vnode, f"binding {name!r}: when: {exc}", col_offset=self._value_offset(vnode, exc.offset)) from None
+            raise SchemaError(f"binding {name!r}: when: {exc}", self.value_span(vnode, exc.offset)) from None
         for conj in cond.alternatives:
             for pname, opts in conj:
                 sp = self.spec_by_name.get(pname)
-                off = self._value_offset(vnode, max(0, text.find(pname)))
+                at = self.value_span(vnode, max(0, text.find(pname)))
                 if sp is None:
-                    raise self.error(
-                        vnode,
-                        f"binding {name!r}: when names {pname!r}, which is not a specialisation (known: {', '.join(self.spec_by_name) or 'none'})",
-                        col_offset=off,
+                    raise SchemaError(
+                        f"binding {name!r}: when names {pname!r}, which is not a specialisation (known: {', '.join(self.spec_by_name) or 'none'})", at
                     )
                 if not sp.options:
-                    raise self.error(vnode, f"binding {name!r}: when names {pname!r}, a source specialisation with no options", col_offset=off)
+                    raise SchemaError(f"binding {name!r}: when names {pname!r}, a source specialisation with no options", at)
                 allowed = set(sp.options)
                 bad = sorted(o for o in opts if o not in allowed)
                 if bad:
-                    raise self.error(vnode, f"binding {name!r}: when: {pname}={bad[0]!r} is not an option of {pname} ({', '.join(sp.options)})", col_offset=off)
+                    raise SchemaError(f"binding {name!r}: when: {pname}={bad[0]!r} is not an option of {pname} ({', '.join(sp.options)})", at)
         return cond
-
-    def _value_offset(self, vnode: Any, offset: int) -> int:
-        """Column offset of a character inside a plain or quoted scalar on one line."""
-        style = getattr(vnode, "style", None)
-        return offset + (1 if style in ("'", '"') else 0)
 
     def expression(self, vnode: Any, name: str, key: str):
         text = self.string(vnode, f"binding {name!r}: {key}")
@@ -595,7 +604,7 @@ class _Parser:
             return parse_expression(text)
         except ExpressionError as exc:
             col = (exc.col or 1) - 1
-            raise self.error(vnode, f"binding {name!r}: {key}: {exc.message}", col_offset=self._value_offset(vnode, col), cls=ExpressionError) from None
+            raise ExpressionError(f"binding {name!r}: {key}: {exc.message}", self.value_span(vnode, col)) from None
 
     def check_binding(self, b: Binding, item: Any, by_key: dict) -> None:
         def at(k):
@@ -745,6 +754,7 @@ class _Parser:
                 if expr is None:
                     continue
                 line, col = b.key_pos(key)
+                start = self.positions.starts[line - 1] + col - 1 if 0 < line <= len(self.positions.starts) else 0
                 for var in sorted(expr.names):
                     if var not in known or (var in constants and var in self.param_names):
                         why = (
@@ -754,14 +764,13 @@ class _Parser:
                             f"kind: workgroup specialisations ({', '.join(sorted(constants)) or 'none'}) and len(binding)"
                         )
                         raise ExpressionError(
-                            f"binding {b.name!r}: {key}: {why}",
-                            Span(self.path, line, col + max(0, expr.text.find(var)), self.lines[line - 1] if line <= len(self.lines) else None),
+                            f"binding {b.name!r}: {key}: {why}", self.index_span(scalar_index(self.text, start, expr.text, _word_at(expr.text, var)))
                         )
                 for ref in sorted(expr.lengths):
                     if ref not in names:
                         raise ExpressionError(
                             f"binding {b.name!r}: {key}: len({ref}) names no binding",
-                            Span(self.path, line, col + max(0, expr.text.find(ref)), self.lines[line - 1] if line <= len(self.lines) else None),
+                            self.index_span(scalar_index(self.text, start, expr.text, _word_at(expr.text, ref))),
                         )
                     if ref == b.name:
                         raise ExpressionError(f"binding {b.name!r}: {key} refers to its own length", Span(self.path, line, col))

@@ -116,6 +116,29 @@ class EditorLines:
         return i + 1, index - self.starts[i] + 1
 
 
+def scalar_index(text: str, start: int, value: str, offset: int) -> int:
+    """The index in ``text`` of character ``offset`` of the scalar ``value`` written at
+    ``start`` (where its node starts: a quote, a ``|``/``>`` block indicator, or its first
+    character). Folding, indentation and line breaks change only whitespace, so the
+    non-blank characters of the value stand in the text in the same order: the one asked for
+    is found by counting them (a linear offset put an error in a multi-line scalar past the
+    end of its first line: review helper 186). ``start`` when it is not found."""
+    head = text[start : start + 1]
+    at = start
+    if head in ("|", ">"):
+        brk = _BREAK.search(text, start)
+        at = brk.end() if brk else len(text)  # the content starts on the next line
+    elif head in ("'", '"'):
+        at = start + 1
+    k = sum(1 for ch in value[: max(0, offset)] if not ch.isspace())
+    for i in range(at, len(text)):
+        if not text[i].isspace():
+            if k == 0:
+                return i
+            k -= 1
+    return start
+
+
 def compose_bounded(text: str, path: str | None) -> Any:
     """The YAML node tree of ``text`` (None for an empty document).
 

@@ -748,3 +748,52 @@ def test_with_constants_replaces_free_names_only():
     assert with_constants("max(WG, len(WG2)) + WG*2", {"WG": 8, "WG2": 3}) == "max(8, len(WG2)) + 8*2"
     assert with_constants("n", {}) == "n"
     assert evaluate(with_constants("ceil(n / WG)", {"WG": 256}), {"n": 1000}) == 4
+
+
+_MULTILINE_COUNTS = {
+    # the value of `count:` in each YAML style, with `m` (unknown) on the second line
+    "literal": "    count: |-\n      n + (2 * m)\n",
+    "folded": "    count: >-\n      n +\n      (2 * m)\n",
+    "plain": "    count: n +\n      (2 * m)\n",
+    "double-quoted": '    count: "n +\n      (2 * m)"\n',
+    "single-quoted": "    count: 'n +\n      (2 * m)'\n",
+}
+
+
+@pytest.mark.parametrize("style", sorted(_MULTILINE_COUNTS))
+def test_an_unknown_name_in_a_multi_line_count_is_shown_where_it_stands(style):
+    # Review helper 186: a linear offset from the scalar's start put the caret past the end
+    # of its first line (7:21 on a 13-character line) for every multi-line style.
+    from engine_plugin.errors import ExpressionError
+    from engine_plugin.lowering import parse
+
+    text = (
+        "bindings:\n"
+        "  - { name: src, kind: buffer, access: read, element: f32 }\n"
+        "  - name: dst\n"
+        "    kind: buffer\n"
+        "    access: read_write\n"
+        "    element: f32\n" + _MULTILINE_COUNTS[style]
+    )
+    with pytest.raises(ExpressionError) as info:
+        parse(text, "a/bindings.yaml")
+    span = info.value.span
+    lines = text.split("\n")
+    assert lines[span.line - 1][span.col - 1] == "m", (style, span.line, span.col, str(info.value))
+    assert "'m'" in info.value.message
+
+
+def test_an_unknown_name_is_shown_at_its_whole_word_use():
+    # `n` is known, `e` is not: the caret goes to `e` itself, not to the e of `len`.
+    from engine_plugin.errors import ExpressionError
+    from engine_plugin.lowering import parse
+
+    text = (
+        "bindings:\n"
+        "  - { name: src, kind: buffer, access: read, element: f32 }\n"
+        '  - { name: dst, kind: buffer, access: read_write, element: f32, count: "len(src) + e" }\n'
+    )
+    with pytest.raises(ExpressionError) as info:
+        parse(text, "a/bindings.yaml")
+    span = info.value.span
+    assert text.split("\n")[span.line - 1][span.col - 1 :].startswith('e" }'), str(info.value)
