@@ -14,7 +14,7 @@ from ..cache import VariantCache, decode_entry
 from ..cache.entry import BadEntry
 from ..cache.remote import RemoteCache
 from ..cache.store import read_entry_file
-from ..errors import PluginError
+from ..errors import CacheError, PluginError, Span
 from ..files import shown_path
 from ..lowering import VariantSpec
 from .plan import AssetPlan, chunk_jobs, plan_assets
@@ -315,6 +315,13 @@ def bake(
                     todo.append((plan, pending))
             unusable = store.unusable_since(unusable_mark)  # baked again below: replaced once written
             total = sum(len(items) for _, items in todo)
+            if total and store.read_only:
+                # Said once, before anything compiles: every variant would fail its write (a
+                # read-only mount compiled them all and failed each one, review helper 186).
+                raise CacheError(
+                    f"cannot write the variant cache folder (read-only): {total} variant(s) need baking; name a folder the bake may write",
+                    Span(store.folder),
+                )
             if total:
                 t_start = time.perf_counter()
                 with runner:

@@ -346,3 +346,25 @@ def test_builtin_bakes_when_assets_holds_no_shaders_or_lies_outside_the_root(tmp
     write_asset(str(other / "j.computeShader"), "bindings:\n  - { name: x, kind: buffer, element: f32 }\n", "@compute @workgroup_size(64)\nfn main() {}\n")
     proc = run_bake(["--builtin", "--root", str(other), "--cache", "cache", "--jobs", "1", "-q"], cwd=str(tmp_path), timeout=300)
     assert proc.returncode == 0, explain(proc)
+
+
+def test_a_bake_into_a_read_only_cache_says_so_once_before_compiling(tmp_path):
+    # Review helper 186: on a read-only mount every variant compiled, then each failed its
+    # write (one stderr line each, -q too), exit 1. It is an environment error: one line, exit 2.
+    # A read-only mount shows as os.access(W_OK) false, which the prelude stands in for (the
+    # suite may run as root, for whom a chmod'ed folder stays writable).
+    copy_samples(str(tmp_path / "assets"))
+    (tmp_path / "ro").mkdir()
+    prelude = (
+        "import os\n_access = os.access\n"
+        "def _ro(path, mode, *a, **k):\n"
+        "    if mode & os.W_OK and os.path.abspath(path).startswith(os.path.abspath('ro')):\n"
+        "        return False\n"
+        "    return _access(path, mode, *a, **k)\n"
+        "os.access = _ro\n"
+    )
+    proc = run_bake(["assets", "--cache", "ro", "-q"], cwd=str(tmp_path), prelude=prelude)
+    assert proc.returncode == 2, explain(proc)
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and "read-only" in lines[0] and f"{SAMPLE_VARIANTS} variant(s) need baking" in lines[0], proc.stderr
+    assert entries(str(tmp_path / "ro")) == {}
