@@ -98,3 +98,10 @@ def test_a_path_that_is_no_asset_is_a_usage_error_for_lower_and_the_demo(tmp_pat
     broken.mkdir()
     r = cli("lower", str(broken))
     assert r.returncode == 1 and "no bindings.yaml" in r.stderr, r.stderr
+
+
+def test_lower_refuses_a_specialisation_given_twice():
+    # Review helper 186: the last of two --spec T=... won, with nothing said.
+    twice = cli("lower", "assets/samples/reference.computeShader", "--spec", "T=f32", "--spec", "T=i32")
+    assert twice.returncode == 2, twice.stderr
+    assert "--spec T given twice ('f32', then 'i32')" in twice.stderr and twice.stdout == ""

@@ -16,12 +16,16 @@ __all__ = ["add_parsers", "cmd_info", "cmd_lower", "asset_info"]
 
 
 def _pairs(items: Sequence[str] | None, flag: str, form: str) -> list[tuple[str, str]]:
-    out = []
+    out: list[tuple[str, str]] = []
     for item in items or ():
         if "=" not in item:
             raise UsageError(f"{flag} takes {form}, not {item!r}")
         k, v = item.split("=", 1)
-        out.append((k.strip(), v))
+        k = k.strip()
+        first = next((value for name, value in out if name == k), None)
+        if first is not None:  # the last one won, with nothing said (review helper 186)
+            raise UsageError(f"{flag} {k} given twice ({first!r}, then {v!r}); give it once")
+        out.append((k, v))
     return out
 
 
