@@ -365,6 +365,9 @@ def bake(
         baked = [v.key for v in report.variants if v.status == "baked"]
         report.remote = _sync_remote(store, remote, list(dict.fromkeys(skipped + baked)), remote_verify)
     report.corrupt_replaced = _replaced(report, unusable)
+    for plan in plans:
+        if plan.changed_since_read():  # it exited 0 with the old text baked, nothing said (review helper 186)
+            report.notes.append(f"{shown_path(plan.folder)} changed while it was baked: the cache holds it as it was read at the start; bake again")
     _plan_order(report, plans)
     report.wall_s = time.perf_counter() - t0
     return report

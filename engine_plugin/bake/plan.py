@@ -40,6 +40,18 @@ class AssetPlan:
     schema: Schema | None = None
     items: list[BakeItem] = field(default_factory=list)
     error: Failure | None = None
+    root: str | None = None  # the asset root its modules were found under
+
+    def changed_since_read(self) -> bool:
+        """Whether the asset's files (modules included) now hold other content than was read
+        for the plan (an edit while it was baked)."""
+        if self.source is None:
+            return False
+        try:
+            now = read_asset_folder(self.folder, root=self.root)
+        except PluginError:
+            return True  # removed, or broken, meanwhile: not what was baked either
+        return now.content_hash != self.source.content_hash
 
     @property
     def name(self) -> str:
@@ -133,7 +145,7 @@ def plan_assets(paths: Iterable[str], usage: Mapping[str, list[VariantSpec]] | N
         folders = [f for f in folders if f in wanted]
     plans = []
     for folder in folders:
-        plan = AssetPlan(folder)
+        plan = AssetPlan(folder, root=roots.get(folder))
         plans.append(plan)
         try:
             src = read_asset_folder(folder, root=roots.get(folder))
