@@ -807,12 +807,19 @@ class AssetLibrary:
                 if s not in layout_changed and variant.ctx is replacement.ctx:
                     variant.swap_compiled(new, replacement.lowered, replacement.compiled)
                     new.adopt(carried[s], variant)
-                elif s in layout_changed and not old.was_pinned:
-                    # Nothing may run it on purpose (engine products pin the program they
-                    # accepted): whoever kept it gets told, not the old kernel's numbers.
+                elif s in layout_changed:
+                    # Whoever kept it and runs it gets told, not the old kernel's numbers.
                     variant.retire(
                         f"reloaded with another binding layout (generation {ref.generation + 1}): this Variant ({s.label()}) "
                         "was made before it and would run the old kernel; take the new one from ref.program().variant(...)"
+                    )
+            # Copies on other devices (Program.on_device) are never swapped: the new program
+            # makes its own (review helper 187: one kept ran the old kernel).
+            for copy in old.device_copies():
+                for s, variant in copy.variants.items():
+                    variant.retire(
+                        f"reloaded (generation {ref.generation + 1}): this Variant ({s.label()}) on another device was made before it "
+                        "and would run the old kernel; take the new one from ref.program().on_device(...).variant(...)"
                     )
         files = []
         prev = ref._source

@@ -85,7 +85,6 @@ class Program:
         # reload): a library holding an older read never applies it over this one.
         self.read_at = 0.0
         self._pinned = False  # a pinned() view: it follows no reload
-        self.was_pinned = False  # a pinned() view of it was taken: its variants may run after a reload
         self._elsewhere: dict[int, tuple[DeviceContext, Program]] = {}  # on_device() copies, by context
 
     def _live(self) -> "Program":
@@ -126,6 +125,10 @@ class Program:
         elsewhere[id(ctx)] = (ctx, made)
         return made
 
+    def device_copies(self) -> list["Program"]:
+        """The copies :meth:`on_device` made of this program's content on other devices."""
+        return [program for _, program in list(self._elsewhere.values())]
+
     def pinned(self) -> "Program":
         """This program as it stands now, never following a later reload: what an engine
         product accepted keeps running on it when the engine refuses a reload (a
@@ -134,7 +137,6 @@ class Program:
         live = self._live()
         if live._pinned:
             return live
-        live.was_pinned = True
         view = object.__new__(Program)
         view.__dict__.update(live.__dict__)
         # Views share the variants and the other-device copies of what they view (the same

@@ -565,15 +565,16 @@ class Variant:
             self._placed.clear()
 
     def retire(self, reason: str) -> None:
-        """A layout reload replaced this variant's kernel with one of another binding plan,
-        which cannot be swapped into it (as a body-only reload's is): from now on a run or a
-        prepare raises a DispatchError saying ``reason``, not the old kernel's numbers."""
+        """A reload replaced this variant's kernel and could not swap the new one into it (a
+        layout change; a copy on another device): from now on :meth:`run` raises a
+        DispatchError saying ``reason``, not the old kernel's numbers. :meth:`prepare` goes
+        on: the engine prepares what a product accepted, and keeps it when it refuses a
+        reload (its products re-register on the new program when they take it)."""
         with self._lock:
             self._retired = reason
             self._repeat = None  # every run takes the full path, which refuses it
             self._repeat_group = None
             self._lane = None
-            self._placed.clear()
 
     def __repr__(self) -> str:
         return f"Variant({self.program.key!r}, {self.spec.label()})"
@@ -1108,6 +1109,8 @@ class Variant:
         return {k: v for k, v in inputs.items() if k != name}, given
 
     def _run(self, n: Any, inputs: Any, params: Any, outputs: Any, domain_count: Any) -> Run:
+        if self._retired is not None:  # (retire() left no repeat state: every run comes here)
+            raise DispatchError(self._retired, Span(self.yaml_path))
         result, shape, data, bind_group, groups, work, bound = self._prepare(n, inputs, params, outputs, domain_count, None)
         defer = self._deferrable and not outputs and _host_only(inputs, domain_count) and _run_bytes(work, result) <= DEFER_MAX_BYTES
         # Uploads of numpy arrays repeat too (same dtype and shape: the same checks hold; the
@@ -1293,8 +1296,6 @@ class Variant:
     def _prepare(self, n: Any, inputs: Any, params: Any, outputs: Any, domain_count: Any, area: _Placement | None) -> tuple:
         """Validate and bind one run: (outputs, domain as given, params bytes, bind group,
         workgroups, work, bound). Nothing is submitted."""
-        if self._retired is not None:
-            raise DispatchError(self._retired, Span(self.yaml_path))
         inputs = self._arg_mapping("inputs", inputs)
         outputs = self._arg_mapping("outputs", outputs)
         self._last_pages = None  # page placement is resolved afresh each run

@@ -9,7 +9,8 @@ import threading
 import time
 
 import pytest
-from asset_support import SCHEMA, kernel, pump, run_scale, write
+import wgpu
+from asset_support import KERNEL_WITH_GAIN, SCHEMA, SCHEMA_WITH_GAIN, kernel, pump, run_scale, write
 
 pytestmark = pytest.mark.gpu
 
@@ -573,7 +574,6 @@ def test_a_variant_kept_across_a_layout_reload_refuses_to_run_the_old_kernel(ass
     # (its params the old ones: the new schema's param was "unknown"). A body-only reload swaps
     # the new pipeline into it; a layout reload cannot, so it says what happened instead.
     import numpy as np
-    from asset_support import KERNEL_WITH_GAIN, SCHEMA_WITH_GAIN
 
     from engine_plugin import abi
     from engine_plugin.errors import DispatchError
@@ -596,25 +596,54 @@ def test_a_variant_kept_across_a_layout_reload_refuses_to_run_the_old_kernel(ass
     assert abi.read(fresh.run(4, inputs={"src": x}, params={"gain": 2.0}).outputs["dst"]).tolist() == [6.0, 12.0, 18.0, 24.0]
 
 
-def test_a_pinned_program_keeps_its_variants_running_across_a_layout_reload(asset_root, make_library):
-    # What an engine product accepted keeps running on its pinned program when the engine
-    # refuses a reload: those variants are not refused.
+def test_a_kept_variant_is_refused_also_when_an_engine_product_pinned_the_program(asset_root, make_library):
+    # Review helper 187: the first fix exempted every variant of a program anyone had pinned
+    # (each engine product pins its program), so a script's kept Variant still ran the old
+    # kernel. run() is refused whoever else holds the Variant; prepare() (what the engine
+    # calls for the products it keeps) goes on.
     import numpy as np
-    from asset_support import KERNEL_WITH_GAIN, SCHEMA_WITH_GAIN
 
-    from engine_plugin import abi
+    from engine_plugin.errors import DispatchError
 
     lib = make_library(asset_root)
     ref = lib.load("k.computeShader")
-    pinned = ref.program().pinned()
-    kept = pinned.variant({"T": "f32"})
+    pinned = ref.program().pinned()  # as an engine product registered on this asset does
+    kept = ref.program().variant({"T": "f32"})
+    assert pinned.variant({"T": "f32"}) is kept
     x = np.array([1, 2, 3, 4], np.float32)
     write(os.path.join(ref.folder, "bindings.yaml"), SCHEMA_WITH_GAIN)
     write(os.path.join(ref.folder, "kernel.wgsl"), KERNEL_WITH_GAIN.replace("SCALE", "3.0"))
     lib.request_reload(ref.path)
     pump(lib, lambda: ref.generation == 1, what="the layout reload")
-    assert pinned.variant({"T": "f32"}) is kept
-    assert abi.read(kept.run(4, inputs={"src": x}).outputs["dst"]).tolist() == [2.0, 4.0, 6.0, 8.0]
+    with pytest.raises(DispatchError, match="another binding layout"):
+        kept.run(4, inputs={"src": x})
+    results = kept.ctx.device.create_buffer(size=256, usage=wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC | wgpu.BufferUsage.COPY_DST)
+    prepared = kept.prepare(4, inputs={"src": x}, results=results)  # the engine's path: not refused
+    assert prepared is not None
+
+
+def test_a_variant_kept_on_another_device_is_refused_after_a_reload(asset_root, make_library, gpu):
+    # Review helper 187: copies made by Program.on_device are never swapped by a reload; one
+    # kept ran the old kernel silently.
+    import numpy as np
+
+    from engine_plugin.device.context import get_context
+    from engine_plugin.errors import DispatchError
+
+    lib = make_library(asset_root)
+    ref = lib.load("k.computeShader")
+    ctx2 = get_context(get_context().adapter.request_device_sync())
+    kept = ref.program().on_device(ctx2).variant({"T": "f32"})
+    x = np.array([1, 2, 3, 4], np.float32)
+    write(os.path.join(ref.folder, "kernel.wgsl"), kernel(5.0))  # body-only on the main device
+    lib.request_reload(ref.path)
+    pump(lib, lambda: ref.generation == 1, what="the reload")
+    with pytest.raises(DispatchError, match="on another device"):
+        kept.run(4, inputs={"src": x})
+    fresh = ref.program().on_device(ctx2).variant({"T": "f32"})
+    from engine_plugin import abi
+
+    assert abi.read(fresh.run(4, inputs={"src": x}).outputs["dst"]).tolist() == [5.0, 10.0, 15.0, 20.0]
 
 
 def test_an_edit_dropping_an_option_a_variant_in_use_needs_says_so(asset_root, make_library):
