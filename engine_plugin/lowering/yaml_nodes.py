@@ -118,23 +118,36 @@ class EditorLines:
 
 def scalar_index(text: str, start: int, value: str, offset: int) -> int:
     """The index in ``text`` of character ``offset`` of the scalar ``value`` written at
-    ``start`` (where its node starts: a quote, a ``|``/``>`` block indicator, or its first
-    character). Folding, indentation and line breaks change only whitespace, so the
-    non-blank characters of the value stand in the text in the same order: the one asked for
-    is found by counting them (a linear offset put an error in a multi-line scalar past the
-    end of its first line: review helper 186). ``start`` when it is not found."""
-    head = text[start : start + 1]
+    ``start`` (where its node starts: a tag or anchor, a quote, a ``|``/``>`` block
+    indicator, or its first character). Folding, indentation and line breaks change only
+    whitespace, so the non-blank characters of the value stand in the text in the same order:
+    the one asked for is found by counting them (a linear offset put an error in a multi-line
+    scalar past the end of its first line: review helper 186). An offset past the value's
+    last non-blank character (an expression that ends too early) is just after that
+    character, never in the text that follows (review helper 187). Escapes in a
+    double-quoted scalar count as the characters they are written with."""
     at = start
+    while text[at : at + 1] in ("!", "&"):  # node properties: a tag, an anchor, then blanks
+        while at < len(text) and not text[at].isspace():
+            at += 1
+        while at < len(text) and text[at] in " \t":
+            at += 1
+    head = text[at : at + 1]
     if head in ("|", ">"):
-        brk = _BREAK.search(text, start)
+        brk = _BREAK.search(text, at)
         at = brk.end() if brk else len(text)  # the content starts on the next line
     elif head in ("'", '"'):
-        at = start + 1
+        at += 1
+    total = sum(1 for ch in value if not ch.isspace())
+    if total == 0:
+        return at
     k = sum(1 for ch in value[: max(0, offset)] if not ch.isspace())
+    past_end = k >= total
+    k = total - 1 if past_end else k
     for i in range(at, len(text)):
         if not text[i].isspace():
             if k == 0:
-                return i
+                return i + 1 if past_end else i
             k -= 1
     return start
 

@@ -187,10 +187,7 @@ def test_error_class_and_caret():
     err = raises_at("n + * 2", 5, "found '*'", {"n": 1})
     assert isinstance(err, SchemaError) and isinstance(err, ValueError)
     rendered = str(err).splitlines()
-    assert rendered[0] == (
-        "<string>:1:5: expected a number, a name, a function call or '(' "
-        "after '+' at column 3, found '*'"
-    )
+    assert rendered[0] == ("<string>:1:5: expected a number, a name, a function call or '(' after '+' at column 3, found '*'")
     assert rendered[-2].strip() == "n + * 2"
     assert rendered[-1].index("^") - rendered[-2].index("n") == 4  # caret under column 5
 
@@ -705,8 +702,37 @@ def test_property_agrees_with_python_on_integer_expressions(tree, vars, lengths,
 # --------------------------------------------------------------------------- property: fuzz
 
 TOKENS = st.sampled_from(
-    ["n", "k", "len", "max", "min", "ceil", "floor", "src", "(", ")", ",", "+", "-", "*", "/",
-     "0", "1", "7", "2.5", ".5", "1e3", "1e", "9" * 25, " ", "x", "@", "e", ".", "1.2.3"]
+    [
+        "n",
+        "k",
+        "len",
+        "max",
+        "min",
+        "ceil",
+        "floor",
+        "src",
+        "(",
+        ")",
+        ",",
+        "+",
+        "-",
+        "*",
+        "/",
+        "0",
+        "1",
+        "7",
+        "2.5",
+        ".5",
+        "1e3",
+        "1e",
+        "9" * 25,
+        " ",
+        "x",
+        "@",
+        "e",
+        ".",
+        "1.2.3",
+    ]
 )
 
 
@@ -797,3 +823,41 @@ def test_an_unknown_name_is_shown_at_its_whole_word_use():
         parse(text, "a/bindings.yaml")
     span = info.value.span
     assert text.split("\n")[span.line - 1][span.col - 1 :].startswith('e" }'), str(info.value)
+
+
+_HEAD = "bindings:\n  - { name: src, kind: buffer, access: read, element: f32 }\n  - name: dst\n    kind: buffer\n    access: read_write\n    element: f32\n"
+
+
+@pytest.mark.parametrize(
+    "tail",
+    [
+        "    count: n +\n    clear: false\n",
+        "    count: n *\n  - { name: z, kind: buffer, access: read, element: f32 }\n",
+        "    count: |-\n      n +\n# the end\n",
+        "    count: n +\n",
+    ],
+)
+def test_an_expression_ending_too_early_is_shown_just_after_it(tail):
+    # Review helper 187: an offset at the value's end was looked for in the text after the
+    # scalar (the next key, the next binding's '-', a comment).
+    from engine_plugin.errors import ExpressionError
+    from engine_plugin.lowering import parse
+
+    text = _HEAD + tail
+    with pytest.raises(ExpressionError) as info:
+        parse(text, "a/bindings.yaml")
+    span = info.value.span
+    line = text.split("\n")[span.line - 1]
+    assert line.rstrip().endswith(("+", "*")) and span.col == len(line.rstrip()) + 1, (tail, span.line, span.col, str(info.value))
+
+
+@pytest.mark.parametrize("value", ["!!str n + m", '!!str "n + m"', "&c n + m", "&c !!str n + m"])
+def test_a_tagged_or_anchored_count_is_shown_at_the_name(value):
+    from engine_plugin.errors import ExpressionError
+    from engine_plugin.lowering import parse
+
+    text = _HEAD + f"    count: {value}\n"
+    with pytest.raises(ExpressionError) as info:
+        parse(text, "a/bindings.yaml")
+    span = info.value.span
+    assert text.split("\n")[span.line - 1][span.col - 1] == "m", (value, span.col, str(info.value))
