@@ -14,7 +14,7 @@ from __future__ import annotations
 import threading
 from typing import Any, Callable
 
-__all__ = ["EPOCH", "destroyed_binding", "install", "is_destroyed", "register_holder_lookup"]
+__all__ = ["EPOCH", "install", "is_destroyed", "register_holder_lookup", "unusable", "unusable_binding"]
 
 _MARK = "_engine_plugin_destroyed"
 _BOUND = "_engine_plugin_bound"  # on a bind group: the buffers and textures it binds
@@ -39,13 +39,26 @@ def is_destroyed(obj: Any) -> bool:
     return getattr(obj, _MARK, False) is True
 
 
-def destroyed_binding(group: Any) -> Any | None:
-    """A destroyed buffer or texture the bind group ``group`` binds (None: none, or a group
-    made before :func:`install`). A caller-made product's group holds buffers the backend
-    cannot see otherwise: submitting it after one was destroyed aborted the process (review
-    helper 159)."""
+def unusable(obj: Any) -> str | None:
+    """Why a submission using this buffer or texture would abort the process, as the end of
+    a sentence naming it ("was destroyed ...", "is still mapped ..."), or None. A buffer
+    mapped (at creation, or by ``map_async``) and not unmapped makes wgpu-native panic inside
+    ``wgpuQueueSubmit`` as a destroyed one does (review helper 189)."""
+    if getattr(obj, _MARK, False) is True:
+        return "was destroyed (destroy() was called on it)"
+    state = getattr(obj, "map_state", None)  # a GPUBuffer's; a texture has none
+    if state is not None and state != "unmapped":
+        return f"is still mapped (map state {state!r}): unmap() it before the GPU uses it"
+    return None
+
+
+def unusable_binding(group: Any) -> Any | None:
+    """A buffer or texture the bind group ``group`` binds that :func:`unusable` refuses
+    (None: none, or a group made before :func:`install`). A caller-made product's group holds
+    buffers the backend cannot see otherwise: submitting it after one was destroyed aborted
+    the process (review helper 159), and so did one still mapped (189)."""
     for obj in getattr(group, _BOUND, ()):
-        if getattr(obj, _MARK, False) is True:
+        if unusable(obj) is not None:
             return obj
     return None
 

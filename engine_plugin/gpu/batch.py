@@ -206,13 +206,15 @@ class BatchRecorder:
             if batch.recorded:
                 if not self._healthy():
                     raise _Disabled(self._fault() or "disabled")
-                from ..runtime.submission import destroyed_in  # here: importing engine_plugin.gpu loads no wgpu
+                from ..runtime.submission import unusable_in  # here: importing engine_plugin.gpu loads no wgpu
 
-                gone = destroyed_in(batch.submission.records)
+                gone = unusable_in(batch.submission.records)
                 if gone is not None:
                     # Destroyed after its dispatch or readback was recorded: submitting would
                     # abort the process (review helper 159). None of it runs; its readbacks fail.
-                    raise _Destroyed(f"a buffer or texture it uses ({getattr(gone, 'label', '')!r}) was destroyed after it was recorded")
+                    from ..device.destroyed import unusable
+
+                    raise _Destroyed(f"a buffer or texture it uses ({getattr(gone, 'label', '')!r}) {unusable(gone)} since it was recorded")
                 # finish() (which raises on a lost device) and the submit, under the submit lock.
                 batch.submission.submit(self._device, self._queue, self._guard, "batch", self._timer)
         except Exception as exc:

@@ -35,7 +35,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from ..device.destroyed import install as install_destroy_marks
-from ..device.destroyed import is_destroyed
+from ..device.destroyed import unusable, unusable_binding
 from ..device.flags import COPY_DST as _COPY_DST
 from ..device.flags import COPY_SRC as _COPY_SRC
 from ..device.flags import MAP_READ as _MAP_READ
@@ -320,7 +320,7 @@ class WgpuBackend:
         """Register caller-made GPU resources under ``key``; answers a generation handle or None."""
         if not self._usable(f"register_product({key!r})"):
             return None
-        reason = product_refusal(desc, _COPY_SRC, _ALIGN)
+        reason = product_refusal(desc, _COPY_SRC, _ALIGN) or self._resource_refusal(desc)
         if reason is not None:
             self._refuse(f"register_product({key!r}): {reason}")
             return None
@@ -332,6 +332,26 @@ class WgpuBackend:
                 + (f"max_products={self.config.max_products} are registered" if full else "the key is registered already; unregister its handle first")
             )
         return handle
+
+    def _resource_refusal(self, desc: WgpuProductDesc) -> str | None:
+        """Why the product's own resources cannot serve this backend, or None: one of another
+        device (its first readback failed as a device error and disabled the backend), or a
+        buffer destroyed or still mapped (its first use aborted the process: review helper 189)."""
+        named = [("its readback source", desc.readback_source), ("its pipeline", desc.pipeline)]
+        named += [("a writable buffer", b) for b in desc.writable] + [("a bind group", g) for g in desc.bind_groups]
+        for what, obj in named:
+            if obj is None:
+                continue
+            device = getattr(obj, "_device", None)
+            if device is not None and device is not self.device:
+                return f"{what} ({getattr(obj, 'label', '')!r}) lives on another device than this backend's"
+            why = unusable(obj)
+            if why is None and what == "a bind group":
+                found = unusable_binding(obj)
+                why = None if found is None else f"binds {getattr(found, 'label', '')!r}, which {unusable(found)}"
+            if why is not None:
+                return f"{what} ({getattr(obj, 'label', '')!r}) {why}"
+        return None
 
     def unregister_product(self, handle: GpuProductHandle) -> bool:
         """Forget a product; ``handle`` and every descriptor carrying it go stale.
@@ -519,7 +539,7 @@ class WgpuBackend:
         if isinstance(writes, str):
             return self._refuse(f"dispatch of {desc.product}: {writes}")
         records = self._dispatch_records(desc, product)
-        gone = self._destroyed(product, records, self._fields[desc.field].buffer)
+        gone = self._unusable(product, records, self._fields[desc.field].buffer)
         if gone is not None:
             return self._refuse(f"dispatch of {desc.product}: {gone}")
         if self._batches.open:
@@ -545,19 +565,20 @@ class WgpuBackend:
         return True
 
     @staticmethod
-    def _destroyed(product: _Product, records: list, field_buffer: Any) -> str | None:
-        """Why a dispatch would use a destroyed buffer or texture (its bind groups, the field
-        mirror it reads, its readback source), or None: wgpu-native aborts the process on
-        submitting one, and a caller-made product's buffers are the caller's to destroy
-        (review helper 159)."""
-        from ..runtime.submission import destroyed_in  # here: engine_plugin.gpu imports no wgpu
+    def _unusable(product: _Product, records: list, field_buffer: Any) -> str | None:
+        """Why a dispatch would use a destroyed or still-mapped buffer or texture (its bind
+        groups, the field mirror it reads, its readback source), or None: wgpu-native aborts
+        the process on submitting one, and a caller-made product's buffers are the caller's
+        to destroy or map (review helpers 159, 189)."""
+        from ..runtime.submission import unusable_in  # here: engine_plugin.gpu imports no wgpu
 
         for what, obj in (("the field mirror it reads", field_buffer), ("its readback source", product.desc.readback_source)):
-            if obj is not None and is_destroyed(obj):
-                return f"{what} {getattr(obj, 'label', '')!r} was destroyed (destroy() was called on it)"
-        found = destroyed_in(records)
+            why = unusable(obj) if obj is not None else None
+            if why is not None:
+                return f"{what} {getattr(obj, 'label', '')!r} {why}"
+        found = unusable_in(records)
         if found is not None:
-            return f"a buffer or texture it binds ({getattr(found, 'label', '')!r}) was destroyed (destroy() was called on it)"
+            return f"a buffer or texture it binds ({getattr(found, 'label', '')!r}) {unusable(found)}"
         return None
 
     @staticmethod
@@ -637,8 +658,9 @@ class WgpuBackend:
         if isinstance(found, str):
             return self._refuse(f"readback of {desc.product}: {found}")
         source, base, size = found
-        if is_destroyed(source):  # copying from it would abort the process (review helper 159)
-            return self._refuse(f"readback of {desc.product}: its source {getattr(source, 'label', '')!r} was destroyed (destroy() was called on it)")
+        gone = unusable(source)  # copying from it would abort the process (review helpers 159, 189)
+        if gone is not None:
+            return self._refuse(f"readback of {desc.product}: its source {getattr(source, 'label', '')!r} {gone}")
         why = self._ring.tracker.refusal(size)
         if why is not None:
             return self._refuse(f"readback of {desc.product}: {why}")

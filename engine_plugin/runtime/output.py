@@ -16,7 +16,7 @@ import numpy as np
 import wgpu
 
 from ..device.context import get_context
-from ..device.destroyed import is_destroyed
+from ..device.destroyed import unusable
 from ..device.mapping import map_submitted, settled
 from ..errors import DeviceLostError, DispatchError
 from ..lowering.structs import StructType
@@ -42,8 +42,9 @@ def read_words(buffer: Any, offset: int = 0, size: int | None = None, device: An
     """
     if not (buffer.usage & wgpu.BufferUsage.COPY_SRC):
         raise DispatchError(f"cannot read buffer {buffer.label!r}: it was created without COPY_SRC usage")
-    if is_destroyed(buffer):  # copying from it would abort the process (device/destroyed.py)
-        raise DispatchError(f"cannot read buffer {buffer.label!r}: it was destroyed (destroy() was called on it)")
+    why = unusable(buffer)  # copying from it would abort the process (device/destroyed.py)
+    if why is not None:
+        raise DispatchError(f"cannot read buffer {buffer.label!r}: it {why}")
     size = buffer.size - offset if size is None else size
     if size <= 0:
         return memoryview(b"") if dtype is None else np.empty(0, dtype)

@@ -38,7 +38,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from ..device.destroyed import destroyed_binding, is_destroyed
+from ..device.destroyed import unusable, unusable_binding
 from ..device.loss import DeviceFault, classify
 from ..device.ordering import register_settle
 from ..errors import DeviceLostError
@@ -47,7 +47,7 @@ from .native import begin_pass, clear_buffer, copy_buffer
 __all__ = [
     "PENDING",
     "Submission",
-    "destroyed_in",
+    "unusable_in",
     "encode_records",
     "flush_open_batches",
     "flush_pending",
@@ -177,19 +177,20 @@ def _encode_in_place(encoder: Any, op: tuple) -> None:
         clear_buffer(encoder, op[1], op[2], op[3])
 
 
-def destroyed_in(records: list) -> Any | None:
-    """A destroyed buffer or texture ``records`` would use (their bind groups' and ops'), or
-    None: wgpu-native aborts the process on submitting one (device/destroyed.py). For the GPU
-    backend's caller-made products, whose bind groups the runtime never checked."""
+def unusable_in(records: list) -> Any | None:
+    """A buffer or texture ``records`` would use (their bind groups' and ops') that is
+    destroyed or still mapped (:func:`~engine_plugin.device.destroyed.unusable`), or None:
+    wgpu-native aborts the process on submitting one. For the GPU backend's caller-made
+    products, whose bind groups the runtime never checked."""
     for record in records:
         groups = record[1]
         for group in (g for g, _ in groups if g is not None) if type(groups) is tuple else (groups,) if groups is not None else ():
-            found = destroyed_binding(group)
+            found = unusable_binding(group)
             if found is not None:
                 return found
         for op in record[4]:
             for buffer in op_buffers(op):
-                if is_destroyed(buffer):
+                if unusable(buffer) is not None:
                     return buffer
     return None
 

@@ -37,7 +37,7 @@ import numpy as np
 import wgpu
 
 from ..device.destroyed import EPOCH as DESTROY_EPOCH
-from ..device.destroyed import is_destroyed, register_holder_lookup
+from ..device.destroyed import is_destroyed, register_holder_lookup, unusable
 from ..errors import DeviceLostError, DispatchError, ExpressionError, PluginError, Span, bug, in_source
 from ..lowering.expressions import parse_expression
 from ..lowering.geometry import Domain, as_domain, dispatch_fields, group_cap, wrapping_axis
@@ -666,10 +666,9 @@ class Variant:
     def _foreign(self, slot: HostSlot, buffer: Any, target: bool = False) -> None:
         """Refuse a buffer or texture of another device (one made before a loss and recovery,
         say), or one destroyed (a submission using it aborts the process: device/destroyed.py)."""
-        if is_destroyed(buffer):
-            raise self._slot_error(
-                slot, f"{slot.name!r}: the buffer or texture {buffer.label!r} handed to it was destroyed (destroy() was called on it); hand it a live one"
-            )
+        gone = unusable(buffer)  # a submission using it would abort the process
+        if gone is not None:
+            raise self._slot_error(slot, f"{slot.name!r}: the buffer or texture {buffer.label!r} handed to it {gone}")
         why = None if target else unsubmitted(buffer)  # a write target may hold anything
         if why is not None and written_in_this_batch(buffer):
             why = None  # a run recorded before this one in this thread's batch writes it first
@@ -1729,9 +1728,10 @@ class Variant:
 
         result = page_binding(self.lowered, cols, live)
         for page, buffer in result.pages.items():
-            if is_destroyed(buffer):
+            gone = unusable(buffer)
+            if gone is not None:
                 line = next((c.line for c in self.lowered.columns if c.page == page), None)
-                raise DispatchError(f"page {page!r}: its buffer {buffer.label!r} was destroyed (destroy() was called on it)", self._source_span(line))
+                raise DispatchError(f"page {page!r}: its buffer {buffer.label!r} {gone}", self._source_span(line))
             if self._other_device(buffer):
                 line = next((c.line for c in self.lowered.columns if c.page == page), None)
                 raise DispatchError(
