@@ -55,7 +55,7 @@ class _Bake:
         self.baked = 0
         self.failed = 0
         self._seen: Counter[str] = Counter()
-        self._first: dict[str, str] = {}
+        self._first: dict[str, Failure] = {}
         self._writers: ThreadPoolExecutor | None = None
         self._writes: list[tuple[Future, str, VariantOutcome, str]] = []
 
@@ -77,13 +77,17 @@ class _Bake:
             where = f" (in {shown_path(asset)}" + (f" variant {spec.label()})" if spec is not None else ")")
             detail = failure.rendered[len(failure.headline) :].lstrip("\n") if failure.rendered.startswith(failure.headline) else failure.rendered
             self.progress.failure(failure.headline + where, detail)
-            self._first[failure.rendered] = failure.headline
+            self._first[failure.rendered] = failure
 
     def repeats(self) -> None:
         for rendered, n in self._seen.items():
             if n > 1:
-                headline = self._first[rendered]
-                prefix = headline.split(": ", 1)[0] if ": " in headline else headline
+                first = self._first[rendered]
+                # Named by its place (path:line:col) when it has one, else by its whole first
+                # line: the text before a first ": " cut a message without a place mid-sentence
+                # (review helper 190).
+                headline = first.headline
+                prefix = headline.split(": ", 1)[0] if first.path is not None and ": " in headline else headline
                 self.progress.failure(f"{prefix}: the same error in {n - 1} more variant(s)", "")
 
     def lost(self, lost: list[Any], jobs: list[ChunkJob]) -> None:
@@ -322,6 +326,10 @@ def bake(
                     f"cannot write the variant cache folder (read-only): {total} variant(s) need baking; name a folder the bake may write",
                     Span(store.folder),
                 )
+            if total and validate and getattr(runner, "local_gpu", False):
+                from ..device.context import require_adapter
+
+                require_adapter()  # none: one error (exit 2), not a failure per variant (review helper 190)
             if total:
                 t_start = time.perf_counter()
                 with runner:

@@ -99,6 +99,7 @@ class InlineRunner:
     workers = 1
     label = "this process"
     deadlines = True  # jobs may carry a compile_timeout
+    local_gpu = True  # its jobs compile on this machine's adapter
 
     def __enter__(self) -> "InlineRunner":
         return self
@@ -206,6 +207,7 @@ class ProcessPoolRunner:
     driver under it) is not fork-safe, and each worker makes its own device."""
 
     deadlines = True  # jobs may carry a compile_timeout: a stuck worker notes its variant and ends
+    local_gpu = True  # its jobs compile on this machine's adapter
 
     def __init__(self, n: int):
         if n < 1:

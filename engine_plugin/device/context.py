@@ -58,6 +58,16 @@ def adapter_summary(adapter: Any) -> str:
     return f"{info.get('device', '?')} ({info.get('adapter_type', '?')}, {info.get('backend_type', '?')})"
 
 
+def require_adapter() -> str:
+    """The adapter a device would be made on, summarised, without making one.
+
+    Raises:
+        NoAdapterError: there is none this package can use (the same error ``get_context``
+            raises), for a command to say once before work that needs one.
+    """
+    return adapter_summary(_pick_adapter())
+
+
 def _pick_adapter() -> Any:
     try:
         adapters = list(wgpu.gpu.enumerate_adapters_sync())
@@ -76,8 +86,19 @@ def _pick_adapter() -> Any:
                 return adapter
         names = ", ".join(adapter_summary(a) for a in adapters)
         raise NoAdapterError(f"ENGINE_PLUGIN_ADAPTER={wanted!r} matches none of: {names}")
+    # wgpu's OpenGL backend lacks what kernels here need (a bgra8unorm storage texture, which
+    # the demo's colorize asset writes: a bake of the packaged kernels failed on it), and an
+    # adapter list may name the same CPU device under Vulkan and OpenGL: OpenGL is taken only
+    # by name (ENGINE_PLUGIN_ADAPTER), never by default (review helper 190).
+    usable = [a for a in adapters if str(a.info.get("backend_type")) != "OpenGL"]
+    if not usable:
+        names = ", ".join(adapter_summary(a) for a in adapters)
+        raise NoAdapterError(
+            f"only an OpenGL adapter was found ({names}), and wgpu's OpenGL backend lacks what kernels need; install a Vulkan driver "
+            "(Debian: apt-get install libvulkan1 mesa-vulkan-drivers), or set ENGINE_PLUGIN_ADAPTER=opengl to use it anyway"
+        )
     rank = {"DiscreteGPU": 0, "IntegratedGPU": 1, "VirtualGPU": 2, "CPU": 3}
-    return min(adapters, key=lambda a: rank.get(str(a.info.get("adapter_type")), 4))
+    return min(usable, key=lambda a: rank.get(str(a.info.get("adapter_type")), 4))
 
 
 class DeviceContext:
