@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
 from typing import Any
@@ -154,6 +155,8 @@ def readback_range(
     ``field`` is ``(mirror buffer, mirror bytes)`` of ``desc.field`` when that is registered.
     """
     policy = desc.policy
+    if not isinstance(policy, ReadbackPolicy):  # a string "none" transferred data (review helper 189)
+        return f"policy must be a ReadbackPolicy, not {policy!r}"
     if policy is ReadbackPolicy.NONE:
         return "policy NONE transfers nothing"
     if policy is ReadbackPolicy.FULL_FIELD and not allow_full_field:
@@ -172,8 +175,11 @@ def readback_range(
         source, base, avail = field[0], 0, field[1]
     else:
         source, base, avail = product.readback_source, product.readback_offset, product_size
-    offset = desc.offset
-    size = desc.size if desc.size is not None else avail - offset
+    try:  # numpy integers count as ints; a float or a string is refused (a raw AttributeError before: helper 189)
+        offset = operator.index(desc.offset)
+        size = operator.index(desc.size) if desc.size is not None else avail - offset
+    except TypeError:
+        return f"offset and size must be whole numbers of bytes, not {desc.offset!r} and {desc.size!r}"
     if offset < 0 or size <= 0 or offset + size > avail:
         return f"range {offset}+{size} is outside the {avail} B source range"
     if offset % align or size % align:

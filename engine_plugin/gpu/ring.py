@@ -50,6 +50,9 @@ log = logging.getLogger("engine_plugin.gpu")
 _POLLS_BEFORE_WATCH = 3
 
 
+_LARGE = 1 << 28  # size classes this big are checked against the device's limit
+
+
 class ReadbackRing:
     """Budgets (count, bytes), the waiter thread, delivery and release of staging buffers."""
 
@@ -84,7 +87,7 @@ class ReadbackRing:
 
     def create_staging(self, device: Any, size: int, usage: int) -> Any:
         """A staging buffer of at least ``size`` bytes: an idle pooled one, else a new one."""
-        if self.reuse and not self.device_lost:
+        if self.reuse and not self.device_lost and not self._past_limit(device, size):
             cls = self._size_class(size)
             idle = self._pool.get(cls)
             if idle:
@@ -95,6 +98,17 @@ class ReadbackRing:
         staging = device.create_buffer(size=size, usage=usage, label="engine_plugin.readback_staging")
         self.created += 1
         return staging
+
+    def _past_limit(self, device: Any, size: int) -> bool:
+        """Whether ``size``'s size class is past the device's largest buffer (lavapipe's is
+        2^31 - 1: a legal readback over 1 GiB asked for 2 GiB of staging, failed, and the
+        failure disabled the backend: review helper 189). Such a readback gets a staging
+        buffer of its own size, never pooled."""
+        cls = self._size_class(size)
+        if cls == size or cls < _LARGE:
+            return False
+        limits = getattr(device, "limits", None) or {}
+        return cls > int(limits.get("max-buffer-size", cls))
 
     def destroy_staging(self, staging: Any) -> None:
         """Release a staging buffer whose copy is over (or whose device is lost): into the

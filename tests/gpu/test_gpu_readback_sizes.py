@@ -1,0 +1,68 @@
+"""Readback requests at the edges (review helper 189): a size whose staging size class is past
+the device's largest buffer, numpy integers as offset and size, a policy that is no
+ReadbackPolicy."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+import wgpu
+
+from engine_plugin.device.context import get_context
+from engine_plugin.gpu import ReadbackDesc, ReadbackPolicy, WgpuBackend, WgpuProductDesc
+from engine_plugin.gpu.ring import ReadbackRing
+
+
+class _Device:
+    """What create_staging asks of a device: its limits, and a buffer made (not allocated: a
+    2 GiB staging buffer is what is being avoided)."""
+
+    def __init__(self, max_buffer: int):
+        self.limits = {"max-buffer-size": max_buffer}
+        self.made: list[int] = []
+
+    def create_buffer(self, size, usage, label=""):
+        if size > self.limits["max-buffer-size"]:
+            raise RuntimeError(f"buffer of {size} B past max-buffer-size")
+        self.made.append(size)
+        return type("Buffer", (), {"size": size, "map_state": "unmapped", "destroy": lambda self: None})()
+
+
+def test_a_staging_size_class_past_the_device_limit_is_the_exact_size_and_not_pooled():
+    # lavapipe's max-buffer-size is 2^31 - 1: a 1 GiB + 4 KiB readback's class (2 GiB) failed,
+    # and the failure disabled the backend.
+    ring = ReadbackRing(max_count=8, max_bytes=8 << 30, slice_s=0.001)
+    device = _Device((1 << 31) - 1)
+    size = (1 << 30) + 4096
+    staging = ring.create_staging(device, size, 0)
+    assert device.made == [size] and staging.size == size
+    ring.destroy_staging(staging)
+    assert ring.pooled == 0  # not a size class: destroyed, never handed out for another size
+    small = ring.create_staging(device, 1000, 0)
+    assert small.size == 1024  # below the limit: classes and pooling as before
+
+
+@pytest.mark.gpu
+def test_numpy_integers_serve_as_offset_and_size_and_odd_types_are_refused():
+    ctx = get_context()
+    src = ctx.device.create_buffer(size=64, usage=wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC | wgpu.BufferUsage.COPY_DST)
+    ctx.queue.write_buffer(src, 0, np.arange(16, dtype=np.uint32))
+    got: list = []
+    be = WgpuBackend(ctx)
+    try:
+        handle = be.register_product("p", WgpuProductDesc(pipeline=object(), readback_source=src, callback=lambda r: got.append(r.array(np.uint32).tolist())))
+        assert be.readback(ReadbackDesc(handle, ReadbackPolicy.SUMMARY, offset=np.int64(8), size=np.int64(2) * 4)), be.last_refusal
+        deadline = time.monotonic() + 30
+        while not got and time.monotonic() < deadline:
+            be.poll()
+            time.sleep(0.005)
+        assert got == [[2, 3]]
+        assert not be.readback(ReadbackDesc(handle, ReadbackPolicy.SUMMARY, size=8.0))  # type: ignore[arg-type]
+        assert "whole numbers of bytes" in be.last_refusal
+        assert not be.readback(ReadbackDesc(handle, "summary"))  # type: ignore[arg-type]
+        assert "must be a ReadbackPolicy" in be.last_refusal
+        assert be.healthy
+    finally:
+        be.close()
