@@ -65,6 +65,29 @@ class _Field:
     desc: FieldMirrorDesc
     buffer: Any
     total: int = 0  # desc.total_bytes(), checked by every upload
+    world: Any = None  # the last world whose field layout was found to be this mirror's
+
+    def layout_refusal(self, world: Any, tag: str) -> str | None:
+        """Why ``world``'s field ``tag`` is not laid out as this mirror (another world's field
+        of the same tag, of another dtype or chunk shape: its bytes landed mid-slot, review
+        helper 189), or None; checked once per world."""
+        if world is self.world:
+            return None
+        d = self.desc
+        try:
+            spec = world.field(tag)
+            mine = (spec.format, world.chunk_nbytes(tag), world.tiles_per_chunk)
+        except Exception as exc:  # not a World, or no such field
+            return f"its world has no field {tag!r} laid out as a mirror ({type(exc).__name__}: {exc})"
+        # A slot's layout (a world of more chunks than the mirror has slots uploads the spans
+        # that fit: the range check refuses the rest).
+        if mine != (d.format, d.bytes_per_chunk, d.tiles_per_chunk):
+            return (
+                f"its world lays the field out as {getattr(mine[0], 'name', mine[0])}, {mine[1]} B and {mine[2]} tiles a chunk; the mirror was "
+                f"registered as {getattr(d.format, 'name', d.format)}, {d.bytes_per_chunk} B and {d.tiles_per_chunk} tiles a chunk (a span of another world?)"
+            )
+        self.world = world
+        return None
 
 
 @dataclass
@@ -401,6 +424,11 @@ class WgpuBackend:
                 self._refuse(f"upload: the backend failed submitting its batch ({self.fault})")
                 return 0
         if type(descs) is SpanList:
+            f = self._fields.get(descs.tag)
+            wrong = f.layout_refusal(descs.world, descs.tag) if f is not None else None
+            if wrong is not None:
+                self._refuse(f"upload of {descs.tag!r}: {wrong}")
+                return 0
             whole = self._whole_mirror(descs)
             if whole is not None:
                 return self._upload_span_list(descs, whole)
@@ -412,6 +440,10 @@ class WgpuBackend:
                 f = fields.get(desc.tag)
                 if f is None:
                     self._refuse(f"upload: field {desc.tag!r} is not registered")
+                    break
+                wrong = f.layout_refusal(desc.world, desc.tag)
+                if wrong is not None:
+                    self._refuse(f"upload of {desc.tag!r}: {wrong}")
                     break
                 offset, nbytes = desc.dst_offset, desc.nbytes
                 if offset % _ALIGN or nbytes % _ALIGN:

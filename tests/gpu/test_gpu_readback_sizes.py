@@ -66,3 +66,31 @@ def test_numpy_integers_serve_as_offset_and_size_and_odd_types_are_refused():
         assert be.healthy
     finally:
         be.close()
+
+
+@pytest.mark.gpu
+def test_a_span_of_another_world_laid_out_otherwise_is_refused():
+    # Review helper 189: a span from another world with the same field tag (u8 2x2 against the
+    # registered f32 4x4 mirror) was written mid-slot: chunk 0 read [1, nan, 1, 1] on the GPU.
+    from engine_plugin.gpu import coalesce_uploads, field_mirror_desc, upload_desc
+    from engine_plugin.gpu.descriptors import take_dirty_changes
+    from engine_plugin.world import World
+
+    ctx = get_context()
+    a = World((4, 4), {"h": np.float32}, max_chunks=4)
+    b = World((2, 2), {"h": np.uint8}, max_chunks=4)
+    be = WgpuBackend(ctx)
+    try:
+        assert be.register_field(field_mirror_desc(a, "h"))
+        a.add(0, {"h": np.full((4, 4), 1.0, np.float32)})
+        assert be.upload(upload_desc(a, "h", 0))
+        b.add(7)
+        b.add(8, {"h": np.full((2, 2), 255, np.uint8)})
+        assert not be.upload(upload_desc(b, "h", 8))
+        assert "U8, 4 B and 4 tiles a chunk" in be.last_refusal and "F32, 64 B and 16 tiles a chunk" in be.last_refusal, be.last_refusal
+        assert be.upload_spans(take_dirty_changes(b, "h").spans) == 0  # a whole frame's span list too
+        got = np.frombuffer(ctx.queue.read_buffer(be.field_buffer("h")), np.float32)[:16]
+        np.testing.assert_array_equal(got, np.ones(16, np.float32))  # chunk 0 as world a holds it
+        assert be.upload_spans(coalesce_uploads(a, "h", [0])) == 1 and be.healthy  # its own world still uploads
+    finally:
+        be.close()
