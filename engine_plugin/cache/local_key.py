@@ -143,6 +143,16 @@ def local_cache_secret() -> bytes:
             found = _read_or_create(path, why=why)
             if found is None and not os.environ.get("ENGINE_PLUGIN_CACHE_KEY"):
                 found = _read_or_create(_fallback_path(), own_only=True, why=why)
+                if found is not None:
+                    # Said, with what it means: a process with the home key and one with this
+                    # one take each other's entries for misses and replace them, back and forth
+                    # (review helper 190).
+                    log.warning(
+                        "variant cache: signing with the cache key %s instead; entries signed with it are misses (lowered again and "
+                        "replaced) for processes using %s, and theirs for it: give every process one key (ENGINE_PLUGIN_CACHE_KEY)",
+                        _fallback_path(),
+                        path,
+                    )
             if found is None:
                 log.warning(
                     "variant cache: no local cache key can be read or created at %s; this process signs its entries with a key of its own, so later processes lower them again",

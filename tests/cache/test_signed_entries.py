@@ -305,3 +305,20 @@ def test_gc_and_verify_without_the_key_refuse_and_remove_nothing(tmp_path, own_k
         done = _cli(env, "cache", *args, "--cache", cache_dir)
         assert done.returncode == 2 and "cannot tell" in done.stderr, done.stderr[-2000:]
     assert _entries_of(cache_dir) == before
+
+
+def test_a_key_in_the_temporary_folder_is_used_with_a_warning_naming_it(tmp_path, monkeypatch, caplog):
+    # Review helper 190: with a read-only home the key moved to <tmp>/engine_plugin-<uid>/ with
+    # nothing said, and processes with the two keys replaced each other's entries for good.
+    home = tmp_path / "home-state"
+    home.write_text("")  # a file where the state folder would be: the home key cannot be made
+    monkeypatch.delenv("ENGINE_PLUGIN_CACHE_KEY", raising=False)
+    monkeypatch.setenv("XDG_STATE_HOME", str(home))
+    monkeypatch.setattr(local_key, "_keys", {})
+    fallback = tmp_path / "tmpkey" / "cache.key"
+    monkeypatch.setattr(local_key, "_fallback_path", lambda: str(fallback))
+    key = local_key.local_cache_secret()
+    assert fallback.read_bytes() == key
+    said = [m for m in caplog.messages if "signing with the cache key" in m]
+    assert len(said) == 1 and str(fallback) in said[0] and "ENGINE_PLUGIN_CACHE_KEY" in said[0], caplog.messages
+    assert local_key.local_key_problem() is None  # a key of this user's, kept: the cache writes
