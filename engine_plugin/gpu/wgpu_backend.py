@@ -343,6 +343,11 @@ class WgpuBackend:
         """Register caller-made GPU resources under ``key``; answers a generation handle or None."""
         if not self._usable(f"register_product({key!r})"):
             return None
+        try:
+            hash(key)
+        except TypeError:  # a raw TypeError from the registry before (review helper 189)
+            self._refuse(f"register_product: the key {key!r} is not hashable (a name, a number or a tuple serves)")
+            return None
         reason = product_refusal(desc, _COPY_SRC, _ALIGN) or self._resource_refusal(desc)
         if reason is not None:
             self._refuse(f"register_product({key!r}): {reason}")
@@ -446,6 +451,9 @@ class WgpuBackend:
                     self._refuse(f"upload of {desc.tag!r}: {wrong}")
                     break
                 offset, nbytes = desc.dst_offset, desc.nbytes
+                if nbytes <= 0:  # reported as a bug of ours before (review helper 189)
+                    self._refuse(f"upload of {desc.tag!r}: an empty span ({nbytes} bytes)")
+                    break
                 if offset % _ALIGN or nbytes % _ALIGN:
                     self._refuse(f"upload of {desc.tag!r}: offset {offset} / size {nbytes} not {_ALIGN}-byte aligned")
                     break

@@ -48,6 +48,8 @@ def read_words(buffer: Any, offset: int = 0, size: int | None = None, device: An
     size = buffer.size - offset if size is None else size
     if size <= 0:
         return memoryview(b"") if dtype is None else np.empty(0, dtype)
+    if size % 4 or offset % 4:  # a copy moves whole words (wgpu's raw ValueError before: review helper 189)
+        raise DispatchError(f"cannot read buffer {buffer.label!r}: bytes {offset}+{size} are not whole 4-byte words (a read copies words)")
     ctx = get_context(device or buffer._device)
     # device_guard, inlined (this is every one-shot read's path)
     if ctx.guard.lost:

@@ -94,3 +94,30 @@ def test_a_span_of_another_world_laid_out_otherwise_is_refused():
         assert be.upload_spans(coalesce_uploads(a, "h", [0])) == 1 and be.healthy  # its own world still uploads
     finally:
         be.close()
+
+
+@pytest.mark.gpu
+def test_odd_inputs_are_refusals_not_raw_errors():
+    # Review helper 189: raw ValueError / "engine_plugin bug" / raw TypeError on these.
+    import dataclasses
+
+    from engine_plugin import abi
+    from engine_plugin.errors import DispatchError
+    from engine_plugin.gpu import field_mirror_desc, upload_desc
+    from engine_plugin.world import World
+
+    ctx = get_context()
+    six = ctx.device.create_buffer(size=6, usage=wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC)
+    with pytest.raises(DispatchError, match="not whole 4-byte words"):
+        abi.read(six)
+    w = World((4, 4), {"f": np.float32}, max_chunks=4)
+    w.add(0)
+    be = WgpuBackend(ctx)
+    try:
+        assert be.register_field(field_mirror_desc(w, "f"))
+        assert not be.upload(dataclasses.replace(upload_desc(w, "f", 0), nbytes=0))
+        assert "an empty span" in be.last_refusal and be.healthy
+        assert be.register_product(["not", "hashable"], WgpuProductDesc(pipeline=object())) is None
+        assert "not hashable" in be.last_refusal
+    finally:
+        be.close()
