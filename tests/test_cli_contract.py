@@ -521,3 +521,12 @@ def test_info_into_a_pipe_keeps_each_asset_path_on_one_line(tmp_path):
     done = cli("info", str(deep), cwd=str(tmp_path))
     assert done.returncode == 0, done.stderr
     assert any(line.startswith(str(deep / "particles.computeShader")) for line in done.stdout.splitlines()), done.stdout
+
+
+def test_the_demo_does_not_name_a_variant_cache_it_could_not_make(tmp_path):
+    # Review helper 190: the cache was disabled (warned), then the last line named the folder
+    # as if it held the variants.
+    (tmp_path / "a-file").write_text("")
+    done = cli("demo", "--headless", "--frames", "2", "--snapshot", "", "--log", "", "--cache", str(tmp_path / "a-file" / "cache"), cwd=str(tmp_path))
+    assert done.returncode == 0, done.stderr
+    assert "variant cache disabled" in done.stdout and str(tmp_path / "a-file" / "cache") not in done.stdout, done.stdout

@@ -65,7 +65,9 @@ def cmd_demo(args: argparse.Namespace, rep: Reporter) -> int:
     where = f"snapshot {os.path.abspath(snapshot)}; " if snapshot else ""
     if args.log:
         where += f"figures log {os.path.abspath(args.log)}; "
-    rep.say(f"demo: {where}variant cache {os.path.abspath(args.cache)}")
+    # A cache that could not be made was named as if it held the variants (review helper 190).
+    cache = "variant cache disabled" if demo.library.cache_error is not None else f"variant cache {os.path.abspath(args.cache)}"
+    rep.say(f"demo: {where}{cache}")
     return EXIT_OK
 
 
