@@ -87,3 +87,18 @@ def test_a_repeated_error_without_a_place_is_named_whole():
     bake.repeats()
     assert f"{text}: the same error in 2 more variant(s)" in said, said
     assert "a/bindings.yaml:3:5: the same error in 1 more variant(s)" in said, said
+
+
+def test_a_name_both_twins_share_takes_vulkan_and_only_opengl_names_opengl(monkeypatch):
+    # Review helper 191: ENGINE_PLUGIN_ADAPTER=llvmpipe (or cpu) took the OpenGL twin listed first.
+    gl, vk = _Adapter("OpenGL"), _Adapter("Vulkan")
+    for name in ("llvmpipe", "cpu"):
+        _listing(monkeypatch, [gl, vk])
+        monkeypatch.setenv("ENGINE_PLUGIN_ADAPTER", name)
+        assert context._pick_adapter() is vk
+    monkeypatch.setenv("ENGINE_PLUGIN_ADAPTER", "opengl")
+    assert context._pick_adapter() is gl
+    gles = _Adapter("OpenGLES")
+    _listing(monkeypatch, [gles])
+    with pytest.raises(NoAdapterError, match="only an OpenGL adapter"):
+        context._pick_adapter()

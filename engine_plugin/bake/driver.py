@@ -275,6 +275,9 @@ def bake(
         The :class:`BakeReport`; ``report.ok`` is false when anything failed.
     Raises:
         AssetError: a path holds no asset at all.
+        NoAdapterError: variants to compile on a local runner, and no adapter to compile on.
+        CacheError: variants to bake into a cache folder that cannot be written.
+        BakeInterrupted: a Ctrl-C or SIGTERM; its ``report`` holds what was done by then.
     """
     t0 = time.perf_counter()
     store = cache if isinstance(cache, VariantCache) else VariantCache(cache)

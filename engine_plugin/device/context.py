@@ -58,6 +58,10 @@ def adapter_summary(adapter: Any) -> str:
     return f"{info.get('device', '?')} ({info.get('adapter_type', '?')}, {info.get('backend_type', '?')})"
 
 
+def _opengl(adapter: Any) -> bool:
+    return str(adapter.info.get("backend_type", "")).startswith("OpenGL")  # OpenGL, OpenGLES
+
+
 def require_adapter() -> str:
     """The adapter a device would be made on, summarised, without making one.
 
@@ -77,25 +81,26 @@ def _pick_adapter() -> Any:
         ) from exc
     if not adapters:
         raise NoAdapterError("no wgpu adapter found; install a Vulkan driver (Debian: apt-get install libvulkan1 mesa-vulkan-drivers) and set XDG_RUNTIME_DIR")
+    # wgpu's OpenGL backend lacks features some kernels here need (a bgra8unorm storage
+    # texture, which the demo's colorize asset writes: a bake of the packaged kernels failed on
+    # it), and an adapter list may name the same CPU device under Vulkan and OpenGL: OpenGL is
+    # taken only when named (ENGINE_PLUGIN_ADAPTER=opengl), never by default nor by a name
+    # both twins share (review helpers 190, 191).
+    usable = [a for a in adapters if not _opengl(a)]
     wanted = os.environ.get("ENGINE_PLUGIN_ADAPTER", "").strip().lower()
     if wanted:
-        for adapter in adapters:
+        for adapter in usable + [a for a in adapters if _opengl(a)]:  # a Vulkan twin first
             info = adapter.info
             hay = " ".join(str(info.get(k, "")) for k in ("device", "vendor", "adapter_type", "description", "backend_type"))
-            if wanted in hay.lower():
+            if wanted in hay.lower() and (not _opengl(adapter) or "opengl" in wanted):
                 return adapter
         names = ", ".join(adapter_summary(a) for a in adapters)
-        raise NoAdapterError(f"ENGINE_PLUGIN_ADAPTER={wanted!r} matches none of: {names}")
-    # wgpu's OpenGL backend lacks what kernels here need (a bgra8unorm storage texture, which
-    # the demo's colorize asset writes: a bake of the packaged kernels failed on it), and an
-    # adapter list may name the same CPU device under Vulkan and OpenGL: OpenGL is taken only
-    # by name (ENGINE_PLUGIN_ADAPTER), never by default (review helper 190).
-    usable = [a for a in adapters if str(a.info.get("backend_type")) != "OpenGL"]
+        raise NoAdapterError(f"ENGINE_PLUGIN_ADAPTER={wanted!r} matches none of: {names} (an OpenGL one only as ENGINE_PLUGIN_ADAPTER=opengl)")
     if not usable:
         names = ", ".join(adapter_summary(a) for a in adapters)
         raise NoAdapterError(
-            f"only an OpenGL adapter was found ({names}), and wgpu's OpenGL backend lacks what kernels need; install a Vulkan driver "
-            "(Debian: apt-get install libvulkan1 mesa-vulkan-drivers), or set ENGINE_PLUGIN_ADAPTER=opengl to use it anyway"
+            f"only an OpenGL adapter was found ({names}); wgpu's OpenGL backend lacks features some kernels need (bgra8unorm storage "
+            "textures); install a Vulkan driver (Debian: apt-get install libvulkan1 mesa-vulkan-drivers), or set ENGINE_PLUGIN_ADAPTER=opengl to use it anyway"
         )
     rank = {"DiscreteGPU": 0, "IntegratedGPU": 1, "VirtualGPU": 2, "CPU": 3}
     return min(usable, key=lambda a: rank.get(str(a.info.get("adapter_type")), 4))

@@ -46,8 +46,8 @@ def unusable(obj: Any) -> str | None:
     ``wgpuQueueSubmit`` as a destroyed one does (review helper 189)."""
     if getattr(obj, _MARK, False) is True:
         return "was destroyed (destroy() was called on it)"
-    state = getattr(obj, "map_state", None)  # a GPUBuffer's; a texture has none
-    if state is not None and state != "unmapped":
+    state = getattr(obj, "map_state", None)  # a GPUBuffer's; a texture has none (nor a test double: not a str)
+    if isinstance(state, str) and state != "unmapped":
         return f"is still mapped (map state {state!r}): unmap() it before the GPU uses it"
     return None
 

@@ -214,7 +214,7 @@ class BatchRecorder:
                     # abort the process (review helper 159). None of it runs; its readbacks fail.
                     from ..device.destroyed import unusable
 
-                    raise _Destroyed(f"a buffer or texture it uses ({getattr(gone, 'label', '')!r}) {unusable(gone)} since it was recorded")
+                    raise _Destroyed(f"since it was recorded, a buffer or texture it uses ({getattr(gone, 'label', '')!r}) {unusable(gone)}")
                 # finish() (which raises on a lost device) and the submit, under the submit lock.
                 batch.submission.submit(self._device, self._queue, self._guard, "batch", self._timer)
         except Exception as exc:

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import logging
 import time
+import weakref
 from collections.abc import Callable, Hashable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
@@ -35,7 +36,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from ..device.destroyed import install as install_destroy_marks
-from ..device.destroyed import unusable, unusable_binding
+from ..device.destroyed import unusable
 from ..device.flags import COPY_DST as _COPY_DST
 from ..device.flags import COPY_SRC as _COPY_SRC
 from ..device.flags import MAP_READ as _MAP_READ
@@ -65,13 +66,13 @@ class _Field:
     desc: FieldMirrorDesc
     buffer: Any
     total: int = 0  # desc.total_bytes(), checked by every upload
-    world: Any = None  # the last world whose field layout was found to be this mirror's
+    world: Any = None  # a weak reference to the last world whose field layout is this mirror's
 
     def layout_refusal(self, world: Any, tag: str) -> str | None:
         """Why ``world``'s field ``tag`` is not laid out as this mirror (another world's field
         of the same tag, of another dtype or chunk shape: its bytes landed mid-slot, review
         helper 189), or None; checked once per world."""
-        if world is self.world:
+        if self.world is not None and self.world() is world:
             return None
         d = self.desc
         try:
@@ -86,7 +87,10 @@ class _Field:
                 f"its world lays the field out as {getattr(mine[0], 'name', mine[0])}, {mine[1]} B and {mine[2]} tiles a chunk; the mirror was "
                 f"registered as {getattr(d.format, 'name', d.format)}, {d.bytes_per_chunk} B and {d.tiles_per_chunk} tiles a chunk (a span of another world?)"
             )
-        self.world = world
+        try:
+            self.world = weakref.ref(world)  # not a strong one: the backend kept a dropped world's arrays alive (helper 191)
+        except TypeError:  # no weak references to it: checked every time (a few attribute reads)
+            self.world = None
         return None
 
 
@@ -363,22 +367,17 @@ class WgpuBackend:
 
     def _resource_refusal(self, desc: WgpuProductDesc) -> str | None:
         """Why the product's own resources cannot serve this backend, or None: one of another
-        device (its first readback failed as a device error and disabled the backend), or a
-        buffer destroyed or still mapped (its first use aborted the process: review helper 189)."""
+        device (its first readback failed as a device error and disabled the backend for good:
+        review helper 189). Destroyed and still-mapped buffers are refused where they would be
+        used (a dispatch, a readback): a buffer made mapped may be unmapped after registering,
+        as WebGPU allows (helper 191)."""
         named = [("its readback source", desc.readback_source), ("its pipeline", desc.pipeline)]
         named += [("a writable buffer", b) for b in desc.writable] + [("a bind group", g) for g in desc.bind_groups]
         for what, obj in named:
-            if obj is None:
-                continue
-            device = getattr(obj, "_device", None)
-            if device is not None and device is not self.device:
+            device = getattr(obj, "_device", None) if obj is not None else None
+            # A device of the backend's own kind (a test double's invented ``_device`` is not one).
+            if isinstance(device, type(self.device)) and device is not self.device:
                 return f"{what} ({getattr(obj, 'label', '')!r}) lives on another device than this backend's"
-            why = unusable(obj)
-            if why is None and what == "a bind group":
-                found = unusable_binding(obj)
-                why = None if found is None else f"binds {getattr(found, 'label', '')!r}, which {unusable(found)}"
-            if why is not None:
-                return f"{what} ({getattr(obj, 'label', '')!r}) {why}"
         return None
 
     def unregister_product(self, handle: GpuProductHandle) -> bool:

@@ -79,6 +79,8 @@ def _read_words(buffer: Any, offset: int, size: int, ctx: Any, dtype: Any = None
     dev = ctx.device
     padded = (size + 3) & ~3
     cls = size_class(padded)
+    if cls >= 1 << 28 and cls > padded and cls > ctx.limit("max-buffer-size"):
+        cls = padded  # a class past the device's largest buffer (2^31 - 1 on lavapipe): the exact size (review helper 191)
     # Pooled per device context, so a lost device drops its staging buffers with it.
     free = ctx.cache("read staging").setdefault(cls, [])
     staging = free.pop() if free else dev.create_buffer(size=cls, usage=wgpu.BufferUsage.MAP_READ | wgpu.BufferUsage.COPY_DST, label="read staging")

@@ -53,30 +53,34 @@ def main(case: str) -> None:
         src.write_mapped(np.arange(4, dtype=np.float32))
         src.unmap()
         assert abi.read(variant.run(4, inputs={"src": src}).outputs["dst"]).tolist() == [0.0, 2.0, 4.0, 6.0]
-    elif case in ("readback_source", "foreign_source"):
+    elif case == "foreign_source":
         be = WgpuBackend(ctx)
-        if case == "readback_source":
-            src = dev.create_buffer(size=64, usage=U.MAP_WRITE | U.COPY_SRC, mapped_at_creation=True)
-        else:
-            other = wgpu.gpu.request_adapter_sync(power_preference="high-performance").request_device_sync()
-            src = other.create_buffer(size=64, usage=U.STORAGE | U.COPY_SRC)
-        handle = be.register_product("p", WgpuProductDesc(pipeline=object(), readback_source=src, callback=lambda r: None))
-        assert handle is None, "registered"
-        assert ("still mapped" if case == "readback_source" else "another device") in be.last_refusal, be.last_refusal
+        other = wgpu.gpu.request_adapter_sync(power_preference="high-performance").request_device_sync()
+        src = other.create_buffer(size=64, usage=U.STORAGE | U.COPY_SRC)
+        assert be.register_product("p", WgpuProductDesc(pipeline=object(), readback_source=src, callback=lambda r: None)) is None, "registered"
+        assert "another device" in be.last_refusal, be.last_refusal
         assert be.healthy
-        if case == "readback_source":
-            src.unmap()  # unmapped later: registered, and read back
-            got = []
-            handle = be.register_product(
-                "p", WgpuProductDesc(pipeline=object(), readback_source=src, callback=lambda r: got.append(None if r.data is None else bytes(r.data)))
-            )
-            assert handle is not None and be.readback(ReadbackDesc(handle, ReadbackPolicy.SUMMARY)), be.last_refusal
-            for _ in range(500):
-                be.poll()
-                if got:
-                    break
-                time.sleep(0.01)
-            assert got == [bytes(64)], got  # the data lives during the callback only
+        be.close()
+    elif case == "readback_source":
+        # Registered mapped (WebGPU allows unmapping later), refused while mapped at its use,
+        # read back once unmapped.
+        be = WgpuBackend(ctx)
+        src = dev.create_buffer(size=64, usage=U.MAP_WRITE | U.COPY_SRC, mapped_at_creation=True)
+        got: list = []
+        handle = be.register_product(
+            "p", WgpuProductDesc(pipeline=object(), readback_source=src, callback=lambda r: got.append(None if r.data is None else bytes(r.data)))
+        )
+        assert handle is not None, be.last_refusal
+        assert not be.readback(ReadbackDesc(handle, ReadbackPolicy.SUMMARY))
+        assert "still mapped" in be.last_refusal and be.healthy, be.last_refusal
+        src.unmap()
+        assert be.readback(ReadbackDesc(handle, ReadbackPolicy.SUMMARY)), be.last_refusal
+        for _ in range(500):
+            be.poll()
+            if got:
+                break
+            time.sleep(0.01)
+        assert got == [bytes(64)], got  # the data lives during the callback only
         be.close()
     elif case == "bound":
         world = World((4, 4), {"h": np.float32}, max_chunks=4)
@@ -89,11 +93,12 @@ def main(case: str) -> None:
         pipeline = dev.create_compute_pipeline(layout="auto", compute={"module": module, "entry_point": "main"})
         out = dev.create_buffer(size=16, usage=U.STORAGE, mapped_at_creation=True)
         group = dev.create_bind_group(layout=pipeline.get_bind_group_layout(0), entries=[{"binding": 0, "resource": {"buffer": out}}])
-        assert be.register_product("p", WgpuProductDesc(pipeline, [group], fields=("h",))) is None
-        assert "still mapped" in be.last_refusal, be.last_refusal
-        out.unmap()
         handle = be.register_product("p", WgpuProductDesc(pipeline, [group], fields=("h",)))
-        assert handle is not None and be.dispatch(DispatchDesc(handle, "h", 1, 1)), be.last_refusal
+        assert handle is not None, be.last_refusal
+        assert not be.dispatch(DispatchDesc(handle, "h", 1, 1))
+        assert "still mapped" in be.last_refusal and be.healthy, be.last_refusal
+        out.unmap()
+        assert be.dispatch(DispatchDesc(handle, "h", 1, 1)), be.last_refusal
         be.close()
     print(f"ok {case}")
 

@@ -121,3 +121,33 @@ def test_odd_inputs_are_refusals_not_raw_errors():
         assert "not hashable" in be.last_refusal
     finally:
         be.close()
+
+
+@pytest.mark.gpu
+def test_the_backend_keeps_no_world_alive_and_takes_test_doubles():
+    # Review helper 191: the layout check held the last world that uploaded (its arrays stayed
+    # alive with the backend); a MagicMock's invented map_state and _device read as "still
+    # mapped" and "another device".
+    import gc
+    import weakref
+    from unittest.mock import MagicMock
+
+    from engine_plugin.device.destroyed import unusable
+    from engine_plugin.gpu import field_mirror_desc, upload_desc
+    from engine_plugin.world import World
+
+    ctx = get_context()
+    w = World((4, 4), {"h": np.float32}, max_chunks=4)
+    w.add(0)
+    be = WgpuBackend(ctx)
+    try:
+        assert be.register_field(field_mirror_desc(w, "h"))
+        assert be.upload(upload_desc(w, "h", 0))
+        gone = weakref.ref(w)
+        del w
+        gc.collect()
+        assert gone() is None
+        assert unusable(MagicMock()) is None
+        assert be.register_product("mocked", WgpuProductDesc(pipeline=MagicMock())) is not None, be.last_refusal
+    finally:
+        be.close()
