@@ -814,13 +814,18 @@ class AssetLibrary:
                         "was made before it and would run the old kernel; take the new one from ref.program().variant(...)"
                     )
             # Copies on other devices (Program.on_device) are never swapped: the new program
-            # makes its own (review helper 187: one kept ran the old kernel).
+            # makes its own. The variants a copy made refuse run() (review helper 187: one kept
+            # ran the old kernel), and the copy follows the new program's copy on its device, so
+            # a variant it makes from now on is the new kernel's (helper 192: one made after
+            # the reload from a copy held across it ran the old kernel).
             for copy in old.device_copies():
                 for s, variant in copy.variants.items():
                     variant.retire(
                         f"reloaded (generation {ref.generation + 1}): this Variant ({s.label()}) on another device was made before it "
                         "and would run the old kernel; take the new one from ref.program().on_device(...).variant(...)"
                     )
+                if copy.ctx is not None and not copy.ctx.lost:
+                    copy.follow(new.on_device(copy.ctx))
         files = []
         prev = ref._source
         if prev is None or prev.yaml_text != src.yaml_text:

@@ -633,7 +633,8 @@ def test_a_variant_kept_on_another_device_is_refused_after_a_reload(asset_root, 
     lib = make_library(asset_root)
     ref = lib.load("k.computeShader")
     ctx2 = get_context(get_context().adapter.request_device_sync())
-    kept = ref.program().on_device(ctx2).variant({"T": "f32"})
+    copy = ref.program().on_device(ctx2)
+    kept = copy.variant({"T": "f32"})
     x = np.array([1, 2, 3, 4], np.float32)
     write(os.path.join(ref.folder, "kernel.wgsl"), kernel(5.0))  # body-only on the main device
     lib.request_reload(ref.path)
@@ -644,6 +645,10 @@ def test_a_variant_kept_on_another_device_is_refused_after_a_reload(asset_root, 
     from engine_plugin import abi
 
     assert abi.read(fresh.run(4, inputs={"src": x}).outputs["dst"]).tolist() == [5.0, 10.0, 15.0, 20.0]
+    # The copy held across the reload makes the new kernel's variants (helper 192: an i32 one
+    # made after the reload ran the old kernel's numbers).
+    xi = np.array([1, 2, 3, 4], np.int32)
+    assert abi.read(copy.variant({"T": "i32"}).run(4, inputs={"src": xi}).outputs["dst"]).tolist() == [5, 10, 15, 20]
 
 
 def test_an_edit_dropping_an_option_a_variant_in_use_needs_says_so(asset_root, make_library):
