@@ -691,6 +691,13 @@ class Engine:
                     program = product.ref.program()
                 except PluginError:
                     continue  # never loaded: nothing to swap
+                # What that program answers as: a second library on the same folder may have
+                # reloaded the Program both share, which then follows its successor while this
+                # library's reference still answers it (review helper 192: the product kept
+                # the old kernel).
+                current = getattr(program, "current", None)
+                if current is not None:
+                    program = current()
             else:
                 # Registered with a Program (or a Variant's): it answers as whatever reloaded
                 # it, and a body-only reload swapped its variants' pipelines in place; the
@@ -700,6 +707,13 @@ class Engine:
                     continue
                 program = current()
             if program is product.program or program is product.refused_program:
+                if product.gpu is not None and product.gpu.swapped:
+                    # A reload this product does not see as one swapped its variant's pipeline
+                    # in place (another library's on the same Program, a pinned view sharing
+                    # the variant): registered again, as after a refused body-only reload; its
+                    # dispatches were refused every frame with nothing said (review helper 192).
+                    self._new_kernel(product)
+                    st.reregistered += 1
                 continue
             try:
                 self._plan(product, program)
