@@ -322,18 +322,18 @@ def bake(
                     todo.append((plan, pending))
             unusable = store.unusable_since(unusable_mark)  # baked again below: replaced once written
             total = sum(len(items) for _, items in todo)
-            if total and store.read_only:
-                # Said once, before anything compiles: every variant would fail its write (a
-                # read-only mount compiled them all and failed each one, review helper 186).
-                raise CacheError(
-                    f"cannot write the variant cache folder (read-only): {total} variant(s) need baking; name a folder the bake may write",
-                    Span(store.folder),
-                )
-            if total and validate and getattr(runner, "local_gpu", False):
-                from ..device.context import require_adapter
-
-                require_adapter()  # none: one error (exit 2), not a failure per variant (review helper 190)
             if total:
+                if store.read_only:
+                    # Said once, before anything compiles: every variant would fail its write (a
+                    # read-only mount compiled them all and failed each one, review helper 186).
+                    raise CacheError(
+                        f"cannot write the variant cache folder (read-only): {total} variant(s) need baking; name a folder the bake may write",
+                        Span(store.folder),
+                    )
+                if validate and getattr(runner, "local_gpu", False):
+                    from ..device.context import require_adapter
+
+                    require_adapter()  # none: one error (exit 2), not a failure per variant (review helper 190)
                 t_start = time.perf_counter()
                 with runner:
                     report.startup_s = time.perf_counter() - t_start

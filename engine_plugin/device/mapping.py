@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-__all__ = ["map_submitted", "settled"]
+__all__ = ["map_submitted", "settled", "staging_bytes"]
 
 from .flags import MAP_MODE_READ as _MAP_MODE_READ
 
@@ -48,3 +48,14 @@ def settled(promise: Any, timeout: float, urgent: bool = False) -> bool:
         return True
     with urgent_wait(poller):
         return event.wait(timeout)
+
+
+def staging_bytes(size_class: int, size: int, device: Any) -> int:
+    """The bytes of a pooled staging buffer for ``size`` bytes: its ``size_class``, or ``size``
+    itself where the class is past ``device``'s largest buffer (lavapipe's is 2^31 - 1: a legal
+    read of 1 GiB and a bit asked for 2 GiB, failed, and a backend's failure disabled it:
+    review helpers 189, 191). Such a buffer is not a size class, so no pool keeps it."""
+    if size_class < 1 << 28 or size_class <= size:  # (the device's limit is read for the large only)
+        return size_class
+    limits = getattr(device, "limits", None) or {}
+    return size if size_class > int(limits.get("max-buffer-size", size_class)) else size_class

@@ -37,7 +37,7 @@ from ..device.flags import COPY_DST as _COPY_DST
 from ..device.flags import MAP_MODE_READ as _MAP_MODE_READ
 from ..device.flags import MAP_READ as _MAP_READ
 from ..device.guard import guard_for
-from ..device.mapping import map_submitted
+from ..device.mapping import map_submitted, staging_bytes
 from .backend import ReadbackResult, ReadbackStatus
 from .readback import PromiseWaiter, ReadbackRequest, ReadbackTracker, settled, settled_now
 
@@ -48,9 +48,6 @@ log = logging.getLogger("engine_plugin.gpu")
 # Polls that may find a request's map pending before the waiter thread watches it: the engine
 # polls twice a frame (before dispatching, after), so 3 is "still pending a frame later".
 _POLLS_BEFORE_WATCH = 3
-
-
-_LARGE = 1 << 28  # size classes this big are checked against the device's limit
 
 
 class ReadbackRing:
@@ -87,8 +84,8 @@ class ReadbackRing:
 
     def create_staging(self, device: Any, size: int, usage: int) -> Any:
         """A staging buffer of at least ``size`` bytes: an idle pooled one, else a new one."""
-        if self.reuse and not self.device_lost and not self._past_limit(device, size):
-            cls = self._size_class(size)
+        if self.reuse and not self.device_lost:
+            cls = staging_bytes(self._size_class(size), size, device)
             idle = self._pool.get(cls)
             if idle:
                 self._pool_bytes -= cls
@@ -98,17 +95,6 @@ class ReadbackRing:
         staging = device.create_buffer(size=size, usage=usage, label="engine_plugin.readback_staging")
         self.created += 1
         return staging
-
-    def _past_limit(self, device: Any, size: int) -> bool:
-        """Whether ``size``'s size class is past the device's largest buffer (lavapipe's is
-        2^31 - 1: a legal readback over 1 GiB asked for 2 GiB of staging, failed, and the
-        failure disabled the backend: review helper 189). Such a readback gets a staging
-        buffer of its own size, never pooled."""
-        cls = self._size_class(size)
-        if cls == size or cls < _LARGE:
-            return False
-        limits = getattr(device, "limits", None) or {}
-        return cls > int(limits.get("max-buffer-size", cls))
 
     def destroy_staging(self, staging: Any) -> None:
         """Release a staging buffer whose copy is over (or whose device is lost): into the

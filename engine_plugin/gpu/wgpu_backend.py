@@ -47,7 +47,7 @@ from ..errors import StaleHandleError, StaleSpanError, bug
 from ..world import World
 from .batch import BatchRecorder
 from .config import WgpuBackendConfig, WgpuProductDesc, product_refusal, readback_range, source_size
-from .descriptors import DispatchDesc, FieldMirrorDesc, GpuCapabilities, ReadbackDesc, SpanList, UploadDesc
+from .descriptors import DispatchDesc, FieldMirrorDesc, GpuCapabilities, ReadbackDesc, SpanList, UploadDesc, field_mirror_desc
 from .handles import GpuProductHandle, SlotTable
 from .ring import ReadbackRing, map_submitted
 
@@ -76,22 +76,27 @@ class _Field:
             return None
         d = self.desc
         try:
-            spec = world.field(tag)
-            mine = (spec.format, world.chunk_nbytes(tag), world.tiles_per_chunk)
+            theirs = field_mirror_desc(world, tag)  # the mirror that world's field would register
         except Exception as exc:  # not a World, or no such field
             return f"its world has no field {tag!r} laid out as a mirror ({type(exc).__name__}: {exc})"
         # A slot's layout (a world of more chunks than the mirror has slots uploads the spans
         # that fit: the range check refuses the rest).
-        if mine != (d.format, d.bytes_per_chunk, d.tiles_per_chunk):
-            return (
-                f"its world lays the field out as {getattr(mine[0], 'name', mine[0])}, {mine[1]} B and {mine[2]} tiles a chunk; the mirror was "
-                f"registered as {getattr(d.format, 'name', d.format)}, {d.bytes_per_chunk} B and {d.tiles_per_chunk} tiles a chunk (a span of another world?)"
-            )
+        if _slot_layout(theirs) != _slot_layout(d):
+            return f"its world lays the field out as {_layout_text(theirs)}; the mirror was registered as {_layout_text(d)} (a span of another world?)"
         try:
             self.world = weakref.ref(world)  # not a strong one: the backend kept a dropped world's arrays alive (helper 191)
         except TypeError:  # no weak references to it: checked every time (a few attribute reads)
             self.world = None
         return None
+
+
+def _slot_layout(desc: FieldMirrorDesc) -> tuple:
+    """What a mirror slot's bytes mean: the field's format, bytes and tiles a chunk."""
+    return (desc.format, desc.bytes_per_chunk, desc.tiles_per_chunk)
+
+
+def _layout_text(desc: FieldMirrorDesc) -> str:
+    return f"{getattr(desc.format, 'name', desc.format)}, {desc.bytes_per_chunk} B and {desc.tiles_per_chunk} tiles a chunk"
 
 
 @dataclass

@@ -17,7 +17,7 @@ import wgpu
 
 from ..device.context import get_context
 from ..device.destroyed import unusable
-from ..device.mapping import map_submitted, settled
+from ..device.mapping import map_submitted, settled, staging_bytes
 from ..errors import DeviceLostError, DispatchError
 from ..lowering.structs import StructType
 from ..lowering.types import ValueType
@@ -78,9 +78,7 @@ def read_words(buffer: Any, offset: int = 0, size: int | None = None, device: An
 def _read_words(buffer: Any, offset: int, size: int, ctx: Any, dtype: Any = None) -> Any:
     dev = ctx.device
     padded = (size + 3) & ~3
-    cls = size_class(padded)
-    if cls >= 1 << 28 and cls > padded and cls > ctx.limit("max-buffer-size"):
-        cls = padded  # a class past the device's largest buffer (2^31 - 1 on lavapipe): the exact size (review helper 191)
+    cls = staging_bytes(size_class(padded), padded, dev)
     # Pooled per device context, so a lost device drops its staging buffers with it.
     free = ctx.cache("read staging").setdefault(cls, [])
     staging = free.pop() if free else dev.create_buffer(size=cls, usage=wgpu.BufferUsage.MAP_READ | wgpu.BufferUsage.COPY_DST, label="read staging")

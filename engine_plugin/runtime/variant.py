@@ -1056,6 +1056,15 @@ class Variant:
             return None
         if not _same_params(params, rep) or not _same_objects(inputs, rep.inputs):
             return None
+        ops, result, owned = self._pooled_outputs(rep)
+        bind_group = self._repeat_bind_group(rep, tuple(owned), owned)
+        batch.append_again((self.compiled.pipeline, bind_group, lane[3], rep.groups, ops), owned)
+        self.runs += 1
+        return Run(result, rep.n, rep.groups, self)
+
+    def _pooled_outputs(self, rep: "_Repeat") -> tuple[list, dict[str, Output], list]:
+        """A simple repeat's outputs: a pooled buffer each, its clear, its Output; answers
+        (clear ops, Outputs by name, buffers)."""
         pool = self._pool
         ops: list = []
         result: dict[str, Output] = {}
@@ -1066,16 +1075,19 @@ class Variant:
                 ops.append(("clear", buf, 0, nbytes))
             result[slot.name] = Output.pooled(buf, size, vt, slot.name, slot.bits, pool)
             owned.append(buf)
-        key = tuple(owned)
+        return ops, result, owned
+
+    def _repeat_bind_group(self, rep: "_Repeat", key: tuple, outs: list, ups: Any = ()) -> Any:
+        """The bind group of a simple repeat whose own buffers are ``key`` (its uploads' ``ups``,
+        then its outputs ``outs``): kept with the repeat state, made on a miss."""
         bind_group = rep.bind_groups.get(key)
         if bind_group is None:
             bound = dict(rep.bound)
-            for (slot, size, nbytes, *_), buf in zip(rep.plan, owned):
+            bound.update(ups)
+            for (slot, size, nbytes, *_), buf in zip(rep.plan, outs):
                 bound[slot.binding] = _Bound(buf, size, 0, nbytes)
             bind_group = rep.keep_group(key, self._bind_group(bound))
-        batch.append_again((self.compiled.pipeline, bind_group, lane[3], rep.groups, ops), owned)
-        self.runs += 1
-        return Run(result, rep.n, rep.groups, self)
+        return bind_group
 
     def _open_lane(self, rep: "_Repeat", batch: Any) -> None:
         """After a simple repeat recorded into ``batch``: when the batch's lane is this
@@ -1624,37 +1636,20 @@ class Variant:
             return None  # a chained count on the GPU, or another than was bound: the full path
         pool = self._pool
         if rep.simple:  # pooled plain outputs only (the common case): no bound dict unless a group is made
-            ops: list = []
-            result: dict[str, Output] = {}
-            owned: list = []
             temps: list = []
             ups = [(slot.binding, self._upload_again(slot, inputs[name], temps, direct)) for name, (slot, _, _, direct) in rep.host.items()] if rep.host else ()
-            take = pool.take_class
-            for slot, size, nbytes, cls, _, vt in rep.plan:
-                buf = take(cls, STORAGE_USAGE, slot.name)
-                if slot.clear:
-                    ops.append(("clear", buf, 0, nbytes))
-                result[slot.name] = Output.pooled(buf, size, vt, slot.name, slot.bits, pool)
-                owned.append(buf)
-            if temps:
-                owned = temps + owned
+            ops, result, outs = self._pooled_outputs(rep)
+            owned = temps + outs if temps else outs
             key = tuple(owned)
             last = self._repeat_group
             if last is not None and last[0] == key:
                 bind_group = last[1]
             else:
-                bind_group = rep.bind_groups.get(key)
-                if bind_group is None:
-                    bound = dict(rep.bound)
-                    bound.update(ups)
-                    for (slot, size, nbytes, *_), buf in zip(rep.plan, owned[len(temps) :]):
-                        bound[slot.binding] = _Bound(buf, size, 0, nbytes)
-                    bind_group = rep.keep_group(key, self._bind_group(bound))
+                bind_group = self._repeat_bind_group(rep, key, outs, ups)
                 self._repeat_group = (key, bind_group)
             batch = current_batch() if OPEN_BATCHES else None
             if batch is not None:  # recorded into this thread's batch: _submit's batch branch, inline
                 if temps:
-                    outs = owned[len(temps) :]
                     batch.add(self, rep.data, bind_group, rep.groups, ops, temps, rep.fixed + owned, made=outs, results=outs)
                 else:
                     batch.add_again(self, rep.data, bind_group, rep.groups, ops, owned, rep.fixed)
