@@ -90,6 +90,32 @@ class _Field:
         return None
 
 
+def _span_refusal(desc: UploadDesc, stride: int) -> str | None:
+    """Why a span's own numbers disagree with each other or with its world, or None.
+
+    ``data()`` checks the versions of ``chunk_keys`` and sends the bytes of ``first_slot``'s
+    slots to ``dst_offset``: a hand-made descriptor whose slots are not its chunks' passed the
+    version check and wrote another slot's bytes, or bytes to another slot (review helper
+    189). A chunk no longer live is left to ``data()``, which names it as stale."""
+    first, count = desc.first_slot, desc.slot_count
+    if desc.dst_offset != first * stride or desc.nbytes != count * stride:
+        return (
+            f"the span covers slots {first}..{first + count - 1} ({stride} B a slot: bytes {first * stride}+{count * stride}), "
+            f"not bytes {desc.dst_offset}+{desc.nbytes} (a hand-made UploadDesc? take one from upload_desc or coalesce_uploads)"
+        )
+    slot = getattr(desc.world, "slot", None)
+    if slot is None:
+        return None
+    for key in desc.chunk_keys:
+        try:
+            at = slot(key)
+        except LookupError:  # not live (UnknownChunkError is a KeyError): data() says it is stale
+            continue
+        if not first <= at < first + count:
+            return f"chunk {key} lives in slot {at}, outside the span's slots {first}..{first + count - 1} (a hand-made UploadDesc? take one from upload_desc or coalesce_uploads)"
+    return None
+
+
 def _slot_layout(desc: FieldMirrorDesc) -> tuple:
     """What a mirror slot's bytes mean: the field's format, bytes and tiles a chunk."""
     return (desc.format, desc.bytes_per_chunk, desc.tiles_per_chunk)
@@ -443,6 +469,7 @@ class WgpuBackend:
                 return self._upload_span_list(descs, whole)
         write = self.queue.write_buffer
         fields = self._fields
+        trusted = type(descs) is SpanList  # made from the world's own slot vectors (see _span_refusal)
         done = sent = 0
         try:
             for desc in descs:
@@ -463,6 +490,10 @@ class WgpuBackend:
                     break
                 if offset < 0 or offset + nbytes > f.total:
                     self._refuse(f"upload of {desc.tag!r}: bytes {offset}+{nbytes} outside the mirror")
+                    break
+                wrong = None if trusted else _span_refusal(desc, f.desc.slot_stride)
+                if wrong is not None:
+                    self._refuse(f"upload of {desc.tag!r}: {wrong}")
                     break
                 try:
                     data = desc.data()  # StaleSpanError before anything of this span reaches the device

@@ -151,3 +151,36 @@ def test_the_backend_keeps_no_world_alive_and_takes_test_doubles():
         assert be.register_product("mocked", WgpuProductDesc(pipeline=MagicMock())) is not None, be.last_refusal
     finally:
         be.close()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("forge", ["first_slot", "dst_offset", "nbytes"])
+def test_a_hand_made_span_whose_slots_are_not_its_chunks_is_refused(forge):
+    # Review helper 189: an UploadDesc whose first_slot is another chunk's slot passed the
+    # version check (its chunk is current) and sent the other slot's bytes.
+    import dataclasses
+
+    from engine_plugin.gpu import field_mirror_desc, upload_desc
+    from engine_plugin.world import World
+
+    ctx = get_context()
+    w = World((2, 2), {"h": np.float32}, max_chunks=4)
+    be = WgpuBackend(ctx)
+    try:
+        assert be.register_field(field_mirror_desc(w, "h"))
+        w.add(10, {"h": np.full((2, 2), 1.0, np.float32)})
+        w.add(11, {"h": np.full((2, 2), 2.0, np.float32)})
+        assert be.upload(upload_desc(w, "h", 10)) and be.upload(upload_desc(w, "h", 11))
+        with w.edit(11) as f:
+            f["h"][...] = 7.0
+        desc = upload_desc(w, "h", 10)
+        change = {"first_slot": w.slot(11), "dst_offset": w.slot(11) * 16, "nbytes": 32}[forge]
+        assert not be.upload(dataclasses.replace(desc, **{forge: change}))
+        assert "hand-made UploadDesc" in be.last_refusal, be.last_refusal
+        got = np.frombuffer(ctx.queue.read_buffer(be.field_buffer("h")), np.float32)[:8]
+        np.testing.assert_array_equal(got, [1, 1, 1, 1, 2, 2, 2, 2])  # nothing of the forged span landed
+        assert be.upload(desc) and be.upload(upload_desc(w, "h", 11)) and be.healthy  # real spans still go
+        got = np.frombuffer(ctx.queue.read_buffer(be.field_buffer("h")), np.float32)[:8]
+        np.testing.assert_array_equal(got, [1, 1, 1, 1, 7, 7, 7, 7])
+    finally:
+        be.close()
