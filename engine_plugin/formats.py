@@ -49,6 +49,13 @@ class GpuFieldFormat(enum.Enum):
         return self.dtype.itemsize
 
     @classmethod
+    def _missing_(cls, value: object) -> GpuFieldFormat:
+        """``GpuFieldFormat(np.float32)``: a numpy dtype (or anything ``np.dtype`` accepts)
+        is taken as :meth:`from_dtype` takes it (SPEC: "from a numpy dtype"); the enum's own
+        lookup took only the type strings, and answered a raw ValueError (review helper 194)."""
+        return cls.from_dtype(value)
+
+    @classmethod
     def from_dtype(cls, dtype: Any) -> GpuFieldFormat:
         """The format of a numpy dtype (or anything ``np.dtype`` accepts).
 

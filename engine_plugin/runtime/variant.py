@@ -1976,6 +1976,9 @@ def _same_scalar(element: Any, vt: Any) -> bool:
     return bool(element.scalar == vt.scalar)
 
 
+_OUTPUT_KEYS = frozenset({"buffer", "count", "capacity", "counter"})  # an outputs= mapping's (SPEC section 2)
+
+
 def _given_output(given: Any) -> tuple[Any, Any, int | None, int | None, Output | None]:
     """``(buffer, counter, capacity given, bytes an Output owns, that Output)`` of an
     ``outputs=`` entry: a GPUBuffer, an Output, or ``{buffer, count, capacity, counter}`` (its
@@ -1989,6 +1992,12 @@ def _given_output(given: Any) -> tuple[Any, Any, int | None, int | None, Output 
     if isinstance(given, wgpu.GPUBuffer):
         return given, None, None, None, None
     if isinstance(given, Mapping) and "buffer" in given:
+        unknown = set(given) - _OUTPUT_KEYS
+        if unknown:
+            # A misspelt key was ignored: {"buffer": b, "countr": c} dropped the counter, and
+            # the appends overwrote the caller's first records (review helper 194).
+            names = ", ".join(sorted(map(repr, unknown)))
+            raise DispatchError(f"unknown key {names} in an outputs= mapping; it takes {', '.join(map(repr, sorted(_OUTPUT_KEYS)))}")
         inner = given["buffer"]
         if isinstance(inner, Output):
             buf, counter, _, owned, source = _given_output(inner)

@@ -59,7 +59,14 @@ class World:
         self._base: dict[str, np.ndarray] = {}
         self._rw: dict[str, np.ndarray] = {}
         for name, spec in self._fields.items():
-            base = np.zeros((self.max_chunks, *self.chunk_shape), dtype=spec.dtype)
+            try:
+                base = np.zeros((self.max_chunks, *self.chunk_shape), dtype=spec.dtype)
+            except (MemoryError, ValueError) as exc:  # numpy's own errors named no field (review helper 194)
+                nbytes = self.max_chunks * self.tiles_per_chunk * spec.value_bytes
+                raise WorldError(
+                    f"field {name!r} of {self.max_chunks} chunks of {'x'.join(map(str, self.chunk_shape))} tiles needs {nbytes:,} bytes, "
+                    f"which cannot be allocated ({type(exc).__name__}: {exc}); use fewer chunks (max_chunks) or smaller chunks"
+                ) from None
             # The one writeable alias stays private; the base (and every view of it) is read-only.
             self._rw[name] = base[...]
             base.flags.writeable = False

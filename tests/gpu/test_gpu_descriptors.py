@@ -58,6 +58,7 @@ from engine_plugin.world import World
 def test_field_formats_come_from_numpy_dtypes(dtype, fmt, nbytes):
     found = GpuFieldFormat.from_dtype(dtype)
     assert found.name == fmt and found.value_bytes == nbytes
+    assert GpuFieldFormat(dtype) is found  # SPEC: "GpuFieldFormat (from a numpy dtype ...)": a raw ValueError before (review helper 194)
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float16, np.complex64, object, "U4", ">u4", np.dtype([("a", "<f4")]), "not a dtype"])
@@ -65,6 +66,8 @@ def test_unsupported_field_types_are_type_errors_naming_what_is_accepted(dtype):
     with pytest.raises(TypeError, match="float32") as info:
         GpuFieldFormat.from_dtype(dtype)
     assert isinstance(info.value, (PluginError, UnsupportedFieldTypeError))
+    with pytest.raises(UnsupportedFieldTypeError, match="float32"):
+        GpuFieldFormat(dtype)
 
 
 # ---- mirrors and spans ------------------------------------------------------------------

@@ -87,6 +87,9 @@ def test_struct_fields_are_cast_with_the_checks_a_plain_binding_makes(field, val
         lambda v, o: v.run(n=2, inputs={"x": np.ones(2, np.float32)}, outputs={"y": {"buffer": o, "capacity": "2"}}),
         lambda v, o: v.run(n=2, inputs={"x": np.ones(2, np.float32)}, outputs={"y": {"buffer": o, "capacity": 1.5}}),
         lambda v, o: v.run(n=2, inputs={"x": np.ones(2, np.float32)}, outputs={"y": {"buffer": o, "counter": 5}}),
+        # Review helper 194: a misspelt key was ignored (an append's counter dropped).
+        lambda v, o: v.run(n=2, inputs={"x": np.ones(2, np.float32)}, outputs={"y": {"buffer": o, "countr": o.buffer}}),
+        lambda v, o: v.run(n=2, inputs={"x": np.ones(2, np.float32)}, outputs={"y": {"buffer": o, "cap": 2}}),
     ],
 )
 def test_malformed_arguments_are_dispatch_errors(call):

@@ -35,6 +35,12 @@ def test_bad_chunk_shapes_are_refused_with_an_example(shape):
         World(shape, {"h": np.float32})
 
 
+def test_a_world_too_big_to_allocate_is_a_world_error_naming_its_field():
+    # Review helper 194: numpy's "array is too big" (ValueError) or a MemoryError came out raw.
+    with pytest.raises(WorldError, match=r"field 'h' of 1073741824 chunks of 1048576x1048576 tiles needs [\d,]+ bytes"):
+        World((2**20, 2**20), {"h": np.float32}, max_chunks=2**30)
+
+
 def test_bad_field_declarations_and_capacities_are_refused():
     with pytest.raises(WorldError):
         World((4, 4), {})
