@@ -14,8 +14,8 @@ from dataclasses import dataclass
 
 from ..errors import Span
 from .lowered import Lowered
-from .param_types import ParamTypeError, parse_param_type, split_array_type
-from .wgsl_text import tokens
+from .wgsl_text import evaluate_int, module_constants, tokens
+from .workgroup_init import TypeDeclarations, split_template, workgroup_declarations
 
 __all__ = ["PortabilityIssue", "portability_issues", "WEBGPU_DEFAULTS"]
 
@@ -27,7 +27,6 @@ WEBGPU_DEFAULTS = {
     "max-compute-workgroup-storage-size": 16384,
     "max-storage-buffers-per-shader-stage": 8,
 }
-_CONST_RE = re.compile(r"\bconst\s+([A-Za-z_]\w*)\s*(?::\s*[a-z0-9]+\s*)?=\s*(\d+)[ui]?\s*;")
 
 
 @dataclass(frozen=True)
@@ -40,27 +39,106 @@ class PortabilityIssue:
         return f"{self.span.prefix()}: warning: {self.message}" + (f"\n{caret}" if caret else "")
 
 
-def _storage_size(type_text: str, consts: dict[str, int]) -> int | None:
-    """Bytes of a workgroup variable's type (storage layout), or None when unknown (structs)."""
-    t = " ".join(type_text.split())
-    if t.startswith("atomic<"):
-        return 4
-    if t.startswith("array<") and t.endswith(">"):
-        parts = split_array_type(t[len("array<") : -1])
-        if parts is None:
+_SCALARS = {"f32": 4, "i32": 4, "u32": 4, "f16": 2, "bool": 4}  # WGSL's SizeOf = AlignOf (bool: 4, as WebGPU counts it)
+_SUFFIX = {"f": "f32", "i": "i32", "u": "u32", "h": "f16"}  # vec4f, mat3x3h, ...
+_SHORT = re.compile(r"^(vec[234]|mat[234]x[234])([fiuh])$")
+
+
+def _round(n: int, k: int) -> int:
+    return -(-n // k) * k
+
+
+class _Layout:
+    """(align, size) of WGSL types as WGSL lays out memory (the spec's "Alignment and Size"
+    table), seeing through the module's aliases, structs and integer constants; None for a
+    type it cannot size (a runtime-sized array, an override-sized one, a texture)."""
+
+    def __init__(self, text: str, toks: list) -> None:
+        self.types = TypeDeclarations(toks, text)
+        self._inits = module_constants(toks)
+        self._consts: dict[str, int | None] = {}
+
+    def const(self, name: str) -> int | None:
+        if name not in self._consts:
+            self._consts[name] = None  # a cycle is unknown (and naga's to refuse)
+            init = self._inits.get(name)
+            self._consts[name] = evaluate_int(init, self.const) if init else None
+        return self._consts[name]
+
+    def of(self, type_text: str, depth: int = 0) -> tuple[int, int] | None:
+        t = self.types.resolve(type_text)
+        if depth > 32:
             return None
-        element, count_text = parts[0], parts[1].rstrip("ui")
-        count = int(count_text) if count_text.isdigit() else consts.get(count_text)
-        size = _storage_size(element, consts)
-        if count is None or size is None:
-            return None
-        align = 16 if re.match(r"vec[34]|mat", element) else 8 if element.startswith("vec2") else 4
-        return count * (-(-size // align) * align)
-    try:
-        p = parse_param_type(t)
-    except ParamTypeError:
+        short = _SHORT.match(t)
+        if short:
+            t = f"{short.group(1)}<{_SUFFIX[short.group(2)]}>"
+        if t in _SCALARS:
+            return _SCALARS[t], _SCALARS[t]
+        if t.startswith("atomic<"):
+            return 4, 4
+        head, _, rest = t.partition("<")
+        if not rest.endswith(">"):
+            return self._struct(t, depth)
+        args = split_template(rest[:-1])
+        if head.startswith("vec") and len(args) == 1:
+            scalar = self.of(args[0], depth + 1)
+            if scalar is None:
+                return None
+            n = int(head[3:])
+            return (2 if n == 2 else 4) * scalar[1], n * scalar[1]
+        if head.startswith("mat") and len(args) == 1:
+            cols, rows = int(head[3]), int(head[5])
+            column = self.of(f"vec{rows}<{args[0]}>", depth + 1)
+            return None if column is None else (column[0], cols * _round(column[1], column[0]))
+        if head == "array" and len(args) == 2:
+            element = self.of(args[0], depth + 1)
+            count = evaluate_int(list(tokens(args[1])), self.const)
+            if element is None or count is None or count < 0:
+                return None
+            return element[0], count * _round(element[1], element[0])
         return None
-    return p.lanes * 4 if p.kind in ("scalar", "vector") else p.uniform_size
+
+    def _struct(self, name: str, depth: int) -> tuple[int, int] | None:
+        members = self.types.structs.get(name)
+        if not members:
+            return None
+        offset, align = 0, 1
+        for _, member in members:
+            m = self.of(member, depth + 1)
+            if m is None:
+                return None
+            offset = _round(offset, m[0]) + m[1]
+            align = max(align, m[0])
+        return align, _round(offset, align)
+
+
+def _workgroup_memory(lowered: Lowered) -> tuple[int, Span] | None:
+    """(bytes of workgroup memory, the user's span of its largest variable) of the lowered
+    module, or None without workgroup variables.
+
+    Read from the lowered module, not the body: that is what compiles (``// @when`` blocks
+    applied, ``#import``ed modules, specialised aliases and constants, a ``kind: workgroup``
+    size). Each variable counts its WGSL size rounded up to 16 bytes, as WebGPU counts it
+    against ``maxComputeWorkgroupStorageSize``; one it cannot size counts nothing (review
+    helper 193: a struct array, an alias, a module's variable and a constant expression
+    counted 0, and a variable of a ``@when`` block not compiled counted)."""
+    text = lowered.source
+    toks = list(tokens(text))
+    found = workgroup_declarations(text, toks)
+    if not found:
+        return None
+    layout = _Layout(text, toks)
+    total, largest, at = 0, -1, found[0][0]
+    for tok, type_text in found:
+        size = layout.of(type_text)
+        if size is None:
+            continue
+        total += _round(size[1], 16)
+        if size[1] > largest:
+            largest, at = size[1], tok
+    smap = lowered.source_map
+    span = smap.locate(at.line, at.col) or Span(smap.files[1] if len(smap.files) > 1 else smap.files[0])
+    return total, span
 
 
 def portability_issues(lowered: Lowered) -> list[PortabilityIssue]:
@@ -88,22 +166,10 @@ def portability_issues(lowered: Lowered) -> list[PortabilityIssue]:
     ):
         if size > limit:
             issues.append(PortabilityIssue(wg_span, f"workgroup size {size} in {axis}; WebGPU guarantees {limit}"))
-    consts = {m.group(1): int(m.group(2)) for m in _CONST_RE.finditer(body)}
-    total, first = 0, None
-    for i, t in enumerate(toks):
-        if t.text == "var" and [x.text for x in toks[i + 1 : i + 4]] == ["<", "workgroup", ">"] and i + 6 < len(toks):
-            j = i + 6
-            nest = 0
-            while j < len(toks) and not (toks[j].text == ";" and nest == 0):
-                nest += {"<": 1, ">": -1}.get(toks[j].text, 0)
-                j += 1
-            nbytes = _storage_size(body[toks[i + 6].offset : toks[j].offset if j < len(toks) else len(body)], consts)
-            total += nbytes or 0
-            first = first or t
-    if total > d["max-compute-workgroup-storage-size"] and first is not None:
-        issues.append(
-            PortabilityIssue(at_body(first.line, first.col), f"{total} bytes of workgroup memory; WebGPU guarantees {d['max-compute-workgroup-storage-size']}")
-        )
+    memory = _workgroup_memory(lowered)
+    if memory is not None and memory[0] > d["max-compute-workgroup-storage-size"]:
+        total, largest = memory
+        issues.append(PortabilityIssue(largest, f"{total} bytes of workgroup memory; WebGPU guarantees {d['max-compute-workgroup-storage-size']}"))
     storage = [b for b in lowered.bindings if b.buffer_type != "uniform"]
     if len(storage) > d["max-storage-buffers-per-shader-stage"]:
         extra = storage[d["max-storage-buffers-per-shader-stage"]]

@@ -12,14 +12,14 @@ from __future__ import annotations
 
 from .wgsl_text import Token, at_module_scope
 
-__all__ = ["workgroup_init_function", "private_reset_function", "INIT_FN", "PRIVATE_INIT_FN"]
+__all__ = ["workgroup_init_function", "private_reset_function", "workgroup_declarations", "TypeDeclarations", "split_template", "INIT_FN", "PRIVATE_INIT_FN"]
 
 INIT_FN = "zero_init_workgroup"
 PRIVATE_INIT_FN = "zero_init_private"
 _LII = "zero_lii"
 
 
-def _split_top(text: str) -> list[str]:
+def split_template(text: str) -> list[str]:
     """``a, b<c, d>, e`` -> [a, b<c, d>, e]: commas outside <...> and (...). Inside parentheses
     a ``<`` or ``>`` is a comparison or a shift (``array<u32, (1u << 6u)>``), not a bracket."""
     parts, angle, paren, cur = [], 0, 0, ""
@@ -42,7 +42,7 @@ def _split_top(text: str) -> list[str]:
     return parts
 
 
-class _Types:
+class TypeDeclarations:
     """The body's ``alias`` and ``struct`` declarations, to see through a workgroup
     variable's type: one that holds atomics cannot be constructed (``T()``), so its atomics
     are stored member by member."""
@@ -71,7 +71,7 @@ class _Types:
         if t.startswith("atomic<") or depth > 32:
             return t.startswith("atomic<")
         if t.startswith("array<") and t.endswith(">"):
-            return self.holds_atomics(_split_top(t[len("array<") : -1])[0], depth + 1)
+            return self.holds_atomics(split_template(t[len("array<") : -1])[0], depth + 1)
         return any(self.holds_atomics(m, depth + 1) for _, m in self.structs.get(t, ()))
 
 
@@ -118,7 +118,7 @@ def _members(toks: list[Token], j: int, text: str) -> list[tuple[str, str]]:
     return out
 
 
-def _zero(ref: str, type_text: str, depth: int, invocations: int, types: _Types) -> str:
+def _zero(ref: str, type_text: str, depth: int, invocations: int, types: TypeDeclarations) -> str:
     """Statements zeroing ``ref`` of ``type_text``; depth 0 strides over the invocations."""
     t = types.resolve(type_text)
     if t.startswith("atomic<"):
@@ -126,7 +126,7 @@ def _zero(ref: str, type_text: str, depth: int, invocations: int, types: _Types)
         # alias the body does not declare) refused a 0u (review helper 140).
         stmt = f"atomicStore(&{ref}, 0);"
     elif t.startswith("array<") and t.endswith(">"):
-        args = _split_top(t[len("array<") : -1])
+        args = split_template(t[len("array<") : -1])
         if len(args) == 2:
             k = f"zero_k{depth}"
             start, step = (_LII, f"{invocations}u") if depth == 0 else ("0u", "1u")
@@ -141,8 +141,8 @@ def _zero(ref: str, type_text: str, depth: int, invocations: int, types: _Types)
     return f"if ({_LII} == 0u) {{ {stmt} }}" if depth == 0 else stmt
 
 
-def _module_vars(toks: list[Token], text: str, space: str) -> list[tuple[str, str, str]]:
-    """(name, type text, initialiser text) of each module-scope ``var<space>`` (either text
+def _module_vars(toks: list[Token], text: str, space: str) -> list[tuple[str, str, str, Token]]:
+    """(name, type text, initialiser text, its ``var`` token) of each module-scope ``var<space>`` (either text
     may be empty: ``var<private> x = 1.0;`` has no type, ``var<workgroup> a: T;`` no
     initialiser). A module-scope declaration holds no block, so it ends at its first ``;``; a
     type holds no ``=``, so the first one starts the initialiser (which may compare and shift)."""
@@ -165,12 +165,17 @@ def _module_vars(toks: list[Token], text: str, space: str) -> list[tuple[str, st
         type_end = toks[equals].offset if equals is not None else toks[j].offset
         type_text = text[toks[colon + 1].offset : type_end].strip() if colon is not None and colon + 1 < j else ""
         init_text = text[toks[equals + 1].offset : toks[j].offset].strip() if equals is not None and equals + 1 < j else ""
-        out.append((toks[i + 4].text, type_text, init_text))
+        out.append((toks[i + 4].text, type_text, init_text, t))
     return out
 
 
 def _workgroup_vars(toks: list[Token], text: str) -> list[tuple[str, str]]:
-    return [(name, t) for name, t, _ in _module_vars(toks, text, "workgroup") if t]
+    return [(name, t) for name, t, _, _ in _module_vars(toks, text, "workgroup") if t]
+
+
+def workgroup_declarations(text: str, toks: list[Token]) -> list[tuple[Token, str]]:
+    """(``var`` token, type text) of each module-scope ``var<workgroup>`` of ``text``."""
+    return [(tok, t) for _, t, _, tok in _module_vars(toks, text, "workgroup") if t]
 
 
 def private_reset_function(text: str, toks: list[Token]) -> str | None:
@@ -185,7 +190,7 @@ def private_reset_function(text: str, toks: list[Token]) -> str | None:
     found = _module_vars(toks, text, "private")
     if not found:
         return None
-    body = "\n".join(f"    {name} = {init or f'{t}()'};" for name, t, init in found if init or t)
+    body = "\n".join(f"    {name} = {init or f'{t}()'};" for name, t, init, _ in found if init or t)
     return f"fn {PRIVATE_INIT_FN}() {{\n{body}\n}}"
 
 
@@ -196,6 +201,6 @@ def workgroup_init_function(text: str, toks: list[Token], invocations: int) -> s
     wvars = _workgroup_vars(toks, text)
     if not wvars:
         return None
-    types = _Types(toks, text)
+    types = TypeDeclarations(toks, text)
     body = "\n".join(_zero(name, t, 0, invocations, types) for name, t in wvars)
     return f"fn {INIT_FN}({_LII}: u32) {{\n{body}\nworkgroupBarrier();\n}}"

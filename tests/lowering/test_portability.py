@@ -7,6 +7,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from engine_plugin import abi
 from engine_plugin.lowering.portability import portability_issues
 
@@ -59,3 +61,79 @@ def test_lower_warns_and_strict_refuses(tmp_path):
     assert "big.wgsl:4:11: warning: a workgroup of 1024 invocations" in warned.stderr
     strict = run("--strict")
     assert strict.returncode == 1 and strict.stdout == "" and "refused (--strict)" in strict.stderr
+
+
+SMALL = """\
+bindings:
+  - { name: o, kind: buffer, access: read_write, element: f32, count: "n" }
+"""
+USE = """
+@compute @workgroup_size(64)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(local_invocation_index) li: u32) {
+    let i = zero_index(gid);
+    if (i < zero_n()) { o_set(i, f32(li)); }
+}
+"""
+
+
+@pytest.mark.parametrize(
+    ("decls", "line", "total"),
+    [
+        # Review helper 193: each of these counted 0 bytes (or too few) and passed --strict.
+        ("struct Body { pos: vec3<f32>, mass: f32 }\nvar<workgroup> tile: array<Body, 1025>;", 2, 16400),
+        ("alias Tile = array<f32, 4200>;\nvar<workgroup> tile: Tile;", 2, 16800),
+        ("const TILE = 64u;\nvar<workgroup> tile: array<f32, TILE * (TILE + 2u)>;", 2, 16896),
+        ("var<workgroup> flags: array<bool, 4500>;", 1, 18000),
+        ("var<workgroup> a: array<vec2f, 1024>;\nvar<workgroup> b: array<mat2x2f, 520>;", 2, 8192 + 8320),
+        # One per variable rounded to 16 bytes, as WebGPU counts them.
+        ("var<workgroup> a: array<f32, 4095>;\nvar<workgroup> b: f32;", 1, 16384 + 16),
+        ("struct S { a: f32, b: vec3<f32> }\nvar<workgroup> t: array<S, 512>;", 2, 16384),
+    ],
+)
+def test_workgroup_memory_is_sized_through_structs_aliases_and_constants(decls, line, total):
+    from engine_plugin.lowering import lower
+
+    lowered = lower(abi.parse(SMALL, "k/bindings.yaml"), decls + USE, {}, wgsl_path="k/kernel.wgsl")
+    issues = [((i.span.path, i.span.line), i.message) for i in portability_issues(lowered)]
+    if total > 16384:
+        assert issues == [(("k/kernel.wgsl", line), f"{total} bytes of workgroup memory; WebGPU guarantees 16384")]
+    else:
+        assert issues == []
+
+
+WHEN = """\
+bindings:
+  - { name: o, kind: buffer, access: read_write, element: f32, count: "n" }
+specialize:
+  - { name: TILE, options: [small, big] }
+  - { name: WG, kind: workgroup, options: [64, 256] }
+workgroup: WG
+"""
+WHEN_WGSL = """\
+// @when TILE small
+var<workgroup> tile: array<f32, 1024>;
+// @end
+// @when TILE big
+var<workgroup> tile: array<f32, 8192>;
+// @end
+var<workgroup> per: array<vec4<f32>, WG>;
+@compute @workgroup_size(WG)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(local_invocation_index) li: u32) {
+    let i = zero_index(gid);
+    tile[li] = f32(li);
+    per[li] = vec4<f32>(1.0);
+    workgroupBarrier();
+    if (i < zero_n()) { o_set(i, tile[li] + per[li].x); }
+}
+"""
+
+
+@pytest.mark.parametrize(("tile", "wg", "total"), [("small", 64, 0), ("small", 256, 0), ("big", 64, 32768 + 1024)])
+def test_workgroup_memory_counts_what_the_variant_compiles(tile, wg, total):
+    # Review helper 193: the check read the body as written, so a `// @when` block another
+    # variant compiles counted too (TILE=small refused by --strict at 36,864 bytes).
+    from engine_plugin.lowering import lower
+
+    lowered = lower(abi.parse(WHEN, "w/bindings.yaml"), WHEN_WGSL, {"TILE": tile, "WG": str(wg)}, wgsl_path="w/kernel.wgsl")
+    issues = [((i.span.path, i.span.line), i.message) for i in portability_issues(lowered) if "workgroup memory" in i.message]
+    assert issues == ([(("w/kernel.wgsl", 5), f"{total} bytes of workgroup memory; WebGPU guarantees 16384")] if total else [])
