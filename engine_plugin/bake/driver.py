@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import signal
 import threading
 import time
@@ -290,6 +291,8 @@ def bake(
     unusable_mark = store.unusable_mark()
     unusable: frozenset[str] = frozenset()
     interrupted: list = []
+    planned: dict[str, str] = {}  # key -> the folder whose variant bakes it
+    twins: list[tuple[AssetPlan, BakeItem]] = []  # variants another asset of this bake shares
     try:
         # A Ctrl-C or SIGTERM from the planning on (reading the assets, looking up the cache)
         # ends in a report too; one swallowed anywhere from the runner's start to its shutdown
@@ -298,7 +301,6 @@ def bake(
             plans, notes = plan_assets(paths, usage, root)
             report.notes.extend(notes)
             todo = []
-            planned: set[str] = set()
             for plan in plans:
                 report.asset(plan.folder)
                 report.planned += len(plan.items)
@@ -311,13 +313,18 @@ def bake(
                     # Keys are content hashes: two copies of one asset share their variants, which
                     # bake once. A valid entry is skipped; get() decodes it (tens of microseconds),
                     # so a corrupt one is removed, counted and baked again rather than skipped.
-                    if item.key in planned or (not force and _cached(store, plan, item, validate)):
+                    if item.key in planned:
+                        if planned[item.key] != plan.folder:
+                            twins.append((plan, item))  # as its twin ends (see _twin_outcomes)
+                        else:
+                            report.add(plan.folder, item.key, item.spec, "skipped")
+                        continue
+                    planned[item.key] = plan.folder
+                    if not force and _cached(store, plan, item, validate):
                         report.add(plan.folder, item.key, item.spec, "skipped")
-                        if item.key not in planned:
-                            skipped.append(item.key)
+                        skipped.append(item.key)
                     else:
                         pending.append(item)
-                    planned.add(item.key)
                 if pending:
                     todo.append((plan, pending))
             unusable = store.unusable_since(unusable_mark)  # baked again below: replaced once written
@@ -368,6 +375,7 @@ def bake(
             raise BakeInterrupted(report, interrupted[-1] if interrupted else signal.SIGINT) from None
         exc.report = report
         raise
+    _twin_outcomes(state, twins, planned)
     state.repeats()
     if remote is not None:
         # Every entry of this bake the tier lacks goes up now, the ones baked in this run too:
@@ -382,6 +390,40 @@ def bake(
     _plan_order(report, plans)
     report.wall_s = time.perf_counter() - t0
     return report
+
+
+def _twin_outcomes(state: _Bake, twins: list[tuple[AssetPlan, BakeItem]], planned: dict[str, str]) -> None:
+    """Each variant another asset shares (the same texts: the same key, baked once) ends as
+    that asset's did: skipped when it baked or was cached, failed when it failed, with the
+    error at this asset's own files. A broken copy was "skipped" before, named nowhere (not
+    on stderr, in --json or in the annotations: review helper 195)."""
+    report = state.report
+    status = {(v.asset, v.key): v.status for v in report.variants}
+    failures = {(f.asset, f.key): f.failure for f in report.failures if f.key is not None}
+    for plan, item in twins:
+        first = planned[item.key]
+        failure = failures.get((first, item.key))
+        if status.get((first, item.key)) == "failed" and failure is not None:
+            mine = _moved(failure, first, plan.folder)
+            report.fail(plan.folder, item.spec, item.key, mine)
+            state.announce(plan.folder, item.spec, mine)
+            state.failed += 1
+        elif (first, item.key) in status:
+            report.add(plan.folder, item.key, item.spec, "skipped")
+
+
+def _moved(failure: Failure, folder: str, to: str) -> Failure:
+    """``failure`` of an asset in ``folder`` as the same error in its copy ``to`` (a shared
+    module's path stays: it is the same file)."""
+    pairs = [(folder, to), (shown_path(folder), shown_path(to))]
+
+    def swap(text: str) -> str:
+        for old, new in pairs:
+            text = text.replace(old, new)
+        return text
+
+    path = swap(failure.path) if failure.path is not None else None
+    return dataclasses.replace(failure, headline=swap(failure.headline), rendered=swap(failure.rendered), path=path)
 
 
 def _replaced(report: BakeReport, unusable: frozenset[str]) -> int:

@@ -183,6 +183,24 @@ def test_two_copies_of_one_asset_bake_their_shared_variants_once(tmp_path, gpu):
     assert report.ok and report.totals["baked"] == SAMPLE_VARIANTS and report.totals["skipped"] == 1
 
 
+@pytest.mark.parametrize("crlf", [False, True])
+def test_a_broken_copy_of_a_broken_asset_fails_at_its_own_files(tmp_path, gpu, crlf):
+    # Review helper 195: the copy shares the variants' keys (the same texts; CRLF or a BOM too),
+    # which bake once; its variants were "skipped" and the copy was named nowhere.
+    a = write_asset(str(tmp_path / "assets" / "a.computeShader"), BROKEN_YAML, BROKEN_WGSL)
+    b = write_asset(str(tmp_path / "assets" / "b.computeShader"), BROKEN_YAML, BROKEN_WGSL.replace("\n", "\r\n") if crlf else BROKEN_WGSL)
+    progress = Recorder()
+    report = bake([str(tmp_path / "assets")], str(tmp_path / "cache"), progress=progress)
+    assert not report.ok and report.totals["failed"] == 4 and report.totals["skipped"] == 0
+    where = {(f.asset, f.failure.path, f.failure.line, f.failure.col) for f in report.failures}
+    assert where == {(a, os.path.join(a, "kernel.wgsl"), 5, 29), (b, os.path.join(b, "kernel.wgsl"), 5, 29)}
+    assert any(m.startswith(os.path.join(b, "kernel.wgsl") + ":5:29: ") for m in progress.messages), progress.messages
+    assert report.assets[b].failed == 2 and report.assets[a].failed == 2
+    fixed = write_asset(a, BROKEN_YAML, BROKEN_WGSL.replace("heigth", "T(2)"))
+    report = bake([str(tmp_path / "assets")], str(tmp_path / "cache"))
+    assert {f.asset for f in report.failures} == {b} and report.assets[fixed].baked == 2  # only the broken copy fails now
+
+
 def test_a_ctrl_c_swallowed_where_it_landed_still_stops_the_bake(tmp_path, gpu):
     # A KeyboardInterrupt raised inside a gc callback (distributed installs one) is printed as
     # "ignored" and lost: a Dask bake ran on to its end and exited 0 (review helper 120).
