@@ -401,13 +401,18 @@ class Engine:
 
     def product_error(self, handle: GpuProductHandle) -> BaseException | None:
         """Why the product runs without its newest kernel or off the GPU, as raised (a
-        :class:`~engine_plugin.errors.PluginError` names the user's file, line and column),
-        or None while it is fine. A product waiting for chunks a writer's CPU fallback served
+        :class:`~engine_plugin.errors.PluginError` names the user's file, line and column:
+        a reload its asset refused too, a save that does not compile), or None while it is fine. A product waiting for chunks a writer's CPU fallback served
         (a mirror only that writer's kernel writes) answers a ProductError naming the writer
         until those chunks are written on the GPU. Raises StaleHandleError for a stale handle."""
         product = self.product(handle)
         if product.exception is not None:
             return product.exception
+        reload_error = getattr(product.ref, "error", None)
+        if isinstance(reload_error, BaseException):
+            # Its asset's last save does not compile: the last good kernel runs on; this said
+            # None, the error only on the reference's diagnostics (review helper 196).
+            return reload_error
         if product.budget_error is not None:
             return product.budget_error  # served by its fallback, or waiting: off the GPU either way
         if product.waiting is None or not self._serves(product) or not product.pending:

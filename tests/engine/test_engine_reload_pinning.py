@@ -68,6 +68,28 @@ def test_a_refused_reload_never_runs_when_the_product_registers_again(setup, aga
     assert got.results[-1].source == "gpu"
 
 
+def test_a_save_that_does_not_compile_is_the_products_error_until_a_good_one(setup):
+    # Review helper 196: the last good kernel ran on (right), and product_error said None: the
+    # error was only on the reference's diagnostics.
+    folder, lib, world, engine, got, handle = setup
+    path = folder / "kernel.wgsl"
+    good = path.read_text()
+    path.write_text(good.replace("sum * params.inv_tile_count, sum)", "sum * params.inv_tile_count + undefined_name, sum)"))
+    ref = lib.load(ASSET)
+    lib.request_reload(ASSET)
+    frames_until(engine, lambda st: ref.error is not None, "the failed reload", 30)
+    error = engine.product_error(handle)
+    assert error is not None and f"{path}:" in str(error) and "undefined_name" in str(error), error
+    world.write(1, "height", 2.0)
+    run_until_idle(engine)
+    np.testing.assert_array_equal(got.latest[1], cpu_summary(world, "height", 1))  # the last good kernel's
+    path.write_text(good.replace("sum * params.inv_tile_count, sum)", "sum * params.inv_tile_count + 0.0, sum)"))
+    before = ref.generation
+    lib.request_reload(ASSET)
+    frames_until(engine, lambda st: ref.generation > before, "the good reload", 30)
+    assert engine.product_error(handle) is None
+
+
 def test_a_reload_taken_while_the_gpu_is_lost_recomputes_every_chunk_once_it_is_back(setup):
     folder, lib, world, engine, got, handle = setup
     engine.backend.notify_device_error("a device error, for the test")
