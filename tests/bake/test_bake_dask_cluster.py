@@ -115,9 +115,13 @@ def _start_cluster(env: dict, workers: int, procs: list) -> tuple[str, subproces
     return address, scheduler, started
 
 
-def _kill_once_baking(bake: subprocess.Popen, victim: subprocess.Popen) -> list[str]:
-    """Read the bake's stderr until its first progress line (chunks running), then SIGKILL
-    ``victim``; answers the lines read."""
+def _kill_once_baking(bake: subprocess.Popen, victim: subprocess.Popen, address: str, victim_address: str) -> list[str]:
+    """Read the bake's stderr until its first progress line, wait until the scheduler has
+    given ``victim`` a chunk (a chunk is seconds of work: it is mid-chunk then), then SIGKILL
+    it; answers the lines read. (Half a second after the line was too soon on a loaded
+    machine: the chunks were not handed out yet, and nothing was retried.)"""
+    from distributed import Client
+
     err_lines = []
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
@@ -126,7 +130,9 @@ def _kill_once_baking(bake: subprocess.Popen, victim: subprocess.Popen) -> list[
             break
         err_lines.append(line)
         if line.startswith("bake: ") and "variant(s) to bake on" in line:
-            time.sleep(0.5)  # the workers have taken their first chunks by now
+            with Client(address, timeout=30) as client:
+                while time.monotonic() < deadline and not client.processing(workers=[victim_address]).get(victim_address):
+                    time.sleep(0.02)
             os.kill(victim.pid, signal.SIGKILL)
             victim.wait(10)
             break
@@ -190,7 +196,7 @@ def test_a_worker_killed_mid_bake_is_reported_and_every_variant_still_bakes_byte
         bake = subprocess.Popen(cmd, cwd=str(tmp_path), env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         procs.append(bake)
         victim_address, victim = next(iter(workers.items()))
-        err_lines = _kill_once_baking(bake, victim)  # chunks are running on both workers: kill one
+        err_lines = _kill_once_baking(bake, victim, address, victim_address)  # a chunk runs on it: kill it
         out, rest = bake.communicate(timeout=120)
         stderr = "".join(err_lines) + rest
         assert bake.returncode == 0, f"exit {bake.returncode}\n{out}\n{stderr}"
@@ -238,7 +244,8 @@ def test_a_cluster_that_loses_its_last_worker_or_its_scheduler_mid_bake_ends_the
         ]
         bake = subprocess.Popen(cmd, cwd=str(tmp_path), env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         procs.append(bake)
-        err_lines = _kill_once_baking(bake, worker if victim == "the last worker" else scheduler)
+        worker_address = next(iter(workers))
+        err_lines = _kill_once_baking(bake, worker if victim == "the last worker" else scheduler, address, worker_address)
         started = time.monotonic()
         try:
             out, rest = bake.communicate(timeout=60)
