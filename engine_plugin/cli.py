@@ -74,13 +74,15 @@ def _run_bench(globals_: list[str], rest: list[str]) -> int:
     rep = Reporter("bench", _verbosity(globals_))
     configure_logging(rep)
     try:
-        from .extras import require
+        from .extras import installed, require
 
-        if not {"-h", "--help"} & set(rest):  # the help needs no tables
-            require("rich", "engine-plugin bench's tables")
+        # The tables need rich; --json or -q take none (README: "pass --json or -q"), nor the help.
+        wants_json = any(a == "--json" or a.startswith("--json=") for a in rest)
+        if not {"-h", "--help"} & set(rest) and not rep.quiet and not wants_json:
+            require("rich", "engine-plugin bench's tables (or pass --json PATH or -q)")
         from .bench import main as bench_main
 
-        return bench_main(rest)
+        return bench_main(rest, tables=not rep.quiet and installed("rich"))
     except KeyboardInterrupt:
         return 130
     except SystemExit:

@@ -12,6 +12,7 @@ is opt-in::
 from __future__ import annotations
 
 import importlib
+import importlib.util
 from types import ModuleType
 
 from .errors import PluginError
@@ -40,6 +41,14 @@ class MissingExtraError(PluginError):
 def install_line(extra: str) -> str:
     """The pip command that installs ``extra``."""
     return f"pip install 'engine_plugin[{extra}]'"
+
+
+def installed(module: str) -> bool:
+    """Whether ``module`` can be imported (without importing it)."""
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False
 
 
 def require(module: str, what: str, extra: str | None = None) -> ModuleType:

@@ -143,6 +143,9 @@ def make_progress(mode: str = "auto", verbose: bool = False) -> NoProgress:
         mode = "rich" if sys.stderr.isatty() else "plain"
     progress: NoProgress
     if mode == "rich":
+        from ..extras import require
+
+        require("rich", "--progress rich")  # one line naming the extra, not a raw ImportError
         progress = RichProgress()
     elif mode == "plain":
         progress = PlainProgress()

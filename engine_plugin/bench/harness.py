@@ -8,7 +8,7 @@ import statistics
 import sys
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 __all__ = ["Result", "CASES", "bench_kernels", "case", "median_time", "run_cases", "main"]
 
@@ -120,7 +120,21 @@ def _mib_list(text: str) -> list[int]:
     return [int(p) for p in parts]
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+class _PlainConsole:
+    """What the bench prints without rich (``--json`` or ``-q`` without the [cli] extra): its
+    lines as they are, no table."""
+
+    def __init__(self, stderr: bool) -> None:
+        self.file = sys.stderr if stderr else sys.stdout
+
+    def print(self, text: object = "") -> None:
+        if isinstance(text, str):
+            print(text, file=self.file, flush=True)
+
+
+def main(argv: Sequence[str] | None = None, tables: bool = True) -> int:
+    """``engine-plugin bench``; ``tables``: print the results table (needs rich), else the
+    per-case lines alone."""
     from ..commands.contract import OneLineParser, UsageError, check_output_file, whole_number_arg, write_json
     from . import cases  # noqa: F401  (registers every case: their names go into the help)
 
@@ -138,9 +152,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             check_output_file(args.json, "--json")  # before the cases run, not after
         except UsageError as exc:
             parser.error(str(exc))
-    from rich.console import Console  # after the arguments: --help works without the [cli] extra
-    from rich.table import Table
-
     from .gpu_timing import want_timestamps
 
     want_timestamps()  # GPU figures from timestamp queries where the adapter has them
@@ -151,22 +162,32 @@ def main(argv: Sequence[str] | None = None) -> int:
     from ..device.context import get_context
 
     ctx = get_context()
-    console = Console(stderr=args.json == "-")
+    console: Any
+    table: Any = None
+    if tables:
+        from rich.console import Console  # after the arguments: --help works without the [cli] extra
+        from rich.table import Table
+
+        console = Console(stderr=args.json == "-")
+        table = Table(title="engine_plugin vs raw wgpu-py, same run (plugin, raw: medians; ratio: of those medians; a note's range: per-run ratios)")
+        for col in ("case", "plugin", "raw", "ratio", "target", "note"):
+            table.add_column(col)
+    else:
+        console = _PlainConsole(stderr=args.json == "-")
     console.print(f"adapter: {ctx.adapter_name}")
     results = []
-    table = Table(title="engine_plugin vs raw wgpu-py, same run (plugin, raw: medians; ratio: of those medians; a note's range: per-run ratios)")
-    for col in ("case", "plugin", "raw", "ratio", "target", "note"):
-        table.add_column(col)
     opts = {"quick": args.quick, "sizes": args.sizes, "reps": args.reps, "runs": args.runs}
     for name in args.cases or list(CASES):
         found = CASES[name](opts)
         for r in found if isinstance(found, list) else [found]:
             results.append(r)
             ratio = f"{r.ratio:.2f}x" if r.ratio is not None else "-"
-            table.add_row(r.name, _fmt(r.plugin, r.unit), _fmt(r.raw, r.unit), ratio, r.target, r.note.strip().rstrip(";").strip())
+            if table is not None:
+                table.add_row(r.name, _fmt(r.plugin, r.unit), _fmt(r.raw, r.unit), ratio, r.target, r.note.strip().rstrip(";").strip())
             note = r.note.strip().rstrip(";").strip()
             console.print(f"  {r.name}: plugin {_fmt(r.plugin, r.unit)}, raw {_fmt(r.raw, r.unit)}, ratio {ratio}" + (f"  ({note})" if note else ""))
-    console.print(table)
+    if table is not None:
+        console.print(table)
     if args.json:
         report = {
             "adapter": ctx.adapter_name,

@@ -149,7 +149,7 @@ def cmd_bake(args: argparse.Namespace, rep: Reporter | None = None) -> int:
     from ..bake.report import BakeInterrupted
     from ..bake.runners import SchedulerUnreachable
     from ..cache import DEFAULT_MAX_BYTES, VariantCache, read_usage
-    from ..extras import require
+    from ..extras import installed, require
 
     rep = rep or Reporter("bake")
     if args.scheduler is not None and not args.scheduler.strip():  # baked locally without a word before (helper 156)
@@ -184,14 +184,17 @@ def cmd_bake(args: argparse.Namespace, rep: Reporter | None = None) -> int:
     for path in _given_paths(args):  # --builtin's packaged kernels keep their own root
         check_under_root(path, args.root)
     table_out = sys.stderr if args.json == "-" else sys.stdout
-    if not rep.quiet:
-        require("rich", "the bake summary table (or pass -q)")
+    # The summary table needs rich; --json or -q take none (README: "pass --json or -q"):
+    # without it the summary's plain lines are printed instead of the table.
+    tables = not rep.quiet and installed("rich")
+    if not rep.quiet and not args.json:
+        require("rich", "the bake summary table (or pass --json PATH or -q)")
     runner = _runner(args)
     from ..cache.remote import DEFAULT_TIMEOUT, remote_from
 
     remote = remote_from(args.remote, timeout=args.remote_timeout or DEFAULT_TIMEOUT, ttl=args.remote_ttl)
     cache = VariantCache(args.cache, max_bytes=args.max_bytes or DEFAULT_MAX_BYTES)
-    progress = NoProgress() if rep.quiet else make_progress(args.progress, verbose=rep.verbose)
+    progress = NoProgress() if rep.quiet else make_progress(args.progress if tables or args.progress != "auto" else "plain", verbose=rep.verbose)
     progress.verbose = rep.verbose
     progress.prefix = f"{rep.prefix}: "
     try:
@@ -218,10 +221,14 @@ def cmd_bake(args: argparse.Namespace, rep: Reporter | None = None) -> int:
     if report.corrupt_replaced:
         report.notes.append(f"{report.corrupt_replaced} unusable cache entries were baked again")
     if not rep.quiet:
-        from rich.console import Console
+        out: Any
+        if tables:
+            from rich.console import Console
 
-        out = Console(file=table_out, width=None if table_out.isatty() else 120)
-        out.print(report.summary_table())
+            out = Console(file=table_out, width=None if table_out.isatty() else 120)
+            out.print(report.summary_table())
+        else:
+            out = _PlainLines(table_out)
         for note in report.notes:
             out.print(printable(f"note: {note}"), markup=False, highlight=False, soft_wrap=True)
         if report.remote_line():
@@ -241,3 +248,13 @@ def cmd_bake(args: argparse.Namespace, rep: Reporter | None = None) -> int:
     if any(f.failure.kind in ENVIRONMENT_FAILURES for f in report.failures):
         return EXIT_USAGE
     return EXIT_OK if report.ok else EXIT_FAILED
+
+
+class _PlainLines:
+    """The summary's lines without rich (``--json`` without the [cli] extra): as they are."""
+
+    def __init__(self, file: Any) -> None:
+        self.file = file
+
+    def print(self, text: str, **_: Any) -> None:
+        print(text, file=self.file, flush=True)

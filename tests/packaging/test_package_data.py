@@ -48,9 +48,20 @@ def test_the_library_and_the_plain_commands_work_without_any_extra(tmp_path):
         "assert main(['lower', 'assets/samples/reference.computeShader', '--spec', 'T=f32', '--spec', 'FOLD=add']) == 0\n"
         "assert main(['info', 'assets/samples', '--json']) == 0\n"
         f"assert main(['-q', 'bake', 'assets/samples', '--cache', {str(tmp_path / 'c2')!r}, '--jobs', '1']) == 0\n"
+        # README: without [cli] "pass --json or -q" (review helper 195: bake --json and bench
+        # --json / -q were refused, exit 2, the report not written).
+        f"assert main(['bake', 'assets/samples', '--cache', {str(tmp_path / 'c3')!r}, '--jobs', '1', '--json', {str(tmp_path / 'b.json')!r}]) == 0\n"
+        f"assert main(['bench', 'a', '--quick', '--json', {str(tmp_path / 'bench.json')!r}]) == 0\n"
+        "assert main(['-q', 'bench', 'a', '--quick']) == 0\n"
+        "assert main(['bench', 'a', '--quick']) == 2\n"  # a table asked for: the extra is named
     )
     done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
+    import json
+
+    assert json.load(open(tmp_path / "b.json"))["ok"] and json.load(open(tmp_path / "bench.json"))["results"]
+    assert "baked" in done.stdout and "adapter:" in done.stdout  # the plain lines, no table
+    assert "engine-plugin bench's tables (or pass --json PATH or -q) needs the optional 'cli' extra" in done.stderr, done.stderr
 
 
 def _zipped_package(folder) -> str:
