@@ -57,6 +57,7 @@ class _Bake:
         self.failed = 0
         self._seen: Counter[str] = Counter()
         self._first: dict[str, Failure] = {}
+        self._warned: set[str] = set()  # portability warnings said
         self._writers: ThreadPoolExecutor | None = None
         self._writes: list[tuple[Future, str, VariantOutcome, str]] = []
 
@@ -105,8 +106,24 @@ class _Bake:
         self.failed += 1
         self.done += 1
 
+    def warn(self, asset: str, out: VariantOutcome) -> None:
+        """Say a baked variant's portability issues (beyond WebGPU's default limits), each
+        text once: one line with the command's prefix, the source line and caret with -v."""
+        if out.lowered is None or not self.progress.show_warnings:
+            return
+        from ..lowering.portability import portability_issues
+
+        for issue in portability_issues(out.lowered):
+            text = str(issue)
+            if text in self._warned:
+                continue
+            self._warned.add(text)
+            headline, _, detail = text.partition("\n")
+            self.progress.warning(f"{headline} (in {shown_path(asset)} variant {out.spec.label()})", detail)
+
     def _written(self, asset: str, out: VariantOutcome, ok: bool, worker: str) -> None:
         if ok:
+            self.warn(asset, out)
             self.report.add(asset, out.key, out.spec, "baked", out.seconds, worker)
             self.baked += 1
             self.done += 1

@@ -24,6 +24,7 @@ class NoProgress:
 
     verbose = False
     prefix = ""  # the CLI sets "engine-plugin bake: "
+    show_warnings = False  # a quiet bake's (and the library's) say errors only
 
     def __init__(self, stream: TextIO | IO[str] | None = None):
         self.stream = stream or sys.stderr
@@ -45,6 +46,12 @@ class NoProgress:
         if self.verbose and detail:
             self.message(detail.rstrip("\n"))
 
+    def warning(self, line: str, detail: str = "") -> None:
+        """A warning (a variant beyond WebGPU's default limits), as a failure is shown; only
+        where warnings are shown (not under -q)."""
+        if self.show_warnings:
+            self.failure(line, detail)
+
     def lost_worker(self, worker: str, chunks: int, variants: int) -> None:
         """A worker left mid-bake; its ``chunks`` run again on the other workers."""
         self.lost += 1
@@ -57,6 +64,8 @@ class NoProgress:
 
 class PlainProgress(NoProgress):
     """One line at most every ``interval`` seconds, and one at the end: ``bake: 40/200 ...``."""
+
+    show_warnings = True
 
     def __init__(self, stream: TextIO | None = None, interval: float = 1.0):
         super().__init__(stream)
@@ -92,6 +101,8 @@ class PlainProgress(NoProgress):
 
 class RichProgress(NoProgress):
     """A ``rich`` progress bar (variants done, baked/failed, elapsed, remaining) on stderr."""
+
+    show_warnings = True
 
     def __init__(self, console: Any = None):
         from rich.console import Console
@@ -143,9 +154,6 @@ def make_progress(mode: str = "auto", verbose: bool = False) -> NoProgress:
         mode = "rich" if sys.stderr.isatty() else "plain"
     progress: NoProgress
     if mode == "rich":
-        from ..extras import require
-
-        require("rich", "--progress rich")  # one line naming the extra, not a raw ImportError
         progress = RichProgress()
     elif mode == "plain":
         progress = PlainProgress()

@@ -153,7 +153,9 @@ def _validate(lowered: Lowered) -> None:
     from ..runtime.compile import compile_lowered
 
     ctx = _device()
-    compile_lowered(lowered, label=f"bake {lowered.spec.label()}", device=ctx)
+    # Its portability warnings are the bake's to report, once, by the command's contract (a
+    # worker's log went to stderr as it was: several lines, no prefix, under -q too).
+    compile_lowered(lowered, label=f"bake {lowered.spec.label()}", device=ctx, warn=False)
     # A bake compiles thousands of variants it will never run: drop the pipeline so the
     # worker's memory stays flat (the device context would otherwise keep every one).
     ctx.cache("compiled").pop(lowered.fingerprint, None)

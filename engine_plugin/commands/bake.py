@@ -189,6 +189,8 @@ def cmd_bake(args: argparse.Namespace, rep: Reporter | None = None) -> int:
     tables = not rep.quiet and installed("rich")
     if not rep.quiet and not args.json:
         require("rich", "the bake summary table (or pass --json PATH or -q)")
+    if not rep.quiet and args.progress == "rich":
+        require("rich", "--progress rich")  # one line naming the extra, not a raw ImportError
     runner = _runner(args)
     from ..cache.remote import DEFAULT_TIMEOUT, remote_from
 

@@ -75,7 +75,14 @@ def cmd_lower(args: argparse.Namespace, rep: Reporter) -> int:
     lowered = lower(schema, src.wgsl_text, spec, columns=columns, wgsl_path=src.wgsl_path, modules=src.module_texts)
     issues = portability_issues(lowered)
     for issue in issues:
-        print(printable(f"engine-plugin lower: {issue}"), file=sys.stderr)
+        # One line each (the source line and caret with -v), by the command's contract; under
+        # --strict they are why the variant is refused, errors, said under -q too (review
+        # helper 195: "warning:" with a blank line, the source and a caret, under -q too).
+        headline, _, detail = str(issue).partition("\n")
+        if args.strict:
+            rep.error(headline.replace(": warning: ", ": ", 1), detail)
+        elif not rep.quiet:
+            rep.error(headline, detail)
     if issues and args.strict:
         print(f"engine-plugin lower: refused (--strict): {len(issues)} portability issue(s) beyond WebGPU's default limits", file=sys.stderr)
         return EXIT_FAILED

@@ -129,8 +129,9 @@ def _read_only_hint(lowered: Lowered, span: Span, reason: str) -> str:
 COMPILED_KEPT = 256  # compiled variants a device keeps for sharing between programs (see _compile)
 
 
-def compile_lowered(lowered: Lowered, label: str | None = None, device: Any = None) -> CompiledVariant:
+def compile_lowered(lowered: Lowered, label: str | None = None, device: Any = None, *, warn: bool = True) -> CompiledVariant:
     """Compile (or fetch) ``lowered`` on ``device``'s context; the same source compiles once.
+    ``warn``: log its portability issues (a bake's workers do not: the bake reports them).
 
     Raises:
         CompileError: wgpu refused the shader or pipeline; the span names the user's file.
@@ -162,7 +163,7 @@ def compile_lowered(lowered: Lowered, label: str | None = None, device: Any = No
             if other is not None:
                 other.wait()
                 continue  # compiled (in the cache now), or it failed: this caller meets its error itself
-            return _compile(lowered, label, ctx, key, cache)
+            return _compile(lowered, label, ctx, key, cache, warn)
         finally:
             # Whatever ends the compile (an error, Ctrl-C anywhere in here), its waiters go on
             # and the key is free (review helper 142: an interrupt here left it taken for good).
@@ -175,7 +176,7 @@ def compile_lowered(lowered: Lowered, label: str | None = None, device: Any = No
                     running.set()
 
 
-def _compile(lowered: Lowered, label: str | None, ctx: DeviceContext, key: str, cache: dict) -> CompiledVariant:
+def _compile(lowered: Lowered, label: str | None, ctx: DeviceContext, key: str, cache: dict, warn: bool = True) -> CompiledVariant:
     """Compile ``lowered`` on ``ctx`` into ``cache`` under ``key`` (the caller holds the key)."""
     dev = ctx.device
     label = label or key[:12]
@@ -206,7 +207,7 @@ def _compile(lowered: Lowered, label: str | None, ctx: DeviceContext, key: str, 
         raise _compile_error(lowered, exc, "pipeline creation", ctx) from None
     except Exception as exc:  # pragma: no cover - wgpu raising something else is our bug
         raise bug(f"pipeline creation raised {type(exc).__name__}: {exc}") from exc
-    for issue in portability_issues(lowered):  # once per variant and device: it compiles here
+    for issue in portability_issues(lowered) if warn else ():  # once per variant and device: it compiles here
         log.warning("%s", issue)
     compiled_variant = CompiledVariant(key, lowered, module, bgl, pipeline, ctx)
     with ctx.lock:

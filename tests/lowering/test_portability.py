@@ -61,6 +61,35 @@ def test_lower_warns_and_strict_refuses(tmp_path):
     assert "big.wgsl:4:11: warning: a workgroup of 1024 invocations" in warned.stderr
     strict = run("--strict")
     assert strict.returncode == 1 and strict.stdout == "" and "refused (--strict)" in strict.stderr
+    # Review helper 195: each issue was four lines (a blank line, the source, a caret) without
+    # -v, said under -q too, and --strict's refusals were labelled "warning:".
+    assert all(line.startswith("engine-plugin lower: ") for line in warned.stderr.splitlines()), warned.stderr
+    assert all(line.startswith("engine-plugin lower: ") and ": warning: " not in line for line in strict.stderr.splitlines()), strict.stderr
+    assert len(strict.stderr.splitlines()) == 4  # three issues and the refusal
+    quiet = subprocess.run([sys.executable, "-m", "engine_plugin", "-q", "lower", str(asset)], capture_output=True, text=True, timeout=120, env=dict(os.environ))
+    assert quiet.returncode == 0 and quiet.stderr == "" and "fn zero_user_main" in quiet.stdout
+    verbose = subprocess.run([sys.executable, "-m", "engine_plugin", "-v", "lower", str(asset)], capture_output=True, text=True, timeout=120, env=dict(os.environ))
+    assert "@compute @workgroup_size(1024)" in verbose.stderr and "^" in verbose.stderr  # the source line and caret with -v
+
+
+def test_bake_says_each_portability_issue_once_on_one_line_and_nothing_under_q(tmp_path):
+    # Review helper 195: the bake's workers logged them as they were: several lines each, no
+    # prefix, under -q too.
+    asset = tmp_path / "assets" / "big.computeShader"
+    asset.mkdir(parents=True)
+    (asset / "bindings.yaml").write_text(BIG)
+    (asset / "kernel.wgsl").write_text(BIG_WGSL)
+    bake = lambda *extra: subprocess.run(  # noqa: E731
+        [sys.executable, "-m", "engine_plugin", *extra, "bake", str(tmp_path / "assets"), "--cache", str(tmp_path / f"c{len(extra)}"), "--progress", "plain"],
+        capture_output=True, text=True, timeout=300, env=dict(os.environ),
+    )
+    plain = bake()
+    assert plain.returncode == 0, plain.stderr
+    said = [line for line in plain.stderr.splitlines() if "WebGPU guarantees" in line]
+    assert len(said) == 3 and all(line.startswith("engine-plugin bake: ") and "big.computeShader/kernel.wgsl:" in line for line in said), plain.stderr
+    assert not any(line.strip() == "^" or line.strip().startswith("@compute") for line in plain.stderr.splitlines())
+    quiet = bake("-q")
+    assert quiet.returncode == 0 and quiet.stderr == "", quiet.stderr
 
 
 SMALL = """\
