@@ -105,3 +105,27 @@ def test_lower_refuses_a_specialisation_given_twice():
     twice = cli("lower", "assets/samples/reference.computeShader", "--spec", "T=f32", "--spec", "T=i32")
     assert twice.returncode == 2, twice.stderr
     assert "--spec T given twice ('f32', then 'i32')" in twice.stderr and twice.stdout == ""
+
+
+def test_an_asset_entry_that_is_no_folder_fails_by_name_in_info_and_bake(tmp_path):
+    # Review helper 195: a link loop, a link to nothing and a plain file named *.computeShader
+    # were skipped silently: info and bake exited 0 and named none of them.
+    import shutil
+
+    root = tmp_path / "assets"
+    root.mkdir()
+    shutil.copytree(os.path.join(REPO, "assets", "samples", "particles.computeShader"), root / "real.computeShader")
+    os.symlink("self.computeShader", root / "self.computeShader")
+    os.symlink("missing_target", root / "gone.computeShader")
+    (root / "file.computeShader").write_text("not a folder")
+    want = {
+        "self.computeShader": "a symbolic link loop",
+        "gone.computeShader": "a symbolic link to 'missing_target', which does not exist",
+        "file.computeShader": "a file, not a folder",
+    }
+    for args in (["info", str(root)], ["-q", "bake", str(root), "--cache", str(tmp_path / "cache"), "--jobs", "1"]):
+        done = cli(*args)
+        assert done.returncode == 1, done.stderr
+        for name, why in want.items():
+            assert f"{root / name}: not a .computeShader folder ({why})" in done.stderr, done.stderr
+    assert len(os.listdir(tmp_path / "cache")) >= 1  # the real asset still baked

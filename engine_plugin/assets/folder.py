@@ -13,6 +13,7 @@ then any folders the caller adds. Module files are read under the same rules as 
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 import stat
@@ -297,7 +298,7 @@ def read_asset_folder(folder: str, root: str | None = None, modules: Sequence[st
     if os.path.basename(root) == "bindings.yaml":  # a root named by its schema file
         root = os.path.dirname(root) or "."
     if not os.path.isdir(folder):
-        raise AssetError("not a .computeShader folder (it does not exist or is not a folder)", Span(folder))
+        raise AssetError(f"not a .computeShader folder ({_not_a_folder(folder)})", Span(folder))
     yaml_path = os.path.join(folder, "bindings.yaml")
     try:
         names = sorted(os.listdir(folder))
@@ -324,15 +325,34 @@ def read_asset_folder(folder: str, root: str | None = None, modules: Sequence[st
     return AssetSource(folder, yaml_path, texts[0], wgsl_path, texts[1], others, imported, search)
 
 
-def find_assets(root: str) -> list[str]:
-    """Every ``*.computeShader`` folder under ``root`` (or ``root`` itself), sorted."""
+def _not_a_folder(path: str) -> str:
+    """What ``path``, which is no folder, is instead (for the error naming it)."""
+    if os.path.islink(path):
+        try:
+            os.stat(path)
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                return "a symbolic link loop"
+            return f"a symbolic link to {os.readlink(path)!r}, which does not exist"
+        return f"a symbolic link to {os.readlink(path)!r}, which is not a folder"
+    return "a file, not a folder" if os.path.exists(path) else "it does not exist"
+
+
+def find_assets(root: str, broken: bool = False) -> list[str]:
+    """Every ``*.computeShader`` folder under ``root`` (or ``root`` itself), sorted.
+
+    ``broken``: also a ``*.computeShader`` entry that is no folder (a link to nothing, a link
+    loop, a plain file), for a command to read and report: ``bake`` and ``info`` skipped one
+    silently and exited 0 (review helper 195)."""
     root = os.path.normpath(root)
     if root.endswith(ASSET_SUFFIX) or os.path.basename(root) == "bindings.yaml":
         return [root]
     out = []
-    for dirpath, dirnames, _ in os.walk(root):
+    for dirpath, dirnames, filenames in os.walk(root):
         for d in list(dirnames):
             if d.endswith(ASSET_SUFFIX):
                 out.append(os.path.join(dirpath, d))
                 dirnames.remove(d)
+        if broken:
+            out.extend(os.path.join(dirpath, f) for f in filenames if f.endswith(ASSET_SUFFIX))
     return sorted(out)

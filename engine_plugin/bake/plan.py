@@ -124,7 +124,7 @@ def plan_assets(paths: Iterable[str], usage: Mapping[str, list[VariantSpec]] | N
     folders: list[str] = []
     roots: dict[str, str | None] = {}  # asset folder -> its root (None: read on its own): its files stay inside
     for p in paths:
-        found = find_assets(p)
+        found = find_assets(p, broken=True)  # a link to nothing fails by name, not skipped
         if not found:
             raise AssetError("no .computeShader assets here (a path to bake is an asset folder or a folder of them)", Span(p))
         for f in found:

@@ -133,7 +133,7 @@ def cmd_info(args: argparse.Namespace, rep: Reporter) -> int:
     path = _existing(args.path)
     check_asset_path(path)
     check_under_root(path, args.root)
-    assets = find_assets(path)
+    assets = find_assets(path, broken=True)  # a link to nothing is reported, not skipped
     if not assets:
         raise UsageError(f"no .computeShader assets under {args.path}")
     # The root named, else the path given (as bake takes it): modules are searched up to it.
