@@ -530,3 +530,29 @@ def test_the_demo_does_not_name_a_variant_cache_it_could_not_make(tmp_path):
     done = cli("demo", "--headless", "--frames", "2", "--snapshot", "", "--log", "", "--cache", str(tmp_path / "a-file" / "cache"), cwd=str(tmp_path))
     assert done.returncode == 0, done.stderr
     assert "variant cache disabled" in done.stdout and str(tmp_path / "a-file" / "cache") not in done.stdout, done.stdout
+
+
+@pytest.mark.parametrize("verbosity", [0, 1])
+def test_an_error_logged_whole_is_its_headline_on_one_line_without_v(verbosity):
+    # Review helper 195: the demo's failed-reload log carried the source line and caret
+    # flattened into its one line ("...:27:5: expected ';' ... let t = ...; ^").
+    import io
+    import logging
+
+    from engine_plugin.commands.contract import Reporter, configure_logging
+    from engine_plugin.errors import CompileError, Span
+
+    err = io.StringIO()
+    rep = Reporter("demo", verbosity, err=err)
+    handler = configure_logging(rep)
+    try:
+        error = CompileError("expected ';', found \"let\"", Span("k/colorize.wgsl", 27, 5, "    let t = (v - params.lo);"))
+        logging.getLogger("engine_plugin.assets").warning("reload of %s failed; generation %d stays live:\n%s", "colorize.computeShader", 3, error)
+    finally:
+        logging.getLogger("engine_plugin").removeHandler(handler)
+    lines = err.getvalue().splitlines()
+    head = "engine-plugin demo: reload of colorize.computeShader failed; generation 3 stays live:"
+    if verbosity == 0:
+        assert lines == [f"{head} k/colorize.wgsl:27:5: expected ';', found \"let\""], lines
+    else:
+        assert lines[0] == head and "let t = (v - params.lo);" in err.getvalue() and "^" in lines[-1], lines

@@ -142,6 +142,13 @@ class _OneLineFormatter(logging.Formatter):
 
     def format(self, record: logging.LogRecord) -> str:
         text = record.getMessage()
+        if not self.verbose and isinstance(record.args, tuple) and any(isinstance(a, PluginError) for a in record.args):
+            # An error logged whole (a failed reload: its source line and caret) is its one
+            # headline here; one_line() flattened the caret into the line (review helper 195).
+            try:
+                text = str(record.msg) % tuple(a.headline() if isinstance(a, PluginError) else a for a in record.args)
+            except (TypeError, ValueError):
+                pass
         if record.exc_info and self.verbose:
             text += "\n" + self.formatException(record.exc_info)
         if self.verbose:
