@@ -36,6 +36,7 @@ import math
 import os
 import threading
 import time
+import warnings
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -159,6 +160,10 @@ class ReloadService:
         )
         from watchdog.observers import Observer
 
+        # watchdog's inotify observer warns when a folder moved out of the tree and back is
+        # watched again (it overwrites its own callback, which is what should happen): a
+        # RuntimeWarning in the game's stderr with nothing wrong (review helper 195).
+        warnings.filterwarnings("ignore", message=r"Callback with id .* already exists", category=RuntimeWarning, module=r"watchdog\.")
         handler = _Handler(self)
         observer = Observer()
         kinds = [FileCreatedEvent, FileModifiedEvent, FileMovedEvent, FileDeletedEvent, FileClosedEvent, DirCreatedEvent, DirDeletedEvent, DirMovedEvent]

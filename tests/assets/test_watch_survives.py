@@ -78,3 +78,37 @@ def test_an_alias_bomb_saved_while_watching_is_reported_at_once_and_the_next_sav
     assert time.monotonic() - t0 < 10 and "alias" in ref.diagnostics and "bindings.yaml:6:" in ref.diagnostics
     write(os.path.join(folder, "bindings.yaml"), schema)  # the fix, then a save of the body
     _save_until_reloaded(lib, ref, os.path.join(folder, "kernel.wgsl"), 3.0)
+
+
+def test_a_folder_moved_out_and_back_reloads_with_nothing_on_stderr(tmp_path):
+    # Review helper 195: watchdog's "Callback with id ... already exists" RuntimeWarning reached
+    # the game's stderr when an asset folder left the watched tree and came back.
+    import subprocess
+    import sys
+    import textwrap
+
+    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    script = textwrap.dedent(f"""
+        import os, shutil, time
+        from engine_plugin.assets import AssetLibrary
+        root, out = {str(tmp_path / "assets")!r}, {str(tmp_path / "out")!r}
+        shutil.copytree(os.path.join({repo!r}, "assets", "samples", "particles.computeShader"), os.path.join(root, "a.computeShader"))
+        lib = AssetLibrary(root, {str(tmp_path / "cache")!r})
+        ref = lib.load("a.computeShader")
+        lib.watch()
+        time.sleep(0.5)
+        for _ in range(2):
+            os.rename(os.path.join(root, "a.computeShader"), out); time.sleep(0.7)
+            os.rename(out, os.path.join(root, "a.computeShader")); time.sleep(0.7)
+            lib.poll()
+        with open(os.path.join(root, "a.computeShader", "integrate.wgsl"), "a") as f:
+            f.write("// an edit\\n")
+        deadline = time.monotonic() + 20
+        while ref.generation < 1 and time.monotonic() < deadline:
+            lib.poll(); time.sleep(0.05)
+        assert ref.generation >= 1 and ref.diagnostics is None, (ref.generation, ref.diagnostics)
+        lib.close()
+    """)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, env=dict(os.environ))
+    assert done.returncode == 0, done.stderr
+    assert "Warning" not in done.stderr, done.stderr
