@@ -129,3 +129,13 @@ def test_an_asset_entry_that_is_no_folder_fails_by_name_in_info_and_bake(tmp_pat
         for name, why in want.items():
             assert f"{root / name}: not a .computeShader folder ({why})" in done.stderr, done.stderr
     assert len(os.listdir(tmp_path / "cache")) >= 1  # the real asset still baked
+
+
+def test_lower_numbered_numbers_each_line_of_the_source_and_ends_with_a_line_break():
+    # Review helper 195: it ended with an extra empty "54 | " line and no final line break.
+    plain = cli("lower", "assets/samples/reference.computeShader", "--spec", "T=f32", "--spec", "FOLD=add")
+    numbered = cli("lower", "assets/samples/reference.computeShader", "--spec", "T=f32", "--spec", "FOLD=add", "--numbered")
+    assert plain.returncode == numbered.returncode == 0
+    rows = numbered.stdout.split("\n")
+    assert numbered.stdout.endswith("\n") and len(rows) - 1 == plain.stdout.count("\n")
+    assert [r.split(" | ", 1)[1] if " | " in r else r.rstrip(" |") for r in rows[:-1]] == plain.stdout.split("\n")[:-1]

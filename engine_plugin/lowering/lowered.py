@@ -252,8 +252,10 @@ class Lowered:
     def numbered_source(self) -> str:
         """The lowered WGSL with line numbers (for ENGINE_PLUGIN_DUMP_WGSL and debugging)."""
         lines = self.source.split("\n")
+        if len(lines) > 1 and lines[-1] == "":
+            lines.pop()  # the source's final line break ends line N; it starts no line N + 1 (review helper 195)
         width = len(str(len(lines)))
-        return "\n".join(f"{i:>{width}} | {line}" for i, line in enumerate(lines, start=1))
+        return "".join(f"{i:>{width}} | {line}\n" for i, line in enumerate(lines, start=1))
 
     # -- serialisation (msgpack-friendly: only dicts, lists, str, int, bool, None) ----------
     def to_dict(self) -> dict[str, Any]:
