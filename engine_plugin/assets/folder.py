@@ -184,7 +184,17 @@ def _read_text(path: str, root: str) -> str:
     try:
         text = data.decode("utf-8-sig")  # a BOM (some Windows editors write one) is not text: naga refuses it
     except UnicodeDecodeError as exc:
-        raise AssetError(f"not UTF-8 text (a bad byte at offset {exc.start}); save the file as UTF-8", Span(path)) from None
+        # At its line and column (review helper 195: a byte offset alone), the line shown as
+        # far as it decodes.
+        start = exc.start  # utf-8-sig counts after a BOM it took
+        body = data[3:] if data.startswith(b"\xef\xbb\xbf") else data
+        before = body[:start]
+        line = before.count(b"\n") + before.count(b"\r") - before.count(b"\r\n") + 1
+        line_start = max(before.rfind(b"\n"), before.rfind(b"\r")) + 1
+        col = len(before[line_start:].decode("utf-8", "replace")) + 1
+        end = len(body) if (cut := body.find(b"\n", start)) < 0 else cut
+        shown = body[line_start:end].decode("utf-8", "replace").rstrip("\r")
+        raise AssetError(f"not UTF-8 text (a bad byte 0x{body[start]:02x}); save the file as UTF-8", Span(path, line, col, shown)) from None
     # As text-mode open() reads it (universal newlines): keys and line numbers stay the same.
     return text.replace("\r\n", "\n").replace("\r", "\n")
 

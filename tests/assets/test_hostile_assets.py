@@ -303,3 +303,18 @@ def test_an_asset_folder_named_with_a_line_break_lowers_and_runs(tmp_path, brk):
         assert abi.read(out).tolist() == [2.0, 4.0, 6.0, 8.0]
     finally:
         lib.close()
+
+
+@pytest.mark.parametrize("bom", [b"", b"\xef\xbb\xbf"])
+def test_a_byte_that_is_not_utf8_is_named_at_its_line_and_column(tmp_path, bom):
+    # Review helper 195: the error gave a byte offset only.
+    from engine_plugin.assets.folder import read_asset_folder
+
+    folder = tmp_path / "k.computeShader"
+    folder.mkdir()
+    (folder / "bindings.yaml").write_text("bindings:\n  - { name: o, kind: buffer, access: read_write, element: f32, count: 'n' }\n")
+    (folder / "kernel.wgsl").write_bytes(bom + "// héllo\r\n// two\n    // caf".encode() + b"\xe9 au lait\n")
+    with pytest.raises(AssetError) as info:
+        read_asset_folder(str(folder))
+    span = info.value.span
+    assert (span.line, span.col) == (3, 11) and "0xe9" in str(info.value) and span.text.startswith("    // caf"), (span, str(info.value))
