@@ -193,6 +193,12 @@ def _builtin_arg(param: Token, builtin: str | None, declared: str, types: _Alias
     where = f"member '{param.text}' of struct {struct}" if struct else f"parameter '{param.text}' of main"
     if builtin is None:
         raise EntryError(param, f"{where} has no @builtin(...); a compute entry point takes builtins only")
+    if builtin in ("subgroup_invocation_id", "subgroup_size"):
+        # A compute builtin of WGSL's subgroups extension, which this toolchain (naga in wgpu
+        # 0.32) does not take: said so, not "not a compute builtin" (review helper 193).
+        raise EntryError(
+            param, f"@builtin({builtin}) needs WGSL's subgroups extension, which wgpu 0.32 (naga) does not support; use workgroup memory and barriers"
+        )
     if builtin not in _ARGUMENT:
         raise EntryError(
             param,
