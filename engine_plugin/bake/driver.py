@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import re
 import signal
 import threading
 import time
@@ -383,6 +384,7 @@ def bake(
         # Ended early (Ctrl-C, the cluster gone mid-bake, review helper 173): what was done by
         # then is reported, marked interrupted (a CI job's --json says so); entries are whole.
         report.interrupted = True
+        _twin_outcomes(state, twins, planned)  # a copy of what was done (or cached) by then
         report.corrupt_replaced = _replaced(report, unusable)
         if isinstance(exc, SchedulerUnreachable):
             report.notes.append(exc.message)
@@ -431,13 +433,15 @@ def _twin_outcomes(state: _Bake, twins: list[tuple[AssetPlan, BakeItem]], planne
 
 def _moved(failure: Failure, folder: str, to: str) -> Failure:
     """``failure`` of an asset in ``folder`` as the same error in its copy ``to`` (a shared
-    module's path stays: it is the same file)."""
-    pairs = [(folder, to), (shown_path(folder), shown_path(to))]
+    module's path stays: it is the same file). One pass, each path whole: replacing the
+    spellings one after another replaced a name twice (``a.computeShader`` into
+    ``aa.computeShader``, then its ``a.computeShader`` again), and a path matched inside a
+    longer one (``assets/k`` inside ``backup/assets/k``: review helper 198)."""
+    swaps = {folder: to, shown_path(folder): shown_path(to)}
+    pattern = re.compile(r"(?<![\w./\\-])(" + "|".join(re.escape(k) for k in sorted(swaps, key=len, reverse=True)) + r")(?![\w.-])")
 
     def swap(text: str) -> str:
-        for old, new in pairs:
-            text = text.replace(old, new)
-        return text
+        return pattern.sub(lambda m: swaps[m.group(1)], text)
 
     path = swap(failure.path) if failure.path is not None else None
     return dataclasses.replace(failure, headline=swap(failure.headline), rendered=swap(failure.rendered), path=path)

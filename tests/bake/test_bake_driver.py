@@ -201,6 +201,48 @@ def test_a_broken_copy_of_a_broken_asset_fails_at_its_own_files(tmp_path, gpu, c
     assert {f.asset for f in report.failures} == {b} and report.assets[fixed].baked == 2  # only the broken copy fails now
 
 
+@pytest.mark.parametrize(
+    ("first", "copy", "paths"), [("a", "aa", ["a.computeShader", "aa.computeShader"]), ("assets/k", "backup/assets/k", ["assets", "backup/assets"])]
+)
+def test_a_broken_copy_whose_path_holds_its_twins_is_named_at_its_own_files(tmp_path, gpu, monkeypatch, first, copy, paths):
+    # Review helper 198: the twin's paths were swapped in twice ("aaa.computeShader", and
+    # "backup/backup/assets/k..."), naming files that do not exist.
+    monkeypatch.chdir(tmp_path)
+    for folder in (first, copy):
+        write_asset(f"{folder}.computeShader", BROKEN_YAML, BROKEN_WGSL)
+    report = bake(paths, str(tmp_path / "cache"))
+    assert report.totals["failed"] == 4
+    for f in report.failures:
+        assert f.failure.path == os.path.join(f.asset, "kernel.wgsl") and os.path.exists(f.failure.path), (f.asset, f.failure.path)
+        assert f.failure.headline.startswith(f"{f.failure.path}:5:29: "), f.failure.headline
+
+
+def test_an_interrupted_bake_reports_the_copies_of_what_it_had_done(tmp_path, gpu):
+    # Review helper 198: a copy of a cached asset was listed as skipped before the twin change;
+    # an interrupted bake then left its variants out of the report.
+    import signal
+
+    from engine_plugin.bake.report import BakeInterrupted
+
+    good = BROKEN_WGSL.replace("heigth", "T(2)")
+    root = tmp_path / "assets"
+    a = write_asset(str(root / "a.computeShader"), BROKEN_YAML, good)
+    assert bake([a], str(tmp_path / "cache")).ok
+    b = write_asset(str(root / "b.computeShader"), BROKEN_YAML, good)
+    write_asset(str(root / "c.computeShader"), BROKEN_YAML, good.replace("T(2)", "T(3)"))
+
+    def answer(job):
+        try:
+            signal.raise_signal(signal.SIGINT)
+        except KeyboardInterrupt:
+            pass
+        return bake_chunk(job)
+
+    with pytest.raises(BakeInterrupted) as info:
+        bake([str(root)], str(tmp_path / "cache"), runner=FakeRunner(answer))
+    assert sorted(v.status for v in info.value.report.variants if v.asset == b) == ["skipped", "skipped"]
+
+
 def test_a_ctrl_c_swallowed_where_it_landed_still_stops_the_bake(tmp_path, gpu):
     # A KeyboardInterrupt raised inside a gc callback (distributed installs one) is printed as
     # "ignored" and lost: a Dask bake ran on to its end and exited 0 (review helper 120).
