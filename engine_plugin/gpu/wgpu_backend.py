@@ -103,11 +103,16 @@ def _span_refusal(desc: UploadDesc, stride: int) -> str | None:
             f"the span covers slots {first}..{first + count - 1} ({stride} B a slot: bytes {first * stride}+{count * stride}), "
             f"not bytes {desc.dst_offset}+{desc.nbytes} (a hand-made UploadDesc? take one from upload_desc or coalesce_uploads)"
         )
-    slot = getattr(desc.world, "slot", None)
-    if slot is None:
+    world = desc.world
+    slot, is_current = getattr(world, "slot", None), getattr(world, "is_current", None)
+    if slot is None or is_current is None:
         return None
-    for key in desc.chunk_keys:
+    for key, version in zip(desc.chunk_keys, desc.versions):
         try:
+            if not is_current(key, version):
+                # Changed, or evicted and added again (in another slot: review helper 198):
+                # data() raises its StaleSpanError, as the docstring promises.
+                continue
             at = slot(key)
         except LookupError:  # not live (UnknownChunkError is a KeyError): data() says it is stale
             continue

@@ -184,3 +184,29 @@ def test_a_hand_made_span_whose_slots_are_not_its_chunks_is_refused(forge):
         np.testing.assert_array_equal(got, [1, 1, 1, 1, 7, 7, 7, 7])
     finally:
         be.close()
+
+
+@pytest.mark.gpu
+def test_a_span_of_a_chunk_evicted_and_added_again_elsewhere_is_stale_not_hand_made():
+    # Review helper 198: the hand-made span check refused it ("a hand-made UploadDesc?")
+    # where upload() promises a StaleSpanError.
+    from engine_plugin.errors import StaleSpanError
+    from engine_plugin.gpu import field_mirror_desc, upload_desc
+    from engine_plugin.world import World
+
+    ctx = get_context()
+    w = World((2, 2), {"h": np.float32}, max_chunks=4)
+    be = WgpuBackend(ctx)
+    try:
+        assert be.register_field(field_mirror_desc(w, "h"))
+        w.add(10)
+        desc = upload_desc(w, "h", 10)
+        w.evict(10)
+        w.add(11)
+        w.add(10)  # back, in another slot
+        assert w.slot(10) != desc.first_slot
+        with pytest.raises(StaleSpanError, match="chunk 10"):
+            be.upload(desc)
+        assert be.healthy
+    finally:
+        be.close()
