@@ -21,6 +21,7 @@ clears them.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import threading
 import time
@@ -232,6 +233,7 @@ class ComputeShaderRef:
         self.root = library.root  # the root its files must stay inside (the package's, for packaged kernels)
         self.generation = 0
         self.error: PluginError | None = None
+        self.error_read_at = math.inf  # when the read that failed (self.error) began
         self._program: Program | None = None
         self._source: AssetSource | None = None
         self._tried_files: tuple[str, ...] = ()  # the latest read's, when it failed after reading (a fix there reloads)
@@ -698,6 +700,7 @@ class AssetLibrary:
         if ref._rereading and _same_failure(error, ref.error):
             return None  # the read once more (see poll) failed as the read before it: reported once (review helper 100)
         ref.error = error
+        ref.error_read_at = prepared.read_at  # a program read after this one supersedes it (Engine.product_error)
         ref.failures += 1
         failure = ReloadFailure(ref.path, ref.generation, error, time.monotonic() - prepared.first_event)
         log.warning("reload of %s failed; generation %d stays live:\n%s", ref.path, ref.generation, error)

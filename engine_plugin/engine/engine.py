@@ -43,6 +43,7 @@ from __future__ import annotations
 import contextlib
 import inspect
 import logging
+import math
 import time
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -409,9 +410,11 @@ class Engine:
         if product.exception is not None:
             return product.exception
         reload_error = getattr(product.ref, "error", None)
-        if isinstance(reload_error, BaseException):
+        if isinstance(reload_error, BaseException) and getattr(product.program, "read_at", 0.0) <= getattr(product.ref, "error_read_at", math.inf):
             # Its asset's last save does not compile: the last good kernel runs on; this said
-            # None, the error only on the reference's diagnostics (review helper 196).
+            # None, the error only on the reference's diagnostics (review helper 196). Unless
+            # the product runs a program read after that save (another library on the same
+            # folder reloaded a fix its reference has not read: review helper 198).
             return reload_error
         if product.budget_error is not None:
             return product.budget_error  # served by its fallback, or waiting: off the GPU either way

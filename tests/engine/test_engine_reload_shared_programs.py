@@ -6,13 +6,16 @@ its dispatch refused every frame with nothing said (idle False, no product_error
 from __future__ import annotations
 
 import os
+import shutil
 import time
 
 import numpy as np
 import pytest
 
+from engine_support import Applied, cpu_summary, frames_until, make_world, run_until_idle
+
 from engine_plugin.assets import AssetLibrary
-from engine_plugin.engine import Engine
+from engine_plugin.engine import Engine, fallbacks, kernel_folder
 from engine_plugin.world import World
 
 pytestmark = pytest.mark.gpu
@@ -133,3 +136,39 @@ def test_a_product_of_a_pinned_program_keeps_its_kernel_across_a_reload(tmp_path
     finally:
         engine.close()
         lib.close()
+
+
+def test_a_failed_save_one_library_read_is_no_error_once_another_reloads_a_fix(tmp_path):
+    # Review helper 198: product_error went on answering the failed save its reference's
+    # library read, while the product ran the fix a second library on the folder reloaded.
+    asset = "engine/summary.computeShader"
+    root = tmp_path / "assets"
+    shutil.copytree(kernel_folder("summary"), root / asset)
+    path = root / asset / "kernel.wgsl"
+    good = path.read_text()
+    lib1, lib2 = AssetLibrary(str(root), cache=str(tmp_path / "c1")), AssetLibrary(str(root), cache=str(tmp_path / "c2"))
+    world = make_world(n=4)
+    engine = Engine(world, library=lib1)
+    got = Applied(world)
+    ref1, ref2 = lib1.load(asset), lib2.load(asset)
+    try:
+        handle = engine.register_product(ref2, spec={"T": "f32"}, fields={"src": "height"}, apply=got, cpu_fallback=fallbacks.summary)
+        run_until_idle(engine)
+        path.write_text(good.replace("sum * params.inv_tile_count, sum)", "sum * params.inv_tile_count + undefined_name, sum)"))
+        lib2.request_reload(asset)
+        frames_until(engine, lambda st: ref2.error is not None, "lib2's failed reload", 30)
+        assert "undefined_name" in str(engine.product_error(handle))
+        path.write_text(good.replace("sum * params.inv_tile_count, sum)", "sum * params.inv_tile_count * 2.0, sum)"))
+        before = ref1.generation
+        lib1.request_reload(asset)
+        frames_until(engine, lambda st: ref1.generation > before, "lib1's good reload", 30)
+        world.write(1, "height", 2.0)
+        run_until_idle(engine)
+        want = cpu_summary(world, "height", 1)
+        want[2] *= 2.0
+        np.testing.assert_allclose(got.latest[1], want, rtol=1e-6)  # the fix runs
+        assert ref2.error is not None and engine.product_error(handle) is None
+    finally:
+        engine.close()
+        lib1.close()
+        lib2.close()
