@@ -11,7 +11,6 @@ import time
 
 import numpy as np
 import pytest
-
 from engine_support import Applied, cpu_summary, frames_until, make_world, run_until_idle
 
 from engine_plugin.assets import AssetLibrary
