@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from ..errors import Span
 from .lowered import Lowered
-from .wgsl_text import evaluate_int, module_constants, tokens
+from .wgsl_text import evaluate_int, module_constants, tokens, vector_member
 from .workgroup_init import TypeDeclarations, split_template, workgroup_declarations
 
 __all__ = ["PortabilityIssue", "portability_issues", "WEBGPU_DEFAULTS"]
@@ -42,6 +42,7 @@ class PortabilityIssue:
 _SCALARS = {"f32": 4, "i32": 4, "u32": 4, "f16": 2, "bool": 4}  # WGSL's SizeOf = AlignOf (bool: 4, as WebGPU counts it)
 _SUFFIX = {"f": "f32", "i": "i32", "u": "u32", "h": "f16"}  # vec4f, mat3x3h, ...
 _SHORT = re.compile(r"^(vec[234]|mat[234]x[234])([fiuh])$")
+_TEMPLATE_SPACE = re.compile(r"\s*([<>,])\s*")
 
 
 def _round(n: int, k: int) -> int:
@@ -59,14 +60,23 @@ class _Layout:
         self._consts: dict[str, int | None] = {}
 
     def const(self, name: str) -> int | None:
+        """An integer constant's value; ``V.x``: a lane of a vector constant."""
         if name not in self._consts:
             self._consts[name] = None  # a cycle is unknown (and naga's to refuse)
-            init = self._inits.get(name)
-            self._consts[name] = evaluate_int(init, self.const) if init else None
+            base, _, lane = name.partition(".")
+            init = self._inits.get(base)
+            if not init:
+                value = None
+            elif lane:
+                value = vector_member(init, lane, self.const)
+            else:
+                value = evaluate_int(init, self.const)
+            self._consts[name] = value
         return self._consts[name]
 
     def of(self, type_text: str, depth: int = 0) -> tuple[int, int] | None:
-        t = self.types.resolve(type_text)
+        t = _TEMPLATE_SPACE.sub(r"\1", self.types.resolve(type_text))  # "array <f32, N>" is "array<f32,N>"
+        t = self.types.resolve(t)
         if depth > 32:
             return None
         short = _SHORT.match(t)
@@ -103,12 +113,19 @@ class _Layout:
         if not members:
             return None
         offset, align = 0, 1
-        for _, member in members:
+        attrs = self.types.member_attrs.get(name, [])
+        for k, (_, member) in enumerate(members):
             m = self.of(member, depth + 1)
             if m is None:
                 return None
-            offset = _round(offset, m[0]) + m[1]
-            align = max(align, m[0])
+            # @align(n) and @size(n) (WGSL: a member's alignment and size, at least its type's)
+            found = attrs[k] if k < len(attrs) else {}
+            m_align = evaluate_int(found["align"], self.const) if "align" in found else m[0]
+            m_size = evaluate_int(found["size"], self.const) if "size" in found else m[1]
+            if m_align is None or m_size is None:
+                return None
+            offset = _round(offset, m_align) + m_size
+            align = max(align, m_align)
         return align, _round(offset, align)
 
 

@@ -50,13 +50,16 @@ class TypeDeclarations:
     def __init__(self, toks: list[Token], text: str):
         self.aliases: dict[str, str] = {}
         self.structs: dict[str, list[tuple[str, str]]] = {}
+        self.member_attrs: dict[str, list[dict[str, list[Token]]]] = {}  # each member's @align/@size arguments
         for i, t in at_module_scope(toks):
             if t.text == "alias" and i + 2 < len(toks) and toks[i + 1].kind == "ident" and toks[i + 2].text == "=":
                 end = _statement_end(toks, i + 3, (";",))
                 if end < len(toks) and end > i + 3:
                     self.aliases[toks[i + 1].text] = text[toks[i + 3].offset : toks[end].offset].strip()
             elif t.text == "struct" and i + 2 < len(toks) and toks[i + 1].kind == "ident" and toks[i + 2].text == "{":
-                self.structs[toks[i + 1].text] = _members(toks, i + 3, text)
+                attrs: list[dict[str, list[Token]]] = []
+                self.structs[toks[i + 1].text] = _members(toks, i + 3, text, attrs)
+                self.member_attrs[toks[i + 1].text] = attrs
 
     def resolve(self, type_text: str) -> str:
         t = " ".join(type_text.split())
@@ -100,20 +103,27 @@ def _statement_end(toks: list[Token], j: int, stops: tuple[str, ...]) -> int:
     return j
 
 
-def _members(toks: list[Token], j: int, text: str) -> list[tuple[str, str]]:
-    """(name, type text) of a struct's members, from the token after its ``{``."""
+def _members(toks: list[Token], j: int, text: str, attrs: list[dict[str, list[Token]]] | None = None) -> list[tuple[str, str]]:
+    """(name, type text) of a struct's members, from the token after its ``{``; ``attrs``:
+    each member's ``@align``/``@size`` argument tokens appended there (for its layout)."""
     out = []
     while j < len(toks) and toks[j].text != "}":
+        found: dict[str, list[Token]] = {}
         while j < len(toks) and toks[j].text == "@":  # an attribute: @align(16), @size(8)
+            name = toks[j + 1].text if j + 1 < len(toks) else ""
             j += 2
             if j < len(toks) and toks[j].text == "(":
-                j = _statement_end(toks, j + 1, (")",)) + 1
+                end = _statement_end(toks, j + 1, (")",))
+                found[name] = toks[j + 1 : end]
+                j = end + 1
         if j + 2 >= len(toks) or toks[j].kind != "ident" or toks[j + 1].text != ":":
             break
         end = _statement_end(toks, j + 2, (",", ";", "}"))
         if end >= len(toks):
             break
         out.append((toks[j].text, text[toks[j + 2].offset : toks[end].offset].strip()))
+        if attrs is not None:
+            attrs.append(found)
         j = end + 1 if toks[end].text != "}" else end
     return out
 

@@ -117,6 +117,11 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(local_invocation
         # One per variable rounded to 16 bytes, as WebGPU counts them.
         ("var<workgroup> a: array<f32, 4095>;\nvar<workgroup> b: f32;", 1, 16384 + 16),
         ("struct S { a: f32, b: vec3<f32> }\nvar<workgroup> t: array<S, 512>;", 2, 16384),
+        # Review helper 198: member attributes, a space before '<' and a vector constant's lane.
+        ("struct S { a: f32, @size(16) b: f32 }\nvar<workgroup> t: array<S, 900>;", 2, 18000),
+        ("struct S { @align(16) a: f32 }\nvar<workgroup> t: array<S, 1100>;", 2, 17600),
+        ("var<workgroup> a: array <f32, 4200>;", 1, 16800),
+        ("const WG = vec3u(8u, 8u, 1u);\nvar<workgroup> a: array<f32, WG.x * WG.y * 66u>;", 2, 16896),
     ],
 )
 def test_workgroup_memory_is_sized_through_structs_aliases_and_constants(decls, line, total):
