@@ -77,7 +77,8 @@ def _run_bench(globals_: list[str], rest: list[str]) -> int:
         from .extras import installed, require
 
         # The tables need rich; --json or -q take none (README: "pass --json or -q"), nor the help.
-        wants_json = any(a == "--json" or a.startswith("--json=") for a in rest)
+        # (argparse takes an unambiguous abbreviation too: --js PATH, review helper 198)
+        wants_json = any(len(a.split("=", 1)[0]) >= 3 and "--json".startswith(a.split("=", 1)[0]) for a in rest)
         if not {"-h", "--help"} & set(rest) and not rep.quiet and not wants_json:
             require("rich", "engine-plugin bench's tables (or pass --json PATH or -q)")
         from .bench import main as bench_main

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import copy
 import heapq
+import math
 import threading
 import weakref
 from collections.abc import Iterator, Mapping
@@ -55,7 +56,7 @@ class World:
             raise WorldError(f"max_chunks must be a positive int, not {max_chunks!r}")
         self.max_chunks = int(max_chunks)
         self._fields = declare_fields(fields)
-        self.tiles_per_chunk = int(np.prod(self.chunk_shape))
+        self.tiles_per_chunk = math.prod(self.chunk_shape)  # exact: np.prod wraps past int64 (review helper 198)
         self._base: dict[str, np.ndarray] = {}
         self._rw: dict[str, np.ndarray] = {}
         for name, spec in self._fields.items():

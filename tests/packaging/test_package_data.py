@@ -53,6 +53,7 @@ def test_the_library_and_the_plain_commands_work_without_any_extra(tmp_path):
         f"assert main(['bake', 'assets/samples', '--cache', {str(tmp_path / 'c3')!r}, '--jobs', '1', '--json', {str(tmp_path / 'b.json')!r}]) == 0\n"
         f"assert main(['bench', 'a', '--quick', '--json', {str(tmp_path / 'bench.json')!r}]) == 0\n"
         "assert main(['-q', 'bench', 'a', '--quick']) == 0\n"
+        f"assert main(['bench', 'a', '--quick', '--js', {str(tmp_path / 'bench2.json')!r}]) == 0\n"  # argparse's abbreviation (review helper 198)
         "assert main(['bench', 'a', '--quick']) == 2\n"  # a table asked for: the extra is named
     )
     done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=300)

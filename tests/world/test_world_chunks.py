@@ -39,6 +39,8 @@ def test_a_world_too_big_to_allocate_is_a_world_error_naming_its_field():
     # Review helper 194: numpy's "array is too big" (ValueError) or a MemoryError came out raw.
     with pytest.raises(WorldError, match=r"field 'h' of 1073741824 chunks of 1048576x1048576 tiles needs [\d,]+ bytes"):
         World((2**20, 2**20), {"h": np.float32}, max_chunks=2**30)
+    with pytest.raises(WorldError, match="needs 73,786,976,294,838,206,464 bytes"):  # numpy's product wrapped to 0 (review helper 198)
+        World((2**32, 2**32), {"h": np.float32}, max_chunks=1)
 
 
 def test_bad_field_declarations_and_capacities_are_refused():
