@@ -195,10 +195,13 @@ def _check(lowered: Any) -> Lowered:
     return lowered
 
 
-def _digest(payload: bytes, asset: Any, spec: Any, columns: Any, validated: Any = False) -> str:
+def _digest(payload: bytes, asset: Any, spec: Any, columns: Any, validated: Any = False, header: Any = ()) -> str:
     # The readable header is covered too: a tool listing entries must not read a flipped spec.
+    # ``header``: the entry's key, format, lowering version and layout, under the MAC with the
+    # rest: an older build's signed entry relabelled to this build's key and versions (no key
+    # needed: plain msgpack) passed every check, and its old kernel ran (review helper 197).
     h = hashlib.sha256(payload)
-    h.update(msgpack.packb([asset, spec, columns] + ([True] if validated is True else []), use_bin_type=True))
+    h.update(msgpack.packb([asset, spec, columns] + ([True] if validated is True else []) + ([list(header)] if header else []), use_bin_type=True))
     return h.hexdigest()
 
 
@@ -218,7 +221,7 @@ def encode_entry(key: str, lowered: Lowered, *, signed: bool = True, validated: 
     payload = msgpack.packb(lowered, default=_default, use_bin_type=True)
     spec = [list(v) for v in lowered.spec.values]
     columns = [[k, list(v)] for k, v in lowered.spec.columns]
-    digest = _digest(payload, lowered.asset, spec, columns, validated)
+    digest = _digest(payload, lowered.asset, spec, columns, validated, (key, format_version, LOWERING_VERSION, LAYOUT))
     envelope = {
         "magic": MAGIC,
         "format": format_version,
@@ -300,7 +303,7 @@ def open_entry(key: str, data: bytes, *, signed: bool = True) -> Entry:
         raise BadEntry("no payload")
     validated = env.get("validated", False)
     try:
-        digest = _digest(payload, env.get("asset"), env.get("spec"), env.get("columns"), validated)
+        digest = _digest(payload, env.get("asset"), env.get("spec"), env.get("columns"), validated, (key, env.get("format"), env.get("lowering"), env.get("layout")))
     except (TypeError, ValueError):
         digest = None
     if digest is None or digest != env.get("sha256"):

@@ -13,7 +13,7 @@ from .variants import VariantSpec
 __all__ = ["variant_key", "CACHE_FORMAT_VERSION"]
 
 # Bump when the cache entry layout changes; LOWERING_VERSION covers the generated code.
-CACHE_FORMAT_VERSION = 1
+CACHE_FORMAT_VERSION = 2  # 2: the checksum (and MAC) cover the key and versions
 
 
 def variant_key(schema_text: str, wgsl_text: str, spec: VariantSpec, modules: Sequence[Module] = ()) -> str:

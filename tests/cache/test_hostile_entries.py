@@ -31,7 +31,7 @@ def _envelope(key: str, payload: bytes) -> bytes:
     asset, spec, columns = "x.wgsl", [], []
     env = {
         "magic": MAGIC, "format": CACHE_FORMAT_VERSION, "lowering": LOWERING_VERSION, "layout": LAYOUT, "key": key,
-        "asset": asset, "spec": spec, "columns": columns, "sha256": _digest(payload, asset, spec, columns), "payload": payload,
+        "asset": asset, "spec": spec, "columns": columns, "sha256": _digest(payload, asset, spec, columns, header=(key, CACHE_FORMAT_VERSION, LOWERING_VERSION, LAYOUT)), "payload": payload,
     }
     return msgpack.packb(env, use_bin_type=True)
 
@@ -595,3 +595,32 @@ def test_a_usage_log_never_grows_past_what_a_reader_takes(tmp_path, monkeypatch)
     before = path.read_bytes()
     assert not log.flush()
     assert path.read_bytes() == before and len(read_usage(str(path))) == 50
+
+
+@pytest.mark.parametrize("field", ["key", "lowering", "format", "layout"])
+def test_a_signed_entry_relabelled_to_another_key_or_version_is_not_signed(monkeypatch, field):
+    # Review helper 197: the MAC covered the payload and the asset's spec, not the key nor the
+    # versions: an older build's entry (signed by this user) relabelled to this build's key and
+    # lowering version (plain msgpack, no key needed) was served, and its old kernel ran.
+    import engine_plugin.cache.entry as entry_mod
+    from engine_plugin.cache.entry import encode_entry, open_entry
+
+    (key, lowered), (other_key, _) = reference_variants()[:2]
+    old = {"key": other_key, "lowering": "0-older-build", "format": CACHE_FORMAT_VERSION - 1, "layout": "0123456789abcdef"}[field]
+    if field == "key":
+        data = encode_entry(other_key, lowered)
+    elif field == "format":
+        data = encode_entry(key, lowered, format_version=old)
+    else:
+        monkeypatch.setattr(entry_mod, {"lowering": "LOWERING_VERSION", "layout": "LAYOUT"}[field], old)
+        data = encode_entry(key, lowered)
+        monkeypatch.undo()
+    env = msgpack.unpackb(data, raw=False)
+    assert env[field] == old
+    env[field] = {"key": key, "lowering": LOWERING_VERSION, "format": CACHE_FORMAT_VERSION, "layout": LAYOUT}[field]
+    header = (key, CACHE_FORMAT_VERSION, LOWERING_VERSION, LAYOUT)
+    for digest in (_digest(env["payload"], env["asset"], env["spec"], env["columns"]), _digest(env["payload"], env["asset"], env["spec"], env["columns"], header=header)):
+        env["sha256"] = digest  # the checksum is public: the relabeller recomputes it either way
+        with pytest.raises(BadEntry):
+            open_entry(key, msgpack.packb(env, use_bin_type=True))
+    assert open_entry(key, encode_entry(key, lowered)).lowered == lowered  # the real one opens
