@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import logging
 import math
+import numbers
 import os
 import re
 import threading
@@ -142,6 +143,18 @@ def _refusal(exc: Exception) -> str:
     return ""
 
 
+_MAX_SECONDS = 1e7  # the command line's bound on a duration (commands.contract.MAX_SECONDS)
+MAX_TTL_S = 10 * 365 * 86400  # Redis refuses expiries past its clock's range (1e30 s failed every write)
+
+
+def _seconds_ok(value: object, *, positive: bool, most: float = _MAX_SECONDS) -> bool:
+    """Whether ``value`` is a finite number of seconds of at most ``most`` (above 0, or at least 0)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        return False
+    v = float(value)
+    return math.isfinite(v) and (v > 0 if positive else v >= 0) and v <= most
+
+
 class RemoteCache:
     """A Redis server holding variant entries under this build's namespace.
 
@@ -181,10 +194,15 @@ class RemoteCache:
             raise RemoteCacheError(f"unusable remote cache URL {_redact(url)!r}{said}", Span(_redact(url))) from None
         if scheme not in ("redis", "rediss", "unix"):
             raise RemoteCacheError(f"a remote cache is a redis://host:port/db URL, not {_redact(url)!r}", Span(_redact(url)))
-        if not (timeout > 0):
-            raise RemoteCacheError(f"the remote timeout must be positive seconds, not {timeout!r}", Span(_redact(url)))
-        if ttl is not None and not ttl > 0:
-            raise RemoteCacheError(f"the remote ttl must be positive seconds or None, not {ttl!r}", Span(_redact(url)))
+        # Finite and bounded, as the command line takes them (review helper 197: ttl=inf raised
+        # a raw OverflowError, ttl=1e300 had every write refused, cooldown=nan kept the breaker
+        # open for good).
+        if not _seconds_ok(timeout, positive=True):
+            raise RemoteCacheError(f"the remote timeout must be positive seconds (at most {_MAX_SECONDS:g}), not {timeout!r}", Span(_redact(url)))
+        if ttl is not None and not _seconds_ok(ttl, positive=True, most=MAX_TTL_S):
+            raise RemoteCacheError(f"the remote ttl must be positive seconds (at most {MAX_TTL_S}) or None, not {ttl!r}", Span(_redact(url)))
+        if not _seconds_ok(cooldown, positive=False):
+            raise RemoteCacheError(f"the remote cooldown must be seconds of at least 0 (at most {_MAX_SECONDS:g}), not {cooldown!r}", Span(_redact(url)))
         self.timeout = float(timeout)
         # Redis expires in whole seconds and refuses EX 0: a fraction rounds up (0.5 made every
         # write refused, review helper 123).

@@ -8,6 +8,7 @@ import os
 import sys
 from typing import Any, Callable
 
+from ..cache.remote import MAX_TTL_S
 from ..files import printable
 from .contract import (
     EXIT_FAILED,
@@ -30,7 +31,6 @@ __all__ = ["add_bake_parser", "cmd_bake"]
 
 DEFAULT_COMPILE_TIMEOUT_S = 120.0  # a compile taking longer is a stuck compiler (lavapipe: minutes on a huge var<private> array)
 MAX_JOBS = 4096  # worker processes: more is a typo (a C int past 2**31 was a traceback)
-MAX_TTL_S = 10 * 365 * 86400  # Redis refuses expiries past its clock's range (1e30 s failed every write)
 
 # A variant that failed for one of these did not fail as an asset: the machine has no usable GPU.
 ENVIRONMENT_FAILURES = ("NoAdapterError", "DeviceLostError", "GpuError")

@@ -879,3 +879,18 @@ def test_gc_removes_oversized_values_without_reading_them(redis_server, tmp_path
     assert remote.gc() == {"removed": 5, "kept": 2}
     assert not any("planted" in (n.decode() if isinstance(n, bytes) else n) for n in read), read
     assert sorted(server_values(redis_server)) == sorted(k for k, _ in entries[:2])
+
+
+@pytest.mark.parametrize(
+    "options",
+    [{"ttl": float("inf")}, {"ttl": 1e300}, {"ttl": float("nan")}, {"cooldown": float("nan")}, {"cooldown": -1.0}, {"timeout": float("inf")}, {"ttl": "60"}],
+)
+def test_options_the_command_line_refuses_are_refused_by_the_api_too(options):
+    # Review helper 197: ttl=inf raised a raw OverflowError, ttl=1e300 was taken (every write
+    # then refused by Redis), cooldown=nan was taken (the breaker never closed again).
+    pytest.importorskip("redis")
+    from engine_plugin.cache.remote import MAX_TTL_S, RemoteCacheError
+
+    with pytest.raises(RemoteCacheError, match="must be"):
+        RemoteCache("redis://127.0.0.1:1/0", **options)
+    assert RemoteCache("redis://127.0.0.1:1/0", ttl=MAX_TTL_S, cooldown=0).ttl == MAX_TTL_S  # the bounds themselves are fine
