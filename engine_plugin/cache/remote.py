@@ -133,6 +133,13 @@ def _counter(value: Any) -> int:
         return 0
 
 
+def _key_refusal(exc: Exception) -> bool:
+    """Whether a refused command was refused for its key or value (another Redis type, a
+    counter that is no integer) or a full server, not the server refusing every command."""
+    text = str(exc)
+    return any(word in text for word in ("WRONGTYPE", "OOM", "maxmemory", "not an integer", "would overflow"))
+
+
 def _refusal(exc: Exception) -> str:
     """What a refused command's error means for the user, when it is a known kind."""
     text = str(exc)
@@ -295,6 +302,13 @@ class RemoteCache:
         except self._redis.exceptions.RedisError as exc:  # e.g. a server refusing the command
             if token in self._late:
                 self._failed(self._redis.exceptions.TimeoutError(f"no whole answer within {self.deadline:g} s (a slow link)"), what)
+                self._count("misses", misses)
+                return default
+            if not _key_refusal(exc):
+                # Not about a key or a full server: a server refusing every command (a database
+                # it lacks, no auth, not Redis at all) is an outage, said once and skipped by
+                # the breaker; it was asked again on every lookup (review helper 197).
+                self._failed(exc, what)
                 self._count("misses", misses)
                 return default
             self._count("errors")
@@ -546,9 +560,19 @@ class RemoteCache:
             # Each field's answer on its own: a field something else made non-integer refuses
             # its increment while the others land, so raising here re-sent those others on the
             # next publish (counted twice, review helper 123). The refused ones are dropped.
-            refused = [k for k, r in zip(delta, pipe.execute(raise_on_error=False)) if isinstance(r, Exception)]
+            answers = list(zip(delta, pipe.execute(raise_on_error=False)))
+            refused = [k for k, r in answers if isinstance(r, Exception)]
             if refused:
-                self._warn_once("stats:" + ",".join(refused), f"the studio counters {', '.join(refused)} of {STATS_KEY} are not integers; not added to")
+                # Why, from the server's words: a full server, or the counters key of another
+                # Redis type, was said to be counters that are not integers (review helper 197).
+                error = next(r for _, r in answers if isinstance(r, Exception))
+                if "WRONGTYPE" in str(error):
+                    why = f"the studio counters key {STATS_KEY} holds another Redis type (written by something else); not added to"
+                elif _refusal(error):
+                    why = f"the studio counters were not added to: {_refusal(error)}"
+                else:
+                    why = f"the studio counters {', '.join(refused)} of {STATS_KEY} are not integers; not added to"
+                self._warn_once("stats:" + why, why)
             return True
 
         if self._call("publish", send, False):
@@ -586,7 +610,11 @@ class RemoteCache:
             # (it made `cache stats` say the server does not answer, review helper 123).
             sizes = pipe.execute(raise_on_error=False) if names else []
             info = self._client.info("memory")
-            studio = {(k.decode() if isinstance(k, bytes) else k): _counter(v) for k, v in self._client.hgetall(STATS_KEY).items()}
+            try:
+                studio = {(k.decode() if isinstance(k, bytes) else k): _counter(v) for k, v in self._client.hgetall(STATS_KEY).items()}
+                counters_usable = True
+            except self._redis.exceptions.ResponseError:  # the counters key of another type: the entries still answer (review helper 197)
+                studio, counters_usable = {}, False
             other = sum(1 for _ in self._client.scan_iter(match="engine_plugin:*", count=1000)) - len(names)
         except (self._redis.exceptions.RedisError, OSError) as exc:
             raise RemoteCacheError(f"the remote variant cache does not answer: {exc}", Span(_redact(self.url))) from None
@@ -601,6 +629,7 @@ class RemoteCache:
             "maxmemory": int(info.get("maxmemory", 0)),
             "maxmemory_policy": str(info.get("maxmemory_policy", "")),
             "counters": {k: studio.get(k, 0) for k in _PUBLISHED},
+            "counters_usable": counters_usable,
         }
 
     def gc(self, *, dry_run: bool = False) -> dict[str, int]:

@@ -130,8 +130,10 @@ def _remote(args: argparse.Namespace, rep: Reporter) -> tuple[int, dict | None]:
         say(
             f"  size        {fmt_bytes(st['bytes'])}; server memory {fmt_bytes(st['used_memory'])} of {fmt_bytes(cap) if cap else 'no'} maxmemory, policy {st['maxmemory_policy']}"
         )
-        if not cap or ("lru" not in st["maxmemory_policy"] and "lfu" not in st["maxmemory_policy"]):
-            say("  note        set maxmemory and maxmemory-policy allkeys-lru on the server, or it grows without bound")
+        for line in _memory_notes(cap, st["maxmemory_policy"]):
+            say(f"  note        {line}")
+        if not st.get("counters_usable", True):
+            say("  note        the studio counters key holds another Redis type (written by something else): counters not shown")
         c = st["counters"]
         say(
             f"  studio-wide hits {c['hits']}, misses {c['misses']}, verified {c['verified']} ({c['relowered']} re-lowered, {c['signed']} signed), rejected {c['rejected']}"
@@ -237,3 +239,18 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> Callable[..., int]:
     p.add_argument("--remote-timeout", type=seconds_arg(positive=True), default=None, metavar="S", help="remote socket timeout in seconds (default 0.25)")
     p.set_defaults(func=cmd_cache)
     return cmd_cache
+
+
+def _memory_notes(cap: int, policy: str) -> list[str]:
+    """What the server's memory settings mean for the tier (review helper 197: a full
+    ``noeviction`` server was said to grow without bound, and ``volatile-*``, which evicts
+    only keys with a TTL, was taken as evicting entries written without one)."""
+    if not cap:
+        return ["no maxmemory: the server grows without bound; set maxmemory and maxmemory-policy allkeys-lru"]
+    if policy == "noeviction":
+        return ["maxmemory-policy noeviction: once full the server refuses every write; set maxmemory-policy allkeys-lru"]
+    if policy.startswith("volatile-"):
+        return [f"maxmemory-policy {policy} evicts only keys with a TTL: bake with --remote-ttl, or set allkeys-lru"]
+    if "lru" not in policy and "lfu" not in policy:
+        return [f"maxmemory-policy {policy}: set allkeys-lru so the least used entries go first"]
+    return []

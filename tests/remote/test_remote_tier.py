@@ -894,3 +894,49 @@ def test_options_the_command_line_refuses_are_refused_by_the_api_too(options):
     with pytest.raises(RemoteCacheError, match="must be"):
         RemoteCache("redis://127.0.0.1:1/0", **options)
     assert RemoteCache("redis://127.0.0.1:1/0", ttl=MAX_TTL_S, cooldown=0).ttl == MAX_TTL_S  # the bounds themselves are fine
+
+
+def test_the_counters_key_of_another_type_and_a_full_server_are_said_as_they_are(redis_server, tmp_path, caplog):
+    # Review helper 197: `cache stats --remote` exited 2 ("does not answer") when only the
+    # counters key was of another Redis type; a full server's refused counters were said to be
+    # "not integers"; a capped noeviction server was said to "grow without bound".
+    from engine_plugin.cache.remote import STATS_KEY
+
+    client = redis_server.client()
+    client.lpush(STATS_KEY, b"x")
+    res = run_cli("cache", "stats", "--cache", str(tmp_path / "none"), "--remote", redis_server.url)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "the studio counters key holds another Redis type" in res.stdout and "grows without bound" in res.stdout, res.stdout
+    remote = RemoteCache(redis_server.url)
+    remote._count("misses", 1)
+    with caplog.at_level(logging.WARNING, logger="engine_plugin"):
+        assert remote.publish()
+    assert f"the studio counters key {STATS_KEY} holds another Redis type" in caplog.text and "not integers" not in caplog.text
+    client.delete(STATS_KEY)
+    client.config_set("maxmemory", client.info("memory")["used_memory"] + 1)  # full at the next write
+    client.config_set("maxmemory-policy", "noeviction")
+    caplog.clear()
+    remote._count("misses", 1)
+    with caplog.at_level(logging.WARNING, logger="engine_plugin"):
+        remote.publish()
+    assert "the server is full" in caplog.text and "not integers" not in caplog.text, caplog.text
+    res = run_cli("cache", "stats", "--cache", str(tmp_path / "none"), "--remote", redis_server.url)
+    assert "noeviction: once full the server refuses every write" in res.stdout and "grows without bound" not in res.stdout, res.stdout
+    client.config_set("maxmemory-policy", "volatile-lru")
+    res = run_cli("cache", "stats", "--cache", str(tmp_path / "none"), "--remote", redis_server.url)
+    assert "evicts only keys with a TTL" in res.stdout, res.stdout
+
+
+def test_a_server_refusing_every_command_opens_the_breaker_after_one_line(redis_server, caplog):
+    # Review helper 197: a database the server lacks (or not Redis at all) refused each command
+    # with a line per command kind, and every lookup asked again.
+    url = redis_server.url.rsplit("/", 1)[0] + "/99"  # 16 databases by default
+    remote = RemoteCache(url, cooldown=60)
+    with caplog.at_level(logging.WARNING, logger="engine_plugin"):
+        assert remote.get_values(["a" * 64]) == {}
+        before = remote.stats()
+        assert remote.get_values(["b" * 64]) == {}
+        remote.publish()
+    after = remote.stats()
+    assert not remote.available and after.skipped > before.skipped, (before, after)
+    assert len([r for r in caplog.records if "remote variant cache" in r.getMessage()]) == 1, caplog.text
