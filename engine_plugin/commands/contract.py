@@ -13,13 +13,16 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import math
 import os
+import signal
 import stat
 import sys
+import threading
 import traceback
-from typing import Any, Callable, NoReturn, TextIO
+from typing import Any, Callable, Iterator, NoReturn, TextIO
 
 from ..errors import CacheError, GpuError, PluginError
 from ..files import printable
@@ -169,6 +172,28 @@ def configure_logging(reporter: Reporter) -> logging.Handler:
     logger.setLevel(logging.INFO if reporter.verbose else logging.ERROR if reporter.quiet else logging.WARNING)
     logger.propagate = False
     return handler
+
+
+@contextlib.contextmanager
+def sigterm_interrupts() -> Iterator[None]:
+    """SIGTERM raises KeyboardInterrupt (its ``signum`` SIGTERM: the command exits 143 and
+    says so) where nothing else handles it, on the main thread: what a command's finally
+    blocks write (the demo's figures log) is written then, not cut (review helper 199)."""
+    term = getattr(signal, "SIGTERM", None)
+    if term is None or threading.current_thread() is not threading.main_thread() or signal.getsignal(term) is not signal.SIG_DFL:
+        yield
+        return
+
+    def interrupt(signum: int, frame: Any) -> None:
+        exc = KeyboardInterrupt()
+        exc.signum = signum  # type: ignore[attr-defined]  # read by the CLI: exit 143
+        raise exc
+
+    previous = signal.signal(term, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(term, previous)
 
 
 def whole_number_arg(minimum: int, maximum: int | None = None) -> Callable[[str], int]:

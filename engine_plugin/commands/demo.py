@@ -6,12 +6,17 @@ import argparse
 import os
 from typing import Any
 
-from .contract import EXIT_OK, Reporter, UsageError, check_output_file, folder_arg, whole_number_arg
+from .contract import EXIT_OK, Reporter, UsageError, check_output_file, folder_arg, sigterm_interrupts, whole_number_arg
 
 __all__ = ["add_parser", "cmd_demo"]
 
 
 def cmd_demo(args: argparse.Namespace, rep: Reporter) -> int:
+    with sigterm_interrupts():  # SIGTERM as Ctrl-C: the figures log written whole, exit 143
+        return _demo(args, rep)
+
+
+def _demo(args: argparse.Namespace, rep: Reporter) -> int:
     from ..extras import require
 
     require("rich", "the demo's frame statistics", extra="demo")  # [demo] brings rich too

@@ -77,3 +77,28 @@ def test_window_shows_the_field_follows_a_colorize_edit_and_survives_a_broken_sa
 def _window_title(display: str) -> str:
     out = subprocess.run(["xwininfo", "-display", display, "-root", "-tree"], capture_output=True, text=True, timeout=10).stdout
     return "\n".join(line for line in out.splitlines() if "engine_plugin demo" in line)
+
+
+def test_a_headless_demo_stopped_by_sigterm_writes_its_log_whole_and_exits_143(assets_copy, tmp_path):
+    # Review helper 199: SIGTERM killed it with nothing said; the figures log stopped frames
+    # before the progress line (Ctrl-C: exit 130, a message, a whole log).
+    import json
+    import signal
+    import sys
+    import time
+
+    log = tmp_path / "figures.jsonl"
+    env = dict(os.environ, DISPLAY="")
+    cmd = [sys.executable, "-m", "engine_plugin", "demo", "--headless", "--assets", assets_copy, "--cache", str(tmp_path / "cache"),
+           "--frames", "100000", "--snapshot", "", "--log", str(log), "--log-every", "1"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and (not log.exists() or log.stat().st_size < 2000):
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 143, (proc.returncode, err[-2000:])
+    assert "interrupted (SIGTERM)" in err, err[-2000:]
+    lines = log.read_text().splitlines()
+    frames = [json.loads(line)["frame"] for line in lines]  # every line whole JSON
+    assert frames and frames == sorted(frames)
