@@ -133,3 +133,26 @@ def test_frame_stats_time_every_demo_product_and_the_overlay_lists_them(demo):
     assert all(ms > 0 for ms in demo.engine.totals.product_gpu_ms.values())
     assert demo.figures.product_names() == PRODUCTS
     assert all(v is not None for v in demo.figures.record()["gpu_ms"].values())
+
+
+def test_a_bake_of_the_demo_kernels_covers_every_variant_the_demo_makes(tmp_path):
+    # Review helper 200: after `make run`'s bake (`bake assets --builtin`) the demo still
+    # lowered (and wrote) colorize with its palette column named: the cross product left the
+    # columns out. Its bindings.yaml lists the demo's variants under `bake:` now.
+    from engine_plugin.bake import bake
+    from engine_plugin.demo.game import HeatDemo, demo_assets
+    from engine_plugin.runtime import lowering_count
+
+    cache = str(tmp_path / "cache")
+    report = bake([demo_assets()], cache)
+    assert report.ok, report.failures
+    baked = set(os.listdir(cache))
+    before = lowering_count()
+    demo = HeatDemo(demo_assets(), cache)
+    try:
+        for _ in range(3):
+            demo.step()
+    finally:
+        demo.close()
+    assert lowering_count() == before, "the demo lowered a variant the bake did not cover"
+    assert {f for f in os.listdir(cache) if f.endswith(".msgpack")} <= baked
