@@ -180,6 +180,8 @@ def cmd_bake(args: argparse.Namespace, rep: Reporter | None = None) -> int:
         check_asset_path(path)
         if not find_assets(path):
             raise UsageError(f"no .computeShader assets under {path}")
+    if args.json and args.json != "-":
+        _check_report_target(args.json, args.variants_from, paths)
     require_cache_key("a bake would sign entries no later process accepts")
     for path in _given_paths(args):  # --builtin's packaged kernels keep their own root
         check_under_root(path, args.root)
@@ -260,3 +262,19 @@ class _PlainLines:
 
     def print(self, text: str, **_: Any) -> None:
         print(text, file=self.file, flush=True)
+
+
+def _check_report_target(target: str, usage_log: str | None, paths: list[str]) -> None:
+    """The report must not replace what the bake reads: the usage log, or a file of an asset
+    it bakes (review helper 200: ``--json cache/usage.msgpack`` replaced the game's log with
+    the report, ``--json A.computeShader/kernel.wgsl`` the shader, and the bake exited 0)."""
+    from ..assets.folder import find_assets
+
+    where = os.path.realpath(target)
+    if usage_log and os.path.realpath(usage_log) == where:
+        raise UsageError(f"--json {target}: that is the usage log this bake reads (--variants-from); name another file")
+    for path in paths:
+        for folder in find_assets(path, broken=True):
+            real = os.path.realpath(folder if os.path.basename(folder) != "bindings.yaml" else os.path.dirname(folder))
+            if where == real or where.startswith(real.rstrip(os.sep) + os.sep):
+                raise UsageError(f"--json {target}: that is inside the asset {folder}, which this bake reads; name a file outside it")

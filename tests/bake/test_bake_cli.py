@@ -182,6 +182,21 @@ def test_variants_from_a_usage_log_bakes_exactly_the_recorded_variants(tmp_path)
     assert report["runner"] == "this process"
 
 
+def test_the_report_may_not_replace_the_usage_log_or_an_assets_file(tmp_path):
+    # Review helper 200: --json replaced the game's usage log (or the shader) and exited 0.
+    copy_samples(str(tmp_path / "assets"))
+    src = read_asset_folder(str(tmp_path / "assets" / "reference.computeShader"))
+    schema = parse(src.yaml_text, src.yaml_path)
+    log = UsageLog(str(tmp_path / "usage.msgpack"))
+    log.record("reference.computeShader", resolve_spec(schema, {"T": "f32", "FOLD": "add"}))
+    assert log.flush()
+    kept = {p: open(tmp_path / p, "rb").read() for p in ("usage.msgpack", "assets/reference.computeShader/kernel.wgsl")}
+    for target, said in (("usage.msgpack", "the usage log this bake reads"), ("assets/reference.computeShader/kernel.wgsl", "inside the asset")):
+        proc = run_bake(["assets", "--cache", "cache", "--jobs", "1", "--variants-from", "usage.msgpack", "--json", target], cwd=str(tmp_path))
+        assert proc.returncode == 2 and said in proc.stderr, explain(proc)
+    assert {p: open(tmp_path / p, "rb").read() for p in kept} == kept and not os.path.exists(tmp_path / "cache")
+
+
 def test_a_recorded_variant_the_asset_no_longer_offers_is_a_note_naming_the_log_not_a_failure(tmp_path):
     # An option removed after the game recorded it (or a forged row) failed every bake, blamed
     # on bindings.yaml, until the log was deleted by hand (review helper 128).
