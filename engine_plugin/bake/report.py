@@ -118,6 +118,7 @@ class BakeReport:
     failures: list[FailureRecord] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     corrupt_replaced: int = 0
+    evicted: int = 0  # entries the cache's size cap evicted during the bake (baked ones among them)
     interrupted: bool = False  # ended by Ctrl-C or SIGTERM: what it lists is what was done by then
     planned: int = 0  # the variants it set out to bake or skip (totals count what it did)
     lost_workers: list[dict[str, Any]] = field(default_factory=list)
@@ -207,6 +208,7 @@ class BakeReport:
             "interrupted": self.interrupted,
             "totals": self.totals,
             "corrupt_replaced": self.corrupt_replaced,
+            "evicted": self.evicted,
             "remote": self.remote,
             "assets": [
                 {

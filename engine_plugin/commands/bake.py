@@ -220,8 +220,11 @@ def cmd_bake(args: argparse.Namespace, rep: Reporter | None = None) -> int:
         raise
 
     st = cache.stats()
+    report.evicted = st.evictions  # the JSON's totals then match the files (review helper 200)
     if st.evictions:
         report.notes.append(f"the cache cap evicted {st.evictions} entries during the bake; raise --max-bytes to keep them all")
+        if rep.quiet:  # the variants baked may not all be in the cache: said under -q too
+            print(printable(f"engine-plugin bake: {report.notes[-1]}"), file=sys.stderr, flush=True)
     if report.corrupt_replaced:
         report.notes.append(f"{report.corrupt_replaced} unusable cache entries were baked again")
     if not rep.quiet:

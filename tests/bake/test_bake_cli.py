@@ -404,3 +404,15 @@ def test_an_asset_edited_while_it_is_baked_is_named_in_a_note(tmp_path):
     notes = [n for n in report["notes"] if "changed while it was baked" in n]
     assert len(notes) == 1 and "particles.computeShader" in notes[0], report["notes"]
     assert "particles.computeShader changed while it was baked" in proc.stdout, proc.stdout
+
+
+def test_entries_the_cache_cap_evicts_during_a_bake_are_counted_and_said_under_q(tmp_path):
+    # Review helper 200: with --max-bytes too small the bake exited 0, "ok": true, baked 52,
+    # while a dozen entries were on disk; only a note of the table said so.
+    copy_samples(str(tmp_path / "assets"))
+    proc = run_bake(["assets", "--cache", "cache", "--jobs", "1", "--max-bytes", "40K", "-q", "--json", "r.json"], cwd=str(tmp_path))
+    assert proc.returncode == 0, explain(proc)
+    report = load_report(str(tmp_path / "r.json"))
+    on_disk = len(entries(str(tmp_path / "cache")))
+    assert report["evicted"] > 0 and report["totals"]["baked"] - report["evicted"] <= on_disk < report["totals"]["baked"], (report["evicted"], on_disk)
+    assert "the cache cap evicted" in proc.stderr, proc.stderr
