@@ -76,6 +76,17 @@ def test_usage_names_match_folders_relative_to_the_root_or_by_whole_path_compone
     assert unmatched == ["missing.computeShader", "ticles.computeShader"]
 
 
+def test_usage_names_matching_no_asset_are_named_ten_and_the_rest_counted(tmp_path):
+    # Review helper 200: 100,000 such names printed 100,000 note lines (and JSON notes).
+    root = copy_samples(str(tmp_path / "assets"))
+    spec = VariantSpec((("FOLD", "max"), ("T", "f32")))
+    usage = {f"gone/n{i:06d}.computeShader": [spec] for i in range(5000)}
+    usage["reference.computeShader"] = [spec]
+    plans, notes = plan_assets([root], usage)
+    assert [p.folder for p in plans] == [os.path.join(root, "reference.computeShader")]
+    assert len(notes) == 11 and "4990 more assets that are not among the assets to bake" in notes[-1], notes[-2:]
+
+
 def test_a_usage_name_several_folders_end_with_is_baked_for_each_with_a_note(tmp_path):
     # Review helper 137: the first such folder took the variants without a word, and a game
     # rooted at the other got nothing baked.
