@@ -8,6 +8,7 @@ same texture, so a screenshot is exactly what the window showed. Keys: see :mod:
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 from typing import Any
@@ -18,6 +19,8 @@ import wgpu
 from .present import BAR_COLOR
 
 __all__ = ["DemoWindow", "display_problem", "run_window"]
+
+log = logging.getLogger("engine_plugin.demo")
 
 
 def display_problem() -> str | None:
@@ -129,14 +132,21 @@ class DemoWindow:
             color_attachments=[{"view": target.create_view(), "clear_value": BAR_COLOR, "load_op": "clear", "store_op": "store"}]
         )
         self.viewport = self.presenter.draw(render_pass, demo.pixels, size)
-        notice = f"screenshot: {os.path.basename(self.last_screenshot)}" if self.last_screenshot else ""
+        shot = self.last_screenshot
+        notice = (f"screenshot: {shot}" if shot.startswith("not saved") else f"screenshot: {os.path.basename(shot)}") if shot else ""
         self.overlay.render(render_pass, demo.figures, size, notice)
         render_pass.end()
         encoder.copy_texture_to_texture({"texture": target}, {"texture": surface}, (size[0], size[1], 1))
         device.queue.submit([encoder.finish()])
         if self._want_screenshot:
             self._want_screenshot = False
-            self.last_screenshot = self.save_screenshot(target)
+            try:
+                self.last_screenshot = self.save_screenshot(target)
+            except OSError as exc:
+                # A folder that cannot be made or written: said in the overlay's notice line
+                # and once on the log, the demo goes on (review helper 199: a raw traceback).
+                self.last_screenshot = f"not saved ({exc.strerror or exc})"
+                log.warning("screenshot not saved in %s: %s", self.screenshots, exc.strerror or exc)
         self.shown += 1
         return hud
 

@@ -103,3 +103,15 @@ def test_the_step_key_advances_exactly_one_frame_while_paused(demo_window):
     assert run.frames_later(5)["frame"] == frame + 1
     run.command("key space")  # resume
     run.wait(lambda s: not s["paused"] and s["frame"] > frame + 2, "the demo to run again")
+
+
+def test_a_screenshot_folder_that_cannot_be_made_is_said_and_the_demo_goes_on(demo_window):
+    # Review helper 199: a raw traceback on stderr ("Draw error"), nothing in the overlay.
+    run = demo_window
+    with open(run.shots, "w") as f:  # a file where the folder should be
+        f.write("not a folder")
+    run.command("key F12")
+    state = run.wait(lambda s: s["screenshot"], "the screenshot attempt")
+    assert state["screenshot"].startswith("not saved"), state["screenshot"]
+    later = run.frames_later()
+    assert any(line.startswith("screenshot: not saved") for line in later["overlay"]), later["overlay"]
