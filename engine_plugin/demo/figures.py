@@ -71,10 +71,15 @@ class Diagnostic:
             if not source.strip():
                 source, caret = "", ""
             return cls(asset, _relative(span.prefix(), span.path, root), getattr(error, "message", str(error)), source, caret)
+        if span is not None and span.path and hasattr(error, "message"):  # a file, no line: the file and the message
+            return cls(asset, _relative(span.path, span.path, root), error.message, "", "")
         # Rendered text: "path:line[:col]: message", then "    source", then "    ^".
         lines = str(error).splitlines() or [""]
         location, _, message = lines[0].partition(": ")
-        if not message:
+        if not message or (_path_line(location)[0] is None and not os.path.exists(location)):
+            # No place in front (an engine product-contract error: "unknown param 'cooling';
+            # product 'heat_step' takes: ..."): the asset; the text before a first ": " was
+            # taken for a place (review helper 199).
             location, message = asset, lines[0]
         body = [ln[4:] if ln.startswith("    ") else ln for ln in lines[1:3]]
         source = body[0] if body else ""

@@ -148,6 +148,18 @@ def test_diagnostic_splits_a_rendered_error_into_location_source_line_and_caret(
     assert d.lines() == [text.splitlines()[0], "    let h = heigth;", "            ^"]
 
 
+def test_diagnostic_of_an_error_without_a_place_names_the_asset_and_keeps_the_whole_message():
+    # Review helper 199: "unknown param 'cooling'; product 'heat_step' takes: ..." put the text
+    # before its first ": " into the location field.
+    from engine_plugin.errors import PluginError, Span
+
+    text = "unknown param 'cooling'; product 'heat_step' takes: source, heat"
+    d = Diagnostic.from_error("heat_step", text)
+    assert (d.location, d.message) == ("heat_step", text)
+    d = Diagnostic.from_error("heat_step", PluginError(text, Span("/r/heat_step.computeShader/bindings.yaml")), root="/r")
+    assert (d.location, d.message) == ("heat_step.computeShader/bindings.yaml", text)
+
+
 def test_keys_cover_every_action_and_the_overlay_lists_them():
     assert {b.action for b in KEYS} == {"toggle_overlay", "pause", "step", "reset", "reload", "screenshot", "quit"}
     assert action_for({"key": "O"}) == action_for({"key": "o"}) == "toggle_overlay"
