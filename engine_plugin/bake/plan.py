@@ -144,7 +144,9 @@ def plan_assets(paths: Iterable[str], usage: Mapping[str, list[VariantSpec]] | N
         for name in list(unmatched)[:_NAMED_UNMATCHED]:
             notes.append(f"the usage log names {name}, which is not among the assets to bake; its variants are left out")
         if len(unmatched) > _NAMED_UNMATCHED:
-            notes.append(f"the usage log names {len(unmatched) - _NAMED_UNMATCHED} more assets that are not among the assets to bake; their variants are left out")
+            notes.append(
+                f"the usage log names {len(unmatched) - _NAMED_UNMATCHED} more assets that are not among the assets to bake; their variants are left out"
+            )
         for name, hits in shared.items():
             notes.append(
                 f"the usage log names {name}, which {len(hits)} assets to bake end with ({', '.join(_shown(f) for f in hits)}); its variants are baked for each"
