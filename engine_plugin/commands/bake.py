@@ -216,6 +216,7 @@ def cmd_bake(args: argparse.Namespace, rep: Reporter | None = None) -> int:
         )
     except (BakeInterrupted, SchedulerUnreachable) as stopped:
         if args.json and stopped.report is not None:  # a CI job reads what was done, marked interrupted (not ok)
+            stopped.report.evicted = cache.stats().evictions  # as after a whole bake (review helper 201)
             write_json(stopped.report.as_json(), args.json)
         raise
 
@@ -281,3 +282,10 @@ def _check_report_target(target: str, usage_log: str | None, paths: list[str]) -
             real = os.path.realpath(folder if os.path.basename(folder) != "bindings.yaml" else os.path.dirname(folder))
             if where == real or where.startswith(real.rstrip(os.sep) + os.sep):
                 raise UsageError(f"--json {target}: that is inside the asset {folder}, which this bake reads; name a file outside it")
+    for path in paths:
+        # A module (``#import``) the assets read: any .wgsl under the bake's paths, or anything
+        # in a modules folder there (review helper 201: --json assets/modules/factor.wgsl).
+        base = os.path.realpath(path if os.path.isdir(path) else os.path.dirname(path) or ".")
+        inside = where.startswith(base.rstrip(os.sep) + os.sep)
+        if inside and (where.endswith(".wgsl") or "modules" in os.path.relpath(where, base).split(os.sep)[:-1]):
+            raise UsageError(f"--json {target}: that is a shader or module file under {path}, which this bake may read; name a file outside it")

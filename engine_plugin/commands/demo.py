@@ -12,11 +12,6 @@ __all__ = ["add_parser", "cmd_demo"]
 
 
 def cmd_demo(args: argparse.Namespace, rep: Reporter) -> int:
-    with sigterm_interrupts():  # SIGTERM as Ctrl-C: the figures log written whole, exit 143
-        return _demo(args, rep)
-
-
-def _demo(args: argparse.Namespace, rep: Reporter) -> int:
     from ..extras import require
 
     require("rich", "the demo's frame statistics", extra="demo")  # [demo] brings rich too
@@ -61,7 +56,10 @@ def _demo(args: argparse.Namespace, rep: Reporter) -> int:
 
     demo = make()
     try:
-        with open(os.devnull, "w") as devnull:
+        # Headless, SIGTERM stops it as Ctrl-C does: the figures log written whole, exit 143.
+        # Not in the window: rendercanvas's loop runs frames as asyncio tasks and handles the
+        # signals it knows (an interrupt raised there printed a task's traceback, review helper 201).
+        with sigterm_interrupts(), open(os.devnull, "w") as devnull:
             run_headless(demo, args.frames or 300, snapshot, out=devnull if rep.quiet else None, log=args.log or None, log_every=args.log_every)
     except OutputFileError as exc:  # a full disk, a folder /proc refuses: the environment's (review helpers 128, 132)
         raise UsageError(str(exc)) from None

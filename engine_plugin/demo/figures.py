@@ -76,7 +76,7 @@ class Diagnostic:
         # Rendered text: "path:line[:col]: message", then "    source", then "    ^".
         lines = str(error).splitlines() or [""]
         location, _, message = lines[0].partition(": ")
-        if not message or (_path_line(location)[0] is None and not os.path.exists(location)):
+        if not message or (_path_line(location)[0] is None and not _looks_like_path(location)):
             # No place in front (an engine product-contract error: "unknown param 'cooling';
             # product 'heat_step' takes: ..."): the asset; the text before a first ": " was
             # taken for a place (review helper 199).
@@ -108,6 +108,12 @@ def _relative(location: str, path: str | None, root: str | None) -> str:
         if not rel.startswith(".."):
             return rel + location[len(path) :]
     return location
+
+
+def _looks_like_path(text: str) -> bool:
+    """Whether ``text`` (before a message's first ": ") reads as a file's path: a folder in it,
+    or an asset file's name (not whatever the working folder happens to hold: review helper 201)."""
+    return "/" in text or "\\" in text or text.endswith((".wgsl", ".yaml", ".yml", ".computeShader"))
 
 
 def _path_line(location: str) -> tuple[str | None, int]:

@@ -191,7 +191,12 @@ def test_the_report_may_not_replace_the_usage_log_or_an_assets_file(tmp_path):
     log.record("reference.computeShader", resolve_spec(schema, {"T": "f32", "FOLD": "add"}))
     assert log.flush()
     kept = {p: open(tmp_path / p, "rb").read() for p in ("usage.msgpack", "assets/reference.computeShader/kernel.wgsl")}
-    for target, said in (("usage.msgpack", "the usage log this bake reads"), ("assets/reference.computeShader/kernel.wgsl", "inside the asset")):
+    os.makedirs(tmp_path / "assets" / "modules", exist_ok=True)
+    for target, said in (
+        ("usage.msgpack", "the usage log this bake reads"),
+        ("assets/reference.computeShader/kernel.wgsl", "inside the asset"),
+        ("assets/modules/factor.wgsl", "a shader or module file under assets"),  # review helper 201: an #import module
+    ):
         proc = run_bake(["assets", "--cache", "cache", "--jobs", "1", "--variants-from", "usage.msgpack", "--json", target], cwd=str(tmp_path))
         assert proc.returncode == 2 and said in proc.stderr, explain(proc)
     assert {p: open(tmp_path / p, "rb").read() for p in kept} == kept and not os.path.exists(tmp_path / "cache")

@@ -158,6 +158,9 @@ def test_diagnostic_of_an_error_without_a_place_names_the_asset_and_keeps_the_wh
     assert (d.location, d.message) == ("heat_step", text)
     d = Diagnostic.from_error("heat_step", PluginError(text, Span("/r/heat_step.computeShader/bindings.yaml")), root="/r")
     assert (d.location, d.message) == ("heat_step.computeShader/bindings.yaml", text)
+    # Not by what the working folder holds (review helper 201: "tmp" became the place when run from /).
+    assert Diagnostic.from_error("k", "tmp: something: broken").location == "k"
+    assert Diagnostic.from_error("k", "C:\\game\\k.computeShader\\bindings.yaml: broken").location == "C:\\game\\k.computeShader\\bindings.yaml"
 
 
 def test_keys_cover_every_action_and_the_overlay_lists_them():
