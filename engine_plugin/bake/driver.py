@@ -119,8 +119,7 @@ class _Bake:
             if text in self._warned:
                 continue
             self._warned.add(text)
-            headline, _, detail = text.partition("\n")
-            self.progress.warning(f"{headline} (in {shown_path(asset)} variant {out.spec.label()})", detail)
+            self.progress.warning(f"{issue.headline()} (in {shown_path(asset)} variant {out.spec.label()})", issue.span.caret())
 
     def _written(self, asset: str, out: VariantOutcome, ok: bool, worker: str) -> None:
         if ok:

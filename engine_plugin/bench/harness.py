@@ -120,22 +120,10 @@ def _mib_list(text: str) -> list[int]:
     return [int(p) for p in parts]
 
 
-class _PlainConsole:
-    """What the bench prints without rich (``--json`` or ``-q`` without the [cli] extra): its
-    lines as they are, no table."""
-
-    def __init__(self, stderr: bool) -> None:
-        self.file = sys.stderr if stderr else sys.stdout
-
-    def print(self, text: object = "") -> None:
-        if isinstance(text, str):
-            print(text, file=self.file, flush=True)
-
-
 def main(argv: Sequence[str] | None = None, tables: bool = True) -> int:
     """``engine-plugin bench``; ``tables``: print the results table (needs rich), else the
     per-case lines alone."""
-    from ..commands.contract import OneLineParser, UsageError, check_output_file, whole_number_arg, write_json
+    from ..commands.contract import OneLineParser, PlainConsole, UsageError, check_output_file, whole_number_arg, write_json
     from . import cases  # noqa: F401  (registers every case: their names go into the help)
 
     parser = OneLineParser(prog="engine-plugin bench")
@@ -173,7 +161,7 @@ def main(argv: Sequence[str] | None = None, tables: bool = True) -> int:
         for col in ("case", "plugin", "raw", "ratio", "target", "note"):
             table.add_column(col)
     else:
-        console = _PlainConsole(stderr=args.json == "-")
+        console = PlainConsole(sys.stderr if args.json == "-" else sys.stdout)
     console.print(f"adapter: {ctx.adapter_name}")
     results = []
     opts = {"quick": args.quick, "sizes": args.sizes, "reps": args.reps, "runs": args.runs}

@@ -15,6 +15,7 @@ from .contract import (
     EXIT_OK,
     EXIT_USAGE,
     ROOT_HELP,
+    PlainConsole,
     Reporter,
     UsageError,
     check_asset_path,
@@ -236,7 +237,7 @@ def cmd_bake(args: argparse.Namespace, rep: Reporter | None = None) -> int:
             out = Console(file=table_out, width=None if table_out.isatty() else 120)
             out.print(report.summary_table())
         else:
-            out = _PlainLines(table_out)
+            out = PlainConsole(table_out)
         for note in report.notes:
             out.print(printable(f"note: {note}"), markup=False, highlight=False, soft_wrap=True)
         if report.remote_line():
@@ -256,16 +257,6 @@ def cmd_bake(args: argparse.Namespace, rep: Reporter | None = None) -> int:
     if any(f.failure.kind in ENVIRONMENT_FAILURES for f in report.failures):
         return EXIT_USAGE
     return EXIT_OK if report.ok else EXIT_FAILED
-
-
-class _PlainLines:
-    """The summary's lines without rich (``--json`` without the [cli] extra): as they are."""
-
-    def __init__(self, file: Any) -> None:
-        self.file = file
-
-    def print(self, text: str, **_: Any) -> None:
-        print(text, file=self.file, flush=True)
 
 
 def _check_report_target(target: str, usage_log: str | None, paths: list[str]) -> None:

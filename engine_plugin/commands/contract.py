@@ -174,6 +174,18 @@ def configure_logging(reporter: Reporter) -> logging.Handler:
     return handler
 
 
+class PlainConsole:
+    """What a command prints where rich is missing (``--json`` or ``-q`` without the [cli]
+    extra): its lines as they are, no table (a ``rich.console.Console`` stand-in)."""
+
+    def __init__(self, file: TextIO) -> None:
+        self.file = file
+
+    def print(self, text: object = "", **_: Any) -> None:
+        if isinstance(text, str):  # a rich table has no plain form here: left out
+            print(text, file=self.file, flush=True)
+
+
 @contextlib.contextmanager
 def sigterm_interrupts() -> Iterator[None]:
     """SIGTERM raises KeyboardInterrupt (its ``signum`` SIGTERM: the command exits 143 and

@@ -78,11 +78,8 @@ def cmd_lower(args: argparse.Namespace, rep: Reporter) -> int:
         # One line each (the source line and caret with -v), by the command's contract; under
         # --strict they are why the variant is refused, errors, said under -q too (review
         # helper 195: "warning:" with a blank line, the source and a caret, under -q too).
-        headline, _, detail = str(issue).partition("\n")
-        if args.strict:
-            rep.error(headline.replace(": warning: ", ": ", 1), detail)
-        elif not rep.quiet:
-            rep.error(headline, detail)
+        if args.strict or not rep.quiet:
+            rep.error(issue.headline("" if args.strict else "warning"), issue.span.caret())
     if issues and args.strict:
         print(f"engine-plugin lower: refused (--strict): {len(issues)} portability issue(s) beyond WebGPU's default limits", file=sys.stderr)
         return EXIT_FAILED

@@ -26,16 +26,15 @@ it watches are not printed again).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
-import signal
-import threading
 import time
 from typing import Any
 
 from ..errors import PluginError
 from ..files import json_text
-from .contract import EXIT_FAILED, EXIT_OK, ROOT_HELP, Reporter, UsageError, check_under_root, folder_arg, seconds_arg, whole_number_arg
+from .contract import EXIT_FAILED, EXIT_OK, ROOT_HELP, Reporter, UsageError, check_under_root, folder_arg, seconds_arg, sigterm_interrupts, whole_number_arg
 
 __all__ = ["add_parser", "cmd_watch"]
 
@@ -202,7 +201,8 @@ def cmd_watch(args: argparse.Namespace, rep: Reporter) -> int:
     # SIGTERM (how an editor plugin stops it) stops it as Ctrl-C does: the library closed and
     # the exit status said; it died of the signal instead (review helper 175), also when it
     # came right after "watching" (helper 178).
-    term = _stop_on_sigterm()
+    signals = contextlib.ExitStack()
+    signals.enter_context(sigterm_interrupts())  # left in the finally below, before the library is closed
     stopped = False
     try:
         # Said first: a reader of the stream (an editor plugin) is told what is watched before
@@ -288,21 +288,12 @@ def cmd_watch(args: argparse.Namespace, rep: Reporter) -> int:
     except KeyboardInterrupt:
         pass
     finally:
-        if term is not None:
-            signal.signal(signal.SIGTERM, term)
+        signals.close()
         lib.close()
     # By the exit contract: 1 when an asset watched is failing as the command stops (its last
     # save failed, or its live content never loaded or compiled), as bake exits for a broken one.
     broken = failing | set(live_failures) | {p for p, r in by_path.items() if r.error is not None}
     return EXIT_FAILED if broken else EXIT_OK
-
-
-def _stop_on_sigterm() -> Any:
-    """Make SIGTERM raise KeyboardInterrupt in this (the main) thread; answers the handler it
-    replaced, or None where none can be set (not the main thread, no SIGTERM)."""
-    if not hasattr(signal, "SIGTERM") or threading.current_thread() is not threading.main_thread():
-        return None
-    return signal.signal(signal.SIGTERM, signal.default_int_handler)
 
 
 def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:

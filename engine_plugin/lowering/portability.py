@@ -34,9 +34,13 @@ class PortabilityIssue:
     span: Span
     message: str
 
+    def headline(self, kind: str = "warning") -> str:
+        """One line: ``path:line:col: kind: message`` (``kind`` "": no label)."""
+        return f"{self.span.prefix()}: {kind + ': ' if kind else ''}{self.message}"
+
     def __str__(self) -> str:
         caret = self.span.caret()
-        return f"{self.span.prefix()}: warning: {self.message}" + (f"\n{caret}" if caret else "")
+        return self.headline() + (f"\n{caret}" if caret else "")
 
 
 _SCALARS = {"f32": 4, "i32": 4, "u32": 4, "f16": 2, "bool": 4}  # WGSL's SizeOf = AlignOf (bool: 4, as WebGPU counts it)

@@ -50,8 +50,7 @@ def test_numpy_integers_serve_as_offset_and_size_and_odd_types_are_refused():
     src = ctx.device.create_buffer(size=64, usage=wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC | wgpu.BufferUsage.COPY_DST)
     ctx.queue.write_buffer(src, 0, np.arange(16, dtype=np.uint32))
     got: list = []
-    be = WgpuBackend(ctx)
-    try:
+    with WgpuBackend(ctx) as be:  # closed on the way out
         handle = be.register_product("p", WgpuProductDesc(pipeline=object(), readback_source=src, callback=lambda r: got.append(r.array(np.uint32).tolist())))
         assert be.readback(ReadbackDesc(handle, ReadbackPolicy.SUMMARY, offset=np.int64(8), size=np.int64(2) * 4)), be.last_refusal
         deadline = time.monotonic() + 30
@@ -64,8 +63,6 @@ def test_numpy_integers_serve_as_offset_and_size_and_odd_types_are_refused():
         assert not be.readback(ReadbackDesc(handle, "summary"))  # type: ignore[arg-type]
         assert "must be a ReadbackPolicy" in be.last_refusal
         assert be.healthy
-    finally:
-        be.close()
 
 
 @pytest.mark.gpu
@@ -79,8 +76,7 @@ def test_a_span_of_another_world_laid_out_otherwise_is_refused():
     ctx = get_context()
     a = World((4, 4), {"h": np.float32}, max_chunks=4)
     b = World((2, 2), {"h": np.uint8}, max_chunks=4)
-    be = WgpuBackend(ctx)
-    try:
+    with WgpuBackend(ctx) as be:  # closed on the way out
         assert be.register_field(field_mirror_desc(a, "h"))
         a.add(0, {"h": np.full((4, 4), 1.0, np.float32)})
         assert be.upload(upload_desc(a, "h", 0))
@@ -92,8 +88,6 @@ def test_a_span_of_another_world_laid_out_otherwise_is_refused():
         got = np.frombuffer(ctx.queue.read_buffer(be.field_buffer("h")), np.float32)[:16]
         np.testing.assert_array_equal(got, np.ones(16, np.float32))  # chunk 0 as world a holds it
         assert be.upload_spans(coalesce_uploads(a, "h", [0])) == 1 and be.healthy  # its own world still uploads
-    finally:
-        be.close()
 
 
 @pytest.mark.gpu
@@ -112,15 +106,12 @@ def test_odd_inputs_are_refusals_not_raw_errors():
         abi.read(six)
     w = World((4, 4), {"f": np.float32}, max_chunks=4)
     w.add(0)
-    be = WgpuBackend(ctx)
-    try:
+    with WgpuBackend(ctx) as be:  # closed on the way out
         assert be.register_field(field_mirror_desc(w, "f"))
         assert not be.upload(dataclasses.replace(upload_desc(w, "f", 0), nbytes=0))
         assert "an empty span" in be.last_refusal and be.healthy
         assert be.register_product(["not", "hashable"], WgpuProductDesc(pipeline=object())) is None
         assert "not hashable" in be.last_refusal
-    finally:
-        be.close()
 
 
 @pytest.mark.gpu
@@ -139,8 +130,7 @@ def test_the_backend_keeps_no_world_alive_and_takes_test_doubles():
     ctx = get_context()
     w = World((4, 4), {"h": np.float32}, max_chunks=4)
     w.add(0)
-    be = WgpuBackend(ctx)
-    try:
+    with WgpuBackend(ctx) as be:  # closed on the way out
         assert be.register_field(field_mirror_desc(w, "h"))
         assert be.upload(upload_desc(w, "h", 0))
         gone = weakref.ref(w)
@@ -149,8 +139,6 @@ def test_the_backend_keeps_no_world_alive_and_takes_test_doubles():
         assert gone() is None
         assert unusable(MagicMock()) is None
         assert be.register_product("mocked", WgpuProductDesc(pipeline=MagicMock())) is not None, be.last_refusal
-    finally:
-        be.close()
 
 
 @pytest.mark.gpu
@@ -165,8 +153,7 @@ def test_a_hand_made_span_whose_slots_are_not_its_chunks_is_refused(forge):
 
     ctx = get_context()
     w = World((2, 2), {"h": np.float32}, max_chunks=4)
-    be = WgpuBackend(ctx)
-    try:
+    with WgpuBackend(ctx) as be:  # closed on the way out
         assert be.register_field(field_mirror_desc(w, "h"))
         w.add(10, {"h": np.full((2, 2), 1.0, np.float32)})
         w.add(11, {"h": np.full((2, 2), 2.0, np.float32)})
@@ -182,8 +169,6 @@ def test_a_hand_made_span_whose_slots_are_not_its_chunks_is_refused(forge):
         assert be.upload(desc) and be.upload(upload_desc(w, "h", 11)) and be.healthy  # real spans still go
         got = np.frombuffer(ctx.queue.read_buffer(be.field_buffer("h")), np.float32)[:8]
         np.testing.assert_array_equal(got, [1, 1, 1, 1, 7, 7, 7, 7])
-    finally:
-        be.close()
 
 
 @pytest.mark.gpu
@@ -196,8 +181,7 @@ def test_a_span_of_a_chunk_evicted_and_added_again_elsewhere_is_stale_not_hand_m
 
     ctx = get_context()
     w = World((2, 2), {"h": np.float32}, max_chunks=4)
-    be = WgpuBackend(ctx)
-    try:
+    with WgpuBackend(ctx) as be:  # closed on the way out
         assert be.register_field(field_mirror_desc(w, "h"))
         w.add(10)
         desc = upload_desc(w, "h", 10)
@@ -208,5 +192,3 @@ def test_a_span_of_a_chunk_evicted_and_added_again_elsewhere_is_stale_not_hand_m
         with pytest.raises(StaleSpanError, match="chunk 10"):
             be.upload(desc)
         assert be.healthy
-    finally:
-        be.close()

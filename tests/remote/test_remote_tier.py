@@ -888,7 +888,6 @@ def test_gc_removes_oversized_values_without_reading_them(redis_server, tmp_path
 def test_options_the_command_line_refuses_are_refused_by_the_api_too(options):
     # Review helper 197: ttl=inf raised a raw OverflowError, ttl=1e300 was taken (every write
     # then refused by Redis), cooldown=nan was taken (the breaker never closed again).
-    pytest.importorskip("redis")
     from engine_plugin.cache.remote import MAX_TTL_S, RemoteCacheError
 
     with pytest.raises(RemoteCacheError, match="must be"):
