@@ -10,7 +10,7 @@ import threading
 import time
 from collections import Counter
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any, Iterable, Iterator, Mapping
+from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 from ..cache import VariantCache, decode_entry
 from ..cache.entry import BadEntry
@@ -265,6 +265,7 @@ def bake(
     force: bool = False,
     remote: RemoteCache | None = None,
     root: str | None = None,
+    modules: Sequence[str] = (),
     remote_verify: bool = False,
     compile_timeout: float | None = None,
 ) -> BakeReport:
@@ -285,6 +286,8 @@ def bake(
             what a client would refuse (reads every value: an occasional repair, not every bake).
         root: the asset root of every path (``modules/`` folders are searched up to it, files
             stay inside it); default: each path given (for one asset, the folder holding it).
+        modules: module folders searched after those ``modules/`` folders, as a game's
+            ``AssetLibrary(modules=[...])`` searches them (they may lie outside the root).
         compile_timeout: seconds a variant's compile may take on a local runner, past which
             it fails (a compile cannot be interrupted: a pool worker stuck in one ends, the
             :class:`InlineRunner` leaves it running on its thread); None: no limit. Runners
@@ -315,7 +318,7 @@ def bake(
         # ends in a report too; one swallowed anywhere from the runner's start to its shutdown
         # (a cluster closing runs gc callbacks too) is acted on after each chunk and once it is over.
         with _interrupt_flag() as interrupted:
-            plans, notes = plan_assets(paths, usage, root)
+            plans, notes = plan_assets(paths, usage, root, modules)
             report.notes.extend(notes)
             todo = []
             for plan in plans:

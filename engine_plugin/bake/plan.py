@@ -41,6 +41,7 @@ class AssetPlan:
     items: list[BakeItem] = field(default_factory=list)
     error: Failure | None = None
     root: str | None = None  # the asset root its modules were found under
+    modules: tuple[str, ...] = ()  # module folders searched after the modules/ folders up to the root
 
     def changed_since_read(self) -> bool:
         """Whether the asset's files (modules included) now hold other content than was read
@@ -48,7 +49,7 @@ class AssetPlan:
         if self.source is None:
             return False
         try:
-            now = read_asset_folder(self.folder, root=self.root)
+            now = read_asset_folder(self.folder, root=self.root, modules=self.modules)
         except PluginError:
             return True  # removed, or broken, meanwhile: not what was baked either
         return now.content_hash != self.source.content_hash
@@ -111,13 +112,17 @@ _NOTE_ROWS = 3  # refused usage rows noted one by one for an asset; the rest in 
 _NAMED_UNMATCHED = 10  # usage-log names matching no asset to bake, said one by one
 
 
-def plan_assets(paths: Iterable[str], usage: Mapping[str, list[VariantSpec]] | None = None, root: str | None = None) -> tuple[list[AssetPlan], list[str]]:
+def plan_assets(
+    paths: Iterable[str], usage: Mapping[str, list[VariantSpec]] | None = None, root: str | None = None, modules: Sequence[str] = ()
+) -> tuple[list[AssetPlan], list[str]]:
     """Read and enumerate every asset under ``paths``.
 
     Args:
         paths: asset folders, or folders searched for ``*.computeShader`` assets.
         usage: from :func:`engine_plugin.cache.read_usage`; when given, only the variants it
             records are baked, and assets it does not name are left out.
+        root: the asset root of every path (see :func:`engine_plugin.bake.driver.bake`).
+        modules: module folders searched after the ``modules/`` folders up to the root.
     Returns:
         (plans in path order, notes for the user: usage entries that matched nothing).
     Raises:
@@ -154,10 +159,10 @@ def plan_assets(paths: Iterable[str], usage: Mapping[str, list[VariantSpec]] | N
         folders = [f for f in folders if f in wanted]
     plans = []
     for folder in folders:
-        plan = AssetPlan(folder, root=roots.get(folder))
+        plan = AssetPlan(folder, root=roots.get(folder), modules=tuple(modules))
         plans.append(plan)
         try:
-            src = read_asset_folder(folder, root=roots.get(folder))
+            src = read_asset_folder(folder, root=roots.get(folder), modules=plan.modules)
             schema = parse(src.yaml_text, src.yaml_path)
         except PluginError as exc:
             plan.error = failure_from(exc)

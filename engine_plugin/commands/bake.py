@@ -18,10 +18,12 @@ from .contract import (
     PlainConsole,
     Reporter,
     UsageError,
+    add_modules_option,
     check_asset_path,
     check_output_file,
     check_under_root,
     folder_arg,
+    module_folders,
     require_cache_key,
     seconds_arg,
     whole_number_arg,
@@ -51,6 +53,7 @@ def add_bake_parser(sub: Any, size_arg: Callable[[str], int], common: argparse.A
     )
     p.add_argument("assets", nargs="*", metavar="ASSETS", help="asset folders, or folders searched for *.computeShader (default: assets)")
     p.add_argument("--root", metavar="DIR", help=ROOT_HELP)
+    add_modules_option(p)
     p.add_argument("--builtin", action="store_true", help="also bake the kernels shipped in the package (the engine's products and the demo's)")
     p.add_argument("--cache", default="cache", type=folder_arg, metavar="DIR", help="the variant cache folder (default: cache)")
     p.add_argument(
@@ -162,6 +165,7 @@ def cmd_bake(args: argparse.Namespace, rep: Reporter | None = None) -> int:
     if args.json:
         check_output_file(args.json, "--json")  # not after a long bake
     paths = _paths(args)
+    modules = module_folders(args)
     usage = None
     if args.variants_from:
         if not os.path.exists(args.variants_from):
@@ -182,7 +186,7 @@ def cmd_bake(args: argparse.Namespace, rep: Reporter | None = None) -> int:
         if not find_assets(path):
             raise UsageError(f"no .computeShader assets under {path}")
     if args.json and args.json != "-":
-        _check_report_target(args.json, args.variants_from, paths)
+        _check_report_target(args.json, args.variants_from, paths, modules)
     require_cache_key("a bake would sign entries no later process accepts")
     for path in _given_paths(args):  # --builtin's packaged kernels keep their own root
         check_under_root(path, args.root)
@@ -212,6 +216,7 @@ def cmd_bake(args: argparse.Namespace, rep: Reporter | None = None) -> int:
             force=args.force,
             remote=remote,
             root=args.root,
+            modules=modules,
             remote_verify=args.remote_verify,
             compile_timeout=args.compile_timeout,
         )
@@ -259,7 +264,7 @@ def cmd_bake(args: argparse.Namespace, rep: Reporter | None = None) -> int:
     return EXIT_OK if report.ok else EXIT_FAILED
 
 
-def _check_report_target(target: str, usage_log: str | None, paths: list[str]) -> None:
+def _check_report_target(target: str, usage_log: str | None, paths: list[str], modules: tuple[str, ...] = ()) -> None:
     """The report must not replace what the bake reads: the usage log, or a file of an asset
     it bakes (review helper 200: ``--json cache/usage.msgpack`` replaced the game's log with
     the report, ``--json A.computeShader/kernel.wgsl`` the shader, and the bake exited 0)."""
@@ -280,3 +285,6 @@ def _check_report_target(target: str, usage_log: str | None, paths: list[str]) -
         inside = where.startswith(base.rstrip(os.sep) + os.sep)
         if inside and (where.endswith(".wgsl") or "modules" in os.path.relpath(where, base).split(os.sep)[:-1]):
             raise UsageError(f"--json {target}: that is a shader or module file under {path}, which this bake may read; name a file outside it")
+    for folder in modules:
+        if where.startswith(os.path.realpath(folder).rstrip(os.sep) + os.sep):
+            raise UsageError(f"--json {target}: that is inside the modules folder {folder}, which this bake reads; name a file outside it")

@@ -35,10 +35,12 @@ __all__ = [
     "OneLineParser",
     "Reporter",
     "UsageError",
+    "add_modules_option",
     "check_asset_path",
     "check_output_file",
     "folder_arg",
     "exit_status",
+    "module_folders",
     "one_line",
     "seconds_arg",
     "whole_number_arg",
@@ -254,6 +256,28 @@ ROOT_HELP = (
     "the asset root: #import looks in the modules/ folder of each folder from the asset's up to it, "
     "and asset files stay inside it (default: the path given; for one asset, the folder holding it)"
 )
+
+
+MODULES_HELP = (
+    "a folder of shared WGSL modules for #import, searched after the modules/ folders up to the root, "
+    "as AssetLibrary(modules=[...]) searches it (repeat for more; may lie outside the root)"
+)
+
+
+def add_modules_option(parser: argparse.ArgumentParser) -> None:
+    """``--modules DIR`` (repeatable): the module folders a game's ``AssetLibrary(modules=)``
+    names, so a command reads its assets as the game does (bake had no way to name them: an
+    asset importing one could not be baked, round 25's notes)."""
+    parser.add_argument("--modules", action="append", default=[], type=folder_arg, metavar="DIR", help=MODULES_HELP)
+
+
+def module_folders(args: argparse.Namespace) -> tuple[str, ...]:
+    """The ``--modules`` folders given, each checked to be a folder (UsageError, exit 2)."""
+    folders = tuple(getattr(args, "modules", None) or ())
+    for folder in folders:
+        if not os.path.isdir(folder):
+            raise UsageError(f"--modules {folder}: not a folder")
+    return folders
 
 
 def check_asset_path(path: str) -> None:

@@ -10,7 +10,18 @@ from typing import Any, Sequence
 
 from ..errors import PluginError
 from ..files import printable
-from .contract import EXIT_FAILED, EXIT_OK, ROOT_HELP, Reporter, UsageError, check_asset_path, check_under_root, write_json
+from .contract import (
+    EXIT_FAILED,
+    EXIT_OK,
+    ROOT_HELP,
+    Reporter,
+    UsageError,
+    add_modules_option,
+    check_asset_path,
+    check_under_root,
+    module_folders,
+    write_json,
+)
 
 __all__ = ["add_parsers", "cmd_info", "cmd_lower", "asset_info"]
 
@@ -68,7 +79,7 @@ def cmd_lower(args: argparse.Namespace, rep: Reporter) -> int:
     check_asset_path(asset)
     check_under_root(asset, args.root)
     _one_asset(asset, args.asset)
-    src = read_asset_folder(asset, root=args.root)
+    src = read_asset_folder(asset, root=args.root, modules=module_folders(args))
     schema = parse(src.yaml_text, src.yaml_path)
     spec = dict(_pairs(args.spec, "--spec", "NAME=VALUE"))
     columns = {k: [c.strip() for c in v.split(",") if c.strip()] for k, v in _pairs(args.columns, "--columns", "TABLE=col,col")}
@@ -87,13 +98,13 @@ def cmd_lower(args: argparse.Namespace, rep: Reporter) -> int:
     return EXIT_OK
 
 
-def asset_info(folder: str, root: str | None = None) -> dict[str, Any]:
+def asset_info(folder: str, root: str | None = None, modules: Sequence[str] = ()) -> dict[str, Any]:
     """What ``info --json`` says about one asset found under ``root`` (the path given; raises
-    the asset's PluginError)."""
+    the asset's PluginError); ``modules``: module folders, as ``AssetLibrary(modules=)``."""
     from ..assets.folder import read_asset_folder
     from ..lowering import is_extended, parse, variant_count
 
-    src = read_asset_folder(folder, root=root)
+    src = read_asset_folder(folder, root=root, modules=modules)
     schema = parse(src.yaml_text, src.yaml_path)
     bindings = []
     for b in schema.bindings:
@@ -130,6 +141,7 @@ def cmd_info(args: argparse.Namespace, rep: Reporter) -> int:
     path = _existing(args.path)
     check_asset_path(path)
     check_under_root(path, args.root)
+    modules = module_folders(args)
     assets = find_assets(path, broken=True)  # a link to nothing is reported, not skipped
     if not assets:
         raise UsageError(f"no .computeShader assets under {args.path}")
@@ -140,7 +152,7 @@ def cmd_info(args: argparse.Namespace, rep: Reporter) -> int:
     failed = 0
     for folder in assets:
         try:
-            infos.append(asset_info(folder, args.root or (None if folder == path else path)))
+            infos.append(asset_info(folder, args.root or (None if folder == path else path), modules))
         except PluginError as exc:
             failed += 1
             rep.exception(exc)
@@ -199,6 +211,7 @@ def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("--columns", action="append", metavar="TABLE=a,b", help="table column names (repeatable)")
     p.add_argument("--numbered", action="store_true", help="prefix line numbers")
     p.add_argument("--root", metavar="DIR", help=ROOT_HELP)
+    add_modules_option(p)
     p.add_argument("--strict", action="store_true", help="refuse (exit 1) a variant that exceeds WebGPU's default limits (warned about otherwise)")
     p.set_defaults(func=cmd_lower)
 
@@ -206,4 +219,5 @@ def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("path", nargs="?", default="assets", help="an asset folder or a folder of assets (default: assets)")
     p.add_argument("--json", action="store_true", help="JSON on stdout instead of tables")
     p.add_argument("--root", metavar="DIR", help=ROOT_HELP)
+    add_modules_option(p)
     p.set_defaults(func=cmd_info)

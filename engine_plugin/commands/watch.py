@@ -34,7 +34,20 @@ from typing import Any
 
 from ..errors import PluginError
 from ..files import json_text
-from .contract import EXIT_FAILED, EXIT_OK, ROOT_HELP, Reporter, UsageError, check_under_root, folder_arg, seconds_arg, sigterm_interrupts, whole_number_arg
+from .contract import (
+    EXIT_FAILED,
+    EXIT_OK,
+    ROOT_HELP,
+    Reporter,
+    UsageError,
+    add_modules_option,
+    check_under_root,
+    folder_arg,
+    module_folders,
+    seconds_arg,
+    sigterm_interrupts,
+    whole_number_arg,
+)
 
 __all__ = ["add_parser", "cmd_watch"]
 
@@ -152,6 +165,7 @@ def cmd_watch(args: argparse.Namespace, rep: Reporter) -> int:
     if not os.path.isdir(target):
         raise UsageError(f"{target} is not a folder")
     check_under_root(target, args.root)
+    modules = module_folders(args)
     root = args.root or ((os.path.dirname(target) or ".") if target.endswith(ASSET_SUFFIX) else target)
     folders = find_assets(target)
     if not folders:
@@ -165,7 +179,7 @@ def cmd_watch(args: argparse.Namespace, rep: Reporter) -> int:
     from ..device.context import get_context
 
     get_context()  # NoAdapterError: exit 2, before anything is watched
-    lib = AssetLibrary(root, cache=None if args.no_cache else args.cache, quiet=args.quiet_ms / 1000.0, remote=args.remote or None)
+    lib = AssetLibrary(root, cache=None if args.no_cache else args.cache, quiet=args.quiet_ms / 1000.0, remote=args.remote or None, modules=modules)
     if lib.cache_error is not None:  # the library's own warning is silenced above: said here
         rep.error(f"variant cache disabled: {lib.cache_error.headline()}; every variant is lowered on first use")
     refs = [lib.load(os.path.relpath(f, root), strict=False) for f in folders]
@@ -308,4 +322,5 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("--max-events", type=whole_number_arg(0), default=0, metavar="N", help="stop after N reloads or failures (default 0: no limit)")
     p.add_argument("--json", action="store_true", help="one JSON object a line on stdout (for editor plugins)")
     p.add_argument("--root", metavar="DIR", help=ROOT_HELP)
+    add_modules_option(p)
     p.set_defaults(func=cmd_watch)

@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 
 import pytest
-from bake_support import BROKEN_YAML, entries, explain, load_report, run_bake, write_asset
+from bake_support import BROKEN_YAML, cli_env, entries, explain, load_report, run_bake, write_asset
 
 pytestmark = pytest.mark.gpu
 
@@ -37,6 +39,10 @@ def _tree(root: str) -> None:
     write_asset(os.path.join(assets, "kernels", "direct.computeShader"), BROKEN_YAML, BODY.format(module="factor", call="shared_factor"))
     write_asset(os.path.join(assets, "kernels", "indirect.computeShader"), BROKEN_YAML, BODY.format(module="via", call="via_factor"))
     write_asset(os.path.join(assets, "kernels", "plain.computeShader"), BROKEN_YAML, PLAIN.format())
+
+
+def _cli(args: list[str], cwd: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "engine_plugin.cli", *args], cwd=cwd, env=cli_env(), capture_output=True, text=True, timeout=120)
 
 
 def _rows(report: dict) -> dict[str, dict]:
@@ -123,3 +129,43 @@ def test_json_text_never_raises_on_a_lone_surrogate():
         "path": "a/bad\\xffname",
         "ok": "é漢字🙂",
     }
+
+
+def test_modules_folders_outside_the_root_are_baked_as_the_game_loads_them(tmp_path):
+    # Left open in round 25: a game loading AssetLibrary(root, modules=[folder]) could not bake
+    # its assets (the bake had no way to name that folder: "unknown module"). --modules (bake,
+    # info, lower, watch) names it as the library's modules= does, and the entries baked are the
+    # ones the game's library finds: it lowers nothing.
+    from engine_plugin.assets import AssetLibrary
+
+    root = str(tmp_path)
+    shared = os.path.join(root, "studio_modules")
+    os.makedirs(shared)
+    with open(os.path.join(shared, "factor.wgsl"), "w") as f:
+        f.write(FACTOR)
+    write_asset(os.path.join(root, "game", "assets", "direct.computeShader"), BROKEN_YAML, BODY.format(module="factor", call="shared_factor"))
+    missing = run_bake(["game/assets", "--cache", "cache", "--jobs", "1"], cwd=root)
+    assert missing.returncode == 1 and "factor" in missing.stderr, explain(missing)
+    proc = run_bake(["game/assets", "--modules", "studio_modules", "--cache", "cache", "--jobs", "1", "--json", "r.json"], cwd=root)
+    assert proc.returncode == 0, explain(proc)
+    assert load_report(os.path.join(root, "r.json"))["totals"]["baked"] == 2
+    for args, want in ((["info", "game/assets"], 1), (["info", "game/assets", "--modules", "studio_modules"], 0)):
+        got = _cli(args, root)
+        assert got.returncode == want, explain(got)
+    lowered = _cli(["lower", "game/assets/direct.computeShader", "--spec", "T=i32", "--modules", "studio_modules"], root)
+    assert lowered.returncode == 0 and "fn shared_factor() -> f32" in lowered.stdout, explain(lowered)
+    for args, want in ((["watch", "game/assets", "--duration", "0.2", "--json", "--no-cache"], 1), (["watch", "game/assets", "--modules", "studio_modules", "--duration", "0.2", "--json", "--no-cache"], 0)):
+        got = _cli(args, root)
+        assert got.returncode == want and '"event": "watching"' in got.stdout, explain(got)
+    bad = run_bake(["game/assets", "--modules", "nowhere", "--cache", "cache"], cwd=root)
+    assert bad.returncode == 2 and "--modules nowhere: not a folder" in bad.stderr, explain(bad)
+
+    lib = AssetLibrary(os.path.join(root, "game", "assets"), cache=os.path.join(root, "cache"), modules=[shared])
+    try:
+        program = lib.load("direct.computeShader").program()
+        for t in ("f32", "i32"):
+            program.variant(specialize={"T": t})
+        stats = lib.stats()["cache"]
+        assert (stats.hits, stats.misses) == (2, 0), stats
+    finally:
+        lib.close()
