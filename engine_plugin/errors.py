@@ -18,7 +18,8 @@ exception it resembles, so ``except ValueError`` in engine code keeps working::
      │   └─ DeviceLostError                 the device was lost or reported an error
      ├─ StaleHandleError (LookupError)      a (key, generation) handle outlived its object
      │   └─ substrate.StaleRunError         a freed arena run
-     └─ StaleSpanError (RuntimeError)       an upload span outlived its chunk's content
+     ├─ StaleSpanError (RuntimeError)       an upload span outlived its chunk's content
+     └─ ReadbackDataError (ValueError)      a readback result's bytes outside its callback, or none
 
 Defined beside the code they guard (same root): substrate.SubstrateError (ValueError),
 gpu.GpuDescriptorError (ValueError), gpu.UnsupportedFieldTypeError (TypeError),
@@ -45,6 +46,7 @@ __all__ = [
     "NoAdapterError",
     "PageBindingError",
     "PluginError",
+    "ReadbackDataError",
     "SchemaError",
     "Span",
     "SpecializationError",
@@ -256,6 +258,12 @@ class StaleSpanError(PluginError, RuntimeError):
     ``written``: how many spans of the same call were written before it (``upload_spans``)."""
 
     written = 0
+
+
+class ReadbackDataError(PluginError, ValueError):
+    """A :class:`~engine_plugin.gpu.ReadbackResult`'s bytes asked for where it has none: a
+    readback that failed, or a result kept past its callback (the staging buffer behind its
+    data is unmapped then)."""
 
 
 def bug(message: str) -> PluginError:

@@ -14,7 +14,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from ..errors import StaleSpanError
+from ..errors import ReadbackDataError, StaleSpanError
 from .descriptors import DispatchDesc, FieldMirrorDesc, GpuCapabilities, ReadbackDesc, UploadDesc
 from .handles import GpuProductHandle
 
@@ -59,9 +59,19 @@ class ReadbackResult:
         return all(world.is_current(k, v) for k, v in zip(self.desc.chunk_keys, self.desc.versions, strict=True))
 
     def array(self, dtype: Any = np.uint8) -> np.ndarray:
-        """The bytes as a read-only numpy array of ``dtype`` (callback-scoped like ``data``)."""
+        """The bytes as a read-only numpy array of ``dtype`` (callback-scoped like ``data``).
+
+        Raises:
+            ReadbackDataError: the readback did not succeed, or the callback has returned."""
         if self.data is None:
-            raise ValueError(f"readback {self.request_id} {self.status.value}: no data ({self.message})")
+            raise ReadbackDataError(f"readback {self.request_id} {self.status.value}: no data ({self.message})")
+        try:
+            self.data.nbytes  # noqa: B018  (raises once the memoryview is released)
+        except ValueError:
+            raise ReadbackDataError(
+                f"readback {self.request_id}: its data is valid only inside its callback (the staging buffer is unmapped after it); "
+                "copy what you keep there: result.array(dtype).copy()"
+            ) from None
         return np.frombuffer(self.data, dtype=dtype)
 
 
