@@ -66,7 +66,8 @@ def _wgsl_arg(wgsl: Any) -> str:
 
 def is_extended(schema: Schema) -> bool:
     """Whether ``schema`` uses any ABI extension (columns, count/capacity, live, append,
-    specialize, when, bits, page/column)."""
+    specialize, when, bits, page/column, and this project's own: atomic buffers, domain_count,
+    textures and samplers). A vec3 element is not one: its flat words are the seed's layout."""
     return _is_extended(_schema_arg(schema))
 
 
