@@ -116,6 +116,9 @@ class ReloadService:
         self._observer: Any = None
         self._observer_lock = threading.Lock()
         self._root_id: tuple[int, int] | None = None  # (device, inode) of the root being watched
+        # The root was seen missing (a check, or a read while it was): its assets are read
+        # again once it is back, even as the same folder (worker thread only).
+        self._root_was_missing = False
         self._in_flight: str | None = None
         self.events_seen = 0  # relevant file events (for tests and the CLI)
         self.rewatches = 0  # times the root was watched again after it went away
@@ -181,9 +184,18 @@ class ReloadService:
                 return
             now_id = _identity(self.root)
             if now_id is None:
+                self._root_was_missing = True
                 return  # gone: wait for it to come back
+            back, self._root_was_missing = self._root_was_missing, False
             dead = not any(e.is_alive() for e in observer.emitters)
             if not dead and now_id == self._root_id:
+                if back:
+                    # Renamed away and back: the watch followed the folder, and reported a save
+                    # made meanwhile under the path it had left, where the read found nothing
+                    # (review helper 203: the old kernel ran on for good under a false "it
+                    # does not exist"). What is there now is read again.
+                    log.info("hot reload: %s is back; re-reading the loaded assets", self.root)
+                    self._reread_all()
                 return
             try:
                 fresh = self._start_observer()
@@ -194,6 +206,10 @@ class ReloadService:
             self.rewatches += 1
         log.info("hot reload: %s was replaced; watching it again and re-reading the loaded assets", self.root)
         _stop_observer(observer)
+        self._reread_all()
+
+    def _reread_all(self) -> None:
+        """Read every loaded asset under the root again (and the assets importing them)."""
         for folder in find_assets(self.root):
             self.notify_path(os.path.abspath(folder))
 
@@ -335,6 +351,8 @@ class ReloadService:
         if prepared.missing and not entry.grace_used and self.missing_grace > 0:
             self._requeue(folder, entry, self.missing_grace, grace=True)
             return
+        if prepared.missing and not os.path.isdir(self.root):
+            self._root_was_missing = True  # read again when it is back (even between two root checks)
         with self._cond:
             pending = self._pending.get(folder)
             if pending is not None and not forced:

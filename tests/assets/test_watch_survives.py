@@ -112,3 +112,25 @@ def test_a_folder_moved_out_and_back_reloads_with_nothing_on_stderr(tmp_path):
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, env=dict(os.environ))
     assert done.returncode == 0, done.stderr
     assert "Warning" not in done.stderr, done.stderr
+
+
+@pytest.mark.parametrize("away", [0.0, 0.6], ids=["saved-at-once", "saved-after-a-pause"])
+def test_a_save_while_the_root_is_renamed_away_is_taken_up_when_it_is_back(watched, tmp_path, away):
+    # Review helper 203: `mv assets assets.away`, a save inside it, `mv assets.away assets`. The
+    # watch follows the moved folder and reported the save under the old path, which did not
+    # exist then: "not a .computeShader folder (it does not exist)", and the root came back as
+    # the same folder, so nothing read it again: the old kernel ran on for good under a false
+    # error. The loaded assets are read again once the root is back.
+    lib, ref, folder = watched
+    root = os.path.dirname(folder)
+    os.rename(root, root + ".away")
+    time.sleep(away)
+    write(os.path.join(root + ".away", "k.computeShader", "kernel.wgsl"), kernel(3.0))
+    deadline = time.monotonic() + 5
+    while ref.diagnostics is None and time.monotonic() < deadline:  # the save, read where it is not
+        lib.poll()
+        time.sleep(0.01)
+    os.rename(root + ".away", root)
+    pump(lib, lambda: ref.diagnostics is None and ref.generation >= 1, timeout=10, what="the save made while away to reload")
+    assert run_scale(ref) == [3.0 * v for v in (1.0, 2.0, 3.0, 4.0)]
+    _save_until_reloaded(lib, ref, os.path.join(folder, "kernel.wgsl"), 4.0)
