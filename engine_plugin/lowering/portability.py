@@ -17,7 +17,7 @@ from .lowered import Lowered
 from .wgsl_text import evaluate_int, module_constants, tokens, vector_member
 from .workgroup_init import TypeDeclarations, split_template, workgroup_declarations
 
-__all__ = ["PortabilityIssue", "portability_issues", "WEBGPU_DEFAULTS"]
+__all__ = ["PortabilityIssue", "limit_issues", "portability_issues", "WEBGPU_DEFAULTS"]
 
 WEBGPU_DEFAULTS = {
     "max-compute-invocations-per-workgroup": 256,
@@ -164,6 +164,12 @@ def _workgroup_memory(lowered: Lowered) -> tuple[int, Span] | None:
 
 def portability_issues(lowered: Lowered) -> list[PortabilityIssue]:
     """Each way ``lowered`` exceeds WebGPU's default limits, at the user's line."""
+    return limit_issues(lowered, WEBGPU_DEFAULTS, "WebGPU guarantees")
+
+
+def limit_issues(lowered: Lowered, limits: dict[str, int], says: str) -> list[PortabilityIssue]:
+    """Each way ``lowered`` exceeds ``limits`` (:data:`WEBGPU_DEFAULTS`' keys; a device's own
+    limits, say), at the user's line; each message ends ``; {says} {limit}``."""
     smap = lowered.source_map
     yaml_path, body_path = smap.files[0], smap.files[1] if len(smap.files) > 1 else smap.files[0]
     body = smap.texts[1] if len(smap.texts) > 1 else ""
@@ -177,20 +183,20 @@ def portability_issues(lowered: Lowered) -> list[PortabilityIssue]:
     wg_span = at_body(wg_tok.line, wg_tok.col) if wg_tok else Span(yaml_path)
     issues = []
     wx, wy, wz = lowered.workgroup
-    d = WEBGPU_DEFAULTS
+    d = limits
     if wx * wy * wz > d["max-compute-invocations-per-workgroup"]:
-        issues.append(PortabilityIssue(wg_span, f"a workgroup of {wx * wy * wz} invocations; WebGPU guarantees {d['max-compute-invocations-per-workgroup']}"))
+        issues.append(PortabilityIssue(wg_span, f"a workgroup of {wx * wy * wz} invocations; {says} {d['max-compute-invocations-per-workgroup']}"))
     for size, axis, limit in (
         (wx, "x", d["max-compute-workgroup-size-x"]),
         (wy, "y", d["max-compute-workgroup-size-y"]),
         (wz, "z", d["max-compute-workgroup-size-z"]),
     ):
         if size > limit:
-            issues.append(PortabilityIssue(wg_span, f"workgroup size {size} in {axis}; WebGPU guarantees {limit}"))
+            issues.append(PortabilityIssue(wg_span, f"workgroup size {size} in {axis}; {says} {limit}"))
     memory = _workgroup_memory(lowered)
     if memory is not None and memory[0] > d["max-compute-workgroup-storage-size"]:
         total, largest = memory
-        issues.append(PortabilityIssue(largest, f"{total} bytes of workgroup memory; WebGPU guarantees {d['max-compute-workgroup-storage-size']}"))
+        issues.append(PortabilityIssue(largest, f"{total} bytes of workgroup memory; {says} {d['max-compute-workgroup-storage-size']}"))
     storage = [b for b in lowered.bindings if b.buffer_type != "uniform"]
     if len(storage) > d["max-storage-buffers-per-shader-stage"]:
         extra = storage[d["max-storage-buffers-per-shader-stage"]]
@@ -198,7 +204,7 @@ def portability_issues(lowered: Lowered) -> list[PortabilityIssue]:
         issues.append(
             PortabilityIssue(
                 Span(yaml_path, extra.line or None, None, text[extra.line - 1] if 0 < extra.line <= len(text) else None),
-                f"{len(storage)} storage buffers (counters and tables included); WebGPU guarantees {d['max-storage-buffers-per-shader-stage']} a stage",
+                f"{len(storage)} storage buffers (counters and tables included); {says} {d['max-storage-buffers-per-shader-stage']} a stage",
             )
         )
     return issues

@@ -95,3 +95,36 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(local_invocation
     src = np.arange(-20, 30, dtype=np.int64).astype(dtype) if t == "i32" else np.arange(50, dtype=dtype)
     got = abi.read(variant.run(n=len(src), inputs={"src": src}).outputs["out"])
     assert got.tolist() == [int(src.astype(np.int64).sum())]
+
+
+COPY_YAML = """\
+bindings:
+  - { name: src, kind: buffer, access: read, element: f32 }
+  - { name: dst, kind: buffer, access: read_write, element: f32, count: "len(src)" }
+"""
+BIG_TILE = """\
+// a tile cache sized for a desktop GPU
+var<workgroup> tile: array<f32, WORDS>;
+
+@compute @workgroup_size(64)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
+    let i = zero_index(gid);
+    if (i >= zero_n()) { return; }
+    tile[i % 64u] = src_get(i);
+    dst_set(i, src_get(i) + tile[0] * 0.0);
+}
+"""
+
+
+def test_workgroup_memory_past_the_devices_own_limit_is_a_compile_error_at_the_users_line():
+    # Review helper 203: 400,000 bytes of var<workgroup> compiled and ran on lavapipe (its
+    # limit is 32,768): only a portability warning against WebGPU's 16 KiB. Past the device's
+    # own limit the kernel is undefined on a driver that does not check: refused, at the line.
+    limit = abi.device().limits["max-compute-workgroup-storage-size"]
+    program = abi.program(key="t/big_tile", schema=abi.parse(COPY_YAML, "big/bindings.yaml"), wgsl=BIG_TILE.replace("WORDS", str(limit // 4 + 1)), wgsl_path="big/kernel.wgsl")
+    with pytest.raises(CompileError, match=f"{limit + 16} bytes of workgroup memory; this device allows {limit}") as refused:
+        program.variant()
+    assert (refused.value.path, refused.value.line, refused.value.col) == ("big/kernel.wgsl", 2, 1)
+    fits = abi.program(key="t/fit_tile", schema=abi.parse(COPY_YAML, "fit/bindings.yaml"), wgsl=BIG_TILE.replace("WORDS", str(limit // 4)), wgsl_path="fit/kernel.wgsl")
+    src = np.arange(100, dtype=np.float32)
+    np.testing.assert_array_equal(abi.read(fits.variant().run(n=100, inputs={"src": src}).outputs["dst"]), src)
