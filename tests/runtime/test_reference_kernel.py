@@ -73,6 +73,18 @@ def test_source_splicing_changes_the_computation(reference):
     np.testing.assert_allclose(got, (src * src + 1.0) * weight, rtol=1e-6)
 
 
+def test_a_body_value_without_brackets_is_the_whole_of_what_the_comment_says(reference):
+    # Review helper 205: the sample's comment reads dst = FOLD(BODY(v) * weight, ...), and its
+    # body spliced BODY bare into `BODY * weight`: BODY="v + 1.0" computed v + 1.0 * weight.
+    # Spliced text is as written (the seed: "replace the identifier with text"); the sample
+    # brackets it where precedence matters.
+    rng = np.random.default_rng(3)
+    src, weight = inputs_for("f32", 100, rng)
+    variant = reference.variant(specialize={"T": "f32", "FOLD": "set", "BODY": "v + 1.0"})
+    got = abi.read(variant.run(n=100, inputs={"src": src, "cols": abi.table({"weight": weight})}).outputs["dst"])
+    np.testing.assert_allclose(got, (src + 1.0) * weight, rtol=1e-6)
+
+
 def test_exact_kernel_gives_identical_bytes_on_repeated_runs(reference):
     rng = np.random.default_rng(2)
     src, weight = inputs_for("vec3<f32>", 5000, rng)
