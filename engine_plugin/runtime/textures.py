@@ -110,7 +110,8 @@ def _storage_texels(arr: np.ndarray, fmt: str, name: str) -> np.ndarray:
     """``arr``'s texels in storage format ``fmt``'s host representation, by value: a unorm or
     snorm texel takes its own integer dtype as it is or floats in [0, 1] / [-1, 1] (scaled and
     rounded, as WebGPU stores them); any other format takes values its channel type holds
-    (cast_refusal). A 3-channel array gains an opaque alpha (1, as the kernel reads it).
+    (cast_refusal), but a float format refuses uint8 texels (an image's bytes: 0-1 or 0-255 is
+    the caller's to say). A 3-channel array gains an opaque alpha (1, as the kernel reads it).
 
     Raises:
         DispatchError: a value the format cannot hold, or a dtype it cannot take.
@@ -118,7 +119,15 @@ def _storage_texels(arr: np.ndarray, fmt: str, name: str) -> np.ndarray:
     target = np.dtype(format_numpy(fmt))
     norm = next((kind for kind in _NORM_SCALE if kind in fmt), None)
     if arr.dtype == np.bool_:  # a mask: 1 as the kernel reads it (1.0 in a normalised format)
-        arr = arr.astype(np.float32 if norm is not None else np.uint8)
+        arr = arr.astype(np.float32 if norm is not None or target.kind == "f" else np.uint8)
+    elif norm is None and target.kind == "f" and arr.dtype == np.uint8:
+        # An image's bytes: a texture binding reads them as 0-1 (rgba8unorm), a float storage
+        # format would hold 0-255: the same array read 255 times larger through one binding
+        # kind than the other (review helper 205). Which one is meant is said by the caller.
+        raise DispatchError(
+            f"storage texture {name!r} is {fmt}: uint8 texels are ambiguous there (a texture binding reads a uint8 image as 0-1, "
+            f"{fmt} would hold 0-255): pass image / 255 for 0-1, or image.astype(np.float32) for 0-255"
+        )
     if norm is not None:
         lo = -1.0 if norm == "snorm" else 0.0
         if arr.dtype.kind == "f":

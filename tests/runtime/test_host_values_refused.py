@@ -262,7 +262,8 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
         ("rgba8unorm", "f32", np.array([0.5, 0.25, 1.0, 0.0], np.float32), np.array([128, 64, 255, 0]) / 255.0),  # floats scaled, as stored
         ("rgba8unorm", "f32", np.array([200, 255, 128, 0], np.uint8), np.array([200, 255, 128, 0]) / 255.0),  # its own bytes as they are
         ("rgba32uint", "u32", np.array([1.0, 5.0, 7.0, 9.0], np.float32), np.array([1, 5, 7, 9])),
-        ("rgba32float", "f32", np.array([1, 2, 3], np.uint8), np.array([1.0, 2.0, 3.0, 1.0])),  # by value, an opaque alpha of 1
+        ("rgba32float", "f32", np.array([1, 2, 3], np.uint16), np.array([1.0, 2.0, 3.0, 1.0])),  # by value, an opaque alpha of 1
+        ("rgba16float", "f32", np.array([True, False, True, True]), np.array([1.0, 0.0, 1.0, 1.0])),  # a mask: 1.0
     ],
 )
 def test_numpy_texels_go_into_a_storage_texture_as_the_values_the_kernel_reads(fmt, scalar, texel, want):
@@ -283,6 +284,9 @@ def test_numpy_texels_go_into_a_storage_texture_as_the_values_the_kernel_reads(f
         ("rgba8snorm", "f32", np.array([200, 255, 128, 0], np.uint8)),
         ("rgba32uint", "u32", np.array([-1, -5, 1.7, np.nan], np.float32)),
         ("rgba32float", "f32", np.array([1e300, 0, 0, 0], np.float64)),
+        # Review helper 205: an image's bytes read 0-1 through a texture binding and 0-255 here.
+        ("rgba16float", "f32", np.array([0, 128, 255, 255], np.uint8)),
+        ("r32float", "f32", np.array([200], np.uint8)),
     ],
 )
 def test_texels_a_storage_format_cannot_hold_are_refused(fmt, scalar, texel):
