@@ -812,9 +812,11 @@ class Variant:
         if isinstance(value, wgpu.GPUTexture):
             self._check_texture(slot, value, str(value.format), storage or storage_format is not None)
             return value, str(value.format)
-        if value is None or isinstance(value, (wgpu.GPUBuffer, Output, Mapping)):
+        if value is None or isinstance(value, (wgpu.GPUBuffer, Output, Mapping, wgpu.GPUTextureView)):
             what = "missing" if value is None else f"a {type(value).__name__} is no"
-            raise self._slot_error(slot, f"{what} texture {slot.name!r}: pass a numpy array, a GPUTexture or an earlier run's texture output")
+            # A view (a mip chain's level, review helper 205) was read as a numpy array.
+            levels = "; the binding views the whole texture (a sampled one every level): pass the GPUTexture" if isinstance(value, wgpu.GPUTextureView) else ""
+            raise self._slot_error(slot, f"{what} texture {slot.name!r}: pass a numpy array, a GPUTexture or an earlier run's texture output{levels}")
         try:
             texture, fmt, _ = upload_texture(self.ctx, value, slot.texture[0], slot.name, storage_format)
         except DispatchError as exc:
@@ -846,7 +848,11 @@ class Variant:
             raise self._slot_error(slot, f"texture {slot.name!r}: a multisampled texture cannot be bound here")
         mips = int(getattr(texture, "mip_level_count", 1))
         if storage and mips != 1:  # WebGPU binds one level for storage: wgpu's raw error at the bind group before (helper 157)
-            raise self._slot_error(slot, f"storage texture {slot.name!r} binds one mip level; the texture {texture.label!r} has {mips}")
+            raise self._slot_error(
+                slot,
+                f"storage texture {slot.name!r} binds one mip level; the texture {texture.label!r} has {mips}: write each level of a chain "
+                "into a texture of its own (mip_level_count=1) and copy_texture_to_texture it",
+            )
 
     def _resolve_texture(self, slot: HostSlot, value: Any) -> _Bound:
         dim, sample, filterable = slot.texture
@@ -874,7 +880,12 @@ class Variant:
         dim, fmt, _ = slot.texture
         if given is not None:
             if not isinstance(given, (TextureOutput, wgpu.GPUTexture)):
-                raise self._slot_error(slot, f"outputs[{slot.name!r}] is a GPUTexture or an earlier run's texture output, not {type(given).__name__}")
+                one = (
+                    "; a storage texture binds a texture of one level: write each level of a chain into its own and copy_texture_to_texture it"
+                    if isinstance(given, wgpu.GPUTextureView)
+                    else ""
+                )
+                raise self._slot_error(slot, f"outputs[{slot.name!r}] is a GPUTexture or an earlier run's texture output, not {type(given).__name__}{one}")
             texture, have = self._texture_of(slot, given, storage=True)
             if have != fmt:
                 raise self._slot_error(slot, f"outputs[{slot.name!r}] is a {have} texture; {slot.name!r} is {fmt}")

@@ -386,3 +386,19 @@ def test_a_derivative_builtin_in_a_compute_body_is_refused_at_its_call(call):
     with pytest.raises(LoweringError, match=r"takes screen-space derivatives, which a compute shader does not have") as err:
         abi.lower(abi.parse(BLUR_YAML, "blur/bindings.yaml"), wgsl, wgsl_path="blur/kernel.wgsl")
     assert (err.value.span.path, err.value.span.line) == ("blur/kernel.wgsl", 8)
+
+
+def test_a_texture_view_is_refused_saying_what_to_pass():
+    # Review helper 205: a GPUTextureView (a mip chain's level) handed to a texture binding was
+    # read as a numpy array ("takes an array of shape (h, w) ... not ()").
+    import wgpu
+
+    dev, usage = abi.device(), wgpu.TextureUsage
+    texture = dev.create_texture(size=(8, 8, 1), format="rgba32float", mip_level_count=2, usage=usage.TEXTURE_BINDING | usage.COPY_DST, label="chain")
+    level = texture.create_view(base_mip_level=1, mip_level_count=1)
+    double = copy("float", "rgba32float", "2.0")
+    with pytest.raises(DispatchError, match="a GPUTextureView is no texture 'src'.*the GPUTexture") as info:
+        double.run(n=(4, 4), inputs={"src": level})
+    assert info.value.span.path is not None and info.value.span.line == 2
+    with pytest.raises(DispatchError, match="outputs\\['out'\\] is a GPUTexture or an earlier run's texture output, not GPUTextureView.*one level"):
+        double.run(n=(4, 4), inputs={"src": texture}, outputs={"out": level})
