@@ -99,12 +99,36 @@ def _compile_error(lowered: Lowered, exc: Exception, stage: str, ctx: DeviceCont
     if os.environ.get("ENGINE_PLUGIN_DUMP_WGSL"):
         notes = (f"lowered WGSL:\n{lowered.numbered_source()}",)
     if span is None:
+        missing = _MISSING_OVERRIDE_RE.search(message)
+        if missing is not None:
+            return _missing_override(lowered, missing.group(1), notes)
         where = Span(lowered.source_map.files[1] if len(lowered.source_map.files) > 1 else lowered.asset)
         text = f"{stage} failed: {reason}"
         if _LOC_RE.search(message):
             text = f"{stage} failed in generated code: {reason}; set ENGINE_PLUGIN_DUMP_WGSL=1 to see it"
         return CompileError(text, where, notes=notes)
     return CompileError(reason + _read_only_hint(lowered, span, reason), span, notes=notes)
+
+
+_MISSING_OVERRIDE_RE = re.compile(r"Missing value for pipeline-overridable constant with identifier string: '(\w+)'")
+
+
+def _missing_override(lowered: Lowered, name: str, notes: tuple[str, ...]) -> CompileError:
+    """An ``override`` without a default, at its declaration (wgpu names no place): a run sets
+    no pipeline constants, so every one needs its value in the source (review helper 205)."""
+    found = re.search(rf"\boverride\s+({re.escape(name)})\b", lowered.source)
+    where = None
+    if found is not None:
+        line = lowered.source.count("\n", 0, found.start(1)) + 1
+        col = found.start(1) - (lowered.source.rfind("\n", 0, found.start(1)) + 1) + 1
+        where = lowered.source_map.locate(line, col)
+    where = where or Span(lowered.source_map.files[1] if len(lowered.source_map.files) > 1 else lowered.asset)
+    return CompileError(
+        f"override '{name}' has no default, and a run sets no pipeline constants: give it one (`override {name}: u32 = 0u;`, say), "
+        f"or make it a compile-time choice (specialize: a kind: source or named option) or a param",
+        where,
+        notes=notes,
+    )
 
 
 _UNKNOWN_RE = re.compile(r"no definition in scope for identifier: `(\w+?)_(set|set_word|append|atomic_\w+)`")

@@ -402,3 +402,26 @@ def test_writing_a_read_only_binding_says_which_access_to_declare(statement):
     err = info.value
     assert (err.span.path, err.span.line, err.span.col) == ("ro/kernel.wgsl", 5, 5)
     assert "'src' is access: read in ro/bindings.yaml: declare it access: read_write" in err.message
+
+
+def test_an_override_without_a_default_is_named_at_its_line_with_what_to_do():
+    # Review helper 205: kishimisu's radix sort declares `override CURRENT_BIT: u32;`; the
+    # pipeline error named the file only ("Missing value for pipeline-overridable constant").
+    yaml = "bindings:\n  - { name: out, kind: buffer, access: read_write, element: u32, count: \"n\" }\n"
+    body = (
+        "// the pass's bit\n"
+        "override CURRENT_BIT: u32;\n"
+        "@compute @workgroup_size(64)\n"
+        "fn main(@builtin(global_invocation_id) gid: vec3<u32>) {\n"
+        "    let i = zero_index(gid);\n"
+        "    if (i >= zero_n()) { return; }\n"
+        "    out_set(i, (i + 1u) << CURRENT_BIT);\n"
+        "}\n"
+    )
+    program = abi.program(key="t205/override", schema=abi.parse(yaml, "ov/bindings.yaml"), wgsl=body, wgsl_path="ov/kernel.wgsl")
+    with pytest.raises(CompileError, match="override 'CURRENT_BIT' has no default") as info:
+        program.variant()
+    assert (info.value.path, info.value.line, info.value.col) == ("ov/kernel.wgsl", 2, 10)
+    assert "specialize" in str(info.value) and "CURRENT_BIT: u32 = " in str(info.value)
+    fixed = abi.program(key="t205/override_ok", schema=abi.parse(yaml, "ov/bindings.yaml"), wgsl=body.replace("CURRENT_BIT: u32;", "CURRENT_BIT: u32 = 2u;"), wgsl_path="ov/kernel.wgsl")
+    np.testing.assert_array_equal(abi.read(fixed.variant().run(n=5).outputs["out"]), (np.arange(1, 6, dtype=np.uint32) << 2))
