@@ -71,6 +71,12 @@ def clean_naga_text(text: str) -> str:
         "this is not a value that can be loaded (a binding is a storage array: read an element with NAME_get(i))",
         text,
     )
+    # naga's Rust debug text for a function that returns nothing where it declared a type
+    # (a missing return, or a bare `return;`): review helper 203.
+    text = text.replace(
+        "The `return` expression None does not match the declared return type",
+        "the function declares a return type but returns no value here (a bare `return;`, or its end reached without a `return value;`)",
+    )
     text = re.sub(r"stored in \[\d+\]", "stored in its destination", text)
     text = re.sub(r"\b(of|to|from|for) \[\d+\]", r"\1 this value", text)
     text = re.sub(r"\s*\[\d+\]", "", text)

@@ -425,3 +425,14 @@ def test_an_override_without_a_default_is_named_at_its_line_with_what_to_do():
     assert "specialize" in str(info.value) and "CURRENT_BIT: u32 = " in str(info.value)
     fixed = abi.program(key="t205/override_ok", schema=abi.parse(yaml, "ov/bindings.yaml"), wgsl=body.replace("CURRENT_BIT: u32;", "CURRENT_BIT: u32 = 2u;"), wgsl_path="ov/kernel.wgsl")
     np.testing.assert_array_equal(abi.read(fixed.variant().run(n=5).outputs["out"]), (np.arange(1, 6, dtype=np.uint32) << 2))
+
+
+@pytest.mark.parametrize(("helper", "col"), [("fn h() -> f32 { }", 1), ("fn h() -> f32 { return; }", 17)])
+def test_a_function_returning_nothing_is_said_in_words_not_rust_debug_text(helper, col):
+    # Review helper 203: "The `return` expression None does not match the declared return type".
+    yaml = "bindings:\n  - { name: out, kind: buffer, access: read_write, element: f32, count: \"n\" }\n"
+    body = helper + "\n@compute @workgroup_size(64)\nfn main(@builtin(global_invocation_id) gid: vec3<u32>) {\n    out_set(zero_index(gid), 1.0);\n}\n"
+    program = abi.program(key=f"t203/noreturn{col}", schema=abi.parse(yaml, "nr/bindings.yaml"), wgsl=body, wgsl_path="nr/kernel.wgsl")
+    with pytest.raises(CompileError, match="declares a return type but returns no value") as info:
+        program.variant()
+    assert (info.value.line, info.value.col) == (1, col) and "None" not in str(info.value)
