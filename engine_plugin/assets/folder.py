@@ -186,6 +186,10 @@ def _read_text(path: str, root: str) -> str:
     except UnicodeDecodeError as exc:
         # At its line and column (review helper 195: a byte offset alone), the line shown as
         # far as it decodes.
+        if data.startswith((b"\xff\xfe", b"\xfe\xff")):
+            # A UTF-16 save (Windows tools): its lines decoded as UTF-8 are NULs and
+            # replacement marks, shown as the source line (review helper 203).
+            raise AssetError("UTF-16 text (its byte order mark); save the file as UTF-8", Span(path, 1, 1)) from None
         start = exc.start  # utf-8-sig counts after a BOM it took
         body = data[3:] if data.startswith(b"\xef\xbb\xbf") else data
         before = body[:start]

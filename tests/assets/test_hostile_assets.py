@@ -318,3 +318,18 @@ def test_a_byte_that_is_not_utf8_is_named_at_its_line_and_column(tmp_path, bom):
         read_asset_folder(str(folder))
     span = info.value.span
     assert (span.line, span.col) == (3, 11) and "0xe9" in str(info.value) and span.text.startswith("    // caf"), (span, str(info.value))
+
+
+@pytest.mark.parametrize("encoding", ["utf-16", "utf-16-be"])
+def test_a_utf16_save_is_named_as_one_not_shown_as_nul_bytes(tmp_path, encoding):
+    # Review helper 203: the error echoed the UTF-16 bytes, decoded as UTF-8, as its source line.
+    from engine_plugin.assets.folder import read_asset_folder
+
+    folder = tmp_path / "k.computeShader"
+    folder.mkdir()
+    (folder / "bindings.yaml").write_text("bindings:\n  - { name: o, kind: buffer, access: read_write, element: f32, count: 'n' }\n")
+    text = "// a kernel\nfn main() {}\n"
+    (folder / "kernel.wgsl").write_bytes(("\ufeff" + text).encode("utf-16-be") if encoding == "utf-16-be" else text.encode("utf-16"))
+    with pytest.raises(AssetError, match="UTF-16 text .*save the file as UTF-8") as info:
+        read_asset_folder(str(folder))
+    assert "\x00" not in str(info.value) and "\ufffd" not in str(info.value)
