@@ -139,3 +139,13 @@ def test_lower_numbered_numbers_each_line_of_the_source_and_ends_with_a_line_bre
     rows = numbered.stdout.split("\n")
     assert numbered.stdout.endswith("\n") and len(rows) - 1 == plain.stdout.count("\n")
     assert [r.split(" | ", 1)[1] if " | " in r else r.rstrip(" |") for r in rows[:-1]] == plain.stdout.split("\n")[:-1]
+
+
+def test_info_names_a_textures_format_dimension_and_size():
+    # Review helper 205: info showed nothing of a storage texture's format, dim or size.
+    got = cli("info", "engine_plugin/demo/assets/colorize.computeShader", "--json")
+    assert got.returncode == 0, got.stderr
+    textures = [b["texture"] for b in json.loads(got.stdout)["assets"][0]["bindings"] if b["kind"] == "storage_texture"]
+    assert textures == [{"dim": "2d", "format": "rgba8unorm", "size": None}, {"dim": "2d", "format": "bgra8unorm", "size": None}]
+    table = cli("info", "engine_plugin/demo/assets/colorize.computeShader")
+    assert table.returncode == 0 and "2d rgba8unorm" in table.stdout, table.stdout

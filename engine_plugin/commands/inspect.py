@@ -119,6 +119,7 @@ def asset_info(folder: str, root: str | None = None, modules: Sequence[str] = ()
                 "flags": [f for f in ("live", "append", "bits", "atomic") if getattr(b, f)],
                 "when": b.when.text if b.when is not None else None,
                 "page": b.page or None,
+                "texture": _texture_info(b),
             }
         )
     return {
@@ -132,6 +133,18 @@ def asset_info(folder: str, root: str | None = None, modules: Sequence[str] = ()
         "workgroup": list(schema.workgroup),
         "extra_files": list(src.extra_files),
     }
+
+
+def _texture_info(b: Any) -> dict[str, Any] | None:
+    """A texture, storage texture or sampler binding's own settings (what ``element`` and
+    ``count`` say of a buffer: review helper 205, ``info`` showed nothing of them)."""
+    if b.kind == "texture":
+        return {"dim": b.dim, "sample": b.sample}
+    if b.kind == "storage_texture":
+        return {"dim": b.dim, "format": b.format, "size": [e.text for e in b.size] or None}
+    if b.kind == "sampler":
+        return {"filter": b.filter, "address": b.address}
+    return None
 
 
 def cmd_info(args: argparse.Namespace, rep: Reporter) -> int:
@@ -184,12 +197,16 @@ def cmd_info(args: argparse.Namespace, rep: Reporter) -> int:
             table.add_column(col)
         for b in info["bindings"]:
             size = b["count"] or (f"capacity {b['capacity']}" if b["capacity"] else "")
+            element = b["element"] or ""
+            if b["texture"] is not None:  # a texture's settings in the element column, its size beside
+                element = " ".join(str(v) for k, v in b["texture"].items() if k != "size")
+                size = size or ("[" + ", ".join(b["texture"].get("size") or []) + "]" if b["texture"].get("size") else "")
             flags = " ".join(b["flags"])
             if b["when"] is not None:
                 flags += f" when {b['when']}"
             if b["page"]:
                 flags += f" page {b['page']}"
-            table.add_row(*(Text(printable(str(v))) for v in (b["name"], b["kind"], b["access"], b["element"] or "", size, flags.strip())))
+            table.add_row(*(Text(printable(str(v))) for v in (b["name"], b["kind"], b["access"], element, size, flags.strip())))
         console.print(table)
         for sp in info["specialize"]:
             opts = ", ".join(sp["options"]) if sp["options"] else "(source text)"
