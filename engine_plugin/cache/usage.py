@@ -15,10 +15,12 @@ add to each other's log rather than overwrite it.
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
 import threading
 import time
+import weakref
 from contextlib import contextmanager
 from typing import Iterator
 
@@ -224,8 +226,26 @@ def _locked(path: str) -> Iterator[None]:
         os.close(fd)
 
 
+# Every usage log of the process, flushed when it exits: a game that never closes its library
+# (the README's shared-cache example did not) left no log for `bake --variants-from` to read
+# (review helper 204).
+_LOGS: weakref.WeakSet[UsageLog] = weakref.WeakSet()
+
+
+def _flush_at_exit() -> None:
+    for usage in list(_LOGS):
+        try:
+            usage.flush()
+        except Exception:  # pragma: no cover - interpreter shutdown: nothing left to tell
+            pass
+
+
+atexit.register(_flush_at_exit)
+
+
 class UsageLog:
-    """Variants requested in this process, flushed (merged) into ``path`` on :meth:`flush`."""
+    """Variants requested in this process, flushed (merged) into ``path`` on :meth:`flush`
+    (and when the process exits)."""
 
     def __init__(self, path: str):
         self.path = os.path.abspath(path)
@@ -233,6 +253,7 @@ class UsageLog:
         self._seen: set[tuple[str, VariantSpec]] = set()
         self._dirty: set[tuple[str, VariantSpec]] = set()
         self._full = False  # said that the log on disk holds all it may (once)
+        _LOGS.add(self)
 
     def record(self, asset: str, spec: VariantSpec) -> None:
         """Note that ``asset`` was asked for ``spec`` (cheap; nothing is written until flush)."""

@@ -75,6 +75,26 @@ def test_the_usage_log_records_the_variants_requested(tmp_path, gpu):
     assert set(usage["reference.computeShader"]) == {a, b, c}
 
 
+def test_a_game_that_exits_without_closing_its_library_still_leaves_its_usage_log(tmp_path):
+    # Review helper 204: the README's shared-cache example (record_usage=True, no close())
+    # wrote no log at exit, and bake --variants-from then said "a game writes one with
+    # AssetLibrary(record_usage=True)". The records are flushed when the process exits.
+    import subprocess
+    import sys
+
+    root, cache = _copy_samples(str(tmp_path / "a")), str(tmp_path / "cache")
+    game = (
+        "from engine_plugin.assets import AssetLibrary\n"
+        f"lib = AssetLibrary({root!r}, cache={cache!r}, record_usage=True)\n"
+        "lib.load('reference.computeShader').program().variant({'T': 'f32', 'FOLD': 'max'})\n"
+    )
+    env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    done = subprocess.run([sys.executable, "-c", game], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    usage = read_usage(os.path.join(cache, "usage.msgpack"))
+    assert [s.as_dict() for s in usage["reference.computeShader"]] == [{"BODY": "v", "FOLD": "max", "T": "f32"}], usage
+
+
 def test_a_malformed_usage_log_is_ignored_not_fatal(tmp_path):
     path = tmp_path / "usage.msgpack"
     path.write_bytes(b"\x00garbage")
