@@ -80,7 +80,7 @@ def _run_bench(globals_: list[str], rest: list[str]) -> int:
         # (argparse takes an unambiguous abbreviation too: --js PATH, review helper 198)
         wants_json = any(len(a.split("=", 1)[0]) >= 3 and "--json".startswith(a.split("=", 1)[0]) for a in rest)
         if not {"-h", "--help"} & set(rest) and not rep.quiet and not wants_json:
-            require("rich", "engine-plugin bench's tables (or pass --json PATH or -q)")
+            require("rich", "the tables (or pass --json PATH or -q)")
         from .bench import main as bench_main
 
         return bench_main(rest, tables=not rep.quiet and installed("rich"))

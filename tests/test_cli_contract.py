@@ -249,6 +249,21 @@ def test_a_missing_optional_dependency_names_its_extra_and_exits_2(tmp_path, hid
     assert f"pip install 'engine_plugin[{extra}]'" in line
 
 
+def test_info_without_rich_prints_plain_lines_under_q_and_names_the_way_out_otherwise():
+    # Review helper 204: the README says info takes -q without the [cli] extra; it was refused,
+    # and its message began "engine-plugin info: engine-plugin info's tables".
+    prelude = "import sys; sys.modules['rich'] = None"
+    quiet = cli("-q", "info", "assets/samples/reference.computeShader", prelude=prelude)
+    assert quiet.returncode == 0, quiet.stderr
+    lines = quiet.stdout.splitlines()
+    assert lines[0].startswith("assets/samples/reference.computeShader  (25 variants") and "  binding src  buffer  read  T" in lines
+    assert any(line.startswith("  binding hits  buffer  read_write  vec4<f32>  capacity n * 4  append") for line in lines), lines
+    refused = cli("info", "assets/samples/reference.computeShader", prelude=prelude)
+    assert refused.returncode == 2
+    line = one_error_line(refused, "info")
+    assert "info: the tables" in line and "-q" in line and "engine-plugin info's" not in line
+
+
 def test_a_display_that_cannot_be_opened_falls_back_to_headless_with_one_line(tmp_path):
     pytest.importorskip("glfw", reason="the window needs the demo extra (the H200 machine lacks it; make test installs it)")
     done = cli("demo", "--frames", "3", "--cache", "c", "--snapshot", "out/demo.png", cwd=str(tmp_path), env={"DISPLAY": ":12345"})

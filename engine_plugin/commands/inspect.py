@@ -14,6 +14,7 @@ from .contract import (
     EXIT_FAILED,
     EXIT_OK,
     ROOT_HELP,
+    PlainConsole,
     Reporter,
     UsageError,
     add_modules_option,
@@ -176,38 +177,34 @@ def cmd_info(args: argparse.Namespace, rep: Reporter) -> int:
     if args.json:
         write_json({"engine_plugin": __version__, "assets": infos}, "-")
         return status
-    from ..extras import require
+    from ..extras import installed, require
 
-    require("rich", "engine-plugin info's tables (or use --json)")
-    from rich.console import Console
-    from rich.table import Table
-    from rich.text import Text
-
-    # Not a terminal (a pipe, a file): wide enough that an asset's path is never broken across
-    # lines (it could not be copied or grepped: review helper 171), as bake's table does.
-    console = Console(width=None if sys.stdout.isatty() else 240)
+    plain = not installed("rich") and rep.quiet  # README: without [cli], -q prints plain lines instead of the tables
+    if not plain:
+        require("rich", "the tables (or use --json, or -q for plain lines)")
+    console: Any = PlainConsole(sys.stdout) if plain else _rich_console()
     for info in infos:
         if "error" in info:
             continue  # said on stderr above
-        # Text, not markup (a folder named [red]... styled the title), control characters spelled out
         # The title on a line of its own: a table's title wraps at the table's width.
-        console.print(Text(printable(f"{info['asset']}  ({info['variants']} variants, {'extended' if info['extended'] else 'plain'} ABI)"), style="italic"))
-        table = Table()
-        for col in ("binding", "kind", "access", "element", "size", "flags"):
-            table.add_column(col)
-        for b in info["bindings"]:
-            size = b["count"] or (f"capacity {b['capacity']}" if b["capacity"] else "")
-            element = b["element"] or ""
-            if b["texture"] is not None:  # a texture's settings in the element column, its size beside
-                element = " ".join(str(v) for k, v in b["texture"].items() if k != "size")
-                size = size or ("[" + ", ".join(b["texture"].get("size") or []) + "]" if b["texture"].get("size") else "")
-            flags = " ".join(b["flags"])
-            if b["when"] is not None:
-                flags += f" when {b['when']}"
-            if b["page"]:
-                flags += f" page {b['page']}"
-            table.add_row(*(Text(printable(str(v))) for v in (b["name"], b["kind"], b["access"], element, size, flags.strip())))
-        console.print(table)
+        title = printable(f"{info['asset']}  ({info['variants']} variants, {'extended' if info['extended'] else 'plain'} ABI)")
+        rows = [tuple(printable(str(v)) for v in _binding_row(b)) for b in info["bindings"]]
+        if plain:
+            console.print(title)
+            for row in rows:
+                console.print("  binding " + "  ".join(v for v in row if v))
+        else:
+            from rich.table import Table
+            from rich.text import Text
+
+            # Text, not markup (a folder named [red]... styled the title), control characters spelled out
+            console.print(Text(title, style="italic"))
+            table = Table()
+            for col in ("binding", "kind", "access", "element", "size", "flags"):
+                table.add_column(col)
+            for row in rows:
+                table.add_row(*(Text(v) for v in row))
+            console.print(table)
         for sp in info["specialize"]:
             opts = ", ".join(sp["options"]) if sp["options"] else "(source text)"
             default = f" default {sp['default']!r}" if sp["default"] is not None else ""
@@ -218,6 +215,29 @@ def cmd_info(args: argparse.Namespace, rep: Reporter) -> int:
         if info["extra_files"]:
             rep.note(f"{info['asset']}: files ignored in the asset: {', '.join(info['extra_files'])}")
     return status
+
+
+def _rich_console() -> Any:
+    from rich.console import Console
+
+    # Not a terminal (a pipe, a file): wide enough that an asset's path is never broken across
+    # lines (it could not be copied or grepped: review helper 171), as bake's table does.
+    return Console(width=None if sys.stdout.isatty() else 240)
+
+
+def _binding_row(b: dict[str, Any]) -> tuple[str, ...]:
+    """(binding, kind, access, element, size, flags) of one binding of ``info --json``."""
+    size = b["count"] or (f"capacity {b['capacity']}" if b["capacity"] else "")
+    element = b["element"] or ""
+    if b["texture"] is not None:  # a texture's settings in the element column, its size beside
+        element = " ".join(str(v) for k, v in b["texture"].items() if k != "size")
+        size = size or ("[" + ", ".join(b["texture"].get("size") or []) + "]" if b["texture"].get("size") else "")
+    flags = " ".join(b["flags"])
+    if b["when"] is not None:
+        flags += f" when {b['when']}"
+    if b["page"]:
+        flags += f" page {b['page']}"
+    return (b["name"], b["kind"], b["access"] or "", element, size, flags.strip())
 
 
 def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:

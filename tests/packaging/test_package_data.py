@@ -62,7 +62,7 @@ def test_the_library_and_the_plain_commands_work_without_any_extra(tmp_path):
 
     assert json.load(open(tmp_path / "b.json"))["ok"] and json.load(open(tmp_path / "bench.json"))["results"]
     assert "baked" in done.stdout and "adapter:" in done.stdout  # the plain lines, no table
-    assert "engine-plugin bench's tables (or pass --json PATH or -q) needs the optional 'cli' extra" in done.stderr, done.stderr
+    assert "bench: the tables (or pass --json PATH or -q) needs the optional 'cli' extra" in done.stderr, done.stderr
 
 
 def _zipped_package(folder) -> str:
