@@ -65,12 +65,12 @@ def _stats(args: argparse.Namespace, rep: Reporter, cap: int) -> int:
         else:
             rep.say(f"no variant cache at {args.cache} (bake one with: engine-plugin bake ASSETS --cache {args.cache})")
         return EXIT_OK
+    if args.verify:  # before the cache is opened: its own warnings about the key come second (review helper 204)
+        require_cache_key("--verify cannot tell this user's entries from forged ones")
     cache = VariantCache(args.cache, max_bytes=cap)
     st = cache.stats(scan=True)
     infos = sorted(cache.entries(), key=lambda i: i.mtime_ns)
     usage = read_usage(os.path.join(cache.folder, USAGE_FILE))
-    if args.verify:
-        require_cache_key("--verify cannot tell this user's entries from forged ones")
     bad = cache.verify() if args.verify else None
     if args.json:
         data: dict[str, Any] = {
@@ -185,11 +185,12 @@ def _cmd_local(args: argparse.Namespace, rep: Reporter) -> int:
     if not _cache_folder(args.cache):  # nothing to look at, collect or clear: as stats says, exit 0
         rep.say(f"no variant cache at {args.cache}; nothing to {'collect' if args.action == 'gc' else 'clear'}")
         return EXIT_OK
+    if args.action == "gc":  # it removes what does not verify; said before the cache warns of the key itself (helper 204)
+        require_cache_key("gc cannot tell this user's entries from forged ones")
     cache = VariantCache(args.cache, max_bytes=cap)
     if cache.read_only:  # removal would fail file by file while saying it succeeded (helper 112)
         raise UsageError(f"{args.cache} is read-only to you: nothing in it can be removed")
     if args.action == "gc":
-        require_cache_key("gc cannot tell this user's entries from forged ones")  # it removes what does not verify
         bad = cache.verify()
         removed = sum(1 for key in bad if cache.remove(key))
         evicted = cache.gc(cap)

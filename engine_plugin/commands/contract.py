@@ -312,6 +312,17 @@ def folder_arg(text: str) -> str:
     return text
 
 
+class _Held(logging.Handler):
+    """Log records kept, to be said later or not at all."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+
 def require_cache_key(consequence: str) -> None:
     """Refuse (UsageError, exit 2) a command that needs this user's cache key when there is
     none (see :mod:`engine_plugin.cache.local_key`), saying ``consequence`` and the fix: a bake
@@ -319,7 +330,21 @@ def require_cache_key(consequence: str) -> None:
     forged (gc removed a whole baked cache, review helpers 137, 144)."""
     from ..cache.local_key import local_key_problem
 
-    problem = local_key_problem()
+    # The key's own warnings (said as it is first read) are held back: a refusal is one line,
+    # not three that also claim the process goes on with a key of its own (review helper 204).
+    # Without a refusal they are said as they were.
+    logger = logging.getLogger("engine_plugin.cache")
+    held = _Held()
+    propagate, logger.propagate = logger.propagate, False
+    logger.addHandler(held)
+    try:
+        problem = local_key_problem()
+    finally:
+        logger.removeHandler(held)
+        logger.propagate = propagate
+    if problem is None:
+        for record in held.records:
+            logger.handle(record)
     if problem is not None:
         fix = (
             "fix ENGINE_PLUGIN_CACHE_KEY (or unset it to use ~/.local/state)"

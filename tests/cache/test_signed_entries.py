@@ -279,6 +279,11 @@ def test_a_key_file_the_variable_names_that_does_not_exist_is_never_made(tmp_pat
         assert "head -c 32 /dev/urandom" in cli.stderr, cli.stderr
         assert not typo.exists() and (typo.parent == tmp_path or not typo.parent.exists())
     assert _entries_of(cache_dir) == before
+    # One line each, no warning before it claiming the process goes on with a key of its own
+    # (review helper 204: cache gc printed three).
+    for args in (["bake", root, "--cache", cache_dir, "-j", "1", "-q"], ["cache", "gc", "--cache", cache_dir], ["cache", "stats", "--verify", "--cache", cache_dir]):
+        cli = _cli({**os.environ, "ENGINE_PLUGIN_CACHE_KEY": str(tmp_path / "mien.key")}, *args)
+        assert cli.returncode == 2 and len(cli.stderr.strip().splitlines()) == 1 and "a key of its own" not in cli.stderr, cli.stderr
 
 
 def test_cache_stats_and_clear_make_no_key(tmp_path):
