@@ -38,7 +38,7 @@ class ReloadEntry:
 
     frame: int
     asset: str
-    kind: str  # "body", "layout", "failed" or "requested" (a forced reload of every asset)
+    kind: str  # "body", "layout", "failed", "refused" (by the engine: the old kernel runs on) or "requested" (a forced reload of every asset)
     recompiled: int
     ms: float
     generation: int
@@ -48,6 +48,8 @@ class ReloadEntry:
             return f"#{self.frame} forced reload of {self.recompiled} asset(s)"
         if self.kind == "failed":
             return f"#{self.frame} {self.asset}: failed, generation {self.generation} stays ({self.ms:.0f} ms)"
+        if self.kind == "refused":
+            return f"#{self.frame} {self.asset}: refused by the engine, its product keeps its previous kernel"
         return f"#{self.frame} {self.asset}: {self.kind}, {self.recompiled} variant(s) recompiled, gen {self.generation}, {self.ms:.0f} ms"
 
 
@@ -221,6 +223,12 @@ class Figures:
         else:
             entry = ReloadEntry(self.frame, event.asset, "failed", 0, event.latency * 1e3, event.generation)
         self.reloads.append(entry)
+        self.reload_count += 1
+
+    def note_refused(self, asset: str, generation: int) -> None:
+        """The engine refused ``asset``'s reloaded kernel (outside its product's contract): the
+        product runs on its old one."""
+        self.reloads.append(ReloadEntry(self.frame, asset, "refused", 0, 0.0, generation))
         self.reload_count += 1
 
     def note_forced_reload(self, assets: int) -> None:

@@ -207,6 +207,11 @@ class HeatDemo:
             error = self.engine.product(handle).error  # a reloaded kernel outside the product contract
             if error and self.refs[name].error is None:
                 errors.append((name, error))
+                if (name, error) not in self._diagnostic_cache:
+                    # The asset's reload was logged as one (it compiled); the engine kept the old
+                    # kernel: the log says so too (review helper 204: a refused layout read as a
+                    # layout reload that went through).
+                    self.figures.note_refused(self.refs[name].path, self.refs[name].generation)
         # Built once per error (a product error quotes its line from disk), not every frame.
         cache = {(name, error): self._diagnostic_cache.get((name, error)) or Diagnostic.from_error(name, error, self.library.root) for name, error in errors}
         self._diagnostic_cache = cache

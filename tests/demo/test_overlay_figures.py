@@ -218,6 +218,13 @@ def test_the_readme_layout_edit_widens_the_summary_record_and_an_unbound_field_i
         assert "'moisture' is bound to no world field" in diag.message and diag.source.strip().startswith("- { name: moisture")
         assert diag.caret == " " * diag.source.index("{") + "^"  # under the entry, as schema errors put it
         assert "summary_extra" in demo.figures.heat  # the previous kernel keeps running
+        # The reload log says the engine refused it (review helper 204: only a "layout" reload
+        # that looked as if it went through), once.
+        entries = [r for r in demo.figures.reloads if r.asset == "summary.computeShader"]
+        assert [r.kind for r in entries] == ["layout", "layout", "refused"], entries
+        assert "refused by the engine" in entries[-1].text()
+        frames_until(demo, lambda: demo.figures.frame > 0, "one more frame")
+        assert [r.kind for r in demo.figures.reloads if r.asset == "summary.computeShader"].count("refused") == 1
     finally:
         demo.close()
 
