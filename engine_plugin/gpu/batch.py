@@ -229,6 +229,12 @@ class BatchRecorder:
             elif not self._closed():
                 self._device_exception("submitting a batch", exc)
             return
+        except BaseException:
+            # An interrupt (Ctrl-C) before the submit went out: its readbacks would stay in flight
+            # for good, never landing (review helper 206: every later frame deferred behind
+            # them). They fail, and their chunks are owed again; the interrupt goes on.
+            self._interrupted(reqs, "before its batch was submitted")
+            raise
         finally:
             for run in prepared:  # submitted, or never to run: their pooled buffers are free
                 run.submitted()
@@ -241,11 +247,21 @@ class BatchRecorder:
                     later.settled = True  # destroying after submission is safe (wgpu-core defers it)
                 self._device_exception("mapping a batched readback", exc)
                 return
+            except BaseException:
+                self._interrupted(reqs[i:], "before its readback was mapped")  # the same, for those not mapped yet
+                raise
             if promise is None:  # the reference's "null map future": fail it, release at once
                 req.settled = True
                 self._ring.tracker.decide(req, ReadbackStatus.FAILED, "map_async gave no promise")
                 continue
             self._ring.arm(req, promise)
+
+    def _interrupted(self, reqs: list, when: str) -> None:
+        """Fail ``reqs``, which an interrupt left unsubmitted or unmapped (their staging may go:
+        destroying after a submission is safe, wgpu-core defers it)."""
+        for req in reqs:
+            req.settled = True
+            self._ring.tracker.decide(req, ReadbackStatus.FAILED, f"interrupted {when}")
 
     def readback(self, desc: ReadbackDesc, callback: ReadbackCallback, source: Any, base: int, size: int) -> bool:
         """Record the copy of an accepted readback into the open batch and reserve its
