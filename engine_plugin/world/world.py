@@ -252,9 +252,8 @@ class World:
         """
         with self.lock:
             slot = self._mutable_slot(key)
-            self._rw[name][slot] = self._convert(name, values)
-            self._set_dirty(name, slot)
-            return self._bump(key)
+            converted = self._convert(name, values)
+            return self._store(key, slot, {name: converted})
 
     def set_tile(self, key: int, name: str, tile: tuple[int, ...], value: Any) -> int:
         """Set one tile (``(y, x)`` for a 2-D chunk) of field ``name``; answers the new version."""
@@ -266,9 +265,11 @@ class World:
                 isinstance(i, (int, np.integer)) and not isinstance(i, bool) and 0 <= i < n for i, n in zip(idx, self.chunk_shape, strict=True)
             ):
                 raise WorldError(f"tile {tile!r} is outside chunk shape {self.chunk_shape}")
-            self._rw[name][(slot, *idx)] = _cast(np.asarray(value), spec, name, ())
-            self._set_dirty(name, slot)
-            return self._bump(key)
+            cast = _cast(np.asarray(value), spec, name, ())
+            self._set_dirty(name, slot)  # first: see _store
+            version = self._bump(key)
+            self._rw[name][(slot, *idx)] = cast
+            return version
 
     @contextmanager
     def edit(self, key: int) -> Iterator[ChunkEdit]:
@@ -291,18 +292,29 @@ class World:
             with self.lock:
                 taken = edit._close()
                 if taken:
-                    for name, arr in taken.items():
-                        # A bool copy may hold bytes other than 0/1 (np.copyto of raw bytes):
-                        # stored as 0/1, as write() stores them.
-                        self._rw[name][slot] = arr.view(np.uint8) != 0 if arr.dtype == np.bool_ else arr
-                        self._set_dirty(name, slot)
-                    self._bump(key)
+                    # A bool copy may hold bytes other than 0/1 (np.copyto of raw bytes):
+                    # stored as 0/1, as write() stores them.
+                    self._store(key, slot, {name: arr.view(np.uint8) != 0 if arr.dtype == np.bool_ else arr for name, arr in taken.items()})
         finally:
             # Whatever ends the edit (the block raised, or an interrupt while the commit waits
             # for the lock), the chunk is free again and the edit's arrays are closed.
             if edit._open:
                 edit._close()
             self._editing.discard(key)
+
+    def _store(self, key: int, slot: int, values: dict[str, np.ndarray]) -> int:
+        """Store checked ``values`` (field -> the chunk's array) into chunk ``key``; answers its
+        new version. The chunk is marked dirty and versioned before its bytes change: an
+        interrupt (Ctrl-C) anywhere in here leaves the old bytes (with at most a new version
+        and flags: computed again, the same), or new bytes that are versioned and flagged;
+        never new bytes under the version results were computed at (review helper 206: the
+        engine kept the old results for good). Each field's store is one numpy copy."""
+        for name in values:
+            self._set_dirty(name, slot)
+        version = self._bump(key)
+        for name, arr in values.items():
+            self._rw[name][slot] = arr
+        return version
 
     def _mutable_slot(self, key: int) -> int:
         slot = self.slot(key)

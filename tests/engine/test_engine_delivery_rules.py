@@ -12,6 +12,7 @@ import sys
 import time
 
 import numpy as np
+import pytest
 
 from engine_plugin import abi
 from engine_plugin.engine import Engine, EngineConfig, fallbacks, kernel_program
@@ -188,6 +189,7 @@ _ORDER_SCRIPT = """
 import json, sys
 sys.path.insert(0, {here!r})
 import numpy as np
+import pytest
 from engine_plugin.engine import Engine
 from engine_plugin.world import World
 names = ["alpha", "beta", "gamma", "delta", "eps", "zeta", "eta", "theta"]
@@ -537,3 +539,77 @@ def test_a_readback_budget_too_small_for_one_chunk_is_said_and_dispatches_nothin
     assert dispatched == 0 and engine.totals.refused == 0
     assert sorted(seen.latest) == [0, 1] and {r.source for r in seen.results} == {"cpu"}
     assert engine.product_error(served) is not None and not engine.idle
+
+
+@pytest.mark.parametrize("at", ["before the submit", "while mapping"])
+def test_an_interrupt_while_the_frame_is_submitted_leaves_no_readback_in_flight_for_good(make_engine, monkeypatch, at):
+    # Review helper 206: a Ctrl-C landing in the batch's submit (before queue.submit, or between
+    # it and the readbacks' maps) left their requests in flight for good: never submitted or
+    # never mapped, they never landed; with one frame in flight every later frame deferred, and
+    # no product computed again (chunk results stale for good, nothing said). Their readbacks
+    # fail instead, and their chunks are owed again.
+    import engine_plugin.gpu.batch as gpu_batch
+    import engine_plugin.runtime.submission as submission
+
+    world = World((4, 4), {"h": np.float32}, max_chunks=8)
+    for k in range(4):
+        world.add(k, {"h": np.full((4, 4), k, np.float32)})
+    engine = make_engine(world)
+    seen = Applied(world)
+    engine.register_product(kernel_program("summary"), key="s", fields={"src": "h"}, apply=seen, cpu_fallback=fallbacks.summary)
+    run_until_idle(engine)
+    world.write(2, "h", np.float32(42.0))
+    name, module = ("unusable_in", submission) if at == "before the submit" else ("map_submitted", gpu_batch)
+    real = getattr(module, name)
+    calls = []
+
+    def interrupted(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 1:
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(module, name, interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        engine.frame()
+    assert calls
+    run_until_idle(engine, timeout=20)
+    assert same_bits(np.asarray(seen.latest[2]).reshape(-1), cpu_summary(world, "h", 2)) and not seen.not_current
+
+
+@pytest.mark.parametrize("at", ["_set_dirty", "_bump"])
+@pytest.mark.parametrize("how", ["write", "set_tile", "edit"])
+def test_an_interrupt_inside_a_world_change_never_leaves_new_values_unversioned(make_engine, monkeypatch, at, how):
+    # Review helper 206: a Ctrl-C landing in World.write after the values were stored and before
+    # the chunk was marked dirty and given a new version left the new values in the world with
+    # the old version: the engine, idle, kept the old summary for good (a wrong number). The
+    # bookkeeping goes first now: an interrupt leaves the old values, or new ones to compute.
+    world = World((4, 4), {"h": np.float32}, max_chunks=8)
+    for k in range(4):
+        world.add(k, {"h": np.full((4, 4), k, np.float32)})
+    engine = make_engine(world)
+    seen = Applied(world)
+    engine.register_product(kernel_program("summary"), key="s", fields={"src": "h"}, apply=seen, cpu_fallback=fallbacks.summary)
+    run_until_idle(engine)
+    real = getattr(World, at)
+    calls = []
+
+    def interrupted(self, *args):
+        calls.append(1)
+        if len(calls) == 1:
+            raise KeyboardInterrupt
+        return real(self, *args)
+
+    monkeypatch.setattr(World, at, interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        if how == "write":
+            world.write(2, "h", np.float32(42.0))
+        elif how == "set_tile":
+            world.set_tile(2, "h", (1, 1), 42.0)
+        else:
+            with world.edit(2) as f:
+                f["h"][...] = 42.0
+    monkeypatch.setattr(World, at, real)
+    run_until_idle(engine, timeout=20)
+    for k in range(4):
+        assert same_bits(np.asarray(seen.latest[k]).reshape(-1), cpu_summary(world, "h", k)), (k, world.read(2, "h"))
