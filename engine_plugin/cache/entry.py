@@ -52,6 +52,7 @@ from ..lowering.fingerprint import CACHE_FORMAT_VERSION
 from ..lowering.lowered import ColumnSlot, HostSlot, LoweredBinding, ParamField, ParamsLayout, SourceMap
 from ..lowering.param_types import MAX_PARAMS_BYTES
 from ..lowering.parse import MAX_WORKGROUP_INVOCATIONS
+from ..lowering.types import SCALARS
 from ..lowering.variants import VariantSpec
 from .local_key import local_cache_secret
 
@@ -192,7 +193,51 @@ def _check(lowered: Any) -> Lowered:
     files = lowered.source_map.files
     if not isinstance(files, tuple) or not all(isinstance(f, str) for f in files) or not (lowered.asset is None or isinstance(lowered.asset, str)):
         raise BadEntry("payload names its files with something other than paths")
+    _check_plan(lowered)
+    _check_source_map(lowered.source_map)
     return lowered
+
+
+_MAX_BINDING = 1000  # WebGPU's maxBindingsPerBindGroup: no binding number at or past it
+
+
+def _lanes_and_scalar(item: Any) -> bool:
+    if item.scalar == "struct":  # a struct element: its words a record
+        return type(item.lanes) is int and 1 <= item.lanes <= MAX_PARAMS_BYTES
+    return type(item.lanes) is int and 1 <= item.lanes <= 4 and item.scalar in SCALARS
+
+
+def _check_plan(lowered: Lowered) -> None:
+    """Bindings and host slots within what the lowering makes (review helper 206: a slot of 0
+    lanes read its output back empty, a binding number no binding has raised KeyError, on
+    every load of an entry served as a hit)."""
+    numbers = [b.binding for b in lowered.bindings]
+    if not all(type(n) is int and 0 <= n < _MAX_BINDING for n in numbers) or len(set(numbers)) != len(numbers):
+        raise BadEntry("payload holds binding numbers no lowering makes")
+    if not all(_lanes_and_scalar(b) for b in lowered.bindings):
+        raise BadEntry("payload holds a binding type no lowering makes")
+    known = set(numbers)
+    for slot in lowered.host_slots:
+        if slot.binding not in known or not (slot.counter_binding == -1 or slot.counter_binding in known) or not _lanes_and_scalar(slot):
+            raise BadEntry(f"payload holds a host slot ({slot.name!r}) no lowering makes")
+
+
+def _check_source_map(smap: SourceMap) -> None:
+    """Every mapped line inside its file (review helper 206: a file index past the files raised
+    a raw IndexError, a line past the file named a line that does not exist)."""
+    # An upper bound of each file's lines, whatever ends them (a CR-only schema's too).
+    lines = [len(text.splitlines()) + 1 if isinstance(text, str) else -1 for text in smap.texts]
+    if not isinstance(smap.texts, tuple) or -1 in lines or len(lines) > len(smap.files) or not isinstance(smap.entries, tuple):
+        raise BadEntry("payload holds a source map no lowering makes")
+    for entry in smap.entries:
+        if not (isinstance(entry, tuple) and len(entry) == 2 and type(entry[0]) is int and type(entry[1]) is int):
+            raise BadEntry("payload holds a source map no lowering makes")
+        fidx, line = entry
+        if fidx >= len(smap.files) or fidx < -1 or line < 0 or (0 <= fidx < len(lines) and line > lines[fidx]):
+            raise BadEntry("payload holds a source map no lowering makes")
+    for splice in smap.splices:
+        if not (isinstance(splice, tuple) and len(splice) == 5 and all(type(v) is int and v >= 0 for v in splice)):
+            raise BadEntry("payload holds a source map no lowering makes")
 
 
 def _digest(payload: bytes, asset: Any, spec: Any, columns: Any, validated: Any = False, header: Any = ()) -> str:

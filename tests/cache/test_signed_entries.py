@@ -136,6 +136,34 @@ def test_a_signed_entry_with_a_workgroup_or_params_size_no_lowering_makes_is_a_b
             decode_entry(key, encode_entry(key, bad))
 
 
+def test_a_signed_entry_with_bindings_slots_or_a_source_map_no_lowering_makes_is_a_bad_entry(tmp_path, own_key):
+    # Review helper 206: served as hits, they failed the same way on every load: a source-map
+    # file index past its files (a raw IndexError), a slot of 0 lanes (an output read back
+    # empty: a wrong result), a slot's binding no binding has (KeyError), an f64 scalar, a
+    # negative binding ("engine_plugin bug"), a line past the file (an error at a line that
+    # does not exist). As bad entries they are lowered again and replaced.
+    root = str(tmp_path / "assets")
+    make_asset(root)
+    key, honest = _honest(root)
+    smap, slot, binding = honest.source_map, honest.host_slots[0], honest.bindings[0]
+    bad_entries = (
+        replace(honest, source_map=replace(smap, entries=((7, 1),) + smap.entries[1:])),
+        replace(honest, source_map=replace(smap, entries=(("x", [1]),) + smap.entries[1:])),
+        replace(honest, source_map=replace(smap, entries=((1, 100_000),) + smap.entries[1:])),
+        replace(honest, source_map=replace(smap, splices=((1, 1, 1, "x", 1),))),
+        replace(honest, host_slots=(replace(slot, lanes=0),) + honest.host_slots[1:]),
+        replace(honest, host_slots=(replace(slot, lanes=-3),) + honest.host_slots[1:]),
+        replace(honest, host_slots=(replace(slot, binding=4000),) + honest.host_slots[1:]),
+        replace(honest, host_slots=(replace(slot, scalar="f64"),) + honest.host_slots[1:]),
+        replace(honest, bindings=(replace(binding, binding=-1),) + honest.bindings[1:]),
+        replace(honest, bindings=(replace(binding, lanes=9),) + honest.bindings[1:]),
+    )
+    for bad in bad_entries:
+        with pytest.raises(BadEntry, match="no lowering makes"):
+            decode_entry(key, encode_entry(key, bad))
+    assert decode_entry(key, encode_entry(key, honest)) == honest
+
+
 def test_the_cache_key_is_created_once_private_and_reused(tmp_path, monkeypatch):
     path = tmp_path / "state" / "engine_plugin" / "cache.key"
     monkeypatch.delenv("ENGINE_PLUGIN_CACHE_KEY", raising=False)
