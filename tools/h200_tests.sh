@@ -1,7 +1,9 @@
 #!/bin/bash
 # The test suite's GPU directories on the H200's NVIDIA Vulkan driver, through the device tool:
 #   bash tools/h200_tests.sh CARRY EXTRA OUT [pytest args...]
-# CARRY: the Vulkan loader debs and wgpu wheels (as for tools/bench/h200.sh); EXTRA: pure-Python
+# CARRY: the Vulkan loader debs (libvulkan1 and the glvnd ones the NVIDIA driver loads: libglvnd0
+# libegl1 libgl1 libglx0 libgles2 libopengl0; without them no adapter is found) and the wgpu wheels
+# (wgpu, cffi, pycparser, rendercanvas, sniffio; as for tools/bench/h200.sh); EXTRA: pure-Python
 # packages the machine lacks (`mkdir -p build/h200py && cp -r .venv/lib/python3.11/site-packages/watchdog
 # build/h200py/`); OUT: where pytest.log goes. The machine has pytest, hypothesis and pytest-xdist.
 # Without test arguments: every directory but those needing a display, the network or a wheel build,
