@@ -19,6 +19,7 @@ from ..errors import DeviceLostError, NoAdapterError, PluginError
 from ..gpu.backend import NoGpuBackend, ReadbackResult, ResourceBackend
 from ..gpu.descriptors import ReadbackPolicy, coalesce_uploads, field_mirror_desc
 from ..world import World
+from .contract import ProductError
 from .products import Product
 from .stats import FrameStats
 
@@ -67,6 +68,7 @@ class GpuSide:
         self._resource_backend: tuple[Any, bool] | None = None  # (backend, whether it is a ResourceBackend)
         self.backend: Any = backend if backend is not None else self._make_backend(device)
         self._mirrored: set[str] = set()
+        self.upload_refused: dict[str, str] = {}  # field -> why its whole-mirror upload was last refused
         # Fields mirrored on request (field_buffer), product or not: a dict, so uploads go in the
         # order of the requests whatever PYTHONHASHSEED is (a set iterates in hash order).
         self._kept: dict[str, None] = {}
@@ -173,6 +175,7 @@ class GpuSide:
         self.backend = backend
         self.owns_backend = True
         self._mirrored.clear()
+        self.upload_refused.clear()
         self._adopt_context()
         self.fault = None
         self._frame_readbacks.clear()
@@ -223,9 +226,12 @@ class GpuSide:
                 if not self.backend.upload(desc):
                     if hasattr(self.backend, "unregister_field"):
                         self.backend.unregister_field(name)
-                    log.warning("field %r cannot be uploaded (%s); its products run on the CPU", name, getattr(self.backend, "last_refusal", "refused"))
+                    why = getattr(self.backend, "last_refusal", "refused")
+                    log.warning("field %r cannot be uploaded (%s); its products run on the CPU", name, why)
+                    self.upload_refused[name] = str(why)
                     return False
         self._mirrored.add(name)
+        self.upload_refused.pop(name, None)
         return True
 
     def unmirror(self, name: str) -> None:
@@ -259,6 +265,19 @@ class GpuSide:
             return False  # its readbacks kept failing: the CPU serves it until recover_gpu()
         for name in product.field_names:
             if not self.mirror(name):
+                refused = self.upload_refused.get(name)
+                if refused is not None:
+                    # An upload refused again (the mirror's whole upload as it came back): tried
+                    # again next frame, and said while it is off the GPU. Left there, the product
+                    # stayed on its fallback for good with no error, and a mirror reader behind
+                    # it kept a stale result (review helper 207).
+                    product.detached = True
+                    product.off_gpu(
+                        ProductError(
+                            f"product {product.key!r} runs on its CPU fallback: the upload of its field {name!r} was refused ({refused}); "
+                            "it goes back to the GPU once an upload is taken (tried every frame)"
+                        )
+                    )
                 return False
         assert product.plan is not None, "a product's plan is checked at registration"
         program = self._program_here(product.kernel)

@@ -273,6 +273,12 @@ class Product:
         self.error = str(exc) if exc is not None else None
         self._off_gpu_error = exc if off_gpu else None
 
+    def off_gpu(self, exc: BaseException) -> None:
+        """Record ``exc`` as why it runs off the GPU, unless it reports another error (a
+        refused reload's stays: it is not over when the product is back on the GPU)."""
+        if self.exception is None or self.exception is self._off_gpu_error:
+            self.fail(exc, off_gpu=True)
+
     def back_on_gpu(self) -> None:
         """Registered on the GPU again: the error that took it off (if that is what it
         reports) is over; one of a refused reload is not."""

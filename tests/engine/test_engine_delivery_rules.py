@@ -280,6 +280,35 @@ def test_a_refused_upload_re_owes_what_was_in_flight_and_the_product_returns_to_
     assert applied.results[-1].source == "gpu" and _duplicates(applied) == []
 
 
+@pytest.mark.parametrize("frames", [2, 5])
+def test_uploads_refused_frames_in_a_row_never_leave_a_product_off_the_gpu_for_good(make_engine, frames):
+    # Review helper 207: a second refused upload (the re-registration's whole-mirror upload)
+    # left the product on its CPU fallback for good, product_error None; a mirror reader behind
+    # such a writer kept a stale result while the engine said idle. It is retried every frame
+    # and, while it is off the GPU, product_error says why.
+    world = make_world(n=8)
+    engine = make_engine(world)
+    applied = Applied(world)
+    h = summary_product(engine, "height", applied)
+    run_until_idle(engine)
+    backend = engine.backend
+    backend.upload = lambda desc: False
+    world.write(0, "height", 5.0)
+    for _ in range(frames):
+        engine.frame()
+    error = engine.product_error(h)
+    assert engine.generation(h) == 0 and error is not None and "height" in str(error) and "upload" in str(error), error
+    del backend.upload
+    world.write(1, "height", 7.0)
+    run_until_idle(engine)
+    assert engine.generation(h) != 0 and engine.product_error(h) is None
+    world.write(2, "height", 3.0)
+    run_until_idle(engine)
+    assert applied.results[-1].source == "gpu"
+    for k in world.keys():
+        assert same_bits(applied.latest[k], cpu_summary(world, "height", k)), k
+
+
 def test_a_readback_is_applied_by_the_frame_after_its_request_once_the_gpu_is_done(make_engine):
     """Issue 15: from an edit to its applied result takes the raw loop's one frame when the GPU
     finished meanwhile (the frame never waits for it: a pending map is left for later)."""
