@@ -431,6 +431,20 @@ class Product:
             self._sent_to_dict()  # work without slots: the dict alone answers from now on
         self.sent.update(zip(work.keys, [(v, serial) for v in work.versions]))
 
+    def longest_unsent(self, work: Work, count: int) -> list[int]:
+        """``count`` of the work's chunks, those whose work was sent longest ago first (never
+        sent: first of all), in slot order among equals: a split dispatch serves every owed
+        chunk in turn, however often one of them changes."""
+        at, serials = self._sent_at, self._sent_serial
+        if at is not None and serials is not None and work.slots is not None and len(work.slots) == len(work.keys):
+            last = serials[work.slots]
+        else:
+            sent = self.sent
+            last = np.fromiter(((sent.get(k) or (0, 0))[1] for k in work.keys), dtype=np.int64, count=len(work.keys))
+        order = np.argsort(last, kind="stable")[:count]
+        keys = work.keys
+        return [keys[i] for i in order.tolist()]
+
     def _sent_to_dict(self) -> None:
         """Move the by-slot record of what was sent into ``sent`` (keyed by the chunks now in
         those slots: an entry of an evicted chunk's slot holds a version no other chunk has)."""

@@ -309,6 +309,30 @@ def test_uploads_refused_frames_in_a_row_never_leave_a_product_off_the_gpu_for_g
         assert same_bits(applied.latest[k], cpu_summary(world, "height", k)), k
 
 
+@pytest.mark.parametrize("hot", [0, 7])
+def test_a_chunk_changed_every_frame_never_starves_the_others_under_tight_budgets(make_engine, hot):
+    # Review helper 207: one chunk a dispatch and one readback in flight, chunk 0 edited every
+    # frame: the split took the owed chunks in slot order, so chunk 0 went every frame (stale
+    # by the time it landed) and chunk 5's change was never computed in 1,000 frames. The
+    # chunks sent longest ago go first.
+    world = World((4, 4), {"b": np.float32}, max_chunks=8)
+    for k in range(8):
+        world.add(k, {"b": np.ones((4, 4), np.float32)})
+    config = EngineConfig(backend=WgpuBackendConfig(max_chunks_per_dispatch=1, max_inflight_readbacks=1, max_inflight_readback_bytes=16))
+    engine = make_engine(world, config=config)
+    seen = Applied(world)
+    engine.register_product(kernel_program("summary"), key="S", fields={"src": "b"}, apply=seen)
+    run_until_idle(engine, timeout=30)
+    world.write(5, "b", 3.0)
+    for f in range(60):
+        world.set_tile(hot, "b", (f % 4, 0), float(f % 7))
+        engine.frame()
+        time.sleep(0.002)
+        if same_bits(np.asarray(seen.latest[5]).reshape(-1), cpu_summary(world, "b", 5)):
+            break
+    assert same_bits(np.asarray(seen.latest[5]).reshape(-1), cpu_summary(world, "b", 5)), seen.latest[5]
+
+
 def test_a_readback_is_applied_by_the_frame_after_its_request_once_the_gpu_is_done(make_engine):
     """Issue 15: from an edit to its applied result takes the raw loop's one frame when the GPU
     finished meanwhile (the frame never waits for it: a pending map is left for later)."""
