@@ -478,7 +478,8 @@ class ProductResult:
             writes a mirror (a ``read_write`` field binding): the fields it reads unchanged
             since; its write already happened on the GPU, and running it again over a chunk
             whose other fields changed would apply the write twice).
-        values: ``SUMMARY``/``NONE``: ``(len(keys), *record)``; ``FULL_FIELD``:
+        values: ``SUMMARY``: ``(len(keys), *record)`` (a ``NONE`` product reads nothing back:
+            ``apply`` is never called for it, its CPU fallback's answer too); ``FULL_FIELD``:
             ``(len(keys), *chunk_shape, *record)``; ``SELECTED_*``: ``(len(tiles), *record)``.
             Owned by the callee (a copy).
         tiles: ``(key, tile)`` per value for the selection policies.
