@@ -238,6 +238,16 @@ class BatchRecorder:
         finally:
             for run in prepared:  # submitted, or never to run: their pooled buffers are free
                 run.submitted()
+        try:
+            self._map_all(reqs)
+        except BaseException:
+            # The same for those an interrupt left unmapped or unarmed (review helper 208: one
+            # landing between a map and its arm left that request in flight for good).
+            self._interrupted(reqs, "before its readback was mapped")
+            raise
+
+    def _map_all(self, reqs: list) -> None:
+        """Start the map of each submitted readback and hand it to the ring."""
         for i, req in enumerate(reqs):
             try:
                 with self._guard.submitting("mapping a batched readback"):  # map_async may submit
@@ -247,9 +257,6 @@ class BatchRecorder:
                     later.settled = True  # destroying after submission is safe (wgpu-core defers it)
                 self._device_exception("mapping a batched readback", exc)
                 return
-            except BaseException:
-                self._interrupted(reqs[i:], "before its readback was mapped")  # the same, for those not mapped yet
-                raise
             if promise is None:  # the reference's "null map future": fail it, release at once
                 req.settled = True
                 self._ring.tracker.decide(req, ReadbackStatus.FAILED, "map_async gave no promise")
@@ -257,9 +264,12 @@ class BatchRecorder:
             self._ring.arm(req, promise)
 
     def _interrupted(self, reqs: list, when: str) -> None:
-        """Fail ``reqs``, which an interrupt left unsubmitted or unmapped (their staging may go:
-        destroying after a submission is safe, wgpu-core defers it)."""
+        """Fail those of ``reqs`` an interrupt left unsubmitted, unmapped or unarmed (their
+        staging may go: destroying after a submission is safe, wgpu-core defers it); one armed
+        already lands as any other."""
         for req in reqs:
+            if req.promise is not None or req.settled:
+                continue
             req.settled = True
             self._ring.tracker.decide(req, ReadbackStatus.FAILED, f"interrupted {when}")
 

@@ -594,7 +594,7 @@ def test_a_readback_budget_too_small_for_one_chunk_is_said_and_dispatches_nothin
     assert engine.product_error(served) is not None and not engine.idle
 
 
-@pytest.mark.parametrize("at", ["before the submit", "while mapping"])
+@pytest.mark.parametrize("at", ["before the submit", "while mapping", "while arming"])
 def test_an_interrupt_while_the_frame_is_submitted_leaves_no_readback_in_flight_for_good(make_engine, monkeypatch, at):
     # Review helper 206: a Ctrl-C landing in the batch's submit (before queue.submit, or between
     # it and the readbacks' maps) left their requests in flight for good: never submitted or
@@ -612,7 +612,9 @@ def test_an_interrupt_while_the_frame_is_submitted_leaves_no_readback_in_flight_
     engine.register_product(kernel_program("summary"), key="s", fields={"src": "h"}, apply=seen, cpu_fallback=fallbacks.summary)
     run_until_idle(engine)
     world.write(2, "h", np.float32(42.0))
-    name, module = ("unusable_in", submission) if at == "before the submit" else ("map_submitted", gpu_batch)
+    import engine_plugin.gpu.ring as ring
+
+    name, module = {"before the submit": ("unusable_in", submission), "while mapping": ("map_submitted", gpu_batch), "while arming": ("arm", ring.ReadbackRing)}[at]
     real = getattr(module, name)
     calls = []
 
