@@ -26,7 +26,11 @@ WEBGPU_DEFAULTS = {
     "max-compute-workgroup-size-z": 64,
     "max-compute-workgroup-storage-size": 16384,
     "max-storage-buffers-per-shader-stage": 8,
+    "max-storage-textures-per-shader-stage": 4,
+    "max-sampled-textures-per-shader-stage": 16,
+    "max-samplers-per-shader-stage": 16,
 }
+_NOT_BUFFERS = ("texture", "storage_texture", "sampler")
 
 
 @dataclass(frozen=True)
@@ -197,14 +201,25 @@ def limit_issues(lowered: Lowered, limits: dict[str, int], says: str) -> list[Po
     if memory is not None and memory[0] > d["max-compute-workgroup-storage-size"]:
         total, largest = memory
         issues.append(PortabilityIssue(largest, f"{total} bytes of workgroup memory; {says} {d['max-compute-workgroup-storage-size']}"))
-    storage = [b for b in lowered.bindings if b.buffer_type != "uniform"]
-    if len(storage) > d["max-storage-buffers-per-shader-stage"]:
-        extra = storage[d["max-storage-buffers-per-shader-stage"]]
-        text = smap.texts[0].split("\n") if smap.texts else []
-        issues.append(
-            PortabilityIssue(
-                Span(yaml_path, extra.line or None, None, text[extra.line - 1] if 0 < extra.line <= len(text) else None),
-                f"{len(storage)} storage buffers (counters and tables included); {says} {d['max-storage-buffers-per-shader-stage']} a stage",
+    # Each kind of binding against its own limit (review helper 208: textures and samplers
+    # counted as storage buffers).
+    text = smap.texts[0].split("\n") if smap.texts else []
+    for limit, what, members in (
+        (
+            "max-storage-buffers-per-shader-stage",
+            "storage buffers (counters and tables included)",
+            [b for b in lowered.bindings if b.role not in _NOT_BUFFERS and b.buffer_type != "uniform"],
+        ),
+        ("max-storage-textures-per-shader-stage", "storage textures", [b for b in lowered.bindings if b.role == "storage_texture"]),
+        ("max-sampled-textures-per-shader-stage", "sampled textures", [b for b in lowered.bindings if b.role == "texture"]),
+        ("max-samplers-per-shader-stage", "samplers", [b for b in lowered.bindings if b.role == "sampler"]),
+    ):
+        if len(members) > d[limit]:
+            extra = members[d[limit]]
+            issues.append(
+                PortabilityIssue(
+                    Span(yaml_path, extra.line or None, None, text[extra.line - 1] if 0 < extra.line <= len(text) else None),
+                    f"{len(members)} {what}; {says} {d[limit]} a stage",
+                )
             )
-        )
     return issues

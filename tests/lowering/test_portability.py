@@ -171,3 +171,26 @@ def test_workgroup_memory_counts_what_the_variant_compiles(tile, wg, total):
     lowered = lower(abi.parse(WHEN, "w/bindings.yaml"), WHEN_WGSL, {"TILE": tile, "WG": str(wg)}, wgsl_path="w/kernel.wgsl")
     issues = [((i.span.path, i.span.line), i.message) for i in portability_issues(lowered) if "workgroup memory" in i.message]
     assert issues == ([(("w/kernel.wgsl", 5), f"{total} bytes of workgroup memory; WebGPU guarantees 16384")] if total else [])
+
+
+def test_textures_and_samplers_count_against_their_own_limits_not_the_storage_buffers():
+    # Review helper 208: every binding that was no uniform counted as a storage buffer: 6
+    # buffers and 4 textures were "10 storage buffers", refused on a default-limits device that
+    # creates that pipeline. Each kind counts against its own WebGPU limit.
+    buffers = "".join(f"  - {{ name: b{i}, kind: buffer, access: read, element: f32 }}\n" for i in range(5))
+    textures = "".join(f"  - {{ name: t{i}, kind: texture }}\n" for i in range(4))
+    yaml = "bindings:\n" + buffers + '  - { name: out, kind: buffer, access: read_write, element: f32, count: "n" }\n' + textures
+    body = (
+        "@compute @workgroup_size(64)\nfn main(@builtin(global_invocation_id) gid: vec3<u32>) {\n"
+        "    let i = zero_index(gid);\n    if (i >= zero_n()) { return; }\n"
+        "    out_set(i, b0_get(i) + b1_get(i) + b2_get(i) + b3_get(i) + b4_get(i)"
+        + "".join(f" + textureLoad(t{k}, vec2<u32>(0u), 0).x" for k in range(4))
+        + ");\n}\n"
+    )
+    assert portability_issues(abi.lower(abi.parse(yaml, "tx/bindings.yaml"), body)) == []
+    storage = "".join(f"  - {{ name: s{i}, kind: storage_texture, format: r32float, access: read }}\n" for i in range(5))
+    many = abi.lower(abi.parse("bindings:\n" + '  - { name: out, kind: buffer, access: read_write, element: f32, count: "n" }\n' + storage, "st/bindings.yaml"),
+                     "@compute @workgroup_size(64)\nfn main(@builtin(global_invocation_id) gid: vec3<u32>) {\n    out_set(zero_index(gid), "
+                     + " + ".join(f"textureLoad(s{k}, vec2<u32>(0u)).x" for k in range(5)) + ");\n}\n")
+    (issue,) = portability_issues(many)
+    assert "5 storage textures" in issue.message and issue.span.line == 7, issue
