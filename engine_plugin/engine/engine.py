@@ -673,6 +673,9 @@ class Engine:
             return
         for product in self._order:
             if product.detached and product.gpu is None and not product.gave_up:
+                if product.reattach_wait > 0:
+                    product.reattach_wait -= 1  # its field's upload was refused again: a later frame
+                    continue
                 product.detached = False
                 self._gpu.reregister(product)
                 st.reregistered += product.gpu is not None

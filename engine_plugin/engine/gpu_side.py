@@ -25,6 +25,8 @@ from .stats import FrameStats
 
 __all__ = ["GpuSide"]
 
+REATTACH_MAX_WAIT = 64  # frames between tries of a product whose field's upload keeps being refused
+
 log = logging.getLogger("engine_plugin.engine")
 
 _SELECTIONS = (ReadbackPolicy.SELECTED_TILES, ReadbackPolicy.SELECTED_PATH)
@@ -227,7 +229,8 @@ class GpuSide:
                     if hasattr(self.backend, "unregister_field"):
                         self.backend.unregister_field(name)
                     why = getattr(self.backend, "last_refusal", "refused")
-                    log.warning("field %r cannot be uploaded (%s); its products run on the CPU", name, why)
+                    # Said once an episode (product_error says it meanwhile); the tries that follow it quietly.
+                    (log.debug if name in self.upload_refused else log.warning)("field %r cannot be uploaded (%s); its products run on the CPU", name, why)
                     self.upload_refused[name] = str(why)
                     return False
         self._mirrored.add(name)
@@ -272,6 +275,8 @@ class GpuSide:
                     # stayed on its fallback for good with no error, and a mirror reader behind
                     # it kept a stale result (review helper 207).
                     product.detached = True
+                    product.reattach_backoff = min(max(1, 2 * product.reattach_backoff), REATTACH_MAX_WAIT)
+                    product.reattach_wait = product.reattach_backoff
                     product.off_gpu(
                         ProductError(
                             f"product {product.key!r} runs on its CPU fallback: the upload of its field {name!r} was refused ({refused}); "
@@ -298,6 +303,7 @@ class GpuSide:
             return False
         product.gpu = gpu
         product.detached = False  # registered again (by whatever path): nothing left for _reattach
+        product.reattach_wait = product.reattach_backoff = 0
         product.dispatch_refusals = 0  # a new registration: refusals of the old one do not count
         product.back_on_gpu()  # why it left the GPU is over (review helper 101)
         if product.kernel_changed_off_gpu:

@@ -235,6 +235,10 @@ class Product:
         self.readback_failures = 0  # failed readbacks in a row (reset by a delivered one)
         self.gave_up = False  # moved to the CPU after repeated readback failures (until recover_gpu)
         self.detached = False  # released by a refused upload: re-registered on the GPU next frame
+        # Refused again as it came back: tried after this many frames, doubling to REATTACH_MAX_WAIT
+        # (each try re-creates and uploads the whole mirror: review helper 208).
+        self.reattach_wait = 0
+        self.reattach_backoff = 0
         self.force_cpu = False  # the backend refused this frame's work: run the fallback now
         self.selection: tuple[Tile, ...] = ()
         self.selection_keys: frozenset[int] = frozenset()

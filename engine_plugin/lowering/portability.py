@@ -204,7 +204,7 @@ def limit_issues(lowered: Lowered, limits: dict[str, int], says: str) -> list[Po
     # Each kind of binding against its own limit (review helper 208: textures and samplers
     # counted as storage buffers).
     text = smap.texts[0].split("\n") if smap.texts else []
-    for limit, what, members in (
+    for key, what, members in (
         (
             "max-storage-buffers-per-shader-stage",
             "storage buffers (counters and tables included)",
@@ -214,12 +214,12 @@ def limit_issues(lowered: Lowered, limits: dict[str, int], says: str) -> list[Po
         ("max-sampled-textures-per-shader-stage", "sampled textures", [b for b in lowered.bindings if b.role == "texture"]),
         ("max-samplers-per-shader-stage", "samplers", [b for b in lowered.bindings if b.role == "sampler"]),
     ):
-        if len(members) > d[limit]:
-            extra = members[d[limit]]
+        if len(members) > d[key]:
+            extra = members[d[key]]
             issues.append(
                 PortabilityIssue(
                     Span(yaml_path, extra.line or None, None, text[extra.line - 1] if 0 < extra.line <= len(text) else None),
-                    f"{len(members)} {what}; {says} {d[limit]} a stage",
+                    f"{len(members)} {what}; {says} {d[key]} a stage",
                 )
             )
     return issues

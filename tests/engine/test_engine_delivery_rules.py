@@ -309,6 +309,39 @@ def test_uploads_refused_frames_in_a_row_never_leave_a_product_off_the_gpu_for_g
         assert same_bits(applied.latest[k], cpu_summary(world, "height", k)), k
 
 
+def test_an_upload_refused_for_good_is_tried_less_and_less_often_and_said_once(make_engine, caplog):
+    # Review helper 208: a field whose upload is refused for good re-created, uploaded and
+    # unregistered its whole mirror every frame, logging two warnings a frame.
+    import logging
+
+    world = make_world(n=8)
+    engine = make_engine(world)
+    h = summary_product(engine, "height", Applied(world))
+    run_until_idle(engine)
+    backend = engine.backend
+    tries = []
+
+    def refuse(desc):
+        tries.append(desc)
+        return False
+
+    backend.upload = refuse
+    world.write(0, "height", 5.0)
+    with caplog.at_level(logging.WARNING, logger="engine_plugin"):
+        for _ in range(200):
+            engine.frame()
+    assert engine.product_error(h) is not None and engine.generation(h) == 0
+    assert len(tries) < 20, len(tries)  # 200 frames: a try after 1, 2, 4, ... 64 frames
+    assert sum("cannot be uploaded" in r.getMessage() for r in caplog.records) == 1
+    del backend.upload
+    world.write(1, "height", 2.0)
+    for _ in range(200):
+        engine.frame()
+        if engine.generation(h) != 0:
+            break
+    assert engine.generation(h) != 0 and engine.product_error(h) is None
+
+
 @pytest.mark.parametrize("hot", [0, 7])
 def test_a_chunk_changed_every_frame_never_starves_the_others_under_tight_budgets(make_engine, hot):
     # Review helper 207: one chunk a dispatch and one readback in flight, chunk 0 edited every
