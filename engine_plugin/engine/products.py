@@ -435,17 +435,15 @@ class Product:
             self._sent_to_dict()  # work without slots: the dict alone answers from now on
         self.sent.update(zip(work.keys, [(v, serial) for v in work.versions]))
 
-    def longest_unsent(self, work: Work, count: int) -> list[int]:
-        """``count`` of the work's chunks, those whose work was sent longest ago first (never
-        sent: first of all), in slot order among equals: a split dispatch serves every owed
-        chunk in turn, however often one of them changes."""
-        at, serials = self._sent_at, self._sent_serial
-        if at is not None and serials is not None and work.slots is not None and len(work.slots) == len(work.keys):
-            last = serials[work.slots]
-        else:
-            sent = self.sent
-            last = np.fromiter(((sent.get(k) or (0, 0))[1] for k in work.keys), dtype=np.int64, count=len(work.keys))
-        order = np.argsort(last, kind="stable")[:count]
+    @staticmethod
+    def oldest_changes(work: Work, count: int) -> list[int]:
+        """``count`` of the work's chunks, those whose content changed longest ago first (the
+        smallest content versions: versions grow with the world's clock), in slot order among
+        equals: a split dispatch serves every owed chunk in turn, however often one of them
+        changes, and a chunk that came into a reused slot waits behind no chunk sent since
+        (review helpers 207, 208)."""
+        versions = work.version_array if work.version_array is not None else np.asarray(work.versions, dtype=np.int64)
+        order = np.argsort(versions, kind="stable")[:count]
         keys = work.keys
         return [keys[i] for i in order.tolist()]
 

@@ -364,6 +364,17 @@ def test_a_chunk_changed_every_frame_never_starves_the_others_under_tight_budget
         if same_bits(np.asarray(seen.latest[5]).reshape(-1), cpu_summary(world, "b", 5)):
             break
     assert same_bits(np.asarray(seen.latest[5]).reshape(-1), cpu_summary(world, "b", 5)), seen.latest[5]
+    # A chunk streamed into a reused slot goes before the chunks changed after it (review
+    # helper 208: it inherited the slot's last send and waited behind every chunk sent since).
+    world.evict(6)
+    world.add(99, {"b": np.full((4, 4), 2.0, np.float32)})
+    for f in range(8):
+        world.set_tile(hot, "b", (f % 4, 1), float(f % 5))
+        if f % 2:
+            world.set_tile(1 if hot != 1 else 2, "b", (0, 0), float(f))
+        engine.frame()
+        time.sleep(0.002)
+    assert 99 in seen.latest and same_bits(np.asarray(seen.latest[99]).reshape(-1), cpu_summary(world, "b", 99))
 
 
 def test_a_readback_is_applied_by_the_frame_after_its_request_once_the_gpu_is_done(make_engine):
