@@ -8,11 +8,12 @@
     page_binding(lowered, {column: handle | name | GPUBuffer}) -> PageBinding(pages, params)
 
 Errors: SubstrateError (PluginError, ValueError) for bad arguments; StaleRunError
-(StaleHandleError) for a freed run; PageBindingError for columns that cannot bind.
+(StaleHandleError) for a freed run; PageBindingError for columns that cannot bind, and
+StaleColumnError (both) for a freed run handed to a kernel's column.
 """
 
 from .binding import PageBinding, page_binding
-from .handles import Placement, RunHandle, StaleRunError, SubstrateError
+from .handles import Placement, RunHandle, StaleColumnError, StaleRunError, SubstrateError
 from .pages import PageGroup
 from .substrate import DEFAULT_PAGE_BYTES, PAGE_USAGE, Substrate, find_run, live_substrates
 
@@ -23,6 +24,7 @@ __all__ = [
     "PageGroup",
     "Placement",
     "RunHandle",
+    "StaleColumnError",
     "StaleRunError",
     "Substrate",
     "SubstrateError",

@@ -18,7 +18,7 @@ from ..errors import PageBindingError, Span
 from ..lowering.lowered import ColumnSlot, Lowered
 from ..lowering.schema import span_in
 from ..lowering.types import parse_value_type
-from .handles import Placement, RunHandle, StaleRunError
+from .handles import Placement, RunHandle, StaleColumnError, StaleRunError
 from .substrate import find_run
 
 __all__ = ["PageBinding", "page_binding"]
@@ -122,7 +122,7 @@ def _resolve(col: ColumnSlot, value: Any, span: Span, live_bytes: int | None = N
         try:
             placement = value.substrate.placement(value)
         except StaleRunError as exc:
-            raise PageBindingError(f"column {col.name!r}: {exc.message}", span) from exc
+            raise StaleColumnError(f"column {col.name!r}: {exc.message}", span) from exc
         page_what = value.substrate.page_info(value.page).describe(value.substrate.label)
         return _Resolved(placement, value.element, value.atomic, value.describe(), page_what)
     if isinstance(value, wgpu.GPUBuffer):

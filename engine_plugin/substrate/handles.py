@@ -12,13 +12,13 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
-from ..errors import PluginError, StaleHandleError
+from ..errors import PageBindingError, PluginError, StaleHandleError
 from ..lowering.types import ValueType, parse_value_type
 
 if TYPE_CHECKING:
     from .substrate import Substrate
 
-__all__ = ["Placement", "RunHandle", "StaleRunError", "SubstrateError"]
+__all__ = ["Placement", "RunHandle", "StaleColumnError", "StaleRunError", "SubstrateError"]
 
 
 class SubstrateError(PluginError, ValueError):
@@ -27,6 +27,12 @@ class SubstrateError(PluginError, ValueError):
 
 class StaleRunError(StaleHandleError):
     """A run handle was used after its run was freed (or its substrate closed)."""
+
+
+class StaleColumnError(PageBindingError, StaleRunError):
+    """A freed run handed to a kernel's column: at the column's binding line, and a
+    :class:`StaleRunError` as every other use of a freed handle (review helper 209: a plain
+    PageBindingError escaped ``except StaleRunError``)."""
 
 
 class Placement(NamedTuple):

@@ -266,3 +266,21 @@ def test_a_page_binding_error_points_at_the_columns_name_not_a_word_like_it(gpu,
     with pytest.raises(PageBindingError) as err:
         page_binding(lowered, {"column": wrong})
     assert (err.value.span.line, err.value.span.col) == (3, yaml.split("\n")[2].index("name: column") + 7)
+
+
+def test_a_freed_handle_given_to_a_kernel_raises_stale_run_error_naming_the_binding():
+    # Review helper 209: variant.run and abi.page_binding wrapped it in a PageBindingError, which
+    # `except StaleRunError` (what every other use of a freed handle raises) missed.
+    from engine_plugin.errors import PageBindingError
+    from engine_plugin.substrate import StaleRunError, Substrate
+
+    yaml = "bindings:\n  - { name: P, kind: page, access: read_write }\n  - { name: c, kind: column, page: P, element: f32 }\n"
+    body = "@compute @workgroup_size(64)\nfn main(@builtin(global_invocation_id) gid: vec3<u32>) {\n  let i = zero_index(gid); if (i >= zero_n()) { return; }\n  c_set(i, 1.0);\n}\n"
+    variant = abi.program(key="t209/stale", schema=abi.parse(yaml, "st/bindings.yaml"), wgsl=body, wgsl_path="st/kernel.wgsl").variant()
+    substrate = Substrate(page_bytes=1024)
+    handle = substrate.alloc("f32", 4)
+    substrate.free(handle)
+    for use in (lambda: variant.run(n=4, inputs={"c": handle}), lambda: abi.page_binding(variant.lowered, {"c": handle})):
+        with pytest.raises(StaleRunError, match="column 'c'.*freed") as info:
+            use()
+        assert isinstance(info.value, PageBindingError) and info.value.path == "st/bindings.yaml"
