@@ -166,6 +166,7 @@ class HeatDemo:
         self.paused = False
         self._step_once = False
         self._diagnostic_cache: dict[tuple[str, Any], Diagnostic] = {}
+        self._refused_at: dict[str, int] = {}  # product -> the reload generation the engine was last seen refusing
         if watch:
             self.library.watch()
         self.reset()
@@ -207,11 +208,14 @@ class HeatDemo:
             error = self.engine.product(handle).error  # a reloaded kernel outside the product contract
             if error and self.refs[name].error is None:
                 errors.append((name, error))
-                if (name, error) not in self._diagnostic_cache:
+                generation = self.refs[name].generation
+                if self._refused_at.get(name) != generation:
                     # The asset's reload was logged as one (it compiled); the engine kept the old
-                    # kernel: the log says so too (review helper 204: a refused layout read as a
-                    # layout reload that went through).
-                    self.figures.note_refused(self.refs[name].path, self.refs[name].generation)
+                    # kernel: the log says so too, once a reload (review helpers 204, 208: a
+                    # refused layout, and a second refused save with the same error, read as
+                    # reloads that went through).
+                    self._refused_at[name] = generation
+                    self.figures.note_refused(self.refs[name].path, generation)
         # Built once per error (a product error quotes its line from disk), not every frame.
         cache = {(name, error): self._diagnostic_cache.get((name, error)) or Diagnostic.from_error(name, error, self.library.root) for name, error in errors}
         self._diagnostic_cache = cache

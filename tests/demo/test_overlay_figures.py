@@ -225,6 +225,12 @@ def test_the_readme_layout_edit_widens_the_summary_record_and_an_unbound_field_i
         assert "refused by the engine" in entries[-1].text()
         frames_until(demo, lambda: demo.figures.frame > 0, "one more frame")
         assert [r.kind for r in demo.figures.reloads if r.asset == "summary.computeShader"].count("refused") == 1
+        # A second save the engine refuses with the same error is said again (review helper 208).
+        with open(wgsl, "a") as f:
+            f.write("// a comment\n")
+        demo.library.request_reload("summary.computeShader")
+        frames_until(demo, lambda: len([r for r in demo.figures.reloads if r.asset == "summary.computeShader"]) >= 5, "the second refusal")
+        assert [r.kind for r in demo.figures.reloads if r.asset == "summary.computeShader"][-2:] == ["body", "refused"]
     finally:
         demo.close()
 
