@@ -116,7 +116,14 @@ _MISSING_OVERRIDE_RE = re.compile(r"Missing value for pipeline-overridable const
 def _missing_override(lowered: Lowered, name: str, notes: tuple[str, ...]) -> CompileError:
     """An ``override`` without a default, at its declaration (wgpu names no place): a run sets
     no pipeline constants, so every one needs its value in the source (review helper 205)."""
+    # By its name, or by its @id(N) (wgpu names an override with an id by the number).
     found = re.search(rf"\boverride\s+({re.escape(name)})\b", lowered.source)
+    if found is None and name.isdigit():
+        found = re.search(rf"@\s*id\s*\(\s*{name}u?\s*\)\s*override\s+(\w+)", lowered.source)
+        if found is not None:
+            name = found.group(1)
+    declared = re.match(rf"{re.escape(name)}\s*:\s*(\w+)", lowered.source[found.start(1) :]) if found is not None else None
+    example = f"override {name}: {declared.group(1)} = {declared.group(1)}(0);" if declared else f"override {name}: u32 = 0u;"
     where = None
     if found is not None:
         line = lowered.source.count("\n", 0, found.start(1)) + 1
@@ -124,7 +131,7 @@ def _missing_override(lowered: Lowered, name: str, notes: tuple[str, ...]) -> Co
         where = lowered.source_map.locate(line, col)
     where = where or Span(lowered.source_map.files[1] if len(lowered.source_map.files) > 1 else lowered.asset)
     return CompileError(
-        f"override '{name}' has no default, and a run sets no pipeline constants: give it one (`override {name}: u32 = 0u;`, say), "
+        f"override '{name}' has no default, and a run sets no pipeline constants: give it one (`{example}`, say), "
         f"or make it a compile-time choice (specialize: a kind: source or named option) or a param",
         where,
         notes=notes,

@@ -58,3 +58,13 @@ def test_a_result_kept_past_its_callback_or_failed_says_why_as_a_plugin_error():
     assert failed.status is ReadbackStatus.FAILED
     with pytest.raises(ReadbackDataError, match="no data.*out-of-memory"):
         failed.array(np.float32)
+
+
+def test_a_result_holding_bytes_reads_as_an_array():
+    # Review helper 208: a result whose data is bytes (a test double's, a custom backend's)
+    # raised AttributeError ('bytes' has no nbytes) once the released-memoryview check came in.
+    from engine_plugin.gpu import GpuProductHandle, ReadbackResult
+
+    desc = ReadbackDesc(GpuProductHandle("p", 1), ReadbackPolicy.SUMMARY)
+    result = ReadbackResult(GpuProductHandle("p", 1), desc, ReadbackStatus.READY, np.arange(3, dtype=np.float32).tobytes(), 1)  # type: ignore[arg-type]
+    assert result.array(np.float32).tolist() == [0.0, 1.0, 2.0]

@@ -422,7 +422,12 @@ def test_an_override_without_a_default_is_named_at_its_line_with_what_to_do():
     with pytest.raises(CompileError, match="override 'CURRENT_BIT' has no default") as info:
         program.variant()
     assert (info.value.path, info.value.line, info.value.col) == ("ov/kernel.wgsl", 2, 10)
-    assert "specialize" in str(info.value) and "CURRENT_BIT: u32 = " in str(info.value)
+    assert "specialize" in str(info.value) and "override CURRENT_BIT: u32 = u32(0);" in str(info.value)
+    # With an @id(N), wgpu names it by the number (review helper 208): still its name, line and type.
+    with_id = abi.program(key="t205/override_id", schema=abi.parse(yaml, "ov/bindings.yaml"), wgsl=body.replace("override CURRENT_BIT: u32;", "@id(7) override CURRENT_BIT: f32;").replace("<< CURRENT_BIT", "<< u32(CURRENT_BIT)"), wgsl_path="ov/kernel.wgsl")
+    with pytest.raises(CompileError, match="override 'CURRENT_BIT' has no default") as info:
+        with_id.variant()
+    assert (info.value.line, info.value.col) == (2, 17) and "override CURRENT_BIT: f32 = f32(0);" in str(info.value)
     fixed = abi.program(key="t205/override_ok", schema=abi.parse(yaml, "ov/bindings.yaml"), wgsl=body.replace("CURRENT_BIT: u32;", "CURRENT_BIT: u32 = 2u;"), wgsl_path="ov/kernel.wgsl")
     np.testing.assert_array_equal(abi.read(fixed.variant().run(n=5).outputs["out"]), (np.arange(1, 6, dtype=np.uint32) << 2))
 
