@@ -1226,9 +1226,9 @@ class Engine:
             if now < 1 or not splittable:
                 st.deferred += 1  # the readback budget is taken by work in flight: next frame
                 return False
-            # The oldest changes first: in slot order, a chunk changed every frame took every
-            # dispatch and starved the others for good (review helper 207).
-            work = product.work(self.world, keys=set(product.oldest_changes(work, now)), index=index)
+            # The chunks sent longest ago first: in slot order, a chunk changed every frame took
+            # every dispatch and starved the others for good (review helper 207).
+            work = product.work(self.world, keys=set(product.longest_unsent(work, now)), index=index)
         try:
             desc = gpu.dispatch_desc(work.items, len(work.keys))
         except Exception as exc:

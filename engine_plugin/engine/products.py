@@ -220,6 +220,7 @@ class Product:
         # never matches a later chunk in that slot.
         self._sent_at: np.ndarray | None = None
         self._sent_serial: np.ndarray | None = None
+        self._sent_key: np.ndarray | None = None  # the chunk each slot's last send was for (objects: any int)
         self._sent_world: Any = None
         self._serials = itertools.count(1)
         self.epoch = 0  # bumped by every new selection
@@ -361,6 +362,7 @@ class Product:
             if self._sent_at is None and not self.sent and isinstance(slots, int):
                 self._sent_at = np.zeros(slots, dtype=np.int64)
                 self._sent_serial = np.zeros(slots, dtype=np.int64)
+                self._sent_key = np.full(slots, None, dtype=object)
                 self._sent_world = world
 
     # -- work lists ------------------------------------------------------------------------
@@ -431,19 +433,28 @@ class Product:
                 versions = work.version_array
                 at[slots] = versions if versions is not None else np.asarray(work.versions, dtype=np.int64)
                 self._sent_serial[slots] = serial  # type: ignore[index]
+                self._sent_key[slots] = np.asarray(work.keys, dtype=object)  # type: ignore[index]
                 return
             self._sent_to_dict()  # work without slots: the dict alone answers from now on
         self.sent.update(zip(work.keys, [(v, serial) for v in work.versions]))
 
-    @staticmethod
-    def oldest_changes(work: Work, count: int) -> list[int]:
-        """``count`` of the work's chunks, those whose content changed longest ago first (the
-        smallest content versions: versions grow with the world's clock), in slot order among
-        equals: a split dispatch serves every owed chunk in turn, however often one of them
-        changes, and a chunk that came into a reused slot waits behind no chunk sent since
-        (review helpers 207, 208)."""
+    def longest_unsent(self, work: Work, count: int) -> list[int]:
+        """``count`` of the work's chunks: those whose work was sent longest ago first (a chunk
+        never sent, one in a slot whose last send was another chunk's too, first of all), then
+        the oldest content changes (the smallest versions: they grow with the world's clock),
+        then slot order. A split dispatch so serves every owed chunk in turn, however often one
+        changes or is owed again (review helpers 207, 208, 211: in slot order a chunk changed
+        every frame starved the others; by version alone, one owed again every frame by
+        ``invalidate`` did)."""
+        at, serials, sent_keys = self._sent_at, self._sent_serial, self._sent_key
         versions = work.version_array if work.version_array is not None else np.asarray(work.versions, dtype=np.int64)
-        order = np.argsort(versions, kind="stable")[:count]
+        if at is not None and serials is not None and sent_keys is not None and work.slots is not None and len(work.slots) == len(work.keys):
+            last = serials[work.slots].copy()
+            last[sent_keys[work.slots] != np.asarray(work.keys, dtype=object)] = 0  # the slot's send was another chunk's
+        else:
+            sent = self.sent
+            last = np.fromiter(((sent.get(k) or (0, 0))[1] for k in work.keys), dtype=np.int64, count=len(work.keys))
+        order = np.lexsort((versions, last))[:count]  # by last send, then version; stable
         keys = work.keys
         return [keys[i] for i in order.tolist()]
 
@@ -451,7 +462,7 @@ class Product:
         """Move the by-slot record of what was sent into ``sent`` (keyed by the chunks now in
         those slots: an entry of an evicted chunk's slot holds a version no other chunk has)."""
         at, serials, world = self._sent_at, self._sent_serial, self._sent_world
-        self._sent_at = self._sent_serial = self._sent_world = None
+        self._sent_at = self._sent_serial = self._sent_key = self._sent_world = None
         assert at is not None and serials is not None
         for k in world.keys():
             slot = world.slot(k)
