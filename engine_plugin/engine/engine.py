@@ -673,9 +673,9 @@ class Engine:
             return
         for product in self._order:
             if product.detached and product.gpu is None and not product.gave_up:
-                if product.reattach_wait > 0:
+                if product.reattach_wait > 0 and not all(self._gpu.mirrored(name) for name in product.field_names):
                     product.reattach_wait -= 1  # its field's upload was refused again: a later frame
-                    continue
+                    continue  # (at once when another product brought its fields back: review helper 211)
                 product.detached = False
                 self._gpu.reregister(product)
                 st.reregistered += product.gpu is not None

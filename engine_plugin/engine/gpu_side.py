@@ -178,6 +178,8 @@ class GpuSide:
         self.owns_backend = True
         self._mirrored.clear()
         self.upload_refused.clear()
+        for product in self._products:  # a new backend: refusals of the old one do not count (review helper 211)
+            product.reattach_wait = product.reattach_backoff = 0
         self._adopt_context()
         self.fault = None
         self._frame_readbacks.clear()
@@ -280,7 +282,8 @@ class GpuSide:
                     product.off_gpu(
                         ProductError(
                             f"product {product.key!r} runs on its CPU fallback: the upload of its field {name!r} was refused ({refused}); "
-                            "it goes back to the GPU once an upload is taken (tried every frame)"
+                            f"it goes back to the GPU once an upload is taken (tried again in {product.reattach_backoff} frame(s), then less and less often, "
+                            "or at once when another product mirrors the field)"
                         )
                     )
                 return False

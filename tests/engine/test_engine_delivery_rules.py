@@ -334,11 +334,40 @@ def test_an_upload_refused_for_good_is_tried_less_and_less_often_and_said_once(m
     assert len(tries) < 20, len(tries)  # 200 frames: a try after 1, 2, 4, ... 64 frames
     assert sum("cannot be uploaded" in r.getMessage() for r in caplog.records) == 1
     del backend.upload
+    # Back at once when its field is mirrored again (here by field_buffer), not after the
+    # backoff's 64 frames (review helper 211).
+    engine.field_buffer("height")
     world.write(1, "height", 2.0)
+    for _ in range(3):
+        engine.frame()
+    assert engine.generation(h) != 0 and engine.product_error(h) is None
+
+
+def test_a_recovered_gpu_starts_the_upload_backoff_afresh(make_engine):
+    # Review helper 211: recover_gpu kept the old backend's backoff: one refusal on the new
+    # backend waited 64 frames.
+    world = make_world(n=8)
+    engine = make_engine(world)
+    h = summary_product(engine, "height", Applied(world))
+    run_until_idle(engine)
+    engine.backend.upload = lambda desc: False
+    world.write(0, "height", 5.0)
     for _ in range(200):
         engine.frame()
-        if engine.generation(h) != 0:
-            break
+    assert engine.recover_gpu()
+    refused = [True]
+    real = engine.backend.upload
+
+    def once(desc):
+        if refused:
+            refused.clear()
+            return False
+        return real(desc)
+
+    engine.backend.upload = once
+    world.write(1, "height", 2.0)
+    for _ in range(6):
+        engine.frame()
     assert engine.generation(h) != 0 and engine.product_error(h) is None
 
 
