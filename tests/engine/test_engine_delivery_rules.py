@@ -330,6 +330,8 @@ def test_an_upload_refused_for_good_is_tried_less_and_less_often_and_said_once(m
     with caplog.at_level(logging.WARNING, logger="engine_plugin"):
         for _ in range(200):
             engine.frame()
+        while engine.product(h).reattach_wait < 16:  # well inside a long wait (not just before a try)
+            engine.frame()
     assert engine.product_error(h) is not None and engine.generation(h) == 0
     assert len(tries) < 20, len(tries)  # 200 frames: a try after 1, 2, 4, ... 64 frames
     assert sum("cannot be uploaded" in r.getMessage() for r in caplog.records) == 1
@@ -343,28 +345,30 @@ def test_an_upload_refused_for_good_is_tried_less_and_less_often_and_said_once(m
     assert engine.generation(h) != 0 and engine.product_error(h) is None
 
 
-def test_a_recovered_gpu_starts_the_upload_backoff_afresh(make_engine):
-    # Review helper 211: recover_gpu kept the old backend's backoff: one refusal on the new
-    # backend waited 64 frames.
+def test_a_recovered_gpu_starts_the_upload_backoff_afresh(make_engine, monkeypatch):
+    # Review helper 211: recover_gpu kept the old backend's backoff: a refusal as the new
+    # backend mirrored the field waited 64 frames.
     world = make_world(n=8)
     engine = make_engine(world)
     h = summary_product(engine, "height", Applied(world))
     run_until_idle(engine)
-    engine.backend.upload = lambda desc: False
+    cls = type(engine.backend)
+    real = cls.upload
+    refusals = [10**9]
+
+    def upload(self, desc):
+        if refusals[0] > 0:
+            refusals[0] -= 1
+            return False
+        return real(self, desc)
+
+    monkeypatch.setattr(cls, "upload", upload)
     world.write(0, "height", 5.0)
     for _ in range(200):
         engine.frame()
-    assert engine.recover_gpu()
-    refused = [True]
-    real = engine.backend.upload
-
-    def once(desc):
-        if refused:
-            refused.clear()
-            return False
-        return real(desc)
-
-    engine.backend.upload = once
+    assert engine.product(h).reattach_backoff == 64
+    refusals[0] = 1  # the new backend's first upload (the mirror's, in recover_gpu) is refused
+    engine.recover_gpu()
     world.write(1, "height", 2.0)
     for _ in range(6):
         engine.frame()
