@@ -7,6 +7,7 @@ errors from wgpu are mapped through the source map to the user's own file and li
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import re
@@ -119,19 +120,22 @@ def _missing_override(lowered: Lowered, name: str, notes: tuple[str, ...]) -> Co
     # By its name, or by its @id(N) (wgpu names an override with an id by the number).
     found = re.search(rf"\boverride\s+({re.escape(name)})\b", lowered.source)
     if found is None and name.isdigit():
-        found = re.search(rf"@\s*id\s*\(\s*{name}u?\s*\)\s*override\s+(\w+)", lowered.source)
-        if found is not None:
-            name = found.group(1)
-    declared = re.match(rf"{re.escape(name)}\s*:\s*(\w+)", lowered.source[found.start(1) :]) if found is not None else None
-    example = f"override {name}: {declared.group(1)} = {declared.group(1)}(0);" if declared else f"override {name}: u32 = 0u;"
+        for by_id in re.finditer(r"@\s*id\s*\(\s*([0-9a-fA-FxX]+)[ui]?\s*\)\s*override\s+(\w+)", lowered.source):
+            with contextlib.suppress(ValueError):
+                if int(by_id.group(1), 0) == int(name):
+                    found, name = by_id, by_id.group(2)
+                    break
+    declared = re.match(rf"{re.escape(name)}\s*:\s*(\w+)", lowered.source[found.start(found.lastindex or 1) :]) if found is not None else None
+    example = f"`override {name}: {declared.group(1)} = {declared.group(1)}(0);`, say" if declared else "a default value"
     where = None
     if found is not None:
-        line = lowered.source.count("\n", 0, found.start(1)) + 1
-        col = found.start(1) - (lowered.source.rfind("\n", 0, found.start(1)) + 1) + 1
+        at = found.start(found.lastindex or 1)  # the override's name
+        line = lowered.source.count("\n", 0, at) + 1
+        col = at - (lowered.source.rfind("\n", 0, at) + 1) + 1
         where = lowered.source_map.locate(line, col)
     where = where or Span(lowered.source_map.files[1] if len(lowered.source_map.files) > 1 else lowered.asset)
     return CompileError(
-        f"override '{name}' has no default, and a run sets no pipeline constants: give it one (`{example}`, say), "
+        f"override '{name}' has no default, and a run sets no pipeline constants: give it one ({example}), "
         f"or make it a compile-time choice (specialize: a kind: source or named option) or a param",
         where,
         notes=notes,

@@ -428,6 +428,15 @@ def test_an_override_without_a_default_is_named_at_its_line_with_what_to_do():
     with pytest.raises(CompileError, match="override 'CURRENT_BIT' has no default") as info:
         with_id.variant()
     assert (info.value.line, info.value.col) == (2, 17) and "override CURRENT_BIT: f32 = f32(0);" in str(info.value)
+    for spelled in ("0x7", "7i"):  # review helper 211: other integer literals
+        hexed = abi.program(key=f"t205/override_{spelled}", schema=abi.parse(yaml, "ov/bindings.yaml"), wgsl=with_id.wgsl.replace("@id(7)", f"@id({spelled})"), wgsl_path="ov/kernel.wgsl")
+        with pytest.raises(CompileError, match="override 'CURRENT_BIT' has no default") as info:
+            hexed.variant()
+        assert info.value.line == 2
+    summed = abi.program(key="t205/override_sum", schema=abi.parse(yaml, "ov/bindings.yaml"), wgsl=with_id.wgsl.replace("@id(7)", "@id(3 + 4)"), wgsl_path="ov/kernel.wgsl")
+    with pytest.raises(CompileError, match="has no default") as info:
+        summed.variant()
+    assert "override 7:" not in str(info.value)  # no declaration that is not WGSL
     fixed = abi.program(key="t205/override_ok", schema=abi.parse(yaml, "ov/bindings.yaml"), wgsl=body.replace("CURRENT_BIT: u32;", "CURRENT_BIT: u32 = 2u;"), wgsl_path="ov/kernel.wgsl")
     np.testing.assert_array_equal(abi.read(fixed.variant().run(n=5).outputs["out"]), (np.arange(1, 6, dtype=np.uint32) << 2))
 
