@@ -205,11 +205,13 @@ class HeatDemo:
         """Every broken asset's error, and every product kept on its old kernel, right now."""
         errors: list[tuple[str, Any]] = [(name, ref.error) for name, ref in self.refs.items() if ref.error is not None]
         for name, handle in self.products.items():
-            error = self.engine.product(handle).error  # a reloaded kernel outside the product contract
+            product = self.engine.product(handle)
+            error = product.error  # a reloaded kernel outside the product contract
             if error and self.refs[name].error is None:
                 errors.append((name, error))
                 generation = self.refs[name].generation
-                if self._refused_at.get(name) != generation:
+                # (A refused reload only: a device loss or a refused upload is no reload.)
+                if product.refused_program is not None and self._refused_at.get(name) != generation:
                     # The asset's reload was logged as one (it compiled); the engine kept the old
                     # kernel: the log says so too, once a reload (review helpers 204, 208: a
                     # refused layout, and a second refused save with the same error, read as
