@@ -13,13 +13,12 @@ import time
 
 import numpy as np
 import pytest
+from engine_support import Applied, cpu_summary, frames_until, held_deliveries, make_world, run_until_idle, same_bits, summary_product, wait_for_gpu
 
 from engine_plugin import abi
 from engine_plugin.engine import Engine, EngineConfig, fallbacks, kernel_program
 from engine_plugin.gpu import NoGpuBackend, ReadbackPolicy, WgpuBackendConfig
 from engine_plugin.world import World
-
-from engine_support import Applied, cpu_summary, frames_until, held_deliveries, make_world, run_until_idle, same_bits, summary_product, wait_for_gpu
 
 HERE = os.path.dirname(__file__)
 
@@ -692,6 +691,18 @@ def test_a_readback_budget_too_small_for_one_chunk_is_said_and_dispatches_nothin
     assert engine.product_error(served) is not None and not engine.idle
 
 
+def _settled_summary(make_engine):
+    """(world, engine, applied): four 4x4 chunks and a summary product, every result applied."""
+    world = World((4, 4), {"h": np.float32}, max_chunks=8)
+    for k in range(4):
+        world.add(k, {"h": np.full((4, 4), k, np.float32)})
+    engine = make_engine(world)
+    seen = Applied(world)
+    engine.register_product(kernel_program("summary"), key="s", fields={"src": "h"}, apply=seen, cpu_fallback=fallbacks.summary)
+    run_until_idle(engine)
+    return world, engine, seen
+
+
 @pytest.mark.parametrize("at", ["before the submit", "while mapping", "while arming"])
 def test_an_interrupt_while_the_frame_is_submitted_leaves_no_readback_in_flight_for_good(make_engine, monkeypatch, at):
     # Review helper 206: a Ctrl-C landing in the batch's submit (before queue.submit, or between
@@ -700,18 +711,11 @@ def test_an_interrupt_while_the_frame_is_submitted_leaves_no_readback_in_flight_
     # no product computed again (chunk results stale for good, nothing said). Their readbacks
     # fail instead, and their chunks are owed again.
     import engine_plugin.gpu.batch as gpu_batch
+    import engine_plugin.gpu.ring as ring
     import engine_plugin.runtime.submission as submission
 
-    world = World((4, 4), {"h": np.float32}, max_chunks=8)
-    for k in range(4):
-        world.add(k, {"h": np.full((4, 4), k, np.float32)})
-    engine = make_engine(world)
-    seen = Applied(world)
-    engine.register_product(kernel_program("summary"), key="s", fields={"src": "h"}, apply=seen, cpu_fallback=fallbacks.summary)
-    run_until_idle(engine)
+    world, engine, seen = _settled_summary(make_engine)
     world.write(2, "h", np.float32(42.0))
-    import engine_plugin.gpu.ring as ring
-
     name, module = {"before the submit": ("unusable_in", submission), "while mapping": ("map_submitted", gpu_batch), "while arming": ("arm", ring.ReadbackRing)}[at]
     real = getattr(module, name)
     calls = []
@@ -737,13 +741,7 @@ def test_an_interrupt_inside_a_world_change_never_leaves_new_values_unversioned(
     # the chunk was marked dirty and given a new version left the new values in the world with
     # the old version: the engine, idle, kept the old summary for good (a wrong number). The
     # bookkeeping goes first now: an interrupt leaves the old values, or new ones to compute.
-    world = World((4, 4), {"h": np.float32}, max_chunks=8)
-    for k in range(4):
-        world.add(k, {"h": np.full((4, 4), k, np.float32)})
-    engine = make_engine(world)
-    seen = Applied(world)
-    engine.register_product(kernel_program("summary"), key="s", fields={"src": "h"}, apply=seen, cpu_fallback=fallbacks.summary)
-    run_until_idle(engine)
+    world, engine, seen = _settled_summary(make_engine)
     real = getattr(World, at)
     calls = []
 
