@@ -10,14 +10,16 @@ lower`` prints them, ``--strict`` refuses the variant, and compiling logs them o
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from ..errors import Span
 from .lowered import Lowered
 from .wgsl_text import evaluate_int, module_constants, tokens, vector_member
 from .workgroup_init import TypeDeclarations, split_template, workgroup_declarations
 
-__all__ = ["PortabilityIssue", "limit_issues", "portability_issues", "WEBGPU_DEFAULTS"]
+__all__ = ["KernelDemands", "PortabilityIssue", "kernel_demands", "portability_issues", "WEBGPU_DEFAULTS"]
 
 WEBGPU_DEFAULTS = {
     "max-compute-invocations-per-workgroup": 256,
@@ -168,12 +170,43 @@ def _workgroup_memory(lowered: Lowered) -> tuple[int, Span] | None:
 
 def portability_issues(lowered: Lowered) -> list[PortabilityIssue]:
     """Each way ``lowered`` exceeds WebGPU's default limits, at the user's line."""
-    return limit_issues(lowered, WEBGPU_DEFAULTS, "WebGPU guarantees")
+    return kernel_demands(lowered).portability()
 
 
-def limit_issues(lowered: Lowered, limits: dict[str, int], says: str) -> list[PortabilityIssue]:
-    """Each way ``lowered`` exceeds ``limits`` (:data:`WEBGPU_DEFAULTS`' keys; a device's own
-    limits, say), at the user's line; each message ends ``; {says} {limit}``."""
+class _Demand(NamedTuple):
+    limit: str  # a WEBGPU_DEFAULTS key
+    amount: int
+    what: str  # the message before "; {says} {limit}"
+    spans: tuple[Span, ...]  # one, or each counted binding's (the first past a limit is named)
+    suffix: str = ""
+
+
+@dataclass(frozen=True)
+class KernelDemands:
+    """What a lowered variant asks of a device, sized once (tokenizing the module for its
+    workgroup memory is the costly part): compiling checks it against the device's own limits
+    and warns against WebGPU's (:meth:`beyond`, twice, on the same sizes)."""
+
+    demands: tuple[_Demand, ...]
+
+    def beyond(self, limits: Mapping[str, int], says: str) -> list[PortabilityIssue]:
+        """Each demand past ``limits`` (:data:`WEBGPU_DEFAULTS`' keys), at the user's line; each
+        message ends ``; {says} {limit}``."""
+        issues = []
+        for d in self.demands:
+            limit = limits[d.limit]
+            if d.amount > limit:
+                span = d.spans[limit] if len(d.spans) > 1 else d.spans[0]
+                issues.append(PortabilityIssue(span, f"{d.what}; {says} {limit}{d.suffix}"))
+        return issues
+
+    def portability(self) -> list[PortabilityIssue]:
+        """Each demand past WebGPU's default limits (:func:`portability_issues`)."""
+        return self.beyond(WEBGPU_DEFAULTS, "WebGPU guarantees")
+
+
+def kernel_demands(lowered: Lowered) -> KernelDemands:
+    """The workgroup, workgroup memory and bindings of each kind ``lowered`` asks for."""
     smap = lowered.source_map
     yaml_path, body_path = smap.files[0], smap.files[1] if len(smap.files) > 1 else smap.files[0]
     body = smap.texts[1] if len(smap.texts) > 1 else ""
@@ -185,22 +218,18 @@ def limit_issues(lowered: Lowered, limits: dict[str, int], says: str) -> list[Po
     toks = list(tokens(body))
     wg_tok = next((t for i, t in enumerate(toks) if t.text == "workgroup_size" and i and toks[i - 1].text == "@"), None)
     wg_span = at_body(wg_tok.line, wg_tok.col) if wg_tok else Span(yaml_path)
-    issues = []
     wx, wy, wz = lowered.workgroup
-    d = limits
-    if wx * wy * wz > d["max-compute-invocations-per-workgroup"]:
-        issues.append(PortabilityIssue(wg_span, f"a workgroup of {wx * wy * wz} invocations; {says} {d['max-compute-invocations-per-workgroup']}"))
-    for size, axis, limit in (
-        (wx, "x", d["max-compute-workgroup-size-x"]),
-        (wy, "y", d["max-compute-workgroup-size-y"]),
-        (wz, "z", d["max-compute-workgroup-size-z"]),
-    ):
-        if size > limit:
-            issues.append(PortabilityIssue(wg_span, f"workgroup size {size} in {axis}; {says} {limit}"))
+    demands = [
+        _Demand("max-compute-invocations-per-workgroup", wx * wy * wz, f"a workgroup of {wx * wy * wz} invocations", (wg_span,)),
+        *(
+            _Demand(f"max-compute-workgroup-size-{axis}", size, f"workgroup size {size} in {axis}", (wg_span,))
+            for size, axis in ((wx, "x"), (wy, "y"), (wz, "z"))
+        ),
+    ]
     memory = _workgroup_memory(lowered)
-    if memory is not None and memory[0] > d["max-compute-workgroup-storage-size"]:
+    if memory is not None:
         total, largest = memory
-        issues.append(PortabilityIssue(largest, f"{total} bytes of workgroup memory; {says} {d['max-compute-workgroup-storage-size']}"))
+        demands.append(_Demand("max-compute-workgroup-storage-size", total, f"{total} bytes of workgroup memory", (largest,)))
     # Each kind of binding against its own limit (review helper 208: textures and samplers
     # counted as storage buffers).
     text = smap.texts[0].split("\n") if smap.texts else []
@@ -214,12 +243,7 @@ def limit_issues(lowered: Lowered, limits: dict[str, int], says: str) -> list[Po
         ("max-sampled-textures-per-shader-stage", "sampled textures", [b for b in lowered.bindings if b.role == "texture"]),
         ("max-samplers-per-shader-stage", "samplers", [b for b in lowered.bindings if b.role == "sampler"]),
     ):
-        if len(members) > d[key]:
-            extra = members[d[key]]
-            issues.append(
-                PortabilityIssue(
-                    Span(yaml_path, extra.line or None, None, text[extra.line - 1] if 0 < extra.line <= len(text) else None),
-                    f"{len(members)} {what}; {says} {d[key]} a stage",
-                )
-            )
-    return issues
+        if members:
+            spans = tuple(Span(yaml_path, b.line or None, None, text[b.line - 1] if 0 < b.line <= len(text) else None) for b in members)
+            demands.append(_Demand(key, len(members), f"{len(members)} {what}", spans, " a stage"))
+    return KernelDemands(tuple(demands))

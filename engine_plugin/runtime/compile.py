@@ -22,7 +22,7 @@ from ..device.loss import DeviceFault, classify
 from ..errors import CompileError, DeviceLostError, PluginError, Span, bug
 from ..lowering.lower import depth_error
 from ..lowering.lowered import Lowered
-from ..lowering.portability import WEBGPU_DEFAULTS, limit_issues, portability_issues
+from ..lowering.portability import WEBGPU_DEFAULTS, kernel_demands
 from .loss import LOST_HINT, mark_lost
 from .naga_report import parse_naga_report
 from .textures import VIEW_DIMENSION
@@ -231,7 +231,8 @@ def _compile(lowered: Lowered, label: str | None, ctx: DeviceContext, key: str, 
     # Past the device's own limits a kernel is refused at the user's line: a driver that does
     # not check ran 400,000 bytes of workgroup memory on a device allowing 32,768 (lavapipe:
     # review helper 203), undefined anywhere else.
-    beyond = limit_issues(lowered, {name: int(ctx.limits.get(name, default)) for name, default in WEBGPU_DEFAULTS.items()}, "this device allows")
+    demands = kernel_demands(lowered)  # sized once: checked against the device here, and WebGPU's defaults below
+    beyond = demands.beyond({name: int(ctx.limits.get(name, default)) for name, default in WEBGPU_DEFAULTS.items()}, "this device allows")
     if beyond:
         raise CompileError(beyond[0].message, beyond[0].span, notes=tuple(f"also: {issue.message}" for issue in beyond[1:]))
     try:
@@ -242,7 +243,7 @@ def _compile(lowered: Lowered, label: str | None, ctx: DeviceContext, key: str, 
         raise _compile_error(lowered, exc, "pipeline creation", ctx) from None
     except Exception as exc:  # pragma: no cover - wgpu raising something else is our bug
         raise bug(f"pipeline creation raised {type(exc).__name__}: {exc}") from exc
-    for issue in portability_issues(lowered) if warn else ():  # once per variant and device: it compiles here
+    for issue in demands.portability() if warn else ():  # once per variant and device: it compiles here
         log.warning("%s", issue)
     compiled_variant = CompiledVariant(key, lowered, module, bgl, pipeline, ctx)
     with ctx.lock:
