@@ -265,11 +265,7 @@ class World:
                 isinstance(i, (int, np.integer)) and not isinstance(i, bool) and 0 <= i < n for i, n in zip(idx, self.chunk_shape, strict=True)
             ):
                 raise WorldError(f"tile {tile!r} is outside chunk shape {self.chunk_shape}")
-            cast = _cast(np.asarray(value), spec, name, ())
-            self._set_dirty(name, slot)  # first: see _store
-            version = self._bump(key)
-            self._rw[name][(slot, *idx)] = cast
-            return version
+            return self._store(key, slot, {name: _cast(np.asarray(value), spec, name, ())}, idx)
 
     @contextmanager
     def edit(self, key: int) -> Iterator[ChunkEdit]:
@@ -302,9 +298,9 @@ class World:
                 edit._close()
             self._editing.discard(key)
 
-    def _store(self, key: int, slot: int, values: dict[str, np.ndarray]) -> int:
-        """Store checked ``values`` (field -> the chunk's array) into chunk ``key``; answers its
-        new version. The chunk is marked dirty and versioned before its bytes change: an
+    def _store(self, key: int, slot: int, values: dict[str, np.ndarray], tile: tuple[int, ...] = ()) -> int:
+        """Store checked ``values`` (field -> the chunk's array, or ``tile``'s value) into chunk
+        ``key``; answers its new version. The chunk is marked dirty and versioned before its bytes change: an
         interrupt (Ctrl-C) anywhere in here leaves the old bytes (with at most a new version
         and flags: computed again, the same), or new bytes that are versioned and flagged;
         never new bytes under the version results were computed at (review helper 206: the
@@ -313,7 +309,7 @@ class World:
             self._set_dirty(name, slot)
         version = self._bump(key)
         for name, arr in values.items():
-            self._rw[name][slot] = arr
+            self._rw[name][(slot, *tile)] = arr
         return version
 
     def _mutable_slot(self, key: int) -> int:
