@@ -345,13 +345,13 @@ def require_cache_key(consequence: str) -> None:
     if problem is None:
         for record in held.records:
             logger.handle(record)
-    if problem is not None:
-        fix = (
-            "fix ENGINE_PLUGIN_CACHE_KEY (or unset it to use ~/.local/state)"
-            if os.environ.get("ENGINE_PLUGIN_CACHE_KEY")
-            else "make that folder writable, or name a key file in ENGINE_PLUGIN_CACHE_KEY"
-        )
-        raise UsageError(f"{problem}: {consequence}; {fix}")
+        return
+    fix = (
+        "fix ENGINE_PLUGIN_CACHE_KEY (or unset it to use ~/.local/state)"
+        if os.environ.get("ENGINE_PLUGIN_CACHE_KEY")
+        else "make that folder writable, or name a key file in ENGINE_PLUGIN_CACHE_KEY"
+    )
+    raise UsageError(f"{problem}: {consequence}; {fix}")
 
 
 def check_output_file(target: str, what: str) -> None:

@@ -446,9 +446,9 @@ class Product:
         changes or is owed again (review helpers 207, 208, 211: in slot order a chunk changed
         every frame starved the others; by version alone, one owed again every frame by
         ``invalidate`` did)."""
-        at, serials, sent_keys = self._sent_at, self._sent_serial, self._sent_key
+        serials, sent_keys = self._sent_serial, self._sent_key  # (kept with _sent_at: by slot, or None)
         versions = work.version_array if work.version_array is not None else np.asarray(work.versions, dtype=np.int64)
-        if at is not None and serials is not None and sent_keys is not None and work.slots is not None and len(work.slots) == len(work.keys):
+        if serials is not None and sent_keys is not None and work.slots is not None and len(work.slots) == len(work.keys):
             last = serials[work.slots].copy()
             last[sent_keys[work.slots] != np.asarray(work.keys, dtype=object)] = 0  # the slot's send was another chunk's
         else:
