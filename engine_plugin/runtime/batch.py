@@ -51,6 +51,8 @@ from .submission import PENDING, flush_pending, submit_records
 
 __all__ = [
     "Batch",
+    "Lane",
+    "BATCH_STACK",
     "batch",
     "current_batch",
     "flush_current_batch",
@@ -71,6 +73,7 @@ __all__ = [
 # This context's open batches, innermost last: per thread, and per asyncio task (a task runs
 # in its own context), so two tasks interleaving their batches on one thread never mix them.
 _stack: contextvars.ContextVar[tuple[Batch, ...]] = contextvars.ContextVar("engine_plugin_batches", default=())
+BATCH_STACK = _stack  # the same variable: current_batch()'s common case without a call, for hot paths
 _open_lock = threading.Lock()
 _open: list = []  # every open batch, all threads: a release may come from any thread (GC)
 OPEN_BATCHES = _open  # the same list (never rebound): a truth test without a call, for hot paths
@@ -88,6 +91,27 @@ SLICE_S = 0.0005
 # it is SLICE_MAX_S old (kernels whose cost is not in their buffers' size).
 SLICE_MIN_BYTES = 32 << 20
 SLICE_MAX_S = 0.004
+
+
+class Lane:
+    """The run a batch recorded last, while a repeat of it may append to the batch without
+    :meth:`Batch.add`'s lookups: a batch of one kernel's runs spends its host time on each one.
+
+    ``variant``, ``data`` (its params bytes), ``fixed`` (the buffers every repeat binds) and
+    ``offset`` (its params slot) say what a repeat must share. ``record`` appends a record to
+    the batch's list; ``made``, ``results`` and ``held`` add a repeat's output buffer to the
+    batch's sets (see :meth:`Batch.add`); ``due`` is the batch's slice check, None when it does
+    not slice. Valid while it is the batch's :attr:`Batch.lane`: a flush or a drop forgets it,
+    with the list and the sets these methods fill.
+    """
+
+    __slots__ = ("variant", "data", "fixed", "offset", "record", "made", "results", "held", "due")
+
+    def __init__(self, batch: "Batch", variant: Any, data: bytes, fixed: list, records: list, offset: int) -> None:
+        self.variant, self.data, self.fixed, self.offset = variant, data, fixed, offset
+        self.record = records.append
+        self.made, self.results, self.held = batch._made.add, batch._results.add, batch._held.add
+        self.due = batch._slice_due if batch.slices else None
 
 
 class Batch:
@@ -118,10 +142,9 @@ class Batch:
         # the batches open where it was copied: only this thread's, not yet ended, are current.
         self.thread = threading.get_ident()
         self.ended = False
-        # The last add()'s (variant, params bytes, fixed buffers, records list, slot offset):
-        # a repeat of it (add_again) appends its record without the lookups. Forgotten when
-        # anything it names changes (a flush, a drop).
-        self._lane: tuple | None = None
+        # The last add()'s run, which a repeat appends to without the lookups (add_again, and
+        # Variant's batch lane). Forgotten when anything it names changes (a flush, a drop).
+        self.lane: Lane | None = None
 
     def add(
         self,
@@ -181,9 +204,9 @@ class Batch:
         records.append((variant.compiled.pipeline, bind_group, offset, groups, ops))
         if temps:
             self.temps.extend((variant, t) for t in temps)
-        self._lane = (variant, data, fixed, records, offset) if fixed is not None and type(data) is bytes else None
         if self.slices is None:
             self.slices = not submits_block(variant.ctx)
+        self.lane = Lane(self, variant, data, fixed, records, offset) if fixed is not None and type(data) is bytes else None
         if self.slices:
             self._slice_due()
 
@@ -193,27 +216,17 @@ class Batch:
         this variant's with the very same params bytes and ``fixed`` list, its params slot and
         held buffers serve this one too: only the record and the outputs are new (a batch of
         one kernel's runs spends its host time here)."""
-        lane = self._lane
-        if lane is None or lane[0] is not variant or lane[1] is not data or lane[2] is not fixed:
+        lane = self.lane
+        if lane is None or lane.variant is not variant or lane.data is not data or lane.fixed is not fixed:
             self.add(variant, data, bind_group, groups, ops, [], fixed + owned, made=owned, fixed=fixed, results=owned)
             return
-        self.append_again((variant.compiled.pipeline, bind_group, lane[4], groups, ops), owned)
-
-    @property
-    def lane(self) -> tuple | None:
-        """The last add()'s lane, (variant, params bytes, fixed buffers, records list, slot
-        offset), while a repeat of it may append to it (None after a flush or a drop)."""
-        return self._lane
-
-    def append_again(self, record: tuple, owned: list) -> None:
-        """Append a repeat's ``record`` (its params slot the lane's) to the lane's records, its
-        own buffers ``owned`` (outputs) held until the flush. The caller checked :attr:`lane`."""
-        self._made.update(owned)  # its outputs: they hold nothing of it until it is submitted
-        self._results.update(owned)
-        self._held.update(owned)
-        self._lane[3].append(record)  # type: ignore[index]
-        if self.slices:
-            self._slice_due()
+        for buffer in owned:  # its outputs: they hold nothing of it until it is submitted
+            lane.made(buffer)
+            lane.results(buffer)
+            lane.held(buffer)
+        lane.record((variant.compiled.pipeline, bind_group, lane.offset, groups, ops))
+        if lane.due is not None:
+            lane.due()
 
     def _slice_due(self) -> None:
         """Submit the runs recorded so far when the slice is due (see the module docstring)."""
@@ -250,7 +263,7 @@ class Batch:
         they were recorded, nested or not."""
         self._slice_start = 0.0
         self._limit = SLICE_S
-        self._lane = None
+        self.lane = None
         # Device by device: a lost device's runs are dropped (DeviceLostError once the others
         # are submitted), never a healthy device's: a batch mixing devices lost them all, and
         # their Outputs read zeros (review helper 161); so did a nested batch's, when its outer
@@ -317,7 +330,7 @@ class Batch:
         """Forget what was recorded (submitted, or never to be): temps go back to their
         pools, held buffers are free. Everything is detached before anything is called, so an
         interrupt in here never leaves a record to submit, or a buffer to return, twice."""
-        self._lane = None
+        self.lane = None
         temps, staged, calls = self.temps, self._staged, self.on_drop
         self.temps, self._staged, self.on_drop, self.records = [], {}, [], {}
         self._held = set()

@@ -248,9 +248,11 @@ def _encode_dispatches(encoder: Any, records: list) -> None:
     timed) in one compute pass, none when they dispatch nothing. A batch of small runs spends
     its host time here."""
     cpass: Any = None
-    for pipeline, bind_group, offsets, groups, *_ in records:
+    for record in records:  # indexed, not unpacked: ``*_`` would build a list a record
+        pipeline, groups = record[0], record[3]
         if pipeline is None or groups[0] == 0:
             continue
+        bind_group, offsets = record[1], record[2]
         if cpass is None:
             cpass = begin_pass(encoder)
         if (offsets is None or type(offsets) is int) and type(bind_group) is not tuple:

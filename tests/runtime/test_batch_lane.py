@@ -199,3 +199,66 @@ def test_a_repeat_on_another_thread_goes_to_that_threads_batch():
         np.testing.assert_array_equal(values, SOURCES[1] + np.float32(3.0))
     for out in got["a"]:
         np.testing.assert_array_equal(abi.read(out), SOURCES[1] + np.float32(3.0))
+
+
+PAIR_YAML = """\
+bindings:
+  - { name: a, kind: buffer, access: read, element: f32 }
+  - { name: b, kind: buffer, access: read, element: f32 }
+  - { name: total, kind: buffer, access: read_write, element: f32, count: "len(a)" }
+  - { name: scaled, kind: buffer, access: read_write, element: f32, count: "len(a)" }
+params:
+  - { name: k, type: f32 }
+  - { name: bias, type: f32 }
+"""
+PAIR_WGSL = """\
+@compute @workgroup_size(64)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
+    let i = zero_index(gid);
+    if (i >= zero_n()) { return; }
+    total_set(i, a_get(i) + b_get(i));
+    scaled_set(i, a_get(i) * params.k + params.bias);
+}
+"""
+
+
+def test_repeats_of_a_kernel_with_two_inputs_and_two_outputs_each_hold_their_own_results():
+    # The lane's one-output shortcut must not be the only correct case: two outputs take the
+    # general lane path, two inputs and two params the general checks; a domain handed as an
+    # equal int of another object, and a swapped input, must be seen.
+    variant = abi.program(key="lane/pair", schema=abi.parse(PAIR_YAML), wgsl=PAIR_WGSL).variant()
+    a, b = _buffer(SOURCES[0]), _buffer(SOURCES[1])
+    k, bias = 2.0, 0.5
+    big = int("300")  # a fresh int object each time int() builds it (not a cached small int)
+    expected_total = SOURCES[0] + SOURCES[1]
+    expected_scaled = SOURCES[0] * np.float32(k) + np.float32(bias)
+    with abi.batch():
+        runs = [variant.run(N, inputs={"a": a, "b": b}, params={"k": k, "bias": bias}).outputs for _ in range(30)]
+        swapped = variant.run(N, inputs={"a": b, "b": a}, params={"k": k, "bias": bias}).outputs
+        runs += [variant.run(N, inputs={"a": a, "b": b}, params={"k": k, "bias": bias}).outputs for _ in range(10)]
+        other = variant.run(N, inputs={"a": a, "b": b}, params={"k": k, "bias": -1.0}).outputs
+        wide = [variant.run(int(str(big)), inputs={"a": _buffer(np.ones(300, np.float32)), "b": a}, params={"k": k, "bias": bias}).outputs]
+    buffers = {id(o[name]._buffer) for o in runs for name in ("total", "scaled")}
+    assert len(buffers) == 2 * len(runs)  # every output its own buffer
+    for out in runs:
+        np.testing.assert_array_equal(abi.read(out["total"]), expected_total)
+        np.testing.assert_array_equal(abi.read(out["scaled"]), expected_scaled)
+    np.testing.assert_array_equal(abi.read(swapped["scaled"]), SOURCES[1] * np.float32(k) + np.float32(bias))
+    np.testing.assert_array_equal(abi.read(other["scaled"]), SOURCES[0] * np.float32(k) - np.float32(1.0))
+    assert abi.read(wide[0]["total"]).shape == (300,)
+
+
+def test_a_domain_of_an_equal_int_repeats_and_another_count_does_not():
+    variant = _variant("add")
+    src = _buffer(np.arange(300, dtype=np.float32))
+    k = 2.0
+    with abi.batch():
+        outs = [variant.run(int("300"), inputs={"src": src}, params={"k": k}).outputs["dst"] for _ in range(5)]
+        short = variant.run(int("200"), inputs={"src": src}, params={"k": k}).outputs["dst"]
+        outs += [variant.run(int("300"), inputs={"src": src}, params={"k": k}).outputs["dst"] for _ in range(5)]
+    expected = np.arange(300, dtype=np.float32) + np.float32(2.0)
+    for out in outs:
+        np.testing.assert_array_equal(abi.read(out), expected)
+    got = abi.read(short)
+    np.testing.assert_array_equal(got[:200], expected[:200])
+    np.testing.assert_array_equal(got[200:], 0)  # outputs start as zeros: the run covered 200
