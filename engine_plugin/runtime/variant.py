@@ -47,6 +47,7 @@ from ..lowering.structs import StructType
 from ..lowering.textures import format_sample
 from .batch import (
     BATCH_STACK,
+    LANE_DUE_EVERY,
     OPEN_BATCHES,
     VOIDED,
     Batch,
@@ -1130,7 +1131,10 @@ class Variant:
                 recorded.held(buf)
         recorded.record((self.compiled.pipeline, bind_group, recorded.offset, rep.groups, ops))
         if recorded.due is not None:
-            recorded.due()
+            recorded.until_due -= 1
+            if not recorded.until_due:
+                recorded.until_due = LANE_DUE_EVERY
+                recorded.due()
         self.runs += 1
         return Run(result, rn, rep.groups, self)
 

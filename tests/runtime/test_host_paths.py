@@ -81,6 +81,19 @@ def test_params_of_300_runs_survive_ring_wraps_within_and_across_slices(axpy, ev
             np.testing.assert_array_equal(abi.read(outs[i]), i * XS + 1.0)
 
 
+def test_repeats_of_one_run_still_slice_and_each_keeps_its_result(axpy, every_run_a_slice):
+    # Repeats appended through the batch's lane look at the clock every LANE_DUE_EVERY
+    # records, not every record: a long batch of them still goes in slices, in order.
+    x = get_context().device.create_buffer_with_data(data=XS, usage=STORAGE)
+    runs = 5 * batch_module.LANE_DUE_EVERY
+    with abi.batch(slices=True) as b:
+        outs = [axpy.run(256, inputs={"x": x}, params={"a": 3.0}).outputs["y"] for _ in range(runs)]
+    assert 2 < b.submissions <= runs // batch_module.LANE_DUE_EVERY + 3
+    assert len({id(o._buffer) for o in outs}) == runs
+    for out in outs:
+        np.testing.assert_array_equal(abi.read(out), 3.0 * XS + 1.0)
+
+
 def test_a_buffer_released_in_an_unsubmitted_slice_is_not_handed_out_until_it_is_submitted(axpy):
     x = get_context().device.create_buffer_with_data(data=XS, usage=STORAGE)
     with abi.batch(slices=False) as b:
