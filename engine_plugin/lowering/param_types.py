@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from .casts import cast_refusal
+from .casts import cast_refusal, exact_integer_bound
 from .types import NUMPY_DTYPE, parse_value_type
 
 __all__ = ["ParamType", "parse_param_type", "ParamTypeError", "split_array_type"]
@@ -101,7 +101,7 @@ class ParamType:
 
     def pack_into(self, buf: bytearray, offset: int, value: Any) -> None:
         """Write ``value`` (numbers, nested lists or a numpy array of :attr:`shape`)."""
-        arr = np.asarray(value)
+        arr = self._as_array(value)
         if arr.shape != self.shape and arr.ndim <= 1 and arr.size == int(np.prod(self.shape, dtype=np.int64)):
             arr = arr.reshape(self.shape)  # flat numbers, in WGSL's order (a matrix column by column)
         self._pack(buf, offset, arr)
@@ -119,12 +119,31 @@ class ParamType:
             for i in range(self.count):
                 self.element._pack(buf, offset + i * self.stride, arr[i])  # type: ignore[union-attr]
 
+    def _as_array(self, value: Any) -> np.ndarray:
+        """``value`` as an array. A list of an f32 type is made f32 element by element: as one
+        array numpy takes a list mixing floats with np.float32 through float64, which quiets a
+        signalling NaN a vector param keeps (review helper 215)."""
+        if self.scalar == "f32" and isinstance(value, (list, tuple)) and not _holds_bool(value):
+            try:
+                with np.errstate(over="ignore", under="ignore", invalid="ignore"):  # check() says why first
+                    return np.array(value, dtype=np.float32)
+            except (TypeError, ValueError, OverflowError):
+                pass  # ragged, not numbers, or an int past float range: np.asarray says what it is
+        return np.asarray(value)
+
     def check(self, value: Any) -> str | None:
         """Why ``value`` cannot be packed as this type, or None."""
         try:
-            arr = np.asarray(value)
+            with np.errstate(invalid="ignore"):  # a list's signalling NaN, quieted in this copy only
+                arr = np.asarray(value)
         except Exception:
             return f"takes numbers of shape {self.shape}"
+        if self.scalar == "f32" and isinstance(value, (list, tuple)):
+            # An integer an f32 rounds, among floats: numpy made the list float64 first, whose
+            # check lets it through (review helper 215: [[16777217, 0.5], ...] ran as 16777216).
+            inexact = _inexact_f32_integer(value)
+            if inexact is not None:
+                return f"is {self.wgsl}: {inexact}"
         if arr.dtype.kind not in "fiub" or arr.dtype.kind == "b" or _holds_bool(value):
             return f"takes numbers, not {value!r}"
         # Flat numbers are taken in WGSL's order; a value with axes has this type's shape. A
@@ -150,6 +169,20 @@ class ParamType:
         return None
 
 
+def _inexact_f32_integer(value: Any) -> str | None:
+    """Why an integer in the (nested) list ``value`` is not exactly an f32, or None."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, (list, tuple)):
+            stack.extend(item)
+        elif isinstance(item, (int, np.integer)) and not isinstance(item, (bool, np.bool_)):
+            number = int(item)
+            if abs(number) > _EXACT_F32_INT and abs(number) <= F32_MAX and int(np.float32(number)) != number:
+                return f"the integer {number} is not exactly an f32 (it would be {int(np.float32(number))}); pass a float if rounding is what you want"
+    return None
+
+
 def _holds_bool(value: Any) -> bool:
     """Whether a list or tuple (nested) holds a bool: numpy makes ``[[True, 2]]`` integers,
     which a scalar or vector param refuses (review helper 136)."""
@@ -164,6 +197,7 @@ def _holds_bool(value: Any) -> bool:
 
 
 F32_MAX = float(np.finfo(np.float32).max)
+_EXACT_F32_INT = exact_integer_bound(np.dtype(np.float32))
 
 
 def f32_overflow(values: Any) -> bool:

@@ -184,22 +184,31 @@ def exact_fingerprint(params: Mapping[str, Any] | None) -> tuple | None:
         return ()
     out = []
     for k in sorted(params):
-        v = params[k]
-        try:
-            arr = np.asarray(v)
-        except Exception:
+        found = _exact(params[k])
+        if found is None:
             return None
-        if arr.dtype.kind == "O":
-            return None
-        # A list's element types too: [True, 2, 3] is [1, 2, 3] as an array, but refused.
-        out.append((k, type(v), _element_types(v) if isinstance(v, (list, tuple)) else None, arr.dtype.str, arr.shape, arr.tobytes()))
+        out.append((k, found))
     return tuple(out)
 
 
-def _element_types(value: Any) -> Any:
+def _exact(value: Any) -> Any:
+    """``value``'s exact form (its type and bits, a list's element by element), or None. A
+    list as one numpy array went through float64: [2**53 + 1, 0.5] was [2**53, 0.5], and a
+    signalling NaN of an np.float32 a quiet one, so a set differing only so skipped its checks
+    and ran with the other's bytes (review helper 215)."""
+    kind = type(value)
+    if isinstance(value, float):
+        return (kind, struct.pack("<d", value))  # -0.0 and NaN payloads kept
+    if isinstance(value, int):  # bool too, as its own type: [True, 2] is refused, [1, 2] is not
+        return (kind, int(value))
+    if isinstance(value, np.generic):
+        return None if value.dtype.kind == "O" else (kind, value.dtype.str, value.tobytes())
+    if isinstance(value, np.ndarray):
+        return None if value.dtype.kind == "O" else (kind, value.dtype.str, value.shape, value.tobytes())
     if isinstance(value, (list, tuple)):
-        return tuple(_element_types(e) for e in value)
-    return type(value)
+        items = tuple(_exact(v) for v in value)
+        return None if any(item is None for item in items) else (kind, items)
+    return None
 
 
 def _as_list(value: Any) -> list | None:

@@ -152,3 +152,64 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
     grid = np.arange(24, dtype=np.float32).reshape(3, 2, 4)
     got = abi.read(abi.program(key=f"t17/nested{len(written)}", schema=schema, wgsl=wgsl).variant().run(n=1, params={"grid": grid, "s": 0.5}).outputs["out"])
     np.testing.assert_array_equal(got, grid[:, :, 2].ravel() + 0.5)
+
+
+BITS_YAML = """\
+workgroup: 1
+bindings:
+  - { name: out, kind: buffer, access: read_write, element: u32, count: "4" }
+params:
+  - { name: v, type: vec2<f32> }
+  - { name: m, type: mat2x2<f32> }
+"""
+BITS_WGSL = """\
+@compute @workgroup_size(1)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
+    if (gid.x != 0u) { return; }
+    out_set(0u, bitcast<u32>(params.v.x));
+    out_set(1u, bitcast<u32>(params.v.y));
+    out_set(2u, bitcast<u32>(params.m[0][0]));
+    out_set(3u, bitcast<u32>(params.m[0][1]));
+}
+"""
+SNAN = np.array([0x7F800001], "<u4").view("<f4")[0]
+QNAN = np.array([0x7FC00001], "<u4").view("<f4")[0]
+ID = [[1.0, 0.0], [0.0, 1.0]]
+
+
+def _bits_variant(key: str):
+    return abi.program(key=key, schema=abi.parse(BITS_YAML, "bits/bindings.yaml"), wgsl=BITS_WGSL).variant()
+
+
+def _words(variant, v, m=ID) -> list[int]:
+    return [int(w) for w in abi.read(variant.run(n=1, params={"v": v, "m": m}).outputs["out"]).view("<u4")]
+
+
+def test_a_list_param_differing_from_the_last_only_past_float64_is_checked_and_packed_anew():
+    # Review helper 215: the fingerprint that lets an identical set skip its checks and reuse
+    # its bytes went through one float64 array: [2**53 + 1, 0.5] matched [2**53, 0.5] (and a
+    # signalling NaN matched a quiet one), so the second set ran with the first one's bytes.
+    v = _bits_variant("t17/fingerprint_big")
+    assert _words(v, [2**53, 0.5])[0] == int(np.float32(2**53).view(np.uint32))
+    with pytest.raises(DispatchError, match=r"9007199254740993 is not exactly an f32"):
+        v.run(n=1, params={"v": [2**53 + 1, 0.5], "m": ID})
+    assert _words(v, [SNAN, 1.0])[0] == 0x7F800001
+    assert _words(v, [QNAN, 1.0])[0] == 0x7FC00001
+
+
+def test_a_matrix_param_mixing_floats_with_an_inexact_integer_is_refused_as_a_vector_is():
+    # Review helper 215: numpy made [[16777217, 0.5], ...] float64 first, so the integer an f32
+    # rounds (refused in a vector, or in a matrix of integers alone) ran as 16777216.
+    v = _bits_variant("t17/matrix_inexact")
+    for m in ([[16777217, 0.5], [3, 4]], [[2**53 + 1, 0.5], [3, 4]], [[np.int64(16777217), 0.5], [3, 4]]):
+        with pytest.raises(DispatchError, match=r"is not exactly an f32") as caught:
+            v.run(n=1, params={"v": [1.0, 2.0], "m": m})
+        assert "bits/bindings.yaml" in str(caught.value)
+    assert _words(v, [1.0, 2.0], [[16777216, 0.5], [3, 4]])[2] == int(np.float32(16777216).view(np.uint32))
+
+
+def test_a_matrix_param_keeps_a_float32_elements_bits_in_a_list_as_a_vector_does():
+    # Review helper 215: the list went through float64, which quiets a signalling NaN.
+    v = _bits_variant("t17/matrix_snan")
+    words = _words(v, [SNAN, 1.0], [[SNAN, np.float32(-0.0)], [0.0, 1.0]])
+    assert words[0] == 0x7F800001 and words[2] == 0x7F800001 and words[3] == 0x80000000
