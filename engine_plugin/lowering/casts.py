@@ -45,12 +45,15 @@ def cast_refusal(arr: np.ndarray, target: np.dtype, underflow: bool = True) -> s
             )
     elif target.kind == "f" and arr.dtype.kind in "iu":
         return _inexact_integer(arr, target)
-    elif target.kind == "f" and arr.dtype.kind == "f" and arr.dtype.itemsize > 4:
+    elif target.kind == "f" and arr.dtype.kind == "f" and arr.dtype.itemsize > target.itemsize:
+        # Any narrowing: f64 to f32, and f32 or f64 to an f16 texture (review helper 214: a
+        # float32 texel of 1e-8 reached an rgba16float binding as 0.0 without a word).
         finite = arr[np.isfinite(arr)]
-        with np.errstate(over="ignore"):  # what rounds to inf, not what exceeds f32's max (3.4028235e38 rounds to it)
-            beyond = finite.size and bool(np.isinf(finite.astype(np.float32)).any())
+        with np.errstate(over="ignore"):  # what rounds to inf, not what exceeds the max (3.4028235e38 rounds to f32's)
+            beyond = finite.size and bool(np.isinf(finite.astype(target)).any())
         if beyond:
-            return "a value is beyond f32's range (it would become infinity); scale it or cast it yourself"
+            bits = 8 * target.itemsize
+            return f"a value is beyond f{bits}'s range (it would become infinity); scale it or cast it yourself"
         # The other end of the range: a value too small for an f32 became 0.0 without a word
         # (review helper 174), as one too big would have become infinity.
         if underflow:

@@ -402,3 +402,41 @@ def test_a_texture_view_is_refused_saying_what_to_pass():
     assert info.value.span.path is not None and info.value.span.line == 2
     with pytest.raises(DispatchError, match="outputs\\['out'\\] is a GPUTexture or an earlier run's texture output, not GPUTextureView.*one level"):
         double.run(n=(4, 4), inputs={"src": texture}, outputs={"out": level})
+
+
+F16_YAML = """\
+bindings:
+  - { name: img, kind: storage_texture, format: rgba16float, access: read }
+  - { name: dst, kind: buffer, access: read_write, element: vec4<f32>, count: "n" }
+workgroup: [8, 8]
+"""
+F16_WGSL = """\
+@compute @workgroup_size(8, 8)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
+    let i = zero_index(gid);
+    if (i >= zero_n()) { return; }
+    dst_set(i, textureLoad(img, gid.xy));
+}
+"""
+
+
+def _f16_variant():
+    return abi.program(key="t/f16_ranges", schema=abi.parse(F16_YAML, "f16/bindings.yaml"), wgsl=F16_WGSL).variant()
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_a_float_texel_too_small_for_f16_is_refused_not_read_as_zero(dtype):
+    # Review helper 214: a float32 1e-8 (below f16's smallest, 5.96e-8) reached the kernel of
+    # an rgba16float binding as 0.0, where the same float64 value was refused.
+    with pytest.raises(DispatchError, match=r"below float16's smallest .* it would become 0"):
+        _f16_variant().run(n=(1, 1), inputs={"img": np.full((1, 1, 4), 1e-8, dtype)})
+
+
+def test_a_float_texel_that_rounds_to_f16s_largest_is_taken_and_one_past_it_is_refused():
+    # Review helper 214: 65519 rounds to 65504 (f16's largest), not to infinity; it was refused
+    # as "beyond f16's range". 65520 does round to infinity.
+    variant = _f16_variant()
+    got = abi.read(variant.run(n=(1, 1), inputs={"img": np.full((1, 1, 4), 65519.0, np.float32)}).outputs["dst"])
+    np.testing.assert_array_equal(got[0], np.float32(np.float16(65519.0)))
+    with pytest.raises(DispatchError, match=r"infinity"):
+        variant.run(n=(1, 1), inputs={"img": np.full((1, 1, 4), 65520.0, np.float32)})
