@@ -76,6 +76,15 @@ WGSL_KEYWORDS = frozenset(
     enable false fn for if let loop override requires return struct switch true var while
     array atomic bool f16 f32 i32 u32 mat2x2 mat2x3 mat2x4 mat3x2 mat3x3 mat3x4 mat4x2 mat4x3
     mat4x4 ptr sampler texture_1d texture_2d vec2 vec3 vec4 main params""".split()
+    # WGSL's other predeclared types and their aliases (vec3f, mat2x2h): a struct named vec3f
+    # parsed, and a binding of element vec3f then ran as vec3<f32>, the struct ignored (review
+    # helper 215).
+    + """sampler_comparison texture_2d_array texture_3d texture_cube texture_cube_array
+    texture_multisampled_2d texture_depth_2d texture_depth_2d_array texture_depth_cube
+    texture_depth_cube_array texture_depth_multisampled_2d texture_external texture_storage_1d
+    texture_storage_2d texture_storage_2d_array texture_storage_3d""".split()
+    + [f"vec{n}{s}" for n in (2, 3, 4) for s in "fhiu"]
+    + [f"mat{c}x{r}{s}" for c in (2, 3, 4) for r in (2, 3, 4) for s in "fh"]
 )
 # WGSL's reserved words (the spec's list, which naga refuses too, but for binding_array, which
 # this naga takes as a name): a binding named `meta` failed

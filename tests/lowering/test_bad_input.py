@@ -803,3 +803,14 @@ bindings:
 """
     with pytest.raises(LoweringError, match="'ps_set_x'.*rename"):
         lower(parse(yaml, "t/bindings.yaml"), "@compute @workgroup_size(64)\nfn main() { }\n")
+
+
+@pytest.mark.parametrize("name", ["vec3f", "vec4u", "vec2i", "vec3h", "mat2x2f", "mat4x3h", "texture_3d", "sampler_comparison"])
+def test_a_struct_named_like_a_wgsl_predeclared_type_is_refused_at_its_name(name):
+    # Review helper 215: `structs: { vec3f: { a: u32 } }` parsed, and a binding of element
+    # vec3f then silently ran as vec3<f32>, the declared struct ignored.
+    yaml = f"structs:\n  {name}: {{ a: u32 }}\nbindings:\n  - {{ name: src, kind: buffer, access: read, element: {name} }}\n"
+    with pytest.raises(SchemaError) as err:
+        parse(yaml, "t/bindings.yaml")
+    text = str(err.value)
+    assert text.startswith("t/bindings.yaml:2:") and repr(name) in text and "reserved" in text, text
