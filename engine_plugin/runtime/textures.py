@@ -74,7 +74,7 @@ def upload_texture(ctx: DeviceContext, values: Any, dim: str, name: str, storage
         if arr.shape[-1] != format_channels(storage_format):
             raise DispatchError(f"storage texture {name!r} is {storage_format} ({format_channels(storage_format)} channels); got {arr.shape[-1]}")
     else:
-        if arr.dtype == np.float64:
+        if arr.dtype.kind == "f" and arr.dtype.itemsize == 8:  # either byte order (">f8" was refused)
             reason = cast_refusal(arr, np.dtype(np.float32))
             if reason:
                 raise DispatchError(f"texture {name!r}: {reason}")

@@ -739,6 +739,9 @@ class Variant:
             return _Bound(value, count, 0, _binding_size(count * vt.bytes))
         if isinstance(value, Table):
             raise self._slot_error(slot, f"input {slot.name!r} is a {vt.wgsl} buffer; a Table binds to a kind: columns binding")
+        if isinstance(value, (TextureOutput, wgpu.GPUTexture, wgpu.GPUTextureView)):
+            # (it was "dtype object is not numeric": review helper 214)
+            raise self._slot_error(slot, f"input {slot.name!r} is a {vt.wgsl} buffer; a texture binds to a kind: texture or storage_texture binding")
         if value is None:
             raise self._slot_error(slot, f"missing input {slot.name!r} ({vt.wgsl})")
         return self._upload(slot, value, work.temps)

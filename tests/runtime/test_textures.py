@@ -440,3 +440,39 @@ def test_a_float_texel_that_rounds_to_f16s_largest_is_taken_and_one_past_it_is_r
     np.testing.assert_array_equal(got[0], np.float32(np.float16(65519.0)))
     with pytest.raises(DispatchError, match=r"infinity"):
         variant.run(n=(1, 1), inputs={"img": np.full((1, 1, 4), 65520.0, np.float32)})
+
+
+def test_a_big_endian_float64_image_is_taken_as_a_native_one_is():
+    # Review helper 214: a native float64 image was taken (as f32), a big-endian one refused
+    # with "no texture format holds >f8 texels".
+    image = np.arange(4 * 4, dtype=np.float64).reshape(4, 4) / 8
+    double = copy("float", "rgba32float", "2.0")
+    native = abi.read(double.run(n=(4, 4), inputs={"src": image}).outputs["out"])
+    swapped = abi.read(double.run(n=(4, 4), inputs={"src": image.astype(">f8")}).outputs["out"])
+    np.testing.assert_array_equal(swapped, native)
+    np.testing.assert_array_equal(native[..., 0][:, 0::2], (image * 2)[:, 0::2])
+
+
+def test_a_texture_handed_to_a_buffer_binding_is_refused_saying_where_it_binds():
+    # Review helper 214: it said "dtype object is not numeric".
+    yaml = """\
+bindings:
+  - { name: src, kind: texture }
+  - { name: out, kind: storage_texture, format: rgba32float, size: [nx, ny] }
+  - { name: buf, kind: buffer, access: read, element: f32 }
+workgroup: [8, 8]
+"""
+    wgsl = """\
+@compute @workgroup_size(8, 8)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
+    if (zero_index(gid) >= zero_n()) { return; }
+    textureStore(out, gid.xy, textureLoad(src, gid.xy, 0) + vec4<f32>(buf_get(0u)));
+}
+"""
+    v = abi.program(key="t/texture_to_buffer", schema=abi.parse(yaml, "tb/bindings.yaml"), wgsl=wgsl).variant()
+    image, one = np.ones((2, 2, 4), np.float32), np.ones(1, np.float32)
+    made = v.run(n=(2, 2), inputs={"src": image, "buf": one}).outputs["out"]
+    np.testing.assert_array_equal(abi.read(made), 2.0)
+    with pytest.raises(DispatchError, match=r"input 'buf' is a f32 buffer; a texture binds to a kind: texture or storage_texture binding") as info:
+        v.run(n=(2, 2), inputs={"src": image, "buf": made})
+    assert info.value.span is not None and info.value.span.line == 4
