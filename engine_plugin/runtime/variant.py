@@ -1125,6 +1125,7 @@ class Variant:
             recorded.made(buf)  # its output: holds nothing of it until it is submitted
             recorded.results(buf)
             recorded.held(buf)
+            recorded.held_bytes += cls  # (the buffer's size: its size class)
         else:
             ops, result, owned = self._pooled_outputs(rep)
             bind_group = self._repeat_bind_group(rep, tuple(owned), owned)
@@ -1132,6 +1133,7 @@ class Variant:
                 recorded.made(buf)
                 recorded.results(buf)
                 recorded.held(buf)
+                recorded.held_bytes += buf.size
         recorded.record((self.compiled.pipeline, bind_group, recorded.offset, rep.groups, ops))
         if recorded.due is not None:
             recorded.until_due -= 1

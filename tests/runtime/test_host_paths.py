@@ -359,6 +359,27 @@ def test_a_default_batch_on_a_gpu_slices_only_work_worth_a_submission(axpy, ever
     assert record() > 2
 
 
+def test_repeats_of_one_run_in_a_default_batch_on_a_gpu_slice_by_the_bytes_they_hold(axpy, every_run_a_slice, monkeypatch):
+    # The batch's lane adds up what its repeats' outputs hold instead of summing every held
+    # buffer at each look: a slice still goes once they hold SLICE_MIN_BYTES, and not before.
+    monkeypatch.setitem(get_context().cache("runtime"), "submits block", False)
+    monkeypatch.setattr(batch_module, "SLICE_MAX_S", 3600.0)
+    x = get_context().device.create_buffer_with_data(data=XS, usage=STORAGE)
+
+    def record() -> int:
+        with abi.batch() as b:
+            outs = [axpy.run(256, inputs={"x": x}, params={"a": 2.0}).outputs["y"] for _ in range(64)]
+        for out in outs:
+            np.testing.assert_array_equal(abi.read(out), 2.0 * XS + 1.0)
+        return b.submissions
+
+    assert record() == 1  # 64 runs of 1 KiB outputs: never worth a submission
+    monkeypatch.setattr(batch_module, "SLICE_MIN_BYTES", 16 * 1024)  # x and 15 outputs
+    sliced = record()
+    # At least every 8th record looks (LANE_DUE_EVERY), and a slice needs ~16 records' outputs.
+    assert 2 <= sliced <= 64 // 15 + 2
+
+
 def _hold_all_but_one_slot(variant):
     """Prepared runs (the engine's path) holding every params slot but one, as allowed."""
     area = get_context().device.create_buffer(size=1 << 16, usage=STORAGE)
