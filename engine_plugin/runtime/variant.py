@@ -752,11 +752,13 @@ class Variant:
         raw words (``bits``/``atomic``)."""
         vt = slot.value_type
         known = value.count_known  # read once: another thread may learn the count meanwhile
-        if not known and value is not work.domain_output:
+        if not known and (value is not work.domain_output or slot.role == "inout"):
             # Its count is on the GPU: read it now (a wait), so the binding covers exactly the
             # live elements (SPEC: arrayLength == NAME_len()) and len() in count expressions is
             # the count. Handed as the run's domain_count too, it stays on the GPU: the kernel
-            # runs over zero_n(), the live count, and the binding covers the capacity.
+            # runs over zero_n(), the live count, and the binding covers the capacity; but not
+            # for a read_write binding, whose Output (written in place) answers the bound count:
+            # it said the capacity (review helper 216).
             count, known = value.count, True
         else:
             count = value.count if known else value.capacity
@@ -1888,6 +1890,15 @@ class Variant:
             if size * vt.bytes > buf.size:
                 raise self._slot_error(slot, f"outputs[{slot.name!r}] holds {buf.size // vt.bytes} elements; its capacity says {size}")
             keep_count = counter is not None
+            owner = source or holder
+            if slot.role == "append" and keep_count and owner is not None and owner._counter is counter and size < owner.capacity:
+                # Its appends past ``size`` would be dropped but counted on the shared counter:
+                # the owner, with its larger capacity, read them as live zeros (helper 216).
+                raise self._slot_error(
+                    slot,
+                    f"outputs[{slot.name!r}]: capacity {size} is below the {owner.capacity} of output {owner.name!r}, whose count it continues: "
+                    f"records past {size} would be lost while {owner.name!r} counts them; give its capacity (or none)",
+                )
         nbytes = _binding_size(size * vt.bytes)
         if buf is None:
             nbytes = self._bound_bytes(slot, size * vt.bytes)  # the range it binds, cleared whole
@@ -2069,7 +2080,11 @@ def _given_output(given: Any) -> tuple[Any, Any, int | None, int | None, Output 
         DispatchError: an entry of another shape (the caller names the binding).
     """
     if isinstance(given, Output):
-        return given._buffer, given._counter, None, given.capacity * given.element.bytes, given
+        # An append continues an append's own counter only: a live output's is the snapshot its
+        # run's live outputs share, which appends raised under the others (review helper 216),
+        # and only while its count was still on the GPU. Given so, it is written from its start.
+        counter = given._counter if given._counter_kind == "append" else None
+        return given._buffer, counter, None, given.capacity * given.element.bytes, given
     if isinstance(given, wgpu.GPUBuffer):
         return given, None, None, None, None
     if isinstance(given, Mapping) and "buffer" in given:
