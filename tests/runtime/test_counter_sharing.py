@@ -7,31 +7,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from runtime_kernels import FILTER_WGSL, FILTER_YAML, make
 
 from engine_plugin import abi
 from engine_plugin.errors import DispatchError
 
 pytestmark = pytest.mark.gpu
 
-FILTER_YAML = """\
-bindings:
-  - { name: live, kind: domain_count }
-  - { name: src,  kind: buffer, access: read, element: f32 }
-  - { name: hits, kind: buffer, access: read_write, element: f32, capacity: "cap", append: true }
-params:
-  - { name: t, type: f32 }
-  - { name: cap, type: u32 }
-determinism: float_order
-"""
-FILTER_WGSL = """\
-@compute @workgroup_size(64)
-fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
-    let i = zero_index(gid);
-    if (i >= zero_n()) { return; }
-    let v = src_get(i);
-    if (v > params.t) { hits_append(v); }
-}
-"""
 TWO_YAML = """\
 bindings:
   - { name: live, kind: domain_count }
@@ -65,7 +47,7 @@ SRC = np.arange(100, dtype=np.float32)
 
 
 def _variant(key: str, yaml: str, wgsl: str):
-    return abi.program(key=key, schema=abi.parse(yaml, f"{key}/bindings.yaml"), wgsl=wgsl).variant()
+    return make(key, yaml, wgsl)
 
 
 @pytest.fixture(scope="module")
@@ -74,7 +56,7 @@ def filt():
 
 
 def _hits(filt, t: float, cap: int = 64):
-    return filt.run(n=100, inputs={"src": SRC}, params={"t": t, "cap": cap}).outputs["hits"]  # its count on the GPU
+    return filt.run(n=100, inputs={"src": SRC}, params={"threshold": t, "cap": cap}).outputs["hits"]  # its count on the GPU
 
 
 @pytest.mark.parametrize("read_first", [False, True])
@@ -86,7 +68,7 @@ def test_a_live_output_given_to_an_append_leaves_its_runs_other_live_outputs_as_
     run = two.run(n=50, inputs={"src": h}, domain_count=h)
     a, b = run.outputs["a"], run.outputs["b"]
     more = np.arange(5, dtype=np.float32) + 1000
-    x = filt.run(n=5, inputs={"src": more}, params={"t": 0.0, "cap": 50}, outputs={"hits": a}).outputs["hits"]
+    x = filt.run(n=5, inputs={"src": more}, params={"threshold": 0.0, "cap": 50}, outputs={"hits": a}).outputs["hits"]
     # b's count is its run's snapshot: no later run changes it (it read 15, 5 of them zeros)
     assert b.count == 10
     np.testing.assert_array_equal(np.sort(abi.read(b)), SRC[90:] + 2.0)
@@ -99,11 +81,11 @@ def test_an_append_continued_with_a_smaller_capacity_than_its_output_is_refused(
     h = _hits(filt, 89.5)
     more = np.arange(5, dtype=np.float32) + 1000
     with pytest.raises(DispatchError, match=r"capacity 3 is below the 64 of output 'hits'") as info:
-        filt.run(n=5, inputs={"src": more}, params={"t": 0.0, "cap": 3}, outputs={"hits": {"buffer": h, "capacity": 3}})
+        filt.run(n=5, inputs={"src": more}, params={"threshold": 0.0, "cap": 3}, outputs={"hits": {"buffer": h, "capacity": 3}})
     assert "counters/filter/bindings.yaml" in str(info.value)
     assert h.count == 10 and h.overflow is None  # nothing ran: h is as it was
     np.testing.assert_array_equal(np.sort(abi.read(h)), SRC[90:])
-    x = filt.run(n=5, inputs={"src": more}, params={"t": 0.0, "cap": 64}, outputs={"hits": h}).outputs["hits"]
+    x = filt.run(n=5, inputs={"src": more}, params={"threshold": 0.0, "cap": 64}, outputs={"hits": h}).outputs["hits"]
     assert x.count == 15 and h.count == 15  # continued within its capacity: both count what it holds
     np.testing.assert_array_equal(np.sort(abi.read(h)), np.concatenate([SRC[90:], more]))
 
