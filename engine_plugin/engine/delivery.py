@@ -103,6 +103,12 @@ class Delivery:
     def collect(self, st: FrameStats) -> None:
         """Step 5: deliver finished readbacks; apply what is still current."""
         self.poll()
+        self.deliver_completed(st)
+
+    def deliver_completed(self, st: FrameStats) -> None:
+        """Deliver the readbacks completed so far, without polling the backend (what
+        :meth:`collect` does after its poll; ``Engine.close`` counts the ones its backend's
+        close failed so)."""
         if self._voided:  # requested, never applied: void with their backend (recover_gpu)
             st.readbacks_stale += self._voided
             self._voided = 0

@@ -1340,6 +1340,13 @@ class Engine:
             self.unregister_product(product.handle)  # type: ignore[arg-type]
         if self._gpu.owns_backend:
             self.backend.close()
+        if self._delivery.waiting:
+            # Readbacks the close failed (or that landed undelivered): counted now, for products
+            # unregistered above, never applied. They were counted nowhere, and the engine said
+            # it was busy until a frame after its close (review helper 217).
+            st = self.totals.empty_like()
+            self._delivery.deliver_completed(st)
+            self.totals.add(st)
         if self._claims and not self._dirty_released:
             if any(self._gpu.kernel_written(spec.name) for spec in getattr(self.world, "fields", ())):
                 # Its flags are parked (the untaken ones, and what changes meanwhile): a reuse

@@ -69,6 +69,15 @@ class FrameStats:
             for key, ms in other.product_gpu_ms.items():
                 self.product_gpu_ms[key] = self.product_gpu_ms.get(key, 0.0) + ms
 
+    def empty_like(self) -> FrameStats:
+        """Stats counting nothing, with these stats' latest-frame flags (``frame``,
+        ``gpu_active``, ...): what :meth:`add` takes to count more without changing them."""
+        out = FrameStats()
+        for name in _LATEST:
+            out.__dict__[name] = self.__dict__[name]
+        out.gpu_lost = self.gpu_lost
+        return out
+
     def summary(self) -> str:
         """One line for a log or a HUD."""
         return (

@@ -764,3 +764,24 @@ def test_an_interrupt_inside_a_world_change_never_leaves_new_values_unversioned(
     run_until_idle(engine, timeout=20)
     for k in range(4):
         assert same_bits(np.asarray(seen.latest[k]).reshape(-1), cpu_summary(world, "h", k)), (k, world.read(2, "h"))
+
+
+def test_closing_an_engine_with_a_readback_in_flight_counts_it_and_leaves_the_engine_idle(gpu):
+    # Review helper 217: the readback close() failed was counted nowhere (requested 1, applied,
+    # stale and failed 0), and the engine said it was not idle until a frame after close().
+    world = make_world(n=8)
+    engine = Engine(world, device=gpu)
+    applied: list = []
+    summary_product(engine, apply=applied.append)
+    with held_deliveries(engine):
+        engine.frame()
+        wait_for_gpu(engine)
+    assert engine.totals.readbacks_requested == 1 and engine.inflight == 1
+    before = engine.totals
+    flags = (before.frame, before.gpu_active, before.gpu_timing)
+    engine.close()
+    t = engine.totals
+    assert (t.frame, t.gpu_active, t.gpu_timing) == flags  # the last frame's flags stand
+    assert t.readbacks_requested == t.readbacks_applied + t.readbacks_stale + t.readbacks_failed == 1
+    assert t.readbacks_applied == 0 and not applied  # its product was unregistered: never applied
+    assert engine.idle and engine.inflight == 0
