@@ -176,6 +176,8 @@ def _inexact_f32_integer(value: Any) -> str | None:
         item = stack.pop()
         if isinstance(item, (list, tuple)):
             stack.extend(item)
+        elif isinstance(item, np.ndarray) and item.dtype.kind in "iu":
+            stack.extend(item.reshape(-1).tolist())  # an integer array among floats: float64 as one array
         elif isinstance(item, (int, np.integer)) and not isinstance(item, (bool, np.bool_)):
             number = int(item)
             if abs(number) > _EXACT_F32_INT and abs(number) <= F32_MAX and int(np.float32(number)) != number:

@@ -201,7 +201,7 @@ def test_a_matrix_param_mixing_floats_with_an_inexact_integer_is_refused_as_a_ve
     # Review helper 215: numpy made [[16777217, 0.5], ...] float64 first, so the integer an f32
     # rounds (refused in a vector, or in a matrix of integers alone) ran as 16777216.
     v = _bits_variant("t17/matrix_inexact")
-    for m in ([[16777217, 0.5], [3, 4]], [[2**53 + 1, 0.5], [3, 4]], [[np.int64(16777217), 0.5], [3, 4]]):
+    for m in ([[16777217, 0.5], [3, 4]], [[2**53 + 1, 0.5], [3, 4]], [[np.int64(16777217), 0.5], [3, 4]], [np.array([16777217, 2]), [0.5, 1.0]]):
         with pytest.raises(DispatchError, match=r"is not exactly an f32") as caught:
             v.run(n=1, params={"v": [1.0, 2.0], "m": m})
         assert "bits/bindings.yaml" in str(caught.value)
