@@ -9,7 +9,6 @@ sends every lowered line back to the user's file (a module's line to the module'
 from __future__ import annotations
 
 import hashlib
-import logging
 import re
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -48,7 +47,6 @@ from .workgroup_init import INIT_FN, PRIVATE_INIT_FN, private_reset_function, wo
 
 __all__ = ["lower", "LOWERING_VERSION"]
 
-log = logging.getLogger("engine_plugin.lowering")
 
 # A body with its #import modules, in characters (see _Lowerer._run).
 MAX_KERNEL_CHARS = 1024 * 1024
@@ -750,18 +748,15 @@ class _Lowerer:
 
         dims = [evaluate_int(arg, name) for arg in args]
         if not 1 <= len(dims) <= 3 or any(d is None for d in dims):
-            # Valid WGSL this check cannot follow (a vector's member, a function it does not
-            # know): not refused, said once; the host dispatches by the schema's size regardless.
+            # Valid WGSL this check cannot follow (select(), a conversion, a builtin it does not
+            # know). It was only logged, and the host dispatched by the schema's size: a body
+            # written for 32 ran at 64 and summed half its groups (review helper 218).
             shown = ", ".join(" ".join(t.text for t in arg) for arg in args)
-            log.warning(
-                "%s:%d:%d: @workgroup_size(%s) is not checked against bindings.yaml's workgroup %s (the lowering cannot evaluate it); "
-                "the host dispatches by the schema's size, so write it as literals or consts if they could differ",
-                self.wgsl_path,
+            raise self.error(
+                f"@workgroup_size({shown}) cannot be checked against bindings.yaml's workgroup {_dims(want)}, and the host dispatches by "
+                "the schema's size: write it as integer literals, consts or overrides of them (+ - * / % << >> & | ^, min, max, abs, u32(), i32()), or a kind: workgroup specialisation",
                 *where(tok),
-                shown,
-                _dims(want),
             )
-            return
         size = tuple(dims + [1] * (3 - len(dims)))
         if size != want:
             raise self.error(

@@ -454,6 +454,16 @@ CASES = [
         "@workgroup_size(32) does not match",
         body="@compute @workgroup_size(max(8u, 32u))\nfn main(@builtin(global_invocation_id) gid: vec3<u32>) {\n}\n",
     ),
+    # an attribute the check cannot evaluate was only logged, and the host dispatched by the
+    # schema's size: a body written for 32 ran at 64 (review helper 218)
+    Bad(
+        "workgroup-size-unevaluable",
+        GOOD,
+        LoweringError,
+        "workgroup_size(select",
+        "cannot be checked against bindings.yaml's workgroup",
+        body="const WGS: u32 = 32u;\n@compute @workgroup_size(select(64u, WGS, true))\nfn main(@builtin(global_invocation_id) gid: vec3<u32>) {\n}\n",
+    ),
     # main's own attribute, not the first in the body (helper 76)
     Bad(
         "workgroup-size-vector-lane-mismatch",
@@ -718,12 +728,19 @@ def test_a_read_write_column_on_a_page_read_only_in_some_variant_is_refused(orde
         ("const TILE = vec2u(8u, 8u);", "TILE.x * TILE.y"),
         ("const SQ = vec2<u32>(8u);", "SQ.r * SQ.g"),
         ("const A0 = 64u;\n" + "\n".join(f"const A{j} = (A{j - 1} + A{j - 1}) / 2u;" for j in range(1, 40)), "A39"),  # not exponential
-        ("const B0 = 64u;\n" + "\n".join(f"const B{j} = B{j - 1};" for j in range(1, 400)), "B399"),  # past the stack: a warning, no RecursionError
     ],
 )
 def test_a_workgroup_size_of_consts_equal_to_the_schemas_is_accepted(decl, size):
     body = f"{decl}\n@compute @workgroup_size({size})\nfn main(@builtin(global_invocation_id) gid: vec3<u32>) {{\n}}\n"
     assert lower(parse(GOOD, YAML), body, SPEC, wgsl_path=WGSL).workgroup == (64, 1, 1)
+
+
+def test_a_workgroup_size_of_a_const_chain_past_the_stack_is_refused_at_its_line_not_a_recursion_error():
+    decl = "const B0 = 64u;\n" + "\n".join(f"const B{j} = B{j - 1};" for j in range(1, 400))
+    body = f"{decl}\n@compute @workgroup_size(B399)\nfn main(@builtin(global_invocation_id) gid: vec3<u32>) {{\n}}\n"
+    with pytest.raises(LoweringError, match=r"@workgroup_size\(B399\) cannot be checked") as err:
+        lower(parse(GOOD, YAML), body, SPEC, wgsl_path=WGSL)
+    assert str(err.value).startswith(f"{WGSL}:401:")
 
 
 def test_a_helper_entry_points_workgroup_size_is_not_mains():
