@@ -177,7 +177,8 @@ class PreparedRun:
     and the pooled buffers to give back once the submission carrying it is submitted.
 
     Its params are written already; call :meth:`submitted` after the submit (or when the
-    records are dropped: nothing of them ran then, so the buffers are free as well).
+    records are dropped: nothing of them ran then, so the buffers are free as well). Dropping
+    it unsubmitted does the same: its records are not to be submitted once it is gone.
     """
 
     variant: "Variant"
@@ -221,11 +222,17 @@ class PreparedRun:
             fn()
 
     def __del__(self) -> None:
-        # Dropped without submitted(): nothing of it runs, so a destroy() that waited for it goes ahead.
-        if not self._done and self.on_drop:
+        # Dropped without submitted(): nothing of it runs (its records go with it), so a
+        # destroy() that waited for it goes ahead, and its params slot and uploads go back: they
+        # stayed taken for good, and after 255 drops every prepare of the variant was refused
+        # (review helper 219).
+        if not self._done:
+            self._done = True
             try:
+                self.variant._ring.reserved.discard(self.params_offset)
+                self.variant._pool_back(self.temps)
                 self._run_on_drop()
-            except Exception:  # interpreter shutdown: nothing left to destroy into
+            except Exception:  # interpreter shutdown: nothing left to give back to
                 pass
 
 
@@ -473,9 +480,12 @@ class _PlacedRepeat:
         """Whether a prepare with these arguments may use an entry (see the class)."""
         if results is not self.results or not inputs or len(inputs) != len(self.inputs):
             return False
-        if self.epoch != DESTROY_EPOCH[0]:  # something was destroyed since: not what this binds?
+        if self.epoch != DESTROY_EPOCH[0]:  # something was destroyed or voided since: not what this binds?
             epoch = DESTROY_EPOCH[0]
-            if is_destroyed(results) or any(is_destroyed(v) for _, v in self.inputs if v is not None):
+            # A buffer whose writing run was dropped unsubmitted too, as the run repeat checks
+            # (_Repeat.none_destroyed): the prepare repeat bound one and read its stale bytes
+            # (review helper 219). The full path refuses it, naming the binding.
+            if is_destroyed(results) or any(is_destroyed(v) or _voided(v) for _, v in self.inputs if v is not None):
                 return False
             self.epoch = epoch
         arrays = self.arrays
@@ -488,6 +498,13 @@ class _PlacedRepeat:
             elif v is not rv:
                 return False
         return _same_params(params, self)  # type: ignore[arg-type]  # the same two fields as _Repeat's
+
+
+def _voided(value: Any) -> bool:
+    """Whether an input (a buffer, or an Output's) holds no result: the run writing it was
+    dropped unsubmitted (:func:`~engine_plugin.runtime.batch.unsubmitted`)."""
+    buffer = value._buffer if isinstance(value, Output) else value if isinstance(value, wgpu.GPUBuffer) else None
+    return buffer is not None and unsubmitted(buffer) is not None
 
 
 def _placed_key(n: int, inputs: Mapping[str, Any], arrays: Mapping[str, Any]) -> tuple:
@@ -1244,6 +1261,7 @@ class Variant:
         try:
             if self._domain_name is not None and inputs and self._domain_name in inputs:
                 inputs, domain_count = self._domain_input(inputs, domain_count)
+            self._check_area(results)
             with self._lock:
                 flush_pending()  # a deferred run goes first, in queue order
                 if len(self._ring.reserved) >= self._ring.slots - 1:  # one slot each, until submitted
@@ -1272,6 +1290,22 @@ class Variant:
             if lost is None or lost is exc:
                 raise
             raise lost from None
+
+    def _check_area(self, results: Any) -> None:
+        """Refuse a results area a submission could not use: one destroyed or still mapped
+        (wgpu-native aborts the process on submitting it), of another device, or without the
+        usage the docstring of :meth:`prepare` asks (wgpu's bare validation error said none of
+        this: review helper 219)."""
+        if not isinstance(results, wgpu.GPUBuffer):
+            raise DispatchError(f"results= is the GPUBuffer the outputs are placed in, not {type(results).__name__}", Span(self.yaml_path))
+        gone = unusable(results)
+        if gone is not None:
+            raise DispatchError(f"results area {results.label!r} {gone}", Span(self.yaml_path))
+        need = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC | wgpu.BufferUsage.COPY_DST
+        if results.usage & need != need:
+            raise DispatchError(f"results area {results.label!r} needs STORAGE | COPY_SRC | COPY_DST usage", Span(self.yaml_path))
+        if self._other_device(results):
+            raise DispatchError(f"results area {results.label!r} lives on another device than this variant's", Span(self.yaml_path))
 
     def _prepared(
         self,

@@ -180,3 +180,87 @@ def test_a_remembered_prepare_does_not_keep_its_first_work_list_alive():
         _submit(ctx, variant.prepare(8, {"items": np.zeros(8, np.uint32), "src": src}, {"a": 1.0, "b": 0.0, "k": 1}, results=area))
     gc.collect()
     assert ref() is None
+
+
+def test_a_prepare_repeat_refuses_an_input_whose_writing_run_was_dropped_unsubmitted(monkeypatch):
+    # Review helper 219: the full prepare refuses an input that holds no result (the batch run
+    # writing it was dropped while the batch submitted), but the prepare repeat bound it and
+    # the kernel read its old bytes.
+    import importlib
+
+    batch_module = importlib.import_module("engine_plugin.runtime.batch")
+    ctx = get_context()
+    variant = _variant("t15/gather_voided")
+    writer = abi.program(
+        key="t15/voided_writer",
+        schema=abi.parse('bindings:\n  - { name: out, kind: buffer, access: read_write, element: f32, count: "n" }\n'),
+        wgsl="@compute @workgroup_size(64)\nfn main(@builtin(global_invocation_id) gid: vec3<u32>) {\n"
+        "    let i = zero_index(gid);\n    if (i >= zero_n()) { return; }\n    out_set(i, 100.0);\n}\n",
+    ).variant()
+    src = ctx.device.create_buffer_with_data(data=np.full(64, 7, np.float32), usage=STORAGE)
+    area = ctx.device.create_buffer(size=4096, usage=STORAGE)
+    items = np.arange(8, dtype=np.uint32)
+    params = {"a": 1.0, "b": 0.0, "k": 0}
+    first = variant.prepare(8, {"items": items, "src": src}, params, results=area)
+    _submit(ctx, first)  # checked in full, remembered
+    np.testing.assert_array_equal(_read(ctx, area, first.layout["y"], 8, np.float32), 7.0)
+
+    def fail(*args, **kwargs):
+        raise RuntimeError("an error while the batch submitted")
+
+    monkeypatch.setattr(batch_module, "submit_records", fail)
+    with pytest.raises(RuntimeError), abi.batch():
+        writer.run(8, outputs={"out": src})
+    monkeypatch.undo()
+    assert batch_module.unsubmitted(src) is not None
+    with pytest.raises(DispatchError, match=r"holds no result"):
+        variant.prepare(8, {"items": items, "src": src}, params, results=area)
+
+
+@pytest.mark.parametrize("case", ["destroyed", "pending_destroy", "mapped", "no_copy_dst", "not_a_buffer"])
+def test_a_results_area_a_submission_cannot_use_is_refused_by_prepare(case):
+    # Review helper 219: prepare never looked at its results area. A destroyed one (or one whose
+    # destroy() waited on an unsubmitted prepared run) or a still-mapped one aborted the process
+    # at the submission; a wrong usage raised wgpu's bare validation error.
+    ctx = get_context()
+    variant = _variant(f"t15/gather_area_{case}")
+    src = ctx.device.create_buffer_with_data(data=np.arange(64, dtype=np.float32), usage=STORAGE)
+    items = np.arange(8, dtype=np.uint32)
+    params = {"a": 1.0, "b": 0.0, "k": 0}
+    pending = None
+    if case == "no_copy_dst":
+        area = ctx.device.create_buffer(size=4096, usage=wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC, label="area")
+    elif case == "mapped":
+        area = ctx.device.create_buffer(size=4096, usage=STORAGE, mapped_at_creation=True, label="area")
+    elif case == "not_a_buffer":
+        area = np.zeros(1024, np.float32)
+    else:
+        area = ctx.device.create_buffer(size=4096, usage=STORAGE, label="area")
+        if case == "pending_destroy":
+            pending = variant.prepare(8, {"items": items, "src": src}, params, results=area)
+        area.destroy()  # (pending: waits for that prepared run)
+    with pytest.raises(DispatchError, match=r"results") as info:
+        variant.prepare(8, {"items": items, "src": src}, params, results=area)
+    assert "t15/gather_area" in str(info.value)
+    if pending is not None:
+        _submit(ctx, pending)  # the run prepared before the destroy still runs; nothing aborts
+    if case == "mapped":
+        area.unmap()
+
+
+def test_prepared_runs_dropped_unsubmitted_give_their_params_slots_back():
+    # Review helper 219: a PreparedRun dropped without submitted() kept its params slot (and
+    # its uploads) for good: after 255 drops every prepare of the variant was refused.
+    import gc
+
+    ctx = get_context()
+    variant = _variant("t15/gather_dropped")
+    src = ctx.device.create_buffer_with_data(data=np.arange(64, dtype=np.float32), usage=STORAGE)
+    area = ctx.device.create_buffer(size=4096, usage=STORAGE)
+    for step in range(300):
+        params = {"a": float(step), "b": 0.0, "k": 0}
+        variant.prepare(8, {"items": np.arange(8, dtype=np.uint32), "src": src}, params, results=area)  # dropped at once
+    gc.collect()
+    kept = variant.prepare(8, {"items": np.arange(8, dtype=np.uint32), "src": src}, {"a": 3.0, "b": 1.0, "k": 0}, results=area)
+    _submit(ctx, kept)
+    np.testing.assert_array_equal(_read(ctx, area, kept.layout["y"], 8, np.float32), 3.0 * np.arange(8, dtype=np.float32) + 1.0)
