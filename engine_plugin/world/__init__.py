@@ -6,7 +6,7 @@ versioning rules the GPU layer relies on.
 """
 
 from .edit import ChunkEdit
-from .errors import ChunkBusyError, UnknownChunkError, WorldError, WorldFullError
+from .errors import ChunkBusyError, UnknownChunkError, UnknownFieldError, WorldError, WorldFullError
 from .fields import FieldSpec
 from .world import World
 
@@ -15,6 +15,7 @@ __all__ = [
     "ChunkEdit",
     "FieldSpec",
     "UnknownChunkError",
+    "UnknownFieldError",
     "World",
     "WorldError",
     "WorldFullError",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ..errors import PluginError
 
-__all__ = ["ChunkBusyError", "UnknownChunkError", "WorldError", "WorldFullError"]
+__all__ = ["ChunkBusyError", "UnknownChunkError", "UnknownFieldError", "WorldError", "WorldFullError"]
 
 
 class WorldError(PluginError, ValueError):
@@ -13,6 +13,10 @@ class WorldError(PluginError, ValueError):
 
 class UnknownChunkError(WorldError, KeyError):
     """No live chunk has this key (never added, or evicted)."""
+
+
+class UnknownFieldError(WorldError, KeyError):
+    """A field name the world does not declare, asked of a chunk's edit (a mapping: a KeyError too)."""
 
 
 class WorldFullError(WorldError):

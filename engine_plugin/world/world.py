@@ -287,6 +287,15 @@ class World:
             yield edit
             with self.lock:
                 taken = edit._close()
+                for name, arr in taken.items():
+                    # All or nothing: an array reshaped in place (arr.shape = ...) failed the
+                    # store half way, one field stored under a new version (review helper 221).
+                    want = self._rw[name].shape[1:]
+                    if arr.shape != want or arr.dtype != self._rw[name].dtype:
+                        raise WorldError(
+                            f"world.edit({key}): field {name!r} was handed back as shape {arr.shape} {arr.dtype}, not its {want} {self._rw[name].dtype} "
+                            "(write into the array, arr[...] = values, rather than reshaping it); nothing of the edit was stored"
+                        )
                 if taken:
                     # A bool copy may hold bytes other than 0/1 (np.copyto of raw bytes):
                     # stored as 0/1, as write() stores them.
@@ -402,11 +411,11 @@ class World:
         """Make ``consumer``'s flags of fields ``names`` (the world's own for None) those parked
         under ``parked``, exactly what changed since, and drop the parked flags."""
         with self.lock:
+            masks = self._masks(consumer) if parked != consumer else None  # first: a refusal keeps the parked flags (helper 221)
             rows = self._dirty_rows.pop(parked, None)
             self._forget_row(parked)  # one finaliser an engine, however often it is closed
-            if rows is None or parked == consumer:
+            if rows is None or masks is None:
                 return
-            masks = self._masks(consumer)
             for name in names:
                 masks[self.field(name).name][:] = rows[self.field(name).name]
 

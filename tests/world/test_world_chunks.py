@@ -368,3 +368,58 @@ def test_a_bool_array_holding_other_bytes_is_stored_as_0_and_1():
     with world.edit(0) as f:  # an edit's copy too
         np.copyto(f["b"], np.frombuffer(bytes([7, 0, 3, 9]), np.bool_).reshape(2, 2))
     assert world.mirror("b").view(np.uint8).reshape(2, -1)[world.slot(0)][:4].tolist() == [1, 0, 1, 1]
+
+
+def test_an_edits_membership_test_and_get_take_nothing_and_bump_nothing():
+    # Review helper 221: `"a" in f` copied field a, which the edit then committed (a new
+    # version, a dirty flag) though nothing was written; `"zz" in f` and f.get("zz") raised.
+    w = World((2, 2), {"a": np.float32, "b": np.uint8}, max_chunks=4)
+    w.add(1)
+    w.take_dirty_slots("a"), w.take_dirty_slots("b")
+    before = w.version(1)
+    with w.edit(1) as f:
+        assert "a" in f and "b" in f and "zz" not in f and 3 not in f
+        assert f.get("zz") is None and f.get("zz", 7) == 7
+        assert f.taken == ()
+    assert w.version(1) == before and not w.take_dirty_slots("a").size and not w.take_dirty_slots("b").size
+    assert "a" in f  # after the edit too: a question, not a take
+    with w.edit(1) as f:
+        with pytest.raises(KeyError) as info:
+            f["zz"]
+        assert isinstance(info.value, WorldError) and "unknown field 'zz'" in str(info.value)
+        f.get("a")[...] = 2.0  # get of a field takes it, as f["a"] does
+    assert w.version(1) > before
+    np.testing.assert_array_equal(w.read(1, "a"), 2.0)
+
+
+def test_an_edit_whose_taken_array_was_reshaped_commits_nothing_and_says_which():
+    # Review helper 221: a taken array reshaped in place (arr.shape = ...) failed the commit
+    # half way, a raw ValueError: field a stored, b not, the version bumped, both dirty.
+    w = World((2, 2), {"a": np.float32, "b": np.float32}, max_chunks=4)
+    w.add(1)
+    w.take_dirty_slots("a"), w.take_dirty_slots("b")
+    before = w.version(1)
+    with pytest.raises(WorldError, match=r"field 'b'.*shape \(4,\).*\(2, 2\)"):
+        with w.edit(1) as f:
+            f["a"][...] = 5.0
+            f["b"].shape = (4,)
+    assert w.version(1) == before and not w.take_dirty_slots("a").size and not w.take_dirty_slots("b").size
+    np.testing.assert_array_equal(w.read(1, "a"), 0.0)
+
+
+def test_unparking_for_an_unknown_consumer_keeps_the_parked_flags():
+    # Review helper 221: the parked flags were dropped, then the call raised.
+    class Owner:
+        pass
+
+    w = World((2,), {"a": np.float32}, max_chunks=2)
+    owner = Owner()
+    token = w.claim_dirty(owner)
+    w.add(1)
+    assert token is None  # the first claimant takes the world's own flags
+    parked = w.park_dirty(owner, token)  # chunk 1's flag (slot 0), not taken yet
+    assert w.take_dirty_slots("a").tolist() == [0]  # the world's own flags, cleared
+    with pytest.raises(PluginError):
+        w.unpark_dirty(parked, ["a"], consumer=12345)
+    w.unpark_dirty(parked, ["a"])  # still there to unpark
+    assert w.take_dirty_slots("a").tolist() == [0]
