@@ -825,6 +825,16 @@ class Variant:
                 )
             return _Bound(value.buffer, len(value.names), 0, _binding_size(value.words.nbytes))
         if isinstance(value, wgpu.GPUBuffer):
+            want = dict(self.lowered.table_columns).get(slot.name)
+            if want:
+                # Its header cannot be checked against the names this variant's NAME_col_*
+                # constants stand for: a table packed y, x read x's constant as y's column
+                # (review helper 222), where the Table itself is refused.
+                raise self._slot_error(
+                    slot,
+                    f"table {slot.name!r}: the variant names columns {list(want)}, which a raw GPUBuffer's header cannot be checked against; "
+                    "pass the abi.table(...) it was packed as",
+                )
             return _Bound(value, value.size // 4)
         if value is None:  # the seed: an unbound columns binding is an empty table
             want = dict(self.lowered.table_columns).get(slot.name)

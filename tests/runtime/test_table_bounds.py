@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from engine_plugin import abi
+from engine_plugin.errors import DispatchError
 
 pytestmark = pytest.mark.gpu
 
@@ -60,3 +61,30 @@ def test_a_table_cannot_be_pointed_at_other_data_in_place():
     for name, value in (("buffer", other.buffer), ("counts", other.counts), ("words", other.words)):
         with pytest.raises(dataclasses.FrozenInstanceError):
             setattr(t, name, value)
+
+
+def test_a_raw_buffer_for_a_table_whose_columns_the_variant_names_is_refused():
+    # Review helper 222: a Table packed y, x is refused for a variant made with columns
+    # [x, y], but its .buffer was bound unchecked and cols_col_x read y's column.
+    yaml = """\
+bindings:
+  - { name: cols, kind: columns, access: read }
+  - { name: out, kind: buffer, access: read_write, element: f32, count: "2" }
+"""
+    wgsl = """\
+@compute @workgroup_size(64)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
+    if (zero_index(gid) != 0u) { return; }
+    out_set(0u, cols_f32(cols_col_x, 0u, 0u));
+    out_set(1u, cols_f32(cols_col_y, 0u, 0u));
+}
+"""
+    program = abi.program(key="t/table_raw_buffer", schema=abi.parse(yaml, "table_raw/bindings.yaml"), wgsl=wgsl)
+    variant = program.variant(columns={"cols": ["x", "y"]})
+    swapped = abi.table({"y": np.array([2.0], np.float32), "x": np.array([1.0], np.float32)})
+    for given in (swapped, swapped.buffer):
+        with pytest.raises(DispatchError, match=r"table 'cols'") as info:
+            variant.run(n=1, inputs={"cols": given})
+        assert info.value.span is not None and info.value.span.line == 2
+    right = abi.table({"x": np.array([1.0], np.float32), "y": np.array([2.0], np.float32)})
+    np.testing.assert_array_equal(abi.read(variant.run(n=1, inputs={"cols": right}).outputs["out"]), [1.0, 2.0])
