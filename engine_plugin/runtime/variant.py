@@ -1952,7 +1952,10 @@ class Variant:
         if slot.role == "append" and counter is None:
             counter = self._pool.take(16, label=f"{slot.name}_count")
         if slot.role == "append" and not keep_count:
-            work.ops.append(("clear", counter, 0, 16))
+            # The whole pooled buffer, not the word it counts in: handed out (Output.counter),
+            # abi.read answers all its words, and its tail was an earlier run's upload (review
+            # helper 223).
+            work.ops.append(("clear", counter, 0, counter.size))  # type: ignore[union-attr]  # taken just above
         elif slot.role == "append":
             counter_rewritten(counter)  # appends continue: counts read from it so far are stale
             batch = current_batch() if open_batches() else None

@@ -99,3 +99,18 @@ def test_an_append_output_written_in_place_as_the_domain_answers_its_live_count(
     z = inout.run(inputs={"z": h}, domain_count=h).outputs["z"]
     assert z.count == 5  # was 64 (its capacity) while h's count was on the GPU
     np.testing.assert_array_equal(np.sort(abi.read(z)), SRC[95:] * 10.0)
+
+
+def test_a_handed_out_append_counter_reads_its_count_and_zeros_never_an_earlier_runs_bytes(filt):
+    # Review helper 223: the counter is a pooled buffer larger than its word; only 16 bytes were
+    # cleared, so abi.read of the handed-out counter showed an earlier run's upload past them.
+    import gc
+
+    src = np.linspace(-1, 1, 50).astype(np.float32)  # a 200-byte upload: the counter's size class
+    for _ in range(3):  # pooled buffers of earlier uploads come back as counters
+        abi.read(filt.run(n=50, inputs={"src": src}, params={"threshold": 0.8, "cap": 64}).outputs["hits"])
+        gc.collect()
+    out = filt.run(n=50, inputs={"src": src}, params={"threshold": 0.8, "cap": 64}).outputs["hits"]
+    words = abi.read(out.counter, as_u32=True)
+    assert words[0] == out.count == int((src > np.float32(0.8)).sum())
+    assert not words[1:].any(), words[:16]
