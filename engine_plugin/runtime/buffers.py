@@ -60,20 +60,10 @@ class BufferPool:
             # held by it: see below): take the last buffer freed without the lock; a list pop
             # is atomic, and a list another thread emptied meanwhile falls through to the
             # locked path.
-            free = self._free.get((size, usage))
-            if free:  # _pop_live, its first pop inline: a batch of small runs takes one a run
-                try:
-                    buffer = free.pop()
-                except IndexError:
-                    buffer = None
-                if buffer is not None:
-                    if buffer._internal is None:
-                        buffer = _pop_live(free)  # released by wgpu (see _pop_live): the next one
-                    elif VOIDED[0]:
-                        UNSUBMITTED.pop(buffer, None)
-                if buffer is not None:
-                    self.reused += 1  # a statistic: a lost increment under threads is harmless
-                    return buffer
+            buffer = _pop_live(self._free.get((size, usage)))
+            if buffer is not None:
+                self.reused += 1  # a statistic: a lost increment under threads is harmless
+                return buffer
         with self._lock:
             if self._returned and not self._parked and not open_batches():
                 self._free_returned()  # nothing can be held by a batch: the common case, run after run
