@@ -1271,7 +1271,6 @@ class Variant:
         try:
             if self._domain_name is not None and inputs and self._domain_name in inputs:
                 inputs, domain_count = self._domain_input(inputs, domain_count)
-            self._check_area(results)
             with self._lock:
                 flush_pending()  # a deferred run goes first, in queue order
                 if len(self._ring.reserved) >= self._ring.slots - 1:  # one slot each, until submitted
@@ -1283,6 +1282,9 @@ class Variant:
                     again = self._prepare_again(placed, n, inputs)  # type: ignore[arg-type]  # same() saw inputs
                     if again is not None:
                         return again
+                # Checked on the full path only: a repeat's area passed these checks, and what can
+                # make it unusable since (destroy()) bumps the epoch its same() looks at.
+                self._check_area(results)
                 area = _Placement(results, self._storage_align)
                 result, shape, data, bind_group, groups, work, bound = self._prepare(n, inputs, params, None, domain_count, area)
                 try:
