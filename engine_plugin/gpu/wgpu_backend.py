@@ -550,7 +550,9 @@ class WgpuBackend:
         stop = len(firsts)
         while stop and (firsts[stop - 1] + counts[stop - 1]) * stride > f.total:
             stop -= 1  # past the mirror's end: refused, with every span after it
-        write, buffer, faults = self.queue.write_buffer, f.buffer, self._faults
+        from ..device.writes import row_writer  # (here: importing the gpu package does not import wgpu)
+
+        write, faults = row_writer(self.queue, f.buffer, whole), self._faults
         verified, stale = spans.clock, None  # every chunk was current at the clock the spans were taken at
         done = sent = 0
         try:
@@ -565,7 +567,7 @@ class WgpuBackend:
                     return done
                 first, count = firsts[done], counts[done]
                 try:
-                    write(buffer, first * stride, whole[first : first + count])
+                    write(first, count)
                 except Exception as exc:
                     self._device_exception(f"upload({spans.tag!r})", exc)  # re-raises what is not the device's
                     return done

@@ -46,6 +46,7 @@ from typing import Any, Callable, Iterator
 from ..device.context import DeviceContext
 from ..device.destroyed import EPOCH as DESTROY_EPOCH
 from ..device.destroyed import register_holder_lookup
+from ..device.writes import write_buffer
 from ..errors import DeviceLostError
 from .loss import LOST_HINT, lost_error
 from .submission import PENDING, flush_pending, submit_records
@@ -345,7 +346,7 @@ class Batch:
                     prev = off
                     continue
                 end = prev + ring.stride
-                ctx.queue.write_buffer(ring.buffer, start, memoryview(ring.mirror)[start:end])
+                write_buffer(ctx.queue, ring.buffer, start, memoryview(ring.mirror)[start:end])
                 if off is not None:
                     start = prev = off
         if entry is not None and entry[1]:

@@ -39,6 +39,7 @@ import wgpu
 
 from ..device.destroyed import EPOCH as DESTROY_EPOCH
 from ..device.destroyed import is_destroyed, register_holder_lookup, unusable
+from ..device.writes import write_buffer
 from ..errors import DeviceLostError, DispatchError, ExpressionError, PluginError, Span, bug, in_source
 from ..lowering.expressions import parse_expression
 from ..lowering.geometry import Domain, as_domain, dispatch_fields, group_cap, wrapping_axis
@@ -302,7 +303,7 @@ class _ParamsRing:
         if held is not None and held[1] is data:
             return held[0]
         offset = self.take()
-        queue.write_buffer(self.buffer, offset, data)
+        write_buffer(queue, self.buffer, offset, data)
         self.held = (offset, data)
         return offset
 
@@ -653,7 +654,7 @@ class Variant:
             raise self._slot_error(slot, f"input {slot.name!r} is {nbytes} bytes; this device binds at most {self._max_binding}")
         buf = self._pool.take(nbytes, label=slot.name)
         if arr.nbytes:
-            self.ctx.queue.write_buffer(buf, 0, arr)
+            write_buffer(self.ctx.queue, buf, 0, arr)
         else:  # an empty input still binds a range (WebGPU binds none empty): zeros, not a pooled buffer's last data
             self.ctx.queue.write_buffer(buf, 0, bytes(min(buf.size, self._bound_bytes(slot, 0))))
         temps.append(buf)
@@ -680,7 +681,7 @@ class Variant:
             return self._upload(slot, value, temps)
         cls, count, size = direct
         buf = self._pool.take_class(cls, STORAGE_USAGE, slot.name)
-        self.ctx.queue.write_buffer(buf, 0, value)
+        write_buffer(self.ctx.queue, buf, 0, value)
         temps.append(buf)
         return _Bound(buf, count, 0, size)
 
@@ -1336,7 +1337,7 @@ class Variant:
     ) -> PreparedRun:
         """A checked run's PreparedRun, its params written into a reserved ring slot."""
         offset = self._ring.take()
-        self.ctx.queue.write_buffer(self._ring.buffer, offset, data)
+        write_buffer(self.ctx.queue, self._ring.buffer, offset, data)
         self._ring.reserved.add(offset)
         self.runs += 1
         # The buffers it binds (the params ring too): the submission may then move the
