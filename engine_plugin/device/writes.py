@@ -28,7 +28,6 @@ from wgpu.backends.wgpu_native._helpers import ERROR_TYPES, ErrorSlot
 __all__ = ["row_writer", "write_buffer"]
 
 _write = lib.wgpuQueueWriteBuffer
-_cast = ffi.cast
 _from_buffer = ffi.from_buffer
 _NAME = "wgpuQueueWriteBuffer"
 _WRITE = GPUQueue.write_buffer  # wgpu-py's own
@@ -75,23 +74,33 @@ def write_buffer(queue: Any, buffer: Any, offset: int, data: Any) -> None:
 
 
 class _NativeRows:
-    """``queue.write_buffer(buffer, first * stride, rows[first : first + count])``, one C call."""
+    """``queue.write_buffer(buffer, first * stride, rows[first : first + count])``, one C call
+    (the error capture of :func:`_call` inlined: a frame writes tens of spans)."""
 
-    __slots__ = ("_base", "_buffer", "_buffer_size", "_queue", "_rows", "_stack", "_stride")
+    __slots__ = ("_buffer", "_buffer_size", "_bytes", "_queue", "_rows", "_slot", "_stack", "_stride")
 
     def __init__(self, queue: Any, buffer: Any, rows: np.ndarray) -> None:
         self._queue, self._buffer, self._buffer_size = queue._internal, buffer._internal, int(buffer.size)
         self._rows = rows  # held: the C call reads its memory
-        self._base = int(rows.ctypes.data)
+        self._bytes = _from_buffer("uint8_t[]", rows)  # a span's bytes are ``self._bytes + offset``
         self._stride = int(rows.strides[0])
         self._stack = error_handler._get_proxy_stack()  # this thread's: made and used by one upload call
+        self._slot = ErrorSlot(_NAME)  # pushed for each call, popped right after it
 
     def __call__(self, first: int, count: int) -> None:
         stride = self._stride
         offset, size = first * stride, count * stride
         if first < 0 or count <= 0 or first + count > len(self._rows) or offset + size > self._buffer_size:
             raise ValueError(f"rows {first}+{count} outside the array ({len(self._rows)} rows) or the buffer ({self._buffer_size} B)")
-        _call(self._stack, self._queue, self._buffer, offset, _cast("void *", self._base + offset), size)
+        slot, stack = self._slot, self._stack
+        slot.message = None
+        stack.append(slot)
+        try:
+            _write(self._queue, self._buffer, offset, self._bytes + offset, size)
+        finally:
+            stack.pop()
+        if slot.message is not None:
+            raise ERROR_TYPES.get(slot.type, wgpu.GPUError)(slot.message)
 
 
 def row_writer(queue: Any, buffer: Any, rows: np.ndarray) -> Callable[[int, int], None]:

@@ -42,7 +42,7 @@ class ChunkIndex:
     it answers :data:`UNKNOWN_VERSION`: its mirror may hold older bytes than its version says.
     """
 
-    __slots__ = ("world", "clock", "_meta", "_learned", "_sorted", "_columns", "_vectors")
+    __slots__ = ("world", "clock", "_meta", "_learned", "_takes", "_sorted", "_columns", "_vectors")
 
     def __init__(self, world: Any, for_mirrors: bool = True) -> None:
         self.world = world
@@ -51,6 +51,7 @@ class ChunkIndex:
         self.clock: int | None = getattr(world, "clock", None) if for_mirrors else None
         self._meta: dict[int, tuple[int, int]] = {}
         self._learned: list[tuple[Sequence[int], Any, Any]] = []  # learn()'s vectors, made into _meta when get() first needs them
+        self._takes: list[tuple[Sequence[int], Any, Any, list]] = []  # learn()'s vectors, kept: a work list owing one take is its columns
         self._sorted: dict[frozenset, list] = {}
         self._columns: dict[frozenset, tuple[tuple[int, ...], tuple[int, ...], np.ndarray, np.ndarray]] = {}
         # World's own slot and version vectors (a subclass answering other slots or versions
@@ -66,7 +67,7 @@ class ChunkIndex:
         frozen = frozenset(keys)
         found = self._columns.get(frozen)
         if found is None:
-            found = self._vector_columns(frozen) if self._vectors else None
+            found = (self._taken_columns(frozen) or self._vector_columns(frozen)) if self._vectors else None
             if found is None:
                 entries = self.sorted_entries(frozen)
                 versions = tuple([e[2] for e in entries])
@@ -78,6 +79,24 @@ class ChunkIndex:
                 )
             self._columns[frozen] = found
         return found
+
+    def _taken_columns(self, frozen: frozenset[int]) -> tuple[tuple[int, ...], tuple[int, ...], np.ndarray, np.ndarray] | None:
+        """:meth:`sorted_columns` of exactly the chunks one upload take learned (the common
+        frame: a product owes what changed in its field), read from the take's own vectors
+        (live chunks by slot, their versions: what :meth:`_vector_columns` would read from
+        the world, which has not moved since), or None."""
+        if self.clock is None or self.moved:
+            return None
+        for keys, slots, versions, made in self._takes:
+            if len(keys) != len(frozen):
+                continue
+            listed = keys.vector.tolist() if type(keys) is ChunkKeys else list(keys)
+            if not frozen.issuperset(listed):  # (equal sizes: the same set)
+                continue
+            if not made:
+                made.append((tuple(listed), tuple(versions.tolist()), slots.astype(np.uint32), np.asarray(versions, dtype=np.int64)))
+            return made[0]  # type: ignore[no-any-return]
+        return None
 
     def _vector_columns(self, frozen: frozenset[int]) -> tuple[tuple[int, ...], tuple[int, ...], np.ndarray, np.ndarray] | None:
         """:meth:`sorted_columns` read from the world's vectors (a frame owes ~100 chunks a
@@ -126,6 +145,7 @@ class ChunkIndex:
         field's mirror holds (that chunk's lookup answers :data:`UNKNOWN_VERSION`)."""
         if not self.moved:  # kept as vectors: a frame whose work lists read the world's vectors never asks
             self._learned.append((keys, slots, versions))
+            self._takes.append((keys, slots, versions, []))
 
     def get(self, key: int) -> tuple[int, int] | None:
         """``(slot, version)`` of live chunk ``key``, or None when it is not in the world."""

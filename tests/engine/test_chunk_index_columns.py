@@ -69,3 +69,52 @@ def test_chunks_learned_from_the_uploads_keep_their_versions_after_the_world_mov
     keys, got, _, _ = index.sorted_columns({1, 2, 3})
     assert keys == (1, 2, 3)
     assert got == (int(versions[0]), int(versions[1]), UNKNOWN_VERSION)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.tuples(st.sampled_from(["add", "evict", "edit", "dirty"]), st.integers(0, 40)), max_size=60),
+    st.sets(st.integers(-3, 45), max_size=30),
+    st.booleans(),
+)
+def test_columns_of_an_upload_take_answer_what_per_chunk_lookups_answer(ops, extra, owe_the_take):
+    # The frame's common case: a product owes exactly what one field's take found changed,
+    # answered from the take's own vectors; any other owed set from the world's.
+    from engine_plugin.gpu.descriptors import take_dirty_changes
+
+    world = World((2, 2), {"h": np.float32, "m": np.float32}, max_chunks=48)
+    for k in range(0, 40, 3):
+        world.add(k)
+    world.take_dirty()
+    for name, k in ops:
+        if name == "add" and k not in world and len(world) < 48:
+            world.add(k)
+        elif name == "evict" and k in world:
+            world.evict(k)
+        elif name == "edit" and k in world:
+            world.write(k, "h", float(k))
+        elif name == "dirty" and k in world:
+            world.mark_dirty(k, "m")
+    index = ChunkIndex(world)
+    for field in ("h", "m"):
+        found = take_dirty_changes(world, field, 2, meta=index.get)
+        if found.versions is not None and len(found.keys):
+            index.learn(found.keys, found.slots, found.versions)
+    taken = {int(k) for k in index._takes[0][0]} if index._takes else set()
+    owed = taken if owe_the_take else taken | extra
+    got = index.sorted_columns(owed)
+    _same(got, _per_chunk(world, owed))
+    assert index.sorted_columns(set(owed)) is got  # made once a frame
+
+
+def test_a_take_answers_no_columns_once_the_world_moved():
+    world = World((2, 2), {"h": np.float32}, max_chunks=8)
+    for k in range(6):
+        world.add(k)
+    index = ChunkIndex(world)
+    world.write(2, "h", 5.0)
+    from engine_plugin.gpu.descriptors import take_dirty_changes
+
+    found = take_dirty_changes(world, "h", 0)
+    index._takes.append((found.keys, found.slots, found.versions, []))  # (learn() keeps none after a move)
+    assert index._taken_columns(frozenset(found.keys)) is None
