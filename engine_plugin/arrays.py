@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 
+from .formats import masked_refusal
 from .lowering.casts import cast_refusal
 from .lowering.structs import StructType
 from .lowering.types import ValueType
@@ -31,6 +32,9 @@ def prepare_array(values: Any, vt: ValueType | StructType, bits: bool) -> tuple[
     Cast by value when the kinds differ; with ``bits`` the words go up as they are (4-byte
     dtypes only). Answers (None, reason) when the array cannot serve this binding.
     """
+    masked = masked_refusal(values)
+    if masked is not None:
+        return None, masked
     if isinstance(vt, StructType):
         return vt.pack(values)
     try:

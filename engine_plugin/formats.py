@@ -14,7 +14,7 @@ import numpy as np
 
 from .errors import PluginError
 
-__all__ = ["GpuFieldFormat", "UnsupportedFieldTypeError"]
+__all__ = ["GpuFieldFormat", "UnsupportedFieldTypeError", "masked_refusal"]
 
 
 class UnsupportedFieldTypeError(PluginError, TypeError):
@@ -91,3 +91,12 @@ _BY_KIND = {
     ("i", 8): GpuFieldFormat.I64,
     ("f", 4): GpuFieldFormat.F32,
 }
+
+
+def masked_refusal(values: Any) -> str | None:
+    """Why ``values`` is refused as data: a numpy masked array (or ``numpy.ma.masked``), whose
+    masked elements have no defined content (``np.asarray`` answers whatever its data holds
+    there, the mask dropped: a wrong number nobody asked for), or None."""
+    if isinstance(values, np.ma.MaskedArray) or values is np.ma.masked:
+        return "a masked array (numpy.ma): its masked elements hold no defined value; pass values.filled(fill) (or values.data, if you mean it)"
+    return None

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from ..formats import masked_refusal
 from .casts import cast_refusal, exact_integer_bound
 from .types import NUMPY_DTYPE, parse_value_type
 
@@ -133,6 +134,9 @@ class ParamType:
 
     def check(self, value: Any) -> str | None:
         """Why ``value`` cannot be packed as this type, or None."""
+        masked = masked_refusal(value)
+        if masked is not None:
+            return f"takes numbers of shape {self.shape}, not {masked}"
         try:
             with np.errstate(invalid="ignore"):  # a list's signalling NaN, quieted in this copy only
                 arr = np.asarray(value)

@@ -9,6 +9,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from ..errors import DispatchError, in_source
+from ..formats import masked_refusal
 from ..lowering.casts import exact_integer_bound
 from ..lowering.lowered import Lowered
 from ..lowering.param_types import F32_MAX
@@ -90,6 +91,9 @@ class ParamsPacker:
         return "?"
 
     def _check_value(self, name: str, scalar: str, lanes: int, value: Any) -> None:
+        masked = masked_refusal(value)
+        if masked is not None:
+            raise self.error(f"param {name!r} ({self._type(name)}) takes numbers, not {masked}", name)
         values = _as_list(value)
         if values is None or len(values) != lanes:
             want = scalar if lanes == 1 else f"{lanes} values ({self._type(name)})"
@@ -204,7 +208,8 @@ def _exact(value: Any) -> Any:
     if isinstance(value, np.generic):
         return None if value.dtype.kind == "O" else (kind, value.dtype.str, value.tobytes())
     if isinstance(value, np.ndarray):
-        return None if value.dtype.kind == "O" else (kind, value.dtype.str, value.shape, value.tobytes())
+        # (a masked array has no exact form: its check refuses it, every time)
+        return None if value.dtype.kind == "O" or isinstance(value, np.ma.MaskedArray) else (kind, value.dtype.str, value.shape, value.tobytes())
     if isinstance(value, (list, tuple)):
         items = tuple(_exact(v) for v in value)
         return None if any(item is None for item in items) else (kind, items)

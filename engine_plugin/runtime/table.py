@@ -13,6 +13,7 @@ import numpy as np
 
 from ..device.context import get_context
 from ..errors import DispatchError
+from ..formats import masked_refusal
 from ..lowering.casts import cast_refusal
 from ..lowering.types import KIND_CODE, NUMPY_DTYPE
 from .buffers import STORAGE_USAGE, dtype_kind
@@ -64,6 +65,9 @@ def pack_table(columns: Mapping[str, Any], order: Sequence[str] | None = None) -
     datas, counts, lanes_t, kinds, two_d = [], [], [], [], []
     first = 1 + 4 * len(names)
     for name in names:
+        masked = masked_refusal(columns[name])
+        if masked is not None:
+            raise DispatchError(f"table column {name!r}: {masked}")
         try:
             arr = np.asarray(columns[name])
         except (ValueError, TypeError):  # a ragged list, say

@@ -19,6 +19,7 @@ import wgpu
 from ..device.context import DeviceContext
 from ..device.destroyed import is_destroyed
 from ..errors import DispatchError
+from ..formats import masked_refusal
 from ..lowering.casts import cast_refusal
 from ..lowering.textures import format_channels, format_numpy, upload_format
 from .submission import flush_pending
@@ -60,6 +61,9 @@ def upload_texture(ctx: DeviceContext, values: Any, dim: str, name: str, storage
     Raises:
         DispatchError: a shape or dtype no texture format holds.
     """
+    masked = masked_refusal(values)
+    if masked is not None:
+        raise DispatchError(f"texture {name!r}: {masked}")
     arr = np.asarray(values)
     spatial = 2 if dim == "2d" else 3
     if arr.ndim == spatial:

@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from ..formats import masked_refusal
 from .edit import ChunkEdit
 from .errors import ChunkBusyError, UnknownChunkError, WorldError, WorldFullError
 from .fields import FieldSpec, check_chunk_shape, declare_fields
@@ -265,6 +266,9 @@ class World:
                 isinstance(i, (int, np.integer)) and not isinstance(i, bool) and 0 <= i < n for i, n in zip(idx, self.chunk_shape, strict=True)
             ):
                 raise WorldError(f"tile {tile!r} is outside chunk shape {self.chunk_shape}")
+            masked = masked_refusal(value)
+            if masked is not None:
+                raise WorldError(f"field {name!r}: {masked}")
             return self._store(key, slot, {name: _cast(np.asarray(value), spec, name, ())}, idx)
 
     @contextmanager
@@ -329,6 +333,9 @@ class World:
 
     def _convert(self, name: str, values: Any) -> np.ndarray:
         spec = self.field(name)
+        masked = masked_refusal(values)
+        if masked is not None:
+            raise WorldError(f"field {name!r}: {masked}")
         arr = np.asarray(values)
         try:
             arr = np.broadcast_to(arr, self.chunk_shape)
