@@ -128,7 +128,9 @@ def read_entry_file(path: str, max_bytes: int = MAX_ENTRY_BYTES) -> bytes:
     Raises:
         FileNotFoundError: no file there.
         OSError: the folder cannot be searched (its permissions).
-        BadEntry: a link, FIFO, device, folder, empty or oversized file, or a read error.
+        BadEntry: a link, FIFO, device, folder, empty or oversized file.
+        UnreadableEntry: (a BadEntry) an I/O error opening or reading it, which says nothing
+            of what it holds.
     """
     st = os.lstat(path)  # FileNotFoundError: a plain miss
     if not stat.S_ISREG(st.st_mode):
@@ -191,6 +193,7 @@ class VariantCache:
             raise CacheError("cannot read the variant cache folder (permission denied)", Span(folder))
         self._lock = threading.Lock()
         self._unreadable_warned = False
+        self._unreadable_reasons: set[str] = set()  # entry read errors logged (once each)
         self._counts = {"hits": 0, "misses": 0, "corrupt": 0, "writes": 0, "write_errors": 0, "evictions": 0}
         self._write_errors: dict[str, str] = {}  # path -> why its last write failed (until taken)
         self._unusable: collections.deque[str] = collections.deque(maxlen=_UNUSABLE_KEYS)  # keys of entries found unusable, in order
@@ -239,7 +242,8 @@ class VariantCache:
 
     # -- the LoweredStore protocol ---------------------------------------------------------
     def get(self, key: str) -> Lowered | None:
-        """The lowered variant under ``key``, or None (a miss; a bad entry is removed and counted)."""
+        """The lowered variant under ``key``, or None (a miss; a bad entry is removed and
+        counted, one that cannot be read now is kept)."""
         found = self._read(key)
         if found is None:
             return None
@@ -282,6 +286,12 @@ class VariantCache:
             if not self._unreadable_warned:
                 self._unreadable_warned = True
                 log.warning("variant cache %s cannot be read (%s): entries are misses", self.folder, exc.strerror or exc)
+            return None
+        except UnreadableEntry as exc:
+            # An I/O error now (too many open files, a permission, EIO) says nothing of what
+            # the file holds: a miss that leaves the entry to be read again later, never
+            # counted corrupt or removed (a good entry was deleted so: review helper 224).
+            self._unreadable(path, exc.reason)
             return None
         except BadEntry as exc:
             self._bad(key, path, exc.reason)
@@ -372,6 +382,14 @@ class VariantCache:
                 self._warned_errnos.add(exc.errno)
                 log.warning("variant cache: cannot write %s: %s (further writes failing so are counted, not logged)", path, exc.strerror or exc)
             return False
+
+    def _unreadable(self, path: str, reason: str) -> None:
+        with self._lock:
+            self._counts["misses"] += 1
+            first = reason not in self._unreadable_reasons
+            self._unreadable_reasons.add(reason)
+        if first:  # once a reason: a descriptor shortage fails every read while it lasts
+            log.warning("variant cache: entry %s cannot be read now (%s); treated as a miss and kept", os.path.basename(path), reason)
 
     def _bad(self, key: str, path: str, reason: str) -> None:
         with self._lock:

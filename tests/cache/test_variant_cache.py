@@ -3,6 +3,7 @@ are replaced, LRU eviction under a cap, concurrent writers, layering."""
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import subprocess
@@ -14,7 +15,7 @@ import pytest
 
 from cache_support import REPO, reference_variants
 
-from engine_plugin.cache import VariantCache, decode_entry, encode_entry
+from engine_plugin.cache import VariantCache, decode_entry, encode_entry, store
 from engine_plugin.cache.entry import entry_header
 from engine_plugin.lowering import LOWERING_VERSION
 
@@ -124,6 +125,39 @@ def test_a_bad_entry_is_a_counted_logged_miss_and_is_rewritten(folder, kind, cap
     assert VariantCache(folder).verify() == {}
 
 
+@pytest.mark.parametrize(("call", "code"), [("open", errno.EMFILE), ("open", errno.EACCES), ("read", errno.EIO)])
+@pytest.mark.parametrize("lookup", ["get", "get_lowered_from"])
+def test_an_entry_that_cannot_be_read_now_is_a_miss_that_stays_for_the_next_read(folder, monkeypatch, caplog, call, code, lookup):
+    # A transient I/O error (too many open files, a permission, a disk hiccup) said nothing
+    # about what the file holds, yet get() counted the entry corrupt and deleted it (review
+    # helper 224); get_lowered_from is the bake's skip check.
+    key, lowered = reference_variants()[2]
+    VariantCache(folder).put(key, lowered)
+    cache = VariantCache(folder)
+    path = cache.path(key)
+    texts = lowered.source_map.texts
+    derived = (texts[0], texts[1], lowered.spec, tuple(texts[2:]))
+
+    def look() -> object:
+        return cache.get(key) if lookup == "get" else cache.get_lowered_from(key, derived)[0]
+
+    real = getattr(store.os, call)
+
+    def failing(*args, **kwargs):
+        raise OSError(code, os.strerror(code))
+
+    monkeypatch.setattr(store.os, call, failing)
+    with caplog.at_level(logging.WARNING, logger="engine_plugin.cache"):
+        assert look() is None
+    monkeypatch.setattr(store.os, call, real)
+    assert os.path.isfile(path)
+    st = cache.stats()
+    assert (st.misses, st.corrupt) == (1, 0)
+    assert "removed" not in caplog.text and os.strerror(code) in caplog.text
+    assert look() == lowered
+    assert cache.stats().hits == 1
+
+
 def test_a_bad_entry_under_a_program_is_relowered_and_replaced(folder, gpu):
     # The same, end to end: a program over the store meets garbage, lowers, and rewrites it.
     from engine_plugin import abi
@@ -139,7 +173,9 @@ def test_a_bad_entry_under_a_program_is_relowered_and_replaced(folder, gpu):
     with open(cache.path(key), "wb") as f:
         f.write(b"\x93garbage")
     before = lowering_count()
-    prog = abi.program(key=f"corrupt-test-{time.time_ns()}", schema=schema, wgsl=wgsl, wgsl_path="assets/samples/reference.computeShader/kernel.wgsl", store=cache, device=gpu)
+    prog = abi.program(
+        key=f"corrupt-test-{time.time_ns()}", schema=schema, wgsl=wgsl, wgsl_path="assets/samples/reference.computeShader/kernel.wgsl", store=cache, device=gpu
+    )
     got = prog.lowered(lowered.spec)
     assert got.source == lowered.source
     assert lowering_count() == before + 1 and cache.stats().corrupt == 1
