@@ -113,6 +113,7 @@ class RichProgress(NoProgress):
         self._task: Any = None
 
     def start(self, total: int, label: str) -> None:
+        from rich.markup import escape
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
         self._progress = Progress(
@@ -127,8 +128,10 @@ class RichProgress(NoProgress):
             transient=False,
         )
         self._progress.start()
-        self._task = self._progress.add_task(f"on {label}", total=total)
-        self._label = label
+        # The description is markup (the counts are coloured); the label may name a scheduler
+        # address the user typed, which is escaped so its brackets stay text.
+        self._label = escape(printable(label))
+        self._task = self._progress.add_task(f"on {self._label}", total=total)
 
     def advance(self, done: int, baked: int, failed: int) -> None:
         if self._progress is not None:

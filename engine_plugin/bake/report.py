@@ -257,6 +257,7 @@ class BakeReport:
         """A ``rich`` table: asset, variants, baked, skipped, failed, and the worker time spent
         lowering and compiling its variants (summed over workers); a total row."""
         from rich.table import Table
+        from rich.text import Text
 
         table = Table(title="bake summary", title_justify="left", show_footer=False)
         table.add_column("asset", overflow="fold")
@@ -265,7 +266,9 @@ class BakeReport:
         table.add_column("work time", justify="right")
         for r in self.assets.values():
             failed = str(r.failed) if not r.error else "asset"
-            table.add_row(printable(shown_path(r.asset)), str(r.variants), str(r.baked), str(r.skipped), failed, f"{r.work_s:.2f}s")
+            # Text, not markup: k[old].computeShader showed as k.computeShader, and a path
+            # holding '[/]' ended the bake as an engine_plugin bug (review helper 224).
+            table.add_row(Text(printable(shown_path(r.asset))), str(r.variants), str(r.baked), str(r.skipped), failed, f"{r.work_s:.2f}s")
         t = self.totals
         table.add_section()
         table.add_row("total", str(t["variants"]), str(t["baked"]), str(t["skipped"]), str(t["failed"]), f"{sum(r.work_s for r in self.assets.values()):.2f}s")

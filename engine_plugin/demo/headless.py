@@ -134,7 +134,9 @@ def _game_frame(demo: Any) -> tuple[Any, int]:
 
 def _progress(console: Any, live: bool, hud: Any, i: int, frames: int) -> None:
     """A live line on a terminal; one line every 100 frames elsewhere."""
+    # markup=False: the title says "[paused]" (rich swallowed it as a tag) and quotes the
+    # user's shader diagnostics, whose brackets ("[/]") raised MarkupError (review helper 224).
     if live:
-        console.print(f"\r{hud.title()}", end="", soft_wrap=True, highlight=False)
+        console.print(f"\r{hud.title()}", end="", soft_wrap=True, highlight=False, markup=False)
     elif (i + 1) % 100 == 0 or i + 1 == frames:
-        console.print(f"frame {i + 1}/{frames}: {hud.title()}", highlight=False, soft_wrap=True)
+        console.print(f"frame {i + 1}/{frames}: {hud.title()}", highlight=False, soft_wrap=True, markup=False)

@@ -317,6 +317,28 @@ def test_control_characters_in_an_asset_name_are_spelled_out_not_sent_to_the_ter
     assert "\x1b" not in github.stdout + github.stderr and "::error file=" in github.stdout, explain(github)  # review helper 132
 
 
+def test_brackets_in_asset_names_are_shown_as_they_are_not_read_as_table_markup(tmp_path):
+    # The summary table handed asset paths to rich as markup: k[old].computeShader showed as
+    # k.computeShader, and a path holding '[/]' (the folder 'c[' around ']x.computeShader')
+    # ended a bake that had written its entries as an engine_plugin bug, exit 1 (review
+    # helper 224). The variants are cached beforehand: the bake skips them, compiles nothing.
+    from engine_plugin.bake.plan import plan_assets
+
+    names = ["k[old].computeShader", "b[bold]y.computeShader", os.path.join("c[", "]x.computeShader")]
+    for name in names:
+        write_asset(str(tmp_path / "assets" / name), BROKEN_YAML, BROKEN_WGSL.replace(" * heigth", ""))
+    plans, _ = plan_assets([str(tmp_path / "assets")])
+    cache = VariantCache(str(tmp_path / "cache"))
+    for plan in plans:
+        for item in plan.items:
+            assert cache.put(item.key, abi.lower(plan.schema, plan.source.wgsl_text, item.spec), validated=True)
+    proc = run_bake(["assets", "--cache", "cache", "--progress", "none"], cwd=str(tmp_path))
+    assert proc.returncode == 0, explain(proc)
+    for name in names:
+        assert os.path.join("assets", name) in proc.stdout, explain(proc)
+    assert "skipped 6" in proc.stdout, explain(proc)  # two variants an asset
+
+
 @pytest.mark.parametrize("shape", ["oversized", "truncated"])
 def test_an_unreadable_usage_log_is_one_line_saying_why(tmp_path, shape):
     # Review helper 155: an oversized log drew a warning that it was "too large", then the

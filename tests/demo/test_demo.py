@@ -89,8 +89,25 @@ def test_a_headless_demo_stopped_by_sigterm_writes_its_log_whole_and_exits_143(a
 
     log = tmp_path / "figures.jsonl"
     env = dict(os.environ, DISPLAY="")
-    cmd = [sys.executable, "-m", "engine_plugin", "demo", "--headless", "--assets", assets_copy, "--cache", str(tmp_path / "cache"),
-           "--frames", "100000", "--snapshot", "", "--log", str(log), "--log-every", "1"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "engine_plugin",
+        "demo",
+        "--headless",
+        "--assets",
+        assets_copy,
+        "--cache",
+        str(tmp_path / "cache"),
+        "--frames",
+        "100000",
+        "--snapshot",
+        "",
+        "--log",
+        str(log),
+        "--log-every",
+        "1",
+    ]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and (not log.exists() or log.stat().st_size < 2000):
@@ -102,3 +119,19 @@ def test_a_headless_demo_stopped_by_sigterm_writes_its_log_whole_and_exits_143(a
     lines = log.read_text().splitlines()
     frames = [json.loads(line)["frame"] for line in lines]  # every line whole JSON
     assert frames and frames == sorted(frames)
+
+
+def test_the_headless_progress_line_shows_brackets_in_the_title_as_they_are():
+    # The line went to rich as markup: "[paused]" vanished as a tag, and a diagnostic quoting
+    # the user's WGSL ("[/]") raised MarkupError out of the demo (review helper 224).
+    import io
+
+    from rich.console import Console
+
+    from engine_plugin.demo.game import Hud
+    from engine_plugin.demo.headless import _progress
+
+    out = io.StringIO()
+    hud = Hud(paused=True, diagnostics="k[old].computeShader/kernel.wgsl:3:5: unknown identifier 'b[/]'")
+    _progress(Console(file=out, width=400), False, hud, 99, 100)
+    assert "[paused]" in out.getvalue() and "k[old].computeShader/kernel.wgsl:3:5: unknown identifier 'b[/]'" in out.getvalue()
