@@ -98,8 +98,28 @@ class _AssetStore:
         self._origins: "OrderedDict[str, str]" = OrderedDict()
         self._lock = threading.Lock()
         self._local = threading.local()
-        self.memory_hits = 0
-        self.foreign_entries = 0  # local entries refused: not lowered from this asset's text
+        # Shared with the views of with_paths(): one count for the asset.
+        self._tally = {"memory_hits": 0, "foreign_entries": 0}
+
+    @property
+    def memory_hits(self) -> int:
+        return self._tally["memory_hits"]
+
+    @property
+    def foreign_entries(self) -> int:
+        """Local entries refused: not lowered from this asset's text."""
+        return self._tally["foreign_entries"]
+
+    def with_paths(self, paths: tuple[str, ...]) -> "_AssetStore":
+        """This store (memory, counts, caches and usage log shared) for a program read from
+        ``paths``: a reload's candidate program gets one, so the worker never repoints the
+        store the live program reads on the engine thread (until the next poll(), the live
+        program's cache hits and errors named the files of a read still pending, perhaps a
+        refused one: review helper 224). poll() hands the paths over when it applies it."""
+        view = object.__new__(_AssetStore)
+        view.__dict__.update(self.__dict__)
+        view.paths = paths
+        return view
 
     def _rebase(self, lowered: Lowered) -> Lowered:
         # Entries are content-addressed, so one baked elsewhere names another checkout's files
@@ -152,14 +172,15 @@ class _AssetStore:
         with self._lock:
             found = self._memory.get(key)
             if found is not None:
-                self.memory_hits += 1
+                self._tally["memory_hits"] += 1
                 # Keyed by content: the same content read from other files (a body renamed)
                 # names the files read now (review helper 97: errors named a deleted file).
                 return self._rebase(found)
         if self.cache is not None:
             found, foreign = self.cache.get_lowered_from(key, derived_from, self.rel)
             if foreign:
-                self.foreign_entries += 1
+                with self._lock:
+                    self._tally["foreign_entries"] += 1
                 return None
             if found is not None:
                 found = self._rebase(found)
@@ -550,8 +571,8 @@ class AssetLibrary:
             ctx = self._ctx if self._ctx is not None else self._context_or_none()
 
             def make_program(schema, src):
-                ref._store.paths = _store_paths(src)
-                return Program(ref.path, schema, src.wgsl_text, wgsl_path=src.wgsl_path, ctx=ctx, store=ref._store, modules=src.module_texts)
+                store = ref._store.with_paths(_store_paths(src))  # the live program's store is left as it is
+                return Program(ref.path, schema, src.wgsl_text, wgsl_path=src.wgsl_path, ctx=ctx, store=store, modules=src.module_texts)
 
             old = ref._program
             try:
@@ -673,8 +694,8 @@ class AssetLibrary:
                 log.exception("applying a reload of %s failed", ref.path)
                 result = self._fail(ref, bug(f"applying a reload raised {type(exc).__name__}: {exc}"), prepared)
             if ref._source is not None:
-                # The worker pointed the store at the files it read; what is live reads these
-                # (a failed or unchanged read left them naming files the live program never read).
+                # What is live reads these: an unchanged read through other files (a link
+                # retargeted to a copy) moved ref._source; a failed one left it as it was.
                 ref._store.paths = _store_paths(ref._source)
             ref._tried_files = _real_files(prepared.source) if prepared.source is not None and ref._source is not prepared.source else ()
             grew = self._reindex(ref)  # what it reads now (a reload, a failure, a link retargeted)
@@ -757,7 +778,7 @@ class AssetLibrary:
                     src.wgsl_text,
                     wgsl_path=src.wgsl_path,
                     ctx=get_context(ctx) if ctx is not None else None,
-                    store=ref._store,
+                    store=ref._store.with_paths(_store_paths(src)),  # handed the live store below, once it compiled
                     modules=src.module_texts,
                 )
             carried = dict(prepared.carried)
@@ -785,6 +806,11 @@ class AssetLibrary:
                 if done is not None:
                     self._applied_first.append(done)
             return self._fail(ref, exc, prepared)
+        # Applied: the asset's store names the files of this read from now on, and the new
+        # program uses it (later reads repoint it: a link retargeted to a copy).
+        ref._store.paths = _store_paths(src)
+        if fresh:
+            new.store = ref._store
         new.read_at = max(new.read_at, prepared.read_at)
         adopt_program(new)
 

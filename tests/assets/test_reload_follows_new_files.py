@@ -13,6 +13,7 @@ import pytest
 from asset_support import SCHEMA, kernel, pump, run_scale, settle, wait_watching, write
 
 from engine_plugin.errors import AssetError
+from engine_plugin.lowering import resolve_spec
 
 pytestmark = pytest.mark.gpu
 
@@ -288,3 +289,60 @@ def test_a_link_chain_that_leaves_the_root_and_comes_back_is_refused_naming_the_
     os.remove(f"{root}/k.computeShader/kernel.wgsl")
     os.symlink("../bodies/v1.wgsl", f"{root}/k.computeShader/kernel.wgsl")  # a chain inside the root is read
     assert run_scale(make_library(root).load("k.computeShader")) == [2.0, 4.0, 6.0, 8.0]
+
+
+def _read_broken_renamed_save(lib, folder: str) -> None:
+    """The body renamed to zzz.wgsl and broken; the worker's read of it waits for poll()."""
+    os.rename(f"{folder}/kernel.wgsl", f"{folder}/zzz.wgsl")
+    write(f"{folder}/zzz.wgsl", "garbage(\n")
+    lib.request_reload("k.computeShader")
+    deadline = time.monotonic() + 10
+    while lib.pending == 0 and time.monotonic() < deadline:  # read, not applied: the game's frame runs
+        time.sleep(0.005)
+    assert lib.pending, "the worker never prepared the read"
+
+
+def test_while_a_broken_renamed_save_waits_for_poll_the_live_programs_errors_name_its_own_file(tmp_path, make_library):
+    # The worker pointed the store the live program shares at the files it read: until the
+    # next poll(), the live program's errors named zzz.wgsl, a file it never read and whose
+    # save was refused (review helper 224).
+    root = str(tmp_path / "assets")
+    folder = f"{root}/k.computeShader"
+    os.makedirs(folder)
+    write(f"{folder}/bindings.yaml", SCHEMA)
+    write(f"{folder}/kernel.wgsl", INT_ERROR_BODY)
+    lib = make_library(root)
+    ref = lib.load("k.computeShader")
+    ref.program().variant({"T": "f32"})
+    with pytest.raises(Exception, match="kernel.wgsl:5:"):
+        ref.program().variant({"T": "i32"})
+    _read_broken_renamed_save(lib, folder)
+    with pytest.raises(Exception) as caught:
+        ref.program().variant({"T": "i32"})
+    assert "kernel.wgsl:5:" in str(caught.value) and "zzz.wgsl" not in str(caught.value), caught.value
+    pump(lib, lambda: ref.error is not None, what="the broken save reported")
+    assert "zzz.wgsl" in str(ref.error)  # the refused read's own error names the file it read
+
+
+def test_while_a_broken_renamed_save_waits_for_poll_the_live_programs_lowerings_name_its_files(tmp_path, make_library):
+    # The same for a cache hit of the live program (the memory tier here): rebased onto the
+    # pending read's files. Once a good save of the renamed body is applied, they name it.
+    root = str(tmp_path / "assets")
+    folder = f"{root}/k.computeShader"
+    os.makedirs(folder)
+    write(f"{folder}/bindings.yaml", SCHEMA)
+    write(f"{folder}/kernel.wgsl", kernel(2.0))
+    lib = make_library(root)
+    ref = lib.load("k.computeShader")
+    live_wgsl = ref.source.wgsl_path
+    i32 = resolve_spec(ref.program().schema, {"T": "i32"})
+    assert ref.program().lowered(i32).asset == live_wgsl
+    _read_broken_renamed_save(lib, folder)
+    during = ref.program().lowered(i32)
+    assert (during.asset, during.source_map.files[1]) == (live_wgsl, live_wgsl)
+    write(f"{folder}/zzz.wgsl", kernel(3.0))
+    lib.request_reload("k.computeShader")
+    pump(lib, lambda: ref.generation == 1, what="the good save of the renamed body applied")
+    after = ref.program().lowered(i32)
+    assert after.asset == ref.source.wgsl_path and os.path.basename(after.source_map.files[1]) == "zzz.wgsl"
+    assert run_scale(ref) == [3.0, 6.0, 9.0, 12.0]
