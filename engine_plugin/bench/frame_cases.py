@@ -49,6 +49,7 @@ import numpy as np
 import wgpu
 
 from ..device.context import get_context
+from ..device.writes import write_buffer
 from ..engine import Engine, EngineConfig, fallbacks, kernel_program
 from ..gpu.config import WgpuBackendConfig
 from ..gpu.descriptors import slot_stride
@@ -83,9 +84,13 @@ class SameWorkRawLoop:
     """The engine frame by hand (see the module docstring). ``combined``: one staging buffer
     and one map a frame for all three results (a raw loop's best; the engine maps per product)."""
 
-    def __init__(self, world: World, ctx: Any, gap_bytes: int, combined: bool = False) -> None:
+    def __init__(self, world: World, ctx: Any, gap_bytes: int, combined: bool = False, native_writes: bool = False) -> None:
         self.world, self.dev, self.queue = world, ctx.device, ctx.queue
         self.combined = combined
+        # ``native_writes``: each write one call of wgpu-native's C function, as the engine
+        # writes (engine_plugin.device.writes): an extra row, so the engine's own write path
+        # hides no Python of the rest of its frame.
+        self._write = (lambda buf, offset, data: write_buffer(self.queue, buf, offset, data)) if native_writes else self.queue.write_buffer
         self.gap = gap_bytes // world.chunk_nbytes("height")
         self.fields, products = raw_mirrors_and_products(world, self.dev, self.queue)
         # Two persistent staging buffers a product (one in flight, one being read).
@@ -125,7 +130,7 @@ class SameWorkRawLoop:
         for name, buf in self.fields.items():
             slots = world.take_dirty_slots(name)
             for first, count in joined_runs(slots, self.gap):
-                self.queue.write_buffer(buf, first * TILES * 4, world.slab(name, first, count))
+                self._write(buf, first * TILES * 4, world.slab(name, first, count))
                 self.writes += 1
             changed[name] = (slots.astype(np.uint32), world.slot_versions(slots))
         encoder = self.dev.create_command_encoder()
@@ -136,8 +141,8 @@ class SameWorkRawLoop:
             if not slots.size:
                 continue
             block[0] = slots.size
-            self.queue.write_buffer(items, 0, slots)
-            self.queue.write_buffer(params, 0, block)
+            self._write(items, 0, slots)
+            self._write(params, 0, block)
             cpass.set_pipeline(pipeline)
             cpass.set_bind_group(0, group)
             cpass.dispatch_workgroups(-(-int(slots.size) // 64))
@@ -249,9 +254,9 @@ def bench_frame(opts: dict) -> list[Result]:
     w = make_world()
     timed, _, _ = make_engine(w, ctx, timing=True)
     sides["engine_timed"] = (w, _engine_frame(timed), timed)
-    for label, combined in (("raw", False), ("raw_combined", True)):
+    for label, combined, native in (("raw", False, False), ("raw_combined", True, False), ("raw_native_writes", False, True)):
         w = make_world()
-        loop = SameWorkRawLoop(w, ctx, gap, combined)
+        loop = SameWorkRawLoop(w, ctx, gap, combined, native)
         sides[label] = (w, loop.frame, loop)
     w = make_world()
     old = RawFrameLoop(w, ctx)
@@ -309,6 +314,7 @@ def bench_frame(opts: dict) -> list[Result]:
         ),
         row("frame extra: engine with per-product GPU timestamps (backend default) vs same-work raw", "engine_timed", "raw"),
         row("frame extra: engine vs raw reading the 3 results through one combined map", "engine", "raw_combined"),
+        row("frame extra: engine vs raw writing through wgpu-native's C function, as the engine does", "engine", "raw_native_writes"),
         row("frame extra (old case d shape): engine vs raw writing every dirty run separately", "engine", "raw_old"),
         Result(
             "readback frames from request to apply under frame load (engine vs same-work raw)",
