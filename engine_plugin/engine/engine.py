@@ -74,7 +74,8 @@ log = logging.getLogger("engine_plugin.engine")
 
 
 class ReadbackBudgetError(ProductError):
-    """A product's readback is more than the backend's whole readback byte budget."""
+    """A product's readback can never be taken: more than the backend's whole readback byte
+    budget, or a ``FULL_FIELD`` readback the backend does not allow."""
 
 
 @dataclass(frozen=True)
@@ -939,8 +940,19 @@ class Engine:
 
     def _readback_never_fits(self, product: Product, work: Any, most: int, splittable: bool, mirror_only: bool) -> ReadbackBudgetError | None:
         """Why ``work``'s readback can never be taken (one chunk's results, or a whole path's,
-        are more than ``max_inflight_readback_bytes``), or None."""
-        if mirror_only or product.policy is ReadbackPolicy.NONE or (most >= 1 and (splittable or len(work.keys) <= most)):
+        are more than ``max_inflight_readback_bytes``; a ``FULL_FIELD`` readback the backend is
+        not configured to allow), or None."""
+        if mirror_only or product.policy is ReadbackPolicy.NONE:
+            return None
+        if product.policy is ReadbackPolicy.FULL_FIELD and getattr(getattr(self.backend, "config", None), "allow_full_field", True) is False:
+            # Refused every frame: its kernel ran for nothing and its fallback served it, with
+            # nothing said (review helper 227).
+            return ReadbackBudgetError(
+                f"product {product.key!r}: a FULL_FIELD readback is debug-only and this engine's backend does not allow it: "
+                + ("its CPU fallback serves it" if product.cpu_fallback is not None and not self._reads_others_gpu_state(product) else "it waits")
+                + "; set EngineConfig(backend=WgpuBackendConfig(allow_full_field=True)) to read it back from the GPU"
+            )
+        if most >= 1 and (splittable or len(work.keys) <= most):
             return None
         budget = getattr(getattr(self.backend, "config", None), "max_inflight_readback_bytes", None)
         if not isinstance(budget, int) or not work.keys:

@@ -114,23 +114,31 @@ def test_full_field_is_refused_unless_the_config_opts_in_and_the_cpu_serves_it(m
     world = make_world(n=8)
     engine = make_engine(world)
     refused = Applied(world)
-    _combine(engine, ReadbackPolicy.FULL_FIELD, refused)
+    handle = _combine(engine, ReadbackPolicy.FULL_FIELD, refused)
     st = engine.frame()
-    assert st.dispatches == 1 and st.readbacks_requested == 0 and st.refused == 1 and st.cpu_fallbacks == 1
-    assert "FULL_FIELD" in engine.backend.last_refusal
+    # Its readback would be refused every frame: its kernel is not run for nothing, and why
+    # its fallback serves it is said (review helper 227: dispatched every frame, said nowhere).
+    assert st.dispatches == 0 and st.readbacks_requested == 0 and st.cpu_fallbacks == 1
+    error = engine.product_error(handle)
+    assert isinstance(error, ProductError) and "FULL_FIELD" in str(error) and "allow_full_field=True" in str(error)
     assert refused.results[0].source == "cpu" and refused.results[0].values.shape == (8, 32, 32)
 
     world2 = make_world(n=8)
     opted = make_engine(world2, config=EngineConfig(backend=WgpuBackendConfig(allow_full_field=True)))
     full = Applied(world2)
-    _combine(opted, ReadbackPolicy.FULL_FIELD, full)
+    opted_handle = _combine(opted, ReadbackPolicy.FULL_FIELD, full)
     st = run_until_idle(opted)
+    assert opted.product_error(opted_handle) is None
     assert st.readbacks_applied == 1 and st.cpu_fallbacks == 0 and full.results[0].source == "gpu"
     assert full.results[0].records.shape == (8 * 1024,) and full.results[0].values.shape == (8, 32, 32)
     for k in world2.keys():
         want = np.maximum(world2.read(k, "height"), world2.read(k, "moisture"))
         assert same_bits(full.latest[k], want)
         assert same_bits(refused.latest[k], full.latest[k])  # same content in both worlds
+    world.write(3, "height", 7.0)  # a later change: its fallback again, still no dispatch
+    st = engine.frame()
+    assert st.dispatches == 0 and st.cpu_fallbacks == 1
+    assert same_bits(refused.latest[3], np.maximum(world.read(3, "height"), world.read(3, "moisture")))
 
 
 def test_tile_policies_on_the_cpu_give_the_same_values():
