@@ -13,12 +13,13 @@ signs the entries this user writes (an entry written anywhere else is a miss).
 from ..lowering.fingerprint import CACHE_FORMAT_VERSION, variant_key
 from .entry import BadEntry, Entry, decode_entry, encode_entry, entry_header, open_entry
 from .local_key import key_path, local_cache_secret
-from .store import DEFAULT_MAX_BYTES, CacheEntryInfo, CacheStats, VariantCache
+from .store import DEFAULT_MAX_BYTES, CacheCheck, CacheEntryInfo, CacheStats, VariantCache
 from .usage import USAGE_FILE, UsageLog, read_usage
 
 __all__ = [
     "BadEntry",
     "CACHE_FORMAT_VERSION",
+    "CacheCheck",
     "CacheEntryInfo",
     "CacheStats",
     "DEFAULT_MAX_BYTES",

@@ -7,8 +7,9 @@ columns). The store implements the runtime's ``LoweredStore`` protocol (``get``/
 - **Atomic writes.** An entry is written to a private temporary file in the same folder,
   fsynced, then ``os.replace``d over its name: a reader (or a second process baking the
   same variant) sees the old entry or the new one, never a torn one.
-- **Bad entries are misses.** Corrupt, truncated, foreign-version or unreadable entries are
-  logged, counted (``corrupt``), removed, and replaced by the next ``put``; never a crash.
+- **Bad entries are misses.** Corrupt, truncated or foreign-version entries are logged,
+  counted (``corrupt``), removed, and replaced by the next ``put``; never a crash. One that
+  cannot be read now (an I/O error opening or reading it) is a miss that stays.
 - **Only regular files are read.** An entry is opened without following links
   (``O_NOFOLLOW``) and without blocking (``O_NONBLOCK``), checked to be a regular file of at
   most ``MAX_ENTRY_BYTES`` *before* a byte is read; a symlink (to ``/dev/zero``, to a file
@@ -43,7 +44,7 @@ from .entry import Entry
 from .entry import MAX_ENTRY_BYTES, BadEntry, UnreadableEntry, decode_entry, encode_entry, open_entry
 from .local_key import local_key_problem
 
-__all__ = ["VariantCache", "CacheStats", "CacheEntryInfo", "DEFAULT_MAX_BYTES", "ENTRY_SUFFIX", "read_entry_file"]
+__all__ = ["VariantCache", "CacheCheck", "CacheStats", "CacheEntryInfo", "DEFAULT_MAX_BYTES", "ENTRY_SUFFIX", "read_entry_file"]
 
 log = logging.getLogger("engine_plugin.cache")
 
@@ -82,6 +83,17 @@ class CacheStats:
     @property
     def lookups(self) -> int:
         return self.hits + self.misses
+
+
+@dataclass(frozen=True)
+class CacheCheck:
+    """What :meth:`VariantCache.check` found, each {key: reason in a few words}: ``unusable``
+    entries (their content is wrong: gc removes them) and, apart, ``unreadable`` ones, which
+    could not be read now (an I/O error: too many open files, a permission, EIO); that says
+    nothing of what they hold, so they are kept."""
+
+    unusable: dict[str, str]
+    unreadable: dict[str, str]
 
 
 @dataclass(frozen=True)
@@ -497,7 +509,11 @@ class VariantCache:
         # planted 1 GiB sparse file evicted a whole baked cache).
         if cap is not None:
             for info in [i for i in infos if not i.readable]:
-                log.warning("variant cache: %s is no usable entry (%s); removed", os.path.basename(info.path), "not a regular file" if not info.regular else f"{info.size} bytes")
+                log.warning(
+                    "variant cache: %s is no usable entry (%s); removed",
+                    os.path.basename(info.path),
+                    "not a regular file" if not info.regular else f"{info.size} bytes",
+                )
                 self._discard(info.path)
             infos = [i for i in infos if i.readable]
         total = sum(i.disk for i in infos)
@@ -534,16 +550,27 @@ class VariantCache:
         return removed
 
     def verify(self) -> dict[str, str]:
-        """Decode every entry without counting; answers {key: reason} for the unusable ones."""
-        bad = {}
+        """Decode every entry without counting; answers {key: reason} for the unusable ones
+        (an entry that cannot be read now is not one: see :meth:`check`)."""
+        return self.check().unusable
+
+    def check(self) -> CacheCheck:
+        """Decode every entry without counting; answers the unusable ones and, apart, those
+        that could not be read now. An I/O error says nothing of what the file holds: gc
+        removed good baked entries as unusable on EMFILE or EACCES (review helper 228)."""
+        bad, unreadable = {}, {}
         for info in list(self.entries()):
             try:
                 decode_entry(info.key, read_entry_file(info.path))
-            except BadEntry as exc:
-                bad[info.key] = exc.reason
             except FileNotFoundError:
                 pass  # evicted by another process meanwhile
-        return bad
+            except UnreadableEntry as exc:
+                unreadable[info.key] = exc.reason
+            except BadEntry as exc:
+                bad[info.key] = exc.reason
+            except OSError as exc:  # the folder cannot be searched now (its permissions changed)
+                unreadable[info.key] = f"unreadable ({exc.strerror or exc})"
+        return CacheCheck(bad, unreadable)
 
     def stats(self, scan: bool = False) -> CacheStats:
         """The counters; with ``scan=True`` also the entries, bytes and temporary files on disk."""
@@ -559,4 +586,3 @@ class VariantCache:
     def __repr__(self) -> str:
         c = self._counts
         return f"VariantCache({self.folder!r}, hits={c['hits']}, misses={c['misses']}, corrupt={c['corrupt']}, evictions={c['evictions']})"
-

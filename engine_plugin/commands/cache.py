@@ -9,7 +9,7 @@ import stat
 from typing import Any, Callable
 
 from ..files import printable
-from .contract import EXIT_FAILED, EXIT_OK, Reporter, UsageError, folder_arg, require_cache_key, seconds_arg, write_json
+from .contract import EXIT_FAILED, EXIT_OK, EXIT_USAGE, Reporter, UsageError, folder_arg, require_cache_key, seconds_arg, write_json
 
 __all__ = ["add_parser", "cmd_cache", "size_arg"]
 
@@ -71,7 +71,9 @@ def _stats(args: argparse.Namespace, rep: Reporter, cap: int) -> int:
     st = cache.stats(scan=True)
     infos = sorted(cache.entries(), key=lambda i: i.mtime_ns)
     usage = read_usage(os.path.join(cache.folder, USAGE_FILE))
-    bad = cache.verify() if args.verify else None
+    found = cache.check() if args.verify else None
+    bad = found.unusable if found is not None else None
+    unreadable = found.unreadable if found is not None else {}
     if args.json:
         data: dict[str, Any] = {
             "cache": cache.folder,
@@ -86,6 +88,7 @@ def _stats(args: argparse.Namespace, rep: Reporter, cap: int) -> int:
         }
         if bad is not None:
             data["unusable"] = [{"key": k, "reason": r} for k, r in sorted(bad.items())]
+            data["unreadable_now"] = [{"key": k, "reason": r} for k, r in sorted(unreadable.items())]
         write_json(data, "-")
     else:
         print(printable(f"variant cache {cache.folder}"))
@@ -101,9 +104,23 @@ def _stats(args: argparse.Namespace, rep: Reporter, cap: int) -> int:
             print(f"  unusable    {len(bad)}")
             for key, reason in sorted(bad.items()):
                 print(printable(f"    {key[:16]}...  {reason}"))
+            # Not corrupt, not removed by gc: an I/O error now (too many open files, a
+            # permission) says nothing of what the entry holds (review helper 228).
+            print(f"  unreadable now  {len(unreadable)}")
+            for key, reason in sorted(unreadable.items()):
+                print(printable(f"    {key[:16]}...  {reason}"))
     for key, reason in sorted((bad or {}).items()):
         rep.error(f"{os.path.join(cache.folder, key)}.msgpack: unusable: {reason}")
-    return EXIT_FAILED if bad else EXIT_OK
+    for key, reason in sorted(unreadable.items()):
+        rep.error(f"{os.path.join(cache.folder, key)}.msgpack: cannot be read now ({_why(reason)}); not verified")
+    if bad:
+        return EXIT_FAILED
+    return EXIT_USAGE if unreadable else EXIT_OK
+
+
+def _why(reason: str) -> str:
+    """The OS's words of an UnreadableEntry reason ("unreadable (Permission denied)")."""
+    return reason.removeprefix("unreadable (").removesuffix(")") if reason.startswith("unreadable (") else reason
 
 
 def _remote(args: argparse.Namespace, rep: Reporter) -> tuple[int, dict | None]:
@@ -191,11 +208,14 @@ def _cmd_local(args: argparse.Namespace, rep: Reporter) -> int:
     if cache.read_only:  # removal would fail file by file while saying it succeeded (helper 112)
         raise UsageError(f"{args.cache} is read-only to you: nothing in it can be removed")
     if args.action == "gc":
-        bad = cache.verify()
+        found = cache.check()
+        bad = found.unusable
         removed = sum(1 for key in bad if cache.remove(key))
         evicted = cache.gc(cap)
         st = cache.stats(scan=True)
         rep.say(f"removed {removed} unusable entries, evicted {evicted} least recently used; {st.entries} entries, {fmt_bytes(st.bytes)} left")
+        for key, reason in sorted(found.unreadable.items()):  # kept: an I/O error is no verdict (helper 228)
+            rep.note(f"{os.path.join(cache.folder, key)}.msgpack: cannot be read now ({_why(reason)}); kept")
         if removed < len(bad):
             rep.error(f"{len(bad) - removed} unusable entries could not be removed")
             return EXIT_FAILED
@@ -229,11 +249,18 @@ def _cmd_local(args: argparse.Namespace, rep: Reporter) -> int:
 def add_parser(sub: Any, common: argparse.ArgumentParser) -> Callable[..., int]:
     p = sub.add_parser("cache", parents=[common], help="inspect or trim the msgpack variant cache")
     p.add_argument(
-        "action", choices=("stats", "gc", "clear"), help="stats: size and counts; gc: drop unusable entries and evict to the cap; clear: remove every entry"
+        "action",
+        choices=("stats", "gc", "clear"),
+        help="stats: size and counts; gc: drop unusable entries and evict to the cap (an entry that cannot be read now is kept, and said); clear: remove every entry",
     )
     p.add_argument("--cache", default="cache", type=folder_arg, metavar="DIR", help="the cache folder (default: cache)")
     p.add_argument("--max-bytes", type=size_arg, metavar="SIZE", help="size cap, e.g. 512M (default 512 MiB)")
-    p.add_argument("--verify", action="store_true", help="stats: decode every entry and list the unusable ones (exit 1 when any)")
+    p.add_argument(
+        "--verify",
+        action="store_true",
+        help="stats: decode every entry and list the unusable ones (exit 1 when any) and, apart, those that cannot be read now "
+        "(an I/O error: too many open files, a permission; not corrupt, and gc keeps them: exit 2 when any and none is unusable)",
+    )
     p.add_argument("--usage", action="store_true", help="clear: remove the usage log too")
     p.add_argument("--json", action="store_true", help="stats: JSON on stdout")
     p.add_argument("--remote", metavar="URL", default=None, help="also the shared Redis tier at URL (default: $ENGINE_PLUGIN_REMOTE_CACHE)")

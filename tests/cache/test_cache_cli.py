@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+import errno
+import json
 import os
 import shutil
 
 import pytest
-
 from cache_support import REPO, reference_variants
 
-from engine_plugin.cache import VariantCache
+from engine_plugin.cache import VariantCache, store
 from engine_plugin.cli import main
 
 
@@ -64,6 +65,72 @@ def test_cache_gc_drops_unusable_entries_and_evicts_to_the_cap(tmp_path, capsys)
     assert after.stats(scan=True).bytes <= size // 2 and after.verify() == {}
 
 
+def _unreadable_now(monkeypatch, path: str, code: int = errno.EACCES) -> None:
+    """Opening the entry at ``path`` fails with ``code`` (as a descriptor shortage or a
+    permission would: as root, a chmod would not), every other file opens."""
+    real = store.os.open
+
+    def failing(name, *args, **kwargs):
+        if os.fspath(name) == path:
+            raise OSError(code, os.strerror(code))
+        return real(name, *args, **kwargs)
+
+    monkeypatch.setattr(store.os, "open", failing)
+
+
+@pytest.mark.parametrize("code", [errno.EACCES, errno.EMFILE, errno.EIO])
+def test_cache_gc_keeps_an_entry_that_cannot_be_read_now(tmp_path, capsys, monkeypatch, code):
+    # A transient I/O error while verifying says nothing of what the entry holds, yet gc
+    # removed it as unusable (review helper 228: a good baked entry deleted).
+    folder = str(tmp_path / "cache")
+    cache = _fill(folder, 3)
+    path = cache.path(reference_variants()[1][0])
+    with open(path, "rb") as f:
+        before = f.read()
+    _unreadable_now(monkeypatch, path, code)
+    assert main(["cache", "gc", "--cache", folder]) == 0
+    out, err = capsys.readouterr()
+    assert "removed 0 unusable" in out and "3 entries" in out
+    assert f"{path}: cannot be read now ({os.strerror(code)}); kept" in err
+    monkeypatch.undo()
+    with open(path, "rb") as f:
+        assert f.read() == before
+    assert VariantCache(folder).verify() == {}
+
+
+def test_cache_stats_verify_tells_an_entry_that_cannot_be_read_now_from_an_unusable_one(tmp_path, capsys, monkeypatch):
+    # It was counted unusable ("corrupt"), with exit 1 (review helper 228); now it is listed
+    # apart, and verification that could not look at every entry exits 2 (an environment error).
+    folder = str(tmp_path / "cache")
+    cache = _fill(folder, 3)
+    path = cache.path(reference_variants()[1][0])
+    _unreadable_now(monkeypatch, path)
+    assert main(["cache", "stats", "--cache", folder, "--verify"]) == 2
+    out, err = capsys.readouterr()
+    assert "unusable    0" in out and "unreadable now  1" in out and "Permission denied" in out
+    assert f"{path}: cannot be read now (Permission denied); not verified" in err and "unusable" not in err
+    assert main(["cache", "stats", "--cache", folder, "--verify", "--json"]) == 2
+    data = json.loads(capsys.readouterr().out)
+    assert data["unusable"] == [] and data["unreadable_now"] == [{"key": reference_variants()[1][0], "reason": "unreadable (Permission denied)"}]
+    # An unusable entry as well: that is what decides the exit status (1).
+    with open(cache.path(reference_variants()[0][0]), "wb") as f:
+        f.write(b"junk")
+    assert main(["cache", "stats", "--cache", folder, "--verify"]) == 1
+    out = capsys.readouterr().out
+    assert "unusable    1" in out and "unreadable now  1" in out
+    assert os.path.isfile(path)
+
+
+def test_verify_leaves_out_an_entry_that_cannot_be_read_now_and_check_names_it(tmp_path, monkeypatch):
+    folder = str(tmp_path / "cache")
+    cache = _fill(folder, 2)
+    key = reference_variants()[0][0]
+    _unreadable_now(monkeypatch, cache.path(key), errno.EMFILE)
+    assert cache.verify() == {}
+    found = cache.check()
+    assert found.unusable == {} and found.unreadable == {key: f"unreadable ({os.strerror(errno.EMFILE)})"}
+
+
 def test_cache_clear_removes_every_entry(tmp_path, capsys):
     folder = str(tmp_path / "cache")
     _fill(folder, 4)
@@ -89,7 +156,6 @@ def test_cache_sizes_take_units(tmp_path, capsys):
     _fill(folder, 1)
     assert main(["cache", "stats", "--cache", folder, "--max-bytes", "64K"]) == 0
     assert "of 64.0 KiB cap" in capsys.readouterr().out
-
 
 
 def test_stats_gc_and_clear_agree_on_a_missing_cache_and_on_a_file(tmp_path, capsys):
@@ -118,7 +184,18 @@ def test_a_cache_under_a_folder_the_user_cannot_enter_is_an_error_not_no_cache(t
     os.chmod(parent, 0)
     try:
         for action in ("stats", "gc", "clear"):
-            cmd = ["setpriv", "--bounding-set", "-dac_override,-dac_read_search", sys.executable, "-m", "engine_plugin", "cache", action, "--cache", str(parent / "cache")]
+            cmd = [
+                "setpriv",
+                "--bounding-set",
+                "-dac_override,-dac_read_search",
+                sys.executable,
+                "-m",
+                "engine_plugin",
+                "cache",
+                action,
+                "--cache",
+                str(parent / "cache"),
+            ]
             proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=REPO)
             assert proc.returncode == 2 and "cannot look at" in proc.stderr and "Permission denied" in proc.stderr, (action, proc.stdout, proc.stderr)
     finally:
@@ -148,7 +225,18 @@ def test_gc_and_clear_of_a_cache_the_user_cannot_write_are_errors_not_success(tm
     os.chmod(folder, 0o555)
     try:
         for action in (["clear"], ["gc", "--max-bytes", "1K"]):
-            cmd = ["setpriv", "--bounding-set", "-dac_override,-dac_read_search", sys.executable, "-m", "engine_plugin", "cache", *action, "--cache", str(folder)]
+            cmd = [
+                "setpriv",
+                "--bounding-set",
+                "-dac_override,-dac_read_search",
+                sys.executable,
+                "-m",
+                "engine_plugin",
+                "cache",
+                *action,
+                "--cache",
+                str(folder),
+            ]
             proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=REPO)
             assert proc.returncode == 2 and "read-only" in proc.stderr, (action, proc.stdout, proc.stderr)
             assert len(os.listdir(folder)) == 3
