@@ -91,7 +91,11 @@ class BadEntry(Exception):
 
 class UnreadableEntry(BadEntry):
     """An entry file that could not be read now (an I/O error: too many open files, a
-    permission), as against one whose content is unusable."""
+    permission), as against one whose content is unusable; ``why`` is the OS's words."""
+
+    def __init__(self, why: str):
+        super().__init__(f"unreadable ({why})")
+        self.why = why
 
 
 def _default(obj: Any) -> Any:

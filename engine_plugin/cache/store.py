@@ -87,10 +87,10 @@ class CacheStats:
 
 @dataclass(frozen=True)
 class CacheCheck:
-    """What :meth:`VariantCache.check` found, each {key: reason in a few words}: ``unusable``
-    entries (their content is wrong: gc removes them) and, apart, ``unreadable`` ones, which
-    could not be read now (an I/O error: too many open files, a permission, EIO); that says
-    nothing of what they hold, so they are kept."""
+    """What :meth:`VariantCache.check` found: ``unusable`` entries (their content is wrong: gc
+    removes them), {key: reason in a few words}, and, apart, ``unreadable`` ones, which could
+    not be read now (an I/O error: too many open files, a permission, EIO), {key: the OS's
+    words}; that says nothing of what they hold, so they are kept."""
 
     unusable: dict[str, str]
     unreadable: dict[str, str]
@@ -153,7 +153,7 @@ def read_entry_file(path: str, max_bytes: int = MAX_ENTRY_BYTES) -> bytes:
     except FileNotFoundError:
         raise
     except OSError as exc:  # ELOOP: replaced by a link after the lstat
-        raise UnreadableEntry(f"unreadable ({exc.strerror or exc})") from None
+        raise UnreadableEntry(exc.strerror or str(exc)) from None
     try:
         st = os.fstat(fd)  # of what was opened: the lstat above may be stale
         if not stat.S_ISREG(st.st_mode):
@@ -171,7 +171,7 @@ def read_entry_file(path: str, max_bytes: int = MAX_ENTRY_BYTES) -> bytes:
             left -= len(chunk)
         return b"".join(chunks)
     except OSError as exc:
-        raise UnreadableEntry(f"unreadable ({exc.strerror or exc})") from None
+        raise UnreadableEntry(exc.strerror or str(exc)) from None
     finally:
         os.close(fd)
 
@@ -303,7 +303,7 @@ class VariantCache:
             # An I/O error now (too many open files, a permission, EIO) says nothing of what
             # the file holds: a miss that leaves the entry to be read again later, never
             # counted corrupt or removed (a good entry was deleted so: review helper 224).
-            self._unreadable(path, exc.reason)
+            self._unreadable(path, exc.why)
             return None
         except BadEntry as exc:
             self._bad(key, path, exc.reason)
@@ -565,11 +565,11 @@ class VariantCache:
             except FileNotFoundError:
                 pass  # evicted by another process meanwhile
             except UnreadableEntry as exc:
-                unreadable[info.key] = exc.reason
+                unreadable[info.key] = exc.why
             except BadEntry as exc:
                 bad[info.key] = exc.reason
             except OSError as exc:  # the folder cannot be searched now (its permissions changed)
-                unreadable[info.key] = f"unreadable ({exc.strerror or exc})"
+                unreadable[info.key] = exc.strerror or str(exc)
         return CacheCheck(bad, unreadable)
 
     def stats(self, scan: bool = False) -> CacheStats:

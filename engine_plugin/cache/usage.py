@@ -151,7 +151,7 @@ def _load(path: str, strict: bool = False, merging: bool = False) -> tuple[dict[
     except FileNotFoundError:
         return {}, True
     except (OSError, UnreadableEntry) as exc:  # an I/O error, not what the file holds: read again later, never replaced
-        why = exc.reason if isinstance(exc, UnreadableEntry) else (exc.strerror or str(exc))
+        why = exc.why if isinstance(exc, UnreadableEntry) else (exc.strerror or str(exc))
         if merging:
             raise OSError(f"cannot read it ({why})") from None
         return refuse(f"cannot be read ({why})", False)

@@ -112,15 +112,10 @@ def _stats(args: argparse.Namespace, rep: Reporter, cap: int) -> int:
     for key, reason in sorted((bad or {}).items()):
         rep.error(f"{os.path.join(cache.folder, key)}.msgpack: unusable: {reason}")
     for key, reason in sorted(unreadable.items()):
-        rep.error(f"{os.path.join(cache.folder, key)}.msgpack: cannot be read now ({_why(reason)}); not verified")
+        rep.error(f"{os.path.join(cache.folder, key)}.msgpack: cannot be read now ({reason}); not verified")
     if bad:
         return EXIT_FAILED
     return EXIT_USAGE if unreadable else EXIT_OK
-
-
-def _why(reason: str) -> str:
-    """The OS's words of an UnreadableEntry reason ("unreadable (Permission denied)")."""
-    return reason.removeprefix("unreadable (").removesuffix(")") if reason.startswith("unreadable (") else reason
 
 
 def _remote(args: argparse.Namespace, rep: Reporter) -> tuple[int, dict | None]:
@@ -215,7 +210,7 @@ def _cmd_local(args: argparse.Namespace, rep: Reporter) -> int:
         st = cache.stats(scan=True)
         rep.say(f"removed {removed} unusable entries, evicted {evicted} least recently used; {st.entries} entries, {fmt_bytes(st.bytes)} left")
         for key, reason in sorted(found.unreadable.items()):  # kept: an I/O error is no verdict (helper 228)
-            rep.note(f"{os.path.join(cache.folder, key)}.msgpack: cannot be read now ({_why(reason)}); kept")
+            rep.note(f"{os.path.join(cache.folder, key)}.msgpack: cannot be read now ({reason}); kept")
         if removed < len(bad):
             rep.error(f"{len(bad) - removed} unusable entries could not be removed")
             return EXIT_FAILED

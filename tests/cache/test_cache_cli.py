@@ -111,7 +111,7 @@ def test_cache_stats_verify_tells_an_entry_that_cannot_be_read_now_from_an_unusa
     assert f"{path}: cannot be read now (Permission denied); not verified" in err and "unusable" not in err
     assert main(["cache", "stats", "--cache", folder, "--verify", "--json"]) == 2
     data = json.loads(capsys.readouterr().out)
-    assert data["unusable"] == [] and data["unreadable_now"] == [{"key": reference_variants()[1][0], "reason": "unreadable (Permission denied)"}]
+    assert data["unusable"] == [] and data["unreadable_now"] == [{"key": reference_variants()[1][0], "reason": "Permission denied"}]
     # An unusable entry as well: that is what decides the exit status (1).
     with open(cache.path(reference_variants()[0][0]), "wb") as f:
         f.write(b"junk")
@@ -128,7 +128,20 @@ def test_verify_leaves_out_an_entry_that_cannot_be_read_now_and_check_names_it(t
     _unreadable_now(monkeypatch, cache.path(key), errno.EMFILE)
     assert cache.verify() == {}
     found = cache.check()
-    assert found.unusable == {} and found.unreadable == {key: f"unreadable ({os.strerror(errno.EMFILE)})"}
+    assert found.unusable == {} and found.unreadable == {key: os.strerror(errno.EMFILE)}
+
+
+def test_a_usage_log_that_cannot_be_read_now_is_said_in_the_os_words_once(tmp_path, capsys, monkeypatch):
+    # It read "cannot be read (unreadable (Permission denied))" (review helper 228).
+    folder = str(tmp_path / "cache")
+    _fill(folder, 1)
+    usage = os.path.join(folder, "usage.msgpack")
+    with open(usage, "wb") as f:
+        f.write(b"\x90")
+    _unreadable_now(monkeypatch, usage)
+    assert main(["cache", "stats", "--cache", folder]) == 0
+    err = capsys.readouterr().err
+    assert f"usage log {usage} cannot be read (Permission denied); ignored, and kept as it is" in err and "unreadable (" not in err
 
 
 def test_cache_clear_removes_every_entry(tmp_path, capsys):
