@@ -182,11 +182,13 @@ class VariantCache:
     Args:
         folder: created when missing.
         max_bytes: size cap for the entries (None: no cap).
+        warn_read_only: log that a folder this process cannot write is served without writes
+            (False: a maintenance command, which says so its own way or writes nothing).
     Raises:
         CacheError: the folder cannot be created or is not a folder.
     """
 
-    def __init__(self, folder: str, max_bytes: int | None = DEFAULT_MAX_BYTES):
+    def __init__(self, folder: str, max_bytes: int | None = DEFAULT_MAX_BYTES, *, warn_read_only: bool = True):
         self.folder = os.path.abspath(folder)
         if max_bytes is not None and max_bytes <= 0:
             raise ValueError(f"max_bytes must be positive or None, not {max_bytes!r}")
@@ -217,7 +219,7 @@ class VariantCache:
         # A folder we may read but not write (a read-only game install) serves what it holds;
         # writes are skipped after one warning instead of failing (and logging) once per put.
         self.read_only = not os.access(self.folder, os.W_OK)
-        if self.read_only:
+        if self.read_only and warn_read_only:
             log.warning("variant cache %s is read-only: entries are served but not written", self.folder)
         self._keyless: str | None | bool = False  # not asked yet (see keyless)
 

@@ -67,7 +67,8 @@ def _stats(args: argparse.Namespace, rep: Reporter, cap: int) -> int:
         return EXIT_OK
     if args.verify:  # before the cache is opened: its own warnings about the key come second (review helper 204)
         require_cache_key("--verify cannot tell this user's entries from forged ones")
-    cache = VariantCache(args.cache, max_bytes=cap)
+    # Not "served but not written" (a game's words): stats writes nothing, gc and clear refuse.
+    cache = VariantCache(args.cache, max_bytes=cap, warn_read_only=False)
     st = cache.stats(scan=True)
     infos = sorted(cache.entries(), key=lambda i: i.mtime_ns)
     usage = read_usage(os.path.join(cache.folder, USAGE_FILE))
@@ -199,7 +200,8 @@ def _cmd_local(args: argparse.Namespace, rep: Reporter) -> int:
         return EXIT_OK
     if args.action == "gc":  # it removes what does not verify; said before the cache warns of the key itself (helper 204)
         require_cache_key("gc cannot tell this user's entries from forged ones")
-    cache = VariantCache(args.cache, max_bytes=cap)
+    # Not "served but not written" (a game's words): stats writes nothing, gc and clear refuse.
+    cache = VariantCache(args.cache, max_bytes=cap, warn_read_only=False)
     if cache.read_only:  # removal would fail file by file while saying it succeeded (helper 112)
         raise UsageError(f"{args.cache} is read-only to you: nothing in it can be removed")
     if args.action == "gc":

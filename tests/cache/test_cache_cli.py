@@ -144,6 +144,22 @@ def test_a_usage_log_that_cannot_be_read_now_is_said_in_the_os_words_once(tmp_pa
     assert f"usage log {usage} cannot be read (Permission denied); ignored, and kept as it is" in err and "unreadable (" not in err
 
 
+def test_looking_at_a_read_only_cache_says_nothing_of_serving_it(tmp_path, capsys, monkeypatch):
+    # cache stats warned "is read-only: entries are served but not written", a game's words,
+    # and gc and clear said it before their own error (review helper 228).
+    folder = str(tmp_path / "cache")
+    _fill(folder, 2)
+    real = os.access
+    monkeypatch.setattr(os, "access", lambda path, mode, **kw: False if mode & os.W_OK and os.fspath(path) == folder else real(path, mode, **kw))
+    assert main(["cache", "stats", "--cache", folder]) == 0
+    out, err = capsys.readouterr()
+    assert "entries     2" in out and err == ""
+    for action in ("gc", "clear"):
+        assert main(["cache", action, "--cache", folder]) == 2
+        assert capsys.readouterr().err == f"engine-plugin cache: {folder} is read-only to you: nothing in it can be removed\n"
+    assert len(list(VariantCache(folder).entries())) == 2
+
+
 def test_cache_clear_removes_every_entry(tmp_path, capsys):
     folder = str(tmp_path / "cache")
     _fill(folder, 4)
