@@ -304,13 +304,30 @@ def test_watch_json_prints_each_failure_once_then_the_reload_that_fixes_it(broke
 
 
 @pytest.mark.parametrize(
-    "args", [["watch", "--quiet-ms", "nan"], ["watch", "--duration", "nan"], ["watch", "--quiet-ms", "-1"], ["bake", "--remote-timeout", "inf"], ["watch", "--max-events", "-1"]]
+    "args",
+    [
+        ["watch", "--quiet-ms", "nan"],
+        ["watch", "--duration", "nan"],
+        ["watch", "--quiet-ms", "-1"],
+        ["bake", "--remote-timeout", "inf"],
+        ["watch", "--max-events", "-1"],
+    ],
 )
 def test_a_number_of_seconds_that_is_nan_infinite_or_negative_is_a_usage_error(tmp_path, args):
     # Review helper 80: --quiet-ms nan was taken, and then no save was ever due; --duration nan quit at once.
     done = cli(*args, cwd=str(tmp_path))
     assert done.returncode == 2, done.stderr
     assert ("finite" in done.stderr or "at least 0" in done.stderr) and len(done.stderr.strip().splitlines()) == 1, done.stderr
+
+
+def test_watch_for_zero_seconds_is_a_usage_error_not_a_watch_until_ctrl_c():
+    # Review helper 228: --duration 0 ("stop after S seconds") was taken as no limit.
+    try:
+        done = cli("watch", os.path.join(SAMPLES, "reference.computeShader"), "--no-cache", "--duration", "0", timeout=20)
+    except subprocess.TimeoutExpired:
+        pytest.fail("watch --duration 0 was still watching after 20 s")
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr == "engine-plugin watch: argument --duration: a finite positive number of seconds, not '0' (see: engine-plugin watch --help)\n"
 
 
 @pytest.mark.parametrize(
@@ -370,8 +387,9 @@ def test_json_dash_writes_to_stdout_under_every_subcommand_and_a_closed_pipe_is_
     assert cli("info", "--json", samples).returncode == 0  # a path right after --json is still the path
     stats = cli("cache", "stats", "--cache", str(tmp_path / "cache"), "--json", "-")
     assert stats.returncode == 0 and json.loads(stats.stdout)["exists"] is False
-    proc = subprocess.Popen([sys.executable, "-m", "engine_plugin", "info", samples, "--json"], cwd=REPO,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=dict(os.environ))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "engine_plugin", "info", samples, "--json"], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=dict(os.environ)
+    )
     proc.stdout.close()  # the reader is gone before anything is written (`| head -c 0`)
     err = proc.stderr.read().decode()
     proc.wait(timeout=120)
@@ -388,7 +406,9 @@ def test_the_demo_without_rich_names_the_demo_extra(tmp_path):
     (tmp_path / "rich").mkdir()
     (tmp_path / "rich" / "__init__.py").write_text("raise ImportError('rich is not installed (test)')\n")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])}
-    proc = subprocess.run([sys.executable, "-m", "engine_plugin", "demo", "--headless", "--frames", "1"], capture_output=True, text=True, timeout=120, env=env, cwd=str(tmp_path))
+    proc = subprocess.run(
+        [sys.executable, "-m", "engine_plugin", "demo", "--headless", "--frames", "1"], capture_output=True, text=True, timeout=120, env=env, cwd=str(tmp_path)
+    )
     assert proc.returncode == 2, proc.stderr
     assert "engine_plugin[demo]" in proc.stderr and "[cli]" not in proc.stderr
 
@@ -456,7 +476,9 @@ def test_a_demo_log_the_disk_refuses_is_an_environment_error(tmp_path, log, why)
     # (review helper 128); a log the system refuses is the environment's, exit 2.
     if not os.path.exists(log.split("/nope")[0] if "/nope" in log else log):
         pytest.skip(f"no {log} on this system")
-    done = cli("demo", "--headless", "--frames", "12", "--log-every", "1", "--snapshot", "", "--log", log, "--cache", str(tmp_path / "cache"), cwd=str(tmp_path))
+    done = cli(
+        "demo", "--headless", "--frames", "12", "--log-every", "1", "--snapshot", "", "--log", log, "--cache", str(tmp_path / "cache"), cwd=str(tmp_path)
+    )
     assert done.returncode == 2, done.stderr
     line = one_error_line(done, "demo")
     assert why in line and "bug" not in line, line

@@ -230,7 +230,7 @@ def cmd_watch(args: argparse.Namespace, rep: Reporter) -> int:
             check(ref)
     except KeyboardInterrupt:
         stopped = True
-    deadline = time.monotonic() + args.duration if args.duration else None
+    deadline = time.monotonic() + args.duration if args.duration is not None else None
     seen = 0
     failing: set[str] = set()  # assets whose last word here was a failed reload
     by_path = {r.path: r for r in refs}
@@ -318,7 +318,8 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("--remote", metavar="URL", default=None, help="the shared Redis tier reloads may fetch from (default: $ENGINE_PLUGIN_REMOTE_CACHE)")
     p.add_argument("--quiet-ms", type=seconds_arg(unit="ms"), default=30.0, help="debounce quiet window in ms (default 30)")
     p.add_argument("--all-variants", action="store_true", help="compile every variant up front, so each reload validates them all")
-    p.add_argument("--duration", type=seconds_arg(), default=0.0, metavar="S", help="stop after S seconds (default: until Ctrl-C)")
+    # Above 0: --duration 0 was taken as no limit, a watch until Ctrl-C (review helper 228).
+    p.add_argument("--duration", type=seconds_arg(positive=True), default=None, metavar="S", help="stop after S seconds (default: until Ctrl-C)")
     p.add_argument("--max-events", type=whole_number_arg(0), default=0, metavar="N", help="stop after N reloads or failures (default 0: no limit)")
     p.add_argument("--json", action="store_true", help="one JSON object a line on stdout (for editor plugins)")
     p.add_argument("--root", metavar="DIR", help=ROOT_HELP)
