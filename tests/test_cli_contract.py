@@ -72,6 +72,12 @@ def test_help_states_the_contract():
     assert done.returncode == 0
     for words in ("0 ok; 1 an asset or variant failed; 2 a usage or environment error", "one line prefixed with the subcommand", "-v", "-q", '"--json -"'):
         assert words in done.stdout, words
+    # What Ctrl-C and SIGTERM exit with was said only in the README (review helper 228).
+    flat = " ".join(done.stdout.split())
+    assert (
+        "130 interrupted by Ctrl-C (143: by SIGTERM)" in flat
+        and "watch, once watching, stops on Ctrl-C as asked (0, or 1 when an asset watched is failing)" in flat
+    )
 
 
 @pytest.mark.parametrize(

@@ -51,7 +51,10 @@ EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
 CONTRACT = """\
 exit status: 0 ok; 1 an asset or variant failed; 2 a usage or environment error (a bad option, a
-path that names no asset, no GPU adapter, a missing optional extra, an unreachable Dask scheduler).
+path that names no asset, no GPU adapter, a missing optional extra, an unreachable Dask scheduler);
+130 interrupted by Ctrl-C (143: by SIGTERM), a bake keeping the entries it wrote whole; watch, once
+watching, stops on Ctrl-C as asked (0, or 1 when an asset watched is failing), as the demo's window
+does (0).
 Every error goes to stderr as one line prefixed with the subcommand ("engine-plugin bake: ...");
 -v adds details (the source line and caret, notes, tracebacks); -q prints only errors and the
 output asked for. "--json -" writes JSON to stdout; info, cache stats and watch take --json for
