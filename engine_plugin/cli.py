@@ -102,8 +102,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if rest[:1] != ["bake"]:
         # '--json -' (stdout) as bake takes it: the other commands' --json is stdout already.
         args_list = [a for i, a in enumerate(args_list) if not (a == "-" and i and args_list[i - 1] == "--json")]
-    parser = build_parser()
-    args, extra = parser.parse_known_args(args_list)
+    try:
+        parser = build_parser()  # imports every subcommand: a quarter second a Ctrl-C may fall in
+        args, extra = parser.parse_known_args(args_list)
+    except KeyboardInterrupt:  # before the command runs: as it would, not a traceback (review helper 228)
+        print("\nengine-plugin: interrupted (Ctrl-C)", file=sys.stderr)
+        return 130
     if extra:
         print(printable(f"engine-plugin {args.command}: unrecognized arguments: {' '.join(extra)} (see: engine-plugin {args.command} --help)"), file=sys.stderr)
         return EXIT_USAGE

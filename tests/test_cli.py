@@ -149,3 +149,17 @@ def test_info_names_a_textures_format_dimension_and_size():
     assert textures == [{"dim": "2d", "format": "rgba8unorm", "size": None}, {"dim": "2d", "format": "bgra8unorm", "size": None}]
     table = cli("info", "engine_plugin/demo/assets/colorize.computeShader")
     assert table.returncode == 0 and "2d rgba8unorm" in table.stdout, table.stdout
+
+
+def test_ctrl_c_while_the_command_starts_exits_130_with_one_line_not_a_traceback(monkeypatch, capsys):
+    # Review helper 228: a Ctrl-C in the first quarter second (building the parser imports every
+    # subcommand) ended the command with a KeyboardInterrupt traceback, killed by SIGINT.
+    from engine_plugin import cli as cli_module
+
+    def interrupted() -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli_module, "build_parser", interrupted)
+    assert cli_module.main(["info", "assets"]) == 130
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err == "\nengine-plugin: interrupted (Ctrl-C)\n"
