@@ -530,10 +530,19 @@ class AssetLibrary:
 
     # -- hot reload ------------------------------------------------------------------------
     def watch(self) -> "AssetLibrary":
-        """Start a watchdog observer over the root and the reload worker (idempotent)."""
+        """Start a watchdog observer over the root and the reload worker (idempotent).
+
+        Starting it reads every loaded asset again, as a save would (an unchanged one is no
+        reload): a save made after :meth:`load` and before this, or while the library was
+        closed, sent its events to nobody, and the old kernel ran on with no reload and no
+        diagnostic until a later save (review helper 229)."""
         if not os.path.isdir(self._root_abs):
             raise AssetError("the asset root is not a folder", Span(self.root))
-        self.service.watch()
+        if self.service.watch():
+            for ref in list(self._refs.values()):
+                # A failure read again unchanged is not reported twice (see _fail).
+                ref._rereading = ref._rereading or ref.error is not None
+                self.service.schedule(os.path.abspath(ref.folder))
         return self
 
     def request_reload(self, path: str | None = None) -> None:

@@ -142,13 +142,16 @@ class ReloadService:
             self._worker = threading.Thread(target=self._run, name="engine_plugin-reload", daemon=True)
             self._worker.start()
 
-    def watch(self) -> None:
-        """Start the worker and a watchdog observer over the root (idempotent)."""
+    def watch(self) -> bool:
+        """Start the worker and a watchdog observer over the root (idempotent); answers whether
+        this call started the observer (its caller then reads the loaded assets again: files
+        saved while nobody watched sent no event that will ever come)."""
         self.start_worker()
         with self._observer_lock:
             if self._observer is not None:
-                return
+                return False
             self._observer = self._start_observer()
+            return True
 
     def _start_observer(self) -> Any:
         from watchdog.events import (

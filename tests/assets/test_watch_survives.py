@@ -10,7 +10,7 @@ import shutil
 import time
 
 import pytest
-from asset_support import kernel, pump, run_scale, write
+from asset_support import kernel, pump, run_scale, settle, write
 
 pytestmark = pytest.mark.gpu
 
@@ -134,3 +134,37 @@ def test_a_save_while_the_root_is_renamed_away_is_taken_up_when_it_is_back(watch
     pump(lib, lambda: ref.diagnostics is None and ref.generation >= 1, timeout=10, what="the save made while away to reload")
     assert run_scale(ref) == [3.0 * v for v in (1.0, 2.0, 3.0, 4.0)]
     _save_until_reloaded(lib, ref, os.path.join(folder, "kernel.wgsl"), 4.0)
+
+
+def test_saves_made_before_watch_or_while_closed_are_applied_once_watching(asset_root, make_library):
+    # Saved after load() but before watch() (the game's start-up), or while the library was
+    # closed (a level transition): no event will ever come for them, and the old kernel ran on
+    # with no reload and no diagnostic until a later save (review helper 229).
+    lib = make_library(asset_root)
+    ref = lib.load("k.computeShader")
+    assert run_scale(ref) == [2.0, 4.0, 6.0, 8.0]
+    path = os.path.join(ref.folder, "kernel.wgsl")
+    write(path, kernel(3.0))
+    lib.watch()
+    pump(lib, lambda: ref.generation == 1, what="the save made before watch()")
+    assert run_scale(ref) == [3.0, 6.0, 9.0, 12.0] and ref.diagnostics is None
+
+    lib.close()
+    write(path, kernel(4.0))
+    lib.watch()
+    pump(lib, lambda: ref.generation == 2, what="the save made while closed")
+    assert run_scale(ref) == [4.0, 8.0, 12.0, 16.0] and ref.diagnostics is None
+
+
+def test_watch_reads_unchanged_assets_without_a_reload_or_a_repeated_failure(asset_root, make_library):
+    lib = make_library(asset_root)
+    ref = lib.load("k.computeShader")
+    run_scale(ref)
+    write(os.path.join(ref.folder, "kernel.wgsl"), kernel("nope"))
+    lib.request_reload(ref.path)
+    failures = pump(lib, lambda: ref.diagnostics is not None, what="the failure")
+    assert len(failures) == 1
+    lib.watch()
+    assert settle(lib, 0.3) == []  # read again: the same failure is not reported twice
+    assert ref.generation == 0 and ref.failures == 1 and "nope" in ref.diagnostics
+    assert run_scale(ref) == [2.0, 4.0, 6.0, 8.0]
