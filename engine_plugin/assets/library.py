@@ -794,11 +794,14 @@ class AssetLibrary:
             if old is not None:
                 for old_spec in old.variants:  # made after the worker read the asset
                     if old_spec not in carried:
-                        carried[old_spec] = carry_spec(old.schema, schema, old_spec)
+                        carried[old_spec] = carry_spec(old.schema, schema, old_spec, old.explicit(old_spec))
             recompiled = []
             for new_spec in dict.fromkeys(carried.values()) if ctx is not None else ():
                 new.variant(new_spec)  # type: ignore[arg-type]  # a VariantSpec passes through resolve_spec
                 recompiled.append(new_spec)
+            if old is not None:
+                for old_spec, new_spec in carried.items():  # what the game asked for stays asked for
+                    new.mark_explicit(new_spec, old.explicit(old_spec))
         except DeviceLostError as exc:
             # The device died under the compile (perhaps unnoticed till now): not the asset's
             # fault. compile_lowered marked the context lost, so the retry compiles on the

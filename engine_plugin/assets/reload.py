@@ -132,11 +132,14 @@ def plan_signature(lowered: Lowered) -> tuple:
     return (bindings, params, slots, columns, lowered.domain_count, lowered.table_columns)
 
 
-def carry_spec(old_schema: Schema | None, new_schema: Schema, spec: VariantSpec) -> VariantSpec:
+def carry_spec(old_schema: Schema | None, new_schema: Schema, spec: VariantSpec, explicit: frozenset[str] = frozenset()) -> VariantSpec:
     """The variant of ``new_schema`` that stands for ``spec`` of the old one.
 
-    Values the old spec only had by default follow the new default; values of parameters the
-    new schema dropped are dropped.
+    ``explicit``: the names whose values the game asked for (``Program.explicit``): those are
+    carried as they are. Values the old spec only had by default follow the new default (a
+    value asked for that equals the old default was taken for a default, so a save that only
+    changed the default retired the variant the game held and compiled one nobody asked for:
+    review helper 229); values of parameters the new schema dropped are dropped.
 
     Raises:
         SpecializationError: a value the new schema no longer offers (the reload fails).
@@ -146,7 +149,7 @@ def carry_spec(old_schema: Schema | None, new_schema: Schema, spec: VariantSpec)
     for name, value in spec.values:
         if new_schema.spec_param(name) is None:
             continue
-        if old_defaults.get(name) is not None and value == old_defaults[name]:
+        if name not in explicit and old_defaults.get(name) is not None and value == old_defaults[name]:
             continue
         values[name] = value
     try:
@@ -228,7 +231,7 @@ def prepare(
         candidate = make_program(schema, src)
         old_variants = list(old_program.variants) if old_program is not None else []
         for old_spec in old_variants:
-            new_spec = carry_spec(old_program.schema, schema, old_spec)  # type: ignore[union-attr]
+            new_spec = carry_spec(old_program.schema, schema, old_spec, old_program.explicit(old_spec))  # type: ignore[union-attr]
             out.carried[old_spec] = new_spec
             if new_spec not in out.lowered:
                 out.lowered[new_spec] = candidate.lowered(new_spec)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Any, Mapping, Protocol
+from typing import Any, Iterable, Mapping, Protocol
 
 from ..device.context import DeviceContext, get_context, is_default
 from ..errors import DeviceLostError
@@ -79,6 +79,9 @@ class Program:
         self._modules = _module_table(modules)
         self._imports: tuple[Module, ...] | None = None
         self._variants: dict[VariantSpec, Variant] = {}
+        # The specialisation names a caller gave for each variant (the rest took defaults): a
+        # reload carries those values and lets the rest follow the new defaults (carry_spec).
+        self._explicit: dict[VariantSpec, frozenset[str]] = {}
         self._lock = threading.RLock()
         self._successor: Program | None = None
         # When the files it was made from were read (time.monotonic(); 0: at load, or not by a
@@ -258,6 +261,8 @@ class Program:
         if self.ctx is None or self.ctx.lost:
             self._rehome()
         spec = resolve_spec(self._schema, specialize, columns)
+        if specialize and not isinstance(specialize, VariantSpec):
+            self.mark_explicit(spec, specialize)
         found = self._variants.get(spec)
         if found is not None and (not self._pinned or self._holds(found, spec)):
             return found
@@ -295,6 +300,18 @@ class Program:
             if self.ctx is None or self.ctx.lost:  # None: made where no adapter was (NoAdapterError if none still is)
                 self.ctx = get_context()
                 self._variants = {}
+
+    def explicit(self, spec: VariantSpec) -> frozenset[str]:
+        """The specialisation names of ``spec`` a caller asked for by name (not defaulted)."""
+        return self._live()._explicit.get(spec, frozenset())
+
+    def mark_explicit(self, spec: VariantSpec, names: Iterable[str]) -> None:
+        """Note ``names`` of ``spec`` as asked for by name (a reload carries them over)."""
+        live = self._live()
+        given = frozenset(n for n in names if n in spec.as_dict())
+        if given and not given <= live._explicit.get(spec, frozenset()):
+            with live._lock:
+                live._explicit[spec] = live._explicit.get(spec, frozenset()) | given
 
     def adopt(self, spec: VariantSpec, variant: Variant) -> Variant:
         """Stand ``variant`` (carried over from this asset's previous program by a body-only

@@ -664,3 +664,43 @@ def test_an_edit_dropping_an_option_a_variant_in_use_needs_says_so(asset_root, m
     assert "bindings.yaml" in first and "'i32' is not an option" in first, ref.diagnostics
     assert "uses the variant T=i32" in ref.diagnostics and "keep that option" in ref.diagnostics, ref.diagnostics
     assert run_scale(ref) == [2.0, 4.0, 6.0, 8.0]  # the last good program still runs
+
+
+@pytest.mark.parametrize("asked", [{"T": "f32"}, None], ids=["asked-for-f32", "defaulted"])
+def test_a_save_changing_only_a_default_carries_values_asked_for_and_moves_defaulted_ones(asset_root, make_library, tmp_path, asked):
+    # Review helper 229: a value asked for that equals the old default was taken for a default,
+    # so a save changing only "default: f32" to "default: i32" retired the Variant the game
+    # held ({"T": "f32"}, still offered, its layout unchanged) and compiled an unrequested i32
+    # eagerly, into the usage log. A variant that took the default follows the new one.
+    import numpy as np
+
+    from engine_plugin import abi
+    from engine_plugin.cache import read_usage
+
+    schema = SCHEMA.replace("options: [f32, i32, u32] }", "options: [f32, i32, u32], default: f32 }")
+    folder = os.path.join(asset_root, "k.computeShader")
+    write(os.path.join(folder, "bindings.yaml"), schema)
+    lib = make_library(asset_root, record_usage=True)
+    ref = lib.load("k.computeShader")
+    held = ref.program().variant(asked)
+    x = np.array([1, 2, 3, 4], np.float32)
+    assert abi.read(held.run(4, inputs={"src": x}).outputs["dst"]).tolist() == [2.0, 4.0, 6.0, 8.0]
+    write(os.path.join(folder, "bindings.yaml"), schema.replace("default: f32", "default: i32"))
+    lib.request_reload(ref.path)
+    results = pump(lib, lambda: ref.generation == 1, what="the reload")
+    lib.flush_usage()
+    used = [s.label() for s in read_usage(str(tmp_path / "cache" / "usage.msgpack")).get("k.computeShader", [])]
+    if asked:
+        assert [s.label() for s in ref.program().variants] == ["T=f32"]
+        assert results[0].body_only and results[0].layout_changed == (), results[0].describe()
+        assert abi.read(held.run(4, inputs={"src": x}).outputs["dst"]).tolist() == [2.0, 4.0, 6.0, 8.0]
+        assert used == ["T=f32"], used
+        # Carried again by the next reload: still the variant asked for.
+        write(os.path.join(folder, "kernel.wgsl"), kernel(3.0))
+        lib.request_reload(ref.path)
+        pump(lib, lambda: ref.generation == 2, what="the next reload")
+        assert [s.label() for s in ref.program().variants] == ["T=f32"]
+        assert abi.read(held.run(4, inputs={"src": x}).outputs["dst"]).tolist() == [3.0, 6.0, 9.0, 12.0]
+    else:
+        assert [s.label() for s in ref.program().variants] == ["T=i32"]
+        assert not results[0].body_only
