@@ -44,6 +44,7 @@ import contextlib
 import inspect
 import logging
 import math
+import re
 import time
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -379,7 +380,9 @@ class Engine:
             return
         unknown = sorted(given - set(plan.user_params))
         if unknown:
-            raise ProductError(f"unknown param {unknown[0]!r}; product {product.key!r} takes: {', '.join(plan.user_params) or 'none'}")
+            # At its bindings.yaml's params (review helper 229: a save removing a param the
+            # product passes was refused naming no file, where one adding a param names its line).
+            raise ProductError(f"unknown param {unknown[0]!r}; product {product.key!r} takes: {', '.join(plan.user_params) or 'none'}", _params_span(program))
         missing = [p for p in plan.user_params if p not in given]
         if missing:
             raise ProductError(f"product {product.key!r} needs param {missing[0]!r} (params={{...}})", _param_span(program, missing[0]))
@@ -1401,6 +1404,21 @@ def _takes_consumer(world: Any) -> bool:
         except (TypeError, ValueError):
             return False
     return True
+
+
+def _params_span(program: Any) -> Span | None:
+    """Where ``program``'s bindings.yaml lists its params: its top-level ``params:`` line, else
+    its first param's, else the file."""
+    schema = getattr(program, "schema", None)
+    path = getattr(program, "yaml_path", None)
+    if schema is None or path is None:
+        return None
+    for number, line in enumerate((schema.text or "").split("\n"), 1):
+        line = line.rstrip("\r")
+        if re.match(r"params\s*:(\s|#|$)", line):
+            return Span(path, number, 1, line)
+    first = schema.params[0] if schema.params else None
+    return (_param_span(program, first.name) if first is not None else None) or Span(path)
 
 
 def _param_span(program: Any, name: str) -> Span | None:

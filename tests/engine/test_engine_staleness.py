@@ -305,3 +305,38 @@ def test_a_reload_that_adds_a_param_is_adopted_by_setting_it(tmp_path, gpu, make
         assert all(got[k] == 0 for k in world.keys())  # nothing is above 0 + 1e9: the new kernel ran
     finally:
         lib.close()
+
+
+def test_a_reload_that_removes_a_param_the_product_passes_names_the_bindings_yaml_line(tmp_path, gpu, make_engine):
+    # Review helper 229: the refusal said "unknown param 'threshold'; ... takes: tile_count" and
+    # named no file, where a save adding a param names its bindings.yaml line.
+    from engine_plugin.assets import AssetLibrary
+    from engine_plugin.engine import ProductError
+
+    from engine_support import make_world
+
+    world = make_world(n=8)
+    root = tmp_path / "assets"
+    shutil.copytree(kernel_folder("count_above"), root / "engine" / "count_above.computeShader")
+    lib = AssetLibrary(str(root), cache=str(tmp_path / "cache"), device=gpu)
+    try:
+        engine = make_engine(world, library=lib)
+        h = engine.register_product("engine/count_above.computeShader", fields={"src": "height"}, params={"threshold": 0.0},
+                                    apply=lambda r: None, cpu_fallback=fallbacks.count_above)
+        run_until_idle(engine)
+        folder = root / "engine" / "count_above.computeShader"
+        yaml_path = folder / "bindings.yaml"
+        yaml_path.write_text(yaml_path.read_text().replace("  - { name: threshold, type: f32 }\n", ""))
+        kernel = folder / "kernel.wgsl"
+        kernel.write_text(kernel.read_text().replace("flush_in(params.threshold)", "0.0"))
+        lib.request_reload("engine/count_above.computeShader")
+        _wait_prepared(lib)
+        generation = engine.generation(h)
+        engine.frame()
+        error = engine.product_error(h)
+        assert engine.generation(h) == generation and isinstance(error, ProductError), error
+        assert "unknown param 'threshold'" in error.message, error
+        assert (error.path, error.line, error.col) == (str(yaml_path), 6, 1), str(error)  # its params: line
+        assert str(error).startswith(f"{yaml_path}:6:1: unknown param") and "params:" in str(error), str(error)
+    finally:
+        lib.close()
