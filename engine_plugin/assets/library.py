@@ -41,7 +41,7 @@ from ..runtime.program import Program, adopt_program, program, registered_progra
 from .builtin import builtin_folder, builtin_root
 from .folder import ASSET_SUFFIX, AssetSource, link_chain, module_search_path, path_under, read_asset_folder, real_path
 from .prefetch import PrefetchReport, prefetch
-from .reload import BODY, LAYOUT, Prepared, ReloadEvent, ReloadFailure, Unsettled, carry_spec, plan_signature, prepare, same_content
+from .reload import BODY, LAYOUT, Prepared, ReloadEvent, ReloadFailure, Superseded, Unsettled, carry_spec, plan_signature, prepare, same_content
 from .watcher import ReloadService
 
 __all__ = ["AssetLibrary", "ComputeShaderRef", "PrefetchReport", "allow_network"]
@@ -568,7 +568,7 @@ class AssetLibrary:
             # (after a loss, poll() on the engine thread picks up the new one).
             ctx = self._ctx if self._ctx is not None else self._context_or_none()
             prepared = prepare_on_worker(seq, first_event)
-            return _precompile(prepared, ctx, ref.path, retry=lambda: self.service.schedule(folder))
+            return _precompile(prepared, ctx, ref.path, retry=lambda: self.service.schedule(folder), superseded=self.service.work_due)
 
         def prepare_on_worker(seq: int, first_event: float) -> Prepared:
             read_at = time.monotonic()  # before the files are read: a read begun later saw newer files
@@ -975,6 +975,7 @@ class AssetLibrary:
 # interrupted (lavapipe compiled a huge var<private> array for minutes), and until then the
 # reload worker waits, so every other asset's reload waited behind it for good.
 RELOAD_COMPILE_TIMEOUT_S = 60.0
+_SUPERSEDED_CHECK_S = 0.02  # how often a reload waiting for its compile looks for newer work
 
 
 class _Compile(threading.Thread):
@@ -1024,10 +1025,19 @@ _failed: dict[tuple[int, str], PluginError] = {}  # compiles that failed after t
 _compiles_lock = threading.Lock()
 
 
-def _compiled_within(lowered: Lowered, label: str, ctx: Any, limit: float, retry: Callable[[], None] | None) -> bool:
+def _compiled_within(
+    lowered: Lowered, label: str, ctx: Any, limit: float, retry: Callable[[], None] | None, superseded: Callable[[], bool] | None = None
+) -> bool:
     """Compile ``lowered`` on its own thread, waiting at most ``limit`` seconds; answers
     whether it is done (compiled, or failed: ``poll`` meets a compile error again). When it
-    is not, ``retry`` runs once it is."""
+    is not, ``retry`` runs once it is.
+
+    Raises:
+        Superseded: ``superseded()`` turned true while it waited (newer work is due): the
+            compile goes on in the background, and the worker reads the asset again later
+            (one waiting out a stalled compile held back the save fixing it, and every other
+            asset's, for up to the deadline: review helper 229).
+    """
     job = _Compile(lowered, label, ctx)
     with _compiles_lock:
         running = _compiles.get(job.key)
@@ -1036,7 +1046,17 @@ def _compiled_within(lowered: Lowered, label: str, ctx: Any, limit: float, retry
         else:
             _compiles[job.key] = job
             job.start()
-    job.join(max(0.0, job.started + limit - time.monotonic()))  # a save joining a stuck compile waits out its first deadline only
+    deadline = job.started + limit  # a save joining a stuck compile waits out its first deadline only
+    while True:
+        left = deadline - time.monotonic()
+        job.join(max(0.0, min(left, _SUPERSEDED_CHECK_S) if superseded is not None else left))
+        if not job.is_alive() or left <= _SUPERSEDED_CHECK_S:
+            break
+        if superseded is not None and superseded():
+            with _compiles_lock:
+                if job.done:
+                    return True
+            raise Superseded(label)
     with _compiles_lock:
         if job.done:  # its ``then`` was taken: a retry added now would never run (helper 142)
             return True
@@ -1045,7 +1065,7 @@ def _compiled_within(lowered: Lowered, label: str, ctx: Any, limit: float, retry
     return False
 
 
-def _precompile(prepared: Prepared, ctx: Any, path: str, retry: Callable[[], None] | None = None) -> Prepared:
+def _precompile(prepared: Prepared, ctx: Any, path: str, retry: Callable[[], None] | None = None, superseded: Callable[[], bool] | None = None) -> Prepared:
     """Compile the reload's variants on the reload worker, off the engine thread: pipeline
     creation is the costly part of a swap (tens to hundreds of ms) and releases the GIL. The
     pipelines land in the device's compile cache, so :meth:`AssetLibrary.poll` swaps them in
@@ -1053,7 +1073,8 @@ def _precompile(prepared: Prepared, ctx: Any, path: str, retry: Callable[[], Non
     meet again and report on the engine thread (its message is the same). A compile that
     outlives :data:`RELOAD_COMPILE_TIMEOUT_S` fails the reload (the last good program stays;
     ``poll`` never compiles it on the engine thread), the worker goes on to other reloads, and
-    ``retry`` (the asset read again) runs if that compile finishes after all."""
+    ``retry`` (the asset read again) runs if that compile finishes after all. Once
+    ``superseded()`` (newer work is due) it stops waiting sooner: see :func:`_compiled_within`."""
     if prepared.error is not None or ctx is None or ctx.lost:
         return prepared
     for spec, lowered in prepared.lowered.items():
@@ -1062,7 +1083,7 @@ def _precompile(prepared: Prepared, ctx: Any, path: str, retry: Callable[[], Non
         if late is not None:  # its compile failed after an earlier reload stopped waiting
             return replace(prepared, error=late)
         limit = RELOAD_COMPILE_TIMEOUT_S
-        if _compiled_within(lowered, f"{path} {spec.label()}", ctx, limit, retry):
+        if _compiled_within(lowered, f"{path} {spec.label()}", ctx, limit, retry, superseded):
             continue
         where = prepared.source.wgsl_path if prepared.source is not None else path
         message = (

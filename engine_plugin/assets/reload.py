@@ -21,7 +21,7 @@ from .folder import AssetSource, is_editor_noise, read_asset_folder
 if TYPE_CHECKING:
     from ..runtime.program import Program
 
-__all__ = ["ReloadEvent", "ReloadFailure", "Prepared", "plan_signature", "carry_spec", "prepare", "same_content", "Unsettled", "folder_stamp"]
+__all__ = ["ReloadEvent", "ReloadFailure", "Prepared", "plan_signature", "carry_spec", "prepare", "same_content", "Unsettled", "Superseded", "folder_stamp"]
 
 BODY = "body"
 LAYOUT = "layout"
@@ -90,6 +90,11 @@ class ReloadFailure:
 
 class Unsettled(Exception):
     """The asset's files changed while they were being read: read them again later."""
+
+
+class Superseded(Exception):
+    """Newer work waits while this reload's compile is still running: the worker stops waiting
+    for it (it goes on in the background) and reads the asset again later (review helper 229)."""
 
 
 @dataclass

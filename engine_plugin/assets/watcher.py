@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from .folder import ASSET_SUFFIX, find_assets, is_editor_noise
-from .reload import Prepared, Unsettled, folder_stamp
+from .reload import Prepared, Superseded, Unsettled, folder_stamp
 
 __all__ = ["ReloadService", "is_ignored_name"]
 
@@ -271,6 +271,13 @@ class ReloadService:
             self.events_seen += 1
             self._cond.notify_all()
 
+    def work_due(self) -> bool:
+        """Whether a read is due now (a newer save of the asset being read, or of another):
+        the worker then stops waiting for a stalled compile (see ``Superseded``)."""
+        now = time.monotonic()
+        with self._cond:
+            return any(self._due(e) <= now for e in self._pending.values())
+
     def _due(self, entry: _Pending) -> float:
         return max(min(entry.last + self.quiet, entry.first + self.max_delay), entry.not_before)
 
@@ -349,6 +356,11 @@ class ReloadService:
         try:
             prepared = job(entry.seq, entry.first)
         except Unsettled:
+            self._requeue(folder, entry, self.quiet)
+            return
+        except Superseded:
+            # Its compile stalled and newer work is due: that goes first; this asset is read
+            # again after it (merged into a newer save of its own, if one came).
             self._requeue(folder, entry, self.quiet)
             return
         if prepared.missing and not entry.grace_used and self.missing_grace > 0:

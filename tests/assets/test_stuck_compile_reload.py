@@ -265,3 +265,61 @@ def test_two_libraries_whose_reloads_joined_one_late_failing_compile_both_report
     finally:
         for lib in libs:
             lib.close()
+
+
+def _stalled(mark: str, timeout: float = 30.0) -> None:
+    """Wait until a reload's compile of a source holding ``mark`` is running."""
+    import time
+
+    import engine_plugin.assets.library as library
+
+    end = time.monotonic() + timeout
+    while not any(mark in job.lowered.source for job in list(library._compiles.values())):
+        assert time.monotonic() < end, f"no compile of {mark} started"
+        time.sleep(0.005)
+
+
+@pytest.mark.parametrize("newer", ["fixed-save", "other-asset"])
+def test_a_stalled_compile_stops_holding_back_newer_saves(tmp_path, slow_compiles, monkeypatch, newer):
+    # Review helper 229: the one reload worker waited out a stalled compile (up to
+    # RELOAD_COMPILE_TIMEOUT_S, 60 s) before it read the save that fixed it or any other
+    # asset's save. It stops waiting once newer work is due; the stalled compile finishes in
+    # the background, and the newest save wins.
+    import time
+
+    from asset_support import kernel, make_asset, run_scale, write
+
+    import engine_plugin.assets.library as library
+    from engine_plugin.assets import AssetLibrary
+
+    monkeypatch.setattr(library, "RELOAD_COMPILE_TIMEOUT_S", 30.0)
+    slow_compiles["3.5"] = 4.0
+    root = str(tmp_path / "assets")
+    a, b = make_asset(root, "a", 2.0), make_asset(root, "b", 3.0)
+    lib = AssetLibrary(root, cache=None)
+    try:
+        ra, rb = lib.load("a.computeShader"), lib.load("b.computeShader")
+        run_scale(ra), run_scale(rb)
+        write(os.path.join(a, "kernel.wgsl"), kernel(3.5))
+        lib.request_reload("a.computeShader")
+        _stalled("3.5")
+        t0 = time.monotonic()
+        if newer == "fixed-save":
+            write(os.path.join(a, "kernel.wgsl"), kernel(4.0))
+            lib.request_reload("a.computeShader")
+            _pump(lib, 30, lambda evs: run_scale(ra) == [4.0, 8.0, 12.0, 16.0])
+        else:
+            write(os.path.join(b, "kernel.wgsl"), kernel(5.0))
+            lib.request_reload("b.computeShader")
+            _pump(lib, 30, lambda evs: run_scale(rb) == [5.0, 10.0, 15.0, 20.0])
+        took = time.monotonic() - t0
+        assert took < 2.0, f"the newer save landed after {took:.1f} s, behind the stalled compile"
+        # The stalled compile finishes: the newest save of a stays (the stalled one, had
+        # nothing superseded it, is applied then).
+        _pump(lib, 30, lambda evs: not library._compiles and lib.idle and run_scale(ra)[0] != 2.0)
+        events = _pump(lib, 0.3, lambda evs: False)
+        assert all(e.ok for e in events), [e.describe() for e in events]
+        assert run_scale(ra) == ([4.0, 8.0, 12.0, 16.0] if newer == "fixed-save" else [3.5, 7.0, 10.5, 14.0])
+        assert ra.error is None and rb.error is None
+    finally:
+        lib.close()
