@@ -25,19 +25,26 @@ def _same(a: tuple, b: tuple) -> None:
         assert x.dtype == y.dtype and np.array_equal(x, y)
 
 
+def _apply(world: World, ops: list) -> None:
+    """The ops a property test drew: adds (slots reused), evictions, edits of "h", dirty "m"."""
+    for name, k in ops:
+        if name == "add" and k not in world and len(world) < world.max_chunks:
+            world.add(k)
+        elif name == "evict" and k in world:
+            world.evict(k)
+        elif name == "edit" and k in world:
+            world.write(k, "h", float(k))
+        elif name == "dirty" and k in world:
+            world.mark_dirty(k, "m")
+
+
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.tuples(st.sampled_from(["add", "evict", "edit"]), st.integers(0, 40)), max_size=60), st.sets(st.integers(-3, 45), max_size=30))
 def test_vector_columns_answer_what_per_chunk_lookups_answer(ops, owed):
     world = World((2, 2), {"h": np.float32}, max_chunks=48)
     for k in range(0, 40, 3):
         world.add(k)
-    for name, k in ops:
-        if name == "add" and k not in world and len(world) < 48:
-            world.add(k)
-        elif name == "evict" and k in world:
-            world.evict(k)
-        elif name == "edit" and k in world:
-            world.write(k, "h", float(k))
+    _apply(world, ops)
     index = ChunkIndex(world)
     assert index._vectors
     got = index.sorted_columns(owed)
@@ -86,15 +93,7 @@ def test_columns_of_an_upload_take_answer_what_per_chunk_lookups_answer(ops, ext
     for k in range(0, 40, 3):
         world.add(k)
     world.take_dirty()
-    for name, k in ops:
-        if name == "add" and k not in world and len(world) < 48:
-            world.add(k)
-        elif name == "evict" and k in world:
-            world.evict(k)
-        elif name == "edit" and k in world:
-            world.write(k, "h", float(k))
-        elif name == "dirty" and k in world:
-            world.mark_dirty(k, "m")
+    _apply(world, ops)
     index = ChunkIndex(world)
     for field in ("h", "m"):
         found = take_dirty_changes(world, field, 2, meta=index.get)
