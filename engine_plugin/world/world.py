@@ -492,8 +492,12 @@ class World:
 
     def slot_versions(self, slots: Any) -> np.ndarray:
         """Content versions of the chunks in ``slots`` (0 for a free slot): a new vector for
-        an index vector (a slice answers a view)."""
-        return self._slot_version[slots]
+        an index vector (a slice answers a view).
+
+        Raises:
+            WorldError: a negative slot (``slots_of``'s -1 for a key not in the world).
+        """
+        return self._slot_version[_slot_index(slots)]
 
     def slots_of(self, keys: Any) -> np.ndarray:
         """The slots of chunks ``keys`` as i64 (-1 for a key not in the world)."""
@@ -503,6 +507,8 @@ class World:
     def keys_at(self, slots: Any) -> list[int]:
         """The chunk keys in ``slots`` (None for a free slot)."""
         at = slots if type(slots) is list else np.asarray(slots).tolist()
+        if at and min(at) < 0:
+            _slot_index([min(at)])  # raises, naming it
         if len(at) < 2:
             return [self._key_at[s] for s in at]  # type: ignore[misc]
         return list(itemgetter(*at)(self._key_at))  # one C call: a whole world's slots at once
@@ -513,7 +519,7 @@ class World:
         A free slot reads 0: ask ``keys_at`` for slots that may be free."""
         if self._wide_keys:
             return None
-        return self._key_vec.take(slots)
+        return self._key_vec.take(_slot_index(slots))
 
     def mark_dirty(self, key: int | None = None, name: str | None = None) -> None:
         """Mark fields dirty without changing data (e.g. to re-upload after a new device)."""
@@ -611,3 +617,16 @@ def _cast(arr: np.ndarray, spec: FieldSpec, name: str, shape: tuple[int, ...]) -
         # keeps them through astype; the mirror and the kernels would see 2 or 255.
         arr = arr.view(np.uint8) != 0
     return arr.astype(target, copy=False)
+
+
+def _slot_index(slots: Any) -> Any:
+    """``slots`` as an index into the world's slot vectors, refused when one is negative: numpy
+    reads -1 (``slots_of``'s answer for a key not in the world) as the last slot, and answered
+    another chunk's version or key (review helper 221). Unsigned vectors (the engine's work
+    lists) and slices go as they are."""
+    if type(slots) is slice or (type(slots) is np.ndarray and slots.dtype.kind in "ub"):
+        return slots
+    index = slots if type(slots) is np.ndarray else np.asarray(slots)
+    if index.dtype.kind == "i" and index.size and int(index.min()) < 0:
+        raise WorldError(f"slot {int(index.min())} is no slot (slots_of answers -1 for a key not in the world)")
+    return slots  # (as given: numpy reads an empty list as an empty index, np.asarray makes it floats)
