@@ -127,7 +127,10 @@ class World:
         return len(self._slot_of)
 
     def __contains__(self, key: object) -> bool:
-        return key in self._slot_of
+        try:
+            return key in self._slot_of and type(key) is not bool and type(key) is not np.bool_  # (as slot(): True is no chunk key)
+        except TypeError:  # unhashable: no chunk key
+            return False
 
     def keys(self) -> list[int]:
         """Live chunk keys, sorted."""
@@ -189,11 +192,18 @@ class World:
             return slot
 
     def slot(self, key: int) -> int:
-        """The mirror slot of live chunk ``key``. Raises UnknownChunkError."""
+        """The mirror slot of live chunk ``key``. Raises UnknownChunkError (also for a key
+        that is no chunk key: unhashable, or a bool, which ``add`` refuses and a lookup read as
+        chunk 1 or 0: ``write(True, ...)`` changed chunk 1)."""
         try:
-            return self._slot_of[key]
+            found = self._slot_of[key]
         except KeyError:
             raise UnknownChunkError(f"no live chunk {key!r} in the world ({len(self)} live)") from None
+        except TypeError:
+            raise UnknownChunkError(f"no live chunk {key!r}: chunk keys are ints") from None
+        if type(key) is bool or type(key) is np.bool_:
+            raise UnknownChunkError(f"no live chunk {key!r}: chunk keys are ints, not bools")
+        return found
 
     def key_at(self, slot: int) -> int | None:
         """The key of the chunk in ``slot``, or None when the slot is free."""
@@ -208,7 +218,10 @@ class World:
 
     def is_current(self, key: int, version: int) -> bool:
         """Whether chunk ``key`` is live and still has content ``version`` (the staleness test)."""
-        return self._version.get(key) == version
+        try:
+            return self._version.get(key) == version and type(key) is not bool and type(key) is not np.bool_
+        except TypeError:  # unhashable: no chunk key
+            return False
 
     @property
     def clock(self) -> int:
@@ -467,7 +480,10 @@ class World:
         return [(key_at[slot], n) for n in names for slot in np.flatnonzero(masks[n]).tolist()]  # type: ignore[misc]
 
     def is_dirty(self, key: int, name: str, consumer: int | None = None) -> bool:
-        slot = self._slot_of.get(key)
+        try:
+            slot = self._slot_of.get(key) if type(key) is not bool and type(key) is not np.bool_ else None
+        except TypeError:  # unhashable: no chunk key
+            slot = None
         return slot is not None and bool(self._masks(consumer)[self.field(name).name][slot])
 
     def take_dirty(self, name: str | None = None, consumer: int | None = None) -> list[tuple[int, str]]:
