@@ -599,3 +599,18 @@ def test_an_error_logged_whole_is_its_headline_on_one_line_without_v(verbosity):
         assert lines == [f"{head} k/colorize.wgsl:27:5: expected ';', found \"let\""], lines
     else:
         assert lines[0] == head and "let t = (v - params.lo);" in err.getvalue() and "^" in lines[-1], lines
+
+
+@pytest.mark.parametrize("command", ["bench", "bake"])
+def test_a_json_report_into_a_folder_the_system_refuses_is_refused_before_any_work(tmp_path, command):
+    # As root, os.access says yes to /proc: bench --quick --json /proc/x ran every case, then
+    # failed writing the report, exit 2 (review helper 228). Now a file is tried there first.
+    if not os.path.isdir("/proc"):
+        pytest.skip("no /proc on this system")
+    shutil.copytree(os.path.join(SAMPLES, "particles.computeShader"), tmp_path / "assets" / "particles.computeShader")
+    args = ["bench", "lowering", "--quick"] if command == "bench" else ["bake", "assets", "--cache", "c", "--jobs", "1"]
+    done = cli(*args, "--json", "/proc/x", cwd=str(tmp_path))
+    assert done.returncode == 2, done.stderr
+    line = one_error_line(done, command)
+    assert "--json '/proc/x'" in line and "bug" not in line, line
+    assert done.stdout == "" and not (tmp_path / "c").exists()  # no case ran, nothing baked

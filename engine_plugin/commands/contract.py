@@ -20,6 +20,7 @@ import os
 import signal
 import stat
 import sys
+import tempfile
 import threading
 import traceback
 from typing import Any, Callable, Iterator, NoReturn, TextIO
@@ -378,6 +379,14 @@ def check_output_file(target: str, what: str) -> None:
         raise UsageError(f"{what} {target!r}: {parent!r} is a file, not a folder")
     if not os.access(parent, os.W_OK | os.X_OK):
         raise UsageError(f"{what} {target!r}: cannot write in {parent!r}")
+    # os.access answers yes to root for any folder, /proc and read-only mounts included: a
+    # file is made there and removed (review helper 228: bench --json /proc/x ran every case).
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".engine-plugin-probe-", dir=parent)
+    except OSError as exc:
+        raise UsageError(f"{what} {target!r}: cannot write in {parent!r} ({exc.strerror or exc})") from None
+    os.close(fd)
+    os.unlink(probe)
 
 
 def write_json(data: Any, target: str, *, out: TextIO | None = None) -> None:
