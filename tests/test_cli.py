@@ -163,3 +163,14 @@ def test_ctrl_c_while_the_command_starts_exits_130_with_one_line_not_a_traceback
     assert cli_module.main(["info", "assets"]) == 130
     captured = capsys.readouterr()
     assert captured.out == "" and captured.err == "\nengine-plugin: interrupted (Ctrl-C)\n"
+
+
+def test_lower_spec_without_a_name_is_a_usage_error_naming_the_form():
+    # '--spec =x' exited 1 with "unknown specialisation ''" at the asset's yaml line, as if the
+    # asset were broken (review helper 228): a malformed argument is a usage error, exit 2.
+    for flag, arg in (("--spec", "=x"), ("--spec", " =f32"), ("--columns", "=a,b")):
+        done = cli("lower", "assets/samples/reference.computeShader", flag, arg)
+        assert done.returncode == 2, (arg, done.stderr)
+        lines = done.stderr.splitlines()
+        assert len(lines) == 1 and lines[0].startswith(f"engine-plugin lower: {flag} takes "), done.stderr
+        assert ("NAME=VALUE" if flag == "--spec" else "TABLE=col,col") in lines[0] and done.stdout == ""

@@ -34,6 +34,8 @@ def _pairs(items: Sequence[str] | None, flag: str, form: str) -> list[tuple[str,
             raise UsageError(f"{flag} takes {form}, not {item!r}")
         k, v = item.split("=", 1)
         k = k.strip()
+        if not k:  # '=x' named no specialisation: a usage error, not the asset's (review helper 228)
+            raise UsageError(f"{flag} takes {form} with a NAME before the '=', not {item!r}")
         first = next((value for name, value in out if name == k), None)
         if first is not None:  # the last one won, with nothing said (review helper 186)
             raise UsageError(f"{flag} {k} given twice ({first!r}, then {v!r}); give it once")
