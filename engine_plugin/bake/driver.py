@@ -301,7 +301,7 @@ def bake(
         BakeInterrupted: a Ctrl-C or SIGTERM; its ``report`` holds what was done by then.
     """
     t0 = time.perf_counter()
-    store = cache if isinstance(cache, VariantCache) else VariantCache(cache)
+    store = cache if isinstance(cache, VariantCache) else VariantCache(cache, warn_writes=False)  # each failed write said per variant
     progress = progress or NoProgress()
     runner = runner or InlineRunner()
     report = BakeReport(store.folder)

@@ -184,12 +184,15 @@ class VariantCache:
         max_bytes: size cap for the entries (None: no cap).
         warn_read_only: log that a folder this process cannot write is served without writes
             (False: a maintenance command, which says so its own way or writes nothing).
+        warn_writes: log a failed write (once per kind of failure); False: the caller says
+            each failed write itself, from :meth:`write_error` (a bake: once, not twice).
     Raises:
         CacheError: the folder cannot be created or is not a folder.
     """
 
-    def __init__(self, folder: str, max_bytes: int | None = DEFAULT_MAX_BYTES, *, warn_read_only: bool = True):
+    def __init__(self, folder: str, max_bytes: int | None = DEFAULT_MAX_BYTES, *, warn_read_only: bool = True, warn_writes: bool = True):
         self.folder = os.path.abspath(folder)
+        self.warn_writes = warn_writes
         if max_bytes is not None and max_bytes <= 0:
             raise ValueError(f"max_bytes must be positive or None, not {max_bytes!r}")
         self.max_bytes = max_bytes
@@ -390,7 +393,7 @@ class VariantCache:
             if exc.errno in (errno.EROFS, errno.EACCES, errno.EPERM) and (exc.errno == errno.EROFS or not os.access(self.folder, os.W_OK)):
                 self.read_only = True
                 log.warning("variant cache %s is read-only (%s): entries are served but no longer written", self.folder, exc.strerror or exc)
-            elif exc.errno not in self._warned_errnos:
+            elif self.warn_writes and exc.errno not in self._warned_errnos:
                 # Once a kind (a full disk fails every write after it): a bake reports each
                 # failed variant itself, and a game's log got a line a write (review helper 128).
                 self._warned_errnos.add(exc.errno)

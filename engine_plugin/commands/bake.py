@@ -202,7 +202,8 @@ def cmd_bake(args: argparse.Namespace, rep: Reporter | None = None) -> int:
     from ..cache.remote import DEFAULT_TIMEOUT, remote_from
 
     remote = remote_from(args.remote, timeout=args.remote_timeout or DEFAULT_TIMEOUT, ttl=args.remote_ttl)
-    cache = VariantCache(args.cache, max_bytes=args.max_bytes or DEFAULT_MAX_BYTES)
+    # Each failed write is said per variant: the cache's own warning said the first twice (review helper 228).
+    cache = VariantCache(args.cache, max_bytes=args.max_bytes or DEFAULT_MAX_BYTES, warn_writes=False)
     progress = NoProgress() if rep.quiet else make_progress(args.progress if tables or args.progress != "auto" else "plain", verbose=rep.verbose)
     progress.verbose = rep.verbose
     progress.prefix = f"{rep.prefix}: "

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 
 import numpy as np
 import pytest
@@ -11,6 +12,7 @@ from bake_support import (
     BROKEN_WGSL,
     BROKEN_YAML,
     SAMPLE_VARIANTS,
+    SAMPLES,
     copy_samples,
     entries,
     explain,
@@ -443,3 +445,20 @@ def test_entries_the_cache_cap_evicts_during_a_bake_are_counted_and_said_under_q
     on_disk = len(entries(str(tmp_path / "cache")))
     assert report["evicted"] > 0 and report["totals"]["baked"] - report["evicted"] <= on_disk < report["totals"]["baked"], (report["evicted"], on_disk)
     assert "the cache cap evicted" in proc.stderr, proc.stderr
+
+
+def test_bake_force_on_a_full_disk_says_each_failed_write_once(tmp_path):
+    # Review helper 228: the first failing write was said twice, as the cache's own warning
+    # ("variant cache: cannot write ...") and as that variant's error. A full disk stands in
+    # as the store's atomic writer raising ENOSPC.
+    shutil.copytree(os.path.join(SAMPLES, "particles.computeShader"), tmp_path / "assets" / "particles.computeShader")
+    prelude = (
+        "import errno, engine_plugin.cache.store as s\n"
+        "def _full(*a, **k):\n"
+        "    raise OSError(errno.ENOSPC, 'No space left on device')\n"
+        "s.write_atomic = _full\n"
+    )
+    proc = run_bake(["assets", "--cache", "c", "--force", "--jobs", "1"], cwd=str(tmp_path), prelude=prelude)
+    assert proc.returncode == 1, explain(proc)
+    said = [line for line in proc.stderr.splitlines() if "No space left on device" in line]
+    assert len(said) == 1 and "cannot write the cache entry" in said[0] and "particles.computeShader" in said[0], proc.stderr
