@@ -100,7 +100,9 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--frames", type=whole_number_arg(1), default=None, help="frames to run (default: until Esc; 300 headless)")
     p.add_argument("--headless", action="store_true", help="no window, even with a display")
-    p.add_argument("--snapshot", default="out/demo.png", help="PNG written at the end of a headless run (its folder is created; '' for none)")
+    p.add_argument(
+        "--snapshot", default="out/demo.png", help="PNG written at the end of a headless run (Ctrl-C: of its last frame; its folder is created; '' for none)"
+    )
     p.add_argument("--log", default="out/demo.jsonl", metavar="FILE", help="headless: JSON-lines log of the overlay's figures ('' for none)")
     p.add_argument("--log-every", type=whole_number_arg(1), default=10, metavar="N", help="headless: one log line every N frames (default 10)")
     p.add_argument("--screenshots", default="out", metavar="DIR", help="window: the folder the screenshot key (F12) writes PNGs to")

@@ -47,7 +47,8 @@ def _writing(path: str) -> Iterator[None]:
 
 
 def run_headless(demo: Any, frames: int, snapshot: str | None = None, *, out: Any = None, log: str | None = None, log_every: int = 1) -> dict:
-    """Run ``frames`` game frames of ``demo``; answers a summary dict (and writes the snapshot).
+    """Run ``frames`` game frames of ``demo``; answers a summary dict (and writes the snapshot,
+    of the last frame done when a KeyboardInterrupt stops the frames, which it raises on).
 
     Args:
         log: a JSON-lines file (its folder is created) that gets one object of the overlay's
@@ -80,6 +81,14 @@ def run_headless(demo: Any, frames: int, snapshot: str | None = None, *, out: An
                     log_file.write(json_text(demo.figures.record(reloads_since=reloads_logged)) + "\n")
                 reloads_logged = demo.figures.reload_count
             _progress(console, live, hud, i, frames)
+    except KeyboardInterrupt:
+        # Ctrl-C (or SIGTERM, raised as it): the figures log is written whole, and the snapshot
+        # is of the last frame done (review helper 228: none was written); the exit stays 130.
+        if snapshot and times:
+            with _writing(snapshot):
+                demo.snapshot(snapshot)
+            console.print(f"\ninterrupted after {len(times)} frames; snapshot {snapshot}", highlight=False, soft_wrap=True, markup=False)
+        raise
     finally:
         if log_file is not None:
             with _writing(log or ""):

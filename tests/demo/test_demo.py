@@ -121,6 +121,34 @@ def test_a_headless_demo_stopped_by_sigterm_writes_its_log_whole_and_exits_143(a
     assert frames and frames == sorted(frames)
 
 
+def test_a_headless_demo_stopped_by_ctrl_c_writes_the_snapshot_of_its_last_frame_and_exits_130(assets_copy, tmp_path):
+    # Review helper 228: SIGINT after some frames wrote the figures log whole but no snapshot.
+    import json
+    import signal
+    import sys
+    import time
+
+    log = tmp_path / "figures.jsonl"
+    png = tmp_path / "out" / "snap.png"
+    env = dict(os.environ, DISPLAY="", WAYLAND_DISPLAY="")
+    cmd = [sys.executable, "-m", "engine_plugin", "demo", "--assets", assets_copy, "--cache", str(tmp_path / "cache"), "--frames", "100000"]
+    cmd += ["--snapshot", str(png), "--log", str(log), "--log-every", "1"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and (not log.exists() or len(log.read_text().splitlines()) < 5):
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, (proc.returncode, err[-2000:])
+    assert "interrupted (Ctrl-C)" in err, err[-2000:]
+    frames = [json.loads(line)["frame"] for line in log.read_text().splitlines()]  # every line whole JSON
+    assert frames and frames == sorted(frames)
+    assert png.exists(), out[-2000:]
+    pixels = np.asarray(Image.open(png))
+    assert pixels.ndim == 3 and pixels.shape[2] == 4 and pixels[..., :3].std() > 0  # a picture, not a blank
+    assert f"snapshot {png}" in out, out[-2000:]
+
+
 def test_the_headless_progress_line_shows_brackets_in_the_title_as_they_are():
     # The line went to rich as markup: "[paused]" vanished as a tag, and a diagnostic quoting
     # the user's WGSL ("[/]") raised MarkupError out of the demo (review helper 224).
