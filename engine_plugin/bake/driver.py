@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import os
 import re
 import signal
 import threading
@@ -182,6 +183,17 @@ class _Bake:
         self.drain()
 
 
+def _unreadable_said(store: VariantCache, todo: list[tuple[AssetPlan, list[BakeItem]]], shown: int = 3) -> str:
+    """``, N of them with an entry that cannot be read (NAME: why, ...)`` for the variants of
+    ``todo`` whose entry file exists but cannot be read now, else ''. A read-only cache said
+    only "need baking" of an entry it holds (review helper 228: mode 000, EACCES)."""
+    found = [(key, why) for key in dict.fromkeys(item.key for _, items in todo for item in items) if (why := store.unreadable_why(key)) is not None]
+    if not found:
+        return ""
+    named = ", ".join(f"{os.path.basename(store.path(key))}: {why}" for key, why in found[:shown]) + (", ..." if len(found) > shown else "")
+    return f", {len(found)} of them with an entry that exists but cannot be read ({named})"
+
+
 def _sync_remote(store: VariantCache, remote: RemoteCache, keys: list[str], verify: bool = False) -> dict[str, Any]:
     """Upload the entries of ``keys`` (this bake's, in the local cache, baked now or before)
     the tier lacks: writes refused during the bake (an outage, a full server) go up here.
@@ -354,7 +366,8 @@ def bake(
                     # Said once, before anything compiles: every variant would fail its write (a
                     # read-only mount compiled them all and failed each one, review helper 186).
                     raise CacheError(
-                        f"cannot write the variant cache folder (read-only): {total} variant(s) need baking; name a folder the bake may write",
+                        f"cannot write the variant cache folder (read-only): {total} variant(s) need baking{_unreadable_said(store, todo)}; "
+                        "name a folder the bake may write",
                         Span(store.folder),
                     )
                 if validate and getattr(runner, "local_gpu", False):

@@ -362,6 +362,21 @@ class VariantCache:
         with self._lock:
             return self._write_errors.pop(self.path(key), None)
 
+    def unreadable_why(self, key: str) -> str | None:
+        """Why the entry file under ``key`` cannot be read now (the OS's words), or None: no
+        file there, or one that reads (whatever it holds). Counts nothing."""
+        try:
+            read_entry_file(self.path(key))
+        except FileNotFoundError:
+            return None
+        except UnreadableEntry as exc:
+            return exc.why
+        except BadEntry:
+            return None
+        except OSError as exc:  # the folder cannot be searched now
+            return exc.strerror or str(exc)
+        return None
+
     def remove(self, key: str) -> bool:
         """Remove the entry under ``key``; answers whether there was one."""
         path = self.path(key)

@@ -462,3 +462,33 @@ def test_bake_force_on_a_full_disk_says_each_failed_write_once(tmp_path):
     assert proc.returncode == 1, explain(proc)
     said = [line for line in proc.stderr.splitlines() if "No space left on device" in line]
     assert len(said) == 1 and "cannot write the cache entry" in said[0] and "particles.computeShader" in said[0], proc.stderr
+
+
+def test_a_read_only_cache_names_an_entry_it_holds_but_cannot_read_and_why(tmp_path):
+    # Review helper 228: with the entry mode 000 in a read-only cache (555), the bake exited 2
+    # saying only "1 variant(s) need baking", not that the entry is there but cannot be read.
+    # As in the read-only test above, os.access stands in for the mount; the entry's open
+    # raises EACCES as a chmod 000 would for a user who is not root.
+    shutil.copytree(os.path.join(SAMPLES, "particles.computeShader"), tmp_path / "assets" / "particles.computeShader")
+    proc = run_bake(["assets", "--cache", "ro", "--jobs", "1", "-q"], cwd=str(tmp_path))
+    assert proc.returncode == 0, explain(proc)
+    (name,) = entries(str(tmp_path / "ro"))
+    prelude = (
+        "import errno, os\nimport engine_plugin.cache.store as s\n_access = os.access\n"
+        "def _ro(path, mode, *a, **k):\n"
+        "    if mode & os.W_OK and os.path.abspath(path).startswith(os.path.abspath('ro')):\n"
+        "        return False\n"
+        "    return _access(path, mode, *a, **k)\n"
+        "os.access = _ro\n"
+        "_open = s.os.open\n"
+        "def _denied(path, *a, **k):\n"
+        f"    if os.path.basename(os.fspath(path)) == {name!r}:\n"
+        "        raise OSError(errno.EACCES, os.strerror(errno.EACCES))\n"
+        "    return _open(path, *a, **k)\n"
+        "s.os.open = _denied\n"
+    )
+    proc = run_bake(["assets", "--cache", "ro", "-q"], cwd=str(tmp_path), prelude=prelude)
+    assert proc.returncode == 2, explain(proc)
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and "read-only" in lines[0] and "1 variant(s) need baking" in lines[0], proc.stderr
+    assert f"{name}: Permission denied" in lines[0] and "exists but cannot be read" in lines[0], lines[0]
