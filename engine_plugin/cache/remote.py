@@ -171,7 +171,8 @@ class RemoteCache:
         ttl: expiry set on every write, seconds (None: none; eviction is then Redis's LRU).
         cooldown: seconds the breaker stays open after a timeout or connection error.
         secret: studio HMAC secret; writes are signed and signed values verify without
-            re-lowering (default: ``$ENGINE_PLUGIN_REMOTE_SECRET``, else none).
+            re-lowering (default: ``$ENGINE_PLUGIN_REMOTE_SECRET``, else none; an empty
+            one is none).
     Raises:
         RemoteMissingError: the ``redis`` package is missing.
         RemoteCacheError: the URL or an option is unusable.
@@ -216,8 +217,11 @@ class RemoteCache:
         self.ttl = math.ceil(ttl) if ttl is not None else None
         self.cooldown = float(cooldown)
         if secret is None:
-            secret = os.environ.get(ENV_SECRET) or None
-        self.secret = secret.encode() if isinstance(secret, str) else secret
+            secret = os.environ.get(ENV_SECRET)
+        # An empty secret is no secret, here once for every use: ``secret=""`` signed nothing
+        # (``wrap``) yet verified an HMAC under the empty key, which anyone can compute, so a
+        # forged kernel was served as signed (review helper 232).
+        self.secret: bytes | None = (secret.encode() if isinstance(secret, str) else secret) or None
         try:
             self._client = redis.Redis.from_url(
                 url,

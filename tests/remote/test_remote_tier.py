@@ -939,3 +939,34 @@ def test_a_server_refusing_every_command_opens_the_breaker_after_one_line(redis_
     after = remote.stats()
     assert not remote.available and after.skipped > before.skipped, (before, after)
     assert len([r for r in caplog.records if "remote variant cache" in r.getMessage()]) == 1, caplog.text
+
+
+def test_an_empty_secret_is_no_secret_and_a_value_signed_under_the_empty_key_is_relowered(redis_server, baked_samples, tmp_path):
+    # Anyone can compute an HMAC under the empty key: a client configured with secret="" took
+    # such a forgery as signed and served its kernel (review helper 232).
+    from engine_plugin.cache.entry import BadEntry
+    from engine_plugin.cache.verify import sign, verify_entry
+
+    honest = entries_of(baked_samples)
+    lib, wanted = library(tmp_path, False)
+    key, (ref, spec) = sorted(keys_of(lib, wanted).items())[0]
+    prog = ref.program()
+    real = decode_entry(key, honest[key])
+    evil = replace(real, source=real.source.replace("\n", "\n// EVIL KERNEL\n", 1))
+    forged = sign(b"", encode_entry(key, evil, signed=False))
+    redis_server.client().set(NAMESPACE + key, forged)
+    for secret in ("", b""):
+        remote = RemoteCache(redis_server.url, secret=secret)
+        assert remote.secret is None and remote.wrap(b"entry") == b"entry"  # nothing signed, nothing trusted
+        got = remote.fetch(key, schema=prog.schema, wgsl=prog.wgsl, spec=spec, wgsl_path=prog.wgsl_path)
+        assert got is None
+        st = remote.stats()
+        assert st.rejected == 1 and st.signed == 0 and st.hits == 0
+        with pytest.raises(BadEntry):  # the function on its own too: an empty key proves nothing
+            verify_entry(key, forged, schema=prog.schema, wgsl=prog.wgsl, spec=spec, wgsl_path=prog.wgsl_path, secret=b"")
+    # The honest entry signed under the empty key is re-lowered, not taken as signed.
+    redis_server.client().set(NAMESPACE + key, sign(b"", honest[key]))
+    remote = RemoteCache(redis_server.url, secret="")
+    got = remote.fetch(key, schema=prog.schema, wgsl=prog.wgsl, spec=spec, wgsl_path=prog.wgsl_path)
+    assert got is not None and "EVIL" not in got.lowered.source
+    assert remote.stats().relowered == 1 and remote.stats().signed == 0
