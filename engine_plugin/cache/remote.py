@@ -394,11 +394,17 @@ class RemoteCache:
             if values is None:
                 continue
             for k, v in zip(chunk, values):
-                if isinstance(v, bytes) and v:
+                if isinstance(v, bytes) and 0 < len(v) <= MAX_VALUE_BYTES:
                     out[k] = v
                     self._count("bytes_read", len(v))
                 else:
-                    if isinstance(v, int) and v > MAX_VALUE_BYTES:
+                    # Its size asked first (an int), or a value longer than that size said: a
+                    # server that lies, or another writer between the two commands (review
+                    # helper 232); either way over the size an entry may have, and dropped.
+                    if isinstance(v, bytes) and v:
+                        self._count("rejected")
+                        self._warn_once(k, f"a value past the {MAX_VALUE_BYTES} bytes a variant entry may have (its size grew after it was asked): not used")
+                    elif isinstance(v, int) and v > MAX_VALUE_BYTES:
                         self._count("rejected")
                         self._warn_once(k, f"{v} bytes, over the {MAX_VALUE_BYTES} a variant entry may have: not read")
                     self._count("misses")
@@ -407,7 +413,10 @@ class RemoteCache:
     def _read_sized(self, chunk: list[str]) -> list[Any]:
         """The values of ``chunk`` (None where missing), each read only when its size, asked
         first, is at most :data:`MAX_VALUE_BYTES` (else its size): forged 200 MB values were
-        read whole before the size check, 1.2 GB for three (review helper 123)."""
+        read whole before the size check, 1.2 GB for three (review helper 123). The read is
+        bounded too (``GETRANGE name 0 MAX_VALUE_BYTES``: one byte past the limit at most), as
+        a value may grow between the two commands (review helper 232); a value past the limit
+        is the caller's to drop."""
         names = [self.name(k) for k in chunk]
         pipe = self._client.pipeline(transaction=False)
         for n in names:
@@ -416,8 +425,12 @@ class RemoteCache:
         wanted = [i for i, n in enumerate(sizes) if isinstance(n, int) and 0 < n <= MAX_VALUE_BYTES]
         out: list[Any] = [n if isinstance(n, int) and n > MAX_VALUE_BYTES else None for n in sizes]
         if wanted:
-            for i, v in zip(wanted, self._client.mget([names[i] for i in wanted])):
-                out[i] = v
+            pipe = self._client.pipeline(transaction=False)
+            for i in wanted:
+                pipe.getrange(names[i], 0, MAX_VALUE_BYTES)
+            # A key emptied, removed or made another type meanwhile answers b"" or an error: a miss.
+            for i, v in zip(wanted, pipe.execute(raise_on_error=False)):
+                out[i] = v if isinstance(v, bytes) and v else None
         return out
 
     def check(
@@ -490,7 +503,7 @@ class RemoteCache:
                 if v is None:  # emptied or expired since it was found: a SET puts it back
                     out.add(k)
                     continue
-                if not isinstance(v, bytes):
+                if not isinstance(v, bytes) or len(v) > MAX_VALUE_BYTES:
                     out.add(k)  # over the size a value may have
                     continue
                 try:
