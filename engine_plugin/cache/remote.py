@@ -150,6 +150,31 @@ def _refusal(exc: Exception) -> str:
     return ""
 
 
+def _raised_in_client(exc: BaseException) -> bool:
+    """Whether ``exc`` was raised inside the redis client (reading a reply it did not expect),
+    not in this module's own code."""
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    return tb is not None and _CLIENT_PACKAGE in os.path.normcase(tb.tb_frame.f_code.co_filename)
+
+
+_CLIENT_PACKAGE = os.path.normcase(os.sep + "redis" + os.sep)
+
+
+def _expect(answers: Any, kinds: tuple[type, ...], count: int, command: str) -> list[Any]:
+    """``answers`` of a pipeline of ``count`` commands, each of ``kinds`` or a refusal (an
+    exception); anything else is a reply Redis does not send, raised as a remote error."""
+    from redis.exceptions import InvalidResponse, ResponseError
+
+    if not isinstance(answers, list) or len(answers) != count:
+        raise InvalidResponse(f"{count} {command} replies expected, not {type(answers).__name__}")
+    for a in answers:
+        if isinstance(a, bool) or not isinstance(a, (*kinds, ResponseError)):
+            raise InvalidResponse(f"{command} answered {type(a).__name__}, not {' or '.join(k.__name__ for k in kinds)}")
+    return answers
+
+
 _MAX_SECONDS = 1e7  # the command line's bound on a duration (commands.contract.MAX_SECONDS)
 MAX_TTL_S = 10 * 365 * 86400  # Redis refuses expiries past its clock's range (1e30 s failed every write)
 
@@ -295,10 +320,17 @@ class RemoteCache:
             self._failed(exc, what)
             self._count("misses", misses)
             return default
-        except (ValueError, AttributeError):  # a read on a socket the watchdog closed ("I/O operation on closed file")
+        except (ValueError, AttributeError, TypeError, KeyError, IndexError) as exc:
             if token not in self._late and self._cuts == cuts:
-                raise
-            # This command's own deadline, or another's: the watchdog cuts every connection of
+                if not _raised_in_client(exc):
+                    raise
+                # The client choked on a reply Redis never sends (a handshake answered +OK): a
+                # hostile or broken server, an outage like any other (review helper 232).
+                self._failed(self._redis.exceptions.InvalidResponse(f"a reply Redis does not send ({type(exc).__name__}: {exc})"), what)
+                self._count("misses", misses)
+                return default
+            # A read on a socket the watchdog closed ("I/O operation on closed file"): this
+            # command's own deadline, or another's: the watchdog cuts every connection of
             # the pool, so commands of other threads end here too (review helper 124).
             self._failed(self._redis.exceptions.TimeoutError(f"no whole answer within {self.deadline:g} s (a slow link)"), what)
             self._count("misses", misses)
@@ -421,7 +453,7 @@ class RemoteCache:
         pipe = self._client.pipeline(transaction=False)
         for n in names:
             pipe.strlen(n)
-        sizes = pipe.execute(raise_on_error=False)
+        sizes = _expect(pipe.execute(raise_on_error=False), (int,), len(names), "STRLEN")
         wanted = [i for i, n in enumerate(sizes) if isinstance(n, int) and 0 < n <= MAX_VALUE_BYTES]
         out: list[Any] = [n if isinstance(n, int) and n > MAX_VALUE_BYTES else None for n in sizes]
         if wanted:
@@ -429,7 +461,7 @@ class RemoteCache:
             for i in wanted:
                 pipe.getrange(names[i], 0, MAX_VALUE_BYTES)
             # A key emptied, removed or made another type meanwhile answers b"" or an error: a miss.
-            for i, v in zip(wanted, pipe.execute(raise_on_error=False)):
+            for i, v in zip(wanted, _expect(pipe.execute(raise_on_error=False), (bytes,), len(wanted), "GETRANGE")):
                 out[i] = v if isinstance(v, bytes) and v else None
         return out
 
@@ -606,6 +638,11 @@ class RemoteCache:
             return bool(self._client.ping())
         except (self._redis.exceptions.RedisError, OSError) as exc:
             self._failed(exc, "ping")
+            return False
+        except (ValueError, AttributeError, TypeError, KeyError, IndexError) as exc:
+            if not _raised_in_client(exc):
+                raise
+            self._failed(self._redis.exceptions.InvalidResponse(f"a reply Redis does not send ({type(exc).__name__}: {exc})"), "ping")
             return False
 
     def _scan(self) -> Iterator[str]:

@@ -61,3 +61,50 @@ def test_a_value_grown_between_its_size_and_its_read_is_read_no_further_than_the
     assert got == {}
     assert remote.stats().rejected == 1
     assert sent < 4 * LIMIT, f"the server sent {sent} bytes for one value (limit {LIMIT})"
+
+
+# The handshake answered with a status, not a map (an AttributeError inside the client); a
+# size or a value answered with another type than Redis sends.
+WRONG_SHAPES = {
+    "hello-status": {b"HELLO": b"+OK\r\n"},
+    "strlen-status": {b"STRLEN": b"+OK\r\n"},
+    "strlen-array": {b"STRLEN": b"*1\r\n:5\r\n"},
+    "getrange-integer": {b"STRLEN": b":5\r\n", b"GETRANGE": b":5\r\n"},
+    "getrange-array": {b"STRLEN": b":5\r\n", b"GETRANGE": b"*1\r\n" + bulk(b"hello")},
+}
+
+
+@pytest.mark.parametrize("replies", list(WRONG_SHAPES.values()), ids=list(WRONG_SHAPES))
+def test_a_reply_of_the_wrong_shape_is_a_counted_error_that_opens_the_breaker_after_one_line(replies, caplog):
+    # A raw AttributeError (HELLO answered +OK) or TypeError (MGET answered an integer) escaped
+    # get_values and crashed the game's start (review helper 232).
+    fake = FakeResp(replies)
+    try:
+        remote = RemoteCache(fake.url)
+        caplog.set_level("WARNING", logger="engine_plugin.cache")
+        assert remote.get_values([KEY]) == {}
+        assert remote.get_values([KEY + "1"]) == {}  # the breaker answers: nothing asked
+        lines = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+        assert RemoteCache(fake.url).ping() is (b"HELLO" not in replies)  # no exception either
+    finally:
+        fake.close()
+    st = remote.stats()
+    assert st.errors == 1 and st.misses == 2 and st.skipped == 1 and not remote.available
+    assert len(lines) == 1 and "local cache only" in lines[0], lines
+
+
+def test_a_game_start_against_a_server_with_a_broken_handshake_runs_on_its_local_cache(tmp_path, caplog):
+    from test_remote_tier import library
+
+    fake = FakeResp({b"HELLO": b"+OK\r\n"})
+    try:
+        lib, wanted = library(tmp_path, fake.url)
+        caplog.set_level("WARNING", logger="engine_plugin.cache")
+        rep = lib.prefetch(wanted)
+        lib.close()
+    finally:
+        fake.close()
+    # Commands already in flight on other threads fail too; the breaker stops the rest.
+    assert rep.remote == 0 and rep.missed == 26 and lib.remote.stats().errors >= 1 and not lib.remote.available
+    lines = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(lines) == 1 and "a reply Redis does not send" in lines[0], lines
