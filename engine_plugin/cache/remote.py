@@ -42,7 +42,7 @@ from ..errors import CacheError, PluginError, Span
 from ..lowering import LOWERING_VERSION, Lowered, Schema, VariantSpec
 from ..lowering.fingerprint import CACHE_FORMAT_VERSION
 from .entry import BadEntry, Entry, decode_entry, encode_entry, open_entry
-from .verify import sign, split_signed, verify_entry
+from .verify import BadSignature, sign, split_signed, verify_entry
 
 __all__ = [
     "DEFAULT_COOLDOWN",
@@ -473,6 +473,25 @@ class RemoteCache:
         rejected and a miss, warned about once per key)."""
         try:
             proven, how = verify_entry(key, value, schema=schema, wgsl=wgsl, spec=spec, wgsl_path=wgsl_path, secret=self.secret, modules=modules)
+        except BadSignature as exc:
+            # After a secret rotation every value fails so: one line a process with the cause
+            # and the fix, each key at debug level (a warning per variant flooded every game
+            # start, review helper 232).
+            self._count("rejected")
+            self._count("misses")
+            log.debug("remote variant cache: entry %s... refused (%s)", key[:16], exc.reason)
+            with self._lock:
+                said = "signature" in self._warned
+                self._warned.add("signature")
+            if not said:
+                log.warning(
+                    "remote variant cache %s: values signed under another secret than this studio's (a rotated %s, "
+                    "or forged) are refused and never served; the variants are looked up locally. Re-sign them with "
+                    "`engine-plugin bake --remote-verify ASSETS` under the current secret, or remove them with "
+                    "`engine-plugin cache gc --remote` (said once; `rejected` counts them)",
+                    _redact(self.url), ENV_SECRET,
+                )
+            return None
         except BadEntry as exc:
             self._count("rejected")
             self._count("misses")

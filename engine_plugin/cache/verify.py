@@ -19,11 +19,16 @@ from ..lowering.modules import ModuleTexts, from_mapping, resolve_imports
 from ..lowering.wgsl_text import lf_breaks
 from .entry import BadEntry, Entry, open_entry
 
-__all__ = ["verify_entry", "sign", "split_signed", "SIGNED_MAGIC"]
+__all__ = ["BadSignature", "verify_entry", "sign", "split_signed", "SIGNED_MAGIC"]
 
 # A signed value on the server: magic, 32 bytes of HMAC-SHA256 over the entry, the entry.
 SIGNED_MAGIC = b"EPSIG1\n"
 _MAC_LEN = 32
+
+
+class BadSignature(BadEntry):
+    """A signed value whose HMAC does not hold under this client's secret: forged, or (most
+    often) signed under another secret, e.g. before a rotation."""
 
 
 def sign(secret: bytes, entry: bytes) -> bytes:
@@ -94,7 +99,8 @@ def verify_entry(
         "relowered" (equal but for the header line and file names, which are the baker's and
         are not to be trusted, as an unproven mark is not).
     Raises:
-        BadEntry: with a one-line reason, whatever is wrong.
+        BadEntry: with a one-line reason, whatever is wrong (:class:`BadSignature` when only
+            the signature fails).
     """
     try:  # the key covers every module the body imports (``modules``: {name: (path, text)})
         imports = resolve_imports(lf_breaks(wgsl), wgsl_path, from_mapping(modules))  # as lower() reads it
@@ -110,7 +116,7 @@ def verify_entry(
         raise BadEntry(f"an entry of another specialisation ({lowered.spec.label()})")
     if mac is not None and secret:  # an empty key proves nothing: anyone computes its HMAC (review helper 232)
         if not hmac.compare_digest(mac, hmac.new(secret, entry, hashlib.sha256).digest()):
-            raise BadEntry("the signature does not hold under this studio's secret (forged, or another secret)")
+            raise BadSignature("the signature does not hold under this studio's secret (forged, or another secret)")
         return opened, "signed"
     try:
         reference = lower(schema, wgsl, spec, wgsl_path=wgsl_path, modules=modules)

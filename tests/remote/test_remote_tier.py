@@ -970,3 +970,18 @@ def test_an_empty_secret_is_no_secret_and_a_value_signed_under_the_empty_key_is_
     got = remote.fetch(key, schema=prog.schema, wgsl=prog.wgsl, spec=spec, wgsl_path=prog.wgsl_path)
     assert got is not None and "EVIL" not in got.lowered.source
     assert remote.stats().relowered == 1 and remote.stats().signed == 0
+
+
+def test_values_signed_under_a_rotated_secret_are_said_in_one_line_with_the_fix(redis_server, baked_samples, tmp_path, caplog):
+    # After a secret rotation every game start logged one "refused" warning per variant (26
+    # lines here, thousands in a studio) and never said what to do (review helper 232).
+    assert RemoteCache(redis_server.url, secret="old-secret").put_entries(entries_of(baked_samples).items()) == 26
+    lib, wanted = library(tmp_path, RemoteCache(redis_server.url, secret="new-secret"))
+    caplog.set_level(logging.DEBUG, logger="engine_plugin.cache")
+    rep = lib.prefetch(wanted)
+    assert rep.remote == 0 and rep.rejected == 26 and lib.remote.stats().rejected == 26
+    warned = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(warned) == 1, warned
+    assert "another secret" in warned[0] and "bake --remote-verify" in warned[0] and "cache gc --remote" in warned[0]
+    detail = [r.getMessage() for r in caplog.records if r.levelno == logging.DEBUG and "signature" in r.getMessage()]
+    assert len(detail) == 26  # each key's own line, at debug level
