@@ -151,7 +151,9 @@ class _Bake:
 
     def _write(self, key: str, lowered: Any) -> bool:
         """Both tiers: the local entry (its success is the variant's), then the remote one (a
-        server that is down is counted in the remote stats, not a failed variant)."""
+        server that is down is counted in the remote stats, not a failed variant). The remote
+        write never replaces a value there (SET NX): only ``--remote-verify`` and ``cache gc
+        --remote`` replace or remove one (review helper 232)."""
         ok = self.cache.put(key, lowered, validated=self.validated)
         if ok and self.remote is not None:
             self.remote.put(key, lowered, self.validated)
@@ -217,14 +219,19 @@ def _sync_remote(store: VariantCache, remote: RemoteCache, keys: list[str], veri
             except (OSError, BadEntry):
                 continue  # evicted or replaced meanwhile: the next bake uploads it
             local[key], mine[key] = data, decoded
-        uploaded += remote.put_entries([(k, v) for k, v in local.items() if k not in there])  # the missing first
+        # The missing first: absent, empty or of another Redis type, none of them an entry.
+        uploaded += remote.put_entries([(k, v) for k, v in local.items() if k not in there], replace=True)
         if verify and remote.available:
             other = remote.differing({k: v for k, v in mine.items() if k in there})
             compared = other is not None
             if other:
-                written = remote.put_entries([(k, local[k]) for k in sorted(other)])
+                written = remote.put_entries([(k, local[k]) for k in sorted(other)], replace=True)
                 uploaded += written
                 replaced += written
+        elif there and remote.available:
+            # A routine bake replaces nothing (a stale secret's bake replaced the farm's good
+            # values, review helper 232): values under another secret are said, with the fix.
+            remote.look_for_other_secret(k for k in keys if k in there)
     remote.publish()
     st = remote.stats()
     out = {**st.as_dict(), "uploaded": uploaded, "replaced": replaced, "reachable": there is not None and remote.available}

@@ -480,17 +480,7 @@ class RemoteCache:
             self._count("rejected")
             self._count("misses")
             log.debug("remote variant cache: entry %s... refused (%s)", key[:16], exc.reason)
-            with self._lock:
-                said = "signature" in self._warned
-                self._warned.add("signature")
-            if not said:
-                log.warning(
-                    "remote variant cache %s: values signed under another secret than this studio's (a rotated %s, "
-                    "or forged) are refused and never served; the variants are looked up locally. Re-sign them with "
-                    "`engine-plugin bake --remote-verify ASSETS` under the current secret, or remove them with "
-                    "`engine-plugin cache gc --remote` (said once; `rejected` counts them)",
-                    _redact(self.url), ENV_SECRET,
-                )
+            self._say_other_secret()
             return None
         except BadEntry as exc:
             self._count("rejected")
@@ -502,6 +492,40 @@ class RemoteCache:
             self._counts["verified"] += 1
             self._counts[how] += 1
         return proven
+
+    def _say_other_secret(self) -> None:
+        """The one line a process says when it meets values signed under another secret."""
+        with self._lock:
+            said = "signature" in self._warned
+            self._warned.add("signature")
+        if not said:
+            log.warning(
+                "remote variant cache %s: values signed under another secret than this studio's (a rotated %s, "
+                "or forged) are refused and never served; the variants are looked up locally. Re-sign them with "
+                "`engine-plugin bake --remote-verify ASSETS` under the current secret, or remove them with "
+                "`engine-plugin cache gc --remote` (said once; `rejected` counts them)",
+                _redact(self.url), ENV_SECRET,
+            )
+
+    def look_for_other_secret(self, keys: Iterable[str]) -> bool | None:
+        """Whether some of the first values of ``keys`` (one bounded read, about
+        :data:`_SYNC_BYTES`) are signed under another secret than this one; says so in the
+        one line :meth:`check` says (a routine bake replaces nothing, so the rotation or the
+        stale machine is named there). None when it cannot be asked or there is no secret;
+        counts nothing."""
+        if not self.secret:
+            return None
+        chunk = list(dict.fromkeys(keys))[: max(1, _SYNC_BYTES // _ENTRY_BYTES_GUESS)]
+        values = self._call("compare", lambda: self._read_sized(chunk), None) if chunk else []
+        if values is None:
+            return None
+        for v in values:
+            if isinstance(v, bytes) and len(v) <= MAX_VALUE_BYTES:
+                mac, entry = split_signed(v)
+                if mac is not None and v != sign(self.secret, entry):
+                    self._say_other_secret()
+                    return True
+        return False
 
     def fetch(
         self, key: str, *, schema: Schema, wgsl: str, spec: VariantSpec, wgsl_path: str | None = None, modules: Mapping[str, tuple[str, str]] | None = None
@@ -571,13 +595,18 @@ class RemoteCache:
     def wrap(self, entry: bytes) -> bytes:
         return sign(self.secret, entry) if self.secret else entry
 
-    def put_entries(self, items: Iterable[tuple[str, bytes]]) -> int:
+    def put_entries(self, items: Iterable[tuple[str, bytes]], *, replace: bool = False) -> int:
         """SET each (key, entry bytes) (with the TTL), in pipelines of at most
         :data:`_SYNC_BYTES` or 64 entries, each a command with its own deadline (one pipeline
         of 64 entries did not fit the deadline on a 600 KB/s link and was cut every bake,
         review helper 125); answers how many were written (0 when the server is down). A SET
         replaces a value whole: concurrent writers of one key leave one of their values,
-        never a mix."""
+        never a mix.
+
+        Only keys the server lacks are written (SET NX) unless ``replace``: a machine baking
+        under a stale secret (or none) replaced the farm's good values, and nothing repaired
+        them (review helper 232). Replacing is for values a client refuses (``bake
+        --remote-verify``) or holds no entry (empty, another Redis type)."""
         written = 0
         batch: list[tuple[str, bytes]] = []
         size = 0
@@ -586,29 +615,30 @@ class RemoteCache:
             batch.append((k, v))
             size += len(v)
             if size >= _SYNC_BYTES or len(batch) >= _MGET_CHUNK:
-                written += self._put_batch(batch)
+                written += self._put_batch(batch, replace)
                 batch, size = [], 0
-        return written + self._put_batch(batch)
+        return written + self._put_batch(batch, replace)
 
-    def _put_batch(self, items: list[tuple[str, bytes]]) -> int:
+    def _put_batch(self, items: list[tuple[str, bytes]], replace: bool) -> int:
         if not items:
             return 0
 
-        def write() -> int:
+        def write() -> list[Any]:
             pipe = self._client.pipeline(transaction=False)
             for k, v in items:
-                pipe.set(self.name(k), v, ex=self.ttl)
-            return sum(1 for ok in pipe.execute() if ok)
+                pipe.set(self.name(k), v, ex=self.ttl, nx=not replace)
+            return list(pipe.execute())
 
-        written = self._call("write", write, 0)
-        if written:
-            self._count("writes", written)
-            self._count("bytes_written", sum(len(v) for _, v in items))
-        return written
+        answers = self._call("write", write, [])
+        done = [v for (_, v), ok in zip(items, answers) if ok]  # NX answers nil for a key there
+        if done:
+            self._count("writes", len(done))
+            self._count("bytes_written", sum(len(v) for v in done))
+        return len(done)
 
     def put(self, key: str, lowered: Lowered, validated: bool = False) -> bool:
-        """Write one entry (the ``LoweredStore`` protocol; ``validated``: the baker compiled it
-        on a device); False when the server is down."""
+        """Write one entry the server lacks (the ``LoweredStore`` protocol; ``validated``: the
+        baker compiled it on a device); False when the server is down or holds the key."""
         return self.put_entries([(key, encode_entry(key, lowered, signed=False, validated=validated))]) == 1
 
     def publish(self) -> bool:

@@ -800,9 +800,9 @@ def test_the_end_of_bake_upload_goes_in_pipelines_a_slow_link_can_carry(redis_se
     batches: list[int] = []
     real = remote._put_batch  # one pipeline
 
-    def counted(items):
+    def counted(items, *how):
         batches.append(sum(len(v) for _, v in items))
-        return real(items)
+        return real(items, *how)
 
     remote._put_batch = counted
     report = bake(samples, cache, remote=remote, validate=False)
@@ -985,3 +985,28 @@ def test_values_signed_under_a_rotated_secret_are_said_in_one_line_with_the_fix(
     assert "another secret" in warned[0] and "bake --remote-verify" in warned[0] and "cache gc --remote" in warned[0]
     detail = [r.getMessage() for r in caplog.records if r.levelno == logging.DEBUG and "signature" in r.getMessage()]
     assert len(detail) == 26  # each key's own line, at debug level
+
+
+def test_a_bake_under_a_stale_secret_never_replaces_the_farms_values_and_says_so(redis_server, tmp_path, caplog):
+    # A workstation baking with a stale secret (or none) SET every baked variant over the
+    # farm's good values, and the farm's routine bake repaired nothing (review helper 232). A
+    # bake now writes only keys the tier lacks (SET NX); --remote-verify and gc replace.
+    from engine_plugin.bake import bake
+    from engine_plugin.cache.verify import sign, split_signed
+
+    here, there = _two_checkouts(tmp_path)
+    bake([here], str(tmp_path / "farm"), remote=RemoteCache(redis_server.url, secret="B"), validate=False)
+    good = server_values(redis_server)
+    assert good
+    caplog.set_level(logging.WARNING, logger="engine_plugin.cache")
+    for secret, cache in (("A", "ws"), (None, "ws-none")):
+        report = bake([there], str(tmp_path / cache), remote=RemoteCache(redis_server.url, secret=secret), validate=False)
+        assert report.ok and report.remote["writes"] == 0, report.remote
+    assert server_values(redis_server) == good
+    assert all(v == sign(b"B", split_signed(v)[1]) for v in good.values())
+    said = [r.getMessage() for r in caplog.records if "another secret" in r.getMessage()]
+    assert len(said) == 1 and "bake --remote-verify" in said[0] and "cache gc --remote" in said[0], said
+    # Game starts under B still take every value as signed.
+    lib, wanted = library(tmp_path, RemoteCache(redis_server.url, secret="B"))
+    rep = lib.prefetch(wanted)
+    assert rep.rejected == 0 and rep.remote == len(good) and lib.remote.stats().signed == len(good)
