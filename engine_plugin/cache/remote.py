@@ -443,19 +443,27 @@ class RemoteCache:
         return out
 
     def _read_sized(self, chunk: list[str]) -> list[Any]:
-        """The values of ``chunk`` (None where missing), each read only when its size, asked
-        first, is at most :data:`MAX_VALUE_BYTES` (else its size): forged 200 MB values were
-        read whole before the size check, 1.2 GB for three (review helper 123). The read is
-        bounded too (``GETRANGE name 0 MAX_VALUE_BYTES``: one byte past the limit at most), as
-        a value may grow between the two commands (review helper 232); a value past the limit
-        is the caller's to drop."""
-        names = [self.name(k) for k in chunk]
+        """The values of the variant keys ``chunk`` as :meth:`_read_names` reads them, a key
+        refused (another Redis type) as missing."""
+        return [None if isinstance(v, Exception) else v for v in self._read_names([self.name(k) for k in chunk])]
+
+    def _read_names(self, names: list[str]) -> list[Any]:
+        """The values of the server keys ``names`` (None where missing or empty, the server's
+        refusal where it refused, e.g. WRONGTYPE), each read only when its size, asked first,
+        is at most :data:`MAX_VALUE_BYTES` (else its size): forged 200 MB values were read
+        whole before the size check, 1.2 GB for three (review helper 123). The read is bounded
+        too (``GETRANGE name 0 MAX_VALUE_BYTES``: one byte past the limit at most), as a value
+        may grow between the two commands (review helper 232); a value past the limit is the
+        caller's to drop. Replies of another type than Redis sends raise ``InvalidResponse``.
+        The one read of values: ``get_values``, ``differing`` and ``gc`` (which asked STRLEN
+        then MGET, read a lying server's value whole and raised a raw TypeError on an MGET
+        answered with an integer, review helper 232)."""
         pipe = self._client.pipeline(transaction=False)
         for n in names:
             pipe.strlen(n)
         sizes = _expect(pipe.execute(raise_on_error=False), (int,), len(names), "STRLEN")
         wanted = [i for i, n in enumerate(sizes) if isinstance(n, int) and 0 < n <= MAX_VALUE_BYTES]
-        out: list[Any] = [n if isinstance(n, int) and n > MAX_VALUE_BYTES else None for n in sizes]
+        out: list[Any] = [n if isinstance(n, Exception) or n > MAX_VALUE_BYTES else None for n in sizes]
         if wanted:
             pipe = self._client.pipeline(transaction=False)
             for i in wanted:
@@ -756,36 +764,31 @@ class RemoteCache:
             names = list(self._scan())
             for start in range(0, len(names), 256):
                 chunk = names[start : start + 256]
-                # Sizes first: a value over MAX_VALUE_BYTES is removed unread (planted 200 MB
-                # values were read whole, 869 MB for three, or timed out: review helper 167).
-                pipe = self._client.pipeline(transaction=False)
-                for name in chunk:
-                    pipe.strlen(name)
-                sizes = pipe.execute(raise_on_error=False)
-                wanted = []
-                for name, size in zip(chunk, sizes):
-                    if isinstance(size, Exception):
-                        if "WRONGTYPE" not in str(size):
-                            raise size
+                # The read get_values makes (_read_names): a value over MAX_VALUE_BYTES is
+                # removed unread (planted 200 MB values were read whole, 869 MB for three, or
+                # timed out: review helper 167), and no reply read past it.
+                for name, value in zip(chunk, self._read_names(chunk)):
+                    if isinstance(value, Exception):
+                        if "WRONGTYPE" not in str(value):
+                            raise value
                         remove(name, "another Redis type under this namespace")
-                    elif isinstance(size, int) and size > MAX_VALUE_BYTES:
-                        remove(name, f"{size} bytes, over the {MAX_VALUE_BYTES} a variant entry may have")
-                    elif isinstance(size, int) and size > 0:
-                        wanted.append(name)
-                    elif size == 0 and self._client.exists(name):
-                        remove(name, "an empty value")
-                for name, value in zip(wanted, self._client.mget(wanted) if wanted else ()):
-                    if value is None:
-                        continue  # gone meanwhile
-                    key = name[len(NAMESPACE) :]
-                    try:
-                        mac, entry = split_signed(value if isinstance(value, bytes) else value.encode())
-                        decode_entry(key, entry, signed=False)
-                        if self.secret and mac is not None and value != sign(self.secret, entry):
-                            raise BadEntry("the signature does not hold under this studio's secret")
-                        kept += 1
-                    except BadEntry as exc:
-                        remove(name, exc.reason)
+                    elif isinstance(value, int):
+                        remove(name, f"{value} bytes, over the {MAX_VALUE_BYTES} a variant entry may have")
+                    elif value is None:
+                        if self._client.exists(name):
+                            remove(name, "an empty value")
+                    elif len(value) > MAX_VALUE_BYTES:
+                        remove(name, f"over the {MAX_VALUE_BYTES} bytes a variant entry may have")
+                    else:
+                        key = name[len(NAMESPACE) :]
+                        try:
+                            mac, entry = split_signed(value)
+                            decode_entry(key, entry, signed=False)
+                            if self.secret and mac is not None and value != sign(self.secret, entry):
+                                raise BadEntry("the signature does not hold under this studio's secret")
+                            kept += 1
+                        except BadEntry as exc:
+                            remove(name, exc.reason)
         except (self._redis.exceptions.RedisError, OSError) as exc:
             raise RemoteCacheError(f"the remote variant cache does not answer: {exc}", Span(_redact(self.url))) from None
         return {"removed": removed, "kept": kept}

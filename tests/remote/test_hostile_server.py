@@ -108,3 +108,34 @@ def test_a_game_start_against_a_server_with_a_broken_handshake_runs_on_its_local
     assert rep.remote == 0 and rep.missed == 26 and lib.remote.stats().errors >= 1 and not lib.remote.available
     lines = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
     assert len(lines) == 1 and "a reply Redis does not send" in lines[0], lines
+
+
+def _scan_one(name: bytes) -> bytes:
+    return b"*2\r\n" + bulk(b"0") + b"*1\r\n" + bulk(name)
+
+
+@pytest.mark.parametrize("reply", [b":5\r\n", b"*1\r\n" + bulk(b"hello")], ids=["integer", "array"])
+def test_gc_reads_values_as_get_values_does_and_a_reply_of_the_wrong_shape_is_a_remote_error(reply):
+    # cache gc --remote asked STRLEN then MGET: an MGET answered with an integer raised a raw
+    # TypeError out of `cache gc` (review helper 232). It reads with get_values's own read.
+    from engine_plugin.cache.remote import RemoteCacheError
+
+    fake = FakeResp({b"SCAN": _scan_one((NAMESPACE + KEY).encode()), b"STRLEN": b":5\r\n", b"MGET": reply, b"GETRANGE": reply, b"GET": reply})
+    try:
+        with pytest.raises(RemoteCacheError, match="does not answer"):
+            RemoteCache(fake.url).gc()
+    finally:
+        fake.close()
+    assert b"MGET" not in fake.seen and b"GETRANGE" in fake.seen
+
+
+def test_gc_never_reads_a_value_past_the_limit_from_a_server_that_lies_about_its_size(small_limit):
+    # STRLEN then MGET: the size said was checked, the value sent was read whole (review helper 232).
+    huge = bulk(b"x" * (16 * LIMIT))
+    fake = FakeResp({b"SCAN": _scan_one((NAMESPACE + KEY).encode()), b"STRLEN": b":100\r\n", b"MGET": b"*1\r\n" + huge, b"GETRANGE": huge, b"GET": huge, b"DEL": b":1\r\n"})
+    try:
+        got = RemoteCache(fake.url).gc()
+    finally:
+        fake.close()
+    assert got == {"removed": 1, "kept": 0}
+    assert b"MGET" not in fake.seen and b"GETRANGE" in fake.seen and b"DEL" in fake.seen
