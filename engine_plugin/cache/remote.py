@@ -275,6 +275,7 @@ class RemoteCache:
         self._serial = 0
         self._cuts = 0  # connections cut by the watchdog so far
         self._watcher: threading.Thread | None = None
+        self._connected = False  # a first connection was made (its name looked up)
 
     # -- bookkeeping -----------------------------------------------------------------------
     def _count(self, name: str, by: int = 1) -> None:
@@ -313,6 +314,7 @@ class RemoteCache:
         token = self._watch()
         cuts = self._cuts
         try:
+            self._first_connect()
             return fn()
         except (self._redis.exceptions.ConnectionError, self._redis.exceptions.TimeoutError, OSError) as exc:
             if token in self._late or self._cuts != cuts:  # its own deadline, or cut with a late one's
@@ -362,6 +364,34 @@ class RemoteCache:
             return default
         finally:
             self._unwatch(token)
+
+    def _first_connect(self) -> None:
+        """Make the first connection (its name lookup, its handshake) on a daemon thread
+        waited for at most ``deadline``; past it, a timeout. The watchdog cannot cut a thread
+        blocked in getaddrinfo: a dead nameserver held a game start for the resolver's whole
+        time, past the deadline (review helper 232). The thread ends on its own; a connection
+        it makes late joins the pool."""
+        if self._connected:
+            return
+        done = threading.Event()
+        failed: list[BaseException] = []
+
+        def connect() -> None:
+            pool = self._client.connection_pool
+            try:
+                conn = pool.get_connection()  # connects: looks the name up, then the handshake
+                pool.release(conn)
+            except BaseException as exc:  # the caller's to judge, as if raised in its thread
+                failed.append(exc)
+            finally:
+                done.set()
+
+        threading.Thread(target=connect, name="engine_plugin remote connect", daemon=True).start()
+        if not done.wait(self.deadline):
+            raise self._redis.exceptions.TimeoutError(f"no connection within {self.deadline:g} s (a slow name lookup or connect)")
+        if failed:
+            raise failed[0]
+        self._connected = True
 
     def _watch(self) -> int:
         """Register a command's deadline (see ``deadline``); starts the watchdog when idle."""
@@ -692,6 +722,7 @@ class RemoteCache:
     def ping(self) -> bool:
         """Whether the server answers now (bypasses the breaker; counts failures)."""
         try:
+            self._first_connect()
             return bool(self._client.ping())
         except (self._redis.exceptions.RedisError, OSError) as exc:
             self._failed(exc, "ping")

@@ -139,3 +139,32 @@ def test_gc_never_reads_a_value_past_the_limit_from_a_server_that_lies_about_its
         fake.close()
     assert got == {"removed": 1, "kept": 0}
     assert b"MGET" not in fake.seen and b"GETRANGE" in fake.seen and b"DEL" in fake.seen
+
+
+def test_a_slow_name_lookup_costs_the_deadline_then_opens_the_breaker(monkeypatch, caplog):
+    # The watchdog cannot cut a thread blocked in getaddrinfo: a dead nameserver made a
+    # lookup block for the resolver's whole time, past the 1 s deadline (review helper 232).
+    import socket
+    import time
+
+    real = socket.getaddrinfo
+
+    def slow(host, *args, **kwargs):
+        if host == "cache.studio.invalid":
+            time.sleep(3.0)
+            raise socket.gaierror(-3, "Temporary failure in name resolution")
+        return real(host, *args, **kwargs)
+
+    monkeypatch.setattr(socket, "getaddrinfo", slow)
+    remote = RemoteCache("redis://cache.studio.invalid:6379/0", timeout=0.25)
+    caplog.set_level("WARNING", logger="engine_plugin.cache")
+    t0 = time.monotonic()
+    assert remote.get_values([KEY]) == {}
+    took = time.monotonic() - t0
+    assert took < remote.deadline + 0.5, f"took {took:.2f} s (deadline {remote.deadline:g} s)"
+    assert remote.stats().timeouts == 1 and not remote.available
+    t0 = time.monotonic()
+    assert remote.get_values([KEY]) == {} and remote.ping() is False
+    assert time.monotonic() - t0 < remote.deadline + 0.5
+    lines = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(lines) == 1 and "timed out" in lines[0], lines
