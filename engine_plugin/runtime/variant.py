@@ -656,7 +656,7 @@ class Variant:
         if arr.nbytes:
             write_buffer(self.ctx.queue, buf, 0, arr)
         else:  # an empty input still binds a range (WebGPU binds none empty): zeros, not a pooled buffer's last data
-            self.ctx.queue.write_buffer(buf, 0, bytes(min(buf.size, self._bound_bytes(slot, 0))))
+            write_buffer(self.ctx.queue, buf, 0, bytes(min(buf.size, self._bound_bytes(slot, 0))))
         temps.append(buf)
         return _Bound(buf, int(info), 0, _binding_size(arr.nbytes))
 

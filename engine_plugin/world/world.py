@@ -127,10 +127,7 @@ class World:
         return len(self._slot_of)
 
     def __contains__(self, key: object) -> bool:
-        try:
-            return key in self._slot_of and type(key) is not bool and type(key) is not np.bool_  # (as slot(): True is no chunk key)
-        except TypeError:  # unhashable: no chunk key
-            return False
+        return _lookup(self._slot_of, key) is not None
 
     def keys(self) -> list[int]:
         """Live chunk keys, sorted."""
@@ -201,7 +198,7 @@ class World:
             raise UnknownChunkError(f"no live chunk {key!r} in the world ({len(self)} live)") from None
         except TypeError:
             raise UnknownChunkError(f"no live chunk {key!r}: chunk keys are ints") from None
-        if type(key) is bool or type(key) is np.bool_:
+        if type(key) in _BOOLS:
             raise UnknownChunkError(f"no live chunk {key!r}: chunk keys are ints, not bools")
         return found
 
@@ -218,10 +215,7 @@ class World:
 
     def is_current(self, key: int, version: int) -> bool:
         """Whether chunk ``key`` is live and still has content ``version`` (the staleness test)."""
-        try:
-            return self._version.get(key) == version and type(key) is not bool and type(key) is not np.bool_
-        except TypeError:  # unhashable: no chunk key
-            return False
+        return _lookup(self._version, key) == version
 
     @property
     def clock(self) -> int:
@@ -279,10 +273,7 @@ class World:
                 isinstance(i, (int, np.integer)) and not isinstance(i, bool) and 0 <= i < n for i, n in zip(idx, self.chunk_shape, strict=True)
             ):
                 raise WorldError(f"tile {tile!r} is outside chunk shape {self.chunk_shape}")
-            masked = masked_refusal(value)
-            if masked is not None:
-                raise WorldError(f"field {name!r}: {masked}")
-            return self._store(key, slot, {name: _cast(np.asarray(value), spec, name, ())}, idx)
+            return self._store(key, slot, {name: _cast(_data(name, value), spec, name, ())}, idx)
 
     @contextmanager
     def edit(self, key: int) -> Iterator[ChunkEdit]:
@@ -346,10 +337,7 @@ class World:
 
     def _convert(self, name: str, values: Any) -> np.ndarray:
         spec = self.field(name)
-        masked = masked_refusal(values)
-        if masked is not None:
-            raise WorldError(f"field {name!r}: {masked}")
-        arr = np.asarray(values)
+        arr = _data(name, values)
         try:
             arr = np.broadcast_to(arr, self.chunk_shape)
         except ValueError:
@@ -480,10 +468,7 @@ class World:
         return [(key_at[slot], n) for n in names for slot in np.flatnonzero(masks[n]).tolist()]  # type: ignore[misc]
 
     def is_dirty(self, key: int, name: str, consumer: int | None = None) -> bool:
-        try:
-            slot = self._slot_of.get(key) if type(key) is not bool and type(key) is not np.bool_ else None
-        except TypeError:  # unhashable: no chunk key
-            slot = None
+        slot = _lookup(self._slot_of, key)
         return slot is not None and bool(self._masks(consumer)[self.field(name).name][slot])
 
     def take_dirty(self, name: str | None = None, consumer: int | None = None) -> list[tuple[int, str]]:
@@ -524,7 +509,7 @@ class World:
         """The chunk keys in ``slots`` (None for a free slot)."""
         at = slots if type(slots) is list else np.asarray(slots).tolist()
         if at and min(at) < 0:
-            _slot_index([min(at)])  # raises, naming it
+            raise _no_slot(min(at))
         if len(at) < 2:
             return [self._key_at[s] for s in at]  # type: ignore[misc]
         return list(itemgetter(*at)(self._key_at))  # one C call: a whole world's slots at once
@@ -643,6 +628,32 @@ def _slot_index(slots: Any) -> Any:
     if type(slots) is slice or (type(slots) is np.ndarray and slots.dtype.kind in "ub"):
         return slots
     index = slots if type(slots) is np.ndarray else np.asarray(slots)
-    if index.dtype.kind == "i" and index.size and int(index.min()) < 0:
-        raise WorldError(f"slot {int(index.min())} is no slot (slots_of answers -1 for a key not in the world)")
+    if index.dtype.kind == "i" and index.size:
+        lowest = int(index.min())
+        if lowest < 0:
+            raise _no_slot(lowest)
     return slots  # (as given: numpy reads an empty list as an empty index, np.asarray makes it floats)
+
+
+def _no_slot(slot: int) -> WorldError:
+    return WorldError(f"slot {slot} is no slot (slots_of answers -1 for a key not in the world)")
+
+
+_BOOLS = (bool, np.bool_)  # equal to 0 and 1 as dict keys, yet no chunk keys (``add`` refuses them)
+
+
+def _lookup(table: dict, key: object) -> Any:
+    """``table.get(key)`` for a chunk key; None for what is no chunk key (unhashable, a bool),
+    which a dict would raise TypeError for, or read as chunk 0 or 1."""
+    try:
+        return table.get(key) if type(key) not in _BOOLS else None
+    except TypeError:  # unhashable
+        return None
+
+
+def _data(name: str, values: Any) -> np.ndarray:
+    """``values`` for field ``name`` as an array, a masked array refused (see masked_refusal)."""
+    masked = masked_refusal(values)
+    if masked is not None:
+        raise WorldError(f"field {name!r}: {masked}")
+    return np.asarray(values)
