@@ -137,6 +137,13 @@ class ProductPlan:
         return tuple(dict.fromkeys(f.field for f in self.fields if f.writes))
 
     @cached_property
+    def read_outputs(self) -> tuple[OutputPlan, ...]:
+        """The outputs read back, in readback order (made once: every dispatch's readback
+        and every delivery asks)."""
+        by_name = {o.name: o for o in self.outputs}
+        return tuple(by_name[n] for n in self.readback)
+
+    @cached_property
     def field_names(self) -> tuple[str, ...]:
         """The world fields the product reads, each once, in binding order (made once: the
         upload step asks every product every frame)."""

@@ -918,10 +918,13 @@ class Engine:
         # A readback's size grows with the chunks but has a floor (a minimum buffer size, fixed
         # whole-dispatch outputs, alignment): the chunks that fit are found by the size itself,
         # not by an average per chunk (that refused one chunk that fit: review helper 170).
-        per = max(1, -(-int(work.items.size) // max(1, len(work.keys))))  # work items a chunk
+        chunks = len(work.keys)
+        per = max(1, -(-int(work.items.size) // max(1, chunks)))  # work items a chunk
         budget = int(getattr(cfg, "max_inflight_readback_bytes", 0))
         free = budget - int(getattr(self.backend, "inflight_readback_bytes", 0))
-        return min(most, self._chunks_fitting(product, per, free, len(work.keys))), min(most, self._chunks_fitting(product, per, budget, len(work.keys)))
+        if 0 < free <= budget and product.gpu.readback_bytes(chunks * per) <= free:
+            return min(most, chunks), min(most, chunks)  # the common case: all of it fits now, so in all too
+        return min(most, self._chunks_fitting(product, per, free, chunks)), min(most, self._chunks_fitting(product, per, budget, chunks))
 
     @staticmethod
     def _chunks_fitting(product: Product, per: int, limit: int, at_most: int) -> int:

@@ -21,20 +21,15 @@ from .contract import OutputPlan, ProductError, ProductPlan
 __all__ = ["decode_outputs", "fallback_outputs", "fallback_overflow", "readback_extent", "select_items", "has_whole_outputs"]
 
 
-def _read_plans(plan: ProductPlan) -> list[OutputPlan]:
-    by_name = {o.name: o for o in plan.outputs}
-    return [by_name[n] for n in plan.readback]
-
-
 def has_whole_outputs(plan: ProductPlan) -> bool:
     """Whether a whole-dispatch output is read back: results then apply all or nothing."""
-    return any(not o.per_item for o in _read_plans(plan))
+    return any(not o.per_item for o in plan.read_outputs)
 
 
 def readback_extent(plan: ProductPlan, layout: Mapping[str, Any]) -> int:
     """Bytes from the start of the results area that hold every output read back."""
     end = 4
-    for o in _read_plans(plan):
+    for o in plan.read_outputs:
         placed = layout[o.name]
         end = max(end, placed.offset + placed.capacity * o.dtype.itemsize * o.lanes)
         if placed.counter_offset is not None:
@@ -49,7 +44,7 @@ def decode_outputs(plan: ProductPlan, layout: Mapping[str, Any], data: Any, item
     raw = memoryview(data).cast("B")
     out: dict[str, np.ndarray] = {}
     overflow: dict[str, int] = {}
-    for o in _read_plans(plan):
+    for o in plan.read_outputs:
         placed = layout[o.name]
         count = placed.count
         if placed.counter_offset is not None:
@@ -103,7 +98,7 @@ def fallback_outputs(plan: ProductPlan, answer: Any, items: int, key: Any) -> di
     """
     given = dict(answer) if isinstance(answer, Mapping) else {plan.output: answer}
     out: dict[str, np.ndarray] = {}
-    for o in _read_plans(plan):
+    for o in plan.read_outputs:
         if o.name not in given:
             raise ProductError(f"the CPU fallback of {key!r} answered no {o.name!r}; it answers {{output: values}} for {', '.join(plan.readback)}")
         values = np.asarray(given[o.name])

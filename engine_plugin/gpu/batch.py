@@ -248,20 +248,26 @@ class BatchRecorder:
 
     def _map_all(self, reqs: list) -> None:
         """Start the map of each submitted readback and hand it to the ring."""
-        for i, req in enumerate(reqs):
-            try:
-                with self._guard.submitting("mapping a batched readback"):  # map_async may submit
-                    promise = map_submitted(req.staging, req.nbytes)
-            except Exception as exc:
-                for later in reqs[i:]:
-                    later.settled = True  # destroying after submission is safe (wgpu-core defers it)
-                self._device_exception("mapping a batched readback", exc)
-                return
+        promises: list[Any] = []
+        failure: Exception | None = None
+        try:
+            # One hold of the submit lock for all of them (map_async may submit); each is
+            # armed after it, outside the lock, as the ring's waiter takes its own.
+            with self._guard.submitting("mapping a batched readback"):
+                for req in reqs:
+                    promises.append(map_submitted(req.staging, req.nbytes))
+        except Exception as exc:
+            failure = exc
+            for later in reqs[len(promises) :]:
+                later.settled = True  # destroying after submission is safe (wgpu-core defers it)
+        for req, promise in zip(reqs, promises):
             if promise is None:  # the reference's "null map future": fail it, release at once
                 req.settled = True
                 self._ring.tracker.decide(req, ReadbackStatus.FAILED, "map_async gave no promise")
                 continue
             self._ring.arm(req, promise)
+        if failure is not None:
+            self._device_exception("mapping a batched readback", failure)
 
     def _interrupted(self, reqs: list, when: str) -> None:
         """Fail those of ``reqs`` an interrupt left unsubmitted, unmapped or unarmed (their

@@ -58,6 +58,7 @@ class ReadbackRing:
         self.reuse = reuse  # keep idle staging buffers for the next request (off once faulted)
         self._pool: dict[int, list[Any]] = {}  # size class -> idle, unmapped staging buffers
         self._pool_bytes = 0
+        self._pool_count = 0  # buffers in _pool (kept with it: every release asks)
         self.reused = 0
         self.waiter = PromiseWaiter(slice_s)
         self.quarantine: list[ReadbackRequest] = []
@@ -76,7 +77,7 @@ class ReadbackRing:
     @property
     def pooled(self) -> int:
         """Idle staging buffers kept for reuse."""
-        return sum(len(v) for v in self._pool.values())
+        return self._pool_count
 
     @staticmethod
     def _size_class(size: int) -> int:
@@ -89,6 +90,7 @@ class ReadbackRing:
             idle = self._pool.get(cls)
             if idle:
                 self._pool_bytes -= cls
+                self._pool_count -= 1
                 self.reused += 1
                 return idle.pop()
             size = cls
@@ -115,12 +117,13 @@ class ReadbackRing:
             return False
         self._pool.setdefault(size, []).append(staging)
         self._pool_bytes += size
+        self._pool_count += 1
         return True
 
     def drop_pool(self) -> None:
         """Stop reusing staging buffers and destroy the idle ones (a fault, or closing)."""
         self.reuse = False
-        pool, self._pool, self._pool_bytes = self._pool, {}, 0
+        pool, self._pool, self._pool_bytes, self._pool_count = self._pool, {}, 0, 0
         for idle in pool.values():
             for staging in idle:
                 self._destroy(staging)
