@@ -25,6 +25,7 @@ import threading
 import weakref
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from itertools import repeat
 from operator import itemgetter
 from typing import Any
 
@@ -502,8 +503,7 @@ class World:
 
     def slots_of(self, keys: Any) -> np.ndarray:
         """The slots of chunks ``keys`` as i64 (-1 for a key not in the world)."""
-        get = self._slot_of.get
-        return np.fromiter((get(k, -1) for k in keys), dtype=np.int64, count=len(keys))
+        return np.fromiter(map(self._slot_of.get, keys, repeat(-1)), dtype=np.int64, count=len(keys))  # (no Python frame a key)
 
     def keys_at(self, slots: Any) -> list[int]:
         """The chunk keys in ``slots`` (None for a free slot)."""
