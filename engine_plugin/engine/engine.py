@@ -64,7 +64,7 @@ from ..world import World
 from .contract import ENGINE_PARAMS, ProductError, ProductResult, ProductWork, engine_param_values, plan_product
 from .delivery import Delivery
 from .gpu_side import GpuSide
-from .products import ChunkIndex, InFlight, Product
+from .products import ChunkIndex, InFlight, Product, held_values
 from .records import readback_extent
 from .selection import normalize_tiles, path_tiles
 from .stats import FrameStats
@@ -466,7 +466,7 @@ class Engine:
             return
         self._check_params(product, params=params)
         old = product.params
-        product.params = dict(params)
+        product.params = held_values(params)
         if product.kernel is not None:
             try:  # output counts may read params (k records per item): plan them anew
                 self._plan(product, product.kernel)
@@ -506,7 +506,7 @@ class Engine:
         frame (a new generation, everything recomputed). Nothing changes when it still does
         not fit."""
         old = product.params
-        product.params = dict(params)
+        product.params = held_values(params)
         try:
             self._plan(product, product.refused_program)
         except Exception:

@@ -22,7 +22,7 @@ from .contract import CHUNK_POLICIES, TILE_ITEMS, ProductError, ProductPlan, Pro
 from .records import has_whole_outputs, select_items
 from .selection import Tile, linear_index
 
-__all__ = ["UNKNOWN_VERSION", "ChunkIndex", "InFlight", "Product", "Work", "chunk_tiles", "split_current"]
+__all__ = ["UNKNOWN_VERSION", "ChunkIndex", "InFlight", "Product", "Work", "chunk_tiles", "held_values", "split_current"]
 
 
 UNKNOWN_VERSION = -1
@@ -219,12 +219,12 @@ class Product:
         self.fields_arg = fields
         self.apply = apply
         self.cpu_fallback = cpu_fallback
-        self.params = dict(params)
+        self.params = held_values(params)
         self.ref = ref
         self.program = program
         self.spec = dict(spec) if spec else None
         self.columns = columns
-        self.inputs = dict(inputs or {})  # bindings the caller supplies once
+        self.inputs = held_values(inputs or {})  # bindings the caller supplies once
         self.readback = tuple(readback) if readback is not None else None
         self.plan: ProductPlan | None = None
         self.spec_values: dict[str, str] = {}
@@ -569,6 +569,30 @@ class Product:
             sent = self._sent_version(k, world)
             if sent is None or sent[0] != world.version(k) or failed_sent.get(k) == sent:
                 self.pending.add(k)
+
+
+def held_values(values: Mapping[str, Any]) -> dict[str, Any]:
+    """A product's own copy of the caller's ``params=`` or ``inputs=``: numpy arrays (and the
+    lists, tuples and dicts holding them) copied and made read-only, everything else as given.
+
+    The engine reads these every dispatch and every CPU fallback, and owes a chunk results
+    only when its content changes: an array the caller changed in place afterwards reached the
+    chunks computed next but not the others, a silent mix of old and new values (review
+    helper 235). New values go through ``set_params``; GPU buffers and tables stay shared
+    (``invalidate`` says when they changed). A masked array stays one (refused downstream)."""
+    return {k: _held(v) for k, v in values.items()}
+
+
+def _held(value: Any) -> Any:
+    if isinstance(value, np.ndarray):
+        held = np.array(value, copy=True, subok=True)
+        held.flags.writeable = False
+        return held
+    if type(value) is list or type(value) is tuple:
+        return type(value)(_held(v) for v in value)
+    if type(value) is dict:
+        return {k: _held(v) for k, v in value.items()}
+    return value
 
 
 def chunk_tiles(slots: np.ndarray, tiles_per_chunk: int) -> np.ndarray:
