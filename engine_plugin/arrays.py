@@ -42,6 +42,8 @@ def prepare_array(values: Any, vt: ValueType | StructType, bits: bool) -> tuple[
     except (ValueError, TypeError):  # a ragged list, say
         return None, "not a rectangular array of numbers"
     if arr.dtype.kind not in "fiub":
+        if arr.dtype.kind == "O" and arr.ndim == 0:  # one object numpy cannot read (a Run, a set, a sampler)
+            return None, f"takes an array of numbers, not a {type(values).__name__} object"
         return None, f"dtype {arr.dtype} is not numeric"
     # Any shape whose elements are whole (an image (h, w, 4) for a vec4 binding, a grid (h, w)
     # for a scalar one): the elements go up in C order, row-major like zero_index.

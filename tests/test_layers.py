@@ -83,3 +83,15 @@ def test_the_abi_facade_exports_a_sorted_all_that_resolves():
     assert abi.__all__ == sorted(abi.__all__)
     for name in abi.__all__:
         assert hasattr(abi, name), name
+
+
+def test_the_gpu_package_exports_spec_section_3_names():
+    # Review helper 235: SPEC section 3 names StaleSpanError with the upload descriptors; it was
+    # only in engine_plugin.errors.
+    import engine_plugin.gpu as gpu
+    from engine_plugin.errors import PluginError, StaleSpanError
+
+    for name in ("GpuFieldFormat", "FieldMirrorDesc", "field_mirror_desc", "UploadDesc", "upload_desc", "StaleSpanError", "GpuProductHandle",
+                 "DispatchDesc", "ReadbackPolicy", "ReadbackDesc", "GpuCapabilities", "GpuBackend", "NoGpuBackend", "WgpuBackend", "WgpuBackendConfig"):
+        assert name in gpu.__all__ and getattr(gpu, name) is not None, name
+    assert gpu.StaleSpanError is StaleSpanError and issubclass(gpu.StaleSpanError, PluginError)

@@ -18,6 +18,7 @@ detection), ``device`` (device acquisition).
 
 from typing import Any
 
+from ..errors import StaleSpanError  # SPEC section 3 names it with the upload descriptors
 from ..formats import GpuFieldFormat, UnsupportedFieldTypeError
 from .backend import GpuBackend, NoGpuBackend, ReadbackCallback, ReadbackResult, ReadbackStatus
 from .config import WgpuBackendConfig, WgpuProductDesc
@@ -52,6 +53,7 @@ __all__ = [
     "ReadbackPolicy",
     "ReadbackResult",
     "ReadbackStatus",
+    "StaleSpanError",
     "UnsupportedFieldTypeError",
     "UploadDesc",
     "WgpuBackend",

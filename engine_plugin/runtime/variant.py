@@ -762,6 +762,8 @@ class Variant:
             raise self._slot_error(slot, f"input {slot.name!r} is a {vt.wgsl} buffer; a texture binds to a kind: texture or storage_texture binding")
         if value is None:
             raise self._slot_error(slot, f"missing input {slot.name!r} ({vt.wgsl})")
+        if isinstance(value, Run):  # (it was "dtype object is not numeric": review helper 235)
+            raise self._slot_error(slot, f"input {slot.name!r} takes one of a run's outputs (run.outputs[name]), not the Run")
         return self._upload(slot, value, work.temps)
 
     def _chained(self, slot: HostSlot, value: Output, work: _Work) -> _Bound:

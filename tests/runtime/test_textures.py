@@ -476,3 +476,36 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
     with pytest.raises(DispatchError, match=r"input 'buf' is a f32 buffer; a texture binds to a kind: texture or storage_texture binding") as info:
         v.run(n=(2, 2), inputs={"src": image, "buf": made})
     assert info.value.span is not None and info.value.span.line == 4
+
+
+def test_an_object_numpy_cannot_read_is_refused_naming_its_type():
+    # Review helper 235: a Run (not run.outputs[...]), a sampler, a Variant handed to a buffer
+    # or texture binding said "dtype object is not numeric" (or "... not ()" for a texture).
+    yaml = """\
+bindings:
+  - { name: src, kind: texture }
+  - { name: out, kind: storage_texture, format: rgba32float, size: [nx, ny] }
+  - { name: buf, kind: buffer, access: read, element: f32 }
+workgroup: [8, 8]
+"""
+    wgsl = """\
+@compute @workgroup_size(8, 8)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
+    if (zero_index(gid) >= zero_n()) { return; }
+    textureStore(out, gid.xy, textureLoad(src, gid.xy, 0) + vec4<f32>(buf_get(0u)));
+}
+"""
+    v = abi.program(key="t/object_inputs", schema=abi.parse(yaml, "oi/bindings.yaml"), wgsl=wgsl).variant()
+    image, one = np.ones((2, 2, 4), np.float32), np.ones(1, np.float32)
+    run = v.run(n=(2, 2), inputs={"src": image, "buf": one})
+    with pytest.raises(DispatchError, match=r"input 'buf' takes one of a run's outputs \(run.outputs\[name\]\), not the Run") as info:
+        v.run(n=(2, 2), inputs={"src": image, "buf": run})
+    assert info.value.span is not None and info.value.span.line == 4
+    sampler = abi.device().create_sampler()
+    with pytest.raises(DispatchError, match=r"input 'buf' \(f32\): takes an array of numbers, not a GPUSampler object"):
+        v.run(n=(2, 2), inputs={"src": image, "buf": sampler})
+    with pytest.raises(DispatchError, match=r"input 'buf' \(f32\): takes an array of numbers, not a Variant object"):
+        v.run(n=(2, 2), inputs={"src": image, "buf": v})
+    with pytest.raises(DispatchError, match=r"texture 'src' \(2d\) takes an array of numbers, not a Variant object"):
+        v.run(n=(2, 2), inputs={"src": v, "buf": one})
+    np.testing.assert_array_equal(abi.read(v.run(n=(2, 2), inputs={"src": image, "buf": one}).outputs["out"]), 2.0)  # nothing poisoned
