@@ -18,6 +18,7 @@ from typing import Any
 from ..errors import DeviceLostError, NoAdapterError, PluginError
 from ..gpu.backend import NoGpuBackend, ReadbackResult, ResourceBackend
 from ..gpu.descriptors import ReadbackPolicy, coalesce_uploads, field_mirror_desc
+from ..lowering import resolve_spec
 from ..world import World
 from .contract import ProductError
 from .products import Product
@@ -289,7 +290,13 @@ class GpuSide:
                 return False
         assert product.plan is not None, "a product's plan is checked at registration"
         program = self._program_here(product.kernel)
-        variant = program.variant(product.spec_values or None, product.columns)
+        # The planned variant, asked as a VariantSpec: a dict would mark every value of it as
+        # asked for by name, and a save dropping a value the product only defaulted to was then
+        # refused (review helper 236). The names the product's caller gave stay explicit.
+        spec = resolve_spec(program.schema, product.spec_values or None)
+        variant = program.variant(spec, product.columns)
+        if product.spec:
+            program.mark_explicit(variant.spec, product.spec)
         gpu = GpuProduct.create(
             self.backend,
             product.key,
