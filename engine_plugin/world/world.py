@@ -499,20 +499,30 @@ class World:
         Raises:
             WorldError: a negative slot (``slots_of``'s -1 for a key not in the world).
         """
-        return self._slot_version[_slot_index(slots)]
+        try:
+            return self._slot_version[_slot_index(slots)]
+        except IndexError as exc:  # past the last slot, or a mask of another length
+            raise WorldError(f"slots {_shown(slots)} do not index this world's {len(self._slot_version)} slots ({exc})") from None
 
     def slots_of(self, keys: Any) -> np.ndarray:
-        """The slots of chunks ``keys`` as i64 (-1 for a key not in the world)."""
-        return np.fromiter(map(self._slot_of.get, keys, repeat(-1)), dtype=np.int64, count=len(keys))  # (no Python frame a key)
+        """The slots of chunks ``keys`` as i64 (-1 for a key not in the world, and for a bool:
+        no chunk key, though a dict reads True as 1)."""
+        found = np.fromiter(map(self._slot_of.get, keys, repeat(-1)), dtype=np.int64, count=len(keys))  # (no Python frame a key)
+        if any(map(isinstance, keys, repeat(_BOOLS))):  # (one C pass, review helper 236)
+            found[[type(k) in _BOOLS for k in keys]] = -1
+        return found
 
     def keys_at(self, slots: Any) -> list[int]:
         """The chunk keys in ``slots`` (None for a free slot)."""
         at = slots if type(slots) is list else np.asarray(slots).tolist()
         if at and min(at) < 0:
             raise _no_slot(min(at))
-        if len(at) < 2:
-            return [self._key_at[s] for s in at]  # type: ignore[misc]
-        return list(itemgetter(*at)(self._key_at))  # one C call: a whole world's slots at once
+        try:
+            if len(at) < 2:
+                return [self._key_at[s] for s in at]  # type: ignore[misc]
+            return list(itemgetter(*at)(self._key_at))  # one C call: a whole world's slots at once
+        except (IndexError, TypeError) as exc:  # past the last slot, or not a slot number
+            raise WorldError(f"slots {_shown(at)} do not index this world's {len(self._key_at)} slots ({exc})") from None
 
     def key_vector(self, slots: Any) -> np.ndarray | None:
         """The keys of the live chunks in ``slots`` as a new i64 vector (a snapshot: later
@@ -633,6 +643,14 @@ def _slot_index(slots: Any) -> Any:
         if lowest < 0:
             raise _no_slot(lowest)
     return slots  # (as given: numpy reads an empty list as an empty index, np.asarray makes it floats)
+
+
+def _shown(slots: Any, most: int = 8) -> str:
+    """A few of ``slots`` for an error message."""
+    if isinstance(slots, slice):
+        return repr(slots)
+    listed = np.asarray(slots).reshape(-1).tolist()
+    return repr(listed[:most])[:-1] + ", ...]" if len(listed) > most else repr(listed)
 
 
 def _no_slot(slot: int) -> WorldError:

@@ -48,3 +48,24 @@ def test_valid_slots_of_every_form_still_answer():
     assert world.slot_versions([]).tolist() == []
     assert int(world.slot_versions(2)) == want[2]
     assert world.keys_at([3, 1]) == [40, 20] and world.key_vector(np.array([0, 3])).tolist() == [10, 40]
+
+
+def test_a_bool_is_no_chunk_key_for_slots_of_either():
+    # Review helper 236: slots_of([True, False]) answered chunks 1 and 0's slots, where every
+    # other lookup treats a bool as no chunk key.
+    world = World((2, 2), {"h": np.float32}, max_chunks=4)
+    world.add(0)
+    world.add(1)
+    assert world.slots_of([True, False, np.bool_(True), 1, 7]).tolist() == [-1, -1, -1, world.slot(1), -1]
+    assert world.slots_of((0, 1)).tolist() == [world.slot(0), world.slot(1)]
+
+
+@pytest.mark.parametrize("slots", [[5], [0, 4], np.array([9]), [True]])
+def test_a_slot_past_the_world_is_a_world_error(slots):
+    # Review helper 236: a raw IndexError.
+    world = _world()
+    with pytest.raises(WorldError, match="do not index this world's 4 slots"):
+        world.slot_versions(slots)
+    if not (isinstance(slots, list) and slots == [True]):
+        with pytest.raises(WorldError, match="do not index this world's 4 slots"):
+            world.keys_at(slots)
