@@ -8,6 +8,7 @@ and the world must not import wgpu.
 from __future__ import annotations
 
 import enum
+from itertools import repeat
 from typing import Any
 
 import numpy as np
@@ -97,6 +98,17 @@ def masked_refusal(values: Any) -> str | None:
     """Why ``values`` is refused as data: a numpy masked array (or ``numpy.ma.masked``), whose
     masked elements have no defined content (``np.asarray`` answers whatever its data holds
     there, the mask dropped: a wrong number nobody asked for), or None."""
-    if isinstance(values, np.ma.MaskedArray) or values is np.ma.masked:
+    if isinstance(values, np.ma.MaskedArray) or values is np.ma.masked or _holds_masked(values):
         return "a masked array (numpy.ma): its masked elements hold no defined value; pass values.filled(fill) (or values.data, if you mean it)"
     return None
+
+
+def _holds_masked(values: Any) -> bool:
+    """Whether a list or tuple holds a masked array or ``numpy.ma.masked`` at any depth:
+    ``np.asarray`` of ``list(masked_2d)`` or ``[1.0, np.ma.masked]`` drops the masks too
+    (review helper 238). One C pass a level (``map``), into nested lists and tuples only."""
+    if type(values) is not list and type(values) is not tuple:
+        return False
+    if any(map(isinstance, values, repeat(np.ma.MaskedArray))):  # (np.ma.masked is one too)
+        return True
+    return any(map(_holds_masked, values)) if any(map(isinstance, values, repeat((list, tuple)))) else False

@@ -112,7 +112,10 @@ def row_writer(queue: Any, buffer: Any, rows: np.ndarray) -> Callable[[int, int]
         ValueError: rows outside the array or bytes outside the buffer (nothing written).
         wgpu.GPUError: what ``write_buffer`` raises (a lost device, a destroyed buffer).
     """
-    if _native(queue) and rows.flags.c_contiguous and rows.ndim:
+    # Rows packed back to back only: numpy calls a view with one row per step of a longer
+    # axis C-contiguous too (relaxed strides), and the C call then read past its memory
+    # (review helper 238).
+    if _native(queue) and rows.flags.c_contiguous and rows.ndim and rows.strides[0] * len(rows) == rows.nbytes:
         return _NativeRows(queue, buffer, rows)
     write, stride, n = queue.write_buffer, rows.strides[0], len(rows)
 

@@ -59,7 +59,8 @@ def _is_int(v: object) -> bool:
         return False
     try:
         v.__index__()
-    except TypeError:
+        int(v)  # type: ignore[call-overload]  # (a masked 0-d array indexes as its data, yet has no value)
+    except Exception:  # TypeError; numpy.ma's MaskError for a masked 0-d array (review helper 238)
         return False
     return True
 

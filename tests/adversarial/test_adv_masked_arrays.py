@@ -87,3 +87,33 @@ def test_masked_world_values_are_refused_and_the_chunk_keeps_its_content():
         world.set_tile(2, "h", (0, 0), np.ma.masked)
     assert world.version(2) == version
     np.testing.assert_array_equal(world.read(2, "h"), 1.0)
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        lambda: list(np.ma.masked_array(np.arange(6, dtype=np.float32).reshape(2, 3), mask=[[0, 1, 0], [0, 0, 1]])),  # masked rows
+        lambda: [1.0, np.ma.masked, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0],
+        lambda: tuple(_masked()[i] for i in range(8)),  # masked scalars
+        lambda: [[1.0, 2.0], [3.0, [np.ma.masked]]],  # deeper
+    ],
+)
+def test_masked_values_inside_a_list_are_refused(values):
+    # Review helper 238: np.asarray of a list holding masked arrays drops their masks (the
+    # masked 2.0 and 6.0 went up as what the data held; np.ma.masked went up as NaN).
+    variant = _axpy()
+    with pytest.raises(DispatchError, match=r"'x'.*masked array"):
+        variant.run(8, inputs={"x": values()}, params={"a": 2.0})
+    with pytest.raises(DispatchError, match="masked array"):
+        abi.table({"c": values()})
+    y = abi.read(variant.run(8, inputs={"x": [float(i) for i in range(8)]}, params={"a": 2.0}).outputs["y"])
+    want = abi.read(variant.run(8, inputs={"x": np.arange(8, dtype=np.float32)}, params={"a": 2.0}).outputs["y"])
+    np.testing.assert_array_equal(y, want)  # a plain list still runs, as its array does
+    np.testing.assert_array_equal(want, 2.0 * np.arange(8, dtype=np.float32) + 1.0)  # (axpy's y starts at 1)
+
+
+@pytest.mark.parametrize("n", [lambda: np.ma.array(8, mask=True), lambda: (np.ma.array(2, mask=True), 4)])
+def test_a_masked_n_is_a_dispatch_error(n):
+    # Review helper 238: numpy's MaskError came out of run(), not a PluginError.
+    with pytest.raises(DispatchError):
+        _axpy().run(n(), inputs={"x": np.ones(8, np.float32)}, params={"a": 2.0})

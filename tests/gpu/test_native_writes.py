@@ -143,3 +143,16 @@ def test_write_buffer_of_data_that_is_not_c_contiguous_goes_to_wgpu_py():
     with pytest.raises(type(plain.value)):
         write_buffer(ctx.queue, buffer, 0, data)
     assert not _read(ctx.device, buffer).any()
+
+
+def test_rows_of_a_view_numpy_calls_contiguous_are_not_read_past_its_memory():
+    # Review helper 238: one row of every third of a longer array is C-contiguous to numpy
+    # (relaxed strides: strides (96, 4), 16 bytes of data); the C call wrote 96 bytes from its
+    # address, heap memory past the array's, into the buffer.
+    ctx = get_context()
+    rows = np.arange(40, dtype=np.uint32).reshape(5, 8)[::3][1:, :4]
+    assert rows.flags.c_contiguous and rows.strides[0] == 96 and rows.nbytes == 16
+    buffer = ctx.device.create_buffer(size=128, usage=U.STORAGE | U.COPY_DST | U.COPY_SRC)
+    row_writer(ctx.queue, buffer, rows)(0, 1)
+    got = _read(ctx.device, buffer)
+    assert got[:4].tolist() == [24, 25, 26, 27] and not got[4:].any()
