@@ -21,7 +21,7 @@ from .geometry import GEOMETRY_FIELDS
 from .lowered import ColumnSlot, HostSlot, Lowered, LoweredBinding, ParamField, ParamsLayout, SourceMap, splice_col
 from .modules import Module, ModuleTexts, blank_imports, from_mapping, resolve_imports
 from .param_types import MAX_PARAMS_BYTES, parse_param_type
-from .preprocess import SplicedBody, apply_when_blocks, splice_sources
+from .preprocess import SplicedBody, SpliceTooLarge, apply_when_blocks, splice_sources
 from .schema import TEXTURE_KINDS, Binding, Schema
 from .structs import StructType
 from .textures import storage_texture_wgsl, texture_wgsl
@@ -215,7 +215,17 @@ class _Lowerer:
             odd = odd_character(sources[sp.name]) if sp.name in sources else None
             if odd is not None:
                 raise SpecializationError(f"source specialisation {sp.name}'s value holds {odd[3]}", schema.span_at(sp.line, sp.name))
-        body = splice_sources("\n".join(kept), sources)
+        outside = total - len(self.wgsl)  # the modules' characters: the spliced body shares the limit
+        try:
+            body = splice_sources("\n".join(kept), sources, MAX_KERNEL_CHARS - outside)
+        except SpliceTooLarge as over:
+            uses = f"at its {over.uses} uses" if over.uses > 1 else "at its use"
+            raise SpecializationError(
+                f"source specialisation {over.name}'s value ({len(sources[over.name])} characters) spliced {uses} makes a kernel of "
+                f"{over.size + outside} characters: at most {MAX_KERNEL_CHARS} here (a kernel is KiB, not MiB)",
+                schema.span_at(spec_params[over.name].line, over.name),
+                notes=(f"{self.wgsl_path}:{over.first_line}: first used here",),
+            ) from None
         body_text = "\n".join(body.lines)
         present = [b for b in schema.bindings if b.when is None or b.when.holds(self.values)]
         self.check_table_columns(present)

@@ -19,7 +19,7 @@ from ..errors import LoweringError, Span
 from .schema import SpecParam
 from .wgsl_text import starts_in_block_comment, tokens
 
-__all__ = ["apply_when_blocks", "splice_sources", "SplicedBody", "WHEN_RE", "END_RE"]
+__all__ = ["apply_when_blocks", "splice_sources", "SplicedBody", "SpliceTooLarge", "WHEN_RE", "END_RE"]
 
 WHEN_RE = re.compile(r"^(\s*)//\s*@when\b(.*)$")
 END_RE = re.compile(r"^(\s*)//\s*@end\b\s*(.*)$")
@@ -119,13 +119,38 @@ def _free_identifiers(text: str, names: Mapping[str, str]) -> list:
     return found
 
 
-def splice_sources(text: str, replacements: Mapping[str, str]) -> SplicedBody:
-    """Replace whole identifiers named in ``replacements`` outside comments."""
+class SpliceTooLarge(Exception):
+    """The spliced body would pass ``limit`` characters: ``name`` grows it most, spliced at
+    ``uses`` places (the first on user line ``first_line``) into ``size`` characters."""
+
+    def __init__(self, name: str, uses: int, size: int, first_line: int):
+        super().__init__(name)
+        self.name, self.uses, self.size, self.first_line = name, uses, size, first_line
+
+
+def splice_sources(text: str, replacements: Mapping[str, str], limit: int | None = None) -> SplicedBody:
+    """Replace whole identifiers named in ``replacements`` outside comments.
+
+    Raises:
+        SpliceTooLarge: the result would be longer than ``limit`` characters, found before
+            any of it is built.
+    """
     user_lines = text.split("\n")
     hits: dict[int, list] = {}
+    uses: dict[str, list] = {}
     if replacements:
         for tok in _free_identifiers(text, replacements):
             hits.setdefault(tok.line, []).append(tok)
+            uses.setdefault(tok.text, []).append(tok)
+    if limit is not None:
+        # Each use is a copy of the value: a 100 KiB default used 128 times made 12.5 MiB of
+        # WGSL (17 s of lowering on the game thread) from files within their own limits
+        # (review helper 237). Summed before building, so the refusal costs nothing.
+        growth = {name: len(found) * (len(replacements[name]) - len(name)) for name, found in uses.items()}
+        size = len(text) + sum(growth.values())
+        if size > limit:
+            name = max(growth, key=lambda n: growth[n])
+            raise SpliceTooLarge(name, len(uses[name]), size, uses[name][0].line)
     out_lines: list[str] = []
     out_user: list[int] = []
     splices: list[tuple[int, int, int, int, int]] = []
