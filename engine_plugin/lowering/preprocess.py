@@ -160,23 +160,27 @@ def splice_sources(text: str, replacements: Mapping[str, str], limit: int | None
             out_lines.append(line)
             out_user.append(lineno)
             continue
-        pieces, pos, shift = [], 0, 0
-        first_index = len(out_lines)
-        row_splices = []
+        pieces, pos = [], 0
+        row, out_col = len(out_lines), 1  # where the next piece starts in the output
         for tok in toks:
             start = tok.col - 1
             repl = replacements[tok.text]
             pieces.append(line[pos:start])
             pieces.append(repl)
-            first_row = repl.split("\n")[0]
-            if "\n" not in "".join(pieces[:-1]):
-                row_splices.append((first_index, tok.col + shift, len(first_row), tok.col, len(tok.text)))
-            shift += len(repl) - len(tok.text)
+            out_col += start - pos
+            rows = repl.split("\n")
+            splices.append((row, out_col, len(rows[0]), tok.col, len(tok.text)))
+            # A value's later rows start new output rows: each stands, from column 1, for the
+            # user's text up to the identifier's end, so an error inside points at the
+            # identifier and one after it on the row at its own column (review helper 237:
+            # they took the generated row's columns, 6:5 for 6:25).
+            for later in rows[1:]:
+                row, out_col = row + 1, 1
+                splices.append((row, 1, len(later), tok.col, tok.col - 1 + len(tok.text)))
+            out_col += len(rows[-1])
             pos = start + len(tok.text)
         pieces.append(line[pos:])
-        new = "".join(pieces).split("\n")
-        for row in new:
-            out_lines.append(row)
+        for text_row in "".join(pieces).split("\n"):
+            out_lines.append(text_row)
             out_user.append(lineno)
-        splices.extend(row_splices)
     return SplicedBody(tuple(out_lines), tuple(out_user), tuple(splices))

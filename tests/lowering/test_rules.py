@@ -346,6 +346,62 @@ def test_columns_after_a_splice_map_back_to_the_users_columns():
     assert before.col == user.index("dst_set") + 1
 
 
+LATER_ROWS_BODY = SPLICE_BODY.replace("dst_set(i, BODY + BODY_2(xBODY));", "dst_set(i, (BODY) + BODY + BODY_2(xBODY));")
+
+
+@pytest.mark.parametrize("value", ["v\n* 2.0", "v\n*\n2.0", "(v *\n  3.0)"], ids=["two-rows", "three-rows", "indented"])
+def test_columns_on_the_later_rows_of_a_multi_line_splice_map_back_to_the_users_columns(value):
+    # Review helper 237: only a value's first row was mapped; text after the value on its last
+    # row took the generated row's column (kernel.wgsl:6:5 for undefined_x at 6:25).
+    lowered = lower(parse(SPLICE_YAML), LATER_ROWS_BODY, {"BODY": value})
+    line = user_line(LATER_ROWS_BODY, "dst_set(")
+    user = LATER_ROWS_BODY.split("\n")[line - 1]
+    body_col = user.index("BODY") + 1
+    second_col = user.index("BODY", body_col) + 1
+    spans = {n: lowered.source_map.locate(n) for n in range(1, len(lowered.source.split("\n")) + 1)}
+    rows = [n for n, span in spans.items() if span is not None and (span.path, span.line) == ("kernel.wgsl", line)]
+    texts = [lowered.source.split("\n")[n - 1] for n in rows]
+    last = value.split("\n")[-1]
+    # The first use's last row, then the second use's: each ends its row's spliced text.
+    after_first = next(n for n, t in zip(rows, texts) if t.startswith(last + ") + "))
+    after_second = next(n for n, t in zip(rows, texts) if t.startswith(last + " + BODY_2("))
+    found = {
+        "inside the first use's last row": lowered.source_map.locate(after_first, 1).col,
+        "the ') + ' after it": lowered.source_map.locate(after_first, len(last) + 1).col,
+        "inside the second use's first row": lowered.source_map.locate(after_first, len(last) + 5).col,
+        "inside the second use's last row": lowered.source_map.locate(after_second, 1).col,
+        "BODY_2 after it": lowered.source_map.locate(after_second, len(last) + 4).col,
+        "a middle row": lowered.source_map.locate(rows[1], 1).col,
+    }
+    assert found == {
+        "inside the first use's last row": body_col,
+        "the ') + ' after it": body_col + len("BODY"),
+        "inside the second use's first row": second_col,
+        "inside the second use's last row": second_col,
+        "BODY_2 after it": user.index("BODY_2") + 1,
+        "a middle row": body_col,
+    }
+
+
+def test_a_lowering_error_after_a_multi_line_splice_points_at_the_users_column():
+    body = LATER_ROWS_BODY.replace("BODY_2(xBODY)", "dpdx(v)")
+    with pytest.raises(LoweringError) as info:
+        lower(parse(SPLICE_YAML), body, {"BODY": "v\n* 2.0"}, wgsl_path="k/kernel.wgsl")
+    user = body.split("\n")[user_line(body, "dst_set(") - 1]
+    assert (info.value.span.path, info.value.span.line, info.value.span.col) == ("k/kernel.wgsl", 10, user.index("dpdx") + 1)
+    assert info.value.message.startswith("dpdx() takes screen-space derivatives")
+
+
+@pytest.mark.gpu
+def test_a_compiler_error_after_a_multi_line_splice_maps_to_the_users_column(gpu):
+    body = LATER_ROWS_BODY.replace("BODY_2(xBODY)", "undefined_x")
+    lowered = lower(parse(SPLICE_YAML), body, {"BODY": "v\n* 2.0"}, wgsl_path="k/kernel.wgsl")
+    line, col = _compile_error_position(gpu, lowered)
+    span = lowered.source_map.locate(line, col)
+    user = body.split("\n")[9]
+    assert (span.path, span.line, span.col, span.text) == ("k/kernel.wgsl", 10, user.index("undefined_x") + 1, user)
+
+
 # ---------------------------------------------------------------------- specialisation
 SPEC_YAML = """\
 bindings:
