@@ -293,6 +293,12 @@ def wrap_entry(
     at = mains[0]
     if len(mains) > 1:
         raise EntryError(toks[mains[1] + 1], f"a second fn main (the first is at line {toks[at + 1].line}); a kernel has one entry point")
+    # A call of main reaches the generated entry point, which calls zero_user_main: naga
+    # named that generated function, with no line ("declaration of `zero_user_main` is
+    # cyclic", review helper 237). Refused at the user's call, under the user's name.
+    for i, t in enumerate(toks[:-1]):
+        if t.text == "main" and i != at + 1 and toks[i + 1].text == "(" and (i == 0 or toks[i - 1].text not in (".", "fn")):
+            raise EntryError(t, "a call of 'main', the entry point: only the host calls it (WGSL has no recursion, and no call of an entry point)")
     chars = list(text)
     # Attributes before `fn main`: walk back over `@name` and `@name(...)`.
     k = at - 1

@@ -31,6 +31,7 @@ specialize:
   - { name: BODY, kind: source, default: "v" }
 """
 SPEC = {"T": "f32", "M": "a"}
+_CALLS_MAIN = "a call of 'main', the entry point: only the host calls it (WGSL has no recursion, and no call of an entry point)"
 
 
 @dataclass(frozen=True)
@@ -410,6 +411,11 @@ CASES = [
         "the entry point is named 'mian'",
         body="// fn main() {}\n@compute @workgroup_size(64)\nfn mian() {}\n",
     ),
+    # a call of main reached the generated entry point: naga named zero_user_main, with no
+    # line ("declaration of `zero_user_main` is cyclic", review helper 237)
+    Bad("main-calls-itself", GOOD, LoweringError, "main(gid)", _CALLS_MAIN, body=HEAD + "    main(gid);\n}\n"),
+    Bad("a-helper-calls-main", GOOD, LoweringError, "main(g)", _CALLS_MAIN, body="fn f(g: vec3<u32>) { main(g); }\n" + HEAD + "    f(gid);\n}\n"),
+    Bad("a-source-value-calls-main", GOOD, LoweringError, "BODY", _CALLS_MAIN, body=HEAD + "    BODY;\n}\n", spec={**SPEC, "BODY": "main(gid)"}),
     Bad(
         "body-declares-a-binding", GOOD, LoweringError, "@binding(7)", "its own @binding", body="@group(0) @binding(7) var<storage> extra: array<u32>;\n" + MAIN
     ),
