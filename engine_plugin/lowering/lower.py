@@ -182,14 +182,25 @@ class _Lowerer:
             return self._run()
         except GeneratedNameClash as clash:
             (line1, what1), (line2, what2) = clash.first, clash.second
-            # At the name that makes it on that line: the binding's (or struct's...) own name.
-            quoted = re.findall(r"'([^']+)'", what2)
-            span = self.schema.span_at(line2, quoted[0] if quoted else clash.name)
+            span, first = self._clash_span(line2, what2, clash.name), self._clash_span(line1, what1, clash.name).line if line1 else 0
             raise LoweringError(
-                f"the name '{clash.name}' is generated for {what2} and also for {what1}" + (f" (line {line1})" if line1 else "") + "; rename one of them",
+                f"the name '{clash.name}' is generated for {what2} and also for {what1}" + (f" (line {first})" if first else "") + "; rename one of them",
                 Span(self.yaml_path, span.line, span.col, span.text),
-                notes=(f"{self.yaml_path}:{line1}: first generated here",) if line1 else (),
+                notes=(f"{self.yaml_path}:{first}: first generated here",) if first else (),
             ) from None
+
+    def _clash_span(self, line: int, what: str, name: str) -> Span:
+        """Where a generated name's owner stands in bindings.yaml: a struct member at its key
+        in structs: (it was the binding's line, with no column: review helper 237), anything
+        else at its own name on its line (a binding's, a struct's...)."""
+        member = re.fullmatch(r"member '([^']+)' of binding '([^']+)'", what)
+        if member is not None:
+            for b in self.schema.bindings:
+                at = self.schema.member_span(b.element, member[1]) if b.name == member[2] else None
+                if at is not None:
+                    return Span(self.yaml_path, at.line, at.col, at.text)
+        quoted = re.findall(r"'([^']+)'", what)
+        return self.schema.span_at(line, quoted[0] if quoted else name)
 
     def _run(self) -> Lowered:
         schema = self.schema

@@ -269,6 +269,7 @@ class _Parser:
             if determinism not in ("exact", "float_order"):
                 raise self.error(vnode, f"determinism must be 'exact' or 'float_order', not {determinism!r}")
         workgroup = self.workgroup(nodes["workgroup"][1]) if "workgroup" in nodes else WorkgroupSize((64, 1, 1))
+        self.member_keys: list[tuple[str, str, int, int]] = []
         self.structs = self.parse_structs(nodes["structs"][1]) if "structs" in nodes else ()
         bindings = self.bindings(nodes["bindings"][1])
         bake = self.bake(nodes["bake"][1], specialize, bindings) if "bake" in nodes else None
@@ -282,6 +283,7 @@ class _Parser:
             text=self.text,
             path=self.path,
             structs=self.structs,
+            member_keys=tuple(self.member_keys),
         )
 
     def workgroup(self, node: Any) -> tuple:
@@ -555,6 +557,7 @@ class _Parser:
                 if vt is None:
                     raise self.error(tnode, f"{ident}.{member} must be u32, i32, f32 or a vec2/3/4 of them, not {self.value(tnode)!r}")
                 members.append((member, vt))
+                self.member_keys.append((ident, member, self.line_of(mnode), self.col_of(mnode)))
             if not members:
                 raise self.error(snode, f"struct {ident!r} has no members")
             out.append(layout_struct(ident, members))

@@ -154,10 +154,20 @@ class Schema:
     text: str = field(default="", repr=False, compare=False)
     path: str | None = field(default=None, compare=False)
     structs: tuple[StructType, ...] = ()
+    # (struct, member, line, col) of each member's key in structs:, for errors about a member
+    member_keys: tuple[tuple[str, str, int, int], ...] = field(default=(), repr=False, compare=False)
 
     def span_at(self, line: int, word: str | None = None) -> Span:
         """The span of the item at ``line`` of this schema's text (see :func:`span_in`)."""
         return span_in(self.text, self.path, line, word)
+
+    def member_span(self, struct: str | None, member: str) -> Span | None:
+        """The span of ``member``'s key in struct ``struct`` of ``structs:``, if recorded."""
+        for sname, mname, line, col in self.member_keys:
+            if (sname, mname) == (struct, member):
+                lines = _LINE_BREAK.split(self.text)
+                return Span(self.path, line, col, lines[line - 1] if line <= len(lines) else None)
+        return None
 
     def struct(self, name: str | None) -> StructType | None:
         for s in self.structs:

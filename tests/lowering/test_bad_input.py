@@ -828,6 +828,32 @@ bindings:
         lower(parse(yaml, "t/bindings.yaml"), "@compute @workgroup_size(64)\nfn main() { }\n")
 
 
+_OUT = '  - { name: out, kind: buffer, access: read_write, element: P, capacity: "n", append: true }\n'
+
+
+@pytest.mark.parametrize(
+    ("members", "access", "extra", "at", "says"),
+    [
+        ("len: f32, a: f32", "read", "", (2, 8), "the name 'src_len' is generated for member 'len' of binding 'src' and also for binding 'src' (line 4)"),
+        ("x: f32, set_x: f32", "read_write", "", (2, 16), "the name 'src_set_x' is generated for member 'set_x' of binding 'src' and also for member 'x' of binding 'src' (line 2)"),
+        ("count: f32", "read", _OUT, (2, 8), "the name 'out_count' is generated for member 'count' of binding 'out' and also for binding 'out_count' (line 5)"),
+        ("\n    a: f32\n    len: f32\n", "read", "", (4, 5), "the name 'src_len' is generated for member 'len' of binding 'src' and also for binding 'src' (line 6)"),
+    ],
+    ids=["len", "set_x", "append-count", "block-style"],
+)
+def test_a_struct_member_clash_is_said_at_the_members_key_in_structs(members, access, extra, at, says):
+    # Review helper 237: said at the binding's line with no column (bindings.yaml:4:).
+    struct = f"  P:{members}" if members.startswith("\n") else f"  P: {{ {members} }}\n"
+    yaml = f"structs:\n{struct}bindings:\n  - {{ name: src, kind: buffer, access: {access}, element: P }}\n" + extra
+    body = "@compute @workgroup_size(64)\nfn main() { }\n"
+    with pytest.raises(LoweringError) as err:
+        lower(parse(yaml, "t/bindings.yaml"), body, wgsl_path="t/kernel.wgsl")
+    e = err.value
+    assert (e.span.path, e.span.line, e.span.col) == ("t/bindings.yaml", *at), str(e)
+    assert e.message == says + "; rename one of them"
+    assert e.span.text == yaml.split("\n")[at[0] - 1]
+
+
 @pytest.mark.parametrize("name", ["vec3f", "vec4u", "vec2i", "vec3h", "mat2x2f", "mat4x3h", "texture_3d", "sampler_comparison"])
 def test_a_struct_named_like_a_wgsl_predeclared_type_is_refused_at_its_name(name):
     # Review helper 215: `structs: { vec3f: { a: u32 } }` parsed, and a binding of element
