@@ -188,11 +188,12 @@ def enumerate_variants(schema: Schema) -> list[VariantSpec]:
     """
     count = variant_count(schema)
     if schema.bake is None and count > MAX_ENUMERATED_VARIANTS:
-        line = schema.specialize[0].line if schema.specialize else None
+        first = schema.specialize[0] if schema.specialize else None
         raise SpecializationError(
             f"the specialize options make {count} variants, past the {MAX_ENUMERATED_VARIANTS} a bake enumerates; "
             "list the ones to bake under 'bake:' (or bake from a usage log)",
-            Span(schema.path, line),
+            # At the first specialisation's name (it had no column: review helper 237).
+            schema.span_at(first.line, first.name) if first is not None else Span(schema.path, None),
         )
     return list(iter_variants(schema))
 

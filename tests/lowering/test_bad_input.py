@@ -863,3 +863,18 @@ def test_a_struct_named_like_a_wgsl_predeclared_type_is_refused_at_its_name(name
         parse(yaml, "t/bindings.yaml")
     text = str(err.value)
     assert text.startswith("t/bindings.yaml:2:") and repr(name) in text and "reserved" in text, text
+
+
+def test_too_many_variants_to_enumerate_is_said_at_the_first_specialisations_name():
+    # Review helper 237: `watch --all-variants` on 2^20 variants said bindings.yaml:5, no column.
+    from engine_plugin.lowering import enumerate_variants
+
+    yaml = "bindings:\n  - { name: src, kind: buffer, access: read, element: f32 }\nspecialize:\n"
+    yaml += "".join(f"  - {{ name: S{i}, options: [a, b] }}\n" for i in range(20))
+    with pytest.raises(SpecializationError) as err:
+        enumerate_variants(parse(yaml, YAML))
+    e = err.value
+    assert (e.span.path, e.span.line, e.span.col, e.span.text) == (YAML, 4, 13, "  - { name: S0, options: [a, b] }")
+    assert e.message == (
+        "the specialize options make 1048576 variants, past the 65536 a bake enumerates; list the ones to bake under 'bake:' (or bake from a usage log)"
+    )
