@@ -144,7 +144,13 @@ class Delivery:
                     # running it over these chunks again would apply its write twice (review
                     # helper 150). Its fallback serves them in step 6, as for a refused readback.
                     product.pending.update(k for k in work.keys if k in self._world)
-                    product.gpu_written.update(work.keys)
+                    # Its kernel wrote the mirror for the versions it ran over: a chunk changed
+                    # since (in a field it reads) is not written for its new version, and stays
+                    # owed to its kernel, its readers waiting. Counted as written, its fallback
+                    # served the new version and a reader applied the old mirror's value as
+                    # current, for good (review helper 236: 48 where 80 is right).
+                    current = self._revalidator(product) or self._world.is_current
+                    product.gpu_written.update(k for k, v in zip(work.keys, work.versions) if current(k, v))
                     product.force_cpu = True
                 else:
                     product.reowe(self._world, work.keys, failed=work)
