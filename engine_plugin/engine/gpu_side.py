@@ -76,6 +76,7 @@ class GpuSide:
         # order of the requests whatever PYTHONHASHSEED is (a set iterates in hash order).
         self._kept: dict[str, None] = {}
         self._kernel_written: set[str] = set()  # kept fields never gap-coalesced (field_buffer(kernel_writes=True))
+        self._dropped: set[str] = set()  # kernel-written mirrors a refused upload took off this backend (see mirror)
         self._frame_readbacks: dict[int, int] = {}  # frame -> its readbacks not delivered yet (pacing)
         self.fault: str | None = None
         self._adopt_context()
@@ -178,6 +179,7 @@ class GpuSide:
         self.backend = backend
         self.owns_backend = True
         self._mirrored.clear()
+        self._dropped.clear()  # recover_gpu owes every writer and reader of a kernel-written mirror anew
         self.upload_refused.clear()
         for product in self._products:  # a new backend: refusals of the old one do not count (review helper 211)
             product.reattach_wait = product.reattach_backoff = 0
@@ -238,12 +240,31 @@ class GpuSide:
                     return False
         self._mirrored.add(name)
         self.upload_refused.pop(name, None)
+        if name in self._dropped:
+            self._dropped.discard(name)
+            self._rebuilt(name)
         return True
+
+    def _rebuilt(self, name: str) -> None:
+        """Kernel-written mirror ``name`` came back holding the world's bytes, not what its
+        writers' kernels wrote: every chunk each writer covers is unwritten on the GPU
+        (``mirror_unwritten``), so its readers wait and the writer, on the GPU again, writes
+        them (``owe_unwritten``), as after recover_gpu(). Left so, a reader back first read the
+        world's bytes (review helper 236: 0.0 applied for a chunk that never changed)."""
+        world = self._world
+        for product in self._products:
+            if product.plan is not None and name in product.plan.written_fields:
+                keys = set(world.keys())
+                if product.policy in _SELECTIONS:
+                    keys &= product.selection_keys  # it writes only what it selects
+                product.mirror_unwritten |= keys
 
     def unmirror(self, name: str) -> None:
         """A refused upload left field ``name``'s mirror behind the world: its products leave
         the GPU (their fallbacks serve them) until the GPU is recovered."""
         self._mirrored.discard(name)
+        if name in self._kernel_written:
+            self._dropped.add(name)  # what its kernels wrote is lost with it
         if hasattr(self.backend, "unregister_field"):
             self.backend.unregister_field(name)
         log.warning("an upload of field %r was refused (%s); its products run on the CPU", name, getattr(self.backend, "last_refusal", "refused"))

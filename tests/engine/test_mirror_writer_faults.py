@@ -154,3 +154,36 @@ def test_a_writers_failed_map_over_a_chunk_changed_since_leaves_that_chunk_to_it
         _check(engine, world, applied)
     finally:
         engine.close()
+
+
+def test_a_kernel_written_mirror_rebuilt_from_the_world_holds_its_readers_until_its_writer_rewrites_it():
+    # Review helper 236 (B): uploads refused two frames while a was edited and a chunk added:
+    # m was taken off the GPU and re-uploaded from the world's bytes when R came back, while W
+    # waited out its reattach delay. R applied 0.0 (the world's m) for chunk 3, which never
+    # changed, corrected a frame later. Every value applied must be right.
+    world = World((4, 4), {"a": np.float32, "m": np.float32}, max_chunks=4)
+    world.add(0, {"a": np.full((4, 4), 1.0, np.float32)})
+    world.add(3, {"a": np.full((4, 4), 3.0, np.float32)})
+    engine, applied = _writer_and_reader(world)
+    try:
+        backend = engine.backend
+        real_spans, real_upload = backend.upload_spans, backend.upload
+
+        def refuse(desc):
+            backend.last_refusal = "injected refusal"
+            return False
+
+        backend.upload_spans, backend.upload = (lambda descs: 0), refuse  # every upload refused
+        world.write(0, "a", 4.0)  # a's upload refused: W leaves the GPU
+        _settle(engine)
+        engine.frame()
+        world.add(1, {"a": np.full((4, 4), 2.0, np.float32)})  # m's refused too: R leaves; W's return refused (a delay)
+        _settle(engine)
+        engine.frame()
+        assert engine.product(engine.products()[0]).gpu is None and engine.product(engine.products()[1]).gpu is None
+        backend.upload_spans, backend.upload = real_spans, real_upload
+        _drain(engine)  # R comes back first, m rebuilt from the world's bytes; W a frame later
+        assert {k for k, _, _, _, source in applied if source == "gpu"} >= set(world.keys())
+        _check(engine, world, applied)
+    finally:
+        engine.close()
