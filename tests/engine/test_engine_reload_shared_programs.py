@@ -85,7 +85,7 @@ def test_a_product_takes_a_reload_another_library_applied_to_the_shared_program(
         handle = engine.register_product(
             product_lib.load("p.computeShader"), fields={"src": "a"}, apply=lambda r: latest.update({k: _first(v) for k, v in zip(r.keys, r.values)})
         )
-        _settle(engine, 40)
+        run_until_idle(engine)  # bounded by time, not frames: 40 frames were too few for a loaded H200 under 15 workers
         assert latest == {0: 16.0, 1: 32.0}
         _save(folder, layout, 2.0, 100.0)  # out = 2 * sum + 100
         ref = reloading_lib.load("p.computeShader")
@@ -98,6 +98,7 @@ def test_a_product_takes_a_reload_another_library_applied_to_the_shared_program(
         assert ref.generation == 1, ref.diagnostics
         world.write(0, "a", np.full((4, 4), 5, np.float32))
         assert _settle(engine) == 0  # no dispatch refused frame after frame
+        run_until_idle(engine)
         assert latest == {0: 260.0, 1: 164.0}, latest  # the new kernel, both chunks
         assert engine.product_error(handle) is None and engine.idle
     finally:
@@ -120,7 +121,7 @@ def test_a_product_of_a_pinned_program_keeps_its_kernel_across_a_reload(tmp_path
         handle = engine.register_product(
             ref.program().pinned(), fields={"src": "a"}, apply=lambda r: latest.update({k: _first(v) for k, v in zip(r.keys, r.values)})
         )
-        _settle(engine, 40)
+        run_until_idle(engine)
         _save(folder, layout, 2.0, 100.0)
         lib.request_reload("p.computeShader")
         deadline = time.monotonic() + 30
@@ -130,6 +131,7 @@ def test_a_product_of_a_pinned_program_keeps_its_kernel_across_a_reload(tmp_path
         assert ref.generation == 1, ref.diagnostics
         world.write(0, "a", np.full((4, 4), 5, np.float32))
         assert _settle(engine) == 0
+        run_until_idle(engine)
         assert latest == {0: 80.0, 1: 32.0}, latest  # the pinned kernel (sum), chunk 0 recomputed
         assert engine.product_error(handle) is None and engine.idle
     finally:
