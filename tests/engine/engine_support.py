@@ -9,6 +9,7 @@ from collections.abc import Callable, Iterator
 
 import numpy as np
 
+from engine_plugin import abi
 from engine_plugin.engine import Engine, FrameStats, ProductResult, fallbacks, kernel_program
 from engine_plugin.gpu import ReadbackPolicy
 from engine_plugin.gpu.readback import settled_now
@@ -131,3 +132,27 @@ def cpu_summary(world: World, field: str, key: int) -> np.ndarray:
 def same_bits(a: np.ndarray, b: np.ndarray) -> bool:
     a, b = np.ascontiguousarray(a), np.ascontiguousarray(b)
     return a.shape == b.shape and a.tobytes() == b.tobytes()
+
+
+# A per-chunk sum of a field (a mirror reader in the mirror-writer tests).
+SUM_YAML = """bindings:
+  - { name: chunks, kind: buffer, access: read, element: u32 }
+  - { name: src, kind: buffer, access: read, element: f32 }
+  - { name: out, kind: buffer, access: read_write, element: f32, count: "n" }
+params:
+  - { name: tile_count, type: u32 }
+"""
+SUM_WGSL = """@compute @workgroup_size(64)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
+    let i = zero_index(gid);
+    if (i >= zero_n()) { return; }
+    let base = chunks_get(i) * params.tile_count;
+    var s = 0.0;
+    for (var t = 0u; t < params.tile_count; t = t + 1u) { s = s + src_get(base + t); }
+    out_set(i, s);
+}
+"""
+
+
+def program_of(key: str, yaml: str, wgsl: str):
+    return abi.program(key=key, schema=abi.parse(yaml, f"{key}/bindings.yaml"), wgsl=wgsl, wgsl_path=f"{key}/kernel.wgsl")

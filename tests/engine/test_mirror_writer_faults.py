@@ -9,6 +9,7 @@ import time
 
 import numpy as np
 import pytest
+from engine_support import SUM_WGSL, SUM_YAML, program_of
 
 from engine_plugin import abi
 from engine_plugin.engine import Engine, EngineConfig
@@ -36,29 +37,6 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
     out_set(i, s);
 }
 """
-R_YAML = """bindings:
-  - { name: chunks, kind: buffer, access: read, element: u32 }
-  - { name: src, kind: buffer, access: read, element: f32 }
-  - { name: out, kind: buffer, access: read_write, element: f32, count: "n" }
-params:
-  - { name: tile_count, type: u32 }
-"""
-R_WGSL = """@compute @workgroup_size(64)
-fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
-    let i = zero_index(gid);
-    if (i >= zero_n()) { return; }
-    let base = chunks_get(i) * params.tile_count;
-    var s = 0.0;
-    for (var t = 0u; t < params.tile_count; t = t + 1u) { s = s + src_get(base + t); }
-    out_set(i, s);
-}
-"""
-
-
-def _program(key: str, yaml: str, wgsl: str):
-    return abi.program(key=key, schema=abi.parse(yaml, f"{key}/bindings.yaml"), wgsl=wgsl, wgsl_path=f"{key}/kernel.wgsl")
-
-
 def _m_sum(world: World, key: int) -> float:
     """What W's kernel writes into m (2a + 1), summed over the chunk: numpy's value of W and R."""
     return float((2 * world.read(key, "a").astype(np.float32) + 1).sum(dtype=np.float32))
@@ -90,9 +68,9 @@ def _writer_and_reader(world: World, config: EngineConfig | None = None) -> tupl
     engine.field_buffer("m", kernel_writes=True)
     applied: list = []
     fallback = lambda w, work: np.array([_m_sum(w, k) for k in work.keys], np.float32)  # noqa: E731
-    engine.register_product(_program("t236/w", W_YAML, W_WGSL), key="W", fields={"a": "a", "m": "m"}, policy=ReadbackPolicy.SUMMARY, cpu_fallback=fallback)
+    engine.register_product(program_of("t236/w", W_YAML, W_WGSL), key="W", fields={"a": "a", "m": "m"}, policy=ReadbackPolicy.SUMMARY, cpu_fallback=fallback)
     engine.register_product(
-        _program("t236/r", R_YAML, R_WGSL), key="R", fields={"src": "m"}, policy=ReadbackPolicy.SUMMARY,
+        program_of("t236/r", SUM_YAML, SUM_WGSL), key="R", fields={"src": "m"}, policy=ReadbackPolicy.SUMMARY,
         apply=lambda r: applied.extend((k, v, float(x), _m_sum(world, k), r.source) for k, v, x in zip(r.keys, r.versions, r.values)),
         cpu_fallback=fallback,
     )

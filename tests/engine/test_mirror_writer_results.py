@@ -8,6 +8,7 @@ import time
 
 import numpy as np
 import pytest
+from engine_support import SUM_WGSL, SUM_YAML, program_of
 
 from engine_plugin import abi
 from engine_plugin.engine import Engine
@@ -45,29 +46,6 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
     f_set(t, f_get(t) + 1.0);
 }
 """
-SUM_YAML = """bindings:
-  - { name: chunks, kind: buffer, access: read, element: u32 }
-  - { name: src, kind: buffer, access: read, element: f32 }
-  - { name: out, kind: buffer, access: read_write, element: f32, count: "n" }
-params:
-  - { name: tile_count, type: u32 }
-"""
-SUM_WGSL = """@compute @workgroup_size(64)
-fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
-    let i = zero_index(gid);
-    if (i >= zero_n()) { return; }
-    let base = chunks_get(i) * params.tile_count;
-    var s = 0.0;
-    for (var t = 0u; t < params.tile_count; t = t + 1u) { s = s + src_get(base + t); }
-    out_set(i, s);
-}
-"""
-
-
-def _program(key: str, yaml: str, wgsl: str):
-    return abi.program(key=key, schema=abi.parse(yaml, f"{key}/bindings.yaml"), wgsl=wgsl, wgsl_path=f"{key}/kernel.wgsl")
-
-
 def _drain(engine: Engine) -> None:
     deadline = time.monotonic() + 60
     while True:
@@ -91,7 +69,7 @@ def _incrementer(fields: dict) -> tuple[World, Engine, list]:
     engine.field_buffer("g", kernel_writes=True)
     applied: list = []
     engine.register_product(
-        _program("t150/inc", INC_YAML, INC_WGSL), key="W", fields={"g": "g"}, policy=ReadbackPolicy.SUMMARY,
+        program_of("t150/inc", INC_YAML, INC_WGSL), key="W", fields={"g": "g"}, policy=ReadbackPolicy.SUMMARY,
         apply=lambda r: applied.append((r.keys, r.values.tolist(), r.source)),
         cpu_fallback=lambda w, work: np.array([w.read(k, "g").sum() for k in work.keys], np.float32),
     )
@@ -157,10 +135,10 @@ def test_a_reader_served_from_the_world_while_its_writer_was_off_the_gpu_ends_wi
     engine = Engine(world)
     try:
         engine.field_buffer("f", kernel_writes=True)
-        engine.register_product(_program("t150/w", W_YAML, W_WGSL), key="W", fields={"f": "f"}, policy=ReadbackPolicy.NONE, cpu_fallback=lambda w, work: None)
+        engine.register_product(program_of("t150/w", W_YAML, W_WGSL), key="W", fields={"f": "f"}, policy=ReadbackPolicy.NONE, cpu_fallback=lambda w, work: None)
         applied: dict = {}
         engine.register_product(
-            _program("t150/r", SUM_YAML, SUM_WGSL), key="R", fields={"src": "f"}, policy=ReadbackPolicy.SUMMARY,
+            program_of("t150/r", SUM_YAML, SUM_WGSL), key="R", fields={"src": "f"}, policy=ReadbackPolicy.SUMMARY,
             apply=lambda r: applied.update(zip(r.keys, r.values.tolist())),
             cpu_fallback=lambda w, work: np.array([w.read(k, "f").sum() for k in work.keys], np.float32),
         )

@@ -453,23 +453,26 @@ def test_a_big_endian_float64_image_is_taken_as_a_native_one_is():
     np.testing.assert_array_equal(native[..., 0][:, 0::2], (image * 2)[:, 0::2])
 
 
-def test_a_texture_handed_to_a_buffer_binding_is_refused_saying_where_it_binds():
-    # Review helper 214: it said "dtype object is not numeric".
-    yaml = """\
+# A texture, a storage texture and a buffer binding (the wrong-object tests hand each the other's).
+MIXED_YAML = """\
 bindings:
   - { name: src, kind: texture }
   - { name: out, kind: storage_texture, format: rgba32float, size: [nx, ny] }
   - { name: buf, kind: buffer, access: read, element: f32 }
 workgroup: [8, 8]
 """
-    wgsl = """\
+MIXED_WGSL = """\
 @compute @workgroup_size(8, 8)
 fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
     if (zero_index(gid) >= zero_n()) { return; }
     textureStore(out, gid.xy, textureLoad(src, gid.xy, 0) + vec4<f32>(buf_get(0u)));
 }
 """
-    v = abi.program(key="t/texture_to_buffer", schema=abi.parse(yaml, "tb/bindings.yaml"), wgsl=wgsl).variant()
+
+
+def test_a_texture_handed_to_a_buffer_binding_is_refused_saying_where_it_binds():
+    # Review helper 214: it said "dtype object is not numeric".
+    v = abi.program(key="t/texture_to_buffer", schema=abi.parse(MIXED_YAML, "tb/bindings.yaml"), wgsl=MIXED_WGSL).variant()
     image, one = np.ones((2, 2, 4), np.float32), np.ones(1, np.float32)
     made = v.run(n=(2, 2), inputs={"src": image, "buf": one}).outputs["out"]
     np.testing.assert_array_equal(abi.read(made), 2.0)
@@ -481,21 +484,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
 def test_an_object_numpy_cannot_read_is_refused_naming_its_type():
     # Review helper 235: a Run (not run.outputs[...]), a sampler, a Variant handed to a buffer
     # or texture binding said "dtype object is not numeric" (or "... not ()" for a texture).
-    yaml = """\
-bindings:
-  - { name: src, kind: texture }
-  - { name: out, kind: storage_texture, format: rgba32float, size: [nx, ny] }
-  - { name: buf, kind: buffer, access: read, element: f32 }
-workgroup: [8, 8]
-"""
-    wgsl = """\
-@compute @workgroup_size(8, 8)
-fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
-    if (zero_index(gid) >= zero_n()) { return; }
-    textureStore(out, gid.xy, textureLoad(src, gid.xy, 0) + vec4<f32>(buf_get(0u)));
-}
-"""
-    v = abi.program(key="t/object_inputs", schema=abi.parse(yaml, "oi/bindings.yaml"), wgsl=wgsl).variant()
+    v = abi.program(key="t/object_inputs", schema=abi.parse(MIXED_YAML, "oi/bindings.yaml"), wgsl=MIXED_WGSL).variant()
     image, one = np.ones((2, 2, 4), np.float32), np.ones(1, np.float32)
     run = v.run(n=(2, 2), inputs={"src": image, "buf": one})
     with pytest.raises(DispatchError, match=r"input 'buf' takes one of a run's outputs \(run.outputs\[name\]\), not the Run") as info:
