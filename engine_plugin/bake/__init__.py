@@ -19,7 +19,12 @@ How a bake runs
    chunk) on a runner: this process (``--jobs 1``), a pool of ``spawn``-ed processes
    (``--jobs N``; wgpu is not fork-safe), or Dask. Each worker process lowers and then
    compiles each variant on *its own* device (lavapipe without a GPU), which is the
-   validation; the compiled pipeline is dropped at once so a worker's memory stays flat.
+   validation; the compiled pipeline is dropped at once. The driver still keeps native memory
+   of every compile until the process ends (~0.28 MiB a variant on lavapipe, review helper
+   241), so a local pool is replaced after ~2048 variants a process
+   (``ENGINE_PLUGIN_BAKE_WORKER_VARIANTS``); ``--jobs 1`` (this process) and Dask workers (the
+   cluster's) are not replaced and grow with what they compile: a large bake wants ``--jobs
+   N``, a cluster's workers restarted between large bakes.
 4. **Write** the entries and report: a summary table, every failure as ``path:line:col:
    message`` naming the user's own file (identical messages are printed once and counted),
    a JSON report, and the exit status (1 when anything failed).

@@ -202,18 +202,44 @@ def _note_dir() -> tuple[str, int]:
     return path, fd
 
 
+# Variants a pool process compiles, about, before its pool is replaced: every compile leaves
+# native objects behind in wgpu-native and the Vulkan driver (~0.28 MiB a variant on lavapipe,
+# never freed, the Python heap flat), and a 65,536-variant bake took each process to 9.6 GB
+# (review helper 241). 2048 bounds that to ~0.6 GiB a process; a new pool costs a second or two.
+DEFAULT_WORKER_VARIANTS = 2048
+WORKER_VARIANTS_ENV = "ENGINE_PLUGIN_BAKE_WORKER_VARIANTS"  # overrides it (tests, tuning)
+
+
+def _worker_variants() -> int:
+    text = os.environ.get(WORKER_VARIANTS_ENV, "").strip()
+    try:
+        return max(1, int(text)) if text else DEFAULT_WORKER_VARIANTS
+    except ValueError:
+        raise PluginError(f"{WORKER_VARIANTS_ENV}={text!r} is not a whole number of variants") from None
+
+
 class ProcessPoolRunner:
     """A local pool of ``n`` worker processes, started with ``spawn``: wgpu (and the Vulkan
-    driver under it) is not fork-safe, and each worker makes its own device."""
+    driver under it) is not fork-safe, and each worker makes its own device.
+
+    A pool compiles at most ``worker_variants`` x ``n`` variants (whole chunks; about
+    ``worker_variants`` a process), then is shut down, once its chunks are done, and a new one
+    takes the rest: a process's memory grows with every variant it compiles and is only given
+    back when it ends (review helper 241). ``max_tasks_per_child`` would do it without the
+    wait, but Python 3.11-3.13's pool then hangs with chunks queued (CPython gh-115634)."""
 
     deadlines = True  # jobs may carry a compile_timeout: a stuck worker notes its variant and ends
     local_gpu = True  # its jobs compile on this machine's adapter
 
-    def __init__(self, n: int):
+    def __init__(self, n: int, worker_variants: int | None = None):
         if n < 1:
             raise ValueError(f"a process pool needs at least one worker, not {n}")
         self.workers = n
         self.label = f"{n} local processes"
+        self.worker_variants = worker_variants if worker_variants is not None else _worker_variants()
+        if self.worker_variants < 1:
+            raise ValueError(f"a pool process compiles at least one variant, not {self.worker_variants}")
+        self._served = 0  # variants submitted to the current pool
         self._pool: ProcessPoolExecutor | None = None
         self._lost: list[LostWorker] = []
         self._stuck_dir: str | None = None
@@ -278,10 +304,35 @@ class ProcessPoolRunner:
         if self._pool is not None:
             self._pool.shutdown(wait=False, cancel_futures=True)
         self._pool = self._start()
+        self._served = 0
         if retried:
             # One event a broken pool: which of its processes died (one or several) is not known,
             # and its chunks are every unfinished one, queued ones too.
             self._lost.append(LostWorker("of the local pool (its unfinished chunks, queued ones too, run in a new pool)", tuple(job.index for job in retried)))
+
+    def _parts(self, batch: list[ChunkJob]) -> list[list[ChunkJob]]:
+        """``batch`` in consecutive parts of at most one pool's quota of variants (a chunk
+        larger than that alone)."""
+        limit = self.worker_variants * self.workers
+        parts: list[list[ChunkJob]] = [[]]
+        size = 0
+        for job in batch:
+            if parts[-1] and size + len(job.items) > limit:
+                parts.append([])
+                size = 0
+            parts[-1].append(job)
+            size += len(job.items)
+        return [part for part in parts if part]
+
+    def _recycle(self, batch: list[ChunkJob]) -> None:
+        """Replace the pool before ``batch`` when it would compile more than its quota (see the
+        class docstring). Its chunks are all done: its processes end having finished them."""
+        size = sum(len(job.items) for job in batch)
+        if self._served and self._served + size > self.worker_variants * self.workers and self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = self._start()
+            self._served = 0
+        self._served += size
 
     def run(self, jobs: Sequence[ChunkJob]) -> Yielded:
         """Chunks in completion order. After a worker's death the unfinished chunks run again
@@ -294,9 +345,11 @@ class ProcessPoolRunner:
         pending, breaks = list(jobs), 0
         while pending:
             batches = [pending] if breaks < 2 else [[job] for job in pending]
+            batches = [part for batch in batches for part in self._parts(batch)]
             pending = []
             explained = False  # a break a stuck compile's note accounts for
             for batch in batches:
+                self._recycle(batch)
                 # A pool starts its processes at its first submits: they are born ignoring SIGINT,
                 # so a Ctrl-C while they import (a bake's start, a pool started anew after a
                 # death) prints no traceback of theirs (review helper 124). The window in which

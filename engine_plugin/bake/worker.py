@@ -156,8 +156,10 @@ def _validate(lowered: Lowered) -> None:
     # Its portability warnings are the bake's to report, once, by the command's contract (a
     # worker's log went to stderr as it was: several lines, no prefix, under -q too).
     compile_lowered(lowered, label=f"bake {lowered.spec.label()}", device=ctx, warn=False)
-    # A bake compiles thousands of variants it will never run: drop the pipeline so the
-    # worker's memory stays flat (the device context would otherwise keep every one).
+    # A bake compiles thousands of variants it will never run: drop the pipeline (the device
+    # context would otherwise keep every one). wgpu-native and the driver still keep ~0.28 MiB
+    # a compile until the process ends: the local pool replaces its processes for that
+    # (runners.ProcessPoolRunner, review helper 241).
     ctx.cache("compiled").pop(lowered.fingerprint, None)
 
 

@@ -57,7 +57,13 @@ def add_bake_parser(sub: Any, size_arg: Callable[[str], int], common: argparse.A
     p.add_argument("--builtin", action="store_true", help="also bake the kernels shipped in the package (the engine's products and the demo's)")
     p.add_argument("--cache", default="cache", type=folder_arg, metavar="DIR", help="the variant cache folder (default: cache)")
     p.add_argument(
-        "--jobs", "-j", type=whole_number_arg(1, MAX_JOBS), metavar="N", help="local worker processes (default: the CPU count; 1 bakes in this process)"
+        "--jobs",
+        "-j",
+        type=whole_number_arg(1, MAX_JOBS),
+        metavar="N",
+        help="local worker processes (default: the CPU count; 1 bakes in this process). Each compile keeps ~0.3 MiB in its "
+        "process until it ends: pool processes are replaced after 2048 variants each (ENGINE_PLUGIN_BAKE_WORKER_VARIANTS); "
+        "this process (1) and Dask workers are not, so they grow with a large bake",
     )
     p.add_argument("--variants-from", metavar="USAGE", help="bake only the variants a game recorded in this usage log (cache/usage.msgpack)")
     p.add_argument("--json", metavar="REPORT", help="write a machine-readable report to this file ('-': stdout)")
