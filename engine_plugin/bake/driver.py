@@ -135,19 +135,27 @@ class _Bake:
         self._failed(asset, out, Failure("CacheError", text, text, path), worker)
 
     def drain(self, wait: bool = False) -> None:
-        """Account for the finished writes (all of them with ``wait``)."""
-        still = []
-        for fut, asset, out, worker in self._writes:
-            if wait or fut.done():
-                try:
-                    ok = bool(fut.result())
-                except Exception:  # put() logs and answers False; anything else is still a failed write
-                    ok = False
-                self._written(asset, out, ok, worker)
-            else:
-                still.append((fut, asset, out, worker))
-        self._writes = still
-        self.progress.advance(self.done, self.baked, self.failed)
+        """Account for the finished writes (all of them with ``wait``), each once: it leaves the
+        list as it is counted, and a Ctrl-C or SIGTERM landing meanwhile is raised once the
+        pass is over. The list was replaced only after the loop: one landing mid-loop left the
+        writes counted so far in it, and ``__exit__``'s drain counted them again (totals.baked
+        10 with 8 entries, review helper 241)."""
+        with _interrupts_held():
+            still = []
+            try:
+                while self._writes:
+                    fut, asset, out, worker = entry = self._writes.pop(0)
+                    if wait or fut.done():
+                        try:
+                            ok = bool(fut.result())
+                        except Exception:  # put() logs and answers False; anything else is still a failed write
+                            ok = False
+                        self._written(asset, out, ok, worker)
+                    else:
+                        still.append(entry)
+            finally:
+                self._writes[:0] = still
+            self.progress.advance(self.done, self.baked, self.failed)
 
     def _write(self, key: str, lowered: Any) -> bool:
         """Both tiers: the local entry (its success is the variant's), then the remote one (a
@@ -245,6 +253,30 @@ def _no_result(out: VariantOutcome) -> Failure:
     return Failure("PluginError", text, text)
 
 
+# [depth, owed]: inside _interrupts_held (depth > 0) the bake's signal handler notes a Ctrl-C
+# or SIGTERM as owed instead of raising it; the block raises it as it ends.
+_HOLD: list = [0, False]
+
+
+@contextlib.contextmanager
+def _interrupts_held() -> Iterator[None]:
+    """A Ctrl-C or SIGTERM the bake's handler takes inside is raised when the block is over,
+    not in it: a KeyboardInterrupt raised between a write's counting and its leaving the
+    list of writes counted it twice (review helper 241). The main thread's only: signals
+    reach no other."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    _HOLD[0] += 1
+    try:
+        yield
+    finally:
+        _HOLD[0] -= 1
+        if not _HOLD[0] and _HOLD[1]:
+            _HOLD[1] = False
+            raise KeyboardInterrupt
+
+
 @contextlib.contextmanager
 def _interrupt_flag() -> Iterator[list]:
     """A Ctrl-C during the bake is noted as well as raised: Python raises it wherever the main
@@ -260,6 +292,9 @@ def _interrupt_flag() -> Iterator[list]:
 
     def note(signum: int, frame: Any) -> None:
         noted.append(signum)
+        if _HOLD[0]:  # raised as the held block ends (see _interrupts_held)
+            _HOLD[1] = True
+            return
         raise KeyboardInterrupt
 
     replaced = {}

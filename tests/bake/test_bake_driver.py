@@ -292,3 +292,42 @@ def test_a_ctrl_c_swallowed_at_the_end_of_the_bake_still_stops_it(tmp_path, gpu,
     with pytest.raises(KeyboardInterrupt):
         bake([root], str(tmp_path / "cache"), runner=LateRunner(bake_chunk))
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_a_ctrl_c_while_finished_writes_are_counted_counts_each_once(tmp_path, gpu, monkeypatch):
+    # drain() kept its list of writes until its loop was over: a Ctrl-C landing mid-loop left
+    # the ones it had counted there, and __exit__'s drain(wait=True) counted them again
+    # (totals.baked 10, 8 entries on disk: review helper 241).
+    import signal
+
+    from engine_plugin.bake import driver
+    from engine_plugin.bake.report import BakeInterrupted
+
+    drain, warn = driver._Bake.drain, driver._Bake.warn
+    in_pass, sent = [0], []
+
+    def drain_finished(self, wait=False):
+        for fut, *_ in self._writes:
+            fut.result()  # every write of the chunk done: all of them are counted in this pass
+        in_pass[0] = 0
+        return drain(self, wait)
+
+    def warn_then_ctrl_c(self, asset, out):
+        in_pass[0] += 1
+        if in_pass[0] == 3 and not sent:
+            sent.append(True)
+            signal.raise_signal(signal.SIGINT)  # a Ctrl-C landing while the third is counted
+        return warn(self, asset, out)
+
+    monkeypatch.setattr(driver._Bake, "drain", drain_finished)
+    monkeypatch.setattr(driver._Bake, "warn", warn_then_ctrl_c)
+    root = copy_samples(str(tmp_path / "assets"))
+    cache = str(tmp_path / "cache")
+    with pytest.raises(BakeInterrupted) as info:
+        bake([root], cache)
+    assert sent
+    report = info.value.report
+    baked = [v.key for v in report.variants if v.status == "baked"]
+    files = [name for name in os.listdir(cache) if name.endswith(".msgpack")]
+    assert len(baked) == len(set(baked)), "a variant counted twice"
+    assert report.totals["baked"] == len(baked) == len(files), (report.totals, len(baked), len(files))
