@@ -463,6 +463,7 @@ def bake(
     for plan in plans:
         if plan.changed_since_read():  # it exited 0 with the old text baked, nothing said (review helper 186)
             report.notes.append(f"{shown_path(plan.folder)} changed while it was baked: the cache holds it as it was read at the start; bake again")
+            report.loud_notes.append(report.notes[-1])
     _plan_order(report, plans)
     report.wall_s = time.perf_counter() - t0
     return report

@@ -117,6 +117,9 @@ class BakeReport:
     variants: list[VariantRecord] = field(default_factory=list)
     failures: list[FailureRecord] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    # Those of ``notes`` a -q bake says on stderr too: the cache lacks what the user thinks
+    # baked (an asset edited mid-bake exited 0 with nothing said, review helper 241).
+    loud_notes: list[str] = field(default_factory=list)
     corrupt_replaced: int = 0
     evicted: int = 0  # entries the cache's size cap evicted during the bake (baked ones among them)
     interrupted: bool = False  # ended by Ctrl-C or SIGTERM: what it lists is what was done by then

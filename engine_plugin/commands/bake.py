@@ -241,6 +241,9 @@ def cmd_bake(args: argparse.Namespace, rep: Reporter | None = None) -> int:
             print(printable(f"engine-plugin bake: {report.notes[-1]}"), file=sys.stderr, flush=True)
     if report.corrupt_replaced:
         report.notes.append(f"{report.corrupt_replaced} unusable cache entries were baked again")
+    if rep.quiet:  # its current text is not baked: said under -q too, exit 0 still (review helper 241)
+        for note in report.loud_notes:
+            print(printable(f"engine-plugin bake: {note}"), file=sys.stderr, flush=True)
     if not rep.quiet:
         out: Any
         if tables:

@@ -435,6 +435,30 @@ def test_an_asset_edited_while_it_is_baked_is_named_in_a_note(tmp_path):
     assert "particles.computeShader changed while it was baked" in proc.stdout, proc.stdout
 
 
+def test_an_asset_edited_while_it_is_baked_is_said_under_q(tmp_path):
+    # Review helper 241: under -q the bake exited 0 with nothing printed, the asset's current
+    # text not baked; only --json held the note. Said on stderr as the eviction note is; the
+    # exit status stays 0 (what was read was baked, nothing failed).
+    copy_samples(str(tmp_path / "assets"))
+    prelude = (
+        "import glob, engine_plugin.bake.driver as d\n"
+        "_take = d._Bake.take\n"
+        "def _edit_then_take(self, job, result):\n"
+        "    _take(self, job, result)\n"
+        "    for path in glob.glob('assets/particles.computeShader/*.wgsl'):\n"
+        "        with open(path, 'a') as f:\n"
+        "            f.write('\\n// edited mid-bake\\n')\n"
+        "d._Bake.take = _edit_then_take\n"
+    )
+    proc = run_bake(["assets", "--cache", "c", "-q"], cwd=str(tmp_path), prelude=prelude)
+    assert proc.returncode == 0, explain(proc)
+    assert proc.stdout == "", proc.stdout
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, proc.stderr
+    assert lines[0].startswith("engine-plugin bake: ") and "particles.computeShader changed while it was baked" in lines[0], proc.stderr
+    assert "bake again" in lines[0], proc.stderr
+
+
 def test_entries_the_cache_cap_evicts_during_a_bake_are_counted_and_said_under_q(tmp_path):
     # Review helper 200: with --max-bytes too small the bake exited 0, "ok": true, baked 52,
     # while a dozen entries were on disk; only a note of the table said so.
