@@ -56,6 +56,9 @@ class NoProgress:
         """A worker left mid-bake; its ``chunks`` run again on the other workers."""
         self.lost += 1
         self.retried += chunks
+        if not chunks:  # what it ran had ended (a chunk KilledWorker failed: said as its failure)
+            self.message(f"{self.prefix}lost worker {worker}; nothing it ran is left to run again")
+            return
         self.message(f"{self.prefix}lost worker {worker}; {chunks} chunk(s) ({variants} variants) not finished are run again on the workers left")
 
     def stop(self) -> None:

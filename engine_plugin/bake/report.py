@@ -31,7 +31,8 @@ is the whole asset (unreadable folder, schema error, a ``bake:`` list the schema
 row has ``error`` set and counts in ``assets_failed``, not in the variant counts. A failure with
 a spec but ``key: null`` is a usage-log variant the schema no longer accepts. ``lost_workers``
 are the Dask workers that left during the bake and the chunks they were running, which the
-scheduler ran again on the others (those variants' ``worker`` says where they finally baked).
+scheduler ran again on the others (those variants' ``worker`` says where they finally baked),
+or the local pool processes that died (``host:pid``) and the unfinished chunks a new pool ran.
 """
 
 from __future__ import annotations

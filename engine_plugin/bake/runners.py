@@ -21,6 +21,7 @@ import multiprocessing
 import os
 import shutil
 import signal
+import socket
 import tempfile
 import threading
 import time
@@ -301,14 +302,27 @@ class ProcessPoolRunner:
         that had not finished (one dead process failed every queued chunk of every asset,
         blamed on assets that did nothing wrong, and the other workers sat idle: review
         helper 123)."""
+        dead = self._dead()
         if self._pool is not None:
             self._pool.shutdown(wait=False, cancel_futures=True)
         self._pool = self._start()
         self._served = 0
         if retried:
-            # One event a broken pool: which of its processes died (one or several) is not known,
-            # and its chunks are every unfinished one, queued ones too.
-            self._lost.append(LostWorker("of the local pool (its unfinished chunks, queued ones too, run in a new pool)", tuple(job.index for job in retried)))
+            # One event a broken pool, its chunks every unfinished one, queued ones too.
+            self._lost.append(LostWorker(dead, tuple(job.index for job in retried)))
+
+    def _dead(self) -> str:
+        """The broken pool's processes that died, named ``host:pid`` as a variant's ``worker``
+        names the process that baked it (a sentence stood there, in --json's lost_workers and
+        the closing line: review helper 241). Those the pool ended itself (SIGTERM) are not."""
+        manager = getattr(self._pool, "_executor_manager_thread", None)
+        if manager is not None:
+            # It ends the broken pool's other processes and reaps them all: read before it has,
+            # an exit status could be missing (racing its waitpid) and nobody named.
+            manager.join(5.0)
+        processes = (getattr(self._pool, "_processes", None) or {}).items()
+        names = [f"{socket.gethostname()}:{pid}" for pid, process in processes if process.exitcode not in (None, 0, -signal.SIGTERM)]
+        return ", ".join(names) or "a local pool process"
 
     def _parts(self, batch: list[ChunkJob]) -> list[list[ChunkJob]]:
         """``batch`` in consecutive parts of at most one pool's quota of variants (a chunk
@@ -427,6 +441,7 @@ class DaskRunner:
         self.cluster: Any = None
         self.client: Any = None
         self._index_of: dict[str, int] = {}  # task key -> chunk index
+        self._ended: set[int] = set()  # chunks handed back (baked or failed): not run again
         self._known_events: set[tuple[float, str]] = set()
         self._lost: set[str] = set()
         self._polled = 0.0
@@ -515,7 +530,9 @@ class DaskRunner:
                 continue
             self._known_events.add(key)
             self._lost.add(worker)
-            chunks = sorted(self._index_of[k] for k in msg.get("processing-tasks", ()) if k in self._index_of)
+            # A chunk already handed back is not run again: KilledWorker failed it when this
+            # worker died (its removal was said to retry it, review helper 241).
+            chunks = sorted(i for k in msg.get("processing-tasks", ()) if (i := self._index_of.get(k)) is not None and i not in self._ended)
             out.append(LostWorker(worker, tuple(chunks)))
         return out
 
@@ -584,6 +601,7 @@ class DaskRunner:
                             raise SchedulerUnreachable(self._gone_message()) from None
                         result = exc
                     fut.release()
+                    self._ended.add(job.index)
                     yield job, result
         finally:
             for fut in futures:

@@ -100,3 +100,38 @@ def test_pool_processes_are_born_ignoring_ctrl_c():
             watcher.join(10)
     assert born and all(born.values()), f"pool processes started without ignoring SIGINT: {born}"
     assert len(done) == 2 and all(isinstance(r, ChunkResult) for _, r in done)
+
+
+def test_a_lost_pool_process_is_named_as_the_rows_name_a_process():
+    # --json lost_workers[].worker and the closing line said 'of the local pool (its unfinished
+    # chunks, ...)' where a worker's name belongs (review helper 241): the dead process's
+    # host:pid now, as each variant's ``worker`` names the process that baked it.
+    import socket
+
+    jobs = _jobs(2)
+    killed: list[int] = []
+    with ProcessPoolRunner(2) as runner:
+        for _job, _result in runner.run(jobs):
+            if not killed:
+                pid = next(iter(runner._pool._processes))
+                os.kill(pid, signal.SIGKILL)
+                killed.append(pid)
+        lost = runner.events(final=True)
+    assert lost and [event.worker for event in lost] == [f"{socket.gethostname()}:{killed[0]}"], lost
+
+
+def test_a_lost_dask_worker_names_no_chunk_that_already_ended():
+    # After KilledWorker failed a chunk, the removal of the worker that died last still said
+    # "1 chunk(s) (4 variants) not finished are run again" (review helper 241): a chunk the
+    # runner has handed back is not run again.
+    from engine_plugin.bake.runners import DaskRunner
+
+    class Client:
+        def get_events(self, topic):
+            return [(1.0, {"action": "remove-worker", "worker": "tcp://w1", "processing-tasks": ["k3", "k4"]})]
+
+    runner = DaskRunner.__new__(DaskRunner)
+    runner.client, runner._polled, runner._known_events, runner._lost = Client(), 0.0, set(), set()
+    runner._index_of, runner._ended = {"k3": 3, "k4": 4}, {3}
+    lost = runner.events(final=True)
+    assert [(event.worker, event.chunks) for event in lost] == [("tcp://w1", (4,))], lost
