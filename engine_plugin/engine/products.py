@@ -224,7 +224,10 @@ class Product:
         self.program = program
         self.spec = dict(spec) if spec else None
         self.columns = columns
-        self.inputs = held_values(inputs or {})  # bindings the caller supplies once
+        # Bindings the caller supplies once, used as given (arrays, tables, buffers alike): after
+        # changing one in place the caller says so with invalidate() (review helper 243: copied,
+        # an array could not be changed at all).
+        self.inputs = dict(inputs or {})
         self.readback = tuple(readback) if readback is not None else None
         self.plan: ProductPlan | None = None
         self.spec_values: dict[str, str] = {}
@@ -572,27 +575,39 @@ class Product:
 
 
 def held_values(values: Mapping[str, Any]) -> dict[str, Any]:
-    """A product's own copy of the caller's ``params=`` or ``inputs=``: numpy arrays (and the
-    lists, tuples and dicts holding them) copied and made read-only, everything else as given.
+    """A product's own copy of the caller's ``params=``: arrays (numpy's, ``array.array``,
+    buffers, anything numpy reads through ``__array__``; in lists, tuples and dicts too) copied
+    read-only, everything else as given.
 
     The engine reads these every dispatch and every CPU fallback, and owes a chunk results
     only when its content changes: an array the caller changed in place afterwards reached the
     chunks computed next but not the others, a silent mix of old and new values (review
-    helper 235). New values go through ``set_params``; GPU buffers and tables stay shared
-    (``invalidate`` says when they changed). A masked array stays one (refused downstream)."""
+    helper 235). New values go through ``set_params``. A masked array stays one (refused
+    downstream)."""
     return {k: _held(v) for k, v in values.items()}
 
 
 def _held(value: Any) -> Any:
     if isinstance(value, np.ndarray):
         held = np.array(value, copy=True, subok=True)
-        held.flags.writeable = False
-        return held
-    if type(value) is list or type(value) is tuple:
-        return type(value)(_held(v) for v in value)
-    if type(value) is dict:
+    elif isinstance(value, (str, bytes, int, float, complex, np.generic)) or value is None:
+        return value  # immutable
+    elif isinstance(value, (list, tuple)):
+        items = [_held(v) for v in value]
+        return items if isinstance(value, list) else tuple(items)
+    elif isinstance(value, Mapping):
         return {k: _held(v) for k, v in value.items()}
-    return value
+    elif (
+        isinstance(value, (bytearray, memoryview)) or hasattr(value, "__array__") or hasattr(value, "__array_interface__") or type(value).__module__ == "array"
+    ):
+        try:
+            held = np.array(value, copy=True)
+        except Exception:  # numpy cannot read it: the params check refuses it as given
+            return value
+    else:
+        return value
+    held.flags.writeable = False
+    return held
 
 
 def chunk_tiles(slots: np.ndarray, tiles_per_chunk: int) -> np.ndarray:

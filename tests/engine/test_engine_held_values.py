@@ -84,17 +84,20 @@ def test_params_array_changed_in_place_reaches_no_chunk() -> None:
         assert got == {k: _first_h(world, k) * 10 + 0.5 for k in range(3)}
 
 
-def test_inputs_array_changed_in_place_reaches_no_chunk() -> None:
+def test_an_inputs_array_is_used_as_given_and_invalidate_applies_its_change() -> None:
+    # Review helper 243: copied at registration, an inputs= table could not be changed at all
+    # (invalidate recomputed every chunk from the copy). inputs= are used as given, as buffers
+    # are: a change in place is said with invalidate(), and every chunk then has it.
     world, got = _world(), {}
     lut = np.array([2.0], np.float32)
     with Engine(world) as engine:
-        engine.register_product(_program("lut", LUT_YAML, LUT_WGSL), fields={"h": "h"}, inputs={"lut": lut}, policy=ReadbackPolicy.SUMMARY, apply=_latest(got))
+        handle = engine.register_product(_program("lut", LUT_YAML, LUT_WGSL), fields={"h": "h"}, inputs={"lut": lut}, policy=ReadbackPolicy.SUMMARY, apply=_latest(got))
         run_until_idle(engine)
         assert got == {0: 2.0, 1: 4.0, 2: 6.0}
         lut[0] = 100.0
-        world.write(1, "h", np.full((2, 2), 5, np.float32))
+        engine.invalidate(handle)
         run_until_idle(engine)
-        assert got == {0: 2.0, 1: 10.0, 2: 6.0}
+        assert got == {0: 100.0, 1: 200.0, 2: 300.0}
 
 
 def test_cpu_fallback_sees_the_held_params() -> None:
@@ -116,12 +119,16 @@ def test_cpu_fallback_sees_the_held_params() -> None:
 
 
 def test_held_values_copies_arrays_in_containers_and_keeps_the_rest() -> None:
+    import array
+
     from engine_plugin.engine.products import held_values
 
     a = np.arange(3.0)
     marker = object()
-    held = held_values({"a": a, "l": [a, 1.5], "t": (a,), "d": {"x": a}, "o": marker, "s": 2.0})
-    for copy in (held["a"], held["l"][0], held["t"][0], held["d"]["x"]):
+    other = array.array("d", [0.0, 1.0, 2.0])
+    held = held_values({"a": a, "l": [a, 1.5], "t": (a,), "d": {"x": a}, "o": marker, "s": 2.0, "aa": other, "mv": memoryview(a)})
+    other[0] = 9.0
+    for copy in (held["a"], held["l"][0], held["t"][0], held["d"]["x"], held["aa"], held["mv"]):
         assert copy is not a and np.array_equal(copy, a) and not copy.flags.writeable
     assert held["o"] is marker and held["s"] == 2.0
     a[0] = 9.0
