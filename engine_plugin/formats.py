@@ -8,7 +8,7 @@ and the world must not import wgpu.
 from __future__ import annotations
 
 import enum
-from itertools import repeat
+from itertools import chain, compress, repeat
 from typing import Any
 
 import numpy as np
@@ -103,12 +103,23 @@ def masked_refusal(values: Any) -> str | None:
     return None
 
 
+_SEQUENCES = (list, tuple)
+
+
 def _holds_masked(values: Any) -> bool:
     """Whether a list or tuple holds a masked array or ``numpy.ma.masked`` at any depth:
     ``np.asarray`` of ``list(masked_2d)`` or ``[1.0, np.ma.masked]`` drops the masks too
-    (review helper 238). One C pass a level (``map``), into nested lists and tuples only."""
+    (review helper 238). Level by level, each in C passes (the set of its types, ``compress``, ``chain``):
+    a flat list of numbers costs one pass, with no Python call an element or a row, and no
+    recursion however deep (review helper 243)."""
     if type(values) is not list and type(values) is not tuple:
         return False
-    if any(map(isinstance, values, repeat(np.ma.MaskedArray))):  # (np.ma.masked is one too)
-        return True
-    return any(map(_holds_masked, values)) if any(map(isinstance, values, repeat((list, tuple)))) else False
+    level: Any = values
+    while level:
+        types = set(map(type, level))  # (a few types however long the level)
+        if any(issubclass(t, np.ma.MaskedArray) for t in types):
+            return True
+        if not any(issubclass(t, _SEQUENCES) for t in types):
+            return False
+        level = list(chain.from_iterable(compress(level, map(isinstance, level, repeat(_SEQUENCES)))))
+    return False

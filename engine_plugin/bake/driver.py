@@ -135,27 +135,31 @@ class _Bake:
         self._failed(asset, out, Failure("CacheError", text, text, path), worker)
 
     def drain(self, wait: bool = False) -> None:
-        """Account for the finished writes (all of them with ``wait``), each once: it leaves the
-        list as it is counted, and a Ctrl-C or SIGTERM landing meanwhile is raised once the
-        pass is over. The list was replaced only after the loop: one landing mid-loop left the
-        writes counted so far in it, and ``__exit__``'s drain counted them again (totals.baked
-        10 with 8 entries, review helper 241)."""
-        with _interrupts_held():
-            still = []
-            try:
-                while self._writes:
-                    fut, asset, out, worker = entry = self._writes.pop(0)
-                    if wait or fut.done():
-                        try:
-                            ok = bool(fut.result())
-                        except Exception:  # put() logs and answers False; anything else is still a failed write
-                            ok = False
-                        self._written(asset, out, ok, worker)
-                    else:
-                        still.append(entry)
-            finally:
-                self._writes[:0] = still
-            self.progress.advance(self.done, self.baked, self.failed)
+        """Account for the finished writes (all of them with ``wait``), each once: a write
+        leaves the list as it is counted, the two under :func:`_interrupts_held` (a Ctrl-C or
+        SIGTERM landing between them is raised once they are done). The list was replaced only
+        after the loop: one landing mid-loop left the writes counted so far in it, and
+        ``__exit__``'s drain counted them again (totals.baked 10 with 8 entries, review helper
+        241). The wait for a write's result stays interruptible, the write still listed (review
+        helper 243: held, a Ctrl-C waited for every outstanding write)."""
+        still: list = []
+        try:
+            while self._writes:
+                fut, asset, out, worker = self._writes[0]
+                if not (wait or fut.done()):
+                    with _interrupts_held():
+                        still.append(self._writes.pop(0))
+                    continue
+                try:
+                    ok = bool(fut.result())
+                except Exception:  # put() logs and answers False; anything else is still a failed write
+                    ok = False
+                with _interrupts_held():
+                    self._writes.pop(0)
+                    self._written(asset, out, ok, worker)
+        finally:
+            self._writes[:0] = still
+        self.progress.advance(self.done, self.baked, self.failed)
 
     def _write(self, key: str, lowered: Any) -> bool:
         """Both tiers: the local entry (its success is the variant's), then the remote one (a

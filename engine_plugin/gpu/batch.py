@@ -260,14 +260,16 @@ class BatchRecorder:
             failure = exc
             for later in reqs[len(promises) :]:
                 later.settled = True  # destroying after submission is safe (wgpu-core defers it)
-        for req, promise in zip(reqs, promises):
-            if promise is None:  # the reference's "null map future": fail it, release at once
-                req.settled = True
-                self._ring.tracker.decide(req, ReadbackStatus.FAILED, "map_async gave no promise")
-                continue
-            self._ring.arm(req, promise)
-        if failure is not None:
-            self._device_exception("mapping a batched readback", failure)
+        try:
+            for req, promise in zip(reqs, promises):
+                if promise is None:  # the reference's "null map future": fail it, release at once
+                    req.settled = True
+                    self._ring.tracker.decide(req, ReadbackStatus.FAILED, "map_async gave no promise")
+                    continue
+                self._ring.arm(req, promise)
+        finally:  # (an interrupt while arming still records the device's failure: review helper 243)
+            if failure is not None:
+                self._device_exception("mapping a batched readback", failure)
 
     def _interrupted(self, reqs: list, when: str) -> None:
         """Fail those of ``reqs`` an interrupt left unsubmitted, unmapped or unarmed (their

@@ -507,9 +507,18 @@ class World:
     def slots_of(self, keys: Any) -> np.ndarray:
         """The slots of chunks ``keys`` as i64 (-1 for a key not in the world, and for a bool:
         no chunk key, though a dict reads True as 1)."""
-        found = np.fromiter(map(self._slot_of.get, keys, repeat(-1)), dtype=np.int64, count=len(keys))  # (no Python frame a key)
-        if any(map(isinstance, keys, repeat(_BOOLS))):  # (one C pass, review helper 236)
-            found[[type(k) in _BOOLS for k in keys]] = -1
+        slot_of = self._slot_of
+        found = np.fromiter(map(slot_of.get, keys, repeat(-1)), dtype=np.int64, count=len(keys))  # (no Python frame a key)
+        if type(keys) is np.ndarray and keys.dtype.kind in "iu":
+            return found
+        # A bool finds chunk 0's or 1's slot (review helper 236): only those answers are looked
+        # at, not every key (a scan of every key's type cost more than the lookups, helper 243).
+        for key in (0, 1):
+            slot = slot_of.get(key)
+            if slot is not None:
+                for i in np.flatnonzero(found == slot).tolist():  # (one a key unless keys repeat)
+                    if type(keys[i]) in _BOOLS:
+                        found[i] = -1
         return found
 
     def keys_at(self, slots: Any) -> list[int]:

@@ -117,3 +117,20 @@ def test_a_masked_n_is_a_dispatch_error(n):
     # Review helper 238: numpy's MaskError came out of run(), not a PluginError.
     with pytest.raises(DispatchError):
         _axpy().run(n(), inputs={"x": np.ones(8, np.float32)}, params={"a": 2.0})
+
+
+def test_the_nested_masked_check_goes_level_by_level_without_recursion():
+    # Review helper 243: a Python call a row, and recursion (5000-deep nesting raised
+    # RecursionError where numpy raises ValueError).
+    from engine_plugin.formats import masked_refusal
+
+    deep: object = [1.0]
+    for _ in range(5000):
+        deep = [deep]
+    assert masked_refusal(deep) is None
+    deep_masked: object = [np.ma.masked]
+    for _ in range(5000):
+        deep_masked = [deep_masked]
+    assert masked_refusal(deep_masked) is not None
+    assert masked_refusal([[1.0, 2.0], (3.0, [4.0, np.ma.masked_array([5.0])])]) is not None
+    assert masked_refusal([[1.0, 2.0], (3.0, [4.0, np.array([5.0])])]) is None

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import time
 
 import pytest
 from bake_support import BROKEN_WGSL, BROKEN_YAML, SAMPLE_VARIANTS, copy_samples, write_asset
@@ -331,3 +332,68 @@ def test_a_ctrl_c_while_finished_writes_are_counted_counts_each_once(tmp_path, g
     files = [name for name in os.listdir(cache) if name.endswith(".msgpack")]
     assert len(baked) == len(set(baked)), "a variant counted twice"
     assert report.totals["baked"] == len(baked) == len(files), (report.totals, len(baked), len(files))
+
+
+class _Outcome:
+    """What ``_Bake._written`` reads of a variant outcome that was written."""
+
+    def __init__(self, key):
+        self.key, self.spec, self.seconds, self.lowered = key, None, 0.0, None
+
+
+def _draining_bake():
+    from engine_plugin.bake import driver
+    from engine_plugin.bake.progress import NoProgress
+    from engine_plugin.bake.report import BakeReport
+
+    bake = driver._Bake(cache=None, progress=NoProgress(), report=BakeReport(cache="c"))
+    bake.report.add = lambda *a, **k: None
+    return bake
+
+
+def test_an_interrupt_while_a_write_is_awaited_leaves_it_to_be_counted():
+    # Review helper 243: an embedder's own SIGINT handler (the bake leaves it in place) raised
+    # while drain(wait=True) waited for a write: that write had left the list already and was
+    # never counted, though its entry was written.
+    import signal
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    def embedder(signum, frame):
+        raise KeyboardInterrupt
+
+    old = signal.signal(signal.SIGINT, embedder)
+    try:
+        bake = _draining_bake()
+        with ThreadPoolExecutor(2) as pool:
+            futures = [pool.submit(lambda d=d: (time.sleep(d), True)[1]) for d in (0.0, 1.0, 1.0)]
+            bake._writes = [(f, "asset", _Outcome(f"k{i}"), "w") for i, f in enumerate(futures)]
+            threading.Timer(0.3, lambda: os.kill(os.getpid(), signal.SIGINT)).start()
+            with pytest.raises(KeyboardInterrupt):
+                bake.drain(wait=True)
+            bake.drain(wait=True)  # what the bake's __exit__ does next
+    finally:
+        signal.signal(signal.SIGINT, old)
+    assert (bake.baked, bake.failed, len(bake._writes)) == (3, 0, 0)
+
+
+def test_a_ctrl_c_while_a_slow_write_is_awaited_is_raised_at_once():
+    # Review helper 243: the bake's own handler held a Ctrl-C for the whole wait of
+    # drain(wait=True): raised when a 3 s write returned, not when it was pressed.
+    import signal
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    from engine_plugin.bake import driver
+
+    bake = _draining_bake()
+    with ThreadPoolExecutor(1) as pool:
+        bake._writes = [(pool.submit(lambda: (time.sleep(3.0), True)[1]), "a", _Outcome("k"), "w")]
+        with driver._interrupt_flag():
+            threading.Timer(0.3, lambda: os.kill(os.getpid(), signal.SIGINT)).start()
+            t0 = time.perf_counter()
+            with pytest.raises(KeyboardInterrupt):
+                bake.drain(wait=True)
+            assert time.perf_counter() - t0 < 2.0
+        bake.drain(wait=True)
+    assert (bake.baked, len(bake._writes)) == (1, 0)
