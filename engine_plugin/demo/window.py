@@ -8,8 +8,10 @@ same texture, so a screenshot is exactly what the window showed. Keys: see :mod:
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import signal
 import time
 from typing import Any
 
@@ -173,8 +175,20 @@ def run_window(demo_factory: Any, frames: int | None = None, *, size: tuple[int,
     window = DemoWindow(canvas, demo_factory, screenshots=screenshots)
     canvas.add_event_handler(window.on_key, "key_down")
     last_title = [0.0]
+    interrupted: list[int] = []
+
+    def note_interrupt(signum: int, frame: Any) -> None:
+        interrupted.append(signum)  # the window closes after the frame being drawn (below)
 
     def draw() -> None:
+        if not interrupted and signal.getsignal(signal.SIGINT) not in (note_interrupt, signal.SIG_IGN):
+            # rendercanvas's loop stops itself from inside the signal handler, wherever Python
+            # stands: in the middle of a frame, whose textures and readbacks it tore down (a
+            # wgpu-native panic, exit 134, or tracebacks: review helper 244). Its handler, set as
+            # run() starts, is replaced here by one that notes the Ctrl-C; the loop puts the
+            # previous one back when it stops.
+            with contextlib.suppress(ValueError):  # (not the main thread: nothing to replace)
+                signal.signal(signal.SIGINT, note_interrupt)
         hud = window.draw()
         now = time.perf_counter()
         if now - last_title[0] > 0.1 or hud.diagnostics:
@@ -182,8 +196,8 @@ def run_window(demo_factory: Any, frames: int | None = None, *, size: tuple[int,
             last_title[0] = now
         if on_frame is not None:
             on_frame(window, window.shown)
-        if frames is not None and window.shown >= frames:
-            canvas.close()
+        if (frames is not None and window.shown >= frames) or interrupted:
+            canvas.close()  # between frames, as Esc closes it
 
     canvas.request_draw(draw)
     try:
