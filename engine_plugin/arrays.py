@@ -12,7 +12,7 @@ from .lowering.casts import cast_refusal
 from .lowering.structs import StructType
 from .lowering.types import ValueType
 
-__all__ = ["dtype_kind", "prepare_array"]
+__all__ = ["dtype_kind", "object_refusal", "prepare_array"]
 
 
 def dtype_kind(dtype: np.dtype) -> str | None:
@@ -23,6 +23,15 @@ def dtype_kind(dtype: np.dtype) -> str | None:
         return "i32"
     if dtype.kind in "ub":
         return "u32"
+    return None
+
+
+def object_refusal(values: Any, arr: np.ndarray) -> str | None:
+    """Why ``values`` (read by numpy as ``arr``) is no data: one object numpy cannot read (a
+    Run, a set, a sampler, a handle) became a 0-d object array (review helpers 235, 244:
+    "dtype object is not numeric", "not ()"); None for anything else."""
+    if arr.dtype.kind == "O" and arr.ndim == 0:
+        return f"takes an array of numbers, not a {type(values).__name__} object"
     return None
 
 
@@ -42,9 +51,7 @@ def prepare_array(values: Any, vt: ValueType | StructType, bits: bool) -> tuple[
     except (ValueError, TypeError):  # a ragged list, say
         return None, "not a rectangular array of numbers"
     if arr.dtype.kind not in "fiub":
-        if arr.dtype.kind == "O" and arr.ndim == 0:  # one object numpy cannot read (a Run, a set, a sampler)
-            return None, f"takes an array of numbers, not a {type(values).__name__} object"
-        return None, f"dtype {arr.dtype} is not numeric"
+        return None, object_refusal(values, arr) or f"dtype {arr.dtype} is not numeric"
     # Any shape whose elements are whole (an image (h, w, 4) for a vec4 binding, a grid (h, w)
     # for a scalar one): the elements go up in C order, row-major like zero_index.
     if vt.lanes > 1:

@@ -251,10 +251,10 @@ class GpuSide:
         (``mirror_unwritten``), so its readers wait and the writer, on the GPU again, writes
         them (``owe_unwritten``), as after recover_gpu(). Left so, a reader back first read the
         world's bytes (review helper 236: 0.0 applied for a chunk that never changed)."""
-        world = self._world
+        live = set(self._world.keys())
         for product in self._products:
             if product.plan is not None and name in product.plan.written_fields:
-                keys = set(world.keys())
+                keys = set(live)
                 if product.policy in _SELECTIONS:
                     keys &= product.selection_keys  # it writes only what it selects
                 product.mirror_unwritten |= keys

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import wgpu
 
+from ..arrays import object_refusal
 from ..device.context import DeviceContext
 from ..device.destroyed import is_destroyed
 from ..errors import DispatchError
@@ -65,8 +66,9 @@ def upload_texture(ctx: DeviceContext, values: Any, dim: str, name: str, storage
     if masked is not None:
         raise DispatchError(f"texture {name!r}: {masked}")
     arr = np.asarray(values)
-    if arr.dtype.kind == "O" and arr.ndim == 0:  # one object numpy cannot read (a Run, a handle)
-        raise DispatchError(f"texture {name!r} ({dim}) takes an array of numbers, not a {type(values).__name__} object")
+    unreadable = object_refusal(values, arr)
+    if unreadable is not None:
+        raise DispatchError(f"texture {name!r} ({dim}) {unreadable}")
     spatial = 2 if dim == "2d" else 3
     if arr.ndim == spatial:
         arr = arr[..., None]

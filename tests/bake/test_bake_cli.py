@@ -414,20 +414,23 @@ def test_a_bake_into_a_read_only_cache_says_so_once_before_compiling(tmp_path):
     assert entries(str(tmp_path / "ro")) == {}
 
 
+# Appends a line to particles' body after the first chunk is taken: the asset changes mid-bake.
+EDIT_MID_BAKE = (
+    "import glob, engine_plugin.bake.driver as d\n"
+    "_take = d._Bake.take\n"
+    "def _edit_then_take(self, job, result):\n"
+    "    _take(self, job, result)\n"
+    "    for path in glob.glob('assets/particles.computeShader/*.wgsl'):\n"
+    "        with open(path, 'a') as f:\n"
+    "            f.write('\\n// edited mid-bake\\n')\n"
+    "d._Bake.take = _edit_then_take\n"
+)
+
+
 def test_an_asset_edited_while_it_is_baked_is_named_in_a_note(tmp_path):
     # Review helper 186: the bake exited 0 having baked the text read at its start, nothing said.
     copy_samples(str(tmp_path / "assets"))
-    prelude = (
-        "import glob, engine_plugin.bake.driver as d\n"
-        "_take = d._Bake.take\n"
-        "def _edit_then_take(self, job, result):\n"
-        "    _take(self, job, result)\n"
-        "    for path in glob.glob('assets/particles.computeShader/*.wgsl'):\n"
-        "        with open(path, 'a') as f:\n"
-        "            f.write('\\n// edited mid-bake\\n')\n"
-        "d._Bake.take = _edit_then_take\n"
-    )
-    proc = run_bake(["assets", "--cache", "c", "--json", "r.json"], cwd=str(tmp_path), prelude=prelude)
+    proc = run_bake(["assets", "--cache", "c", "--json", "r.json"], cwd=str(tmp_path), prelude=EDIT_MID_BAKE)
     assert proc.returncode == 0, explain(proc)
     report = load_report(str(tmp_path / "r.json"))
     notes = [n for n in report["notes"] if "changed while it was baked" in n]
@@ -440,17 +443,7 @@ def test_an_asset_edited_while_it_is_baked_is_said_under_q(tmp_path):
     # text not baked; only --json held the note. Said on stderr as the eviction note is; the
     # exit status stays 0 (what was read was baked, nothing failed).
     copy_samples(str(tmp_path / "assets"))
-    prelude = (
-        "import glob, engine_plugin.bake.driver as d\n"
-        "_take = d._Bake.take\n"
-        "def _edit_then_take(self, job, result):\n"
-        "    _take(self, job, result)\n"
-        "    for path in glob.glob('assets/particles.computeShader/*.wgsl'):\n"
-        "        with open(path, 'a') as f:\n"
-        "            f.write('\\n// edited mid-bake\\n')\n"
-        "d._Bake.take = _edit_then_take\n"
-    )
-    proc = run_bake(["assets", "--cache", "c", "-q"], cwd=str(tmp_path), prelude=prelude)
+    proc = run_bake(["assets", "--cache", "c", "-q"], cwd=str(tmp_path), prelude=EDIT_MID_BAKE)
     assert proc.returncode == 0, explain(proc)
     assert proc.stdout == "", proc.stdout
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
